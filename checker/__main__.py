@@ -1,0 +1,8 @@
+"""``python -m checker`` and ``torchrun -m checker``."""
+
+import sys
+
+from checker.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""The pure, torch-free capacity core: SGLang 0.5.23's state-pool sizing under pipeline parallelism.
+
+Every rank of the preflight runs exactly this code on its own inputs; nothing here may import torch
+(``tests/test_core_imports.py`` proves it).
+"""
+
+from checker.core.errors import CheckerInputError
+from checker.core.geometry import ModelGeometry
+from checker.core.sizing import POLICIES, CapacityInputs, StageCapacity, derive_all, derive_stage
+
+__all__ = [
+    "POLICIES",
+    "CapacityInputs",
+    "CheckerInputError",
+    "ModelGeometry",
+    "StageCapacity",
+    "derive_all",
+    "derive_stage",
+]

@@ -1,0 +1,333 @@
+"""SGLang 0.5.23's state-pool sizing for one pipeline stage (spec sections 4-7).
+
+The derivation is split in two so sweeps can vectorise the budget-dependent half:
+
+* :func:`plan_stage` - everything that does not depend on the budget: the stage's slice, the charging
+  policy's ``scale``, ``stage_per_req`` bytes and the slots each running request needs.
+* :func:`size_pool` - the pool size K for one budget, then max_running_requests and
+  pp_max_micro_batch_size.
+
+Float arithmetic follows SGLang operation by operation (IEEE double, ``//`` on floats, ``int()``), so
+the numbers agree to the slot, not just approximately.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from checker.core.errors import BudgetError, FlagError, LayoutError
+from checker.core.geometry import ModelGeometry
+from checker.core.partition import stage_bounds, stage_partition
+
+GIB = 2**30
+POLICIES = ("max-share", "own-share", "whole-model")
+STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
+# The three values every stage must agree on; the preflight's verdict is about these.
+CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
+_TRUE = ("1", "true")  # SGLang's get_bool_env_var
+
+
+def env_flag(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in _TRUE
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityInputs:
+    """Everything one rank's derivation reads. SGLang server-arg names throughout."""
+
+    geometry: ModelGeometry
+    """Model layout with state dtypes already resolved (see ``geometry.resolve_dtypes``)."""
+    budget_gib: float
+    """``total_rest_memory``: GiB left for the KV pool and the state pool together."""
+    pp_size: int = 1
+    tp_size: int = 1
+    dp_size: int = 1
+    """Attention data-parallel size: K and max_running_requests are per dp worker."""
+    policy: str = "max-share"
+    mamba_full_memory_ratio: float = 0.9
+    """r: the state pool gets r / (1 + r) of the budget in the auto-fit branch."""
+    mamba_radix_cache_strategy: str = "auto"
+    page_size: int = 1
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
+    max_running_requests: int | None = None
+    max_mamba_cache_size: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    pp_max_micro_batch_size: int | None = None
+    token_capacity: int | None = None
+    """KV token capacity T; None means the KV pool does not bind."""
+    context_len: int | None = None
+    partition_env: str | None = None
+    """The value of SGLANG_PP_LAYER_PARTITION on this rank (None when unset)."""
+    skip_decode_lock: bool = False
+    """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK set truthy."""
+
+    def __post_init__(self) -> None:
+        b = self.budget_gib
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
+            raise BudgetError(
+                f"--budget-gib {b} must be a positive, finite number of GiB "
+                "(the memory left for the KV and state pools)"
+            )
+        r = self.mamba_full_memory_ratio
+        if not math.isfinite(r) or r <= 0:
+            raise FlagError(f"--mamba-full-memory-ratio {r} must be a positive number (server default 0.9)")
+        if self.policy not in POLICIES:
+            raise FlagError(f"--policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+        if self.mamba_radix_cache_strategy not in STRATEGIES:
+            raise FlagError(
+                f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy!r} is not one of "
+                f"{', '.join(STRATEGIES)}"
+            )
+        for name in ("pp_size", "tp_size", "dp_size", "page_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                cls = LayoutError if name != "page_size" else FlagError
+                raise cls(f"--{name.replace('_', '-')} {v} must be a positive integer")
+        for name in (
+            "max_running_requests",
+            "max_mamba_cache_size",
+            "speculative_num_draft_tokens",
+            "pp_max_micro_batch_size",
+            "token_capacity",
+            "context_len",
+        ):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise FlagError(f"--{name.replace('_', '-')} {v} must be a positive integer")
+        if self.speculative_num_draft_tokens and self.max_running_requests is None:
+            raise FlagError(
+                "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the "
+                "spec-decoding intermediate state from it"
+            )
+        if self.token_capacity is not None and self.resolved_context_len is None:
+            raise FlagError(
+                "--token-capacity needs --context-len (the model config gives no "
+                "max_position_embeddings to default it from)"
+            )
+        # Fail early on the layout: pp size vs layers, partition env.
+        stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
+
+    @property
+    def resolved_context_len(self) -> int | None:
+        return self.context_len or self.geometry.context_len
+
+    @property
+    def overlap_schedule(self) -> bool:
+        """SGLang forces the overlap schedule off under PP."""
+        return not self.disable_overlap_schedule and self.pp_size == 1
+
+    @property
+    def resolved_strategy(self) -> str:
+        """``auto``: extra_buffer when overlap is on or page_size > 1, else no_buffer."""
+        s = self.mamba_radix_cache_strategy
+        if s != "auto":
+            return s
+        return "extra_buffer" if self.overlap_schedule or self.page_size > 1 else "no_buffer"
+
+    @property
+    def effective_overlap_schedule(self) -> bool:
+        # auto -> no_buffer turns the overlap schedule off.
+        if self.mamba_radix_cache_strategy == "auto" and self.resolved_strategy == "no_buffer":
+            return False
+        return self.overlap_schedule
+
+    def slots_per_request(self) -> int:
+        """SGLang's "mamba ratio": state slots one running request holds."""
+        if self.disable_radix_cache:
+            return 1
+        strategy = self.resolved_strategy
+        base = 2 if self.skip_decode_lock else 3
+        if strategy == "extra_buffer":
+            return base + (2 if self.effective_overlap_schedule else 1)
+        if strategy == "extra_buffer_lazy":
+            if not self.effective_overlap_schedule:
+                why = "pp size > 1 forces it off" if self.pp_size > 1 else "it is disabled"
+                raise FlagError(
+                    "--mamba-radix-cache-strategy extra_buffer_lazy needs the overlap schedule, but "
+                    f"{why}; use extra_buffer or no_buffer"
+                )
+            return base + 1
+        return base + (1 if self.skip_decode_lock else 0)  # no_buffer stays at 3 slots
+
+    def describe(self) -> dict[str, object]:
+        d = {k: v for k, v in asdict(self).items() if k != "geometry"}
+        d["model"] = self.geometry.name
+        d["resolved_strategy"] = self.resolved_strategy if not self.disable_radix_cache else None
+        d["overlap_schedule"] = self.effective_overlap_schedule
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePlan:
+    """The budget-independent half of one stage's derivation."""
+
+    pp_rank: int
+    start_layer: int
+    end_layer: int
+    stage_linear_layers: int
+    max_stage_linear_layers: int
+    total_linear_layers: int
+    scale: float
+    per_req_bytes: int
+    stage_per_req_bytes: int
+    extra_per_slot_bytes: int
+    slots_per_request: int
+    own_state_bytes_per_slot: int
+    """What this stage really allocates per slot: its own linear layers only."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCapacity(StagePlan):
+    """One stage's full derivation at one budget."""
+
+    branch: str
+    """Which pool-sizing branch decided K: A (max_mamba_cache_size), B (no radix + mrr), C (auto-fit)."""
+    max_mamba_cache_size: int
+    intermediate_state_bytes: int
+    kv_budget_gib: float
+    max_running_requests: int
+    pp_max_micro_batch_size: int
+
+    @property
+    def state_charged_bytes(self) -> int:
+        return (self.max_mamba_cache_size + 1) * (self.stage_per_req_bytes + self.extra_per_slot_bytes)
+
+    @property
+    def state_allocated_bytes(self) -> int:
+        return (self.max_mamba_cache_size + 1) * (
+            self.own_state_bytes_per_slot + self.extra_per_slot_bytes
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["state_charged_bytes"] = self.state_charged_bytes
+        d["state_allocated_bytes"] = self.state_allocated_bytes
+        return d
+
+
+def policy_scale(policy: str, *, own: int, largest: int, total: int) -> float:
+    """The share of ``per_req`` a stage is charged (a Python float, as in SGLang)."""
+    if policy == "whole-model":
+        return 1.0
+    if policy == "own-share":
+        return own / total
+    return largest / total  # max-share: the busiest stage's share, identical on every rank
+
+
+def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
+    g = inputs.geometry
+    if not 0 <= pp_rank < inputs.pp_size:
+        raise LayoutError(f"pp_rank {pp_rank} outside [0, {inputs.pp_size})")
+    bounds = stage_bounds(stage_partition(g.num_hidden_layers, inputs.pp_size, inputs.partition_env))
+    counts = [g.linear_layers_in(s, e) for s, e in bounds]
+    start, end = bounds[pp_rank]
+    scale = policy_scale(
+        inputs.policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
+    )
+    return StagePlan(
+        pp_rank=pp_rank,
+        start_layer=start,
+        end_layer=end,
+        stage_linear_layers=counts[pp_rank],
+        max_stage_linear_layers=max(counts),
+        total_linear_layers=g.num_linear_layers,
+        scale=scale,
+        per_req_bytes=g.per_req_bytes,
+        stage_per_req_bytes=int(g.per_req_bytes * scale),
+        extra_per_slot_bytes=int(g.extra_per_slot_bytes * scale),
+        slots_per_request=inputs.slots_per_request(),
+        own_state_bytes_per_slot=counts[pp_rank] * g.bytes_per_layer,
+    )
+
+
+def mamba_budget_bytes(budget_gib: float, ratio: float) -> float:
+    """Bytes the auto-fit branch hands the state pool: ``rest * r / (1 + r) * 2**30``."""
+    return budget_gib * ratio / (1 + ratio) * GIB
+
+
+def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None = None) -> StageCapacity:
+    """Pool size K (spec 6), then max_running_requests and pp_max_micro_batch_size (spec 7)."""
+    rest = inputs.budget_gib if budget_gib is None else budget_gib
+    dp = inputs.dp_size
+    ratio = plan.slots_per_request
+    spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
+    per_slot = spr + extra
+    D = inputs.speculative_num_draft_tokens or 0
+    user_mrr = inputs.max_running_requests
+    if per_slot <= 0:
+        raise LayoutError(
+            f"stage {plan.pp_rank} holds no linear layers, so --policy {inputs.policy} charges it 0 "
+            "bytes per request and SGLang cannot size its pool; use max-share or another partition"
+        )
+
+    if inputs.max_mamba_cache_size is not None:
+        branch, K = "A", inputs.max_mamba_cache_size // dp
+        spec_slots = (min(max(1, user_mrr // dp), K // ratio) + 1) if D and user_mrr else 0
+    elif inputs.disable_radix_cache and user_mrr is not None:
+        branch, K = "B", max(1, user_mrr // dp)
+        spec_slots = K + 1
+    else:
+        branch = "C"
+        B = mamba_budget_bytes(rest, inputs.mamba_full_memory_ratio)
+        if D:
+            K = int((B - spr * (1 + D) - extra) // (spr * (1 + D / ratio) + extra))
+        else:
+            K = int((B - per_slot) // per_slot)  # one padding slot: the pool allocates K + 1
+        spec_slots = (min(max(1, user_mrr // dp), K // ratio) + 1) if D and user_mrr else 0
+    if K <= 0:
+        raise BudgetError(
+            f"not enough memory for the state pool: --budget-gib {rest} gives K={K} slots at "
+            f"stage_per_req={spr} bytes (stage {plan.pp_rank}); raise the budget or "
+            "--mamba-full-memory-ratio"
+        )
+    intermediate = spr * spec_slots * D if D else 0
+    kv_budget_gib = rest - (K + 1) * per_slot / GIB - intermediate / GIB
+    if kv_budget_gib < 0:
+        raise BudgetError(
+            f"the state pool ({K + 1} slots x {per_slot} bytes, branch {branch}) needs more than "
+            f"--budget-gib {rest} on stage {plan.pp_rank}; lower --max-mamba-cache-size or "
+            "--max-running-requests, or raise the budget"
+        )
+
+    T = inputs.token_capacity
+    if user_mrr is not None:
+        n = max(1, user_mrr // dp)
+    elif T is None:
+        n = 4096  # the clamp's ceiling: an unmodelled KV pool does not bind
+    else:
+        n = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)
+    if T is not None:
+        n = min(n, T // 2)
+    n = min(n, K // ratio)
+    if n <= 0:
+        raise BudgetError(
+            f"budget too small for one running request on stage {plan.pp_rank}: K={K} state slots "
+            f"but each request needs {ratio}; raise --budget-gib"
+            + (" or --token-capacity" if T is not None and T // 2 <= 0 else "")
+        )
+    micro = inputs.pp_max_micro_batch_size or max(n // inputs.pp_size, 1)
+    return StageCapacity(
+        **asdict(plan),
+        branch=branch,
+        max_mamba_cache_size=K,
+        intermediate_state_bytes=intermediate,
+        kv_budget_gib=kv_budget_gib,
+        max_running_requests=n,
+        pp_max_micro_batch_size=micro,
+    )
+
+
+def derive_stage(inputs: CapacityInputs, pp_rank: int) -> StageCapacity:
+    """What pipeline stage ``pp_rank`` derives locally, with no collective."""
+    return size_pool(plan_stage(inputs, pp_rank), inputs)
+
+
+def derive_all(inputs: CapacityInputs) -> list[StageCapacity]:
+    return [derive_stage(inputs, k) for k in range(inputs.pp_size)]
+
+
+def divergent_values(stages: list[StageCapacity], names: tuple[str, ...] = CHECKED_VALUES) -> list[str]:
+    """Names of the checked values that differ across stages."""
+    return [n for n in names if len({getattr(s, n) for s in stages}) > 1]

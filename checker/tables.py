@@ -1,0 +1,35 @@
+"""Plain-text tables a person reads at a glance, with outliers marked."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+
+def fmt_int(value: int) -> str:
+    return f"{value:,}"
+
+
+def fmt_bytes(value: int) -> str:
+    return f"{value:,} ({value / 2**20:,.1f} MiB)"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def outliers(values: Sequence[object]) -> set[int]:
+    """Indices whose value differs from the most common one (ties: the first value seen wins)."""
+    if len(set(values)) <= 1:
+        return set()
+    counts = Counter(values)
+    majority = max(counts, key=lambda v: (counts[v], -values.index(v)))
+    return {i for i, v in enumerate(values) if v != majority}
+
+
+def mark(value: str, is_outlier: bool) -> str:
+    return f"{value} *" if is_outlier else value
