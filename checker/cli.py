@@ -14,7 +14,7 @@ from checker import __version__
 from checker.core.errors import CheckerInputError
 
 # name -> module under checker.commands; the first is the default subcommand.
-COMMANDS = ("derive",)
+COMMANDS = ("check", "derive", "plan", "sweep")
 DEFAULT_COMMAND = COMMANDS[0]
 EXIT_USAGE = 2
 

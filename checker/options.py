@@ -74,7 +74,10 @@ def add_layout_args(parser: argparse.ArgumentParser, *, pp_default: int | None) 
     g.add_argument("--dp-size", type=positive_int, default=1, help="attention DP size (default 1)")
 
 
-def add_flag_args(parser: argparse.ArgumentParser, *, with_budget: bool = True) -> None:
+def add_flag_args(
+    parser: argparse.ArgumentParser, *, with_budget: bool = True, with_policy: bool = True
+) -> None:
+    """``with_policy=False``: the command adds its own --policy (a sweep takes it repeatable)."""
     g = parser.add_argument_group("sizing flags (SGLang server-arg names)")
     if with_budget:
         g.add_argument(
@@ -85,13 +88,14 @@ def add_flag_args(parser: argparse.ArgumentParser, *, with_budget: bool = True) 
             help="total_rest_memory handed to pool sizing: GiB left for the KV and state pools "
             f"(default {DEFAULT_BUDGET_GIB}, the upstream test's)",
         )
-    g.add_argument(
-        "--policy",
-        choices=POLICIES,
-        default="max-share",
-        help="how a stage is charged for state: max-share (SGLang since the fix, default), "
-        "own-share (rejected alternative), whole-model (the old bug)",
-    )
+    if with_policy:
+        g.add_argument(
+            "--policy",
+            choices=POLICIES,
+            default="max-share",
+            help="how a stage is charged for state: max-share (SGLang since the fix, default), "
+            "own-share (rejected alternative), whole-model (the old bug)",
+        )
     g.add_argument("--mamba-full-memory-ratio", type=finite_float, default=0.9, metavar="R",
                    help="r: the state pool's share is r/(1+r) of the budget (default 0.9)")
     g.add_argument("--mamba-radix-cache-strategy", choices=STRATEGIES, default="auto",

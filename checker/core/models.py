@@ -98,6 +98,16 @@ def _kimi_linear(cfg: Mapping[str, Any], tp: int, src: str) -> dict[str, Any]:
     kda = _get(lac, "kda_layers", sub)
     if not isinstance(kda, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in kda):
         raise ConfigError(f"{sub}: kda_layers={kda!r} must be a list of 1-based layer ids")
+    # Check the ids as the user wrote them (1-based): after the shift a 0 would be reported as -1.
+    bad = sorted({i for i in kda if not 1 <= i <= L})
+    if bad:
+        raise ConfigError(
+            f"{sub}: kda_layers {bad} out of range [1, {L}]; kda_layers are 1-based layer ids "
+            f"up to num_hidden_layers={L}"
+        )
+    dup = sorted({i for i in kda if kda.count(i) > 1})
+    if dup:
+        raise ConfigError(f"{sub}: kda_layers repeats {dup}; list each layer once")
     H = _int(lac, "num_heads", sub)
     d = _int(lac, "head_dim", sub)
     K = _int(lac, "short_conv_kernel_size", sub, minimum=2)

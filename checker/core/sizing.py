@@ -120,11 +120,20 @@ class CapacityInputs:
 
     @property
     def resolved_strategy(self) -> str:
-        """``auto``: extra_buffer when overlap is on or page_size > 1, else no_buffer."""
+        """``auto``: extra_buffer when the overlap schedule is wanted or page_size > 1, else no_buffer.
+
+        SGLang 0.5.23 resolves ``auto`` (arg_groups/overrides.py ``_mamba_radix_cache_resolution``)
+        from the user's --disable-overlap-schedule BEFORE the pipeline-parallel pass turns overlap
+        off (arg_groups/pipeline.py runs ``_pipeline_parallel_overlap_disable`` later). So under PP
+        with default flags auto means extra_buffer WITHOUT overlap: 4 slots, which is what the seed
+        deployment's figures (26 -> 210 slots, 6 -> 52 requests) show. Spec section 5's "auto means
+        no_buffer under PP" does not match the released code; we follow the code.
+        """
         s = self.mamba_radix_cache_strategy
         if s != "auto":
             return s
-        return "extra_buffer" if self.overlap_schedule or self.page_size > 1 else "no_buffer"
+        wants_overlap = not self.disable_overlap_schedule
+        return "extra_buffer" if wants_overlap or self.page_size > 1 else "no_buffer"
 
     @property
     def effective_overlap_schedule(self) -> bool:
@@ -276,6 +285,12 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
         else:
             K = int((B - per_slot) // per_slot)  # one padding slot: the pool allocates K + 1
         spec_slots = (min(max(1, user_mrr // dp), K // ratio) + 1) if D and user_mrr else 0
+    if K <= 0 and branch == "A":
+        # Not a budget problem: the user's pool size is split over the dp workers and floors to 0.
+        raise FlagError(
+            f"--max-mamba-cache-size {inputs.max_mamba_cache_size} split over --dp-size {dp} gives "
+            f"K=0 state slots per dp worker; set it to at least {dp}"
+        )
     if K <= 0:
         raise BudgetError(
             f"not enough memory for the state pool: --budget-gib {rest} gives K={K} slots at "

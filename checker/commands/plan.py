@@ -1,0 +1,270 @@
+"""``checker plan``: capacity planning from the same core every rank runs (no torch needed).
+
+Two questions, one per mode:
+
+    # the smallest budget (to 0.01 GiB) at which every stage reaches 48 running requests, per policy
+    python -m checker plan --model kimi-k3 --pp-size 8 --target-max-running-requests 48
+
+    # the layer partition that minimises the busiest stage's linear layers (max-share's charge)
+    python -m checker plan --model-config config.json --pp-size 8 --budget-gib 20 --suggest-partition
+
+The suggested partition is an env var that every node must set identically:
+``export SGLANG_PP_LAYER_PARTITION=...``; the preflight (``checker check``) verifies that they do.
+Without --policy, the budget search answers for all three policies and the partition is compared
+under max-share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+from checker import __version__
+from checker.core.errors import BudgetError, FlagError
+from checker.core.partition import PARTITION_ENV
+from checker.core.planning import MinBudget, SuggestedPartition, min_budget, suggest_partition
+from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity, derive_all
+from checker.options import add_flag_args, add_layout_args, add_model_args, inputs_from_args, positive_int
+from checker.tables import fmt_bytes, fmt_int, format_table
+
+HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
+DEFAULT_SLACK = 1
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be an integer >= 0")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_args(parser)
+    add_layout_args(parser, pp_default=8)
+    add_flag_args(parser, with_policy=False)
+    g = parser.add_argument_group("planning")
+    # Unset means "all three" for the budget search and max-share for the partition comparison.
+    g.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=None,
+        help="restrict the budget search to one policy (default: all three); the policy the partition "
+        "comparison derives with (default max-share)",
+    )
+    mode = g.add_mutually_exclusive_group(required=True)
+    mode.add_argument(
+        "--target-max-running-requests",
+        type=positive_int,
+        metavar="N",
+        help="find, per policy, the smallest --budget-gib (0.01 GiB steps) at which every stage derives "
+        "max_running_requests >= N (per dp worker)",
+    )
+    mode.add_argument(
+        "--suggest-partition",
+        action="store_true",
+        help=f"find the {PARTITION_ENV} that minimises the busiest stage's linear layers and compare "
+        "it with the default split at --budget-gib",
+    )
+    g.add_argument(
+        "--partition-slack",
+        type=non_negative_int,
+        default=None,
+        metavar="S",
+        help=f"each stage holds floor(L/P) - S to ceil(L/P) + S layers, at least 1 (default {DEFAULT_SLACK})",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def header(inputs: CapacityInputs) -> str:
+    g = inputs.geometry
+    strategy = (
+        "radix cache disabled"
+        if inputs.disable_radix_cache
+        else f"strategy {inputs.resolved_strategy}"
+        + (" (auto)" if inputs.mamba_radix_cache_strategy == "auto" else "")
+    )
+    return (
+        f"model {g.name}: {g.num_hidden_layers} layers, {g.num_linear_layers} linear; per_req "
+        f"{fmt_bytes(g.per_req_bytes)}\n"
+        f"layout pp {inputs.pp_size} x tp {inputs.tp_size} (dp {inputs.dp_size}); r "
+        f"{inputs.mamba_full_memory_ratio:g}; {strategy}, {inputs.slots_per_request()} slots per request"
+    )
+
+
+def _span(stages: list[StageCapacity], name: str) -> str:
+    """One value when every stage agrees, else ``lo..hi *`` (own-share's stages differ)."""
+    values = [getattr(s, name) for s in stages]
+    lo, hi = min(values), max(values)
+    return fmt_int(lo) if lo == hi else f"{fmt_int(lo)}..{fmt_int(hi)} *"
+
+
+# --- mode 1: the smallest budget for a target ---------------------------------------------------------
+
+
+def _below_text(result: MinBudget) -> str:
+    if result.below is None:
+        return "does not boot"
+    worst = min(result.below, key=lambda s: s.max_running_requests)
+    return f"{worst.max_running_requests} (stage {worst.pp_rank})"
+
+
+def run_target(args: argparse.Namespace) -> int:
+    if args.budget_gib is not None:
+        raise FlagError(
+            "--budget-gib has no meaning with --target-max-running-requests: plan searches the budget; "
+            "drop it (or use derive at a budget)"
+        )
+    if args.partition_slack is not None:
+        raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
+    policies = (args.policy,) if args.policy else POLICIES
+    target = args.target_max_running_requests
+    results = [min_budget(inputs_from_args(args, policy=p), target, policy=p) for p in policies]
+    inputs = inputs_from_args(args, policy=policies[0])
+    if args.format == "json":
+        described = inputs.describe()
+        del described["budget_gib"], described["policy"]  # both vary here; reported per policy
+        doc = {
+            "checker_version": __version__,
+            "inputs": described,
+            "geometry": inputs.geometry.describe(),
+            "target_max_running_requests": target,
+            "min_budget_gib": {r.policy: r.budget_gib for r in results},
+            "policies": {
+                r.policy: {
+                    "min_budget_gib": r.budget_gib,
+                    "ranks": [s.as_dict() for s in r.stages],
+                    "below": {
+                        "budget_gib": r.below_budget_gib,
+                        "ranks": None if r.below is None else [s.as_dict() for s in r.below],
+                        "error": r.below_error,
+                    },
+                }
+                for r in results
+            },
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(header(inputs))
+    if inputs.partition_env and inputs.pp_size > 1:
+        print(f"{PARTITION_ENV}={inputs.partition_env}")
+    print(f"target: every stage derives max_running_requests >= {target}\n")
+    rows = [
+        [
+            r.policy,
+            f"{r.budget_gib:.2f}",
+            *(_span(r.stages, n) for n in CHECKED_VALUES),
+            f"{r.below_budget_gib:.2f}",
+            _below_text(r),
+        ]
+        for r in results
+    ]
+    print(format_table(
+        ["policy", "min_budget_gib", *CHECKED_VALUES, "0.01 GiB less", "max_running_requests there"], rows
+    ))
+    if any(len({getattr(s, n) for s in r.stages}) > 1 for r in results for n in CHECKED_VALUES):
+        print("\n* differs across stages (own-share): the lowest stage is the one the target binds")
+    return 0
+
+
+# --- mode 2: the partition with the fewest linear layers on the busiest stage -------------------------
+
+
+def _derive_or_error(inputs: CapacityInputs) -> tuple[list[StageCapacity] | None, str | None]:
+    try:
+        return derive_all(inputs), None
+    except BudgetError as exc:
+        return None, str(exc)
+
+
+def _partition_doc(parts: tuple[int, ...], counts: list[int], stages: list[StageCapacity] | None,
+                   error: str | None) -> dict[str, object]:
+    return {
+        "partition": list(parts),
+        "stage_linear_layers": counts,
+        "largest_stage_linear_layers": max(counts),
+        "ranks": None if stages is None else [s.as_dict() for s in stages],
+        "error": error,
+    }
+
+
+def run_partition(args: argparse.Namespace) -> int:
+    slack = DEFAULT_SLACK if args.partition_slack is None else args.partition_slack
+    policy = args.policy or "max-share"
+    base = inputs_from_args(args, policy=policy)
+    user_env = base.partition_env
+    base = replace(base, partition_env=None)  # the comparison is against SGLang's default split
+    g = base.geometry
+    plan: SuggestedPartition = suggest_partition(
+        num_hidden_layers=g.num_hidden_layers, linear_layer_ids=g.linear_layer_ids,
+        pp_size=base.pp_size, slack=slack,
+    )
+    suggested_inputs = replace(base, partition_env=plan.env)
+    suggested, error = _derive_or_error(suggested_inputs)
+    if suggested is None:
+        raise BudgetError(f"the suggested partition {plan.env} does not boot: {error}")
+    default, default_error = _derive_or_error(base)
+
+    if args.format == "json":
+        doc = {
+            "checker_version": __version__,
+            "inputs": base.describe(),
+            "geometry": g.describe(),
+            "partition": list(plan.partition),
+            "env": plan.env,
+            "largest_stage_linear_layers": plan.largest_stage_linear_layers,
+            "partition_slack": slack,
+            "layers_per_stage_bounds": [plan.bounds.lower, plan.bounds.upper],
+            "suggested": _partition_doc(plan.partition, plan.stage_linear_layers, suggested, None),
+            "default": _partition_doc(plan.default_partition, plan.default_stage_linear_layers,
+                                      default, default_error),
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+
+    print(header(base))
+    print(f"policy {policy}; budget {base.budget_gib:g} GiB; each stage holds {plan.bounds.lower} to "
+          f"{plan.bounds.upper} layers (slack {slack})")
+    if user_env and base.pp_size > 1:
+        print(f"(ignoring the {PARTITION_ENV}={user_env} set here: compared with the default split)")
+    print()
+    print("every node must set, identically:")
+    print(f"  export {PARTITION_ENV}={plan.env}")
+    print()
+
+    def row(name: str, parts: tuple[int, ...], counts: list[int],
+            stages: list[StageCapacity] | None) -> list[str]:
+        values = [_span(stages, n) for n in CHECKED_VALUES] if stages else ["does not boot", "", ""]
+        return [name, ",".join(map(str, parts)), ",".join(map(str, counts)), str(max(counts)), *values]
+
+    rows = [
+        row("default split", plan.default_partition, plan.default_stage_linear_layers, default),
+        row("suggested", plan.partition, plan.stage_linear_layers, suggested),
+    ]
+    print(format_table(["", "layers per stage", "linear per stage", "largest", *CHECKED_VALUES], rows))
+    print()
+    if plan.largest_stage_linear_layers == plan.default_largest_stage_linear_layers:
+        print(f"the default split already has the fewest linear layers on its busiest stage "
+              f"({plan.largest_stage_linear_layers}); setting {PARTITION_ENV} changes nothing")
+    elif default is None:
+        print(f"the default split does not boot at this budget: {default_error}")
+    else:
+        # The smallest stage pool is what binds (all stages agree under max-share).
+        before = min(s.max_mamba_cache_size for s in default)
+        after = min(s.max_mamba_cache_size for s in suggested)
+        print(f"busiest stage {plan.default_largest_stage_linear_layers} -> "
+              f"{plan.largest_stage_linear_layers} linear layers: max_mamba_cache_size {before} -> {after} "
+              f"({(after - before) / before:+.1%}) under {policy}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.suggest_partition:
+        return run_partition(args)
+    return run_target(args)

@@ -1,0 +1,455 @@
+"""``checker sweep``: where in budget space each charging policy makes the stages disagree.
+
+    python -m checker sweep --budgets 4:40:0.25 --mamba-full-memory-ratio 0.5
+    python -m checker sweep --budgets 4:40:0.25 --policy own-share --policy max-share \\
+        --report sweep.json --plot sweep.png
+    python -m checker sweep --budgets 8,16,24 --model-config config.json --pp-size 4 \\
+        --require-consistent max-share
+
+Every stage (pp_rank 0..P-1) derives its three checked values at every budget, vectorised with torch
+and bit-identical to the scalar core; then, per policy and value, the budgets where the stages diverge
+are counted. A budget at which no stage can boot is a boot failure, not a divergence; one at which some
+stages boot and others do not is divergent. Exit 0 when every --require-consistent policy (default
+max-share) never diverges, 1 when one does, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TextIO
+
+from checker import __version__
+from checker.core.errors import FlagError
+from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
+from checker.core.sweep import UPSTREAM_GRID, BudgetGrid, budget_runs, parse_budgets
+from checker.options import add_flag_args, add_layout_args, add_model_args, inputs_from_args
+from checker.tables import fmt_bytes, format_table
+
+if TYPE_CHECKING:  # torch is imported in run(), so --help and input errors cost no torch import
+    import torch
+
+DEFAULT_PP_SIZE = 8
+"""Without torchrun a sweep derives every stage of a pp 8 deployment unless --pp-size says otherwise."""
+HELP = "sweep budgets: where each policy makes pipeline stages diverge (text, JSON report, plot)"
+LONG_SWEEP_BUDGETS = 10_000
+"""From this many budgets a sweep reports progress on stderr even when stderr is not a terminal."""
+EXIT_DIVERGENT = 1
+PRETTY_REPORT_BUDGETS = 2_000
+"""Up to this many budgets the --report JSON is indented."""
+SHOWN_RUNS = 8
+"""Runs of divergent budgets listed in the text output; the report lists every budget."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budgets",
+        default=UPSTREAM_GRID,
+        metavar="START:STOP:STEP|A,B,...",
+        help="budgets in GiB (total_rest_memory): a range with STOP included, or a comma list "
+        f"(default {UPSTREAM_GRID}, the upstream sweep's 145 budgets)",
+    )
+    parser.add_argument(
+        "--require-consistent",
+        action="append",
+        choices=POLICIES,
+        metavar="POLICY",
+        help="exit 1 if this policy diverges at any budget; repeatable (default max-share)",
+    )
+    parser.add_argument("--report", metavar="PATH", help="write the findings and every assumption as JSON")
+    parser.add_argument("--plot", metavar="PATH",
+                        help="write a PNG: pool size per stage against budget, divergence marked "
+                        "(needs the 'plot' extra)")
+    parser.add_argument("--device", default="cpu", help="torch device for the derivation (default cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="never report progress on stderr")
+    add_model_args(parser)
+    add_layout_args(parser, pp_default=None)
+    add_flag_args(parser, with_budget=False, with_policy=False)
+    from checker.commands.check import add_group_args
+
+    add_group_args(parser.add_argument_group("under torchrun (each rank derives its own stage)"))
+    parser.add_argument(
+        "--policy",
+        action="append",
+        choices=POLICIES,
+        help="charging policy to sweep; repeatable (default: all three)",
+    )
+
+
+class Progress:
+    """A progress line on stderr: redrawn in place on a terminal, two plain lines in a log.
+
+    Cheap by construction: one update per stage derived, and a terminal redraw at most every 0.1 s.
+    """
+
+    def __init__(self, total: int, what: str, *, enabled: bool, stream: TextIO | None = None) -> None:
+        stream = sys.stderr if stream is None else stream  # looked up now: tests and tools swap it
+        self.total, self.what, self.enabled, self.stream = total, what, enabled, stream
+        self.tty = enabled and _isatty(stream)
+        self.done = 0
+        self.t0 = self.last = time.monotonic()
+        if enabled and not self.tty:
+            print(f"sweep: {what} ...", file=stream, flush=True)
+
+    def step(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if self.tty and (now - self.last >= 0.1 or self.done == self.total):
+            self.last = now
+            width = 30
+            filled = width * self.done // self.total
+            self.stream.write(f"\rsweep: {self.what} [{'#' * filled}{'.' * (width - filled)}] "
+                              f"{self.done}/{self.total}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            self.stream.write("\r\x1b[K")  # leave the terminal as it was
+        else:
+            print(f"sweep: derived in {time.monotonic() - self.t0:.2f} s", file=self.stream)
+        self.stream.flush()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or stand-in stream is no terminal
+        return False
+
+
+def resolve_device(name: str) -> torch.device:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise FlagError(f"--device {name!r} is not a torch device; use cpu or cuda[:N]") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FlagError(f"--device {name}: no CUDA device is available here; use --device cpu")
+    return device
+
+
+def single_process_stack(
+    inputs_by_policy: Mapping[str, CapacityInputs],
+    budgets: Sequence[float],
+    device: torch.device,
+    progress: Progress,
+) -> torch.Tensor:
+    """Every stage's :func:`local_sweep` in this process: int64 (P, policies, budgets, 3).
+
+    A distributed sweep replaces this with one all-gather of each rank's own ``local_sweep``.
+    """
+    import torch
+
+    from checker.sweep_torch import local_sweep
+
+    pp_size = next(iter(inputs_by_policy.values())).pp_size
+    rest = torch.tensor(budgets, dtype=torch.float64, device=device)
+    stages = []
+    for k in range(pp_size):
+        stages.append(local_sweep(inputs_by_policy, k, rest, device))
+        progress.step()
+    return torch.stack(stages)
+
+
+def required_policies(args: argparse.Namespace, policies: Sequence[str]) -> list[str]:
+    if args.require_consistent is None:
+        return ["max-share"] if "max-share" in policies else []
+    required = list(dict.fromkeys(args.require_consistent))
+    missing = [p for p in required if p not in policies]
+    if missing:
+        raise FlagError(
+            f"--require-consistent {' '.join(missing)} names a policy this sweep does not derive; "
+            f"add --policy {' --policy '.join(missing)}"
+        )
+    return required
+
+
+def assumptions(inputs: CapacityInputs, grid: BudgetGrid) -> dict[str, object]:
+    """Everything the counts depend on, so a reader can tell what was measured."""
+    d = inputs.describe()
+    for k in ("budget_gib", "policy"):
+        d.pop(k, None)
+    d["slots_per_request"] = inputs.slots_per_request()
+    d["geometry"] = inputs.geometry.describe()
+    d["token_capacity_note"] = (
+        "not modelled: the KV pool does not bind, so max_running_requests = min(4096, K // slots)"
+        if inputs.token_capacity is None
+        else "KV token capacity T clamps max_running_requests (spec section 7)"
+    )
+    d["budget_grid"] = grid.describe()
+    d["boot_failure_rule"] = (
+        "a stage cannot boot at a budget where its pool K <= 0, its state pool exceeds the budget, or "
+        "max_running_requests <= 0; a boot failure when every stage fails alike, divergent otherwise"
+    )
+    return d
+
+
+def build_report(
+    analysis: dict, grid: BudgetGrid, inputs: CapacityInputs, required: Sequence[str], device: str
+) -> dict:
+    failing = [p for p in required if not analysis["policies"][p]["consistent"]]
+    return {
+        "checker_version": __version__,
+        "command": "sweep",
+        "mode": "single-process",
+        "device": device,
+        "status": "divergent" if failing else "consistent",
+        "require_consistent": list(required),
+        "failing_required": failing,
+        **analysis,
+        "assumptions": assumptions(inputs, grid),
+        "budgets_gib": list(grid.budgets),
+    }
+
+
+def fmt_budget(b: float) -> str:
+    return f"{b:.15g}"
+
+
+def fmt_runs(indices: Sequence[int], budgets: Sequence[float]) -> str:
+    runs = budget_runs(indices, budgets)
+    shown = [fmt_budget(a) if a == b else f"{fmt_budget(a)}-{fmt_budget(b)}" for a, b in runs[:SHOWN_RUNS]]
+    more = f" and {len(runs) - SHOWN_RUNS} more runs (see --report)" if len(runs) > SHOWN_RUNS else ""
+    return ", ".join(shown) + more + " GiB"
+
+
+def header(inputs: CapacityInputs, grid: BudgetGrid) -> str:
+    g = inputs.geometry
+    strategy = (
+        "radix cache disabled"
+        if inputs.disable_radix_cache
+        else f"strategy {inputs.resolved_strategy}"
+        + (" (auto)" if inputs.mamba_radix_cache_strategy == "auto" else "")
+    )
+    T = "not modelled (does not bind)" if inputs.token_capacity is None else f"{inputs.token_capacity:,}"
+    b = grid.budgets
+    return "\n".join([
+        f"model {g.name}: {g.num_hidden_layers} layers, {g.num_linear_layers} linear; per_req "
+        f"{fmt_bytes(g.per_req_bytes)}",
+        f"layout pp {inputs.pp_size} x tp {inputs.tp_size} (dp {inputs.dp_size}); r "
+        f"{inputs.mamba_full_memory_ratio:g}; {strategy}, {inputs.slots_per_request()} slots per "
+        f"request; KV token capacity {T}",
+        f"budgets {grid.spec}: {len(b):,} from {fmt_budget(b[0])} to {fmt_budget(b[-1])} GiB",
+    ])
+
+
+def text_report(report: dict, grid: BudgetGrid) -> str:
+    n = report["num_budgets"]
+    budgets = grid.budgets
+    index = {b: i for i, b in enumerate(budgets)}
+
+    def cell(count: int) -> str:
+        return f"{count:,} ({100 * count / n:.1f}%)" if count else "0"
+
+    rows = [
+        [policy, *(cell(info["divergent"][v]) for v in CHECKED_VALUES), cell(info["boot_failures"]),
+         "consistent" if info["consistent"] else "DIVERGENT"]
+        for policy, info in report["policies"].items()
+    ]
+    lines = [
+        f"budgets (of {n:,}) at which the stages diverge, per policy and value",
+        format_table(["policy", *CHECKED_VALUES, "boot failures", "verdict"], rows),
+    ]
+    details = []
+    for policy, info in report["policies"].items():
+        for v in CHECKED_VALUES:
+            if info["divergent"][v]:
+                idx = [index[b] for b in info["divergent_budgets"][v]]
+                details.append(f"  {policy}: {v} diverges at {fmt_runs(idx, budgets)}")
+        if info["partial_boot_failures"]:
+            idx = [index[b] for b in info["partial_boot_budgets"]]
+            details.append(f"  {policy}: some stages cannot boot at {fmt_runs(idx, budgets)}")
+        if info["boot_failures"]:
+            idx = [index[b] for b in info["boot_failure_budgets"]]
+            details.append(f"  {policy}: no stage can boot at {fmt_runs(idx, budgets)}")
+    if details:
+        lines += ["", *details]
+    required = report["require_consistent"]
+    if required:
+        failing = report["failing_required"]
+        state = "; ".join(
+            f"{p} {'DIVERGES' if p in failing else 'never diverges'}" for p in required
+        )
+        lines += ["", f"required consistent: {state} -> exit {EXIT_DIVERGENT if failing else 0}"]
+    return "\n".join(lines)
+
+
+def write_report(path: str, report: dict) -> None:
+    # Indented for a person when it is short; compact when it lists many budgets, because json's
+    # indenting encoder is pure Python and costs seconds on a dense sweep (the C encoder, milliseconds).
+    indent = 1 if report["num_budgets"] <= PRETTY_REPORT_BUDGETS else None
+    try:
+        with open(path, "w") as f:
+            f.write(json.dumps(report, indent=indent))
+            f.write("\n")
+    except OSError as exc:
+        raise FlagError(f"--report {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def plot_title(inputs: CapacityInputs, grid: BudgetGrid) -> str:
+    strategy = "no radix cache" if inputs.disable_radix_cache else inputs.resolved_strategy
+    return (
+        f"{inputs.geometry.name}, pp {inputs.pp_size} x tp {inputs.tp_size}, r = "
+        f"{inputs.mamba_full_memory_ratio:g}, {strategy} ({inputs.slots_per_request()} slots/request), "
+        f"budgets {grid.spec} ({len(grid):,})"
+    )
+
+
+def sweep_inputs(
+    args: argparse.Namespace, pp_size: int
+) -> tuple[BudgetGrid, list[str], list[str], dict[str, CapacityInputs]]:
+    grid = parse_budgets(args.budgets)
+    policies = list(dict.fromkeys(args.policy or POLICIES))
+    required = required_policies(args, policies)
+    # Inputs are validated at the grid's first budget: every other input is budget-independent.
+    inputs_by_policy = {
+        p: inputs_from_args(args, budget_gib=grid.budgets[0], policy=p, pp_size=pp_size)
+        for p in policies
+    }
+    for inp in inputs_by_policy.values():
+        inp.slots_per_request()  # a strategy SGLang rejects fails here, before torch is imported
+    return grid, policies, required, inputs_by_policy
+
+
+def run(args: argparse.Namespace) -> int:
+    from checker.dist.launch_env import RankEnv
+
+    env = RankEnv.from_environ()
+    if env.world_size > 1 or args.init_method:
+        return run_distributed(args, env)
+    grid, policies, required, inputs_by_policy = sweep_inputs(args, args.pp_size or DEFAULT_PP_SIZE)
+    inputs = inputs_by_policy[policies[0]]
+
+    import torch
+
+
+    device = resolve_device(args.device)
+    if device.type == "cpu":
+        # A few elementwise ops per stage: intra-op threads only contend on a shared host (8 ranks
+        # on 2 cores spin each other out), so one thread is both the fastest and the polite choice.
+        torch.set_num_threads(1)
+    progress = Progress(
+        inputs.pp_size,
+        f"{len(grid):,} budgets x {inputs.pp_size} stages x {len(policies)} policies",
+        enabled=not args.no_progress and (_isatty(sys.stderr) or len(grid) >= LONG_SWEEP_BUDGETS),
+    )
+    try:
+        stack = single_process_stack(inputs_by_policy, grid.budgets, device, progress)
+    finally:
+        progress.close()
+    return present(args, stack.cpu(), grid, policies, required, inputs, device=str(device))
+
+
+def present(args, stack, grid, policies, required, inputs, *, device: str, mode: str = "single-process",
+            world_size: int = 1) -> int:
+    """Analyse a (stages, policies, budgets, 3) stack, print and write the findings; the exit code."""
+    from checker.sweep_torch import analyse
+
+    analysis = analyse(stack, grid.budgets, policies)
+    report = build_report(analysis, grid, inputs, required, device)
+    report["mode"] = mode
+    report["world_size"] = world_size
+
+    print(header(inputs, grid))
+    print()
+    print(text_report(report, grid))
+    if args.report:
+        write_report(args.report, report)
+    if args.plot:
+        from checker.plot import plot_sweep
+
+        pool_sizes = {p: stack[:, i, :, 0].tolist() for i, p in enumerate(policies)}
+        plot_sweep(args.plot, budgets=grid.budgets, pool_sizes=pool_sizes, analysis=analysis,
+                   title=plot_title(inputs, grid))
+    return EXIT_DIVERGENT if report["failing_required"] else 0
+
+
+def run_distributed(args: argparse.Namespace, env) -> int:
+    """Each rank derives its own stage for every budget and policy; ONE all-gather carries the sweep.
+
+    Collectives run in the same order on every rank whatever its inputs: a header gather (status and
+    payload length), then the payload gather only when every rank is ok and the lengths agree.
+    """
+    import torch
+
+    from checker.commands.check import layout
+    from checker.core.errors import CheckerInputError
+    from checker.dist.group import Group, InfrastructureFailure
+    from checker.dist.wire import STATUS_OK, Header
+    from checker.sweep_torch import local_sweep
+    from checker.verdict import rank_ranges
+
+    is_rank0 = env.rank == 0
+    status, error, payload, ctx = STATUS_OK, "", None, None
+    try:
+        group = Group(env, backend=args.backend, timeout_s=args.timeout_s, init_method=args.init_method)
+    except InfrastructureFailure as exc:
+        print(f"checker sweep: infrastructure failure: {exc}", file=sys.stderr)
+        return 3
+    try:
+        pp_size, pp_rank = layout(args, env)
+        ctx = sweep_inputs(args, pp_size)
+        grid, policies, required, inputs_by_policy = ctx
+        device = group.device if group.device.type == "cuda" else resolve_device(args.device)
+        if device.type == "cpu":
+            torch.set_num_threads(1)
+        payload = local_sweep(inputs_by_policy, pp_rank, grid.budgets, device).reshape(-1)
+    except CheckerInputError as exc:
+        status, error = exc.code, str(exc)
+        print(f"[rank {env.rank}] checker sweep: error: {error}", file=sys.stderr, flush=True)
+
+    try:
+        group.connect()
+        n = 0 if payload is None else payload.numel()
+        headers = group.all_gather_int64(
+            Header(rank=env.rank, payload_len=n, checker_version=__version__, status=status).encode()
+        ).tolist()
+        failed = [r for r, h in enumerate(headers) if h[7] != STATUS_OK]
+        lengths = {h[5] for h in headers}
+        if failed or len(lengths) > 1:
+            why = (
+                f"{rank_ranges(failed)} could not derive the sweep (each printed its error above)"
+                if failed
+                else "ranks derive sweeps of different sizes: pass the same --budgets and --policy everywhere"
+            )
+            if is_rank0:
+                print(f"checker sweep: error: {why}", file=sys.stderr, flush=True)
+            group.close()
+            return 2
+        gathered = group.all_gather_int64(payload)
+    except InfrastructureFailure as exc:
+        group.mark("alive")
+        missing = []
+        if is_rank0:
+            alive = group.ranks_with("alive", wait_s=3.0)
+            missing = [r for r in range(env.world_size) if r not in alive]
+        print(f"[rank {env.rank}] checker sweep: infrastructure failure: {exc}; missing: "
+              f"{rank_ranges(missing) if missing else 'none identified'}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        import os
+
+        os._exit(3)  # never destroy a group a peer may be stuck in
+
+    assert ctx is not None
+    grid, policies, required, inputs_by_policy = ctx
+    # Every rank is a row: tp ranks of one stage must agree with each other as well.
+    stack = gathered.view(env.world_size, len(policies), len(grid.budgets), len(CHECKED_VALUES))
+    if is_rank0:
+        code = present(args, stack, grid, policies, required, inputs_by_policy[policies[0]],
+                       device=str(group.device), mode="distributed", world_size=env.world_size)
+        group.announce("report_written")
+    else:
+        from checker.sweep_torch import analyse
+
+        verdicts = analyse(stack, grid.budgets, policies)["policies"]
+        failing = [p for p in required if not verdicts[p]["consistent"]]
+        code = EXIT_DIVERGENT if failing else 0
+        group.wait_for("report_written", wait_s=args.timeout_s)
+    group.close()
+    return code

@@ -1,0 +1,331 @@
+"""Capacity planning: the smallest budget a running-request target needs, and the layer partition that
+makes the max-share pool largest. Pure arithmetic on the sizing core; no torch.
+
+Budgets are searched as integer hundredths of a GiB and turned into floats with ``h / 100``: that is the
+same IEEE double a user gets by typing the decimal on the command line (both are the correctly rounded
+value of the decimal), so the budget we print derives exactly what we claim when passed to ``derive``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from checker.core.errors import BudgetError, LayoutError
+from checker.core.partition import default_partition, stage_bounds
+from checker.core.sizing import CapacityInputs, StageCapacity, StagePlan, plan_stage, size_pool
+
+# Upper end of the budget search: 2**40 hundredths of a GiB (about 11 EiB) is far beyond any device;
+# reaching it means something other than the budget caps the target, which we then report.
+MAX_BUDGET_HUNDREDTHS = 2**40
+
+
+def budget_from_hundredths(h: int) -> float:
+    """The float a user gets by typing ``h / 100`` GiB as a decimal (e.g. 837 -> 8.37)."""
+    return h / 100
+
+
+# ---------------------------------------------------------------------------------------------------
+# Smallest budget for a max_running_requests target
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestCap:
+    """A budget-independent upper bound on max_running_requests, and the input that sets it."""
+
+    limit: int
+    reason: str
+
+
+def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
+    """Every bound on max_running_requests (per dp worker) that no budget can lift.
+
+    Mirrors :func:`checker.core.sizing.size_pool` (spec 6-7): ``n = min(user or estimate, T // 2,
+    K // ratio)`` where only K can grow with the budget, and only in the auto-fit branch C.
+    """
+    dp = inputs.dp_size
+    user = inputs.max_running_requests
+    T = inputs.token_capacity
+    caps: list[RequestCap] = []
+    if user is not None:
+        caps.append(RequestCap(max(1, user // dp), f"--max-running-requests {user}"
+                               + (f" (// --dp-size {dp})" if dp > 1 else "")))
+    elif T is None:
+        caps.append(RequestCap(4096, "SGLang's default running-request estimate, which tops out at 4096 "
+                               "(set --max-running-requests to allow more)"))
+    else:
+        est = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)
+        caps.append(RequestCap(est, f"SGLang's running-request estimate clamp(int(T / context_len * 512), "
+                               f"2048, 4096) = {est} from --token-capacity {T} and context length "
+                               f"{inputs.resolved_context_len} (set --max-running-requests to change it)"))
+    if T is not None:
+        caps.append(RequestCap(T // 2, f"--token-capacity {T}, which allows at most T // 2 = {T // 2}"))
+    if inputs.max_mamba_cache_size is not None:
+        K = inputs.max_mamba_cache_size // dp
+        ratio = inputs.slots_per_request()
+        caps.append(RequestCap(K // ratio, f"--max-mamba-cache-size {inputs.max_mamba_cache_size} "
+                               f"(branch A: a fixed pool of {K} slots at {ratio} slots per request)"))
+    elif inputs.disable_radix_cache and user is not None:
+        caps.append(RequestCap(max(1, user // dp), f"--max-running-requests {user} with "
+                               "--disable-radix-cache (branch B: the pool is sized from it, not the budget)"))
+    return caps
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinBudget:
+    """The answer for one policy: the smallest budget and what every stage derives there and below."""
+
+    policy: str
+    target: int
+    budget_hundredths: int
+    stages: list[StageCapacity]
+    """Every stage's derivation at the minimum budget (each meets the target)."""
+    below: list[StageCapacity] | None
+    """Every stage at 0.01 GiB less (some stage misses the target), or None where that fails to boot."""
+    below_error: str | None
+    """Why the budget 0.01 GiB below does not boot, when it does not (or is 0 GiB)."""
+
+    @property
+    def budget_gib(self) -> float:
+        return budget_from_hundredths(self.budget_hundredths)
+
+    @property
+    def below_budget_gib(self) -> float:
+        return budget_from_hundredths(self.budget_hundredths - 1)
+
+
+def _derive_at(plans: list[StagePlan], inputs: CapacityInputs, h: int) -> list[StageCapacity]:
+    budget = budget_from_hundredths(h)
+    return [size_pool(p, inputs, budget) for p in plans]
+
+
+def _meets(plans: list[StagePlan], inputs: CapacityInputs, h: int, target: int) -> bool:
+    """Whether every stage boots at ``h / 100`` GiB and derives max_running_requests >= target."""
+    if h <= 0:
+        return False  # not a budget: CapacityInputs refuses 0 GiB
+    try:
+        stages = _derive_at(plans, inputs, h)
+    except BudgetError:
+        return False  # the pool or one running request does not fit: the target is not met
+    return all(s.max_running_requests >= target for s in stages)
+
+
+def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget:
+    """The smallest budget, in hundredths of a GiB, at which every stage derives max_running_requests
+    >= ``target`` under ``policy``.
+
+    Search: double an upper bracket until the target is met, then bisect with the invariant
+    "``lo`` misses, ``hi`` meets" until they are 0.01 GiB apart. That invariant alone guarantees the
+    promised boundary (met at the answer, missed 0.01 GiB below) whatever the function's shape; the
+    result is also the *smallest* such budget because "met" is monotone in the budget:
+
+    * branch C: ``B = rest * r / (1 + r) * 2**30`` is a chain of IEEE operations with positive
+      constants, each monotone non-decreasing under round-to-nearest, and so are ``- per_slot``,
+      ``// per_slot`` and ``int()``; K never shrinks as the budget grows, nor does ``min(caps,
+      K // ratio)``. The failure checks are monotone too: K <= 0 and n <= 0 only at the bottom, and the
+      KV remainder is at least ``rest / (1 + r)`` GiB minus rounding, never negative.
+    * branches A and B: K and n do not depend on the budget; only "the fixed pool fits in the budget"
+      does, and ``rest - const >= 0`` is monotone.
+
+    The final two evaluations re-derive both ends through the same core, so the returned stages are
+    exactly what ``derive`` prints at those budgets.
+    """
+    if isinstance(target, bool) or not isinstance(target, int) or target < 1:
+        raise BudgetError(f"--target-max-running-requests {target} must be a positive integer")
+    inputs = replace(inputs, policy=policy)
+    plans = [plan_stage(inputs, k) for k in range(inputs.pp_size)]
+    # Refusals no budget can cure (a stage charged 0 bytes, a fixed pool that floors to 0 per dp
+    # worker, ...) surface first, as the core's own error: probe every stage at the largest budget and
+    # let anything but a BudgetError through.
+    for p in plans:
+        try:
+            size_pool(p, inputs, budget_from_hundredths(MAX_BUDGET_HUNDREDTHS))
+        except BudgetError:
+            pass
+    caps = running_request_caps(inputs)
+    if caps:
+        # The tightest cap binds; on a tie name the later, branch-specific one (it says why).
+        cap = min(reversed(caps), key=lambda c: c.limit)
+        if target > cap.limit:
+            raise BudgetError(
+                f"no budget reaches --target-max-running-requests {target}: max_running_requests is "
+                f"capped at {cap.limit} by {cap.reason}; lower the target or lift that cap"
+            )
+
+    lo, hi = 0, 1  # invariant: lo misses (0 GiB is no budget), hi is the candidate
+    while not _meets(plans, inputs, hi, target):
+        if hi >= MAX_BUDGET_HUNDREDTHS:
+            raise BudgetError(
+                f"no budget up to {budget_from_hundredths(hi):g} GiB reaches "
+                f"--target-max-running-requests {target} under --policy {policy}; lower the target"
+            )
+        lo, hi = hi, min(2 * hi, MAX_BUDGET_HUNDREDTHS)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _meets(plans, inputs, mid, target):
+            hi = mid
+        else:
+            lo = mid
+    # Re-check the boundary through the same core: met at hi, missed at hi - 1.
+    stages = _derive_at(plans, inputs, hi)
+    assert all(s.max_running_requests >= target for s in stages), "bisection lost its invariant"
+    below: list[StageCapacity] | None = None
+    below_error: str | None = None
+    if hi - 1 <= 0:
+        below_error = "0 GiB is not a budget"
+    else:
+        try:
+            below = _derive_at(plans, inputs, hi - 1)
+        except BudgetError as exc:
+            below_error = str(exc)
+    assert below is None or any(s.max_running_requests < target for s in below), "not a boundary"
+    return MinBudget(
+        policy=policy, target=target, budget_hundredths=hi, stages=stages, below=below,
+        below_error=below_error,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The partition that minimises the busiest stage's linear layers
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionBounds:
+    """Per-stage layer-count bounds around the even split."""
+
+    lower: int
+    upper: int
+
+
+def partition_bounds(num_hidden_layers: int, pp_size: int, slack: int) -> PartitionBounds:
+    """``floor(L/P) - slack`` to ``ceil(L/P) + slack`` layers per stage.
+
+    A lower bound that would reach 0 or below is raised to 1: a stage with no layers does no work in
+    the pipeline and only adds a hop, and SGLang's slicing was never meant for empty stages. The even
+    split always lies inside these bounds, so a partition always exists.
+    """
+    if isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
+        raise LayoutError(f"--partition-slack {slack} must be an integer >= 0")
+    if num_hidden_layers < pp_size:
+        raise LayoutError(
+            f"--pp-size {pp_size} is above the model's num_hidden_layers={num_hidden_layers}; "
+            f"use at most {num_hidden_layers} stages"
+        )
+    base, rem = divmod(num_hidden_layers, pp_size)
+    return PartitionBounds(
+        lower=max(1, base - slack),
+        upper=min(num_hidden_layers, base + (1 if rem else 0) + slack),
+    )
+
+
+def stage_linear_counts(linear_layer_ids: tuple[int, ...], parts: tuple[int, ...]) -> list[int]:
+    ids = set(linear_layer_ids)
+    return [sum(1 for i in range(s, e) if i in ids) for s, e in stage_bounds(parts)]
+
+
+def distance_from_default(parts: tuple[int, ...], default: tuple[int, ...]) -> int:
+    """How far a partition strays from the even split: ``sum |parts[k] - default[k]|``."""
+    return sum(abs(a - b) for a, b in zip(parts, default, strict=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuggestedPartition:
+    partition: tuple[int, ...]
+    largest_stage_linear_layers: int
+    stage_linear_layers: list[int]
+    default_partition: tuple[int, ...]
+    default_largest_stage_linear_layers: int
+    default_stage_linear_layers: list[int]
+    bounds: PartitionBounds
+
+    @property
+    def env(self) -> str:
+        """The SGLANG_PP_LAYER_PARTITION value every node must set."""
+        return ",".join(str(p) for p in self.partition)
+
+
+_INF = float("inf")
+
+
+def _suffix_table(
+    prefix: list[int], pp_size: int, bounds: PartitionBounds, max_linear: int, default: tuple[int, ...]
+) -> list[list[float]]:
+    """``cost[k][i]``: the least ``sum |parts[j] - default[j]|`` over stages k..P-1 covering layers
+    [i, L), with every stage inside ``bounds`` and holding at most ``max_linear`` linear layers
+    (infinity where no such completion exists). ``prefix[i]`` counts linear layers below layer i."""
+    L = len(prefix) - 1
+    cost = [[_INF] * (L + 1) for _ in range(pp_size + 1)]
+    cost[pp_size][L] = 0
+    for k in range(pp_size - 1, -1, -1):
+        for i in range(L + 1):
+            best = _INF
+            for size in range(bounds.lower, min(bounds.upper, L - i) + 1):
+                rest = cost[k + 1][i + size]
+                if rest == _INF or prefix[i + size] - prefix[i] > max_linear:
+                    continue
+                best = min(best, abs(size - default[k]) + rest)
+            cost[k][i] = best
+    return cost
+
+
+def suggest_partition(
+    *, num_hidden_layers: int, linear_layer_ids: tuple[int, ...], pp_size: int, slack: int = 1
+) -> SuggestedPartition:
+    """The partition that minimises the largest stage's linear-layer count within the slack bounds.
+
+    Exact, by lexicographic optimisation of (largest count, distance to the even split, the parts):
+
+    1. Binary search over the largest count M: M is achievable iff a DP over layer prefixes finds a
+       partition with every stage within bounds and at most M linear layers; achievability is monotone
+       in M (a partition for M works for M + 1), so the search finds the least M.
+    2. At that M the same DP gives, for every (stage, first layer), the least distance to the even split
+       of any completion; walking forward and taking at each stage the *smallest* size that keeps the
+       total at that optimum yields the lexicographically smallest of the closest partitions.
+
+    Ties: among partitions with the least M, the one with the least ``sum |parts[k] - default[k]|``
+    (``default`` is SGLang's even split, extra layers on the last stages), then the lexicographically
+    smallest list of counts.
+    """
+    bounds = partition_bounds(num_hidden_layers, pp_size, slack)
+    default = default_partition(num_hidden_layers, pp_size)
+    ids = set(linear_layer_ids)
+    prefix = [0]
+    for i in range(num_hidden_layers):
+        prefix.append(prefix[-1] + (1 if i in ids else 0))
+
+    lo, hi = 0, max(stage_linear_counts(linear_layer_ids, default))  # the even split achieves hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _suffix_table(prefix, pp_size, bounds, mid, default)[0][0] < _INF:
+            hi = mid
+        else:
+            lo = mid + 1
+    best_max = hi
+    cost = _suffix_table(prefix, pp_size, bounds, best_max, default)
+    assert cost[0][0] < _INF, "the even split lies within the bounds"
+
+    parts: list[int] = []
+    i = 0
+    for k in range(pp_size):
+        for size in range(bounds.lower, min(bounds.upper, num_hidden_layers - i) + 1):
+            rest = cost[k + 1][i + size]
+            if (
+                rest < _INF
+                and prefix[i + size] - prefix[i] <= best_max
+                and abs(size - default[k]) + rest == cost[k][i]
+            ):
+                parts.append(size)
+                i += size
+                break
+    result = tuple(parts)
+    assert sum(result) == num_hidden_layers and len(result) == pp_size
+    return SuggestedPartition(
+        partition=result,
+        largest_stage_linear_layers=best_max,
+        stage_linear_layers=stage_linear_counts(linear_layer_ids, result),
+        default_partition=default,
+        default_largest_stage_linear_layers=max(stage_linear_counts(linear_layer_ids, default)),
+        default_stage_linear_layers=stage_linear_counts(linear_layer_ids, default),
+        bounds=bounds,
+    )

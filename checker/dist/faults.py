@@ -1,0 +1,35 @@
+"""Fault injection for the liveness tests: ``CHECKER_INJECT_FAULT=RANK:PHASE:ACTION[,...]``.
+
+Phases: ``start`` (before joining), ``derive`` (during the local derivation), ``exchange`` (after the
+group is formed, before the exchange). Actions: ``exit`` (die with code 17, like a killed worker),
+``stop`` (SIGSTOP itself: a frozen worker), ``hang`` (sleep forever: alive but never joins), ``raise``
+(an unexpected exception). Unset in production; tests and the fault recipes set it on one rank.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+ENV = "CHECKER_INJECT_FAULT"
+
+
+def maybe_inject(rank: int, phase: str) -> None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 3 or parts[0] != str(rank) or parts[1] != phase:
+            continue
+        action = parts[2]
+        if action == "exit":
+            os._exit(17)
+        if action == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if action == "hang":
+            while True:
+                time.sleep(3600)
+        if action == "raise":
+            raise RuntimeError(f"injected fault on rank {rank} at {phase}")

@@ -1,0 +1,54 @@
+"""What torchrun tells a worker, read once (torch-free)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    """GROUP_RANK: which torchrun agent (node) started this worker."""
+    host: str
+    master_addr: str | None
+    master_port: int | None
+    use_agent_store: bool
+    """torchrun's agent hosts the TCPStore (workers connect as clients)."""
+    run_id: str | None
+    restart_count: int
+    max_restarts: int
+    under_torchrun: bool
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> RankEnv:
+        env = os.environ if env is None else env
+
+        def num(name: str, default: int) -> int:
+            try:
+                return int(env.get(name, default))
+            except ValueError:
+                return default
+
+        port = env.get("MASTER_PORT")
+        return cls(
+            rank=num("RANK", 0),
+            world_size=num("WORLD_SIZE", 1),
+            local_rank=num("LOCAL_RANK", 0),
+            local_world_size=num("LOCAL_WORLD_SIZE", 1),
+            node_rank=num("GROUP_RANK", 0),
+            host=env.get("CHECKER_HOSTNAME") or socket.gethostname(),
+            master_addr=env.get("MASTER_ADDR"),
+            master_port=int(port) if port and port.isdigit() else None,
+            use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+            run_id=env.get("TORCHELASTIC_RUN_ID"),
+            restart_count=num("TORCHELASTIC_RESTART_COUNT", 0),
+            max_restarts=num("TORCHELASTIC_MAX_RESTARTS", 0),
+            under_torchrun="TORCHELASTIC_RUN_ID" in env,
+        )

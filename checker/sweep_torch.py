@@ -1,0 +1,175 @@
+"""Budget sweeps vectorised with torch: one stage's three checked values at every budget at once.
+
+:func:`derive_sweep` is bit-identical to the scalar core (``checker.core.sizing.size_pool``) budget by
+budget: it reuses :func:`~checker.core.sizing.plan_stage` for the budget-independent half and repeats
+``size_pool``'s float64 arithmetic one IEEE operation at a time, in the same order, on float64 tensors.
+``torch.div(..., rounding_mode="floor")`` on float64 runs CPython's own float ``//`` algorithm
+(fmod, then a correction step), checked against ``//`` on millions of values, so the pool size K lands
+on the same slot, including at the budgets where it steps.
+
+:func:`local_sweep` is what one stage derives for every policy; a sweep is the stack of those over
+stages, however it was gathered, and :func:`analyse` reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from checker.core.errors import BudgetError, FlagError
+from checker.core.sizing import CHECKED_VALUES, GIB, CapacityInputs, plan_stage, size_pool
+from checker.core.sweep import BOOT_FAILURE, PolicyFlags, flags_from_stack, summarise
+
+# Products below are formed in float64 from exact operands, so each is rounded once, exactly as
+# Python's int product followed by int / 2**30 (correctly rounded) is. That holds while the operands
+# are integers float64 represents exactly.
+_EXACT = 2**53
+
+
+def derive_sweep(
+    inputs: CapacityInputs,
+    pp_rank: int,
+    budgets: Sequence[float] | torch.Tensor,
+    device: torch.device | str | None = "cpu",
+) -> torch.Tensor:
+    """Stage ``pp_rank``'s (max_mamba_cache_size, max_running_requests, pp_max_micro_batch_size) per budget.
+
+    Returns an int64 tensor of shape (num_budgets, 3) on ``device``; a row is :data:`BOOT_FAILURE`
+    where the scalar core raises :class:`BudgetError` at that budget. ``inputs.budget_gib`` is ignored.
+    Budget-independent errors (LayoutError, FlagError) raise, as the scalar core does for any budget;
+    an empty ``budgets`` gives an empty (0, 3) tensor.
+    """
+    plan = plan_stage(inputs, pp_rank)
+    dp = inputs.dp_size
+    ratio = plan.slots_per_request
+    spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
+    per_slot = spr + extra
+    D = inputs.speculative_num_draft_tokens or 0
+    user_mrr = inputs.max_running_requests
+    rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
+    if rest.numel():
+        # Budget-independent refusals (a stage the policy charges 0 bytes, a fixed pool that floors
+        # to 0 per dp worker) are the scalar core's to make and to word: probe it at one budget.
+        try:
+            size_pool(plan, inputs, float(rest[0]))
+        except BudgetError:
+            pass
+    if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT:
+        raise BudgetError(
+            f"stage {plan.pp_rank} charges {per_slot:,} bytes per slot, beyond what a sweep derives "
+            "exactly (2**53); use the derive command for this geometry"
+        )
+    zeros = torch.zeros_like(rest, dtype=torch.int64)
+
+    # Spec section 6: the pool size K, first matching branch, as size_pool does it.
+    spec_slots: torch.Tensor | int = 0
+    if (inputs.max_mamba_cache_size or 0) >= _EXACT or (user_mrr or 0) >= _EXACT:
+        raise FlagError(
+            "--max-mamba-cache-size / --max-running-requests of 2**53 or more are beyond what a sweep "
+            "derives exactly; use the derive command"
+        )
+    if inputs.max_mamba_cache_size is not None:  # branch A: fixed K
+        k_fixed = inputs.max_mamba_cache_size // dp
+        K = zeros + k_fixed
+        if D and user_mrr:
+            spec_slots = min(max(1, user_mrr // dp), k_fixed // ratio) + 1
+    elif inputs.disable_radix_cache and user_mrr is not None:  # branch B: K from the request cap
+        k_fixed = max(1, user_mrr // dp)
+        K = zeros + k_fixed
+        spec_slots = k_fixed + 1
+    else:  # branch C: auto-fit
+        # ((rest * r) / (1 + r)) * 2**30, left to right as Python evaluates it.
+        B = rest * inputs.mamba_full_memory_ratio / (1 + inputs.mamba_full_memory_ratio) * GIB
+        if D:
+            # (B - int) - int: Python converts each int to the nearest double, as float() does.
+            num = B - float(spr * (1 + D)) - float(extra)
+            den = spr * (1 + D / ratio) + extra  # budget-independent: the very Python float SGLang uses
+            K_f = torch.div(num, den, rounding_mode="floor")
+        else:
+            K_f = torch.div(B - float(per_slot), float(per_slot), rounding_mode="floor")
+        if bool((K_f >= _EXACT).any()):
+            raise BudgetError(
+                f"a budget of {float(rest.max()):g} GiB gives more than 2**53 state slots on stage "
+                f"{plan.pp_rank}; sweep smaller budgets"
+            )
+        K = K_f.to(torch.int64)  # int() of an integral float: exact below 2**53
+        if D and user_mrr:
+            per_ratio = torch.div(K, ratio, rounding_mode="floor")
+            spec_slots = torch.clamp(per_ratio, max=max(1, user_mrr // dp)) + 1
+
+    # What is left for KV: rest - (K + 1) * per_slot / 2**30 - intermediate / 2**30 (spec 6).
+    kv_gib = rest - (K + 1).to(torch.float64) * float(per_slot) / GIB
+    if D:
+        spec = torch.as_tensor(spec_slots, dtype=torch.float64, device=rest.device)
+        kv_gib = kv_gib - float(spr * D) * spec / GIB  # spr * slots * D bytes, rounded once
+
+    # Spec section 7: max_running_requests, clamped by the token capacity and by K // ratio.
+    T = inputs.token_capacity
+    if user_mrr is not None:
+        n_cap = max(1, user_mrr // dp)
+    elif T is None:
+        n_cap = 4096
+    else:
+        n_cap = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)  # type: ignore[operator]
+    if T is not None:
+        n_cap = min(n_cap, T // 2)
+    n = torch.clamp(torch.div(K, ratio, rounding_mode="floor"), max=n_cap)
+    if inputs.pp_max_micro_batch_size:
+        micro = zeros + inputs.pp_max_micro_batch_size
+    else:
+        micro = torch.clamp(torch.div(n, inputs.pp_size, rounding_mode="floor"), min=1)
+
+    boots = (K > 0) & (kv_gib >= 0) & (n > 0)
+    values = torch.stack((K, n, micro), dim=1)
+    return torch.where(boots.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE))
+
+
+def local_sweep(
+    inputs_by_policy: Mapping[str, CapacityInputs],
+    pp_rank: int,
+    budgets: Sequence[float] | torch.Tensor,
+    device: torch.device | str | None = "cpu",
+) -> torch.Tensor:
+    """One stage's sweep for every policy: int64 (num_policies, num_budgets, 3), policies in mapping order.
+
+    This is all a rank derives locally; a distributed sweep gathers these over stages, once.
+    """
+    rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
+    return torch.stack([derive_sweep(inp, pp_rank, rest, device) for inp in inputs_by_policy.values()])
+
+
+def flags_from_tensor(stack: torch.Tensor) -> list[PolicyFlags]:
+    """:func:`checker.core.sweep.flags_from_stack`, vectorised over a (P, policies, budgets, 3) tensor."""
+    stack = stack.cpu()
+    failed = stack[..., 0] == BOOT_FAILURE  # (P, policies, budgets)
+    all_failed = failed.all(0)
+    partial = failed.any(0) & ~all_failed
+    # A stage that failed holds the sentinel in every value, so a partial boot differs in all three.
+    divergent = (stack != stack[:1]).any(0)  # (policies, budgets, 3)
+
+    def idx(mask: torch.Tensor) -> list[int]:
+        return mask.nonzero().flatten().tolist()
+
+    return [
+        PolicyFlags(
+            divergent={name: idx(divergent[p, :, v]) for v, name in enumerate(CHECKED_VALUES)},
+            boot_failures=idx(all_failed[p]),
+            partial_boot=idx(partial[p]),
+        )
+        for p in range(stack.shape[1])
+    ]
+
+
+def analyse(
+    stack: torch.Tensor | Sequence[Sequence[Sequence[Sequence[int]]]],
+    budgets: Sequence[float],
+    policies: Sequence[str],
+) -> dict:
+    """The sweep's findings from a (P, policies, budgets, 3) stack, a tensor or nested lists alike."""
+    if isinstance(stack, torch.Tensor):
+        expected = (len(policies), len(budgets), len(CHECKED_VALUES))
+        if stack.dim() != 4 or tuple(stack.shape[1:]) != expected:
+            raise ValueError(f"stack shape {tuple(stack.shape)} is not (P, {', '.join(map(str, expected))})")
+        return summarise(flags_from_tensor(stack), budgets, policies)
+    return summarise(flags_from_stack(stack, len(policies)), budgets, policies)

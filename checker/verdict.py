@@ -1,0 +1,187 @@
+"""From every rank's row to one verdict (torch-free, so it is tested without a process group).
+
+Every rank runs :func:`decide` on the same gathered rows, so every rank reaches the same status and exit
+code; rank 0 is the one that prints and writes it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from checker.core.sizing import CHECKED_VALUES
+from checker.dist.wire import ENV_INPUTS, STATUS_OK, VALUE_BYTES, RankRow
+from checker.tables import outliers
+
+EXIT_CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3}
+EFFICIENCY_WARN_BELOW = 0.5
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 5] -> 'ranks 0-3, 5'; [4] -> 'rank 4'."""
+    rs = sorted(set(ranks))
+    if not rs:
+        return "no ranks"
+    parts, start, prev = [], rs[0], rs[0]
+    for r in rs[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if r is not None:
+            start = prev = r
+    return ("ranks " if len(rs) > 1 else "rank ") + ", ".join(parts)
+
+
+@dataclass(kw_only=True)
+class ValueGroup:
+    value: int
+    ranks: list[int]
+    hosts: list[str]
+    pp_ranks: list[int]
+    outlier: bool
+
+
+@dataclass(kw_only=True)
+class Verdict:
+    status: str
+    world_size: int
+    rows: list[RankRow] = field(default_factory=list)
+    divergent: list[str] = field(default_factory=list)
+    divergent_groups: dict[str, list[ValueGroup]] = field(default_factory=dict)
+    differing_inputs: list[str] = field(default_factory=list)
+    root_causes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    infrastructure_detail: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+
+def _show(value: str | None) -> str:
+    if value is None:
+        return "<unset>"
+    return value + ("..." if len(value.encode()) >= VALUE_BYTES else "")
+
+
+def explain_input(name: str, rows: Sequence[RankRow]) -> str:
+    """One line naming who differs in one input, e.g. the partition env set on some nodes only."""
+    by_digest: dict[int, list[RankRow]] = defaultdict(list)
+    for row in rows:
+        by_digest[row.input_digests[name]].append(row)
+    groups = sorted(by_digest.values(), key=lambda g: (-len(g), g[0].rank))
+    parts = []
+    for g in groups:
+        who = rank_ranges(r.rank for r in g)
+        value = g[0].inputs.get(name)
+        if name in ENV_INPUTS:
+            parts.append(f"{who} leave it unset" if value is None else f"{who} set {name}={_show(value)}")
+        elif name in ("checker_version", "torch_version"):
+            parts.append(f"{who} run {name.removesuffix('_version')} {_show(value)}")
+        elif name == "model":
+            parts.append(f"{who} load {_show(value)}")
+        else:
+            flag = "--" + name.replace("_", "-")
+            parts.append(f"{who} have {flag}={_show(value)}")
+    hosts = sorted({r.host for g in groups[1:] for r in g})
+    where = f" (on {', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else ""
+    return f"{name}: " + "; ".join(parts) + where
+
+
+def differing_inputs(rows: Sequence[RankRow]) -> list[str]:
+    if not rows:
+        return []
+    names = rows[0].input_digests.keys()
+    return [n for n in names if len({r.input_digests[n] for r in rows}) > 1]
+
+
+def value_groups(name: str, rows: Sequence[RankRow]) -> list[ValueGroup]:
+    values = [getattr(r, name) for r in rows]
+    odd = outliers(values)
+    grouped: dict[int, list[int]] = defaultdict(list)
+    for i, v in enumerate(values):
+        grouped[v].append(i)
+    out = []
+    for v, idx in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        out.append(
+            ValueGroup(
+                value=v,
+                ranks=[rows[i].rank for i in idx],
+                hosts=sorted({rows[i].host for i in idx}),
+                pp_ranks=sorted({rows[i].pp_rank for i in idx}),
+                outlier=idx[0] in odd,
+            )
+        )
+    return out
+
+
+def efficiency_warning(rows: Sequence[RankRow]) -> str | None:
+    """Stages charged for far more state than they allocate (whole-model charging).
+
+    The headline ratio is over the whole world (allocated / charged, summed), so whole-model at pp 8
+    reads "1/8"; the worst single stage is named too.
+    """
+    pairs = [(r.state_allocated_bytes, r.state_charged_bytes) for r in rows if r.state_charged_bytes > 0]
+    if not pairs:
+        return None
+    overall = sum(a for a, _ in pairs) / sum(c for _, c in pairs)
+    worst = min(a / c for a, c in pairs)
+    if overall >= EFFICIENCY_WARN_BELOW:
+        return None
+    return (
+        f"consistent, but stages allocate only about 1/{round(1 / overall)} of the state memory they "
+        f"are charged for (worst stage {worst:.0%}); max-share charging gives a larger pool at the "
+        "same budget"
+    )
+
+
+def decide(
+    rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = False
+) -> Verdict:
+    rows = sorted(rows, key=lambda r: r.rank)
+    v = Verdict(status="consistent", world_size=world_size, rows=list(rows))
+    v.differing_inputs = differing_inputs(rows)
+    v.root_causes = [explain_input(n, rows) for n in v.differing_inputs]
+
+    failed = [r for r in rows if r.status != STATUS_OK]
+    if failed:
+        v.status = "error"
+        by_msg: dict[str, list[int]] = defaultdict(list)
+        for r in failed:
+            by_msg[r.error or f"status {r.status}"].append(r.rank)
+        v.errors = [f"{rank_ranges(rs)}: {msg}" for msg, rs in by_msg.items()]
+        return v
+
+    v.divergent = [n for n in CHECKED_VALUES if len({getattr(r, n) for r in rows}) > 1]
+    v.divergent_groups = {n: value_groups(n, rows) for n in v.divergent}
+    if v.divergent:
+        v.status = "divergent"
+    elif v.differing_inputs:
+        msg = "inputs differ across ranks although every derived value agrees: " + ", ".join(
+            v.differing_inputs
+        )
+        if strict_inputs:
+            v.status = "divergent"
+            v.errors.append(msg + " (--strict-inputs)")
+        else:
+            v.warnings.append(msg)
+    eff = efficiency_warning(rows)
+    if eff:
+        v.warnings.append(eff)
+    return v
+
+
+def infrastructure_failure(
+    *, world_size: int, detail: str, missing_ranks: Sequence[int], rows: Sequence[RankRow] = ()
+) -> Verdict:
+    return Verdict(
+        status="infrastructure_failure",
+        world_size=world_size,
+        rows=list(rows),
+        missing_ranks=sorted(missing_ranks),
+        infrastructure_detail=detail,
+    )

@@ -1,0 +1,81 @@
+"""Shared fixtures: the sample HF configs and the two ways tests drive the CLI (in-process, subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Env vars that change a derivation; a developer's shell must not leak them into a test.
+SGLANG_ENV = (
+    "SGLANG_PP_LAYER_PARTITION",
+    "SGLANG_MAMBA_CONV_DTYPE",
+    "SGLANG_MAMBA_SSM_DTYPE",
+    "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",
+)
+SUBPROCESS_TIMEOUT_S = 60
+
+
+class CliResult(NamedTuple):
+    rc: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    """tests/fixtures: HF config.json samples of the six families of spec section 11."""
+    return FIXTURES
+
+
+@pytest.fixture
+def cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., CliResult]:
+    """Run ``checker.cli.main(argv)`` in-process with a clean SGLANG_* env plus ``env``.
+
+    argparse usage errors leave through SystemExit; the real entry point turns that into the exit
+    code too, so the exit code is taken from it.
+    """
+    from checker.cli import main
+
+    def run(argv: list[str], env: Mapping[str, str] | None = None) -> CliResult:
+        for key in SGLANG_ENV:
+            monkeypatch.delenv(key, raising=False)
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        try:
+            rc = main(argv)
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return CliResult(rc, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def run_checker() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m checker ARGS`` in a subprocess (bounded by a timeout) from the repo root."""
+
+    def run(args: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        full_env = {k: v for k, v in os.environ.items() if k not in SGLANG_ENV}
+        full_env.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "checker", *args],
+            cwd=REPO_ROOT,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=SUBPROCESS_TIMEOUT_S,
+        )
+
+    return run

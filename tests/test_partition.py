@@ -1,0 +1,90 @@
+"""Stage slices (spec section 2): which global layers pipeline rank k holds.
+
+A wrong slice shifts a stage's linear-layer count, and with it the share max-share and own-share charge.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from checker.core.errors import LayoutError
+from checker.core.models import load_geometry
+from checker.core.partition import default_partition, stage_bounds, stage_partition
+
+
+def test_spec_example_l93_p8_gives_the_last_five_ranks_the_extra_layer() -> None:
+    """The spec's L=93, P=8 example; the extra layers going to the FIRST ranks would show as 12-layer
+    slices at the front."""
+    assert stage_bounds(stage_partition(93, 8)) == [
+        (0, 11), (11, 22), (22, 33), (33, 45), (45, 57), (57, 69), (69, 81), (81, 93),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("L", "P"), [(93, 8), (48, 4), (52, 3), (27, 5), (7, 7), (10, 1), (64, 6), (11, 4)]
+)
+def test_default_rule_matches_the_spec_formula(L: int, P: int) -> None:
+    """Rank k < P-rem holds [k*base, (k+1)*base), rank k >= P-rem holds [k*(base+1)-(P-rem), +base+1);
+    any drift shows as a slice that differs from the formula written out here."""
+    base, rem = L // P, L % P
+    expected = []
+    for k in range(P):
+        if k < P - rem:
+            expected.append((k * base, (k + 1) * base))
+        else:
+            start = k * (base + 1) - (P - rem)
+            expected.append((start, start + base + 1))
+    assert stage_bounds(default_partition(L, P)) == expected
+    assert expected[-1][1] == L
+
+
+def test_partition_env_sets_the_slices() -> None:
+    """SGLANG_PP_LAYER_PARTITION decides the slices when set: rank k holds [sum(parts[:k]), +parts[k])."""
+    parts = stage_partition(93, 8, "12,12,12,12,12,12,12,9")
+    assert parts == (12, 12, 12, 12, 12, 12, 12, 9)
+    assert stage_bounds(parts) == [
+        (0, 12), (12, 24), (24, 36), (36, 48), (48, 60), (60, 72), (72, 84), (84, 93),
+    ]
+
+
+def test_partition_env_is_ignored_at_pp_size_1() -> None:
+    """SGLang ignores the env at P == 1; honouring it would reject a valid single-stage launch."""
+    assert stage_partition(93, 1, "40,53") == (93,)
+    assert stage_partition(93, 1, "nonsense") == (93,)
+
+
+def test_linear_layers_per_stage_of_the_preset() -> None:
+    """Spec section 3: the kimi-k3 preset holds [9, 8, 8, 9, 9, 9, 9, 8] linear layers per stage at P=8;
+    the max-share scale 9/69 rests on this."""
+    g = load_geometry(model="kimi-k3")
+    ids = {i for i in range(93) if (i + 1) % 4 != 0 and i <= 90}
+    assert set(g.linear_layer_ids) == ids and len(ids) == 69
+    counts = [g.linear_layers_in(s, e) for s, e in stage_bounds(stage_partition(93, 8))]
+    assert counts == [9, 8, 8, 9, 9, 9, 9, 8]
+    # Written out for the last stage [81, 93): 81 82 84 85 86 88 89 90 (83, 87 attention; 91, 92 too).
+    assert sum(1 for i in range(81, 93) if i in ids) == 8
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("1,2", "'1,2'"),  # wrong length
+        ("12,12,12,12,12,12,12,12", "sums to 96"),  # wrong sum
+        ("a,b,c,d,e,f,g,h", "'a,b,c,d,e,f,g,h'"),  # not integers
+        ("11.5,11,11,12,12,12,12,12", "11.5"),  # not integers
+        ("11,11,,12,12,12,12,23", "11,11,,12"),  # empty entry
+        ("-1,12,12,12,12,12,12,22", "negative"),  # negative count
+    ],
+)
+def test_bad_partition_env_is_a_layout_error_naming_the_value(value: str, needle: str) -> None:
+    """A partition SGLang would reject must be rejected here too, with the value in the message."""
+    with pytest.raises(LayoutError, match="SGLANG_PP_LAYER_PARTITION") as info:
+        stage_partition(93, 8, value)
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("pp_size", [0, -1, 94])
+def test_pp_size_outside_1_to_L_is_a_layout_error(pp_size: int) -> None:
+    """L < P (and P < 1) has no valid slicing; the message names the pp size."""
+    with pytest.raises(LayoutError, match=f"--pp-size {pp_size}"):
+        stage_partition(93, pp_size)

@@ -1,0 +1,136 @@
+"""Property tests (hypothesis) for the two claims the checker rests on (spec section 4).
+
+* max-share: every stage derives the same K, max_running_requests and pp_max_micro_batch_size for any
+  geometry, partition and budget, because its scale comes from the partition rule alone.
+* own-share equals max-share whenever every stage holds the same number of linear layers.
+A counterexample is printed by hypothesis as the geometry, layout and budget that break it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checker.core.errors import BudgetError
+from checker.core.geometry import ModelGeometry
+from checker.core.sizing import (
+    CHECKED_VALUES,
+    CapacityInputs,
+    derive_all,
+    derive_stage,
+    divergent_values,
+)
+
+SETTINGS = settings(max_examples=60, deadline=None)
+
+
+@st.composite
+def geometries(draw: st.DrawFn) -> ModelGeometry:
+    L = draw(st.integers(1, 48))
+    ids = draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))
+    conv = draw(st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 4)), min_size=1, max_size=2))
+    temporal = draw(st.tuples(st.integers(1, 64), st.integers(1, 128), st.integers(1, 128)))
+    return ModelGeometry(
+        name="hypothesis",
+        num_hidden_layers=L,
+        linear_layer_ids=tuple(sorted(ids)),
+        conv_shapes=tuple(conv),
+        temporal_shape=temporal,
+        conv_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
+        temporal_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
+        extra_per_slot_bytes=draw(st.sampled_from([0, 0, 4096])),
+    )
+
+
+@st.composite
+def partition_env(draw: st.DrawFn, L: int, P: int) -> str | None:
+    """None (the default rule) or P non-negative counts summing to L (SGLANG_PP_LAYER_PARTITION)."""
+    if P == 1 or draw(st.booleans()):
+        return None
+    cuts = sorted(draw(st.lists(st.integers(0, L), min_size=P - 1, max_size=P - 1)))
+    edges = [0, *cuts, L]
+    return ",".join(str(b - a) for a, b in zip(edges, edges[1:], strict=False))
+
+
+def _flags(draw: st.DrawFn) -> dict[str, Any]:
+    return dict(
+        budget_gib=draw(st.floats(0.05, 200.0, allow_nan=False, allow_infinity=False)),
+        mamba_full_memory_ratio=draw(st.sampled_from([0.5, 0.9, 2.0])),
+        mamba_radix_cache_strategy=draw(st.sampled_from(["auto", "no_buffer", "extra_buffer"])),
+        page_size=draw(st.sampled_from([1, 16])),
+        disable_radix_cache=draw(st.booleans()),
+        dp_size=draw(st.sampled_from([1, 2])),
+    )
+
+
+def _derive(inputs: CapacityInputs) -> list[dict[str, int]] | str:
+    """Every stage's checked values, or the error every stage hits (a budget too small everywhere)."""
+    try:
+        stages = derive_all(inputs)
+    except BudgetError as exc:
+        return type(exc).__name__
+    return [{n: getattr(s, n) for n in CHECKED_VALUES} for s in stages]
+
+
+@SETTINGS
+@given(data=st.data())
+def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
+    """Any geometry, pp size, partition and budget: no checked value differs across stages."""
+    g = data.draw(geometries())
+    P = data.draw(st.integers(1, min(8, g.num_hidden_layers)))
+    inputs = CapacityInputs(
+        geometry=g,
+        pp_size=P,
+        partition_env=data.draw(partition_env(g.num_hidden_layers, P)),
+        policy="max-share",
+        **_flags(data.draw),
+    )
+    # Each stage is derived on its own, as each rank would; a too-small budget must fail on every rank.
+    outcomes = []
+    for k in range(P):
+        try:
+            outcomes.append(derive_stage(inputs, k))
+        except BudgetError as exc:
+            outcomes.append(type(exc).__name__)
+    if any(isinstance(o, str) for o in outcomes):
+        assert all(o == "BudgetError" for o in outcomes)
+    else:
+        assert divergent_values(outcomes) == []
+        assert len({o.stage_per_req_bytes for o in outcomes}) == 1
+
+
+@st.composite
+def balanced_layouts(draw: st.DrawFn) -> tuple[ModelGeometry, int, str | None]:
+    """A geometry and layout where every stage holds the same number n of linear layers."""
+    P = draw(st.integers(1, 8))
+    n = draw(st.integers(1, 6))
+    blocks, ids, start = [], [], 0
+    for _ in range(P):
+        size = n + draw(st.integers(0, 4))  # the stage's layers: n linear ones plus some attention
+        chosen = draw(st.permutations(range(size)))[:n]
+        ids.extend(start + i for i in chosen)
+        blocks.append(size)
+        start += size
+    g = ModelGeometry(
+        name="balanced",
+        num_hidden_layers=start,
+        linear_layer_ids=tuple(sorted(ids)),
+        conv_shapes=((draw(st.integers(1, 8192)), 3),),
+        temporal_shape=(draw(st.integers(1, 64)), 128, 128),
+    )
+    return g, P, ",".join(map(str, blocks)) if P > 1 else None
+
+
+@SETTINGS
+@given(layout=balanced_layouts(), data=st.data())
+def test_own_share_equals_max_share_when_stages_are_balanced(
+    layout: tuple[ModelGeometry, int, str | None], data: st.DataObject
+) -> None:
+    """Equal linear-layer counts make own/total == max/total: the two policies must derive the same."""
+    g, P, env = layout
+    flags = _flags(data.draw)
+    own = _derive(CapacityInputs(geometry=g, pp_size=P, partition_env=env, policy="own-share", **flags))
+    mx = _derive(CapacityInputs(geometry=g, pp_size=P, partition_env=env, policy="max-share", **flags))
+    assert own == mx

@@ -1,0 +1,445 @@
+"""Pool sizing (spec sections 4-7 and 9) on the core API, table-driven.
+
+Expected numbers come from the spec's formulas written out here (or by hand in the comments) on the
+seed fixture: 4,218,880 state bytes per linear layer, 69 linear layers, per_req 291,102,720, stages holding
+[9, 8, 8, 9, 9, 9, 9, 8] linear layers at P=8. A slip in any branch shows as a different K, a different
+max_running_requests or pp_max_micro_batch_size, or an error where SGLang starts (or the reverse).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checker.core.errors import BudgetError, FlagError, LayoutError
+from checker.core.geometry import ModelGeometry
+from checker.core.models import load_geometry
+from checker.core.sizing import CapacityInputs, derive_all, derive_stage, divergent_values
+
+GIB = 2**30
+PER_LAYER = 4096 * 3 * 2 + 64 * 128 * 128 * 4  # 4,218,880: conv bf16 + temporal fp32
+PER_REQ = PER_LAYER * 69  # 291,102,720
+SPR9 = int(PER_REQ * (9 / 69))  # max-share at P=8: the busiest stage holds 9 of 69 linear layers
+PRESET = load_geometry(model="kimi-k3")
+
+
+def make(**kw: Any) -> CapacityInputs:
+    """The upstream test's setting (rest 8 GiB, r 0.5, P 8, radix cache on) with overrides."""
+    base: dict[str, Any] = dict(geometry=PRESET, budget_gib=8.0, pp_size=8, mamba_full_memory_ratio=0.5)
+    base.update(kw)
+    return CapacityInputs(**base)
+
+
+def auto_fit_k(stage_per_req: int, rest: float = 8.0, r: float = 0.5) -> int:
+    """Spec 6 C without spec decoding: K = int((B - per_slot) // per_slot), B = rest*r/(1+r)*2^30."""
+    budget = rest * r / (1 + r) * GIB
+    return int((budget - stage_per_req) // stage_per_req)
+
+
+# ---- spec section 9: the upstream unit test and its worked numbers ----
+
+
+def test_upstream_assertions_on_the_preset() -> None:
+    """The upstream test: the P=8 stage pool is more than 5x the P=1 pool, and all 8 stages agree.
+    Charging every stage for the whole model (the old bug) fails the first; own-share fails the second."""
+    k1 = derive_stage(make(pp_size=1), 0).max_mamba_cache_size
+    stages = derive_all(make())
+    ks = [s.max_mamba_cache_size for s in stages]
+    assert ks[0] > 5 * k1
+    assert len(set(ks)) == 1
+
+
+def test_worked_numbers_all_three_policies() -> None:
+    """Spec 9: K=8 at P=1; 74 on all 8 stages (max-share); [74,83,83,74,74,74,74,83] (own-share);
+    8 (whole-model); "with 3 slots per request" (no_buffer, the spec's stated assumption) ->
+    max_running_requests 24, pp_max_micro_batch_size 3. Under the default strategy (auto, which is
+    extra_buffer without overlap under PP: 4 slots) the same K gives 18 and 2; a slot count that
+    ignores the strategy shows as the wrong pair in one of the two."""
+    assert derive_stage(make(pp_size=1), 0).max_mamba_cache_size == 8
+    assert auto_fit_k(PER_REQ) == 8
+    maxs = derive_all(make(policy="max-share", mamba_radix_cache_strategy="no_buffer"))
+    assert [s.max_mamba_cache_size for s in maxs] == [74] * 8 == [auto_fit_k(SPR9)] * 8
+    assert all(s.slots_per_request == 3 for s in maxs)
+    assert [s.max_running_requests for s in maxs] == [24] * 8  # 74 // 3
+    assert [s.pp_max_micro_batch_size for s in maxs] == [3] * 8  # 24 // 8
+    auto = derive_all(make(policy="max-share"))
+    assert [s.max_mamba_cache_size for s in auto] == [74] * 8  # K does not depend on the slots
+    assert all(s.slots_per_request == 4 for s in auto)
+    assert [s.max_running_requests for s in auto] == [18] * 8  # 74 // 4
+    assert [s.pp_max_micro_batch_size for s in auto] == [2] * 8  # 18 // 8
+    own = derive_all(make(policy="own-share"))
+    assert [s.max_mamba_cache_size for s in own] == [74, 83, 83, 74, 74, 74, 74, 83]
+    assert [s.max_mamba_cache_size for s in derive_all(make(policy="whole-model"))] == [8] * 8
+
+
+# ---- every policy ----
+
+
+@pytest.mark.parametrize(
+    ("policy", "rest", "r", "stage_per_req"),
+    [
+        ("max-share", 8.0, 0.5, [SPR9] * 8),
+        ("own-share", 8.0, 0.5, [int(PER_REQ * (n / 69)) for n in (9, 8, 8, 9, 9, 9, 9, 8)]),
+        ("whole-model", 8.0, 0.5, [PER_REQ] * 8),
+        ("max-share", 20.0, 0.9, [SPR9] * 8),
+        ("own-share", 20.0, 0.9, [int(PER_REQ * (n / 69)) for n in (9, 8, 8, 9, 9, 9, 9, 8)]),
+        ("whole-model", 20.0, 0.9, [PER_REQ] * 8),
+    ],
+)
+def test_policy_charges_and_pool_sizes(policy: str, rest: float, r: float, stage_per_req: list[int]) -> None:
+    """Each policy's stage_per_req (spec 4) and the auto-fit K it yields; only own-share diverges."""
+    stages = derive_all(make(policy=policy, budget_gib=rest, mamba_full_memory_ratio=r))
+    assert [s.stage_per_req_bytes for s in stages] == stage_per_req
+    assert [s.max_mamba_cache_size for s in stages] == [auto_fit_k(b, rest, r) for b in stage_per_req]
+    # What a stage really allocates is its own layers only, whatever it is charged.
+    assert [s.own_state_bytes_per_slot for s in stages] == [
+        n * PER_LAYER for n in (9, 8, 8, 9, 9, 9, 9, 8)
+    ]
+    assert bool(divergent_values(stages)) == (policy == "own-share")
+
+
+@pytest.mark.parametrize("policy", ["max-share", "own-share", "whole-model"])
+def test_policies_coincide_at_pp_1(policy: str) -> None:
+    """With one stage every share is the whole model: all three policies give K=8."""
+    s = derive_stage(make(pp_size=1, policy=policy), 0)
+    assert (s.stage_per_req_bytes, s.max_mamba_cache_size) == (PER_REQ, 8)
+
+
+def test_own_share_with_an_empty_stage_is_a_layout_error() -> None:
+    """A stage with no linear layers is charged 0 bytes under own-share: SGLang cannot size it."""
+    with pytest.raises(LayoutError, match="stage 0 holds no linear layers"):
+        derive_all(make(policy="own-share", partition_env="0,12,12,12,12,12,12,21"))
+    # max-share still charges the busiest stage's share on the empty stage.
+    stages = derive_all(make(partition_env="0,12,12,12,12,12,12,21"))
+    assert len({s.max_mamba_cache_size for s in stages}) == 1
+
+
+# ---- slots per running request (spec 5), every strategy incl. auto resolution ----
+# SGLang 0.5.23 resolves auto (arg_groups/overrides.py _mamba_radix_cache_resolution) from the user's
+# --disable-overlap-schedule BEFORE the PP pass (_pipeline_parallel_overlap_disable) forces overlap
+# off: under PP with default flags auto is extra_buffer WITHOUT overlap, 3 + 1 = 4 slots (spec 5's
+# "auto means no_buffer under PP" does not match the released code). Slots: base 3 (2 with
+# SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK); extra_buffer +2 with overlap, +1 without; no_buffer +0 (+1 with
+# the env, so it stays 3).
+
+
+@pytest.mark.parametrize(
+    ("pp", "strategy", "page", "no_overlap", "skip_lock", "no_radix", "resolved", "slots"),
+    [
+        (1, "auto", 1, False, False, False, "extra_buffer", 5),  # overlap on -> extra_buffer, +2
+        (1, "auto", 1, True, False, False, "no_buffer", 3),  # overlap off, page 1 -> no_buffer
+        (1, "auto", 16, True, False, False, "extra_buffer", 4),  # page > 1 -> extra_buffer, +1
+        # P > 1: auto resolves before overlap is forced off -> extra_buffer, then +1 (no overlap).
+        # The seed deployment's figures (26 -> 210 slots, 6 -> 52 requests) fit these 4 slots.
+        (8, "auto", 1, False, False, False, "extra_buffer", 4),
+        (8, "auto", 1, True, False, False, "no_buffer", 3),  # the user turned overlap off, page 1
+        (8, "auto", 16, True, False, False, "extra_buffer", 4),  # page > 1 keeps extra_buffer
+        (8, "auto", 16, False, False, False, "extra_buffer", 4),
+        (2, "auto", 1, False, False, False, "extra_buffer", 4),  # any P > 1, not only 8
+        (1, "extra_buffer", 1, False, False, False, "extra_buffer", 5),
+        (1, "extra_buffer", 1, True, False, False, "extra_buffer", 4),
+        (8, "extra_buffer", 1, False, False, False, "extra_buffer", 4),
+        (1, "extra_buffer_lazy", 1, False, False, False, "extra_buffer_lazy", 4),
+        (1, "no_buffer", 1, False, False, False, "no_buffer", 3),
+        (8, "no_buffer", 16, False, False, False, "no_buffer", 3),
+        # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK: base 2; no_buffer gets +1 back so it stays 3.
+        (1, "no_buffer", 1, False, True, False, "no_buffer", 3),
+        (8, "auto", 1, False, True, False, "extra_buffer", 3),  # 2 + 1 (no overlap under PP)
+        (8, "auto", 1, True, True, False, "no_buffer", 3),  # 2 + 1 (no_buffer's env slot)
+        (8, "auto", 16, True, True, False, "extra_buffer", 3),
+        (1, "auto", 1, False, True, False, "extra_buffer", 4),  # 2 + 2 (overlap on at P=1)
+        (1, "auto", 1, True, True, False, "no_buffer", 3),
+        (1, "extra_buffer", 1, False, True, False, "extra_buffer", 4),
+        (8, "extra_buffer", 1, False, True, False, "extra_buffer", 3),
+        (1, "extra_buffer_lazy", 1, False, True, False, "extra_buffer_lazy", 3),
+        # --disable-radix-cache: one slot per request, whatever the strategy.
+        (1, "auto", 1, False, False, True, None, 1),
+        (8, "extra_buffer", 16, False, True, True, None, 1),
+    ],
+)
+def test_slots_per_request(
+    pp: int,
+    strategy: str,
+    page: int,
+    no_overlap: bool,
+    skip_lock: bool,
+    no_radix: bool,
+    resolved: str | None,
+    slots: int,
+) -> None:
+    """The slots a request holds divide K into max_running_requests; a wrong count shows there.
+    The overlap schedule reported is on only at P=1 without --disable-overlap-schedule (PP forces it
+    off, and auto -> no_buffer only happens when the user already turned it off)."""
+    inp = make(
+        pp_size=pp,
+        mamba_radix_cache_strategy=strategy,
+        page_size=page,
+        disable_overlap_schedule=no_overlap,
+        skip_decode_lock=skip_lock,
+        disable_radix_cache=no_radix,
+    )
+    assert inp.slots_per_request() == slots
+    if resolved is not None:
+        assert inp.resolved_strategy == resolved
+    assert inp.describe()["resolved_strategy"] == resolved
+    assert inp.describe()["overlap_schedule"] == (pp == 1 and not no_overlap)
+    s = derive_stage(inp, 0)
+    assert s.max_running_requests == min(4096, s.max_mamba_cache_size // slots)
+
+
+@pytest.mark.parametrize(("pp", "no_overlap"), [(8, False), (2, False), (1, True)])
+def test_extra_buffer_lazy_without_overlap_is_an_error(pp: int, no_overlap: bool) -> None:
+    """extra_buffer_lazy needs the overlap schedule, which P > 1 forces off: SGLang refuses to start."""
+    inp = make(
+        pp_size=pp, mamba_radix_cache_strategy="extra_buffer_lazy", disable_overlap_schedule=no_overlap
+    )
+    with pytest.raises(FlagError, match="extra_buffer_lazy"):
+        inp.slots_per_request()
+
+
+# ---- every pool-sizing branch (spec 6) and the limits (spec 7) ----
+
+BRANCH_CASES = [
+    # id, overrides, branch, K, max_running_requests, pp_max_micro_batch_size
+    # Default flags at P=8: auto -> extra_buffer without overlap, 4 slots a request (radix cache on).
+    ("C", {}, "C", 74, 74 // 4, 74 // 4 // 8),
+    ("C r=0.9", {"mamba_full_memory_ratio": 0.9}, "C", auto_fit_k(SPR9, 8.0, 0.9), 106 // 4, 26 // 8),
+    ("C no_buffer", {"mamba_radix_cache_strategy": "no_buffer"}, "C", 74, 74 // 3, 74 // 3 // 8),
+    ("C user mrr", {"max_running_requests": 10}, "C", 74, 10, 1),
+    ("C user mrr capped by K//ratio", {"max_running_requests": 100}, "C", 74, 74 // 4, 18 // 8),
+    ("C user micro batch", {"pp_max_micro_batch_size": 5}, "C", 74, 74 // 4, 5),
+    ("C radix off without mrr", {"disable_radix_cache": True}, "C", 74, 74, 74 // 8),
+    ("C mrr without radix off", {"max_running_requests": 16}, "C", 74, 16, 16 // 8),
+    ("C dp 2", {"dp_size": 2}, "C", 74, 74 // 4, 18 // 8),
+    ("C dp 2 user mrr", {"dp_size": 2, "max_running_requests": 30}, "C", 74, 15, 1),
+    ("A", {"max_mamba_cache_size": 40}, "A", 40, 40 // 4, 1),
+    ("A dp 3", {"max_mamba_cache_size": 40, "dp_size": 3}, "A", 40 // 3, 40 // 3 // 4, 1),
+    (
+        "A before B",
+        {"max_mamba_cache_size": 40, "disable_radix_cache": True, "max_running_requests": 20},
+        "A", 40, 20, 20 // 8,
+    ),
+    ("B", {"disable_radix_cache": True, "max_running_requests": 20}, "B", 20, 20, 20 // 8),
+    ("B dp 3", {"disable_radix_cache": True, "max_running_requests": 20, "dp_size": 3}, "B", 6, 6, 1),
+    ("B dp floor", {"disable_radix_cache": True, "max_running_requests": 3, "dp_size": 4}, "B", 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "branch", "K", "mrr", "micro"),
+    [c[1:] for c in BRANCH_CASES],
+    ids=[c[0] for c in BRANCH_CASES],
+)
+def test_pool_sizing_branches(overrides: dict[str, Any], branch: str, K: int, mrr: int, micro: int) -> None:
+    """First matching branch of spec 6, then spec 7's limits; the KV budget left is rest - (K+1)*per_slot."""
+    stages = derive_all(make(**overrides))
+    s = stages[0]
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size) == (
+        branch, K, mrr, micro,
+    )
+    assert s.intermediate_state_bytes == 0
+    assert s.kv_budget_gib == pytest.approx(8.0 - (K + 1) * SPR9 / GIB, abs=1e-12)
+    assert not divergent_values(stages)
+
+
+def _c_spec_k(D: int, ratio: int, rest: float = 8.0, r: float = 0.5) -> int:
+    budget = rest * r / (1 + r) * GIB
+    return int((budget - SPR9 * (1 + D)) // (SPR9 * (1 + D / ratio)))
+
+
+SPEC_CASES = [
+    # id, overrides, branch, K, slots in the intermediate reservation, max_running_requests
+    # C, D=3, mrr 16, no_buffer (3 slots): K = int((B - spr*4) // (spr*2)) = 35; reservation
+    # min(16, 35//3) + 1 = 12; max_running_requests min(16, 35//3) = 11.
+    (
+        "C",
+        {"speculative_num_draft_tokens": 3, "max_running_requests": 16,
+         "mamba_radix_cache_strategy": "no_buffer"},
+        "C", 35, 12, 11,
+    ),
+    # The same under the default (auto -> extra_buffer, 4 slots at P=8):
+    # K = int((B - spr*4) // (spr*1.75)) = int(2,711,431,850.67 / 66,447,360) = 40;
+    # reservation min(16, 40//4) + 1 = 11; max_running_requests min(16, 10) = 10.
+    ("C auto", {"speculative_num_draft_tokens": 3, "max_running_requests": 16}, "C", 40, 11, 10),
+    # C with page 16 (extra_buffer, 4 slots), D=2, mrr 100: K = int((B - spr*3) // (spr*1.5)) = 48.
+    (
+        "C page 16",
+        {"speculative_num_draft_tokens": 2, "max_running_requests": 100, "page_size": 16},
+        "C", 48, 48 // 4 + 1, 48 // 4,
+    ),
+    # A (auto, 4 slots): K = 40; reservation min(8, 40//4) + 1 = 9.
+    ("A", {"speculative_num_draft_tokens": 2, "max_running_requests": 8, "max_mamba_cache_size": 40},
+     "A", 40, 9, 8),
+    # A with dp 2: K = 20; reservation min(8//2, 20//4) + 1 = 5.
+    (
+        "A dp 2",
+        {"speculative_num_draft_tokens": 2, "max_running_requests": 8, "max_mamba_cache_size": 40,
+         "dp_size": 2},
+        "A", 20, 5, 4,
+    ),
+    # B: K = 20 and the reservation uses K + 1 = 21 slots.
+    (
+        "B",
+        {"speculative_num_draft_tokens": 2, "max_running_requests": 20, "disable_radix_cache": True},
+        "B", 20, 21, 20,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "branch", "K", "reserved_slots", "mrr"),
+    [c[1:] for c in SPEC_CASES],
+    ids=[c[0] for c in SPEC_CASES],
+)
+def test_spec_decoding_branches(
+    overrides: dict[str, Any], branch: str, K: int, reserved_slots: int, mrr: int
+) -> None:
+    """Spec decoding: C's K formula and the intermediate state (stage_per_req * slots * D) taken from
+    rest in every branch; forgetting the reservation shows as a larger KV budget left."""
+    s = derive_stage(make(**overrides), 0)
+    D = overrides["speculative_num_draft_tokens"]
+    if branch == "C":
+        assert K == _c_spec_k(D, s.slots_per_request)
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == (branch, K, mrr)
+    assert s.intermediate_state_bytes == SPR9 * reserved_slots * D
+    expected_kv = 8.0 - (K + 1) * SPR9 / GIB - SPR9 * reserved_slots * D / GIB
+    assert s.kv_budget_gib == pytest.approx(expected_kv, abs=1e-12)
+
+
+def test_spec_decoding_needs_max_running_requests() -> None:
+    with pytest.raises(FlagError, match="--max-running-requests"):
+        make(speculative_num_draft_tokens=2)
+
+
+# ---- budget errors ----
+
+
+def test_budget_too_small_for_one_state_slot() -> None:
+    """K <= 0 is SGLang's "not enough memory for the state pool", with the numbers."""
+    with pytest.raises(BudgetError, match="not enough memory for the state pool") as info:
+        derive_all(make(budget_gib=0.01))
+    assert "0.01" in str(info.value) and str(SPR9) in str(info.value)
+
+
+def test_budget_too_small_for_one_running_request() -> None:
+    """K = 2 slots at P=1 but a request needs 5 (extra_buffer with overlap): max_running_requests 0."""
+    rest = 3 * 3.5 * PER_REQ / GIB  # B = 3.5 * per_req at r = 0.5 -> K = int(2.5) = 2
+    inp = make(pp_size=1, budget_gib=rest)
+    assert inp.slots_per_request() == 5
+    with pytest.raises(BudgetError, match="one running request") as info:
+        derive_stage(inp, 0)
+    assert "K=2" in str(info.value)
+
+
+def test_max_mamba_cache_size_below_dp_is_an_error() -> None:
+    """Branch A's K = value // dp floors to 0 when dp exceeds it; the message names the flag, not budget."""
+    with pytest.raises(FlagError, match="--max-mamba-cache-size 2"):
+        derive_all(make(max_mamba_cache_size=2, dp_size=3))
+
+
+def test_branch_a_pool_larger_than_the_budget_is_an_error() -> None:
+    with pytest.raises(BudgetError, match="--budget-gib 8.0"):
+        derive_all(make(max_mamba_cache_size=100_000))
+
+
+@pytest.mark.parametrize("budget", [0.0, -1.0, float("nan"), float("inf")])
+def test_invalid_budget_is_rejected(budget: float) -> None:
+    with pytest.raises(BudgetError, match="--budget-gib"):
+        make(budget_gib=budget)
+
+
+# ---- token capacity and the context_len estimate (spec 7) ----
+
+TOY = ModelGeometry(
+    name="toy",
+    num_hidden_layers=4,
+    linear_layer_ids=(0, 1, 2, 3),
+    conv_shapes=((8, 3),),
+    temporal_shape=(2, 4, 4),
+)  # 176 bytes a layer, 704 per request: at 1 GiB the state pool never binds
+
+
+@pytest.mark.parametrize(
+    ("T", "ctx", "user_mrr", "expected"),
+    [
+        (20_000, 4000, None, 2560),  # int(20000/4000*512) = 2560, inside the clamp, T//2 = 10000
+        (14_000, 4096, None, 2048),  # 1750 clamps up to 2048
+        (100_000, 1000, None, 4096),  # 51200 clamps down to 4096
+        (6000, 1000, None, 3000),  # 3072, then T//2 = 3000 binds
+        (3000, 100_000, None, 1500),  # 15 -> 2048, then T//2 = 1500
+        (6000, 1000, 5000, 3000),  # user value capped by T//2
+        (6000, 1000, 100, 100),  # user value below T//2
+        (None, None, None, 4096),  # no token capacity: the KV pool does not bind
+    ],
+)
+def test_token_capacity_and_context_len_estimate(
+    T: int | None, ctx: int | None, user_mrr: int | None, expected: int
+) -> None:
+    """max_running_requests = min(estimate or user value, T // 2, K // ratio) with the estimate clamped
+    to [2048, 4096]; the state pool of the toy model is far too large to bind."""
+    inp = CapacityInputs(
+        geometry=TOY, budget_gib=1.0, pp_size=1, token_capacity=T, context_len=ctx,
+        max_running_requests=user_mrr,
+    )
+    s = derive_stage(inp, 0)
+    assert s.max_mamba_cache_size // s.slots_per_request > 4096
+    assert s.max_running_requests == expected
+
+
+def test_token_capacity_too_small_for_one_request() -> None:
+    inp = CapacityInputs(geometry=TOY, budget_gib=1.0, token_capacity=1, context_len=1024)
+    with pytest.raises(BudgetError, match="--token-capacity"):
+        derive_stage(inp, 0)
+
+
+def test_token_capacity_needs_a_context_len() -> None:
+    """The preset carries no max_position_embeddings: --token-capacity alone cannot be estimated."""
+    with pytest.raises(FlagError, match="--context-len"):
+        make(token_capacity=100_000)
+
+
+def test_context_len_defaults_to_the_config(fixtures_dir: Path) -> None:
+    """Qwen3-Next's max_position_embeddings 262144 feeds the estimate when --context-len is unset:
+    int(1,500,000 / 262144 * 512) = 2929; --context-len 200000 gives int(3840.0) = 3840. The fixed pool
+    of 20,000 slots at 4 a request (auto under PP) leaves K // ratio = 5000 above both, so the
+    estimate binds, not the state pool."""
+    g = load_geometry(model_config=fixtures_dir / "qwen3_next_80b_a3b.json")
+    kw: dict[str, Any] = dict(
+        geometry=g, budget_gib=500.0, pp_size=4, max_mamba_cache_size=20_000, token_capacity=1_500_000
+    )
+    s = derive_stage(CapacityInputs(**kw), 0)
+    assert s.slots_per_request == 4
+    assert s.max_mamba_cache_size // s.slots_per_request == 5000
+    assert s.max_running_requests == int(1_500_000 / 262144 * 512) == 2929
+    assert derive_stage(CapacityInputs(**kw, context_len=200_000), 0).max_running_requests == 3840
+
+
+# ---- the JSON model spec path, with a per-slot extra state ----
+
+
+def test_model_spec_extra_per_slot_is_scaled_like_per_req(tmp_path: Path) -> None:
+    """extra_per_slot_bytes is charged with the same scale as per_req (spec 6): per_slot = 352 + 666."""
+    spec = {
+        "num_hidden_layers": 4,
+        "linear_layer_ids": [0, 1, 2],
+        "conv_shapes": [[8, 3]],
+        "temporal_shape": [2, 4, 4],
+        "extra_per_slot_bytes": 1000,
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    g = load_geometry(model_config=path)
+    stages = derive_all(CapacityInputs(geometry=g, budget_gib=0.001, pp_size=2, mamba_full_memory_ratio=1.0))
+    # Stages [0, 2) and [2, 4) hold 2 and 1 linear layers: max-share scale 2/3.
+    per_req = (8 * 3 * 2 + 2 * 4 * 4 * 4) * 3
+    spr, extra = int(per_req * (2 / 3)), int(1000 * (2 / 3))
+    assert (spr, extra) == (352, 666)
+    budget = 0.001 * 1.0 / 2.0 * GIB
+    K = int((budget - (spr + extra)) // (spr + extra))
+    assert K == 526
+    for s in stages:
+        assert (s.stage_per_req_bytes, s.extra_per_slot_bytes, s.max_mamba_cache_size) == (spr, extra, K)
+        assert s.state_charged_bytes == (K + 1) * (spr + extra)

@@ -1,0 +1,348 @@
+"""Budget sweeps (issue 5): the grid, the vectorised derivation against the scalar core, the analysis,
+the command's exit status, report and plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checker.core.errors import BudgetError, CheckerInputError, FlagError
+from checker.core.geometry import ModelGeometry
+from checker.core.models import load_geometry
+from checker.core.sizing import CHECKED_VALUES, GIB, POLICIES, STRATEGIES, CapacityInputs, plan_stage
+from checker.core.sweep import BOOT_FAILURE, parse_budgets, scalar_sweep
+from checker.core.sweep import analyse as analyse_lists
+from checker.sweep_torch import analyse, derive_sweep, local_sweep
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KIMI = ["--model", "kimi-k3", "--pp-size", "8", "--mamba-full-memory-ratio", "0.5"]
+
+
+# --- the budget grid -----------------------------------------------------------------------------
+
+
+def test_upstream_grid_is_145_budgets_typed_as_decimals() -> None:
+    """STOP is included and each budget equals the float of its decimal; an off-by-one or a drifting
+    accumulation (4 + i * 0.25 summed) shows as 144 budgets or a budget that is not float('x.yz')."""
+    grid = parse_budgets("4:40:0.25")
+    assert len(grid) == 145
+    assert grid.budgets[0] == 4.0 and grid.budgets[-1] == 40.0
+    assert all(b == float(f"{4 + i * 0.25:.2f}") for i, b in enumerate(grid.budgets))
+    # The classic drift trap: 0.1 + 0.1 + 0.1 != 0.3, but the user typed 0.3.
+    assert parse_budgets("0.1:0.3:0.1").budgets == (0.1, 0.2, 0.3)
+    assert parse_budgets("1:2:0.3").budgets == (1.0, 1.3, 1.6, 1.9)  # STOP not on the grid: not added
+
+
+def test_comma_list_is_sorted_and_distinct() -> None:
+    """A comma list is the set of budgets typed, ascending; a duplicate would count a budget twice."""
+    assert parse_budgets("16, 8,8 ,24").budgets == (8.0, 16.0, 24.0)
+    assert parse_budgets("12.5").budgets == (12.5,)
+
+
+@pytest.mark.parametrize(
+    "spec", ["4:3:1", "0:4:1", "-1,2", "4:40:0", "4:40", "a,b", "", "4:inf:1", "1:1e9:1e-9", "1e400"]
+)
+def test_bad_grid_is_one_budget_error(spec: str) -> None:
+    """Every malformed grid is a BudgetError naming --budgets, never a crash or a silent empty sweep."""
+    with pytest.raises(BudgetError, match="--budgets"):
+        parse_budgets(spec)
+
+
+# --- vectorised == scalar --------------------------------------------------------------------------
+
+
+@st.composite
+def geometries(draw: st.DrawFn) -> ModelGeometry:
+    L = draw(st.integers(1, 40))
+    ids = draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=L, unique=True))
+    convs = draw(st.lists(st.tuples(st.integers(1, 8192), st.integers(1, 4)), min_size=1, max_size=2))
+    temporal = draw(st.tuples(st.integers(1, 128), st.integers(1, 128), st.integers(1, 128)))
+    return ModelGeometry(
+        name="random",
+        num_hidden_layers=L,
+        linear_layer_ids=tuple(sorted(ids)),
+        conv_shapes=tuple(convs),
+        temporal_shape=temporal,
+        conv_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
+        temporal_dtype=draw(st.sampled_from(["float32", "bfloat16"])),
+        extra_per_slot_bytes=draw(st.sampled_from([0, 0, 4096, 12_345_678])),
+    )
+
+
+@st.composite
+def capacity_inputs(draw: st.DrawFn) -> CapacityInputs:
+    g = draw(geometries())
+    D = draw(st.one_of(st.none(), st.integers(1, 8)))
+    mrr = draw(st.one_of(st.none(), st.integers(1, 5000)))
+    if D and mrr is None:
+        mrr = draw(st.integers(1, 5000))  # SGLang needs it for spec decoding
+    T = draw(st.one_of(st.none(), st.integers(1, 2_000_000)))
+    return CapacityInputs(
+        geometry=g,
+        budget_gib=8.0,
+        pp_size=draw(st.integers(1, min(8, g.num_hidden_layers))),
+        dp_size=draw(st.sampled_from([1, 1, 2, 4])),
+        policy=draw(st.sampled_from(POLICIES)),
+        mamba_full_memory_ratio=draw(st.one_of(st.sampled_from([0.5, 0.9]), st.floats(0.01, 20))),
+        mamba_radix_cache_strategy=draw(st.sampled_from(STRATEGIES)),
+        page_size=draw(st.sampled_from([1, 1, 16])),
+        disable_radix_cache=draw(st.booleans()),
+        disable_overlap_schedule=draw(st.booleans()),
+        max_running_requests=mrr,
+        max_mamba_cache_size=draw(st.one_of(st.none(), st.none(), st.integers(1, 3000))),
+        speculative_num_draft_tokens=D,
+        pp_max_micro_batch_size=draw(st.one_of(st.none(), st.none(), st.integers(1, 64))),
+        token_capacity=T,
+        context_len=draw(st.integers(1, 1_000_000)) if T else None,
+        skip_decode_lock=draw(st.booleans()),
+    )
+
+
+def edge_budgets(inputs: CapacityInputs, pp_rank: int) -> list[float]:
+    """Budgets at which the pool size K steps (branch C) or the state pool just fits (A, B), one and two
+    ulps either side: where a float op done in another order or rounded differently shows first."""
+    try:
+        plan = plan_stage(inputs, pp_rank)
+    except CheckerInputError:
+        return []
+    spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
+    per_slot, ratio = spr + extra, plan.slots_per_request
+    if per_slot <= 0:
+        return []
+    r, D = inputs.mamba_full_memory_ratio, inputs.speculative_num_draft_tokens or 0
+    centres = []
+    for m in (1, 2, 3, ratio, ratio + 1, 2 * ratio, 97, 4096 * ratio):
+        if D:
+            B = m * (spr * (1 + D / ratio) + extra) + spr * (1 + D) + extra
+        else:
+            B = (m + 1) * per_slot
+        centres.append(B / GIB * (1 + r) / r)
+        centres.append((m + 1) * per_slot / GIB)  # kv budget exactly spent by a fixed K = m
+    out = []
+    for c in centres:
+        for k in (-2, -1, 0, 1, 2):
+            b = c
+            for _ in range(abs(k)):
+                b = math.nextafter(b, math.inf if k > 0 else 0.0)
+            if b > 0 and math.isfinite(b):
+                out.append(b)
+    return out
+
+
+def scalar_rows(inputs: CapacityInputs, pp_rank: int, budgets: list[float]) -> list[list[int]]:
+    return [list(t) for t in scalar_sweep(inputs, pp_rank, budgets)]
+
+
+def vector_rows(inputs: CapacityInputs, pp_rank: int, budgets: list[float]) -> list[list[int]]:
+    return derive_sweep(inputs, pp_rank, budgets, "cpu").tolist()
+
+
+def outcome(fn, *args):  # noqa: ANN001, ANN201 - the value or the error class, compared as a pair
+    try:
+        return "ok", fn(*args)
+    except CheckerInputError as exc:
+        return "error", type(exc)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    inputs=capacity_inputs(),
+    random_budgets=st.lists(
+        st.one_of(st.floats(1e-6, 1e4), st.floats(1e-9, 0.05), st.floats(3.9, 40.1)), min_size=1, max_size=40
+    ),
+)
+def test_vectorised_matches_scalar_core(inputs: CapacityInputs, random_budgets: list[float]) -> None:
+    """derive_sweep is the scalar core, budget by budget, on random geometries, policies, strategies,
+    spec decoding, fixed pools and token capacities, at budgets where K steps and budgets too small to
+    boot. A float op reordered, a floor that rounds differently, a missed clamp or boot check shows as
+    one triple that differs; a budget-independent error must be the same error on both paths."""
+    for k in range(inputs.pp_size):
+        budgets = random_budgets + edge_budgets(inputs, k)
+        want = outcome(scalar_rows, inputs, k, budgets)
+        got = outcome(vector_rows, inputs, k, budgets)
+        assert got == want, f"pp_rank {k}"
+
+
+def test_dense_kimi_sweep_matches_scalar_core() -> None:
+    """The upstream fixture over 2,000 random budgets (4 to 40 GiB, plus sub-GiB ones that cannot boot),
+    every policy and both strategies under PP: the vectorised loops (not only the scalar tail of a short
+    tensor) agree with the scalar core exactly."""
+    gen = torch.Generator().manual_seed(5)
+    budgets = (torch.rand(2000, generator=gen, dtype=torch.float64) * 36 + 4).tolist()
+    budgets += (torch.rand(200, generator=gen, dtype=torch.float64) * 0.5).tolist()
+    g = load_geometry(model="kimi-k3")
+    for strategy in ("no_buffer", "extra_buffer"):
+        for policy in POLICIES:
+            inputs = CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8, policy=policy,
+                                    mamba_full_memory_ratio=0.5, mamba_radix_cache_strategy=strategy)
+            for k in range(8):
+                want = [list(t) for t in scalar_sweep(inputs, k, budgets)]
+                assert derive_sweep(inputs, k, budgets).tolist() == want, (strategy, policy, k)
+
+
+def test_local_sweep_stacks_policies_in_order() -> None:
+    """local_sweep is (policies, budgets, 3) in the mapping's order: a transposed or reordered stack
+    would attribute one policy's divergence to another."""
+    g = load_geometry(model="kimi-k3")
+    ibp = {p: CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8, policy=p, mamba_full_memory_ratio=0.5)
+           for p in ("own-share", "max-share")}
+    got = local_sweep(ibp, 1, [8.0, 0.01])
+    assert got.dtype == torch.int64 and got.shape == (2, 2, 3)
+    assert got[1, 0].tolist() == list(scalar_sweep(ibp["max-share"], 1, [8.0])[0])
+    assert got[0, 0].tolist() == list(scalar_sweep(ibp["own-share"], 1, [8.0])[0])
+    assert got[:, 1].eq(BOOT_FAILURE).all()  # 10 MiB boots nothing
+
+
+# --- the analysis -----------------------------------------------------------------------------------
+
+OK = (74, 24, 3)
+FAIL = (BOOT_FAILURE,) * 3
+
+
+def hand_stack() -> list:
+    """3 stages, 2 policies, 4 budgets. Policy 0: budget 0 fails on every stage, budget 1 fails on
+    stage 1 only, budget 2 disagrees on pp_max_micro_batch_size only, budget 3 agrees. Policy 1 agrees."""
+    p0 = [[FAIL, OK, (74, 24, 2), OK], [FAIL, FAIL, OK, OK], [FAIL, OK, OK, OK]]
+    return [[p0[k], [OK] * 4] for k in range(3)]
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_analysis_separates_boot_failures_from_divergence(as_tensor: bool) -> None:
+    """All stages failing alike is a boot failure, not a divergence; some stages failing is divergent
+    in every value; a micro-batch-only disagreement counts for that value alone. The tensor and the
+    nested-list paths give the same dict."""
+    budgets = [1.0, 2.0, 3.0, 4.0]
+    stack = hand_stack()
+    found = analyse(torch.tensor(stack) if as_tensor else stack, budgets, ["own-share", "max-share"])
+    assert found == analyse_lists(stack, budgets, ["own-share", "max-share"])
+    own, mx = found["policies"]["own-share"], found["policies"]["max-share"]
+    assert found["num_budgets"] == 4
+    assert own["divergent"] == {"max_mamba_cache_size": 1, "max_running_requests": 1,
+                                "pp_max_micro_batch_size": 2}
+    assert own["divergent_budgets"]["pp_max_micro_batch_size"] == [2.0, 3.0]
+    assert own["divergent_budgets"]["max_mamba_cache_size"] == [2.0]
+    assert (own["boot_failures"], own["boot_failure_budgets"]) == (1, [1.0])
+    assert (own["partial_boot_failures"], own["partial_boot_budgets"]) == (1, [2.0])
+    assert own["consistent"] is False
+    assert mx["consistent"] is True and mx["boot_failures"] == 0
+    assert set(mx["divergent"].values()) == {0}
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def test_own_share_fails_require_consistent_and_max_share_passes(cli, tmp_path: Path) -> None:
+    """The exit status a CI job relies on: kimi-k3 at pp 8, r 0.5 diverges under own-share (exit 1) and
+    never under max-share (exit 0). The report carries the counts the text table prints."""
+    bad = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--require-consistent", "own-share"])
+    assert bad.rc == 1, bad.err
+    report = tmp_path / "sweep.json"
+    good = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--require-consistent", "max-share",
+                "--report", str(report)])
+    assert good.rc == 0, good.err
+    doc = json.loads(report.read_text())
+    assert doc["num_budgets"] == 145 and len(doc["budgets_gib"]) == 145
+    own = doc["policies"]["own-share"]
+    assert doc["policies"]["max-share"]["divergent"] == {v: 0 for v in CHECKED_VALUES}
+    micro = own["divergent"]["pp_max_micro_batch_size"]
+    assert 0 < micro == len(own["divergent_budgets"]["pp_max_micro_batch_size"])
+    own_row = next(line for line in good.out.splitlines() if line.startswith("own-share "))
+    assert f"{micro} (" in own_row
+    a = doc["assumptions"]
+    # The default strategy under PP: auto resolves before SGLang forces overlap off -> extra_buffer
+    # without overlap, 4 slots a request. The report must say so, since the counts depend on it.
+    assert a["mamba_full_memory_ratio"] == 0.5 and a["slots_per_request"] == 4
+    assert a["mamba_radix_cache_strategy"] == "auto" and a["overlap_schedule"] is False
+    assert a["resolved_strategy"] == "extra_buffer" and a["token_capacity"] is None
+    assert "strategy extra_buffer (auto), 4 slots per request" in good.out
+    assert a["budget_grid"]["spec"] == "4:40:0.25" and a["model"] == "kimi-k3"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--budgets", "4:3:0.25"],
+        ["--policy", "own-share", "--require-consistent", "max-share"],
+        ["--mamba-radix-cache-strategy", "extra_buffer_lazy"],
+        ["--device", "nonsense"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, argv: list[str]) -> None:
+    """A budget grid, a requirement on a policy not swept, a strategy SGLang rejects under PP, a bad
+    device: each ends in exit 2 with one line on stderr, never a traceback or a silent pass."""
+    res = cli(["sweep", *KIMI, *argv])
+    assert res.rc == 2
+    assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
+
+
+def test_default_requirement_follows_the_policies_swept(cli) -> None:
+    """Sweeping only own-share with no --require-consistent has nothing to require: exit 0 with the
+    divergence still reported, rather than an error about max-share."""
+    res = cli(["sweep", "--budgets", "8,16", *KIMI, "--policy", "own-share"])
+    assert res.rc == 0, res.err
+    assert "DIVERGENT" in res.out
+
+
+def test_long_sweep_reports_progress_on_stderr_only(cli) -> None:
+    """A long sweep says it is working on stderr even without a terminal; stdout stays the report.
+    A short one with stderr captured (not a TTY) prints nothing there."""
+    long = cli(["sweep", "--budgets", "4:40:0.003", *KIMI])
+    assert long.rc == 0
+    assert "sweep:" in long.err and "sweep:" not in long.out
+    short = cli(["sweep", "--budgets", "4:40:0.25", *KIMI])
+    assert short.err == ""
+
+
+def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
+    """--plot writes a real PNG a person can open: PNG magic bytes, PIL decodes it, a screen-sized
+    image and a commit-sized file. A broken writer or an empty figure shows in one of these."""
+    from PIL import Image
+
+    path = tmp_path / "sweep.png"
+    res = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--plot", str(path)])
+    assert res.rc == 0, res.err
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(path) as img:
+        img.verify()
+    with Image.open(path) as img:
+        w, h = img.size
+        colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert 800 <= w <= 2000 and 600 <= h <= 2000
+    assert colours is None or len(colours) > 50  # lines and text drawn, not a blank canvas
+    assert 10_000 < len(data) < 300_000
+
+
+def test_plot_without_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """matplotlib is an optional extra: its absence is a FlagError naming the extra to install."""
+    from checker.plot import plot_sweep
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import raise ImportError
+    with pytest.raises(FlagError, match=r"pp-capacity-checker\[plot\]"):
+        plot_sweep(tmp_path / "x.png", budgets=[1.0], pool_sizes={"max-share": [[1]]},
+                   analysis={"policies": {}}, title="t")
+
+
+def test_sweep_modules_import_without_torch_until_run() -> None:
+    """The core sweep, the command module and the plot module stay torch-free at import, so --help and
+    bad input cost no torch import; a stray import shows as 'torch' in a fresh sys.modules."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import checker.core.sweep, checker.commands.sweep, checker.plot
+        print("LEAKED" if "torch" in sys.modules else "CLEAN")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "CLEAN"
