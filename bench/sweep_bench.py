@@ -3,6 +3,7 @@
     python bench/sweep_bench.py                          # 145 and 100,000 budgets, kimi-k3, pp 8, r 0.5
     python bench/sweep_bench.py --sizes 145 10000 1000000 --scalar-sample 500
     python bench/sweep_bench.py --cli                    # also time the whole command, 145 vs 100,000
+    python bench/sweep_bench.py --torchrun 8             # and the distributed sweep on 8 gloo ranks
 
 The scalar core takes about a microsecond-scale Python call per budget per stage per policy, so it is
 timed on an evenly spaced subsample and extrapolated linearly to the full grid (and labelled so); the
@@ -67,12 +68,18 @@ def bench_size(n: int, inputs_by_policy: dict[str, CapacityInputs], pp: int, sam
             f"{n / t_scalar:,.0f}", note, f"{t_scalar / t_vec:,.0f}x"]
 
 
-def bench_cli(grids: list[str]) -> list[str]:
+def bench_cli(grids: list[str], ranks: int = 0) -> list[str]:
+    """Wall time of the whole command; ``ranks`` > 0 runs it under torchrun, one stage per rank."""
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for grid in grids:
-            cmd = [sys.executable, "-m", "checker", "sweep", "--budgets", grid, "--model", "kimi-k3",
-                   "--pp-size", "8", "--mamba-full-memory-ratio", "0.5", "--no-progress",
+            launch = (
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+                if ranks
+                else [sys.executable]
+            )
+            cmd = [*launch, "-m", "checker", "sweep", "--budgets", grid, "--model", "kimi-k3",
+                   "--pp-size", str(ranks or 8), "--mamba-full-memory-ratio", "0.5", "--no-progress",
                    "--report", os.path.join(tmp, "r.json"), "--plot", os.path.join(tmp, "p.png")]
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
@@ -80,7 +87,8 @@ def bench_cli(grids: list[str]) -> list[str]:
             if proc.returncode not in (0, 1):
                 raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
             n = proc.stdout.split("budgets (of ", 1)[1].split(")", 1)[0]
-            lines.append(f"  checker sweep --budgets {grid:<14} ({n} budgets, report + plot): "
+            where = f"torchrun {ranks} ranks" if ranks else "one process"
+            lines.append(f"  checker sweep --budgets {grid:<14} ({n} budgets, report + plot, {where}): "
                          f"{wall:.2f} s wall")
     return lines
 
@@ -96,6 +104,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1, what checker sweep uses on CPU)")
     parser.add_argument("--cli", action="store_true", help="also time the whole command end to end")
+    parser.add_argument("--torchrun", type=int, default=0, metavar="N",
+                        help="also time the distributed sweep on N gloo ranks (145 vs 100,001 budgets)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -116,6 +126,10 @@ def main() -> int:
     if args.cli:
         print("end to end (python -m checker sweep, one process, includes torch and matplotlib imports):")
         print("\n".join(bench_cli(["4:40:0.25", "4:40:0.00036"])))
+    if args.torchrun:
+        print(f"end to end under torchrun ({args.torchrun} gloo ranks, each derives its own stage, "
+              "one gather):")
+        print("\n".join(bench_cli(["4:40:0.25", "4:40:0.00036"], ranks=args.torchrun)))
     return 0
 
 

@@ -141,7 +141,8 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
             f"infrastructure failure: {verdict.infrastructure_detail}",
             f"missing or unresponsive: {missing}",
             "next step: check that every node started its torchrun agent, that the nodes reach each "
-            "other on the rendezvous and GLOO_SOCKET_IFNAME interfaces, and raise --timeout-s for slow starts",
+            "other on the rendezvous and GLOO_SOCKET_IFNAME interfaces, and raise --timeout-s for slow "
+            "starts",
         ]
     out += [f"warning: {w}" for w in verdict.warnings]
     out.append(f"verdict: {verdict.status} (exit {verdict.exit_code})")

@@ -78,6 +78,13 @@ def add_preflight_args(parser: argparse.ArgumentParser) -> None:
                    help="fail (exit 1) when inputs differ across ranks even if every derived value agrees")
     g.add_argument("--report", metavar="PATH", help="write the JSON report here (rank 0)")
     g.add_argument("--junit", metavar="PATH", help="write JUnit XML here (rank 0)")
+    g.add_argument("--materialize", action="store_true",
+                   help="allocate this rank's stage pool for real (SGLang's shapes and dtypes), measure "
+                   "it against the prediction, free it; a failure or mismatch is an error")
+    g.add_argument("--materialize-device", metavar="DEVICE", default="auto",
+                   help="where --materialize allocates: auto (the exchange's device: cuda:LOCAL_RANK "
+                   "under nccl, else cpu), cpu, cuda (GPU LOCAL_RANK mod the GPU count: gloo ranks "
+                   "may share one GPU) or cuda:N")
 
 
 class _Watchdog:
@@ -245,7 +252,8 @@ def _run(args: argparse.Namespace) -> int:
         # The derivation itself: local, exactly as SGLang computes it on this stage.
         t_derive = time.monotonic()
         row = _derive_row(args, env, status=status, error=error, pp_size=pp_size, pp_rank=pp_rank,
-                          free=free, all_free=[h[4] for h in headers], torch_version=torch.__version__)
+                          free=free, all_free=[h[4] for h in headers], torch_version=torch.__version__,
+                          device=group.device, deadline=t0 + args.timeout_s, timings=timings)
         timings["derive_s"] = time.monotonic() - t_derive
         summary = (f"world {env.world_size} = pp {row.ints.get('pp_size', '?')} x tp {args.tp_size}, "
                    f"{group.backend}; {row.inputs.get('model')}, budget {row.inputs.get('budget_gib')} "
@@ -314,7 +322,8 @@ class _SchemaMismatch(Exception):
 
 
 def _derive_row(args, env: RankEnv, *, status: int, error: str, pp_size: int, pp_rank: int,
-                free: int, all_free: list[int], torch_version: str) -> RankRow:
+                free: int, all_free: list[int], torch_version: str, device=None,
+                deadline: float | None = None, timings: dict[str, float] | None = None) -> RankRow:
     """This rank's row: ok with its values, or its error. Never raises: every rank must join."""
     from checker.dist.faults import maybe_inject
     from checker.dist.wire import env_inputs
@@ -360,9 +369,36 @@ def _derive_row(args, env: RankEnv, *, status: int, error: str, pp_size: int, pp
                 ints[name] = getattr(stage, name)
             ints["state_allocated_bytes"] = stage.state_allocated_bytes
             ints["state_charged_bytes"] = stage.state_charged_bytes
+            if getattr(args, "materialize", False):
+                status, error = _materialize(args, env, cap_inputs, stage, ints, device=device,
+                                             deadline=deadline, timings=timings)
         except CheckerInputError as exc:
             status, error = exc.code, str(exc)
         except Exception as exc:  # a bug or a broken environment: still join, still report
             status, error = STATUS_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
     ints["status"] = status
     return RankRow(ints=ints, host=env.host, error=error, inputs=inputs)
+
+
+def _materialize(args, env: RankEnv, cap_inputs, stage, ints: dict[str, int], *, device,
+                 deadline: float | None, timings: dict[str, float] | None) -> tuple[int, str]:
+    """--materialize: allocate this stage's pool, fill the three wire slots; a finding is an error."""
+    from checker.materialize import (
+        STATUS_FAILED,
+        STATUS_MATERIALIZE,
+        materialize_stage,
+        predicted_bytes,
+        resolve_device,
+    )
+
+    # The prediction is reported even when the device cannot be resolved.
+    ints.update(predicted_bytes=predicted_bytes(cap_inputs, stage), materialize_status=STATUS_FAILED)
+    target = resolve_device(args.materialize_device, local_rank=env.local_rank,
+                            default=str(device) if device is not None else "cpu")
+    t_m = time.monotonic()
+    m = materialize_stage(cap_inputs, stage, target, host_share=env.local_world_size, deadline=deadline)
+    if timings is not None:
+        timings["materialize_s"] = time.monotonic() - t_m
+    ints.update(predicted_bytes=m.predicted_bytes, allocated_bytes=m.allocated_bytes,
+                materialize_status=m.status)
+    return (STATUS_OK, "") if m.ok else (STATUS_MATERIALIZE, m.error)

@@ -2,6 +2,7 @@
 
     python -m checker derive --model kimi-k3 --pp-size 8 --budget-gib 8
     python -m checker derive --model-config config.json --pp-size 4 --tp-size 2 --format json
+    python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from checker import __version__
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, derive_all, divergent_values
@@ -23,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_layout_args(parser, pp_default=8)
     add_flag_args(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--materialize", action="store_true",
+                        help="allocate every stage's pool for real, one stage at a time (SGLang's shapes "
+                        "and dtypes), and compare with the prediction; exit 2 on a failure or mismatch")
+    parser.add_argument("--materialize-device", metavar="DEVICE", default="cpu",
+                        help="where --materialize allocates: cpu (default), cuda or cuda:N")
 
 
 def header(inputs: CapacityInputs) -> str:
@@ -46,7 +53,7 @@ def header(inputs: CapacityInputs) -> str:
     return "\n".join(lines)
 
 
-def stage_table(stages: list[StageCapacity]) -> str:
+def stage_table(stages: list[StageCapacity], materialized: list | None = None) -> str:
     marks = {n: outliers([getattr(s, n) for s in stages]) for n in CHECKED_VALUES}
     rows = [
         [
@@ -56,10 +63,17 @@ def stage_table(stages: list[StageCapacity]) -> str:
             fmt_int(s.stage_per_req_bytes),
             *(mark(fmt_int(getattr(s, n)), i in marks[n]) for n in CHECKED_VALUES),
             f"{s.kv_budget_gib:.2f}",
+            *(
+                [fmt_int(materialized[i].predicted_bytes), fmt_int(materialized[i].allocated_bytes)]
+                if materialized
+                else []
+            ),
         ]
         for i, s in enumerate(stages)
     ]
     headers = ["pp_rank", "layers", "linear", "stage_per_req_bytes", *CHECKED_VALUES, "kv_gib_left"]
+    if materialized:
+        headers += ["predicted_bytes", "allocated_bytes"]
     return format_table(headers, rows)
 
 
@@ -78,23 +92,55 @@ def verdict(stages: list[StageCapacity]) -> str:
     )
 
 
+def materialize_all(inputs: CapacityInputs, stages: list[StageCapacity], device_name: str) -> list:
+    """One stage at a time, each freed before the next: the peak is the largest stage, not the sum."""
+    from checker.materialize import materialize_stage, resolve_device
+
+    device = resolve_device(device_name)
+    return [materialize_stage(inputs, s, device) for s in stages]
+
+
+def _rank_dict(s: StageCapacity, m) -> dict[str, object]:
+    d = s.as_dict()
+    if m is not None:
+        d.update(predicted_bytes=m.predicted_bytes, allocated_bytes=m.allocated_bytes,
+                 materialize_status=("ok", "mismatch", "failed")[m.status],
+                 materialize_error=m.error or None)
+    return d
+
+
 def run(args: argparse.Namespace) -> int:
     inputs = inputs_from_args(args)
     stages = derive_all(inputs)
+    results, materialize_s = None, 0.0
+    if args.materialize:
+        t0 = time.monotonic()
+        results = materialize_all(inputs, stages, args.materialize_device)
+        materialize_s = time.monotonic() - t0
+    failed = [m for m in results or [] if not m.ok]
     if args.format == "json":
         doc = {
             "checker_version": __version__,
             "inputs": inputs.describe(),
             "geometry": inputs.geometry.describe(),
-            "ranks": [s.as_dict() for s in stages],
+            "ranks": [_rank_dict(s, results[i] if results else None) for i, s in enumerate(stages)],
             "divergent": divergent_values(stages),
         }
+        if results is not None:
+            doc["materialize"] = {"device": results[0].device, "ok": not failed,
+                                  "timings": {"materialize_s": materialize_s}}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(header(inputs))
         print()
-        print(stage_table(stages))
+        print(stage_table(stages, results))
         print()
         print(verdict(stages))
-    return 0
+        if results is not None and not failed:
+            total = sum(m.allocated_bytes for m in results)
+            print(f"materialized every stage on {results[0].device}, one at a time: allocated == "
+                  f"predicted ({fmt_bytes(total)} in all, {materialize_s:.1f} s), all freed")
+    for m in failed:
+        print(f"checker: error: {m.error}", file=sys.stderr)
+    return 2 if failed else 0

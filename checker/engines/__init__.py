@@ -1,0 +1,89 @@
+"""Derivation engines: who computes a stage's pool size and limits.
+
+* ``builtin`` - the checker's own model of SGLang 0.5.23 (:mod:`checker.core.sizing`); torch-free.
+* ``sglang`` - the INSTALLED SGLang's own code, called on CPU with light stand-ins
+  (:mod:`checker.engines.sglang`); what the deployment will really do.
+* ``both`` - derive with each and report any difference as "model drift" (:mod:`checker.engines.drift`).
+
+Every import of SGLang (and so of torch) happens inside :func:`get_engine`, never at module import:
+``derive --engine builtin`` must stay as cheap as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from checker.core.sizing import CapacityInputs, StageCapacity
+
+ENGINES = ("builtin", "sglang", "both")
+DEFAULT_ENGINE = "builtin"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSource:
+    """Where the model came from, as the user named it: the sglang engine rebuilds the geometry itself."""
+
+    model: str | None = None
+    """A built-in preset name (``--model``)."""
+    model_config: str | None = None
+    """``--model-config PATH``: an HF config.json or a JSON model spec."""
+    mamba_ssm_dtype: str | None = None
+    """``--mamba-ssm-dtype`` exactly as typed (SGLang applies it by writing SGLANG_MAMBA_SSM_DTYPE)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ModelSource:
+        return cls(
+            model=getattr(args, "model", None),
+            model_config=getattr(args, "model_config", None),
+            mamba_ssm_dtype=getattr(args, "mamba_ssm_dtype", None),
+        )
+
+
+class PreparedEngine(Protocol):
+    """An engine bound to one set of inputs; derives any stage at any budget."""
+
+    def derive(self, pp_rank: int, budget_gib: float | None = None) -> StageCapacity: ...
+
+
+class Engine(Protocol):
+    name: str
+    version: str | None
+    """The SGLang version whose code runs (None for builtin)."""
+
+    def prepare(
+        self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]
+    ) -> PreparedEngine: ...
+
+
+def get_engine(name: str, *, best_effort: bool = False) -> Engine:
+    """``builtin`` or ``sglang`` (``both`` is two engines: ask for each)."""
+    if name == "builtin":
+        from checker.engines.builtin import BuiltinEngine
+
+        return BuiltinEngine()
+    if name == "sglang":
+        from checker.engines.sglang import SglangEngine
+
+        return SglangEngine(best_effort=best_effort)
+    raise ValueError(f"unknown engine {name!r}")  # argparse choices keep users away from this
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("engine")
+    g.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=DEFAULT_ENGINE,
+        help="who derives: builtin (the checker's model of SGLang 0.5.23, default), sglang (the "
+        "installed SGLang's own sizing code, on CPU, no server), both (derive with each; any "
+        "difference is a model drift finding, exit 4)",
+    )
+    g.add_argument(
+        "--sglang-best-effort",
+        action="store_true",
+        help="let --engine sglang/both try an SGLang version the checker does not support "
+        "(the supported one is 0.5.23)",
+    )
