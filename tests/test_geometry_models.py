@@ -169,7 +169,7 @@ def test_config_ssm_dtype_is_ignored_outside_qwen(fixtures_dir: Path, tmp_path: 
 def test_conv_dtype_env_and_per_req_bytes(fixtures_dir: Path) -> None:
     """SGLANG_MAMBA_CONV_DTYPE sets the conv dtype; per_req moves by exactly the conv bytes."""
     base = load_geometry(model_config=fixtures_dir / "qwen3_next_80b_a3b.json")
-    g = resolve_dtypes(base, env={"SGLANG_MAMBA_CONV_DTYPE": "float32", "SGLANG_MAMBA_SSM_DTYPE": "bf16"})
+    g = resolve_dtypes(base, env={"SGLANG_MAMBA_CONV_DTYPE": "float32", "SGLANG_MAMBA_SSM_DTYPE": "bfloat16"})
     assert (g.conv_dtype, g.temporal_dtype) == ("float32", "bfloat16")
     assert g.per_req_bytes == (8192 * 3 * FP32 + 32 * 128 * 128 * BF16) * 36
 

@@ -178,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
 
     def finish(verdict, *, clean: bool, group=None) -> int:
         """Rank 0 prints and writes before anyone exits non-zero (torchrun kills the rest)."""
-        watchdog.cancel()
+        watchdog.finishing.set()  # the Python watchdog stands down; the GIL-free backstop stays armed
         timings["total_s"] = time.monotonic() - t0
         extra = {"checker_version": __version__, "torch_version": torch.__version__,
                  "backend": getattr(group, "backend", args.backend), "timings": timings}
@@ -197,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
         if verdict.exit_code:
             _record_for_torchrun(verdict)
+        watchdog.cancel()
         if clean and group is not None:
             group.close()
             return verdict.exit_code
@@ -277,6 +278,7 @@ def _run(args: argparse.Namespace) -> int:
     except InfrastructureFailure as exc:
         missing: list[int] = []
         if group is not None and group.store is not None:
+            group.shorten_store_timeout(GRACE_S)
             group.mark("alive")
             if is_rank0:
                 alive = group.ranks_with("alive", wait_s=GRACE_S)

@@ -3,6 +3,7 @@
     python -m checker derive --model kimi-k3 --pp-size 8 --budget-gib 8
     python -m checker derive --model-config config.json --pp-size 4 --tp-size 2 --format json
     python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize
+    python -m checker derive --model-config config.json --pp-size 4 --engine both   # exit 4 on drift
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import sys
 import time
 
 from checker import __version__
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, derive_all, divergent_values
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
+from checker.engines import add_engine_args
+from checker.engines.drift import EXIT_MODEL_DRIFT, drift_lines, prepare_from_args
 from checker.options import add_flag_args, add_layout_args, add_model_args, inputs_from_args
 from checker.tables import fmt_bytes, fmt_int, format_table, mark, outliers
 
@@ -24,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
     add_layout_args(parser, pp_default=8)
     add_flag_args(parser)
+    add_engine_args(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--materialize", action="store_true",
                         help="allocate every stage's pool for real, one stage at a time (SGLang's shapes "
@@ -111,7 +115,10 @@ def _rank_dict(s: StageCapacity, m) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     inputs = inputs_from_args(args)
-    stages = derive_all(inputs)
+    engines = prepare_from_args(args, inputs)
+    stages, drifts = engines.derive_all(inputs.pp_size)
+    if stages is None:  # the builtin refused a stage SGLang derives: only the drift is left to show
+        return _report_drift_only(args, inputs, engines, drifts)
     results, materialize_s = None, 0.0
     if args.materialize:
         t0 = time.monotonic()
@@ -125,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             "geometry": inputs.geometry.describe(),
             "ranks": [_rank_dict(s, results[i] if results else None) for i, s in enumerate(stages)],
             "divergent": divergent_values(stages),
+            **_engine_doc(engines, drifts),
         }
         if results is not None:
             doc["materialize"] = {"device": results[0].device, "ok": not failed,
@@ -141,6 +149,40 @@ def run(args: argparse.Namespace) -> int:
             total = sum(m.allocated_bytes for m in results)
             print(f"materialized every stage on {results[0].device}, one at a time: allocated == "
                   f"predicted ({fmt_bytes(total)} in all, {materialize_s:.1f} s), all freed")
+        for line in _engine_lines(engines, drifts):
+            print(line)
     for m in failed:
         print(f"checker: error: {m.error}", file=sys.stderr)
-    return 2 if failed else 0
+    if failed:
+        return 2
+    return EXIT_MODEL_DRIFT if drifts else 0
+
+
+def _engine_doc(engines, drifts) -> dict[str, object]:
+    return {"engine": engines.mode, "sglang_version": engines.sglang_version,
+            "drift": [vars(d) for d in drifts]}
+
+
+def _engine_lines(engines, drifts) -> list[str]:
+    if engines.mode == "builtin":
+        return []
+    if engines.mode == "sglang":
+        return [f"engine: SGLang {engines.sglang_version}'s own sizing code (on CPU, no server)"]
+    if not drifts:
+        return [f"engines agree: the builtin model and SGLang {engines.sglang_version} derive the same "
+                "values on every stage"]
+    return ["", *drift_lines(drifts, sglang_version=engines.sglang_version)]
+
+
+def _report_drift_only(args: argparse.Namespace, inputs: CapacityInputs, engines, drifts) -> int:
+    if args.format == "json":
+        doc = {"checker_version": __version__, "inputs": inputs.describe(), "ranks": None,
+               **_engine_doc(engines, drifts)}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(header(inputs))
+        print()
+        for line in drift_lines(drifts, sglang_version=engines.sglang_version):
+            print(line)
+    return EXIT_MODEL_DRIFT

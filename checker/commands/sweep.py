@@ -424,6 +424,7 @@ def run_distributed(args: argparse.Namespace, env) -> int:
             return 2
         gathered = group.all_gather_int64(payload)
     except InfrastructureFailure as exc:
+        group.shorten_store_timeout(3.0)
         group.mark("alive")
         missing = []
         if is_rank0:

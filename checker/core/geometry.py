@@ -136,6 +136,22 @@ def exact_div(value: int, tp_size: int, *, what: str, source: str) -> int:
     return value // tp_size
 
 
+def sglang_dtype_name(value: str, *, source: str, ignored_as: str) -> str:
+    """A dtype from an env var or a config, spelt exactly as SGLang 0.5.23 matches it.
+
+    SGLang looks these up in {float32, bfloat16, float16} exactly (case-sensitive, no aliases) and
+    IGNORES anything else (``configs/mamba_utils.py mamba2_state_dtype``), so "bf16" there means the
+    fallback dtype, not bfloat16. Deriving with the fallback would hide the user's intent, and deriving
+    with bfloat16 would overstate the pool about 2x: refuse it instead.
+    """
+    if value in DTYPE_ITEMSIZE:
+        return value
+    raise FlagError(
+        f"{source}={value!r} is not a dtype name SGLang accepts (exactly float32, bfloat16 or float16); "
+        f"SGLang ignores it and uses {ignored_as}: spell it exactly"
+    )
+
+
 def resolve_dtypes(
     geometry: ModelGeometry,
     *,
@@ -149,14 +165,23 @@ def resolve_dtypes(
     """
     conv = env.get("SGLANG_MAMBA_CONV_DTYPE")
     conv_dtype = (
-        canonical_dtype(conv, source="SGLANG_MAMBA_CONV_DTYPE") if conv else geometry.conv_dtype
+        sglang_dtype_name(conv, source="SGLANG_MAMBA_CONV_DTYPE", ignored_as="bfloat16")
+        if conv
+        else geometry.conv_dtype
     )
     if mamba_ssm_dtype:
+        # Our flag takes short spellings: SGLang's own --mamba-ssm-dtype has argparse choices, so no
+        # deployment runs a misspelt one. The env vars and the config have no such guard (below).
         temporal = canonical_dtype(mamba_ssm_dtype, source="--mamba-ssm-dtype")
     elif env.get("SGLANG_MAMBA_SSM_DTYPE"):
-        temporal = canonical_dtype(env["SGLANG_MAMBA_SSM_DTYPE"], source="SGLANG_MAMBA_SSM_DTYPE")
+        temporal = sglang_dtype_name(
+            env["SGLANG_MAMBA_SSM_DTYPE"], source="SGLANG_MAMBA_SSM_DTYPE",
+            ignored_as="the config's or float32",
+        )
     elif geometry.config_ssm_dtype:
-        temporal = canonical_dtype(geometry.config_ssm_dtype, source="config mamba_ssm_dtype")
+        temporal = sglang_dtype_name(
+            geometry.config_ssm_dtype, source="config mamba_ssm_dtype", ignored_as="float32"
+        )
     else:
         temporal = geometry.temporal_dtype
     return geometry.with_dtypes(conv_dtype=conv_dtype, temporal_dtype=temporal)

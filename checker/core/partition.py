@@ -48,7 +48,8 @@ def stage_partition(
             f"--pp-size {pp_size} is above the model's num_hidden_layers={num_hidden_layers}; "
             f"use at most {num_hidden_layers} stages"
         )
-    if partition_env is not None and partition_env.strip() != "" and pp_size > 1:
+    # Set-but-empty is NOT unset: SGLang reads it with os.getenv and int("") refuses it at boot.
+    if partition_env is not None and pp_size > 1:
         return parse_partition(partition_env, num_hidden_layers=num_hidden_layers, pp_size=pp_size)
     return default_partition(num_hidden_layers, pp_size)
 

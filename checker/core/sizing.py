@@ -25,11 +25,13 @@ POLICIES = ("max-share", "own-share", "whole-model")
 STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 # The three values every stage must agree on; the preflight's verdict is about these.
 CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
-_TRUE = ("1", "true")  # SGLang's get_bool_env_var
+# SGLang 0.5.23 reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (srt/environ.py): lower-cased, NOT
+# stripped; "yes"/"y" count as true; anything unrecognised warns and falls back to false.
+_TRUE = ("true", "1", "yes", "y")
 
 
 def env_flag(value: str | None) -> bool:
-    return value is not None and value.strip().lower() in _TRUE
+    return value is not None and value.lower() in _TRUE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,6 +43,7 @@ class Group:
         self.timeout = timedelta(seconds=timeout_s)
         self.init_method = init_method
         self.store: dist.Store | None = None
+        self._base: dist.Store | None = None
         self.device = torch.device("cpu")
         if self.backend == "nccl":
             torch.cuda.set_device(env.local_rank)
@@ -83,6 +84,7 @@ class Group:
         try:
             base = self._base_store()
             base.set_timeout(self.timeout)
+            self._base = base
             # A restarted attempt must not see the previous attempt's keys (e.g. "report written").
             self.store = dist.PrefixStore(f"checker/{self.env.restart_count}/", base)
             self.store.set(f"arrived/{self.env.rank}", self.env.host)
@@ -118,6 +120,15 @@ class Group:
         return out.view(self.env.world_size, -1).cpu()
 
     # -- liveness through the store ----------------------------------------------------------------
+    def shorten_store_timeout(self, seconds: float) -> None:
+        """After a failure: a store on a lost node must not block each liveness call for --timeout-s."""
+        for store in (self._base, self.store):
+            if store is not None:
+                try:
+                    store.set_timeout(timedelta(seconds=seconds))
+                except Exception:
+                    pass
+
     def mark(self, key: str) -> bool:
         """Set ``key/<rank>``; False if the store is unreachable (then nothing else will work either)."""
         try:

@@ -1,0 +1,566 @@
+"""The ``sglang`` engine: the INSTALLED SGLang's own sizing code, run on CPU without a server or weights.
+
+What runs is SGLang's, called exactly as the server calls it; only the objects it reads are stand-ins:
+
+1. **Argument resolution** - a real ``ServerArgs`` (model_path = a temporary folder holding the
+   config.json, ``device="cuda"``, the rank's flags) goes through SGLang's own resolution pipeline
+   (``ServerArgs.resolve_once``): ``auto`` strategy, the PP overlap-disable pass, page-size default,
+   attention-DP widths. On a host without a GPU one platform predicate is a stand-in:
+   ``arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer`` answers as on CUDA (the
+   deployment's platform), since on CPU SGLang refuses extra_buffer outright.
+2. **Published config** - ``runtime_context.create_context(server_args)`` projects the resolved bags;
+   ``use_context`` activates them only for the duration of a derivation, so nothing leaks.
+3. **Model config and state geometry** - ``ModelConfig`` is built by SGLang from the config.json, and
+   ``hybrid_arch.mambaish_config(model_config).mamba2_cache_params`` gives the linear layer ids, state
+   shapes and dtypes (inside the published parallel context: attention-TP width from the resolution).
+4. **Pool sizing** - ``KVCacheConfigurator._handle_max_mamba_cache`` (max-share scale, the three
+   branches, the spec-decoding reservation), ``_calculate_mamba_ratio`` (slots per request, via
+   ``get_mamba_tracking_slots``) and ``resolve_max_num_reqs`` run as the real methods of a
+   ``KVCacheConfigurator`` instance made with ``object.__new__`` whose slots hold only what those three
+   methods read: ``model_config``/``mambaish_config``/``hybrid_*_config`` (real SGLang objects),
+   ``pp_size``, ``attn_dp_size`` (from the resolved parallel config), ``spec_algorithm``,
+   ``extra_mamba_cache_bytes_per_req``, ``spec_aux_config``, ``is_hybrid_swa``, ``is_draft_worker``.
+   Any other attribute read raises (unset slot), so a new dependency in a later SGLang shows up as an
+   error, not as a silent default. ``stage_per_req`` and the max-share scale are read from the method's
+   own frame when it returns (it computes them as locals and does not return them).
+5. **Stage slice** - ``distributed.utils.get_pp_indices`` with the rank's SGLANG_PP_LAYER_PARTITION.
+
+Not callable standalone, so reproduced here (each one says where the SGLang code lives):
+
+* ``pp_max_micro_batch_size`` - inlined in ``Scheduler.__init__`` (``managers/scheduler.py`` 1237-1243,
+  after ``tp_worker.get_worker_info()``): ``max(max_running_requests // pp_size, 1)`` unless set. The
+  expression is applied to SGLang's own max_running_requests and resolved pp values, and the installed
+  scheduler source is checked to still contain it (otherwise: an error, not a guess).
+* The "no memory left for the KV pool" check after the state pool - inlined in
+  ``_profile_available_bytes`` (which measures the device): ``rest <= 0`` is an error.
+* The KV token capacity T is an input (``--token-capacity``), never profiled; unset, a T too large to
+  bind is passed to ``resolve_max_num_reqs``.
+* Spec decoding: ``spec_algorithm`` is a stand-in (EAGLE) when ``--speculative-num-draft-tokens`` is
+  set; resolving a real draft setup would need a draft model. SGLang's sizing only asks whether spec
+  decoding is on and reads D from the resolved spec config.
+* Presets and JSON model specs have no config.json: their layer ids, shapes and dtypes are the
+  checker's, packed into an object whose ``mamba_cache_per_req`` is SGLang's own property
+  (``BaseLinearStateParams``); the resolution runs on a Qwen3-Next config.json with the same layer
+  count and context length (every supported family resolves the strategy the same way).
+
+Only ``--policy max-share`` exists in SGLang; the other policies are the checker's what-ifs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import types
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
+from checker.core.geometry import canonical_dtype
+from checker.core.models import read_json
+from checker.core.sizing import CapacityInputs, StageCapacity
+from checker.engines import ModelSource
+
+SUPPORTED_VERSIONS = ("0.5.23",)
+INSTALL_HINT = (
+    "run where the deployment's SGLang is installed, or build a CPU environment with "
+    "scripts/sglang_cpu_env.sh (sglang==0.5.23 --no-deps plus its few import-time packages)"
+)
+# Env vars the derivation reads; set from the rank's env for the duration of a derivation only.
+ENGINE_ENV = (
+    "SGLANG_PP_LAYER_PARTITION",
+    "SGLANG_MAMBA_CONV_DTYPE",
+    "SGLANG_MAMBA_SSM_DTYPE",
+    "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",
+)
+# Large enough that neither the 2048..4096 estimate nor T // 2 binds: "the KV pool is not modelled".
+UNBOUNDED_TOKENS = 1 << 60
+# The pp_max_micro_batch_size rule as the scheduler writes it (see module docstring).
+MICRO_BATCH_RULE = re.compile(
+    r"max\(\s*self\.max_running_requests\s*//\s*get_parallel\(\)\.pp_size\s*,\s*1\s*\)"
+)
+# KVCacheConfigurator override sources -> the branch letters of spec section 6.
+BRANCHES = {
+    "mamba_pool.per_dp_shard": "A",
+    "mamba_pool.from_max_running_requests": "B",
+    "mamba_pool.memory_budget": "C",
+    "mamba_pool.memory_budget_spec": "C",
+}
+
+
+class SglangUnavailable(CheckerInputError):
+    """SGLang is not installed, not importable, or a version the checker does not support."""
+
+
+def installed_version() -> str | None:
+    """The installed SGLang's version from its metadata, without importing it (None: not installed)."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_version(version: str | None, *, best_effort: bool) -> str:
+    if version is None:
+        raise SglangUnavailable(
+            f"SGLang is not installed in this Python ({sys.executable}), and --engine sglang/both "
+            f"runs its code; {INSTALL_HINT}"
+        )
+    if version not in SUPPORTED_VERSIONS and not best_effort:
+        raise SglangUnavailable(
+            f"--engine sglang/both: installed SGLang {version} is not a supported version "
+            f"({', '.join(SUPPORTED_VERSIONS)}); install sglang=={SUPPORTED_VERSIONS[-1]}, or pass "
+            "--sglang-best-effort to try its code anyway"
+        )
+    return version
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """SGLang warns on import (no CUDA for AWQ/GGUF) and logs its resolution steps; none of it is ours."""
+    logger = logging.getLogger("sglang")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _process_env(env: Mapping[str, str], written: dict[str, str | None]) -> Iterator[None]:
+    """The rank's SGLang env vars in os.environ while SGLang runs; the whole environ restored after.
+
+    SGLang reads these through os.environ (``envs.X.get()``, ``os.getenv``), and its resolution WRITES
+    some (``--mamba-ssm-dtype`` becomes SGLANG_MAMBA_SSM_DTYPE, read later by the state dtype): what it
+    wrote is recorded in ``written`` and replayed in every later scope, as in the server's process.
+    """
+    saved = dict(os.environ)
+    for key in ENGINE_ENV:
+        if env.get(key) is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = env[key]
+    for key, value in written.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        after = dict(os.environ)
+        for key in before.keys() | after.keys():
+            if before.get(key) != after.get(key):
+                written[key] = after.get(key)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _import_api() -> types.SimpleNamespace:
+    """Import exactly the SGLang pieces the engine calls; a failure names the missing module."""
+    try:
+        with _quiet():
+            mamba_hook = importlib.import_module("sglang.srt.arg_groups.mamba_hook")
+            server_args = importlib.import_module("sglang.srt.server_args")
+            overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
+            runtime = importlib.import_module("sglang.srt.runtime_context")
+            dist_utils = importlib.import_module("sglang.srt.distributed.utils")
+            hybrid_arch = importlib.import_module("sglang.srt.configs.hybrid_arch")
+            mamba_utils = importlib.import_module("sglang.srt.configs.mamba_utils")
+            kv = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+            spec_info = importlib.import_module("sglang.srt.speculative.spec_info")
+            platforms = importlib.import_module("sglang.srt.platforms")
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise SglangUnavailable(
+            f"--engine sglang/both: SGLang is installed but does not import here (missing {missing!r}); "
+            f"{INSTALL_HINT}"
+        ) from None
+    except Exception as exc:  # a broken install: still one line, never a traceback
+        raise SglangUnavailable(
+            f"--engine sglang/both: importing SGLang failed ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+        ) from None
+    return types.SimpleNamespace(
+        mamba_hook=mamba_hook,
+        ServerArgs=server_args.ServerArgs,
+        resolution_result=overrides.resolution_result,
+        model_config_of=overrides.model_config_of,
+        runtime=runtime,
+        get_pp_indices=dist_utils.get_pp_indices,
+        mambaish_config=hybrid_arch.mambaish_config,
+        hybrid_gdn_config=hybrid_arch.hybrid_gdn_config,
+        hybrid_kda_config=hybrid_arch.hybrid_kda_config,
+        BaseLinearStateParams=mamba_utils.BaseLinearStateParams,
+        Mamba2StateDType=mamba_utils.Mamba2StateDType,
+        KVCacheConfigurator=kv.KVCacheConfigurator,
+        pp_local_per_request_bytes=kv._pp_local_per_request_bytes,
+        SpeculativeAlgorithm=spec_info.SpeculativeAlgorithm,
+        get_platform=getattr(platforms, "get_platform", None),
+    )
+
+
+def _check_micro_batch_rule() -> None:
+    """The one rule we cannot call: make sure the installed scheduler still says what we apply."""
+    spec = importlib.util.find_spec("sglang.srt.managers.scheduler")
+    text = Path(spec.origin).read_text() if spec and spec.origin else ""
+    if not MICRO_BATCH_RULE.search(text):
+        raise SglangUnavailable(
+            "--engine sglang/both: the installed SGLang's scheduler no longer derives "
+            "pp_max_micro_batch_size as max(max_running_requests // pp_size, 1); this checker cannot "
+            "model it"
+        )
+
+
+class SglangEngine:
+    name = "sglang"
+
+    def __init__(self, *, best_effort: bool = False) -> None:
+        self.version: str | None = check_version(installed_version(), best_effort=best_effort)
+        self.api = _import_api()
+        _check_micro_batch_rule()
+        self._platform_is_gpu = self._detect_gpu_platform()
+
+    def _detect_gpu_platform(self) -> bool:
+        try:
+            p = self.api.get_platform()
+            return bool(p.is_cuda or p.is_hip or p.is_musa or p.is_npu or p.is_xpu)
+        except Exception:
+            return False
+
+    @contextlib.contextmanager
+    def _gpu_platform(self) -> Iterator[None]:
+        """On a CPU host, answer SGLang's extra-buffer platform question as the deployment's GPU would."""
+        if self._platform_is_gpu:
+            yield
+            return
+        hook = self.api.mamba_hook
+        original = hook._platform_supports_mamba_cache_extra_buffer
+        hook._platform_supports_mamba_cache_extra_buffer = lambda: True
+        try:
+            yield
+        finally:
+            hook._platform_supports_mamba_cache_extra_buffer = original
+
+    def prepare(
+        self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]
+    ) -> PreparedSglang:
+        if inputs.policy != "max-share":
+            raise FlagError(
+                f"--engine sglang runs SGLang's own code, which charges max-share only; --policy "
+                f"{inputs.policy} is a checker what-if (use --engine builtin for it)"
+            )
+        return PreparedSglang(self, inputs, source, dict(env))
+
+
+# ------------------------------------------------------------------------------------------------------
+# The model: a config.json SGLang builds everything from, or the checker's geometry for presets/specs
+# ------------------------------------------------------------------------------------------------------
+
+
+def _carrier_config(inputs: CapacityInputs) -> dict[str, Any]:
+    """A Qwen3-Next config.json with the preset's layer count: drives only SGLang's argument resolution."""
+    g = inputs.geometry
+    cfg: dict[str, Any] = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "num_hidden_layers": g.num_hidden_layers,
+        "full_attention_interval": 4,
+    }
+    ctx = inputs.context_len or g.context_len
+    if ctx:
+        cfg["max_position_embeddings"] = ctx
+    return cfg
+
+
+class _CheckerStateParams:
+    """The checker's geometry with SGLang's own ``mamba_cache_per_req`` arithmetic (presets, specs)."""
+
+    def __init__(self, api: types.SimpleNamespace, inputs: CapacityInputs) -> None:
+        import torch
+
+        g = inputs.geometry
+        self.layers = list(g.linear_layer_ids)
+        self.shape = types.SimpleNamespace(conv=[tuple(s) for s in g.conv_shapes],
+                                           temporal=tuple(g.temporal_shape))
+        self.dtype = api.Mamba2StateDType(conv=getattr(torch, g.conv_dtype),
+                                          temporal=getattr(torch, g.temporal_dtype))
+
+    mamba_cache_per_req = property(lambda self: _SGLANG_PER_REQ(self))
+
+
+_SGLANG_PER_REQ: Any = None  # BaseLinearStateParams.mamba_cache_per_req.fget, bound on first use
+
+
+class _CheckerMambaConfig:
+    """Stand-in for a model config class: only ``mamba2_cache_params`` is read by the sizing."""
+
+    def __init__(self, params: _CheckerStateParams) -> None:
+        self.mamba2_cache_params = params
+
+
+def _map_error(phase: str, exc: BaseException) -> CheckerInputError:
+    """SGLang's own refusal, as one line naming the phase (which says what the user should change)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    cls = {"config": ConfigError, "layout": LayoutError, "resolve": FlagError, "pool": BudgetError}[phase]
+    what = {
+        "config": "rejects the model config",
+        "layout": "rejects the layer partition",
+        "resolve": "rejects the flags",
+        "pool": "cannot size the state pool",
+    }[phase]
+    return cls(f"SGLang {what}: {type(exc).__name__}: {text}")
+
+
+@dataclass
+class _Frame:
+    """Locals of ``_handle_max_mamba_cache`` captured when it returns or raises."""
+
+    values: dict[str, Any]
+
+
+@contextlib.contextmanager
+def _capture_locals(code: types.CodeType) -> Iterator[_Frame]:
+    """Read a function's locals at its return, via the profiler hook (no change to its code)."""
+    frame = _Frame({})
+    previous = sys.getprofile()
+
+    def hook(f: types.FrameType, event: str, arg: Any) -> None:
+        if event == "return" and f.f_code is code:
+            frame.values = dict(f.f_locals)
+
+    sys.setprofile(hook)
+    try:
+        yield frame
+    finally:
+        sys.setprofile(previous)
+
+
+class PreparedSglang:
+    """One rank's inputs resolved by SGLang once; :meth:`derive` is cheap (a budget search re-uses it)."""
+
+    def __init__(self, engine: SglangEngine, inputs: CapacityInputs, source: ModelSource,
+                 env: dict[str, str]) -> None:
+        self.engine, self.api, self.inputs, self.env = engine, engine.api, inputs, env
+        self.written_env: dict[str, str | None] = {}
+        self._tmp = tempfile.TemporaryDirectory(prefix="checker-sglang-")
+        hf = self._hf_config(source)
+        self.from_config = hf is not None
+        Path(self._tmp.name, "config.json").write_text(json.dumps(hf or _carrier_config(inputs)))
+        with self._scope(activate=False):
+            self.server_args = self._resolve(source)
+            try:
+                self.context = self.api.runtime.create_context(self.server_args, role="scheduler")
+            except Exception as exc:
+                raise _map_error("resolve", exc) from None
+        with self._scope():
+            self._build_model()
+
+    # -- scopes ------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _scope(self, *, activate: bool = True) -> Iterator[None]:
+        with _quiet(), _process_env(self.env, self.written_env), self.engine._gpu_platform():
+            if not activate:
+                yield
+                return
+            with self.api.runtime.use_context(self.context):
+                yield
+
+    # -- building ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _hf_config(source: ModelSource) -> dict[str, Any] | None:
+        if source.model_config is None:
+            return None
+        data = read_json(source.model_config)
+        return None if "linear_layer_ids" in data else data
+
+    def _resolve(self, source: ModelSource):
+        i = self.inputs
+        kwargs: dict[str, Any] = dict(
+            model_path=self._tmp.name,
+            device="cuda",  # the deployment's device; nothing is allocated
+            skip_tokenizer_init=True,
+            tp_size=i.tp_size * i.dp_size,  # the checker's tp is the attention-TP width
+            attn_dp_size=i.dp_size,
+            pp_size=i.pp_size,
+            page_size=i.page_size,
+            mamba_full_memory_ratio=i.mamba_full_memory_ratio,
+            mamba_radix_cache_strategy=i.mamba_radix_cache_strategy,
+            disable_radix_cache=i.disable_radix_cache,
+            disable_overlap_schedule=i.disable_overlap_schedule,
+            max_running_requests=i.max_running_requests,
+            max_mamba_cache_size=i.max_mamba_cache_size,
+            speculative_num_draft_tokens=i.speculative_num_draft_tokens,
+            pp_max_micro_batch_size=i.pp_max_micro_batch_size,
+            context_length=i.context_len,
+        )
+        if source.mamba_ssm_dtype is not None:
+            # The checker's flag takes short spellings (bf16); SGLang's own flag would refuse them in
+            # argparse, so what a deployment can run is the canonical name.
+            kwargs["mamba_ssm_dtype"] = canonical_dtype(source.mamba_ssm_dtype, source="--mamba-ssm-dtype")
+        try:
+            server_args = self.api.ServerArgs(**kwargs)
+            server_args.resolve_once()
+        except Exception as exc:
+            raise _map_error("resolve", exc) from None
+        return server_args
+
+    def _build_model(self) -> None:
+        api = self.api
+        try:
+            self.model_config = api.model_config_of(self.server_args)
+            mamba = api.mambaish_config(self.model_config)
+            if mamba is None:
+                raise ValueError("SGLang does not treat this model as a hybrid (mamba-ish) model")
+            if not self.from_config:
+                global _SGLANG_PER_REQ
+                _SGLANG_PER_REQ = api.BaseLinearStateParams.mamba_cache_per_req.fget
+                mamba = _CheckerMambaConfig(_CheckerStateParams(api, self.inputs))
+            self.mamba = mamba
+            self.params = mamba.mamba2_cache_params  # reads the published attention-TP width
+        except CheckerInputError:
+            raise
+        except Exception as exc:
+            raise _map_error("config", exc) from None
+        rt = api.runtime
+        parallel = rt.get_parallel()
+        self.pp_size = int(parallel.pp_size)
+        self.attn_dp_size = int(parallel.attn_dp_size)
+        self.user_micro = parallel.pp_max_micro_batch_size
+        self.draft_tokens = rt.get_spec().speculative_num_draft_tokens
+        cls = api.KVCacheConfigurator
+        c = object.__new__(cls)  # the real class; only the slots its sizing methods read are filled
+        c.model_config = self.model_config
+        c.mambaish_config = mamba
+        c.hybrid_gdn_config = api.hybrid_gdn_config(self.model_config) if self.from_config else None
+        c.hybrid_kda_config = api.hybrid_kda_config(self.model_config) if self.from_config else None
+        c.pp_size = self.pp_size
+        c.attn_dp_size = self.attn_dp_size
+        algo = api.SpeculativeAlgorithm
+        c.spec_algorithm = algo.EAGLE if self.draft_tokens else algo.NONE
+        c.extra_mamba_cache_bytes_per_req = self.inputs.geometry.extra_per_slot_bytes if not \
+            self.from_config else _field_default(cls, "extra_mamba_cache_bytes_per_req")
+        c.spec_aux_config = None
+        c.is_hybrid_swa = bool(self.model_config.is_hybrid_swa)
+        c.is_draft_worker = False
+        self.configurator = c
+
+    # -- deriving ----------------------------------------------------------------------------------------
+
+    def derive(self, pp_rank: int, budget_gib: float | None = None) -> StageCapacity:
+        i = self.inputs
+        rest = i.budget_gib if budget_gib is None else budget_gib
+        api, c = self.api, self.configurator
+        L = int(self.model_config.num_hidden_layers)
+        with self._scope():
+            try:
+                start, end = api.get_pp_indices(L, pp_rank, self.pp_size)
+            except Exception as exc:
+                raise _map_error("layout", exc) from None
+            schedule = api.runtime.get_schedule()
+            # SGLang writes K into the published schedule bag; a scoped override puts the user's value
+            # back afterwards so the next derivation (another stage, another budget) starts clean.
+            with schedule.override(max_mamba_cache_size=schedule.max_mamba_cache_size):
+                log_before = len(self.context.overrides_log())
+                handle = type(c)._handle_max_mamba_cache
+                try:
+                    with _capture_locals(handle.__code__) as frame:
+                        kv_left = c._handle_max_mamba_cache(rest)
+                    K = int(schedule.max_mamba_cache_size)
+                    ratio = int(c._calculate_mamba_ratio())
+                    if kv_left <= 0:  # _profile_available_bytes refuses this next (see docstring)
+                        raise RuntimeError(
+                            f"the state pool leaves {kv_left:.3f} GB for the KV cache (rest <= 0)")
+                    T = i.token_capacity if i.token_capacity is not None else UNBOUNDED_TOKENS
+                    n = int(c.resolve_max_num_reqs(T))
+                except AssertionError as exc:
+                    raise _map_error("resolve", exc) from None
+                except Exception as exc:
+                    raise _map_error("pool", exc) from None
+                sources = [s for s, _ in self.context.overrides_log()[log_before:]]
+        loc = frame.values
+        branch = next((BRANCHES[s] for s in reversed(sources) if s in BRANCHES), "?")
+        micro = self.user_micro or max(n // self.pp_size, 1)
+        layers = list(self.params.layers)
+        per_req = int(self.params.mamba_cache_per_req)
+        spr = int(loc["stage_per_req"])
+        stage_layers = sum(1 for x in layers if start <= x < end)
+        D = self.draft_tokens or 0
+        if "intermediate_size" in loc:
+            intermediate = int(loc["intermediate_size"])
+        else:
+            intermediate = 0
+        per_layer = per_req // len(layers) if layers else 0
+        return StageCapacity(
+            pp_rank=pp_rank,
+            start_layer=int(start),
+            end_layer=int(end),
+            stage_linear_layers=stage_layers,
+            max_stage_linear_layers=int(loc["max_stage_mamba_layers"]),
+            total_linear_layers=len(layers),
+            scale=float(loc["pp_layer_scale"]),
+            per_req_bytes=per_req,
+            stage_per_req_bytes=spr,
+            extra_per_slot_bytes=int(loc.get("extra_per_slot", 0)),
+            slots_per_request=ratio,
+            own_state_bytes_per_slot=int(api.pp_local_per_request_bytes(per_req, layers, start, end))
+            if layers and per_req % len(layers) == 0 else per_layer * stage_layers,
+            branch=branch,
+            max_mamba_cache_size=K,
+            intermediate_state_bytes=intermediate if D else 0,
+            kv_budget_gib=float(kv_left),
+            max_running_requests=n,
+            pp_max_micro_batch_size=int(micro),
+        )
+
+    def stage_bounds(self) -> list[tuple[int, int]]:
+        L = int(self.model_config.num_hidden_layers)
+        with self._scope():
+            return [tuple(self.api.get_pp_indices(L, k, self.pp_size)) for k in range(self.pp_size)]
+
+    def describe(self) -> dict[str, object]:
+        """What SGLang resolved (for reports): the values a user would otherwise have to guess."""
+        r = self.api.resolution_result
+        sa = self.server_args
+        p = self.params
+        return {
+            "sglang_version": self.engine.version,
+            "geometry_from": "sglang config class" if self.from_config else "checker (preset/spec)",
+            "platform_stand_in": not self.engine._platform_is_gpu,
+            "mamba_radix_cache_strategy": r(sa, "mamba_radix_cache_strategy", None),
+            "disable_overlap_schedule": r(sa, "disable_overlap_schedule", None),
+            "page_size": r(sa, "page_size", None),
+            "num_hidden_layers": int(self.model_config.num_hidden_layers),
+            "num_linear_layers": len(p.layers),
+            "conv_shapes": [list(s) for s in p.shape.conv],
+            "temporal_shape": list(p.shape.temporal),
+            "conv_dtype": str(p.dtype.conv).removeprefix("torch."),
+            "temporal_dtype": str(p.dtype.temporal).removeprefix("torch."),
+            "per_req_bytes": int(p.mamba_cache_per_req),
+        }
+
+
+def _field_default(cls: type, name: str) -> Any:
+    import dataclasses
+
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.default
+    raise AttributeError(name)
+
+
+
