@@ -10,7 +10,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from checker.core.sizing import CHECKED_VALUES
-from checker.dist.wire import MISSING, RankRow
+from checker.dist.wire import MISSING, STATUS_DRIFT, RankRow
 from checker.tables import fmt_int, format_table, mark, outliers
 from checker.verdict import Verdict, rank_ranges
 
@@ -19,6 +19,7 @@ HEADLINE = {
     "divergent": "DIVERGENT",
     "error": "ERROR",
     "infrastructure_failure": "INFRASTRUCTURE FAILURE",
+    "model_drift": "MODEL DRIFT",
 }
 
 
@@ -34,7 +35,7 @@ def rank_dict(row: RankRow) -> dict[str, object]:
         "local_rank": row.local_rank,
         "pp_rank": row.pp_rank,
         "tp_rank": row.tp_rank,
-        "status": "ok" if row.status == 0 else "error",
+        "status": "ok" if row.status == 0 else "model_drift" if row.status == STATUS_DRIFT else "error",
         "error": row.error or None,
     }
     for name in (
@@ -180,7 +181,7 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
     for name in CHECKED_VALUES:
         case = ET.SubElement(suite, "testcase", classname="checker.consistency", name=name)
         cases.append(case)
-        if verdict.status in ("error", "infrastructure_failure"):
+        if verdict.status in ("error", "infrastructure_failure", "model_drift"):
             msg = "; ".join(verdict.errors) or verdict.infrastructure_detail
             ET.SubElement(case, "error", message=f"{verdict.status}: {msg}"[:1000])
         elif name in verdict.divergent:

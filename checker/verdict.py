@@ -11,10 +11,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from checker.core.sizing import CHECKED_VALUES
-from checker.dist.wire import ENV_INPUTS, STATUS_OK, VALUE_BYTES, RankRow
+from checker.dist.wire import ENV_INPUTS, STATUS_DRIFT, STATUS_OK, VALUE_BYTES, RankRow
 from checker.tables import outliers
 
-EXIT_CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3}
+# model_drift: --engine both found the builtin model and the installed SGLang deriving different values.
+EXIT_CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3, "model_drift": 4}
 EFFICIENCY_WARN_BELOW = 0.5
 
 
@@ -80,7 +81,7 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
         value = g[0].inputs.get(name)
         if name in ENV_INPUTS:
             parts.append(f"{who} leave it unset" if value is None else f"{who} set {name}={_show(value)}")
-        elif name in ("checker_version", "torch_version"):
+        elif name in ("checker_version", "torch_version", "sglang_version"):
             parts.append(f"{who} run {name.removesuffix('_version')} {_show(value)}")
         elif name == "model":
             parts.append(f"{who} load {_show(value)}")
@@ -147,7 +148,16 @@ def decide(
     v.differing_inputs = differing_inputs(rows)
     v.root_causes = [explain_input(n, rows) for n in v.differing_inputs]
 
-    failed = [r for r in rows if r.status != STATUS_OK]
+    failed = [r for r in rows if r.status not in (STATUS_OK, STATUS_DRIFT)]
+    drifted = [r for r in rows if r.status == STATUS_DRIFT]
+    if drifted and not failed:
+        # Before divergence: when the model is wrong, its verdict on stage agreement is not evidence.
+        v.status = "model_drift"
+        by_drift: dict[str, list[int]] = defaultdict(list)
+        for r in drifted:
+            by_drift[r.error].append(r.rank)
+        v.errors = [f"{rank_ranges(rs)}: {msg}" for msg, rs in by_drift.items()]
+        return v
     if failed:
         v.status = "error"
         by_msg: dict[str, list[int]] = defaultdict(list)

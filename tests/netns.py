@@ -70,9 +70,9 @@ class Node:
 
 @dataclass
 class Agent:
-    """One ``launchers/torchrun.sh`` started inside a node's namespace, in its own session."""
+    """One launcher (``launchers/torchrun.sh`` in a node's namespace, or a recipe) in its own session."""
 
-    node: Node
+    node: Node | None
     proc: subprocess.Popen[bytes]
     log: Path
     started: float
@@ -107,27 +107,32 @@ class NodePair:
     def endpoint(self) -> str:
         return f"{self.nodes[0].addr}:{RDZV_PORT}"
 
+    def node_env(self, index: int) -> dict[str, str]:
+        """What tells a node apart from its twin: its name in reports, its interface for gloo."""
+        node = self.nodes[index]
+        # gloo picks its interface from the hostname otherwise, which resolves to loopback here.
+        return {"GLOO_SOCKET_IFNAME": node.dev, "CHECKER_HOSTNAME": node.hostname}
+
     def launch(self, index: int, checker_args: list[str], *, log_dir: Path, nproc: int = 2,
                rdzv_conf: str = "join_timeout=30", env: Mapping[str, str] | None = None) -> Agent:
         """Start node ``index``'s agent exactly as a user would: the recipe's knobs, then checker args."""
         node = self.nodes[index]
-        e = {k: v for k, v in os.environ.items() if not _LEAKY.match(k)}
-        e.update(
+        knobs = dict(
             NNODES=str(len(self.nodes)), NPROC_PER_NODE=str(nproc), NODE_RANK=str(index),
             RDZV_ENDPOINT=self.endpoint, RDZV_ID=f"pair-{self.tag}", LOCAL_ADDR=node.addr, BACKEND="gloo",
-            RDZV_CONF=rdzv_conf,
-            # gloo picks its interface from the hostname otherwise, which resolves to loopback here.
-            GLOO_SOCKET_IFNAME=node.dev, CHECKER_HOSTNAME=node.hostname,
-            OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-            # A frozen worker ignores torchrun's SIGTERM: SIGKILL it after 3 s, not the default 30 s.
-            TORCH_ELASTIC_SHUTDOWN_TIMEOUT="3",
+            RDZV_CONF=rdzv_conf, **self.node_env(index),
         )
-        e.update(env or {})
-        log = log_dir / f"node{index}.log"
+        return self.spawn([*node.exec_prefix(), "bash", str(TORCHRUN_SH), *checker_args],
+                          env={**knobs, **(env or {})}, log=log_dir / f"node{index}.log", node=node)
+
+    def spawn(self, cmd: list[str], *, env: Mapping[str, str], log: Path, node: Node | None = None) -> Agent:
+        """Start ``cmd`` in its own session with a clean environment plus ``env``; killed at teardown."""
+        e = {k: v for k, v in os.environ.items() if not _LEAKY.match(k)}
+        e.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        e.update(env)
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [*node.exec_prefix(), "bash", str(TORCHRUN_SH), *checker_args],
-                cwd=REPO_ROOT, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cmd, cwd=REPO_ROOT, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,  # one process group to kill; torchrun puts each worker in its own
             )
         agent = Agent(node=node, proc=proc, log=log, started=time.monotonic())
@@ -140,7 +145,7 @@ class NodePair:
 
 
 def _worker_tag() -> str:
-    return os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @contextmanager
@@ -262,8 +267,11 @@ class RankProc:
     pid: int
     seen: float
     """When the watch first saw the process (it polls every ``interval_s``)."""
+    run_id: str = ""
+    """TORCHELASTIC_RUN_ID: the rendezvous id the launcher passed."""
     ended: float | None = None
-    stopped_seen: bool = False
+    stopped_at: float | None = None
+    """When the watch first saw it in state T (SIGSTOPped)."""
 
     @property
     def lifetime_s(self) -> float | None:
@@ -293,7 +301,7 @@ class RankWatch:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def _rank_of(self, pid: int) -> int | None:
+    def _rank_of(self, pid: int) -> tuple[int, str] | None:
         try:
             raw = Path(f"/proc/{pid}/environ").read_bytes()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -302,8 +310,8 @@ class RankWatch:
         if b"checker" not in cmd or b"-m" not in cmd:
             return None
         env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-        rank = env.get(b"RANK")
-        return int(rank) if rank is not None and b"TORCHELASTIC_RUN_ID" in env else None
+        rank, run_id = env.get(b"RANK"), env.get(b"TORCHELASTIC_RUN_ID")
+        return None if rank is None or run_id is None else (int(rank), run_id.decode())
 
     def poll(self) -> None:
         now = time.monotonic()
@@ -312,10 +320,14 @@ class RankWatch:
             live.add(pid)
             # Until a pid is known as a rank, look again: torchrun forks before it execs the worker.
             if self._pids.get(pid) is None:
-                self._pids[pid] = rank = self._rank_of(pid)
-                if rank is not None:
+                found = self._rank_of(pid)
+                if found is not None:
+                    self._pids[pid] = found[0]
                     with self._lock:
-                        self.ranks.setdefault(rank, RankProc(rank=rank, node=node, pid=pid, seen=now))
+                        self.ranks.setdefault(found[0], RankProc(rank=found[0], node=node, pid=pid,
+                                                                 seen=now, run_id=found[1]))
+                else:
+                    self._pids[pid] = None
         with self._lock:
             for rp in self.ranks.values():
                 if rp.ended is not None:
@@ -323,8 +335,8 @@ class RankWatch:
                 state = _state(rp.pid) if rp.pid in live else None
                 if state in (None, "Z", "X"):
                     rp.ended = now
-                elif state == "T":
-                    rp.stopped_seen = True
+                elif state == "T" and rp.stopped_at is None:
+                    rp.stopped_at = now
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -12,7 +12,7 @@ import pytest
 from harness import requires_gpu, run_world
 
 KIMI = ["--model", "kimi-k3", "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
-FAST = ["--timeout-s", "20"]
+FAST = ["--timeout-s", "60"]  # generous: ranks start slowly when the suite loads both cores
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4, 8])
@@ -128,11 +128,12 @@ def test_lost_rank_ends_in_infrastructure_failure(tmp_path, action):
     timeout_s = 6
     t0 = time.monotonic()
     res = run_world(["check", *KIMI, "--timeout-s", str(timeout_s)], world_size=3, tmp_path=tmp_path,
-                    env={"CHECKER_INJECT_FAULT": f"2:exchange:{action}"}, kill_after_s=timeout_s + 25)
+                    env={"CHECKER_INJECT_FAULT": f"2:exchange:{action}"}, kill_after_s=timeout_s + 40)
     survivors = [r for r in res.ranks if r.rank != 2]
     assert [r.returncode for r in survivors] == [3, 3], [r.stderr[-500:] for r in survivors]
-    # Bounded: well inside timeout + grace (process start and torch import included).
-    assert max(r.elapsed_s for r in survivors) < timeout_s + 15, time.monotonic() - t0
+    # Bounded: timeout + grace, plus process start and torch import (slow when the suite loads both
+    # cores). Without the bound the survivors would wait for the hung rank forever (until killed).
+    assert max(r.elapsed_s for r in survivors) < timeout_s + 25, time.monotonic() - t0
     rep = res.report()
     assert rep["status"] == "infrastructure_failure"
     assert rep["missing_ranks"] == [2]

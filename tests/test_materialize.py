@@ -40,7 +40,7 @@ LAYOUTS = {1: (1, 1), 2: (2, 1), 3: (3, 1), 4: (2, 2)}
 """world_size -> (pp_size, tp_size)."""
 WORLD_ALLOC_LIMIT = 2**29
 """Real bytes one test may allocate in all ranks together (0.5 GiB)."""
-FAST = ["--timeout-s", "30"]
+FAST = ["--timeout-s", "60"]  # generous: ranks start slowly when the suite loads both cores
 SPEC_D = 2
 
 

@@ -6,7 +6,8 @@
 
 Each rank derives its stage's capacity locally (no collective, as SGLang does), then every rank joins
 two fixed-size int64 all-gathers and decides the same verdict: exit 0 consistent, 1 divergent, 2 error,
-3 infrastructure failure. torchrun turns any non-zero exit into 1: read ``status`` from --report.
+3 infrastructure failure, 4 model drift (``--engine both``: the builtin model and the installed SGLang
+derive different values). torchrun turns any non-zero exit into 1: read ``status`` from --report.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import time
 
 from checker import __version__
 from checker.core.errors import CheckerInputError, LayoutError
-from checker.core.sizing import derive_stage
 from checker.dist.launch_env import RankEnv
-from checker.dist.wire import MISSING, STATUS_INTERNAL, STATUS_OK, RankRow, input_text
+from checker.dist.wire import MISSING, STATUS_DRIFT, STATUS_INTERNAL, STATUS_OK, RankRow, input_text
+from checker.engines import add_engine_args
 from checker.options import (
     DEFAULT_BUDGET_GIB,
     add_flag_args,
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_args(parser)
     add_layout_args(parser, pp_default=None)
     add_flag_args(parser)
+    add_engine_args(parser)
     add_preflight_args(parser)
 
 
@@ -338,6 +340,7 @@ def _derive_row(args, env: RankEnv, *, status: int, error: str, pp_size: int, pp
     inputs.update(env_inputs(os.environ))
     inputs["checker_version"] = __version__
     inputs["torch_version"] = torch_version
+    inputs["sglang_version"] = None  # set below when an engine runs SGLang's code
     inputs["model"] = args.model_config or args.model or "kimi-k3"
     if args.budget_from_device:
         source = f"device free x {args.mem_fraction_static:g}" + (
@@ -364,22 +367,37 @@ def _derive_row(args, env: RankEnv, *, status: int, error: str, pp_size: int, pp
             geo = json.dumps(cap_inputs.geometry.describe(), sort_keys=True)
             inputs["model"] = (f"{cap_inputs.geometry.name} "
                                f"#{hashlib.blake2b(geo.encode(), digest_size=4).hexdigest()}")
-            stage = derive_stage(cap_inputs, pp_rank)
+            from checker.engines.drift import drift_summary, prepare_from_args
+
+            engines = prepare_from_args(args, cap_inputs)
+            inputs["sglang_version"] = engines.sglang_version
+            stage, drifts = engines.derive(pp_rank)
+            if stage is None:  # the builtin refused what SGLang derives: only the drift to report
+                status, error = STATUS_DRIFT, drift_summary(drifts)
+                raise _Drifted
             for name in ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size",
                          "start_layer", "end_layer", "stage_linear_layers", "max_stage_linear_layers",
                          "stage_per_req_bytes", "slots_per_request"):
                 ints[name] = getattr(stage, name)
             ints["state_allocated_bytes"] = stage.state_allocated_bytes
             ints["state_charged_bytes"] = stage.state_charged_bytes
-            if getattr(args, "materialize", False):
+            if drifts:
+                status, error = STATUS_DRIFT, drift_summary(drifts)
+            elif getattr(args, "materialize", False):
                 status, error = _materialize(args, env, cap_inputs, stage, ints, device=device,
                                              deadline=deadline, timings=timings)
+        except _Drifted:
+            pass
         except CheckerInputError as exc:
             status, error = exc.code, str(exc)
         except Exception as exc:  # a bug or a broken environment: still join, still report
             status, error = STATUS_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
     ints["status"] = status
     return RankRow(ints=ints, host=env.host, error=error, inputs=inputs)
+
+
+class _Drifted(Exception):
+    """Leaves the derivation early with the drift status already set (no values to fill in)."""
 
 
 def _materialize(args, env: RankEnv, cap_inputs, stage, ints: dict[str, int], *, device,

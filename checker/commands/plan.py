@@ -25,7 +25,9 @@ from checker import __version__
 from checker.core.errors import BudgetError, FlagError
 from checker.core.partition import PARTITION_ENV
 from checker.core.planning import MinBudget, SuggestedPartition, min_budget, suggest_partition
-from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity, derive_all
+from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity
+from checker.engines import add_engine_args
+from checker.engines.drift import EXIT_MODEL_DRIFT, Drift, drift_lines, engine_mode, prepare_from_args
 from checker.options import add_flag_args, add_layout_args, add_model_args, inputs_from_args, positive_int
 from checker.tables import fmt_bytes, fmt_int, format_table
 
@@ -77,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"each stage holds floor(L/P) - S to ceil(L/P) + S layers, at least 1 (default {DEFAULT_SLACK})",
     )
+    add_engine_args(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
@@ -121,9 +124,12 @@ def run_target(args: argparse.Namespace) -> int:
         )
     if args.partition_slack is not None:
         raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
-    policies = (args.policy,) if args.policy else POLICIES
+    # SGLang ships max-share only: with its engine the default is that one policy, not all three.
+    policies = (args.policy,) if args.policy else POLICIES if engine_mode(args) == "builtin" else (
+        "max-share",)
     target = args.target_max_running_requests
     results = [min_budget(inputs_from_args(args, policy=p), target, policy=p) for p in policies]
+    results, drifts, sglang_version = _engine_min_budgets(args, results)
     inputs = inputs_from_args(args, policy=policies[0])
     if args.format == "json":
         described = inputs.describe()
@@ -134,6 +140,7 @@ def run_target(args: argparse.Namespace) -> int:
             "geometry": inputs.geometry.describe(),
             "target_max_running_requests": target,
             "min_budget_gib": {r.policy: r.budget_gib for r in results},
+            **_engine_doc(args, sglang_version, drifts),
             "policies": {
                 r.policy: {
                     "min_budget_gib": r.budget_gib,
@@ -149,7 +156,7 @@ def run_target(args: argparse.Namespace) -> int:
         }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_MODEL_DRIFT if drifts else 0
     print(header(inputs))
     if inputs.partition_env and inputs.pp_size > 1:
         print(f"{PARTITION_ENV}={inputs.partition_env}")
@@ -169,17 +176,69 @@ def run_target(args: argparse.Namespace) -> int:
     ))
     if any(len({getattr(s, n) for s in r.stages}) > 1 for r in results for n in CHECKED_VALUES):
         print("\n* differs across stages (own-share): the lowest stage is the one the target binds")
-    return 0
+    return _print_engine(args, sglang_version, drifts)
+
+
+def _engine_min_budgets(args: argparse.Namespace, results: list[MinBudget]
+                        ) -> tuple[list[MinBudget], list[Drift], str | None]:
+    """--engine sglang: SGLang's own boundary replaces the builtin's; both: the differences."""
+    if engine_mode(args) == "builtin":
+        return results, [], None
+    from checker.engines.planning import engine_min_budget, min_budget_drift
+
+    out: list[MinBudget] = []
+    drifts: list[Drift] = []
+    version = None
+    for r in results:
+        inputs = inputs_from_args(args, policy=r.policy)
+        engines = prepare_from_args(args, inputs)
+        version = engines.sglang_version
+        if engine_mode(args) == "sglang":
+            out.append(engine_min_budget(engines.primary, inputs.pp_size, r))
+            continue
+        out.append(r)
+        if engines.shadow is None:
+            drifts.append(Drift(-1, "outcome", "derives values", f"error ({engines.shadow_error})"))
+        else:
+            drifts += min_budget_drift(r, engine_min_budget(engines.shadow, inputs.pp_size, r),
+                                       engines.shadow)
+    return out, drifts, version
+
+
+def _engine_doc(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> dict[str, object]:
+    return {"engine": engine_mode(args), "sglang_version": version, "drift": [vars(d) for d in drifts]}
+
+
+def _print_engine(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> int:
+    mode = engine_mode(args)
+    if mode == "sglang":
+        print(f"\nengine: SGLang {version}'s own sizing code derived every value above")
+    elif mode == "both" and not drifts:
+        print(f"\nengines agree: the builtin model and SGLang {version} give the same answers")
+    elif drifts:
+        print()
+        for line in drift_lines(drifts, sglang_version=version):
+            print(line)
+    return EXIT_MODEL_DRIFT if drifts else 0
 
 
 # --- mode 2: the partition with the fewest linear layers on the busiest stage -------------------------
 
 
-def _derive_or_error(inputs: CapacityInputs) -> tuple[list[StageCapacity] | None, str | None]:
+def _derive_or_error(args: argparse.Namespace, inputs: CapacityInputs, drifts: list[Drift]
+                     ) -> tuple[list[StageCapacity] | None, str | None, str | None]:
+    """The chosen engine's stages (the builtin's under both; its drift findings join ``drifts``), the
+    error when they do not boot, and the SGLang version that ran (None for builtin)."""
+    engines = prepare_from_args(args, inputs)
     try:
-        return derive_all(inputs), None
+        stages, found = engines.derive_all(inputs.pp_size)
     except BudgetError as exc:
-        return None, str(exc)
+        return None, str(exc), engines.sglang_version
+    drifts += found
+    if stages is None:
+        return None, "the builtin model refuses a stage SGLang derives (see the drift findings)", \
+            engines.sglang_version
+    return stages, None, engines.sglang_version
 
 
 def _partition_doc(parts: tuple[int, ...], counts: list[int], stages: list[StageCapacity] | None,
@@ -205,10 +264,11 @@ def run_partition(args: argparse.Namespace) -> int:
         pp_size=base.pp_size, slack=slack,
     )
     suggested_inputs = replace(base, partition_env=plan.env)
-    suggested, error = _derive_or_error(suggested_inputs)
-    if suggested is None:
+    drifts: list[Drift] = []
+    suggested, error, version = _derive_or_error(args, suggested_inputs, drifts)
+    if suggested is None and not drifts:
         raise BudgetError(f"the suggested partition {plan.env} does not boot: {error}")
-    default, default_error = _derive_or_error(base)
+    default, default_error, _ = _derive_or_error(args, base, drifts)
 
     if args.format == "json":
         doc = {
@@ -223,10 +283,11 @@ def run_partition(args: argparse.Namespace) -> int:
             "suggested": _partition_doc(plan.partition, plan.stage_linear_layers, suggested, None),
             "default": _partition_doc(plan.default_partition, plan.default_stage_linear_layers,
                                       default, default_error),
+            **_engine_doc(args, version, drifts),
         }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_MODEL_DRIFT if drifts else 0
 
     print(header(base))
     print(f"policy {policy}; budget {base.budget_gib:g} GiB; each stage holds {plan.bounds.lower} to "
@@ -254,14 +315,14 @@ def run_partition(args: argparse.Namespace) -> int:
               f"({plan.largest_stage_linear_layers}); setting {PARTITION_ENV} changes nothing")
     elif default is None:
         print(f"the default split does not boot at this budget: {default_error}")
-    else:
+    elif suggested is not None:
         # The smallest stage pool is what binds (all stages agree under max-share).
         before = min(s.max_mamba_cache_size for s in default)
         after = min(s.max_mamba_cache_size for s in suggested)
         print(f"busiest stage {plan.default_largest_stage_linear_layers} -> "
               f"{plan.largest_stage_linear_layers} linear layers: max_mamba_cache_size {before} -> {after} "
               f"({(after - before) / before:+.1%}) under {policy}")
-    return 0
+    return _print_engine(args, version, drifts)
 
 
 def run(args: argparse.Namespace) -> int:

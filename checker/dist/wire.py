@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the sglang_version input
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384
@@ -29,6 +29,9 @@ UNSET = None
 STATUS_OK = 0
 STATUS_INTERNAL = 99
 """An unexpected exception on a rank (a bug, or a broken environment), still reported by every rank."""
+STATUS_DRIFT = 98
+"""``--engine both``: the builtin model and the installed SGLang derived different values on this rank
+(the row carries the builtin's values, the error text names the findings)."""
 
 # Integer slots of a row, in order. Adding a slot changes ROW_LEN; bump SCHEMA_VERSION with it.
 INT_FIELDS = (
@@ -62,6 +65,7 @@ INT_FIELDS = (
 INPUT_NAMES = (
     "checker_version",
     "torch_version",
+    "sglang_version",
     "model",
     "budget_gib",
     "budget_source",

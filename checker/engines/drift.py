@@ -42,7 +42,12 @@ class Drift:
     sglang: str
 
     def __str__(self) -> str:
-        return f"{self.value} on pp_rank {self.pp_rank}: builtin {self.builtin}, sglang {self.sglang}"
+        where = f" on pp_rank {self.pp_rank}" if self.pp_rank >= 0 else ""
+        return f"{self.value}{where}: builtin {self.builtin}, sglang {self.sglang}"
+
+    def text(self) -> str:
+        """Without the stage: a rank's row already says which stage it is (and equal findings group)."""
+        return f"{self.value}: builtin {self.builtin}, sglang {self.sglang}"
 
 
 def _value(stage: StageCapacity, name: str) -> str:
@@ -176,6 +181,6 @@ def drift_lines(drifts: Iterable[Drift], *, sglang_version: str | None) -> list[
 
 def drift_summary(drifts: list[Drift], *, limit: int = 3) -> str:
     """One line for a rank's error slot (fixed width on the wire): the first few findings."""
-    shown = "; ".join(str(d) for d in drifts[:limit])
+    shown = "; ".join(d.text() for d in drifts[:limit])
     more = f"; and {len(drifts) - limit} more" if len(drifts) > limit else ""
     return f"model drift: {shown}{more}"

@@ -43,7 +43,14 @@ Not callable standalone, so reproduced here (each one says where the SGLang code
   (``BaseLinearStateParams``); the resolution runs on a Qwen3-Next config.json with the same layer
   count and context length (every supported family resolves the strategy the same way).
 
-Only ``--policy max-share`` exists in SGLang; the other policies are the checker's what-ifs.
+The checker's own parts, before SGLang runs: input validation (``CapacityInputs``: a value the checker
+refuses never reaches SGLang), and ``--mamba-ssm-dtype`` spelling (``bf16`` is passed as ``bfloat16``:
+SGLang's own flag has argparse choices, so no deployment runs another spelling). Only ``--policy
+max-share`` exists in SGLang; the other policies are the checker's what-ifs.
+
+Process hygiene: the env vars SGLang's import sets (kernel-cache folders) are taken back out, the rank's
+SGLANG_* vars are set only while SGLang runs, and what SGLang's resolution writes to the environment
+(``--mamba-ssm-dtype`` -> SGLANG_MAMBA_SSM_DTYPE) is replayed in every later call, as in a server.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -170,7 +178,12 @@ def _process_env(env: Mapping[str, str], written: dict[str, str | None]) -> Iter
 
 
 def _import_api() -> types.SimpleNamespace:
-    """Import exactly the SGLang pieces the engine calls; a failure names the missing module."""
+    """Import exactly the SGLang pieces the engine calls; a failure names the missing module.
+
+    SGLang's import sets kernel-cache env vars (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, ...) for a
+    server process; this process is not one, so they are taken back out.
+    """
+    saved = dict(os.environ)
     try:
         with _quiet():
             mamba_hook = importlib.import_module("sglang.srt.arg_groups.mamba_hook")
@@ -193,6 +206,9 @@ def _import_api() -> types.SimpleNamespace:
         raise SglangUnavailable(
             f"--engine sglang/both: importing SGLang failed ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
         ) from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return types.SimpleNamespace(
         mamba_hook=mamba_hook,
         ServerArgs=server_args.ServerArgs,
@@ -262,7 +278,12 @@ class SglangEngine:
                 f"--engine sglang runs SGLang's own code, which charges max-share only; --policy "
                 f"{inputs.policy} is a checker what-if (use --engine builtin for it)"
             )
-        return PreparedSglang(self, inputs, source, dict(env))
+        env = dict(env)
+        # The slices follow the inputs (plan compares partitions by changing them), like the builtin's.
+        env.pop("SGLANG_PP_LAYER_PARTITION", None)
+        if inputs.partition_env is not None:
+            env["SGLANG_PP_LAYER_PARTITION"] = inputs.partition_env
+        return PreparedSglang(self, inputs, source, env)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -297,11 +318,11 @@ class _CheckerStateParams:
                                            temporal=tuple(g.temporal_shape))
         self.dtype = api.Mamba2StateDType(conv=getattr(torch, g.conv_dtype),
                                           temporal=getattr(torch, g.temporal_dtype))
+        self._per_req = api.BaseLinearStateParams.mamba_cache_per_req.fget  # SGLang's property body
 
-    mamba_cache_per_req = property(lambda self: _SGLANG_PER_REQ(self))
-
-
-_SGLANG_PER_REQ: Any = None  # BaseLinearStateParams.mamba_cache_per_req.fget, bound on first use
+    @property
+    def mamba_cache_per_req(self) -> int:
+        return self._per_req(self)
 
 
 class _CheckerMambaConfig:
@@ -313,7 +334,15 @@ class _CheckerMambaConfig:
 
 def _map_error(phase: str, exc: BaseException) -> CheckerInputError:
     """SGLang's own refusal, as one line naming the phase (which says what the user should change)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = " ".join(str(exc).split())
+    if not text:  # a bare ``assert``: the failing SGLang line is the message
+        import traceback
+
+        tb = traceback.extract_tb(exc.__traceback__)
+        if tb:
+            last = tb[-1]
+            where = last.filename.split("site-packages/")[-1]
+            text = f"{(last.line or '').strip()} ({where}:{last.lineno})"
     cls = {"config": ConfigError, "layout": LayoutError, "resolve": FlagError, "pool": BudgetError}[phase]
     what = {
         "config": "rejects the model config",
@@ -427,8 +456,6 @@ class PreparedSglang:
             if mamba is None:
                 raise ValueError("SGLang does not treat this model as a hybrid (mamba-ish) model")
             if not self.from_config:
-                global _SGLANG_PER_REQ
-                _SGLANG_PER_REQ = api.BaseLinearStateParams.mamba_cache_per_req.fget
                 mamba = _CheckerMambaConfig(_CheckerStateParams(api, self.inputs))
             self.mamba = mamba
             self.params = mamba.mamba2_cache_params  # reads the published attention-TP width
@@ -499,11 +526,8 @@ class PreparedSglang:
         per_req = int(self.params.mamba_cache_per_req)
         spr = int(loc["stage_per_req"])
         stage_layers = sum(1 for x in layers if start <= x < end)
-        D = self.draft_tokens or 0
-        if "intermediate_size" in loc:
-            intermediate = int(loc["intermediate_size"])
-        else:
-            intermediate = 0
+        # Only the spec-decoding paths bind ``intermediate_size`` (the reservation taken from ``rest``).
+        intermediate = int(loc.get("intermediate_size", 0)) if self.draft_tokens else 0
         per_layer = per_req // len(layers) if layers else 0
         return StageCapacity(
             pp_rank=pp_rank,
@@ -521,16 +545,11 @@ class PreparedSglang:
             if layers and per_req % len(layers) == 0 else per_layer * stage_layers,
             branch=branch,
             max_mamba_cache_size=K,
-            intermediate_state_bytes=intermediate if D else 0,
+            intermediate_state_bytes=intermediate,
             kv_budget_gib=float(kv_left),
             max_running_requests=n,
             pp_max_micro_batch_size=int(micro),
         )
-
-    def stage_bounds(self) -> list[tuple[int, int]]:
-        L = int(self.model_config.num_hidden_layers)
-        with self._scope():
-            return [tuple(self.api.get_pp_indices(L, k, self.pp_size)) for k in range(self.pp_size)]
 
     def describe(self) -> dict[str, object]:
         """What SGLang resolved (for reports): the values a user would otherwise have to guess."""

@@ -1,0 +1,87 @@
+"""``plan --engine sglang|both``: the planning answers re-derived by the installed SGLang.
+
+The builtin search (:func:`checker.core.planning.min_budget`) finds the boundary with the checker's model;
+here the same boundary ("met at the answer, missed 0.01 GiB below") is searched again with SGLang's own
+derivation as the predicate, starting from the builtin's answer, so SGLang's answer is exact even when
+the model drifts (the predicate is monotone in the budget for the same reasons the builtin's is: the
+code is the same arithmetic). Under ``both`` any difference, in the budget or in a stage's values at
+the builtin's budget, is a drift finding.
+"""
+
+from __future__ import annotations
+
+from checker.core.errors import BudgetError
+from checker.core.planning import MAX_BUDGET_HUNDREDTHS, MinBudget, budget_from_hundredths
+from checker.core.sizing import StageCapacity
+from checker.engines import PreparedEngine
+from checker.engines.drift import Drift, Outcome, compare
+
+
+def derive_at(engine: PreparedEngine, pp_size: int, h: int) -> list[StageCapacity]:
+    budget = budget_from_hundredths(h)
+    return [engine.derive(k, budget) for k in range(pp_size)]
+
+
+def _meets(engine: PreparedEngine, pp_size: int, h: int, target: int) -> bool:
+    if h <= 0:
+        return False
+    try:
+        return all(s.max_running_requests >= target for s in derive_at(engine, pp_size, h))
+    except BudgetError:
+        return False
+
+
+def engine_min_budget(engine: PreparedEngine, pp_size: int, start: MinBudget) -> MinBudget:
+    """The engine's own smallest budget for ``start.target``, searched from the builtin's answer."""
+    target = start.target
+    h = start.budget_hundredths
+    if _meets(engine, pp_size, h, target):
+        hi, step = h, 1  # walk down until a budget misses: then lo misses, hi meets
+        lo = hi - step
+        while _meets(engine, pp_size, lo, target):
+            hi, step = lo, step * 2
+            lo = max(hi - step, 0)
+    else:
+        lo, step = h, 1  # walk up until a budget meets
+        hi = lo + step
+        while not _meets(engine, pp_size, hi, target):
+            if hi >= MAX_BUDGET_HUNDREDTHS:
+                raise BudgetError(
+                    f"SGLang reaches --target-max-running-requests {target} at no budget up to "
+                    f"{budget_from_hundredths(hi):g} GiB; lower the target"
+                )
+            lo, step = hi, step * 2
+            hi = min(lo + step, MAX_BUDGET_HUNDREDTHS)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _meets(engine, pp_size, mid, target):
+            hi = mid
+        else:
+            lo = mid
+    stages = derive_at(engine, pp_size, hi)
+    below: list[StageCapacity] | None = None
+    below_error: str | None = None
+    if hi - 1 <= 0:
+        below_error = "0 GiB is not a budget"
+    else:
+        try:
+            below = derive_at(engine, pp_size, hi - 1)
+        except BudgetError as exc:
+            below_error = str(exc)
+    return MinBudget(policy=start.policy, target=target, budget_hundredths=hi, stages=stages,
+                     below=below, below_error=below_error)
+
+
+def min_budget_drift(builtin: MinBudget, sglang: MinBudget, shadow: PreparedEngine) -> list[Drift]:
+    """Where the two answers differ: the budget itself, then every stage at the builtin's budget."""
+    drifts: list[Drift] = []
+    if builtin.budget_hundredths != sglang.budget_hundredths:
+        drifts.append(Drift(-1, "min_budget_gib", f"{builtin.budget_gib:.2f}", f"{sglang.budget_gib:.2f}"))
+    at = builtin.budget_gib
+    for s in builtin.stages:
+        try:
+            other = Outcome(s.pp_rank, stage=shadow.derive(s.pp_rank, at))
+        except BudgetError as exc:
+            other = Outcome(s.pp_rank, error=exc)
+        drifts += compare(Outcome(s.pp_rank, stage=s), other)
+    return drifts

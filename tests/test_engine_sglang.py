@@ -1,0 +1,412 @@
+"""``--engine builtin|sglang|both``: the installed SGLang's own sizing held against the builtin model.
+
+Two groups:
+
+* tests that run everywhere (no SGLang needed): what a user without SGLang sees, that the builtin path
+  never imports SGLang or torch, the drift comparison and its verdict/exit code, and the builtin fixes
+  the engine comparison found (each states the SGLang 0.5.23 behaviour it now matches);
+* ``@pytest.mark.sglang``: wherever ``sglang`` imports (build the environment on a CPU machine with
+  ``scripts/sglang_cpu_env.sh``), derive with both engines across the six model families of spec
+  section 11, the pool-sizing branches, the cache strategies and the partition env, and require no
+  drift; plus the drift path end to end (derive, plan, and check on real gloo ranks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checker.core.errors import BudgetError, FlagError, LayoutError
+from checker.core.geometry import resolve_dtypes
+from checker.core.models import load_geometry
+from checker.core.sizing import CapacityInputs, derive_stage, env_flag
+from checker.dist.wire import STATUS_DRIFT, STATUS_OK, RankRow
+from checker.engines.drift import DRIFT_VALUES, Drift, Outcome, compare, drift_lines, drift_summary
+from checker.engines.sglang import SUPPORTED_VERSIONS, SglangUnavailable, check_version, installed_version
+from checker.verdict import EXIT_CODES, decide
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 120
+FAMILIES = (
+    "falcon_h1_0_5b",
+    "granite_4_0_h_small",
+    "kimi_linear_48b_a3b",
+    "nemotron_h_8b",
+    "qwen3_5_397b_a17b",
+    "qwen3_next_80b_a3b",
+)
+no_sglang = pytest.mark.skipif(installed_version() is not None,
+                               reason=f"sglang {installed_version()} is installed here")
+
+
+# ---- everywhere: no SGLang -------------------------------------------------------------------------
+
+
+@no_sglang
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["derive", "--engine", "sglang"],
+        ["derive", "--engine", "both", "--pp-size", "4"],
+        ["plan", "--engine", "both", "--target-max-running-requests", "8"],
+    ],
+)
+def test_engine_sglang_without_sglang_is_one_line_exit_2(
+    run_checker: Callable[..., subprocess.CompletedProcess[str]], argv: list[str]
+) -> None:
+    """A user without SGLang gets exit 2 and one line naming how to get it, not a traceback or a
+    silent fallback to the builtin model (which would report the builtin as if it were SGLang)."""
+    proc = run_checker(argv)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "SGLang is not installed" in lines[0] and "scripts/sglang_cpu_env.sh" in lines[0]
+    assert proc.stdout == ""
+
+
+@no_sglang
+def test_check_engine_sglang_without_sglang_is_an_error_verdict(tmp_path: Path) -> None:
+    """On a rank the missing SGLang is that rank's input error: verdict error (exit 2), the message in
+    the report, and the rank still joined the exchange (no hang, no infrastructure failure)."""
+    from harness import run_world
+
+    res = run_world(["check", "--model", "kimi-k3", "--engine", "sglang", "--timeout-s", "20"],
+                    world_size=1, tmp_path=tmp_path)
+    assert res.codes == [2], res.ranks[0].stderr[-400:]
+    rep = res.report()
+    assert rep["status"] == "error"
+    assert "SGLang is not installed" in rep["errors"][0]
+
+
+def test_engine_builtin_never_imports_sglang_or_torch() -> None:
+    """derive --engine builtin (and the default) must stay torch-free and SGLang-free: importing SGLang
+    costs seconds and drags torch in; a module-level import in checker.engines would show up here."""
+    code = (
+        "import sys\n"
+        "from checker.cli import main\n"
+        "rc1 = main(['derive', '--engine', 'builtin', '--pp-size', '8', '--format', 'json'])\n"
+        "rc2 = main(['derive', '--pp-size', '4', '--format', 'json'])\n"
+        "rc3 = main(['plan', '--target-max-running-requests', '8'])\n"
+        "leaked = sorted(m for m in ('sglang', 'torch', 'triton') if m in sys.modules)\n"
+        "print('RESULT', rc1, rc2, rc3, leaked)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == "RESULT 0 0 0 []", (last, proc.stderr[-400:])
+
+
+@pytest.mark.parametrize("version", ["0.5.22", "0.5.24", "0.6.0rc1"])
+def test_unsupported_version_names_the_supported_ones(version: str) -> None:
+    """Another SGLang may size differently in ways the engine's stand-ins do not cover: a clear error
+    naming the supported versions, unless the user opts into a best-effort attempt."""
+    with pytest.raises(SglangUnavailable) as info:
+        check_version(version, best_effort=False)
+    msg = str(info.value)
+    assert version in msg and all(v in msg for v in SUPPORTED_VERSIONS) and "--sglang-best-effort" in msg
+    assert check_version(version, best_effort=True) == version
+    assert check_version(SUPPORTED_VERSIONS[0], best_effort=False) == SUPPORTED_VERSIONS[0]
+
+
+# ---- everywhere: the drift comparison and its verdict ------------------------------------------------
+
+
+def _stage(**flags: Any):
+    g = resolve_dtypes(load_geometry(model="kimi-k3"), env={})
+    return derive_stage(CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8, **flags), 3)
+
+
+def test_compare_names_each_value_and_both_numbers() -> None:
+    """A drift finding must name the value and both numbers; a value missed here would let a model
+    error through as "engines agree"."""
+    b = _stage()
+    assert compare(Outcome(3, stage=b), Outcome(3, stage=b)) == []
+    s = dataclasses.replace(b, max_mamba_cache_size=b.max_mamba_cache_size - 1, end_layer=b.end_layer + 1,
+                            stage_per_req_bytes=b.stage_per_req_bytes + 8)
+    found = compare(Outcome(3, stage=b), Outcome(3, stage=s))
+    assert [d.value for d in found] == ["max_mamba_cache_size", "stage_slice", "stage_per_req_bytes"]
+    assert found[0] == Drift(3, "max_mamba_cache_size", str(b.max_mamba_cache_size),
+                             str(b.max_mamba_cache_size - 1))
+    assert found[1].sglang == f"[{b.start_layer}, {b.end_layer + 1})"
+    for name in ("max_running_requests", "pp_max_micro_batch_size"):
+        assert [d.value for d in compare(Outcome(3, stage=b),
+                                         Outcome(3, stage=dataclasses.replace(b, **{name: 1})))] == [name]
+    assert set(DRIFT_VALUES) >= {"max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size"}
+
+
+def test_one_engine_refusing_is_drift_both_refusing_is_not() -> None:
+    """SGLang refusing to boot what the model derives (or the reverse) is drift; both refusing is an
+    ordinary input error."""
+    b = _stage()
+    err = FlagError("SGLang rejects the flags: AssertionError: no_buffer ...")
+    (d,) = compare(Outcome(3, stage=b), Outcome(3, error=err))
+    assert (d.value, d.builtin) == ("outcome", "derives values") and "no_buffer" in d.sglang
+    assert compare(Outcome(3, error=err), Outcome(3, error=BudgetError("x"))) == []
+    lines = drift_lines([d], sglang_version="0.5.23")
+    assert lines[0].startswith("MODEL DRIFT") and "0.5.23" in lines[0] and "pp_rank 3" in lines[1]
+    assert drift_summary([d] * 5).count("outcome") == 3 and "and 2 more" in drift_summary([d] * 5)
+
+
+def _row(rank: int, status: int, error: str = "", sglang: str | None = "0.5.23") -> RankRow:
+    ints = {"rank": rank, "world_size": 2, "pp_rank": rank, "status": status, "max_mamba_cache_size": 74,
+            "max_running_requests": 18, "pp_max_micro_batch_size": 2}
+    return RankRow(ints=ints, host="h", error=error, inputs={"sglang_version": sglang})
+
+
+def _decoded(row: RankRow) -> RankRow:
+    return RankRow.decode(row.encode())  # through the wire, as the preflight sees it
+
+
+def test_drift_rows_make_a_model_drift_verdict_with_exit_4() -> None:
+    """A drifted rank makes the verdict model_drift (exit 4) on every rank, naming the findings; a rank
+    with an input error still wins (exit 2): its values are not there to judge."""
+    drift = "model drift: max_mamba_cache_size: builtin 74, sglang 73"
+    v = decide([_decoded(_row(0, STATUS_OK)), _decoded(_row(1, STATUS_DRIFT, drift))], world_size=2)
+    assert (v.status, v.exit_code) == ("model_drift", 4)
+    assert v.errors == [f"rank 1: {drift}"]
+    assert EXIT_CODES["model_drift"] == 4 and sorted(EXIT_CODES.values()) == [0, 1, 2, 3, 4]
+    v = decide([_decoded(_row(0, 2, "bad config")), _decoded(_row(1, STATUS_DRIFT, drift))], world_size=2)
+    assert v.status == "error"
+
+
+def test_sglang_version_is_an_input_digest() -> None:
+    """Ranks running different SGLang versions (or one without it) must be named as the root cause."""
+    v = decide([_decoded(_row(0, STATUS_OK)), _decoded(_row(1, STATUS_OK, sglang=None))], world_size=2)
+    assert v.differing_inputs == ["sglang_version"]
+    assert "run sglang 0.5.23" in v.root_causes[0] and "run sglang <unset>" in v.root_causes[0]
+
+
+# ---- everywhere: builtin fixes the engine comparison found (SGLang 0.5.23 behaviour) -----------------
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("1", True), ("true", True), ("TRUE", True), ("yes", True), ("y", True), ("Y", True),
+     ("0", False), ("no", False), ("on", False), (" 1", False), ("", False)],
+)
+def test_skip_decode_lock_env_parses_like_sglang_envbool(value: str, on: bool) -> None:
+    """SGLang reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (lower-cased, not stripped, yes/y
+    true, anything else false). The builtin used to read only 1/true: with "yes" it derived
+    max_running_requests 52 where SGLang derives 69 (Qwen3-Next, pp 4, 8 GiB)."""
+    assert env_flag(value) is on
+
+
+def test_empty_partition_env_is_refused_like_sglang() -> None:
+    """SGLANG_PP_LAYER_PARTITION set but empty: SGLang's int("") refuses to boot; the builtin used to
+    treat it as unset and derive the default split."""
+    g = resolve_dtypes(load_geometry(model="kimi-k3"), env={})
+    with pytest.raises(LayoutError, match="SGLANG_PP_LAYER_PARTITION=''"):
+        CapacityInputs(geometry=g, budget_gib=8.0, pp_size=4, partition_env="")
+    CapacityInputs(geometry=g, budget_gib=8.0, pp_size=1, partition_env="")  # ignored at pp 1, as SGLang
+
+
+@pytest.mark.parametrize(("name", "value"), [("SGLANG_MAMBA_SSM_DTYPE", "bf16"),
+                                             ("SGLANG_MAMBA_SSM_DTYPE", "BFloat16"),
+                                             ("SGLANG_MAMBA_CONV_DTYPE", "fp32")])
+def test_env_dtype_must_be_spelt_as_sglang_matches_it(name: str, value: str) -> None:
+    """SGLang matches env dtypes exactly and IGNORES other spellings: SGLANG_MAMBA_SSM_DTYPE=bf16 leaves
+    fp32 state, so the builtin's old alias (bf16 -> bfloat16) overstated the pool about 2x (Qwen3-Next
+    pp 4, 8 GiB: 410 slots derived, 209 real). Now a clear error instead."""
+    g = load_geometry(model_config=REPO / "tests" / "fixtures" / "qwen3_next_80b_a3b.json")
+    with pytest.raises(FlagError, match=f"{name}='{value}'.*SGLang ignores it"):
+        resolve_dtypes(g, env={name: value})
+    assert resolve_dtypes(g, env={name: "bfloat16"}, mamba_ssm_dtype="bf16").temporal_dtype == "bfloat16"
+
+
+# ---- wherever SGLang imports ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sglang_engine():
+    """The installed SGLang, imported once per module (several seconds)."""
+    try:
+        from checker.engines.sglang import SglangEngine
+
+        return SglangEngine()
+    except SglangUnavailable as exc:
+        reason = "not installed" if installed_version() is None else str(exc)
+        pytest.skip(f"sglang not importable here ({reason}); build it with scripts/sglang_cpu_env.sh")
+
+
+def _both(cli: Callable[..., Any], argv: list[str], env: dict[str, str] | None = None) -> tuple[int, dict]:
+    res = cli(["derive", "--engine", "both", "--format", "json", *argv], env)
+    assert res.err == "" or res.rc != 0, res.err
+    return res.rc, (json.loads(res.out) if res.out else {"error": res.err})
+
+
+def _fixture(name: str) -> list[str]:
+    return ["--model-config", str(REPO / "tests" / "fixtures" / f"{name}.json")]
+
+
+FLAG_SETS = {
+    "auto": [],
+    "auto-no-overlap": ["--disable-overlap-schedule"],
+    "auto-paged": ["--page-size", "16"],
+    "no_buffer": ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"],
+    "extra_buffer": ["--mamba-radix-cache-strategy", "extra_buffer"],
+    "radix-off": ["--disable-radix-cache"],
+    "branch-A": ["--max-mamba-cache-size", "301", "--dp-size", "2"],
+    "branch-B": ["--disable-radix-cache", "--max-running-requests", "40"],
+    "spec": ["--speculative-num-draft-tokens", "3", "--max-running-requests", "32"],
+    "spec-A": ["--speculative-num-draft-tokens", "4", "--max-running-requests", "64",
+               "--max-mamba-cache-size", "200"],
+    "kv-binds": ["--token-capacity", "3000", "--context-len", "1024"],
+    "ssm-bf16": ["--mamba-ssm-dtype", "bfloat16", "--mamba-full-memory-ratio", "0.5"],
+    "micro": ["--pp-max-micro-batch-size", "5", "--max-running-requests", "100"],
+}
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("flags", list(FLAG_SETS), ids=list(FLAG_SETS))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: str, flags: str) -> None:
+    """Every family x branch x strategy at pp 4 and tp 2: the builtin and SGLang's own code derive the
+    same K, max_running_requests, micro-batch, slices and stage_per_req on every stage. A model error
+    shows as exit 4 with the drift listed."""
+    rc, doc = _both(cli, [*_fixture(family), "--pp-size", "4", "--tp-size", "2", "--budget-gib", "16",
+                          *FLAG_SETS[flags]])
+    assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
+    assert doc["engine"] == "both" and doc["sglang_version"] == sglang_engine.version
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("pp", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("model", [["--model", "kimi-k3"], ["--model-config", "QWEN35"]])
+def test_engines_agree_across_pp_sizes(sglang_engine, cli, pp: int, model: list[str]) -> None:
+    """The default split (the LAST L % P stages get the extra layer) and max-share over it, as SGLang's
+    get_pp_indices and _handle_max_mamba_cache compute them; the preset runs through SGLang's pool
+    sizing with the checker's geometry."""
+    if model[1] == "QWEN35":
+        model = _fixture("qwen3_5_397b_a17b")
+    rc, doc = _both(cli, [*model, "--pp-size", str(pp), "--budget-gib", "12.34"])
+    assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
+
+
+PARTITIONS = {  # qwen3_next: 48 layers, every 4th full attention
+    "front-heavy": "16,12,12,8",
+    "uneven": "9,13,13,13",
+    "empty-stage": "0,16,16,16",
+    "padded": " 12,12, 12,12",
+}
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("name", list(PARTITIONS))
+def test_engines_agree_on_the_partition_env(sglang_engine, cli, name: str) -> None:
+    """SGLANG_PP_LAYER_PARTITION under max-share (the only policy SGLang ships): same slices, same
+    busiest-stage share, same pool on every stage."""
+    rc, doc = _both(cli, [*_fixture("qwen3_next_80b_a3b"), "--pp-size", "4", "--budget-gib", "8"],
+                    {"SGLANG_PP_LAYER_PARTITION": PARTITIONS[name]})
+    assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
+    assert [r["start_layer"] for r in doc["ranks"]][1:] == [
+        int(sum(map(int, PARTITIONS[name].split(",")[:k]))) for k in range(1, 4)]
+
+
+ENVS = [
+    {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "yes"},
+    {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"},
+    {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "on"},
+    {"SGLANG_MAMBA_SSM_DTYPE": "float16"},
+    {"SGLANG_MAMBA_CONV_DTYPE": "float32"},
+]
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("env", ENVS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()))
+@pytest.mark.parametrize("family", ["kimi_linear_48b_a3b", "qwen3_5_397b_a17b", "granite_4_0_h_small"])
+def test_engines_agree_on_env(sglang_engine, cli, family: str, env: dict[str, str]) -> None:
+    """The env vars SGLang reads at sizing time (slots per request, state dtypes; Kimi and Granite
+    ignore the config dtype) parse the same way in both engines."""
+    rc, doc = _both(cli, [*_fixture(family), "--pp-size", "4", "--budget-gib", "8"], env)
+    assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
+
+
+@pytest.mark.sglang
+def test_auto_under_pp_resolves_as_the_builtin_says(sglang_engine) -> None:
+    """The builtin resolves ``auto`` before PP turns the overlap schedule off (extra_buffer, 4 slots).
+    SGLang's own resolution pipeline must agree; 3 slots here would mean the spec's reading is right."""
+    from checker.engines import ModelSource
+
+    g = resolve_dtypes(load_geometry(model="kimi-k3"), env={})
+    prepared = sglang_engine.prepare(CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8),
+                                     ModelSource(model="kimi-k3"), {})
+    described = prepared.describe()
+    assert (described["mamba_radix_cache_strategy"], described["disable_overlap_schedule"]) == (
+        "extra_buffer", True)
+    assert prepared.derive(0).slots_per_request == 4
+
+
+@pytest.mark.sglang
+def test_a_model_error_is_reported_as_drift(sglang_engine, cli, monkeypatch) -> None:
+    """Break the builtin's budget split by 1%: derive --engine both must exit 4 and name
+    max_mamba_cache_size with the builtin's and SGLang's numbers (SGLang's being the unbroken one)."""
+    from checker.core import sizing
+
+    argv = [*_fixture("nemotron_h_8b"), "--pp-size", "4", "--budget-gib", "8"]
+    rc, good = _both(cli, argv)
+    assert rc == 0
+    real = sizing.mamba_budget_bytes
+    monkeypatch.setattr(sizing, "mamba_budget_bytes", lambda b, r: real(b, r) * 1.01)
+    rc, doc = _both(cli, argv)
+    assert rc == 4
+    k = [d for d in doc["drift"] if d["value"] == "max_mamba_cache_size"]
+    assert len(k) == 4  # every stage
+    assert {d["sglang"] for d in k} == {str(good["ranks"][0]["max_mamba_cache_size"])}
+    assert all(int(d["builtin"]) > int(d["sglang"]) for d in k)
+    text = cli(["derive", "--engine", "both", *argv])
+    assert text.rc == 4 and "MODEL DRIFT" in text.out and "max_mamba_cache_size on pp_rank 0" in text.out
+
+
+@pytest.mark.sglang
+def test_engine_sglang_refuses_policies_sglang_does_not_have(sglang_engine, cli) -> None:
+    """own-share/whole-model are the checker's what-ifs: asking SGLang for them is a clear exit 2."""
+    res = cli(["derive", "--engine", "sglang", "--policy", "own-share"])
+    assert res.rc == 2 and "max-share only" in res.err and len(res.err.strip().splitlines()) == 1
+
+
+@pytest.mark.sglang
+def test_engine_sglang_reports_sglang_refusals_as_input_errors(sglang_engine, cli) -> None:
+    """A page size SGLang's validation refuses (256 % 24 != 0) is one line, exit 2, quoting SGLang."""
+    res = cli(["derive", "--engine", "sglang", "--pp-size", "2", "--page-size", "24"])
+    assert res.rc == 2 and "SGLang rejects the flags" in res.err and "page_size" in res.err
+
+
+@pytest.mark.sglang
+def test_plan_engines_agree_on_the_min_budget(sglang_engine, cli) -> None:
+    """plan's budget boundary searched again with SGLang's derivation lands on the same 0.01 GiB."""
+    res = cli(["plan", "--engine", "both", "--target-max-running-requests", "40", "--format", "json",
+               *_fixture("kimi_linear_48b_a3b"), "--pp-size", "4"])
+    assert res.rc == 0, res.err
+    doc = json.loads(res.out)
+    assert doc["drift"] == [] and list(doc["min_budget_gib"]) == ["max-share"]
+    alone = json.loads(cli(["plan", "--engine", "sglang", "--target-max-running-requests", "40",
+                            "--format", "json", *_fixture("kimi_linear_48b_a3b"), "--pp-size", "4"]).out)
+    assert alone["min_budget_gib"] == doc["min_budget_gib"]
+
+
+@pytest.mark.sglang
+def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
+    """The preflight on 2 gloo ranks: each rank derives with both engines locally. Agreement is
+    consistent (exit 0, sglang_version in the inputs); a drift on any rank is model_drift (exit 4 on
+    every rank). The drift used is a real one in SGLang 0.5.23: an explicit no_buffer without
+    --disable-overlap-schedule, which SGLang refuses to boot and the builtin derives (if the builtin
+    learns that validation, both refuse and this becomes an exit-2 case: pick another drift)."""
+    from harness import run_world
+
+    base = ["check", *_fixture("qwen3_next_80b_a3b"), "--engine", "both", "--timeout-s", "60"]
+    res = run_world(base, world_size=2, tmp_path=tmp_path)
+    assert res.codes == [0, 0], [r.stderr[-400:] for r in res.ranks]
+    assert res.report()["status"] == "consistent"
+    res = run_world([*base, "--mamba-radix-cache-strategy", "no_buffer"], world_size=2, tmp_path=tmp_path)
+    assert res.codes == [4, 4], [r.stderr[-400:] for r in res.ranks]
+    rep = res.report()
+    assert rep["status"] == "model_drift"
+    assert [r["status"] for r in rep["ranks"]] == ["model_drift", "model_drift"]
+    assert "no_buffer do not support overlap schedule" in rep["errors"][0]
