@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prove that every pipeline stage of an SGLang deployment derives the same "
         "state-pool size, max_running_requests and pp_max_micro_batch_size.",
         epilog=f"With no COMMAND, '{DEFAULT_COMMAND}' runs: torchrun --standalone --nproc-per-node 8 "
-        "-m checker. Exit codes of check: 0 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift.",
+        "-m checker. Exit codes of check: 0 consistent, 1 divergent, 2 error, 3 infrastructure "
+        "failure, 4 model drift.",
     )
     parser.add_argument("--version", action="version", version=f"checker {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
