@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Read the preflight's verdict from its JSON report: print the status, exit with the checker's own code
-# (consistent 0, divergent 1, error 2, infrastructure_failure 3).
+# (consistent 0, divergent 1, error 2, infrastructure_failure 3, model_drift 4).
 #
 #   launchers/torchrun.sh ... --report out/report.json || true   # torchrun exits 1 for any failing rank
 #   launchers/read-verdict.sh out/report.json                    # the step's real verdict
@@ -14,7 +14,7 @@ exec "${PYTHON:-python3}" - "$report" <<'PY'
 import json
 import sys
 
-CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3}
+CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3, "model_drift": 4}
 path = sys.argv[1]
 try:
     with open(path) as f:

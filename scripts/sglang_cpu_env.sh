@@ -12,7 +12,7 @@
 # (scripts/sglang_stubs, see its README): triton (1 GB, useless without a GPU, imported unconditionally)
 # and torchvision (the PyPI wheels do not load against torch 2.13.0+cpu). The venv sees the system
 # site-packages so an existing torch CPU build is reused; without one, torch is installed from the
-# PyTorch CPU index.
+# package index (pinned; TORCH_VERSION overrides).
 #
 # Never use this environment to SERVE: the stubs make every kernel a dummy. On a GPU host, run the
 # checker in the deployment's own Python instead (it has the real SGLang).
@@ -48,8 +48,9 @@ if [[ ! -x "$SGLANG_VENV/bin/python" ]]; then
 fi
 PY="$SGLANG_VENV/bin/python"
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "== no torch visible: installing the CPU build"
-  "$PY" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+  # A pinned version: an unpinned torch pulls a multi-GB CUDA build from PyPI.
+  echo "== no torch visible: installing torch ${TORCH_VERSION:-2.13.0}"
+  "$PY" -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 fi
 if [[ "$("$PY" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null)" != "$SGLANG_VERSION" ]]; then
   echo "== installing sglang==$SGLANG_VERSION --no-deps and its import-time packages"

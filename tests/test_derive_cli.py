@@ -45,7 +45,8 @@ def _column(doc: dict[str, Any], key: str) -> list[Any]:
 @pytest.mark.parametrize(
     ("policy", "pp", "strategy", "K", "mrr", "micro"),
     [
-        # Spec 9 states "with 3 slots per request": no_buffer, passed explicitly.
+        # Spec 9 states "with 3 slots per request": no_buffer, passed explicitly (with
+        # --disable-overlap-schedule, without which SGLang 0.5.23 refuses no_buffer even under PP).
         ("max-share", 8, "no_buffer", [74] * 8, [24] * 8, [3] * 8),
         ("own-share", 8, "no_buffer", [74, 83, 83, 74, 74, 74, 74, 83], [24, 27, 27, 24, 24, 24, 24, 27],
          [3] * 8),
@@ -70,6 +71,8 @@ def test_worked_numbers_via_subprocess(
     A slot count or strategy resolved differently shows as other max_running_requests values."""
     argv = [*WORKED, "--policy", policy, "--mamba-radix-cache-strategy", strategy, "--format", "json"]
     argv[argv.index("--pp-size") + 1] = str(pp)
+    if strategy == "no_buffer":
+        argv.append("--disable-overlap-schedule")
     proc = run_checker(argv)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -172,8 +175,11 @@ NO_OVERLAP = ["--disable-overlap-schedule"]
         ([*EXTRA], {SKIP: "1"}, "extra_buffer", 3),
         ([*EXTRA], {SKIP: "true"}, "extra_buffer", 3),
         ([*EXTRA], {SKIP: "0"}, "extra_buffer", 4),
-        (["--mamba-radix-cache-strategy", "no_buffer"], {}, "no_buffer", 3),
+        (["--mamba-radix-cache-strategy", "no_buffer", *NO_OVERLAP], {}, "no_buffer", 3),
         (["--disable-radix-cache"], {}, None, 1),
+        # The radix cache off skips SGLang's strategy asserts: no_buffer with paging is not refused.
+        (["--disable-radix-cache", "--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16"], {},
+         None, 1),
     ],
 )
 def test_cache_flags_and_env_set_the_slots(
@@ -336,6 +342,8 @@ def test_bad_input_exits_2_with_one_line(cli: Callable[..., Any], fixtures_dir: 
         (["derive", "--pp-size", "94"], {}, "--pp-size 94"),  # the core's path
         (["derive"], {"SGLANG_PP_LAYER_PARTITION": "1,2"}, "'1,2'"),
         (["derive", "--model-config", "/nonexistent/config.json"], {}, "/nonexistent/config.json"),
+        # A startup assert of SGLang's, mirrored by the core.
+        ([*WORKED, "--mamba-radix-cache-strategy", "no_buffer"], {}, "--disable-overlap-schedule"),
     ],
 )
 def test_bad_input_via_subprocess(
@@ -348,3 +356,46 @@ def test_bad_input_via_subprocess(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ---- the cache-flag combinations SGLang 0.5.23 refuses at startup (arg_groups/mamba_hook.py) ----
+
+NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer"]
+STARTUP_REFUSALS = [
+    # id, argv after WORKED (kimi-k3, P=8), the flag the line must name, the way out it must give
+    ("no_buffer page 16", [*NO_BUFFER, "--page-size", "16", *NO_OVERLAP],
+     "--mamba-radix-cache-strategy no_buffer needs --page-size 1", "use --page-size 1"),
+    ("no_buffer overlap on P8", NO_BUFFER,
+     "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule", "even under pp > 1"),
+    ("no_buffer overlap on P1", [*NO_BUFFER, "--pp-size", "1"],
+     "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule", "add --disable-overlap-schedule"),
+    ("extra_buffer page 3", [*EXTRA, "--page-size", "3"], "--page-size 3", "divides 256"),
+    ("extra_buffer_lazy page 96 P1", ["--mamba-radix-cache-strategy", "extra_buffer_lazy", "--pp-size", "1",
+                                      "--page-size", "96"], "--page-size 96", "divides 256"),
+    ("auto page 3", ["--page-size", "3"], "--page-size 3", "auto (resolved to extra_buffer)"),
+    ("extra_buffer 257 draft tokens", [*EXTRA, "--max-running-requests", "8",
+                                       "--speculative-num-draft-tokens", "257"],
+     "--speculative-num-draft-tokens 257", "at most 256 draft tokens"),
+    ("auto 300 draft tokens", ["--max-running-requests", "8", "--speculative-num-draft-tokens", "300"],
+     "--speculative-num-draft-tokens 300", "auto (resolved to extra_buffer)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "way_out"),
+    [c[1:] for c in STARTUP_REFUSALS],
+    ids=[c[0] for c in STARTUP_REFUSALS],
+)
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_startup_refusals_exit_2_with_one_line(
+    cli: Callable[..., Any], argv: list[str], flag: str, way_out: str, fmt: str
+) -> None:
+    """A flag combination SGLang 0.5.23 will not start with gets exit 2 and one stderr line naming the
+    flag, the rule and the way out, in either output format; capacity numbers for it (rc 0), a
+    traceback or a partial table on stdout all show as a failure."""
+    res = cli([*WORKED, *argv, "--format", fmt])
+    lines = res.err.strip().splitlines()
+    assert res.rc == 2, res
+    assert res.out == ""
+    assert len(lines) == 1 and "Traceback" not in res.err, res.err
+    assert flag in lines[0] and way_out in lines[0] and "SGLang 0.5.23" in lines[0], lines[0]

@@ -54,13 +54,15 @@ def test_upstream_assertions_on_the_preset() -> None:
 
 def test_worked_numbers_all_three_policies() -> None:
     """Spec 9: K=8 at P=1; 74 on all 8 stages (max-share); [74,83,83,74,74,74,74,83] (own-share);
-    8 (whole-model); "with 3 slots per request" (no_buffer, the spec's stated assumption) ->
-    max_running_requests 24, pp_max_micro_batch_size 3. Under the default strategy (auto, which is
+    8 (whole-model); "with 3 slots per request" (no_buffer, the spec's stated assumption, which SGLang
+    only starts with --disable-overlap-schedule) -> max_running_requests 24, pp_max_micro_batch_size 3. Under the default strategy (auto, which is
     extra_buffer without overlap under PP: 4 slots) the same K gives 18 and 2; a slot count that
     ignores the strategy shows as the wrong pair in one of the two."""
     assert derive_stage(make(pp_size=1), 0).max_mamba_cache_size == 8
     assert auto_fit_k(PER_REQ) == 8
-    maxs = derive_all(make(policy="max-share", mamba_radix_cache_strategy="no_buffer"))
+    maxs = derive_all(
+        make(policy="max-share", mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)
+    )
     assert [s.max_mamba_cache_size for s in maxs] == [74] * 8 == [auto_fit_k(SPR9)] * 8
     assert all(s.slots_per_request == 3 for s in maxs)
     assert [s.max_running_requests for s in maxs] == [24] * 8  # 74 // 3
@@ -143,10 +145,11 @@ def test_own_share_with_an_empty_stage_is_a_layout_error() -> None:
         (1, "extra_buffer", 1, True, False, False, "extra_buffer", 4),
         (8, "extra_buffer", 1, False, False, False, "extra_buffer", 4),
         (1, "extra_buffer_lazy", 1, False, False, False, "extra_buffer_lazy", 4),
-        (1, "no_buffer", 1, False, False, False, "no_buffer", 3),
-        (8, "no_buffer", 16, False, False, False, "no_buffer", 3),
+        # Explicit no_buffer: SGLang starts it only with --disable-overlap-schedule and page size 1.
+        (1, "no_buffer", 1, True, False, False, "no_buffer", 3),
+        (8, "no_buffer", 1, True, False, False, "no_buffer", 3),
         # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK: base 2; no_buffer gets +1 back so it stays 3.
-        (1, "no_buffer", 1, False, True, False, "no_buffer", 3),
+        (1, "no_buffer", 1, True, True, False, "no_buffer", 3),
         (8, "auto", 1, False, True, False, "extra_buffer", 3),  # 2 + 1 (no overlap under PP)
         (8, "auto", 1, True, True, False, "no_buffer", 3),  # 2 + 1 (no_buffer's env slot)
         (8, "auto", 16, True, True, False, "extra_buffer", 3),
@@ -200,6 +203,96 @@ def test_extra_buffer_lazy_without_overlap_is_an_error(pp: int, no_overlap: bool
         inp.slots_per_request()
 
 
+# ---- the cache-flag combinations SGLang 0.5.23 asserts against at startup ----
+# arg_groups/mamba_hook.py: validate_mamba_no_buffer (page_size 1 and --disable-overlap-schedule, checked
+# on the user's flags before the PP pass turns overlap off) and validate_mamba_extra_buffer
+# (mamba_track_interval, default 256, >= speculative_num_draft_tokens and divisible by page_size). Both
+# are skipped with --disable-radix-cache (overrides.py _mamba_radix_cache_resolution returns early).
+
+REFUSED_CASES = [
+    # id, overrides, the flag named first in the message, the rule quoted
+    ("no_buffer page 16", {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16,
+                           "disable_overlap_schedule": True}, "--mamba-radix-cache-strategy no_buffer",
+     "page_size=1"),
+    ("no_buffer page 2 P1", {"pp_size": 1, "mamba_radix_cache_strategy": "no_buffer", "page_size": 2,
+                             "disable_overlap_schedule": True}, "--mamba-radix-cache-strategy no_buffer",
+     "page_size=1"),
+    # SGLang checks the page size first.
+    ("no_buffer page 16 overlap on", {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16},
+     "--mamba-radix-cache-strategy no_buffer", "page_size=1"),
+    ("no_buffer overlap on P1", {"pp_size": 1, "mamba_radix_cache_strategy": "no_buffer"},
+     "--mamba-radix-cache-strategy no_buffer", "add --disable-overlap-schedule"),
+    # Under PP SGLang turns overlap off only after this assert: still refused.
+    ("no_buffer overlap on P8", {"mamba_radix_cache_strategy": "no_buffer"},
+     "--mamba-radix-cache-strategy no_buffer", "even under pp > 1"),
+    ("no_buffer overlap on P2", {"pp_size": 2, "mamba_radix_cache_strategy": "no_buffer"},
+     "--mamba-radix-cache-strategy no_buffer", "add --disable-overlap-schedule"),
+    ("extra_buffer page 3", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 3},
+     "--page-size 3", "mamba_track_interval % page_size == 0"),
+    ("extra_buffer page 512", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 512},
+     "--page-size 512", "mamba_track_interval % page_size == 0"),
+    ("extra_buffer_lazy page 48", {"pp_size": 1, "mamba_radix_cache_strategy": "extra_buffer_lazy",
+                                   "page_size": 48}, "--page-size 48", "extra_buffer_lazy"),
+    ("auto page 3 P8", {"page_size": 3}, "--page-size 3", "auto (resolved to extra_buffer)"),
+    ("auto page 100 overlap off", {"page_size": 100, "disable_overlap_schedule": True},
+     "--page-size 100", "auto (resolved to extra_buffer)"),
+    ("extra_buffer D 257", {"mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": 8,
+                            "speculative_num_draft_tokens": 257}, "--speculative-num-draft-tokens 257",
+     "mamba_track_interval >= speculative_num_draft_tokens"),
+    ("auto D 300", {"max_running_requests": 8, "speculative_num_draft_tokens": 300},
+     "--speculative-num-draft-tokens 300", "auto (resolved to extra_buffer)"),
+    # SGLang checks the draft tokens before the page size.
+    ("auto D 300 page 3", {"max_running_requests": 8, "speculative_num_draft_tokens": 300, "page_size": 3},
+     "--speculative-num-draft-tokens 300", "at most 256 draft tokens"),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "flag", "rule"), [c[1:] for c in REFUSED_CASES], ids=[c[0] for c in REFUSED_CASES]
+)
+def test_startup_refusals_are_one_line_flag_errors(overrides: dict[str, Any], flag: str, rule: str) -> None:
+    """A combination SGLang refuses at startup must not get capacity numbers: sizing it anyway would
+    hand the user a plan for a server that never starts. Shows as numbers instead of a FlagError, or
+    a message that does not name the flag, the rule and SGLang."""
+    inp = make(**overrides)
+    with pytest.raises(FlagError) as exc:
+        inp.slots_per_request()
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(flag) and rule in msg and "SGLang 0.5.23" in msg
+    with pytest.raises(FlagError, match="SGLang 0.5.23"):
+        derive_all(inp)
+
+
+ACCEPTED_CASES = [
+    # id, overrides, slots: the edges of the same rules, which SGLang starts.
+    ("no_buffer page 1 overlap off P8", {"mamba_radix_cache_strategy": "no_buffer",
+                                         "disable_overlap_schedule": True}, 3),
+    ("auto -> no_buffer", {"disable_overlap_schedule": True}, 3),
+    ("no_buffer ignores the track interval", {"mamba_radix_cache_strategy": "no_buffer",
+                                              "disable_overlap_schedule": True,
+                                              "max_running_requests": 8,
+                                              "speculative_num_draft_tokens": 300}, 3),
+    ("extra_buffer page 256", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 256}, 4),
+    ("auto page 64", {"page_size": 64}, 4),
+    ("extra_buffer D 256", {"mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": 8,
+                            "speculative_num_draft_tokens": 256}, 4),
+    ("radix off: no_buffer page 16 overlap on", {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16,
+                                                 "disable_radix_cache": True}, 1),
+    ("radix off: extra_buffer page 3 D 300", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 3,
+                                              "disable_radix_cache": True, "max_running_requests": 8,
+                                              "speculative_num_draft_tokens": 300}, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "slots"), [c[1:] for c in ACCEPTED_CASES], ids=[c[0] for c in ACCEPTED_CASES]
+)
+def test_combinations_sglang_starts_are_not_refused(overrides: dict[str, Any], slots: int) -> None:
+    """The edges of the startup asserts (page 256, 256 draft tokens, no radix cache) are valid in SGLang;
+    an off-by-one or a check that ignores --disable-radix-cache shows as a FlagError here."""
+    assert make(**overrides).slots_per_request() == slots
+
+
 # ---- every pool-sizing branch (spec 6) and the limits (spec 7) ----
 
 BRANCH_CASES = [
@@ -207,7 +300,11 @@ BRANCH_CASES = [
     # Default flags at P=8: auto -> extra_buffer without overlap, 4 slots a request (radix cache on).
     ("C", {}, "C", 74, 74 // 4, 74 // 4 // 8),
     ("C r=0.9", {"mamba_full_memory_ratio": 0.9}, "C", auto_fit_k(SPR9, 8.0, 0.9), 106 // 4, 26 // 8),
-    ("C no_buffer", {"mamba_radix_cache_strategy": "no_buffer"}, "C", 74, 74 // 3, 74 // 3 // 8),
+    (
+        "C no_buffer",
+        {"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True},
+        "C", 74, 74 // 3, 74 // 3 // 8,
+    ),
     ("C user mrr", {"max_running_requests": 10}, "C", 74, 10, 1),
     ("C user mrr capped by K//ratio", {"max_running_requests": 100}, "C", 74, 74 // 4, 18 // 8),
     ("C user micro batch", {"pp_max_micro_batch_size": 5}, "C", 74, 74 // 4, 5),
@@ -257,7 +354,7 @@ SPEC_CASES = [
     (
         "C",
         {"speculative_num_draft_tokens": 3, "max_running_requests": 16,
-         "mamba_radix_cache_strategy": "no_buffer"},
+         "mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True},
         "C", 35, 12, 11,
     ),
     # The same under the default (auto -> extra_buffer, 4 slots at P=8):

@@ -28,6 +28,10 @@ CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_
 # SGLang 0.5.23 reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (srt/environ.py): lower-cased, NOT
 # stripped; "yes"/"y" count as true; anything unrecognised warns and falls back to false.
 _TRUE = ("true", "1", "yes", "y")
+# SGLang 0.5.23's --mamba-track-interval default (arg_groups/fields/exec_.py). The checker has no flag for
+# it: the extra-buffer startup asserts (arg_groups/mamba_hook.py validate_mamba_extra_buffer) are checked
+# against this default.
+MAMBA_TRACK_INTERVAL = 256
 
 
 def env_flag(value: str | None) -> bool:
@@ -149,6 +153,7 @@ class CapacityInputs:
         if self.disable_radix_cache:
             return 1
         strategy = self.resolved_strategy
+        self._refuse_startup_asserts(strategy)
         base = 2 if self.skip_decode_lock else 3
         if strategy == "extra_buffer":
             return base + (2 if self.effective_overlap_schedule else 1)
@@ -161,6 +166,50 @@ class CapacityInputs:
                 )
             return base + 1
         return base + (1 if self.skip_decode_lock else 0)  # no_buffer stays at 3 slots
+
+    def _refuse_startup_asserts(self, strategy: str) -> None:
+        """The flag combinations SGLang 0.5.23 asserts against at startup, as one-line FlagErrors.
+
+        arg_groups/mamba_hook.py runs ``validate_mamba_no_buffer`` / ``validate_mamba_extra_buffer`` on
+        the user's flags BEFORE the pipeline-parallel pass turns overlap off, so an explicit no_buffer
+        without --disable-overlap-schedule is refused under pp > 1 too. ``auto`` only resolves to
+        no_buffer with overlap disabled and page size 1, so only an explicit no_buffer can fail those.
+        The caller skips all of this under --disable-radix-cache, as SGLang's resolution does
+        (overrides.py ``_mamba_radix_cache_resolution`` returns before any strategy is validated).
+        """
+        s = self.mamba_radix_cache_strategy
+        if strategy == "no_buffer":
+            if self.page_size != 1:
+                raise FlagError(
+                    f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, got {self.page_size}: "
+                    'SGLang 0.5.23 refuses it at startup ("no_buffer only supports page_size=1"); use '
+                    "--page-size 1, or extra_buffer for a paged KV cache"
+                )
+            if not self.disable_overlap_schedule:
+                raise FlagError(
+                    "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: SGLang "
+                    "0.5.23 refuses no_buffer with the overlap schedule on (\"no_buffer do not support "
+                    'overlap schedule"), even under pp > 1 where it turns overlap off later; add '
+                    "--disable-overlap-schedule"
+                )
+            return
+        # extra_buffer, extra_buffer_lazy, or auto resolved to extra_buffer.
+        named = f"--mamba-radix-cache-strategy {s}" + (" (resolved to extra_buffer)" if s == "auto" else "")
+        d = self.speculative_num_draft_tokens
+        if d is not None and d > MAMBA_TRACK_INTERVAL:
+            raise FlagError(
+                f"--speculative-num-draft-tokens {d} is above mamba_track_interval {MAMBA_TRACK_INTERVAL} "
+                f"(SGLang's default): SGLang 0.5.23 refuses it with {named} at startup (asserts "
+                f"mamba_track_interval >= speculative_num_draft_tokens); use at most "
+                f"{MAMBA_TRACK_INTERVAL} draft tokens"
+            )
+        if MAMBA_TRACK_INTERVAL % self.page_size:
+            raise FlagError(
+                f"--page-size {self.page_size} does not divide mamba_track_interval {MAMBA_TRACK_INTERVAL} "
+                f"(SGLang's default): SGLang 0.5.23 refuses it with {named} at startup (asserts "
+                "mamba_track_interval % page_size == 0); use a page size that divides "
+                f"{MAMBA_TRACK_INTERVAL} (1, 2, 4, ..., {MAMBA_TRACK_INTERVAL})"
+            )
 
     def describe(self) -> dict[str, object]:
         d = {k: v for k, v in asdict(self).items() if k != "geometry"}

@@ -7,6 +7,7 @@ into the ``infrastructure_failure`` verdict instead of a traceback or a hang.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -44,6 +45,8 @@ class Group:
         self.init_method = init_method
         self.store: dist.Store | None = None
         self._base: dist.Store | None = None
+        self._liveness_s = min(timeout_s, 5.0)
+        """Bound on one liveness store call (set/announce), whatever the store's own timeout."""
         self.device = torch.device("cpu")
         if self.backend == "nccl":
             torch.cuda.set_device(env.local_rank)
@@ -131,56 +134,78 @@ class Group:
 
     def mark(self, key: str) -> bool:
         """Set ``key/<rank>``; False if the store is unreachable (then nothing else will work either)."""
-        try:
-            assert self.store is not None
-            self.store.set(f"{key}/{self.env.rank}", self.env.host)
-            return True
-        except Exception:
+        store = self.store
+        if store is None:
             return False
+        return bool(_bounded(lambda: store.set(f"{key}/{self.env.rank}", self.env.host) or True,
+                             self._liveness_s, False))
 
     def ranks_with(self, key: str, *, wait_s: float) -> set[int]:
         """Ranks that set ``key`` within ``wait_s`` seconds (polling; never blocks longer)."""
-        if self.store is None:
+        store = self.store
+        if store is None:
             return {self.env.rank}
-        deadline = time.monotonic() + wait_s
         found: set[int] = set()
-        while True:
-            for r in range(self.env.world_size):
-                if r not in found:
-                    try:
-                        if self.store.check([f"{key}/{r}"]):
-                            found.add(r)
-                    except Exception:
-                        return found | {self.env.rank}
-            if len(found) == self.env.world_size or time.monotonic() >= deadline:
-                return found
-            time.sleep(0.05)
+        deadline = time.monotonic() + wait_s
+
+        def poll() -> None:
+            while time.monotonic() < deadline:
+                for r in range(self.env.world_size):
+                    if r not in found and store.check([f"{key}/{r}"]):
+                        found.add(r)
+                if len(found) == self.env.world_size:
+                    return
+                time.sleep(0.05)
+
+        _bounded(poll, wait_s, None)
+        return set(found)
 
     def announce(self, key: str) -> None:
-        try:
-            assert self.store is not None
-            self.store.set(key, "1")
-        except Exception:
-            pass
+        store = self.store
+        if store is not None:
+            _bounded(lambda: store.set(key, "1"), self._liveness_s, None)
 
     def wait_for(self, key: str, *, wait_s: float) -> bool:
         """Wait (bounded) for a key another rank sets, e.g. rank 0's "report written"."""
-        if self.store is None:
+        store = self.store
+        if store is None:
             return False
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                if self.store.check([key]):
+
+        def poll() -> bool:
+            while time.monotonic() < deadline:
+                if store.check([key]):
                     return True
-            except Exception:
-                return False
-            time.sleep(0.05)
-        return False
+                time.sleep(0.05)
+            return False
+
+        return bool(_bounded(poll, wait_s, False))
 
     def close(self) -> None:
         """Clean path only: destroying a group while a peer is stuck in a collective can deadlock."""
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _bounded(fn, seconds: float, default):
+    """Run ``fn`` in a daemon thread; its result, or ``default`` after ``seconds`` or on any error.
+
+    On a cut link a TCPStore call can block far past its own timeout (seen with ``ip link set down``:
+    ``check``/``get`` never returned). Those calls release the GIL, so the caller's wait still ends on
+    time and the abandoned thread dies with the process.
+    """
+    box: list = [default]
+
+    def target() -> None:
+        try:
+            box[0] = fn()
+        except Exception:
+            pass
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    return box[0]
 
 
 def _one_line(exc: BaseException) -> str:
