@@ -378,6 +378,30 @@ def test_engine_sglang_reports_sglang_refusals_as_input_errors(sglang_engine, cl
     assert res.rc == 2 and "SGLang rejects the flags" in res.err and "page_size" in res.err
 
 
+BOTH_REFUSE = {  # SGLang 0.5.23's startup asserts (arg_groups/mamba_hook.py), which the builtin mirrors
+    "no_buffer overlap on, pp 4": ["--mamba-radix-cache-strategy", "no_buffer"],
+    "no_buffer overlap on, pp 1": ["--mamba-radix-cache-strategy", "no_buffer", "--pp-size", "1"],
+    "no_buffer page 16": ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule",
+                          "--page-size", "16"],
+    "extra_buffer page 24": ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "24"],
+    "auto page 3": ["--page-size", "3"],
+    "extra_buffer_lazy page 96, pp 1": ["--mamba-radix-cache-strategy", "extra_buffer_lazy",
+                                        "--pp-size", "1", "--page-size", "96"],
+    "draft tokens 257": ["--speculative-num-draft-tokens", "257", "--max-running-requests", "8"],
+}
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("flags", list(BOTH_REFUSE), ids=list(BOTH_REFUSE))
+def test_engines_refuse_the_same_cache_flags(sglang_engine, cli, flags: str) -> None:
+    """Each cache-flag combination SGLang refuses at startup is refused by the builtin too: exit 2 with
+    the builtin's one line, not exit 4 (one engine derives values) or 0 (both derive)."""
+    res = cli(["derive", "--engine", "both", *_fixture("qwen3_next_80b_a3b"), "--pp-size", "4",
+               "--budget-gib", "16", *BOTH_REFUSE[flags]])
+    lines = res.err.strip().splitlines()
+    assert res.rc == 2 and len(lines) == 1 and "SGLang 0.5.23 refuses" in lines[0], (res.rc, res.err)
+
+
 @pytest.mark.sglang
 def test_plan_engines_agree_on_the_min_budget(sglang_engine, cli) -> None:
     """plan's budget boundary searched again with SGLang's derivation lands on the same 0.01 GiB."""
@@ -391,13 +415,24 @@ def test_plan_engines_agree_on_the_min_budget(sglang_engine, cli) -> None:
     assert alone["min_budget_gib"] == doc["min_budget_gib"]
 
 
+# Loaded on one rank through PYTHONPATH: breaks the builtin's budget split by 1% there, so that rank's
+# engines disagree (SGLang 0.5.23 has no known drift left to use for the real-ranks path).
+_BREAK_BUILTIN = """\
+from checker.core import sizing
+_real = sizing.mamba_budget_bytes
+sizing.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) * 1.01
+"""
+
+
 @pytest.mark.sglang
 def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
     """The preflight on 2 gloo ranks: each rank derives with both engines locally. Agreement is
-    consistent (exit 0, sglang_version in the inputs); a drift on any rank is model_drift (exit 4 on
-    every rank). The drift used is a real one in SGLang 0.5.23: an explicit no_buffer without
-    --disable-overlap-schedule, which SGLang refuses to boot and the builtin derives (if the builtin
-    learns that validation, both refuse and this becomes an exit-2 case: pick another drift)."""
+    consistent (exit 0, sglang_version in the inputs); flags both engines refuse (an explicit no_buffer
+    without --disable-overlap-schedule, SGLang 0.5.23's startup assert) are an input error, exit 2 on
+    every rank, not drift; a drift on any one rank (rank 1's builtin broken by 1%) is model_drift,
+    exit 4 on every rank."""
+    import os
+
     from harness import run_world
 
     base = ["check", *_fixture("qwen3_next_80b_a3b"), "--engine", "both", "--timeout-s", "60"]
@@ -405,8 +440,16 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
     assert res.codes == [0, 0], [r.stderr[-400:] for r in res.ranks]
     assert res.report()["status"] == "consistent"
     res = run_world([*base, "--mamba-radix-cache-strategy", "no_buffer"], world_size=2, tmp_path=tmp_path)
+    assert res.codes == [2, 2], [r.stderr[-400:] for r in res.ranks]
+    rep = res.report()
+    assert rep["status"] == "error" and len(rep["errors"]) == 1
+    assert "--disable-overlap-schedule" in rep["errors"][0]
+    broken = tmp_path / "broken_builtin"
+    broken.mkdir()
+    (broken / "sitecustomize.py").write_text(_BREAK_BUILTIN)
+    path = os.pathsep.join(p for p in (str(broken), os.environ.get("PYTHONPATH", "")) if p)
+    res = run_world(base, world_size=2, tmp_path=tmp_path, rank_env={1: {"PYTHONPATH": path}})
     assert res.codes == [4, 4], [r.stderr[-400:] for r in res.ranks]
     rep = res.report()
     assert rep["status"] == "model_drift"
-    assert [r["status"] for r in rep["ranks"]] == ["model_drift", "model_drift"]
-    assert "no_buffer do not support overlap schedule" in rep["errors"][0]
+    assert [r["status"] for r in rep["ranks"]] == ["ok", "model_drift"], rep["ranks"]

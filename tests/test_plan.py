@@ -217,13 +217,13 @@ def test_min_budget_is_met_and_0_01_gib_less_is_not(case: tuple[CapacityInputs, 
 
 
 def test_min_budget_for_the_upstream_numbers_is_at_most_their_budget() -> None:
-    """Spec section 9: kimi-k3 at pp 8, r 0.5, 3 slots per request (no_buffer, the spec's stated
-    assumption), 8 GiB gives max-share 24 running requests on every stage. The smallest budget for 24
-    can then be no more than 8 GiB, and whole-model (charging the whole model on each stage) must need
-    more than max-share."""
+    """Spec section 9: kimi-k3 at pp 8, r 0.5, 3 slots per request (no_buffer with
+    --disable-overlap-schedule, the spec's stated assumption), 8 GiB gives max-share 24 running requests
+    on every stage. The smallest budget for 24 can then be no more than 8 GiB, and whole-model (charging
+    the whole model on each stage) must need more than max-share."""
     geometry = load_geometry(model="kimi-k3")
     inputs = CapacityInputs(geometry=geometry, budget_gib=8.0, pp_size=8, mamba_full_memory_ratio=0.5,
-                            mamba_radix_cache_strategy="no_buffer")
+                            mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)
     assert {s.max_running_requests for s in derive_all(inputs)} == {24}
     share = min_budget(inputs, 24, policy="max-share")
     whole = min_budget(inputs, 24, policy="whole-model")

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checker.core.errors import BudgetError
+from checker.core.errors import BudgetError, FlagError
 from checker.core.geometry import ModelGeometry
 from checker.core.sizing import (
     CHECKED_VALUES,
@@ -61,15 +61,27 @@ def _flags(draw: st.DrawFn) -> dict[str, Any]:
         mamba_radix_cache_strategy=draw(st.sampled_from(["auto", "no_buffer", "extra_buffer"])),
         page_size=draw(st.sampled_from([1, 16])),
         disable_radix_cache=draw(st.booleans()),
+        disable_overlap_schedule=draw(st.booleans()),
         dp_size=draw(st.sampled_from([1, 2])),
     )
 
 
+def _refused(inputs: CapacityInputs) -> bool:
+    """SGLang 0.5.23's startup refusal among the drawn flags: an explicit no_buffer needs page size 1 and
+    --disable-overlap-schedule, unless the radix cache is off (page sizes 1 and 16 both divide 256)."""
+    return (
+        not inputs.disable_radix_cache
+        and inputs.mamba_radix_cache_strategy == "no_buffer"
+        and (inputs.page_size != 1 or not inputs.disable_overlap_schedule)
+    )
+
+
 def _derive(inputs: CapacityInputs) -> list[dict[str, int]] | str:
-    """Every stage's checked values, or the error every stage hits (a budget too small everywhere)."""
+    """Every stage's checked values, or the error every stage hits (a budget too small everywhere, or
+    flags SGLang refuses)."""
     try:
         stages = derive_all(inputs)
-    except BudgetError as exc:
+    except (BudgetError, FlagError) as exc:
         return type(exc).__name__
     return [{n: getattr(s, n) for n in CHECKED_VALUES} for s in stages]
 
@@ -77,7 +89,9 @@ def _derive(inputs: CapacityInputs) -> list[dict[str, int]] | str:
 @SETTINGS
 @given(data=st.data())
 def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
-    """Any geometry, pp size, partition and budget: no checked value differs across stages."""
+    """Any geometry, pp size, partition and budget: no checked value differs across stages. Flags SGLang
+    refuses must be refused by every stage alike (one stage deriving values would pass a preflight for a
+    server that never starts)."""
     g = data.draw(geometries())
     P = data.draw(st.integers(1, min(8, g.num_hidden_layers)))
     inputs = CapacityInputs(
@@ -92,9 +106,11 @@ def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
     for k in range(P):
         try:
             outcomes.append(derive_stage(inputs, k))
-        except BudgetError as exc:
+        except (BudgetError, FlagError) as exc:
             outcomes.append(type(exc).__name__)
-    if any(isinstance(o, str) for o in outcomes):
+    if _refused(inputs):
+        assert outcomes == ["FlagError"] * P
+    elif any(isinstance(o, str) for o in outcomes):
         assert all(o == "BudgetError" for o in outcomes)
     else:
         assert divergent_values(outcomes) == []

@@ -55,9 +55,9 @@ def test_upstream_assertions_on_the_preset() -> None:
 def test_worked_numbers_all_three_policies() -> None:
     """Spec 9: K=8 at P=1; 74 on all 8 stages (max-share); [74,83,83,74,74,74,74,83] (own-share);
     8 (whole-model); "with 3 slots per request" (no_buffer, the spec's stated assumption, which SGLang
-    only starts with --disable-overlap-schedule) -> max_running_requests 24, pp_max_micro_batch_size 3. Under the default strategy (auto, which is
-    extra_buffer without overlap under PP: 4 slots) the same K gives 18 and 2; a slot count that
-    ignores the strategy shows as the wrong pair in one of the two."""
+    only starts with --disable-overlap-schedule) -> max_running_requests 24, pp_max_micro_batch_size 3.
+    Under the default strategy (auto, which is extra_buffer without overlap under PP: 4 slots) the same
+    K gives 18 and 2; a slot count that ignores the strategy shows as the wrong pair in one of the two."""
     assert derive_stage(make(pp_size=1), 0).max_mamba_cache_size == 8
     assert auto_fit_k(PER_REQ) == 8
     maxs = derive_all(
