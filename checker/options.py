@@ -101,7 +101,7 @@ def add_flag_args(
     g.add_argument("--mamba-radix-cache-strategy", choices=STRATEGIES, default="auto",
                    help="default auto: extra_buffer unless --disable-overlap-schedule with page_size 1 "
                    "(then no_buffer); under pp > 1 extra_buffer runs without overlap: 4 slots. "
-                   "An explicit no_buffer needs --disable-overlap-schedule and page_size 1, as in SGLang"); under pp > 1 extra_buffer runs without overlap: 4 slots")
+                   "An explicit no_buffer needs --disable-overlap-schedule and page_size 1, as in SGLang")
     g.add_argument("--page-size", type=positive_int, default=1)
     g.add_argument("--disable-radix-cache", action="store_true")
     g.add_argument("--disable-overlap-schedule", action="store_true",
