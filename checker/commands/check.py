@@ -381,6 +381,8 @@ def _derive_row(args, env: RankEnv, *, status: int, error: str, pp_size: int, pp
                 ints[name] = getattr(stage, name)
             ints["state_allocated_bytes"] = stage.state_allocated_bytes
             ints["state_charged_bytes"] = stage.state_charged_bytes
+            if device is not None:
+                _check_on_device(cap_inputs, pp_rank, budget, stage, device)
             if drifts:
                 status, error = STATUS_DRIFT, drift_summary(drifts)
             elif getattr(args, "materialize", False):
@@ -394,6 +396,21 @@ def _derive_row(args, env: RankEnv, *, status: int, error: str, pp_size: int, pp
             status, error = STATUS_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
     ints["status"] = status
     return RankRow(ints=ints, host=env.host, error=error, inputs=inputs)
+
+
+def _check_on_device(cap_inputs, pp_rank: int, budget: float, stage, device) -> None:
+    """Derive the stage again on the rank's own device (the sweep's vectorised path, float64 tensors)
+    and hold it against the scalar core: on a GPU rank this is the derivation done on the GPU."""
+    from checker.core.sizing import CHECKED_VALUES
+    from checker.sweep_torch import derive_sweep
+
+    on_device = derive_sweep(cap_inputs, pp_rank, [budget], device)[0].tolist()
+    scalar = [getattr(stage, n) for n in CHECKED_VALUES]
+    if on_device != scalar:
+        raise RuntimeError(
+            f"the derivation on {device} gives {dict(zip(CHECKED_VALUES, on_device, strict=True))} but "
+            f"the scalar core {dict(zip(CHECKED_VALUES, scalar, strict=True))}; please report this"
+        )
 
 
 class _Drifted(Exception):
