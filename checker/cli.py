@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -65,3 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckerInputError as exc:
         print(f"checker {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # `checker derive | head`: the reader left; end quietly, as CLI tools do (Python docs' recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

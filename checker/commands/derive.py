@@ -38,12 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def header(inputs: CapacityInputs) -> str:
     g = inputs.geometry
-    strategy = (
-        "radix cache disabled"
-        if inputs.disable_radix_cache
-        else f"strategy {inputs.resolved_strategy}"
-        + (" (auto)" if inputs.mamba_radix_cache_strategy == "auto" else "")
-    )
+    strategy = inputs.strategy_label
     lines = [
         f"model {g.name}: {g.num_hidden_layers} layers, {g.num_linear_layers} linear; "
         f"state per layer {fmt_int(g.bytes_per_layer)} B (conv {g.conv_dtype}, temporal "

@@ -221,12 +221,7 @@ def fmt_runs(indices: Sequence[int], budgets: Sequence[float]) -> str:
 
 def header(inputs: CapacityInputs, grid: BudgetGrid) -> str:
     g = inputs.geometry
-    strategy = (
-        "radix cache disabled"
-        if inputs.disable_radix_cache
-        else f"strategy {inputs.resolved_strategy}"
-        + (" (auto)" if inputs.mamba_radix_cache_strategy == "auto" else "")
-    )
+    strategy = inputs.strategy_label
     T = "not modelled (does not bind)" if inputs.token_capacity is None else f"{inputs.token_capacity:,}"
     b = grid.budgets
     return "\n".join([

@@ -8,6 +8,7 @@ value of the decimal), so the budget we print derives exactly what we claim when
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from checker.core.errors import BudgetError, LayoutError
@@ -99,15 +100,42 @@ def _derive_at(plans: list[StagePlan], inputs: CapacityInputs, h: int) -> list[S
     return [size_pool(p, inputs, budget) for p in plans]
 
 
-def _meets(plans: list[StagePlan], inputs: CapacityInputs, h: int, target: int) -> bool:
+def meets(derive_at: Callable[[int], list[StageCapacity]], h: int, target: int) -> bool:
     """Whether every stage boots at ``h / 100`` GiB and derives max_running_requests >= target."""
     if h <= 0:
         return False  # not a budget: CapacityInputs refuses 0 GiB
     try:
-        stages = _derive_at(plans, inputs, h)
+        stages = derive_at(h)
     except BudgetError:
         return False  # the pool or one running request does not fit: the target is not met
     return all(s.max_running_requests >= target for s in stages)
+
+
+def bisect_boundary(
+    derive_at: Callable[[int], list[StageCapacity]], target: int, lo: int, hi: int
+) -> tuple[int, list[StageCapacity], list[StageCapacity] | None, str | None]:
+    """Narrow ``lo`` (misses) and ``hi`` (meets) to adjacent hundredths; derive both ends again.
+
+    Returns (hi, the stages at hi, the stages 0.01 GiB below or None, why there are none). Shared by
+    the builtin search and the installed-SGLang one, which differ only in ``derive_at``.
+    """
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(derive_at, mid, target):
+            hi = mid
+        else:
+            lo = mid
+    stages = derive_at(hi)
+    below: list[StageCapacity] | None = None
+    below_error: str | None = None
+    if hi - 1 <= 0:
+        below_error = "0 GiB is not a budget"
+    else:
+        try:
+            below = derive_at(hi - 1)
+        except BudgetError as exc:
+            below_error = str(exc)
+    return hi, stages, below, below_error
 
 
 def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget:
@@ -152,32 +180,20 @@ def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget
                 f"capped at {cap.limit} by {cap.reason}; lower the target or lift that cap"
             )
 
+    def derive_at(h: int) -> list[StageCapacity]:
+        return _derive_at(plans, inputs, h)
+
     lo, hi = 0, 1  # invariant: lo misses (0 GiB is no budget), hi is the candidate
-    while not _meets(plans, inputs, hi, target):
+    while not meets(derive_at, hi, target):
         if hi >= MAX_BUDGET_HUNDREDTHS:
             raise BudgetError(
                 f"no budget up to {budget_from_hundredths(hi):g} GiB reaches "
                 f"--target-max-running-requests {target} under --policy {policy}; lower the target"
             )
         lo, hi = hi, min(2 * hi, MAX_BUDGET_HUNDREDTHS)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _meets(plans, inputs, mid, target):
-            hi = mid
-        else:
-            lo = mid
-    # Re-check the boundary through the same core: met at hi, missed at hi - 1.
-    stages = _derive_at(plans, inputs, hi)
+    hi, stages, below, below_error = bisect_boundary(derive_at, target, lo, hi)
+    # Re-checked through the same core: met at hi, missed at hi - 1.
     assert all(s.max_running_requests >= target for s in stages), "bisection lost its invariant"
-    below: list[StageCapacity] | None = None
-    below_error: str | None = None
-    if hi - 1 <= 0:
-        below_error = "0 GiB is not a budget"
-    else:
-        try:
-            below = _derive_at(plans, inputs, hi - 1)
-        except BudgetError as exc:
-            below_error = str(exc)
     assert below is None or any(s.max_running_requests < target for s in below), "not a boundary"
     return MinBudget(
         policy=policy, target=target, budget_hundredths=hi, stages=stages, below=below,
@@ -185,12 +201,6 @@ def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# The partition that minimises the busiest stage's linear layers
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
 class PartitionBounds:
     """Per-stage layer-count bounds around the even split."""
 

@@ -142,6 +142,14 @@ class CapacityInputs:
         return "extra_buffer" if wants_overlap or self.page_size > 1 else "no_buffer"
 
     @property
+    def strategy_label(self) -> str:
+        """How the cache strategy reads in a header: "strategy extra_buffer (auto)" and the like."""
+        if self.disable_radix_cache:
+            return "radix cache disabled"
+        auto = " (auto)" if self.mamba_radix_cache_strategy == "auto" else ""
+        return f"strategy {self.resolved_strategy}{auto}"
+
+    @property
     def effective_overlap_schedule(self) -> bool:
         # auto -> no_buffer turns the overlap schedule off.
         if self.mamba_radix_cache_strategy == "auto" and self.resolved_strategy == "no_buffer":

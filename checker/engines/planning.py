@@ -11,7 +11,13 @@ the builtin's budget, is a drift finding.
 from __future__ import annotations
 
 from checker.core.errors import BudgetError
-from checker.core.planning import MAX_BUDGET_HUNDREDTHS, MinBudget, budget_from_hundredths
+from checker.core.planning import (
+    MAX_BUDGET_HUNDREDTHS,
+    MinBudget,
+    bisect_boundary,
+    budget_from_hundredths,
+    meets,
+)
 from checker.core.sizing import StageCapacity
 from checker.engines import PreparedEngine
 from checker.engines.drift import Drift, Outcome, compare
@@ -22,29 +28,24 @@ def derive_at(engine: PreparedEngine, pp_size: int, h: int) -> list[StageCapacit
     return [engine.derive(k, budget) for k in range(pp_size)]
 
 
-def _meets(engine: PreparedEngine, pp_size: int, h: int, target: int) -> bool:
-    if h <= 0:
-        return False
-    try:
-        return all(s.max_running_requests >= target for s in derive_at(engine, pp_size, h))
-    except BudgetError:
-        return False
-
-
 def engine_min_budget(engine: PreparedEngine, pp_size: int, start: MinBudget) -> MinBudget:
     """The engine's own smallest budget for ``start.target``, searched from the builtin's answer."""
     target = start.target
     h = start.budget_hundredths
-    if _meets(engine, pp_size, h, target):
+
+    def at(hundredths: int) -> list[StageCapacity]:
+        return derive_at(engine, pp_size, hundredths)
+
+    if meets(at, h, target):
         hi, step = h, 1  # walk down until a budget misses: then lo misses, hi meets
         lo = hi - step
-        while _meets(engine, pp_size, lo, target):
+        while meets(at, lo, target):
             hi, step = lo, step * 2
             lo = max(hi - step, 0)
     else:
         lo, step = h, 1  # walk up until a budget meets
         hi = lo + step
-        while not _meets(engine, pp_size, hi, target):
+        while not meets(at, hi, target):
             if hi >= MAX_BUDGET_HUNDREDTHS:
                 raise BudgetError(
                     f"SGLang reaches --target-max-running-requests {target} at no budget up to "
@@ -52,22 +53,7 @@ def engine_min_budget(engine: PreparedEngine, pp_size: int, start: MinBudget) ->
                 )
             lo, step = hi, step * 2
             hi = min(lo + step, MAX_BUDGET_HUNDREDTHS)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _meets(engine, pp_size, mid, target):
-            hi = mid
-        else:
-            lo = mid
-    stages = derive_at(engine, pp_size, hi)
-    below: list[StageCapacity] | None = None
-    below_error: str | None = None
-    if hi - 1 <= 0:
-        below_error = "0 GiB is not a budget"
-    else:
-        try:
-            below = derive_at(engine, pp_size, hi - 1)
-        except BudgetError as exc:
-            below_error = str(exc)
+    hi, stages, below, below_error = bisect_boundary(at, target, lo, hi)
     return MinBudget(policy=start.policy, target=target, budget_hundredths=hi, stages=stages,
                      below=below, below_error=below_error)
 
