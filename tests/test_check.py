@@ -236,3 +236,24 @@ def test_torchrun_root_cause_names_the_verdict(tmp_path):
     assert proc.returncode == 1, proc.stderr[-1000:]
     assert json.loads(report.read_text())["status"] == "divergent"
     assert "checker verdict divergent: max_mamba_cache_size" in proc.stderr
+
+
+def test_device_derivation_disagreeing_with_the_scalar_core_is_an_error(tmp_path):
+    """Each rank derives its stage twice: the scalar core and the vectorised path on its device. A
+    rank whose scalar core is off by half (patched through sitecustomize on rank 1 only) must be caught
+    and reported by every rank, not pass as consistent."""
+    import os
+
+    patch = tmp_path / "broken_scalar"
+    patch.mkdir()
+    (patch / "sitecustomize.py").write_text(
+        "from checker.core import sizing\n"
+        "_real = sizing.mamba_budget_bytes\n"
+        "sizing.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) * 1.5\n"
+    )
+    path = os.pathsep.join(p for p in (str(patch), os.environ.get("PYTHONPATH", "")) if p)
+    res = run_world(["check", *KIMI, *FAST], world_size=2, tmp_path=tmp_path,
+                    rank_env={1: {"PYTHONPATH": path}})
+    assert res.codes == [2, 2], [r.stderr[-400:] for r in res.ranks]
+    err = res.report()["errors"]
+    assert len(err) == 1 and err[0].startswith("rank 1: internal error: RuntimeError: the derivation on cpu")

@@ -381,13 +381,14 @@ def _derive_row(args, env: RankEnv, *, status: int, error: str, pp_size: int, pp
                 ints[name] = getattr(stage, name)
             ints["state_allocated_bytes"] = stage.state_allocated_bytes
             ints["state_charged_bytes"] = stage.state_charged_bytes
-            if device is not None:
-                _check_on_device(cap_inputs, pp_rank, budget, stage, device)
-            if drifts:
+            if drifts:  # the more specific finding: the model and the deployed code disagree
                 status, error = STATUS_DRIFT, drift_summary(drifts)
-            elif getattr(args, "materialize", False):
-                status, error = _materialize(args, env, cap_inputs, stage, ints, device=device,
-                                             deadline=deadline, timings=timings)
+            else:
+                if device is not None:
+                    _check_on_device(cap_inputs, pp_rank, budget, stage, device)
+                if getattr(args, "materialize", False):
+                    status, error = _materialize(args, env, cap_inputs, stage, ints, device=device,
+                                                 deadline=deadline, timings=timings)
         except _Drifted:
             pass
         except CheckerInputError as exc:

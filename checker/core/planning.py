@@ -201,6 +201,7 @@ def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget
     )
 
 
+@dataclass(frozen=True, kw_only=True)
 class PartitionBounds:
     """Per-stage layer-count bounds around the even split."""
 
