@@ -282,7 +282,7 @@ def test_slurm_recipe_shape():
     """One agent per node, head node from scontrol, rendezvous id from the job id, verdict from report."""
     text = (LAUNCHERS / "slurm.sbatch").read_text()
     assert "#SBATCH --ntasks-per-node=1" in text
-    assert re.search(r"scontrol show hostnames \"\$SLURM_JOB_NODELIST\" \| head -n 1", text)
+    assert re.search(r"scontrol show hostnames \"\$SLURM_JOB_NODELIST\" \| sed -n 1p", text)
     assert re.search(r"RDZV_ID=\S*\$SLURM_JOB_ID", text)
     assert "NODE_RANK=\"$SLURM_NODEID\"" in text and "--kill-on-bad-exit=0" in text
     assert re.search(r"^srun .*--ntasks-per-node=1", text, flags=re.M)
