@@ -25,14 +25,23 @@ RELEVANT_ENV = (
 )
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
+def int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``, with a one-line reason otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise argparse.ArgumentTypeError(f"{value} must be {what}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
 
 
 def finite_float(text: str) -> float:

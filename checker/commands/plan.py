@@ -28,21 +28,21 @@ from checker.core.planning import MinBudget, SuggestedPartition, min_budget, sug
 from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity
 from checker.engines import add_engine_args
 from checker.engines.drift import EXIT_MODEL_DRIFT, Drift, drift_lines, engine_mode, prepare_from_args
-from checker.options import add_flag_args, add_layout_args, add_model_args, inputs_from_args, positive_int
+from checker.options import (
+    add_flag_args,
+    add_layout_args,
+    add_model_args,
+    inputs_from_args,
+    int_at_least,
+    positive_int,
+)
 from checker.tables import fmt_bytes, fmt_int, format_table
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
 DEFAULT_SLACK = 1
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be an integer >= 0")
-    return value
+non_negative_int = int_at_least(0)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
