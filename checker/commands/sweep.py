@@ -394,7 +394,16 @@ def run_distributed(args: argparse.Namespace, env) -> int:
         device = group.device if group.device.type == "cuda" else resolve_device(args.device)
         if device.type == "cpu":
             torch.set_num_threads(1)
+        # Rank 0 reports progress for its own stage (every rank derives one stage, in parallel).
+        progress = Progress(
+            1,
+            f"{len(grid):,} budgets x {len(policies)} policies on each of {env.world_size} ranks",
+            enabled=is_rank0 and not args.no_progress
+            and (_isatty(sys.stderr) or len(grid) >= LONG_SWEEP_BUDGETS),
+        )
         payload = local_sweep(inputs_by_policy, pp_rank, grid.budgets, device).reshape(-1)
+        progress.step()
+        progress.close()
     except CheckerInputError as exc:
         status, error = exc.code, str(exc)
         print(f"[rank {env.rank}] checker sweep: error: {error}", file=sys.stderr, flush=True)
