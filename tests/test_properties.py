@@ -12,6 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import geometries
 
 from checker.core.errors import BudgetError, FlagError
 from checker.core.geometry import ModelGeometry
@@ -24,24 +25,6 @@ from checker.core.sizing import (
 )
 
 SETTINGS = settings(max_examples=60, deadline=None)
-
-
-@st.composite
-def geometries(draw: st.DrawFn) -> ModelGeometry:
-    L = draw(st.integers(1, 48))
-    ids = draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))
-    conv = draw(st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 4)), min_size=1, max_size=2))
-    temporal = draw(st.tuples(st.integers(1, 64), st.integers(1, 128), st.integers(1, 128)))
-    return ModelGeometry(
-        name="hypothesis",
-        num_hidden_layers=L,
-        linear_layer_ids=tuple(sorted(ids)),
-        conv_shapes=tuple(conv),
-        temporal_shape=temporal,
-        conv_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
-        temporal_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
-        extra_per_slot_bytes=draw(st.sampled_from([0, 0, 4096])),
-    )
 
 
 @st.composite

@@ -14,9 +14,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import geometries
 
 from checker.core.errors import BudgetError, CheckerInputError, FlagError
-from checker.core.geometry import ModelGeometry
 from checker.core.models import load_geometry
 from checker.core.sizing import CHECKED_VALUES, GIB, POLICIES, STRATEGIES, CapacityInputs, plan_stage
 from checker.core.sweep import BOOT_FAILURE, parse_budgets, scalar_sweep
@@ -61,26 +61,9 @@ def test_bad_grid_is_one_budget_error(spec: str) -> None:
 
 
 @st.composite
-def geometries(draw: st.DrawFn) -> ModelGeometry:
-    L = draw(st.integers(1, 40))
-    ids = draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=L, unique=True))
-    convs = draw(st.lists(st.tuples(st.integers(1, 8192), st.integers(1, 4)), min_size=1, max_size=2))
-    temporal = draw(st.tuples(st.integers(1, 128), st.integers(1, 128), st.integers(1, 128)))
-    return ModelGeometry(
-        name="random",
-        num_hidden_layers=L,
-        linear_layer_ids=tuple(sorted(ids)),
-        conv_shapes=tuple(convs),
-        temporal_shape=temporal,
-        conv_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
-        temporal_dtype=draw(st.sampled_from(["float32", "bfloat16"])),
-        extra_per_slot_bytes=draw(st.sampled_from([0, 0, 4096, 12_345_678])),
-    )
-
-
-@st.composite
 def capacity_inputs(draw: st.DrawFn) -> CapacityInputs:
-    g = draw(geometries())
+    g = draw(geometries(max_layers=40, max_conv_channels=8192, max_heads=128,
+                         extras=(0, 0, 4096, 12_345_678)))
     D = draw(st.one_of(st.none(), st.integers(1, 8)))
     mrr = draw(st.one_of(st.none(), st.integers(1, 5000)))
     if D and mrr is None:

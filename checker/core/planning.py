@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from checker.core.errors import BudgetError, LayoutError
-from checker.core.partition import default_partition, stage_bounds
+from checker.core.partition import default_partition, stage_bounds, stage_partition
 from checker.core.sizing import CapacityInputs, StageCapacity, StagePlan, plan_stage, size_pool
 
 # Upper end of the budget search: 2**40 hundredths of a GiB (about 11 EiB) is far beyond any device;
@@ -218,15 +218,10 @@ def partition_bounds(num_hidden_layers: int, pp_size: int, slack: int) -> Partit
     """
     if isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
         raise LayoutError(f"--partition-slack {slack} must be an integer >= 0")
-    if num_hidden_layers < pp_size:
-        raise LayoutError(
-            f"--pp-size {pp_size} is above the model's num_hidden_layers={num_hidden_layers}; "
-            f"use at most {num_hidden_layers} stages"
-        )
-    base, rem = divmod(num_hidden_layers, pp_size)
+    even = stage_partition(num_hidden_layers, pp_size)  # validates pp size against the layers
     return PartitionBounds(
-        lower=max(1, base - slack),
-        upper=min(num_hidden_layers, base + (1 if rem else 0) + slack),
+        lower=max(1, min(even) - slack),
+        upper=min(num_hidden_layers, max(even) + slack),
     )
 
 

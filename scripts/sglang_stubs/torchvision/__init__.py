@@ -5,10 +5,7 @@ PyPI torchvision wheels fail to load against torch 2.13.0+cpu, and transformers 
 a dummy class whose instances refuse to be called, so any real use fails loudly.
 """
 
-import importlib.abc
-import importlib.machinery
-import sys
-import types
+from _stub_modules import install
 
 __version__ = "0.0.0+checker-stub"
 
@@ -34,21 +31,5 @@ def _module_getattr(name):
     return _Dummy
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if fullname.startswith("torchvision."):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-        module.__getattr__ = _module_getattr
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
-sys.meta_path.insert(0, _Finder())
+install("torchvision", _module_getattr)
 __getattr__ = _module_getattr

@@ -4,10 +4,7 @@ Decorators return the decorated function unchanged, every other attribute is a p
 ``triton.runtime.driver`` raises so SGLang's "no GPU" fallbacks run instead of reading a dummy target.
 """
 
-import importlib.abc
-import importlib.machinery
-import sys
-import types
+from _stub_modules import install
 
 __version__ = "0.0.0+checker-stub"
 _DECORATORS = ("jit", "autotune", "heuristics", "constexpr_function")
@@ -63,21 +60,5 @@ def _module_getattr(name):
     return _Dummy
 
 
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if fullname.startswith("triton."):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-        module.__getattr__ = _module_getattr
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
-sys.meta_path.insert(0, _Finder())
+install("triton", _module_getattr)
 __getattr__ = _module_getattr
