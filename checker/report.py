@@ -112,7 +112,7 @@ def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
 
 
 def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
-    out = [f"checker: {HEADLINE[verdict.status]} - {summary} ({elapsed_s:.1f} s)"]
+    out = [f"checker: {HEADLINE[verdict.status]} - {summary} (checked in {elapsed_s:.1f} s)"]
     if verdict.rows and verdict.status != "infrastructure_failure":
         out += ["", rank_table(verdict.rows, verdict.divergent)]
     for name, groups in verdict.divergent_groups.items():
