@@ -117,11 +117,11 @@ fi
 GPU_GIB=$("$PY" -c 'import torch; print(int(torch.cuda.get_device_properties(0).total_memory / 2**30))')
 
 step nccl-w1-materialize 60 0 consistent "$OUT/nccl-w1.json" -- \
-    "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check "${QWEN[@]}" --backend nccl \
+    "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check "${QWEN[@]}" --backend nccl --allow-single-rank \
     --budget-from-device --materialize --timeout-s 45 --report "$OUT/nccl-w1.json"
 
 step nccl-w1-spec-kimi 60 0 consistent "$OUT/nccl-w1-spec.json" -- \
-    "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check --model kimi-k3 --backend nccl \
+    "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check --model kimi-k3 --backend nccl --allow-single-rank \
     --budget-from-device --max-running-requests 64 --speculative-num-draft-tokens 4 \
     --materialize --timeout-s 45 --report "$OUT/nccl-w1-spec.json"
 

@@ -25,8 +25,15 @@ HERE = Path(__file__).resolve().parent
 def wall(cmd: list[str], timeout_s: float) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          timeout=timeout_s, env=env, cwd=HERE.parent)
+    proc = subprocess.run(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+        cwd=HERE.parent,
+    )
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-800:]}")
@@ -43,8 +50,19 @@ def main() -> int:
     rows = []
     for n in args.ranks:
         bare_cmd = [*torchrun, f"--nproc-per-node={n}", str(HERE / "bare_allgather.py")]
-        check_cmd = [*torchrun, f"--nproc-per-node={n}", "-m", "checker", "--budget-gib", "8",
-                     "--pp-size", "1" if n == 1 else str(n if n <= 93 else 1)]
+        check_cmd = [
+            *torchrun,
+            f"--nproc-per-node={n}",
+            "-m",
+            "checker",
+            "--model",
+            "kimi-k3",
+            "--budget-gib",
+            "8",
+            "--pp-size",
+            "1" if n == 1 else str(n if n <= 93 else 1),
+            *(["--allow-single-rank"] if n == 1 else []),
+        ]
         bare, check = [], []
         for i in range(args.rounds):
             order = [(bare_cmd, bare), (check_cmd, check)]
@@ -52,9 +70,11 @@ def main() -> int:
                 sink.append(wall(cmd, args.timeout_s))
         b, c = statistics.median(bare), statistics.median(check)
         rows.append((n, b, c, c / b))
-        print(f"ranks {n:>3}: bare {b:6.2f} s  preflight {c:6.2f} s  ratio {c / b:5.3f}  "
-              f"(bare {[round(x, 2) for x in bare]}, preflight {[round(x, 2) for x in check]})",
-              flush=True)
+        print(
+            f"ranks {n:>3}: bare {b:6.2f} s  preflight {c:6.2f} s  ratio {c / b:5.3f}  "
+            f"(bare {[round(x, 2) for x in bare]}, preflight {[round(x, 2) for x in check]})",
+            flush=True,
+        )
     print()
     print("| ranks | bare torchrun + gloo all-gather (s) | preflight (s) | ratio |")
     print("|---|---|---|---|")

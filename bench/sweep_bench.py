@@ -64,8 +64,15 @@ def bench_size(n: int, inputs_by_policy: dict[str, CapacityInputs], pp: int, sam
     t_sub = best_of(1, scalar)
     t_scalar = t_sub * n / len(sub)
     note = "measured" if len(sub) == n else f"extrapolated from {len(sub):,}"
-    return [f"{n:,}", f"{t_vec * 1e3:,.1f}", f"{n / t_vec:,.0f}", f"{t_scalar * 1e3:,.1f}",
-            f"{n / t_scalar:,.0f}", note, f"{t_scalar / t_vec:,.0f}x"]
+    return [
+        f"{n:,}",
+        f"{t_vec * 1e3:,.1f}",
+        f"{n / t_vec:,.0f}",
+        f"{t_scalar * 1e3:,.1f}",
+        f"{n / t_scalar:,.0f}",
+        note,
+        f"{t_scalar / t_vec:,.0f}x",
+    ]
 
 
 def bench_cli(grids: list[str], ranks: int = 0) -> list[str]:
@@ -78,9 +85,25 @@ def bench_cli(grids: list[str], ranks: int = 0) -> list[str]:
                 if ranks
                 else [sys.executable]
             )
-            cmd = [*launch, "-m", "checker", "sweep", "--budgets", grid, "--model", "kimi-k3",
-                   "--pp-size", str(ranks or 8), "--mamba-full-memory-ratio", "0.5", "--no-progress",
-                   "--report", os.path.join(tmp, "r.json"), "--plot", os.path.join(tmp, "p.png")]
+            cmd = [
+                *launch,
+                "-m",
+                "checker",
+                "sweep",
+                "--budgets",
+                grid,
+                "--model",
+                "kimi-k3",
+                "--pp-size",
+                str(ranks or 8),
+                "--mamba-full-memory-ratio",
+                "0.5",
+                "--no-progress",
+                "--report",
+                os.path.join(tmp, "r.json"),
+                "--plot",
+                os.path.join(tmp, "p.png"),
+            ]
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
             wall = time.perf_counter() - t0
@@ -88,8 +111,10 @@ def bench_cli(grids: list[str], ranks: int = 0) -> list[str]:
                 raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
             n = proc.stdout.split("budgets (of ", 1)[1].split(")", 1)[0]
             where = f"torchrun {ranks} ranks" if ranks else "one process"
-            lines.append(f"  checker sweep --budgets {grid:<14} ({n} budgets, report + plot, {where}): "
-                         f"{wall:.2f} s wall")
+            lines.append(
+                f"  checker sweep --budgets {grid:<14} ({n} budgets, report + plot, {where}): "
+                f"{wall:.2f} s wall"
+            )
     return lines
 
 
@@ -98,25 +123,38 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[145, 100_000], help="budgets per sweep")
-    parser.add_argument("--scalar-sample", type=int, default=2_000,
-                        help="budgets the scalar core is timed on (default 2,000)")
+    parser.add_argument(
+        "--scalar-sample", type=int, default=2_000, help="budgets the scalar core is timed on (default 2,000)"
+    )
     parser.add_argument("--pp-size", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default 1, what checker sweep uses on CPU)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1, what checker sweep uses on CPU)",
+    )
     parser.add_argument("--cli", action="store_true", help="also time the whole command end to end")
-    parser.add_argument("--torchrun", type=int, default=0, metavar="N",
-                        help="also time the distributed sweep on N gloo ranks (145 vs 100,001 budgets)")
+    parser.add_argument(
+        "--torchrun",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time the distributed sweep on N gloo ranks (145 vs 100,001 budgets)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     g = load_geometry(model="kimi-k3")
     inputs_by_policy = {
-        p: CapacityInputs(geometry=g, budget_gib=8.0, pp_size=args.pp_size, policy=p,
-                          mamba_full_memory_ratio=0.5)
+        p: CapacityInputs(
+            geometry=g, budget_gib=8.0, pp_size=args.pp_size, policy=p, mamba_full_memory_ratio=0.5
+        )
         for p in POLICIES
     }
-    print(f"kimi-k3, pp {args.pp_size}, r 0.5, {len(POLICIES)} policies, every stage in one process; "
-          f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs")
+    print(
+        f"kimi-k3, pp {args.pp_size}, r 0.5, {len(POLICIES)} policies, every stage in one process; "
+        f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs"
+    )
     print("vectorised = local_sweep for every stage + analyse; scalar = checker.core.sweep.scalar_sweep")
     headers = ["budgets", "vectorised ms", "budgets/s", "scalar ms", "budgets/s", "scalar timing", "speed-up"]
     rows = [headers] + [bench_size(n, inputs_by_policy, args.pp_size, args.scalar_sample) for n in args.sizes]
@@ -127,8 +165,9 @@ def main() -> int:
         print("end to end (python -m checker sweep, one process, includes torch and matplotlib imports):")
         print("\n".join(bench_cli(["4:40:0.25", "4:40:0.00036"])))
     if args.torchrun:
-        print(f"end to end under torchrun ({args.torchrun} gloo ranks, each derives its own stage, "
-              "one gather):")
+        print(
+            f"end to end under torchrun ({args.torchrun} gloo ranks, each derives its own stage, one gather):"
+        )
         print("\n".join(bench_cli(["4:40:0.25", "4:40:0.00036"], ranks=args.torchrun)))
     return 0
 

@@ -1,30 +1,83 @@
 """Command line: ``build_parser()`` and ``main(argv) -> int``. Subcommands live in ``checker.commands``.
 
-Bad input of any kind ends in one line on stderr and exit code 2, never a traceback.
+Bad input of any kind ends in one line on stderr and exit code 2, never a traceback. Under torchrun
+every rank parses the same command line, so only rank 0 prints it, and it writes an ``error`` report
+when a ``--report`` path can be read from the command line (CI reads the report, not torchrun's code).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 from checker import __version__
 from checker.core.errors import CheckerInputError
+from checker.status import ERROR, EXIT_INTERRUPTED, EXIT_USAGE
 
 # name -> module under checker.commands; the first is the default subcommand.
 COMMANDS = ("check", "derive", "plan", "sweep")
 DEFAULT_COMMAND = COMMANDS[0]
-EXIT_USAGE = 2
+HELP_WIDTH = 100
+"""Descriptions and option help wrap at the same width whatever the terminal."""
+ENVIRONMENT = """\
+environment variables read:
+  SGLANG_PP_LAYER_PARTITION          the layer partition (as SGLang reads it); compared across ranks
+  SGLANG_MAMBA_CONV_DTYPE            conv state dtype (default bfloat16); compared across ranks
+  SGLANG_MAMBA_SSM_DTYPE             temporal state dtype (--mamba-ssm-dtype wins); compared across ranks
+  SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK  SGLang's decode-lock switch; compared across ranks
+  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...  set by torchrun
+  GITHUB_STEP_SUMMARY                check (rank 0) appends a markdown verdict there
+  CHECKER_HOSTNAME                   the host name a rank reports (default: the machine's)"""
+
+
+class UsageError(Exception):
+    """A command-line error: one line, exit 2."""
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is a single line naming the way out (--help)."""
+    """argparse, but a usage error is a single line naming the way out, with "did you mean"."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        # "argument --budget-gib: 0 must be ..." -> "--budget-gib 0 must be ...": the flag as typed.
+        message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: (?=[^ ]+ must )", r"\1 ", message)
+        raise UsageError(
+            f"{self.prog}: error: {message}{_suggestion(self, message)} (see {self.prog} --help)"
+        )
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=HELP_WIDTH, max_help_position=34)
+
+
+def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    """'did you mean' for an unknown flag or subcommand."""
+    m = re.search(r"unrecognized arguments: (\S+)", message) or re.search(
+        r"invalid choice: '([^']+)'", message
+    )
+    if not m:
+        return ""
+    word = m.group(1).split("=", 1)[0]
+    choices: list[str] = []
+    todo = [parser]
+    while todo:  # the top-level parser reports the subcommands' unknown flags too
+        p = todo.pop()
+        for action in p._actions:
+            choices += [o for o in action.option_strings if o.startswith("--")]
+            if isinstance(action, argparse._SubParsersAction):
+                choices += list(action.choices)
+                todo += list(action.choices.values())
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _command(name: str):
@@ -37,35 +90,113 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prove that every pipeline stage of an SGLang deployment derives the same "
         "state-pool size, max_running_requests and pp_max_micro_batch_size.",
         epilog=f"With no COMMAND, '{DEFAULT_COMMAND}' runs: torchrun --standalone --nproc-per-node 8 "
-        "-m checker. Exit codes of check: 0 consistent, 1 divergent, 2 error, 3 infrastructure "
-        "failure, 4 model drift.",
+        "-m checker --model kimi-k3 --budget-gib 8. Exit codes of check: 0 consistent, 1 divergent, "
+        "2 error, 3 infrastructure failure, 4 model drift.\n\n" + ENVIRONMENT,
     )
     parser.add_argument("--version", action="version", version=f"checker {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMANDS:
         mod = _command(name)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.__doc__, epilog=ENVIRONMENT)
         mod.add_arguments(p)
     return parser
 
 
 def with_default_command(argv: Sequence[str]) -> list[str]:
-    """``checker [check] ...``: insert the default subcommand when none is named."""
+    """``checker [check] ...``: insert the default subcommand when none is named.
+
+    A first word that looks like a mistyped subcommand (``drive``) is left alone, so argparse can say
+    "did you mean derive" instead of checking the wrong thing.
+    """
     argv = list(argv)
     if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help", "--version")):
+        return argv
+    if argv and not argv[0].startswith("-") and difflib.get_close_matches(argv[0], COMMANDS, n=1, cutoff=0.6):
         return argv
     return [DEFAULT_COMMAND, *argv]
 
 
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``--budgets -1,2`` -> ``--budgets=-1,2``: argparse reads a value that starts with '-' and is not
+    a plain negative number as a flag, and answers "expected one argument" about the wrong thing."""
+    out: list[str] = []
+    for word in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and re.match(r"^-[\d.]", word):
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
+def _rank() -> int | None:
+    """This process's rank under torchrun (None when not launched by it)."""
+    value = os.environ.get("RANK")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _refuse(command: str, message: str, argv: Sequence[str]) -> int:
+    """One line on stderr (rank 0 only under torchrun) and, for check, an ``error`` report."""
+    rank = _rank()
+    if rank not in (None, 0):
+        return EXIT_USAGE
+    print(message, file=sys.stderr, flush=True)
+    if command == DEFAULT_COMMAND:
+        _error_report(message, argv)
+    return EXIT_USAGE
+
+
+def _error_report(message: str, argv: Sequence[str]) -> None:
+    """A usage error still leaves the report CI reads, when the command line names one."""
+    paths = {flag: _flag_value(argv, flag) for flag in ("--report", "--junit")}
+    if not any(paths.values()):
+        return
+    from checker import report
+    from checker.outputs import check_output_path
+    from checker.verdict import Verdict
+
+    world = int(os.environ.get("WORLD_SIZE", "1")) if os.environ.get("WORLD_SIZE", "1").isdigit() else 1
+    verdict = Verdict(status=ERROR, world_size=world, errors=[message])
+    for flag, path in paths.items():
+        try:
+            check_output_path(flag, path)
+        except CheckerInputError:
+            paths[flag] = None
+    for problem in report.write_all(
+        verdict,
+        report=paths["--report"],
+        junit=paths["--junit"],
+        summary="usage error",
+        elapsed_s=0.0,
+        extra={"checker_version": __version__},
+        step_summary=False,
+    ):
+        print(f"checker: warning: {problem}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(with_default_command(argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    words = join_negative_values(with_default_command(argv))
+    command = words[0] if words and words[0] in COMMANDS else DEFAULT_COMMAND
+    try:
+        args = build_parser().parse_args(words)
+    except UsageError as exc:
+        return _refuse(command, str(exc), words)
     try:
         return _command(args.command).run(args)
     except CheckerInputError as exc:
-        print(f"checker {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(args.command, f"checker {args.command}: error: {exc}", words)
+    except KeyboardInterrupt:
+        print(f"checker {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `checker derive | head`: the reader left; end quietly, as CLI tools do (Python docs' recipe).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -17,7 +17,7 @@ exactly those bytes, before the server starts. What is allocated mirrors SGLang 
   of uint8, the bytes ``state_allocated_bytes`` counts.
 
 What SGLang allocates differs from what it RESERVES for the spec scratch in two ways, both reported
-rather than hidden (README, --materialize):
+rather than hidden (docs/materialize.md):
 1. the reservation is ``stage_per_req * slots * D`` (the core's ``intermediate_state_bytes``), charged
    with the policy's scale like the pool, while the tensors cover only the stage's own layers; at
    pp 1 the two coincide, at pp > 1 a stage with fewer linear layers than the busiest allocates less.
@@ -56,10 +56,9 @@ if TYPE_CHECKING:
 LIMIT_ENV = "CHECKER_MATERIALIZE_LIMIT_BYTES"
 HOST_RAM_FRACTION = 0.5
 """On CPU, refuse a pool above this share of MemAvailable (split over the ranks sharing the host)."""
-STATUS_OK, STATUS_MISMATCH, STATUS_FAILED = 0, 1, 2
-"""``materialize_status`` on the wire."""
-STATUS_MATERIALIZE = 6
-"""A rank's row status when its pool failed to materialise or mismatched (errors.py uses 1-5, 99 internal)."""
+MATERIALIZE_OK, MATERIALIZE_MISMATCH, MATERIALIZE_FAILED = 0, 1, 2
+"""``materialize_status`` on the wire (the row's own status is checker.status.ROW_MATERIALIZE)."""
+MATERIALIZE_STATUS_NAMES = ("ok", "mismatch", "failed")
 _ITEMSIZE = {**DTYPE_ITEMSIZE, "uint8": 1}
 
 
@@ -85,7 +84,7 @@ class MaterializeResult:
     ok: bool
     error: str = ""
     """One line with the numbers; empty when ok."""
-    status: int = STATUS_OK
+    status: int = MATERIALIZE_OK
     device: str = "cpu"
     num_tensors: int = 0
     elapsed_s: float = 0.0
@@ -121,13 +120,15 @@ def pool_tensors(inputs: CapacityInputs, stage: StageCapacity) -> list[TensorSpe
         spec_slots = stage.max_running_requests + 1  # spec_state_size + 1
         for layer in own:
             out.append(
-                TensorSpec(f"layer {layer} intermediate_ssm", (spec_slots, d, *g.temporal_shape),
-                           g.temporal_dtype)
+                TensorSpec(
+                    f"layer {layer} intermediate_ssm", (spec_slots, d, *g.temporal_shape), g.temporal_dtype
+                )
             )
             for j, conv in enumerate(g.conv_shapes):
                 out.append(
-                    TensorSpec(f"layer {layer} intermediate_conv_window[{j}]", (spec_slots, d, *conv),
-                               g.conv_dtype)
+                    TensorSpec(
+                        f"layer {layer} intermediate_conv_window[{j}]", (spec_slots, d, *conv), g.conv_dtype
+                    )
                 )
     return out
 
@@ -247,12 +248,22 @@ def materialize_stage(
     predicted = predicted_bytes(inputs, stage)
     specs = pool_tensors(inputs, stage)
     where = f"stage {stage.pp_rank} on {device}"
-    base = dict(predicted_bytes=predicted, device=str(device), num_tensors=len(specs),
-                reserved_intermediate_bytes=stage.intermediate_state_bytes)
+    base = dict(
+        predicted_bytes=predicted,
+        device=str(device),
+        num_tensors=len(specs),
+        reserved_intermediate_bytes=stage.intermediate_state_bytes,
+    )
 
     def failed(msg: str, allocated: int) -> MaterializeResult:
-        return MaterializeResult(allocated_bytes=allocated, ok=False, error=msg, status=STATUS_FAILED,
-                                 elapsed_s=clock() - t0, **base)
+        return MaterializeResult(
+            allocated_bytes=allocated,
+            ok=False,
+            error=msg,
+            status=MATERIALIZE_FAILED,
+            elapsed_s=clock() - t0,
+            **base,
+        )
 
     try:
         limit = _limit_bytes()
@@ -308,17 +319,24 @@ def materialize_stage(
     alive = sum(r() is not None for r in refs)
     left = meter.left_over()
     if alive or left:
-        leak = (f"materialize leak on {where}: {alive} tensor(s) still referenced, {left:,} B still "
-                "allocated after freeing")
+        leak = (
+            f"materialize leak on {where}: {alive} tensor(s) still referenced, {left:,} B still "
+            "allocated after freeing"
+        )
         return failed(f"{error}; {leak}" if error else leak, allocated)
     if error:
         return failed(error, allocated)
     if allocated != predicted:
         diff = allocated - predicted
         return MaterializeResult(
-            allocated_bytes=allocated, ok=False, status=STATUS_MISMATCH, elapsed_s=clock() - t0,
-            error=(f"materialize mismatch on {where}: predicted {predicted:,} B, allocated "
-                   f"{allocated:,} B ({diff:+,} B)"),
+            allocated_bytes=allocated,
+            ok=False,
+            status=MATERIALIZE_MISMATCH,
+            elapsed_s=clock() - t0,
+            error=(
+                f"materialize mismatch on {where}: predicted {predicted:,} B, allocated "
+                f"{allocated:,} B ({diff:+,} B)"
+            ),
             **base,
         )
     return MaterializeResult(allocated_bytes=allocated, ok=True, elapsed_s=clock() - t0, **base)

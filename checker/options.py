@@ -7,22 +7,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-from collections.abc import Mapping
 
-from checker.core.geometry import resolve_dtypes
-from checker.core.models import DEFAULT_MODEL, PRESETS, load_geometry
-from checker.core.partition import PARTITION_ENV
-from checker.core.sizing import POLICIES, STRATEGIES, CapacityInputs, env_flag
+from checker.core.models import DEFAULT_MODEL, PRESETS
+from checker.core.sizing import POLICIES, STRATEGIES
+from checker.core.sweep import MAX_BUDGET_GIB
 
 DEFAULT_BUDGET_GIB = 8.0
-# Env vars that change what a rank derives; each one joins the preflight's input digests.
-RELEVANT_ENV = (
-    PARTITION_ENV,
-    "SGLANG_MAMBA_CONV_DTYPE",
-    "SGLANG_MAMBA_SSM_DTYPE",
-    "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",
-)
+"""derive, plan and sweep only: the upstream unit test's budget. check requires an explicit source."""
+MAX_GIB = MAX_BUDGET_GIB
+"""1 PiB: far above any device or host, low enough that bytes = GiB * 2**30 stay exact in an int64."""
+MAX_TIMEOUT_S = 86_400.0
+MAX_MEMORY_RATIO = 1000.0
+"""--mamba-full-memory-ratio above this leaves the KV pool under 0.1% of the budget: not a setting."""
 
 
 def int_at_least(minimum: int):
@@ -42,6 +38,15 @@ def int_at_least(minimum: int):
 
 
 positive_int = int_at_least(1)
+MAX_PARALLEL = 1024
+"""--pp/--tp/--dp sizes above this are no deployment (and a single-process derive walks every stage)."""
+
+
+def parallel_size(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"{value} must be at most {MAX_PARALLEL:,}")
+    return value
 
 
 def finite_float(text: str) -> float:
@@ -54,19 +59,45 @@ def finite_float(text: str) -> float:
     return value
 
 
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("model")
-    m = g.add_mutually_exclusive_group()
-    m.add_argument(
-        "--model",
-        metavar="NAME",
-        help=f"built-in preset ({', '.join(PRESETS)}); default {DEFAULT_MODEL} when no config is given",
-    )
+def bounded_float(*, low: float, high: float, low_inclusive: bool = False, what: str = ""):
+    """An argparse type: a finite number in (low, high] (or [low, high]), with a one-line reason."""
+
+    def parse(text: str) -> float:
+        value = finite_float(text)
+        too_low = value < low if low_inclusive else value <= low
+        if too_low or value > high:
+            lo = "[" if low_inclusive else "("
+            raise argparse.ArgumentTypeError(f"{text} must be in {lo}{low:g}, {high:,.0f}]{what}")
+        return value
+
+    return parse
+
+
+positive_gib = bounded_float(low=0, high=MAX_GIB, what=" GiB")
+unit_fraction = bounded_float(low=0, high=1.0, what=" (a fraction of free memory)")
+timeout_seconds = bounded_float(low=0, high=MAX_TIMEOUT_S, what=" seconds")
+memory_ratio = bounded_float(low=0, high=MAX_MEMORY_RATIO)
+
+
+def gib_list(text: str) -> tuple[float, ...]:
+    """GIB[,GIB...]: one or more positive GiB values."""
+    values = tuple(positive_gib(part.strip()) for part in text.split(","))
+    return values
+
+
+def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    g = parser.add_argument_group("model" + (" (one is required)" if required else ""))
+    m = g.add_mutually_exclusive_group(required=required)
+    default = "" if required else f"; default {DEFAULT_MODEL} when no config is given"
+    m.add_argument("--model", metavar="NAME", help=f"built-in preset ({', '.join(PRESETS)}){default}")
     m.add_argument(
         "--model-config",
+        "--model-path",
+        dest="model_config",
         metavar="PATH",
-        help="an HF config.json (Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H, Falcon-H1, "
-        "Granite-4.0-H) or a JSON model spec (see README)",
+        help="a model directory holding config.json (SGLang's --model-path), an HF config.json "
+        "(Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H, Falcon-H1, Granite-4.0-H), or a JSON model spec "
+        "(see docs/preflight.md)",
     )
 
 
@@ -74,94 +105,176 @@ def add_layout_args(parser: argparse.ArgumentParser, *, pp_default: int | None) 
     g = parser.add_argument_group("parallel layout")
     g.add_argument(
         "--pp-size",
-        type=positive_int,
+        type=parallel_size,
         default=pp_default,
         help="pipeline-parallel size P"
         + (f" (default {pp_default})" if pp_default else " (default: world_size // tp_size)"),
     )
-    g.add_argument("--tp-size", type=positive_int, default=1, help="attention TP size (default 1)")
-    g.add_argument("--dp-size", type=positive_int, default=1, help="attention DP size (default 1)")
+    g.add_argument("--tp-size", type=parallel_size, default=1, help="attention TP size (default 1)")
+    g.add_argument("--dp-size", type=parallel_size, default=1, help="attention DP size (default 1)")
 
 
 def add_flag_args(
-    parser: argparse.ArgumentParser, *, with_budget: bool = True, with_policy: bool = True
+    parser: argparse.ArgumentParser,
+    *,
+    with_budget: bool = True,
+    with_policy: bool = True,
+    budget_required_hint: bool = False,
 ) -> None:
     """``with_policy=False``: the command adds its own --policy (a sweep takes it repeatable)."""
     g = parser.add_argument_group("sizing flags (SGLang server-arg names)")
     if with_budget:
+        default = (
+            "this or --budget-from-device is required"
+            if budget_required_hint
+            else f"default {DEFAULT_BUDGET_GIB}, the upstream test's"
+        )
         g.add_argument(
             "--budget-gib",
-            type=finite_float,
+            type=positive_gib,
             default=None,
             metavar="GIB",
-            help="total_rest_memory handed to pool sizing: GiB left for the KV and state pools "
-            f"(default {DEFAULT_BUDGET_GIB}, the upstream test's)",
+            help=f"total_rest_memory handed to pool sizing: GiB left for the KV and state pools ({default})",
         )
     if with_policy:
         g.add_argument(
             "--policy",
             choices=POLICIES,
-            default="max-share",
-            help="how a stage is charged for state: max-share (SGLang since the fix, default), "
-            "own-share (rejected alternative), whole-model (the old bug)",
+            default=None,
+            help="how a stage is charged for state (default: the release's own: whole-model up to "
+            "SGLang 0.5.16, max-share from 0.5.17); own-share is the rejected alternative, for what-ifs",
         )
-    g.add_argument("--mamba-full-memory-ratio", type=finite_float, default=0.9, metavar="R",
-                   help="r: the state pool's share is r/(1+r) of the budget (default 0.9)")
-    g.add_argument("--mamba-radix-cache-strategy", choices=STRATEGIES, default="auto",
-                   help="default auto: extra_buffer unless --disable-overlap-schedule with page_size 1 "
-                   "(then no_buffer); under pp > 1 extra_buffer runs without overlap: 4 slots. "
-                   "An explicit no_buffer needs --disable-overlap-schedule and page_size 1, as in SGLang")
-    g.add_argument("--page-size", type=positive_int, default=1)
-    g.add_argument("--disable-radix-cache", action="store_true")
-    g.add_argument("--disable-overlap-schedule", action="store_true",
-                   help="(forced on by SGLang whenever pp size > 1)")
-    g.add_argument("--max-running-requests", type=positive_int, metavar="N")
-    g.add_argument("--max-mamba-cache-size", type=positive_int, metavar="K")
-    g.add_argument("--pp-max-micro-batch-size", type=positive_int, metavar="N")
-    g.add_argument("--speculative-num-draft-tokens", type=positive_int, metavar="D")
-    g.add_argument("--mamba-ssm-dtype", metavar="DTYPE",
-                   help="temporal state dtype (float32, bfloat16, float16); sets SGLANG_MAMBA_SSM_DTYPE")
-    g.add_argument("--token-capacity", type=positive_int, metavar="T",
-                   help="KV token capacity; unset means it does not bind")
-    g.add_argument("--context-len", type=positive_int, metavar="N",
-                   help="context length for the running-request estimate (default: the config's)")
-
-
-def relevant_env(env: Mapping[str, str]) -> dict[str, str | None]:
-    return {k: env.get(k) for k in RELEVANT_ENV}
-
-
-def inputs_from_args(
-    args: argparse.Namespace,
-    *,
-    env: Mapping[str, str] | None = None,
-    pp_size: int | None = None,
-    budget_gib: float | None = None,
-    policy: str | None = None,
-) -> CapacityInputs:
-    """Build one rank's :class:`CapacityInputs`; raises CheckerInputError on anything invalid."""
-    env = os.environ if env is None else env
-    geometry = load_geometry(model=args.model, model_config=args.model_config, tp_size=args.tp_size)
-    geometry = resolve_dtypes(geometry, env=env, mamba_ssm_dtype=args.mamba_ssm_dtype)
-    budget = budget_gib if budget_gib is not None else getattr(args, "budget_gib", None)
-    return CapacityInputs(
-        geometry=geometry,
-        budget_gib=DEFAULT_BUDGET_GIB if budget is None else budget,
-        pp_size=pp_size or args.pp_size,
-        tp_size=args.tp_size,
-        dp_size=args.dp_size,
-        policy=policy or args.policy,
-        mamba_full_memory_ratio=args.mamba_full_memory_ratio,
-        mamba_radix_cache_strategy=args.mamba_radix_cache_strategy,
-        page_size=args.page_size,
-        disable_radix_cache=args.disable_radix_cache,
-        disable_overlap_schedule=args.disable_overlap_schedule,
-        max_running_requests=args.max_running_requests,
-        max_mamba_cache_size=args.max_mamba_cache_size,
-        speculative_num_draft_tokens=args.speculative_num_draft_tokens,
-        pp_max_micro_batch_size=args.pp_max_micro_batch_size,
-        token_capacity=args.token_capacity,
-        context_len=args.context_len,
-        partition_env=env.get(PARTITION_ENV),
-        skip_decode_lock=env_flag(env.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")),
+    g.add_argument(
+        "--mamba-full-memory-ratio",
+        type=memory_ratio,
+        default=0.9,
+        metavar="R",
+        help="r: the state pool's share is r/(1+r) of the budget (default 0.9)",
     )
+    g.add_argument(
+        "--mamba-radix-cache-strategy",
+        choices=STRATEGIES,
+        default="auto",
+        help="default auto: extra_buffer unless --disable-overlap-schedule with page_size 1 "
+        "(then no_buffer); under pp > 1 extra_buffer runs without overlap: 4 slots. "
+        "An explicit no_buffer needs --disable-overlap-schedule and page_size 1, as in SGLang",
+    )
+    g.add_argument(
+        "--page-size",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="KV cache page size in tokens (default 1)",
+    )
+    g.add_argument(
+        "--disable-radix-cache", action="store_true", help="no prefix cache: 1 state slot per request"
+    )
+    g.add_argument(
+        "--disable-overlap-schedule", action="store_true", help="(forced on by SGLang whenever pp size > 1)"
+    )
+    g.add_argument(
+        "--max-running-requests",
+        type=positive_int,
+        metavar="N",
+        help="cap on running requests (SGLang's flag); with --disable-radix-cache it sizes the pool",
+    )
+    g.add_argument(
+        "--max-mamba-cache-size",
+        type=positive_int,
+        metavar="K",
+        help="an explicit state pool size K (skips the auto-fit)",
+    )
+    g.add_argument(
+        "--pp-max-micro-batch-size",
+        type=positive_int,
+        metavar="N",
+        help="cap on the micro-batch size under pp (default: max_running_requests // pp_size)",
+    )
+    g.add_argument(
+        "--speculative-num-draft-tokens",
+        type=positive_int,
+        metavar="D",
+        help="spec decoding draft tokens (needs --max-running-requests)",
+    )
+    g.add_argument(
+        "--mamba-ssm-dtype",
+        metavar="DTYPE",
+        help="temporal state dtype (float32, bfloat16, float16); sets SGLANG_MAMBA_SSM_DTYPE",
+    )
+    g.add_argument(
+        "--token-capacity",
+        type=positive_int,
+        metavar="T",
+        help="KV token capacity; unset means it does not bind",
+    )
+    g.add_argument(
+        "--context-len",
+        type=positive_int,
+        metavar="N",
+        help="context length for the running-request estimate (default: the config's)",
+    )
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    from checker.engines import DEFAULT_ENGINE, ENGINES
+
+    g = parser.add_argument_group("engine")
+    g.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=DEFAULT_ENGINE,
+        help="who derives: builtin (the checker's model of SGLang, default), sglang (the installed "
+        "SGLang's own sizing code, on CPU, no server), both (derive with each; any difference is a "
+        "model drift finding, exit 4)",
+    )
+    g.add_argument(
+        "--sglang-version",
+        metavar="X.Y.Z",
+        help="derive as this SGLang release (planning an upgrade, or ranks without SGLang installed); "
+        "default: the installed release, else the newest modelled one (see docs/sglang-releases.md)",
+    )
+    g.add_argument(
+        "--sglang-best-effort",
+        action="store_true",
+        help="derive a release newer than the newest modelled one with the newest model (and let "
+        "--engine sglang/both try an unsupported installed SGLang)",
+    )
+
+
+def add_group_args(g: argparse._ActionsContainer) -> None:
+    """Options of any command that runs over a process group (check, sweep)."""
+    g.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default="auto",
+        help="auto: nccl with tensors on cuda:LOCAL_RANK when a GPU is present, else gloo",
+    )
+    g.add_argument(
+        "--timeout-s",
+        type=timeout_seconds,
+        default=60.0,
+        metavar="S",
+        help="bound on init and on every collective; a lost rank ends the run after about "
+        "this long with status infrastructure_failure (default 60)",
+    )
+    g.add_argument(
+        "--init-method",
+        metavar="URL",
+        default=None,
+        help="rendezvous without torchrun: file:///path/to/fresh/file (tests); default: "
+        "torchrun's store from MASTER_ADDR/MASTER_PORT",
+    )
+
+
+def add_output_args(parser: argparse.ArgumentParser, *, junit: bool = False) -> None:
+    g = parser.add_argument_group("output")
+    g.add_argument("--report", metavar="PATH", help="write the JSON report here (rank 0 under torchrun)")
+    if junit:
+        g.add_argument("--junit", metavar="PATH", help="write JUnit XML here (rank 0)")
+    g.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="what goes to stdout: text (default) or the JSON report",
+    )
+    g.add_argument("--quiet", "-q", action="store_true", help="print only the one-line verdict")

@@ -1,76 +1,157 @@
-"""The verdict as a person reads it (text), as CI reads it (JSON, JUnit XML, GitHub step summary)."""
+"""The verdict as a person reads it (text), as CI reads it (JSON, JUnit XML, GitHub step summary).
+
+Every rendering leads with the root cause (the inputs that differ across ranks, or, when every input
+agrees, the stages' own layer slices), then one grouped view of the values that differ: per value, one
+line per group of ranks that derived the same number. ``share`` names each group ``majority``,
+``outlier`` or ``split`` (no value is held by more ranks than every other, e.g. 2-2: nothing is an
+outlier). docs/report.schema.json describes the JSON report; docs/example-divergent.md shows each
+rendering of one divergent run.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Mapping
-from pathlib import Path
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from xml.etree import ElementTree as ET
 
+from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES
-from checker.dist.wire import MISSING, STATUS_DRIFT, RankRow
+from checker.outputs import append_file, write_file
+from checker.row import MISSING, REPORTED_INTS, RankRow
+from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
 from checker.tables import fmt_int, format_table, mark, outliers
-from checker.verdict import Verdict, rank_ranges
+from checker.verdict import ValueGroup, Verdict, rank_ranges
 
-HEADLINE = {
-    "consistent": "CONSISTENT",
-    "divergent": "DIVERGENT",
-    "error": "ERROR",
-    "infrastructure_failure": "INFRASTRUCTURE FAILURE",
-    "model_drift": "MODEL DRIFT",
-}
+JUNIT_PART_CHARS = 1000
+"""Each part of a JUnit failure message (values, root cause) is cut to this many characters."""
+SHOW_HOSTS = 3
+SHOW_SLICES = 3
 
 
 def _v(value: int) -> str:
     return "-" if value == MISSING else fmt_int(value)
 
 
+def _ranks(ranks: Sequence[int]) -> str:
+    """[0, 1, 3] -> '0-1, 3' (rank_ranges without its 'ranks ' prefix)."""
+    return rank_ranges(ranks).split(" ", 1)[1]
+
+
+def _slices(layers: Sequence[Sequence[int]]) -> str:
+    shown = [f"[{s}, {e})" for s, e in layers if s != MISSING]
+    if len(shown) > SHOW_SLICES:
+        return ", ".join(shown[: SHOW_SLICES - 1]) + f", ... ({len(shown)} slices)"
+    return ", ".join(shown) or "-"
+
+
+def _hosts(hosts: Sequence[str]) -> str:
+    if len(hosts) > SHOW_HOSTS:
+        return ", ".join(hosts[: SHOW_HOSTS - 1]) + f", ... ({len(hosts)} hosts)"
+    return ", ".join(hosts)
+
+
+# -- typed inputs --------------------------------------------------------------------------------------
+
+
+def _flag_types() -> dict[str, type]:
+    """Each SizingFlags field's value type (``int | None`` -> int), from the dataclass itself."""
+    hints = typing.get_type_hints(SizingFlags)
+    out: dict[str, type] = {}
+    for f in fields(SizingFlags):
+        args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)] or [hints[f.name]]
+        out[f.name] = args[0]
+    return out
+
+
+INPUT_TYPES: dict[str, type] = {**_flag_types(), "budget_gib": float}
+"""Inputs that are not text; every other input (versions, model, env vars) is a string or null."""
+
+
+def typed_input(name: str, text: str | None) -> object:
+    """An input's wire text as the JSON report gives it: numbers as numbers, booleans as booleans."""
+    kind = INPUT_TYPES.get(name, str)
+    if text is None or kind is str:
+        return text
+    if kind is bool:
+        return {"true": True, "false": False}.get(text, text)
+    try:
+        return kind(text)
+    except ValueError:  # not the canonical text of its type: show it as sent
+        return text
+
+
+def typed_inputs(inputs: Mapping[str, str | None]) -> dict[str, object]:
+    return {name: typed_input(name, value) for name, value in inputs.items()}
+
+
+# -- JSON ----------------------------------------------------------------------------------------------
+
+
+def _known(value: int) -> int | None:
+    return None if value in (MISSING, 0) else value
+
+
 def rank_dict(row: RankRow) -> dict[str, object]:
     d: dict[str, object] = {
         "rank": row.rank,
         "host": row.host,
-        "node_rank": row.node_rank,
-        "local_rank": row.local_rank,
-        "pp_rank": row.pp_rank,
-        "tp_rank": row.tp_rank,
-        "status": "ok" if row.status == 0 else "model_drift" if row.status == STATUS_DRIFT else "error",
+        "status": row_status_name(row.status),
         "error": row.error or None,
+        "pp_size": _known(row.pp_size),
+        "tp_size": _known(row.tp_size),
     }
-    for name in (
-        *CHECKED_VALUES,
-        "start_layer",
-        "end_layer",
-        "stage_linear_layers",
-        "stage_per_req_bytes",
-        "slots_per_request",
-        "state_allocated_bytes",
-        "state_charged_bytes",
-        "device_free_bytes",
-    ):
+    for name in REPORTED_INTS:
         value = getattr(row, name)
         d[name] = None if value == MISSING else value
-    if row.budget_millionths_gib != MISSING:
-        d["budget_gib"] = row.budget_millionths_gib / 1e6
-    if row.materialize_status != MISSING:
-        d["predicted_bytes"] = row.predicted_bytes
-        d["allocated_bytes"] = None if row.allocated_bytes == MISSING else row.allocated_bytes
+    d["budget_gib"] = row.budget_gib
+    if row.materialize_status == MISSING:
+        for name in ("predicted_bytes", "allocated_bytes"):
+            d.pop(name)
+    d["inputs"] = typed_inputs(row.inputs)
     return d
 
 
+def inputs_view(verdict: Verdict) -> dict[str, object]:
+    """Every input once: its value where all ranks agree; ``{"by_rank": [...]}`` (one value per entry
+    of ``ranks``, in the same order) where they differ."""
+    out: dict[str, object] = {}
+    if not verdict.rows:
+        return out
+    for name in verdict.rows[0].inputs:
+        if name in verdict.differing_inputs:
+            out[name] = {"by_rank": [typed_input(name, r.inputs.get(name)) for r in verdict.rows]}
+        else:
+            out[name] = typed_input(name, verdict.rows[0].inputs.get(name))
+    return out
+
+
+def layout(verdict: Verdict) -> dict[str, int | None]:
+    """The layout the ranks derived with (null where they do not agree or none could derive it)."""
+
+    def agreed(name: str) -> int | None:
+        values = {getattr(r, name) for r in verdict.rows} - {MISSING, 0}
+        return values.pop() if len(values) == 1 else None
+
+    return {"world_size": verdict.world_size, "pp_size": agreed("pp_size"), "tp_size": agreed("tp_size")}
+
+
 def to_json(verdict: Verdict, *, extra: Mapping[str, object]) -> dict[str, object]:
-    first = verdict.rows[0] if verdict.rows else None
     return {
+        "command": "check",
         "status": verdict.status,
         "exit_code": verdict.exit_code,
         "world_size": verdict.world_size,
         **extra,
-        "inputs": dict(first.inputs) if first else {},
+        "layout": layout(verdict),
+        "inputs": inputs_view(verdict),
         "ranks": [rank_dict(r) for r in verdict.rows],
         "divergent": verdict.divergent,
         "divergent_groups": {
-            name: [g.__dict__ for g in groups] for name, groups in verdict.divergent_groups.items()
+            name: [{**g.__dict__, "layers": [list(s) for s in g.layers]} for g in groups]
+            for name, groups in verdict.divergent_groups.items()
         },
         "differing_inputs": verdict.differing_inputs,
         "root_causes": verdict.root_causes,
@@ -81,25 +162,71 @@ def to_json(verdict: Verdict, *, extra: Mapping[str, object]) -> dict[str, objec
     }
 
 
+# -- what every rendering says first ----------------------------------------------------------------------
+
+
+def root_cause_lines(verdict: Verdict) -> list[str]:
+    """The inputs that differ; or, for a divergence on identical inputs, what the stages differ in."""
+    if verdict.root_causes:
+        return list(verdict.root_causes)
+    if verdict.status != DIVERGENT or not verdict.divergent or not verdict.rows:
+        return []
+    policy = verdict.rows[0].inputs.get("policy") or "max-share"
+    linear = sorted({r.stage_linear_layers for r in verdict.rows})
+    return [
+        f"every input agrees across ranks: the values follow the stage. Under --policy {policy} the "
+        f"stages, which hold {', '.join(map(str, linear))} linear layers, derive different values "
+        "(see the layers of each group)"
+    ]
+
+
+def group_text(g: ValueGroup) -> str:
+    return f"{rank_ranges(g.ranks)} -> {g.value} ({g.share})"
+
+
+def groups_text(name: str, groups: Sequence[ValueGroup]) -> str:
+    return f"{name}: " + "; ".join(group_text(g) for g in groups)
+
+
+def differing_rows(verdict: Verdict) -> list[list[str]]:
+    """One row per group of ranks per differing value: the grouped view every rendering shows."""
+    rows = []
+    for name in verdict.divergent:
+        for j, g in enumerate(verdict.divergent_groups[name]):
+            rows.append(
+                [
+                    name if j == 0 else "",
+                    fmt_int(g.value),
+                    g.share,
+                    _ranks(g.ranks),
+                    _ranks(g.pp_ranks),
+                    _slices(g.layers),
+                    ", ".join(map(str, g.linear_layers)),
+                    _hosts(g.hosts),
+                ]
+            )
+    return rows
+
+
+DIFFERING_HEADERS = ["value", "derived", "share", "ranks", "pp_ranks", "layers", "linear", "hosts"]
+
+
+# -- text ----------------------------------------------------------------------------------------------
+
+
 def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
     materialized = any(r.materialize_status != MISSING for r in rows)
-    odd = {
-        n: outliers([getattr(r, n) for r in rows]) if n in divergent else set() for n in CHECKED_VALUES
-    }
+    odd = {n: outliers([getattr(r, n) for r in rows]) if n in divergent else set() for n in CHECKED_VALUES}
     headers = ["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES, "state alloc/charged"]
     if materialized:
         headers += ["predicted_bytes", "allocated_bytes"]
     body = []
     for i, r in enumerate(rows):
-        eff = (
-            f"{r.state_allocated_bytes / r.state_charged_bytes:.0%}"
-            if r.state_charged_bytes > 0
-            else "-"
-        )
+        eff = f"{r.state_allocated_bytes / r.state_charged_bytes:.0%}" if r.state_charged_bytes > 0 else "-"
         cells = [
             r.rank,
             r.host,
-            r.pp_rank,
+            _v(r.pp_rank),
             f"[{r.start_layer}, {r.end_layer})" if r.start_layer != MISSING else "-",
             _v(r.stage_linear_layers),
             *(mark(_v(getattr(r, n)), i in odd[n]) for n in CHECKED_VALUES),
@@ -112,30 +239,32 @@ def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
 
 
 def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
-    out = [f"checker: {HEADLINE[verdict.status]} - {summary} (checked in {elapsed_s:.1f} s)"]
-    if verdict.rows and verdict.status != "infrastructure_failure":
-        out += ["", rank_table(verdict.rows, verdict.divergent)]
-    for name, groups in verdict.divergent_groups.items():
-        out += ["", f"{name} differs across ranks (outliers marked *):"]
-        out.append(
-            format_table(
-                ["value", "ranks", "hosts", "pp_ranks"],
-                [
-                    [
-                        mark(fmt_int(g.value), g.outlier),
-                        rank_ranges(g.ranks).split(" ", 1)[1],
-                        ", ".join(g.hosts),
-                        rank_ranges(g.pp_ranks).split(" ", 1)[1],
-                    ]
-                    for g in groups
-                ],
-            )
+    """``elapsed_s``: seconds from the checker's start on this rank to the verdict."""
+    out = [
+        f"checker: {HEADLINE[verdict.status]} - {summary} "
+        f"(verdict {elapsed_s:.1f} s after the checker started on this rank)"
+    ]
+    causes = root_cause_lines(verdict)
+    if causes:
+        title = "root cause" if verdict.divergent else "inputs that differ across ranks"
+        out += ["", f"{title}:"] + [f"  {c}" for c in causes]
+    if verdict.divergent:
+        out += [
+            "",
+            "values that differ across ranks (one line per group of ranks; share: majority, "
+            "outlier, or split when no value has a majority):",
+            format_table(DIFFERING_HEADERS, differing_rows(verdict)),
+        ]
+    if verdict.rows and verdict.status != INFRASTRUCTURE_FAILURE:
+        legend = (
+            " (* differs from the majority)"
+            if any(g.outlier for gs in verdict.divergent_groups.values() for g in gs)
+            else ""
         )
-    if verdict.root_causes:
-        out += ["", "inputs that differ (root cause):"] + [f"  {c}" for c in verdict.root_causes]
+        out += ["", f"every rank{legend}:", rank_table(verdict.rows, verdict.divergent)]
     if verdict.errors:
         out += [""] + [f"error: {e}" for e in verdict.errors]
-    if verdict.status == "infrastructure_failure":
+    if verdict.status == INFRASTRUCTURE_FAILURE:
         missing = rank_ranges(verdict.missing_ranks) if verdict.missing_ranks else "none identified"
         out += [
             "",
@@ -145,88 +274,146 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
             "other on the rendezvous and GLOO_SOCKET_IFNAME interfaces, and raise --timeout-s for slow "
             "starts",
         ]
-    out += [f"warning: {w}" for w in verdict.warnings]
+    out += [""] + [f"warning: {w}" for w in verdict.warnings]
     out.append(f"verdict: {verdict.status} (exit {verdict.exit_code})")
     return "\n".join(out)
 
 
 def one_line(verdict: Verdict) -> str:
     """The verdict in one line, for torchrun's root cause and CI logs."""
-    if verdict.status == "divergent" and verdict.divergent:
-        parts = [
-            f"{n}: " + "; ".join(f"{rank_ranges(g.ranks)} -> {g.value}" for g in verdict.divergent_groups[n])
-            for n in verdict.divergent
-        ]
-        cause = f" (inputs differ: {', '.join(verdict.differing_inputs)})" if verdict.differing_inputs else ""
+    if verdict.status == DIVERGENT and verdict.divergent:
+        parts = [groups_text(n, verdict.divergent_groups[n]) for n in verdict.divergent]
+        causes = root_cause_lines(verdict)
+        cause = f" (root cause: {' | '.join(causes)})" if causes else ""
         return f"checker verdict divergent: {' | '.join(parts)}{cause}"
-    if verdict.status == "infrastructure_failure":
+    if verdict.status == INFRASTRUCTURE_FAILURE:
         missing = rank_ranges(verdict.missing_ranks) if verdict.missing_ranks else "none identified"
         return f"checker verdict infrastructure_failure: {verdict.infrastructure_detail}; missing: {missing}"
-    return f"checker verdict {verdict.status}: " + "; ".join(verdict.errors or verdict.warnings)
+    said = verdict.errors or verdict.warnings
+    return f"checker verdict {verdict.status}" + (": " + "; ".join(said) if said else "")
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write via a temp file and rename, so a reader (or a SIGTERM mid-write) never sees half a file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, p)
+# -- JUnit ---------------------------------------------------------------------------------------------
+
+
+def _cut(text: str, limit: int = JUNIT_PART_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _group_detail(name: str, groups: Sequence[ValueGroup]) -> list[str]:
+    return [
+        f"  {name} = {g.value} ({g.share}): {rank_ranges(g.ranks)}, pp_ranks {_ranks(g.pp_ranks)}, "
+        f"layers {_slices(g.layers)}, linear {', '.join(map(str, g.linear_layers))}, "
+        f"hosts {_hosts(g.hosts)}"
+        for g in groups
+    ]
 
 
 def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
+    """One case per checked value plus ``inputs``. A failing case's message carries the per-group values
+    and the root cause (GitLab and Jenkins show only the failing case's message); its text the details."""
     suite = ET.Element("testsuite", name="pp-capacity-check", time=f"{elapsed_s:.3f}")
-    cases = []
+    causes = root_cause_lines(verdict)
+    cause_text = "root cause: " + " | ".join(causes) if causes else ""
     for name in CHECKED_VALUES:
         case = ET.SubElement(suite, "testcase", classname="checker.consistency", name=name)
-        cases.append(case)
-        if verdict.status in ("error", "infrastructure_failure", "model_drift"):
+        if verdict.status in (ERROR, INFRASTRUCTURE_FAILURE, MODEL_DRIFT):
             msg = "; ".join(verdict.errors) or verdict.infrastructure_detail
-            ET.SubElement(case, "error", message=f"{verdict.status}: {msg}"[:1000])
+            if verdict.missing_ranks:
+                msg += f"; missing: {rank_ranges(verdict.missing_ranks)}"
+            el = ET.SubElement(case, "error", message=_cut(f"{verdict.status}: {msg}"), type=verdict.status)
+            el.text = "\n".join(verdict.errors or [msg])
         elif name in verdict.divergent:
             groups = verdict.divergent_groups[name]
-            text = "; ".join(f"{rank_ranges(g.ranks)} -> {g.value}" for g in groups)
-            ET.SubElement(case, "failure", message=f"{name} differs across ranks: {text}"[:1000])
+            message = _cut(f"{name} differs across ranks: " + "; ".join(group_text(g) for g in groups))
+            if cause_text:
+                message += ". " + _cut(cause_text)
+            el = ET.SubElement(case, "failure", message=message, type="divergent")
+            el.text = "\n".join(
+                [
+                    f"{name} per group of ranks:",
+                    *_group_detail(name, groups),
+                    *(["root cause:", *(f"  {c}" for c in causes)] if causes else []),
+                ]
+            )
     case = ET.SubElement(suite, "testcase", classname="checker.consistency", name="inputs")
     if verdict.differing_inputs:
-        tag = "failure" if any("--strict-inputs" in e for e in verdict.errors) else "system-out"
-        el = ET.SubElement(case, tag)
+        strict = any("--strict-inputs" in e for e in verdict.errors)
         body = "\n".join(verdict.root_causes)
-        if tag == "failure":
-            el.set("message", "inputs differ across ranks")
+        if strict:
+            el = ET.SubElement(
+                case,
+                "failure",
+                type="divergent",
+                message=_cut(
+                    "inputs differ across ranks (--strict-inputs): " + " | ".join(verdict.root_causes)
+                ),
+            )
+        else:
+            el = ET.SubElement(case, "system-out")
         el.text = body
     suite.set("tests", str(len(CHECKED_VALUES) + 1))
     suite.set("failures", str(len(suite.findall(".//failure"))))
     suite.set("errors", str(len(suite.findall(".//error"))))
+    ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
+# -- GitHub step summary -------------------------------------------------------------------------------
+
+
+def _md(text: object) -> str:
+    """A table cell: pipes escaped, no line breaks."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(_md(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
+    return lines
+
+
 def to_markdown(verdict: Verdict, *, summary: str) -> str:
-    lines = [f"### PP capacity preflight: {HEADLINE[verdict.status]}", "", summary, ""]
-    if verdict.rows and verdict.status != "infrastructure_failure":
-        lines += ["| rank | host | pp_rank | " + " | ".join(CHECKED_VALUES) + " |"]
-        lines += ["|" + "---|" * (3 + len(CHECKED_VALUES))]
-        for r in verdict.rows:
-            lines.append(
-                f"| {r.rank} | {r.host} | {r.pp_rank} | "
-                + " | ".join(
-                    ("**" + _v(getattr(r, n)) + "**") if n in verdict.divergent else _v(getattr(r, n))
-                    for n in CHECKED_VALUES
-                )
-                + " |"
-            )
-        lines.append("")
-    for item in verdict.root_causes:
-        lines.append(f"- root cause: {item}")
+    lines = [f"### PP capacity preflight: {HEADLINE[verdict.status]}", ""]
+    causes = root_cause_lines(verdict)
+    if causes:
+        lines += [f"**{'Root cause' if verdict.divergent else 'Inputs that differ across ranks'}:**", ""]
+        lines += [f"- {_md(c)}" for c in causes] + [""]
+    lines += [_md(summary), ""]
+    if verdict.divergent:
+        lines += [
+            "**Values that differ across ranks** (one row per group of ranks; share: majority, "
+            "outlier, or split when no value has a majority):",
+            "",
+        ]
+        lines += _md_table(DIFFERING_HEADERS, differing_rows(verdict)) + [""]
+    if verdict.rows and verdict.status != INFRASTRUCTURE_FAILURE:
+        odd = {
+            n: outliers([getattr(r, n) for r in verdict.rows]) if n in verdict.divergent else set()
+            for n in CHECKED_VALUES
+        }
+        if any(odd.values()):
+            lines += ["Every rank (**bold**: differs from the majority):", ""]
+        else:
+            lines += ["Every rank:", ""]
+        body = []
+        for i, r in enumerate(verdict.rows):
+            cells = [f"**{_v(getattr(r, n))}**" if i in odd[n] else _v(getattr(r, n)) for n in CHECKED_VALUES]
+            layers = f"[{r.start_layer}, {r.end_layer})" if r.start_layer != MISSING else "-"
+            body.append([r.rank, r.host, _v(r.pp_rank), layers, _v(r.stage_linear_layers), *cells])
+        lines += _md_table(["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES], body) + [""]
     for item in verdict.errors:
-        lines.append(f"- error: {item}")
-    if verdict.status == "infrastructure_failure":
-        lines.append(f"- {verdict.infrastructure_detail}; missing: {verdict.missing_ranks or 'unknown'}")
+        lines.append(f"- error: {_md(item)}")
+    if verdict.status == INFRASTRUCTURE_FAILURE:
+        missing = rank_ranges(verdict.missing_ranks) if verdict.missing_ranks else "none identified"
+        lines.append(f"- infrastructure failure: {_md(verdict.infrastructure_detail)}; missing: {missing}")
     for item in verdict.warnings:
-        lines.append(f"- warning: {item}")
+        lines.append(f"- warning: {_md(item)}")
     lines.append(f"\nverdict: `{verdict.status}` (exit {verdict.exit_code})\n")
     return "\n".join(lines)
+
+
+# -- writing -------------------------------------------------------------------------------------------
 
 
 def write_all(
@@ -237,24 +424,29 @@ def write_all(
     summary: str,
     elapsed_s: float,
     extra: Mapping[str, object],
+    step_summary: bool = True,
 ) -> list[str]:
-    """Write every requested artefact; return problems (never raise: the verdict must still print)."""
+    """Write every requested artefact, each bounded; return problems (the verdict must still print)."""
     problems = []
     if report:
-        try:
-            write_atomic(report, json.dumps(to_json(verdict, extra=extra), indent=2) + "\n")
-        except OSError as exc:
-            problems.append(f"cannot write --report {report}: {exc.strerror or exc}")
+        problems.append(
+            write_file(report, json.dumps(to_json(verdict, extra=extra), indent=2) + "\n", what="--report")
+        )
     if junit:
-        try:
-            write_atomic(junit, to_junit(verdict, elapsed_s=elapsed_s))
-        except OSError as exc:
-            problems.append(f"cannot write --junit {junit}: {exc.strerror or exc}")
-    step = os.environ.get("GITHUB_STEP_SUMMARY")
+        problems.append(write_file(junit, to_junit(verdict, elapsed_s=elapsed_s), what="--junit"))
+    step = os.environ.get("GITHUB_STEP_SUMMARY") if step_summary else None
     if step:
-        try:
-            with open(step, "a") as f:
-                f.write(to_markdown(verdict, summary=summary))
-        except OSError as exc:
-            problems.append(f"cannot append to GITHUB_STEP_SUMMARY {step}: {exc.strerror or exc}")
-    return problems
+        problems.append(append_file(step, to_markdown(verdict, summary=summary), what="GITHUB_STEP_SUMMARY"))
+    return [p for p in problems if p]
+
+
+def print_verdict(
+    verdict: Verdict, *, summary: str, elapsed_s: float, format: str, quiet: bool, extra: Mapping[str, object]
+) -> None:
+    """stdout: the text report, the JSON report (``--format json``), or one line (``--quiet``)."""
+    if format == "json":
+        print(json.dumps(to_json(verdict, extra=extra), indent=2), flush=True)
+    elif quiet:
+        print(one_line(verdict), flush=True)
+    else:
+        print(to_text(verdict, summary=summary, elapsed_s=elapsed_s), flush=True)

@@ -18,7 +18,15 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from checker.core.errors import BudgetError, FlagError
-from checker.core.sizing import CHECKED_VALUES, GIB, CapacityInputs, plan_stage, size_pool
+from checker.core.sizing import (
+    CHECKED_VALUES,
+    GIB,
+    CapacityInputs,
+    plan_stage,
+    requests_per_worker,
+    running_request_cap,
+    size_pool,
+)
 from checker.core.sweep import BOOT_FAILURE, PolicyFlags, flags_from_stack, summarise
 
 # Products below are formed in float64 from exact operands, so each is rounded once, exactly as
@@ -41,20 +49,23 @@ def derive_sweep(
     an empty ``budgets`` gives an empty (0, 3) tensor.
     """
     plan = plan_stage(inputs, pp_rank)
+    rules = inputs.release.rules
+    pad = 1 if rules.padding_slot else 0
     dp = inputs.dp_size
     ratio = plan.slots_per_request
     spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
     per_slot = spr + extra
     D = inputs.speculative_num_draft_tokens or 0
-    user_mrr = inputs.max_running_requests
     rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
     if rest.numel():
-        # Budget-independent refusals (a stage the policy charges 0 bytes, a fixed pool that floors
-        # to 0 per dp worker) are the scalar core's to make and to word: probe it at one budget.
+        # Budget-independent refusals (a stage the policy charges 0 bytes in the auto-fit branch, a
+        # fixed pool that floors to 0 per dp worker, 0 requests per worker before 0.5.23) are the
+        # scalar core's to make and to word: probe it at one budget.
         try:
             size_pool(plan, inputs, float(rest[0]))
         except BudgetError:
             pass
+    user = requests_per_worker(inputs)  # the same per-release floor as the scalar core
     if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT:
         raise BudgetError(
             f"stage {plan.pp_rank} charges {per_slot:,} bytes per slot, beyond what a sweep derives "
@@ -63,8 +74,8 @@ def derive_sweep(
     zeros = torch.zeros_like(rest, dtype=torch.int64)
 
     # Spec section 6: the pool size K, first matching branch, as size_pool does it.
-    spec_slots: torch.Tensor | int = 0
-    if (inputs.max_mamba_cache_size or 0) >= _EXACT or (user_mrr or 0) >= _EXACT:
+    reserved: torch.Tensor | int = 0
+    if (inputs.max_mamba_cache_size or 0) >= _EXACT or (user or 0) >= _EXACT:
         raise FlagError(
             "--max-mamba-cache-size / --max-running-requests of 2**53 or more are beyond what a sweep "
             "derives exactly; use the derive command"
@@ -72,55 +83,52 @@ def derive_sweep(
     if inputs.max_mamba_cache_size is not None:  # branch A: fixed K
         k_fixed = inputs.max_mamba_cache_size // dp
         K = zeros + k_fixed
-        if D and user_mrr:
-            spec_slots = min(max(1, user_mrr // dp), k_fixed // ratio) + 1
-    elif inputs.disable_radix_cache and user_mrr is not None:  # branch B: K from the request cap
-        k_fixed = max(1, user_mrr // dp)
+        if D and user is not None:
+            reserved = min(user, k_fixed // ratio) + pad
+    elif inputs.disable_radix_cache and user is not None:  # branch B: K from the request cap
+        k_fixed = user
         K = zeros + k_fixed
-        spec_slots = k_fixed + 1
+        reserved = k_fixed + pad
     else:  # branch C: auto-fit
         # ((rest * r) / (1 + r)) * 2**30, left to right as Python evaluates it.
         B = rest * inputs.mamba_full_memory_ratio / (1 + inputs.mamba_full_memory_ratio) * GIB
-        if D:
+        if D and pad:
             # (B - int) - int: Python converts each int to the nearest double, as float() does.
             num = B - float(spr * (1 + D)) - float(extra)
             den = spr * (1 + D / ratio) + extra  # budget-independent: the very Python float SGLang uses
             K_f = torch.div(num, den, rounding_mode="floor")
-        else:
+        elif D:
+            K_f = torch.div(B, spr * (1 + D / ratio), rounding_mode="floor")
+        elif pad:
             K_f = torch.div(B - float(per_slot), float(per_slot), rounding_mode="floor")
+        else:
+            K_f = torch.div(B, float(spr), rounding_mode="floor")
         if bool((K_f >= _EXACT).any()):
             raise BudgetError(
                 f"a budget of {float(rest.max()):g} GiB gives more than 2**53 state slots on stage "
                 f"{plan.pp_rank}; sweep smaller budgets"
             )
         K = K_f.to(torch.int64)  # int() of an integral float: exact below 2**53
-        if D and user_mrr:
+        if D and user is not None:
             per_ratio = torch.div(K, ratio, rounding_mode="floor")
-            spec_slots = torch.clamp(per_ratio, max=max(1, user_mrr // dp)) + 1
+            reserved = torch.clamp(per_ratio, max=user) + pad
 
-    # What is left for KV: rest - (K + 1) * per_slot / 2**30 - intermediate / 2**30 (spec 6).
-    kv_gib = rest - (K + 1).to(torch.float64) * float(per_slot) / GIB
+    # What is left for KV, in SGLang's order: (rest - intermediate / 2**30) - (K + pad) * per_slot / 2**30.
+    left = rest
     if D:
-        spec = torch.as_tensor(spec_slots, dtype=torch.float64, device=rest.device)
-        kv_gib = kv_gib - float(spr * D) * spec / GIB  # spr * slots * D bytes, rounded once
+        res = torch.as_tensor(reserved, dtype=torch.float64, device=rest.device)
+        left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
+    kv_gib = left - (K + pad).to(torch.float64) * float(per_slot) / GIB
 
-    # Spec section 7: max_running_requests, clamped by the token capacity and by K // ratio.
-    T = inputs.token_capacity
-    if user_mrr is not None:
-        n_cap = max(1, user_mrr // dp)
-    elif T is None:
-        n_cap = 4096
-    else:
-        n_cap = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)  # type: ignore[operator]
-    if T is not None:
-        n_cap = min(n_cap, T // 2)
-    n = torch.clamp(torch.div(K, ratio, rounding_mode="floor"), max=n_cap)
+    # Spec section 7: max_running_requests, the shared cap, then K // ratio.
+    n = torch.clamp(torch.div(K, ratio, rounding_mode="floor"), max=running_request_cap(inputs))
     if inputs.pp_max_micro_batch_size:
         micro = zeros + inputs.pp_max_micro_batch_size
     else:
         micro = torch.clamp(torch.div(n, inputs.pp_size, rounding_mode="floor"), min=1)
 
-    boots = (K > 0) & (kv_gib >= 0) & (n > 0)
+    # _profile_available_bytes refuses rest_memory <= 0: an exactly empty KV budget does not boot.
+    boots = (K > 0) & (kv_gib > 0) & (n > 0)
     values = torch.stack((K, n, micro), dim=1)
     return torch.where(boots.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE))
 

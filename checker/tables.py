@@ -23,13 +23,26 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     return "\n".join(lines)
 
 
+def majority(values: Sequence[object]) -> object | None:
+    """The value more entries share than any other; None when all agree or the top count is tied
+    (an even split such as 2-2 has no majority, so nothing in it is an outlier)."""
+    counts = Counter(values).most_common()
+    if len(counts) <= 1 or counts[0][1] == counts[1][1]:
+        return None
+    return counts[0][0]
+
+
+def is_split(values: Sequence[object]) -> bool:
+    """Values differ, and no value is held by more entries than every other (e.g. 2-2, 1-1)."""
+    return len(set(values)) > 1 and majority(values) is None
+
+
 def outliers(values: Sequence[object]) -> set[int]:
-    """Indices whose value differs from the most common one (ties: the first value seen wins)."""
-    if len(set(values)) <= 1:
+    """Indices whose value differs from the majority; none when all agree or there is no majority."""
+    top = majority(values)
+    if top is None:
         return set()
-    counts = Counter(values)
-    majority = max(counts, key=lambda v: (counts[v], -values.index(v)))
-    return {i for i, v in enumerate(values) if v != majority}
+    return {i for i, v in enumerate(values) if v != top}
 
 
 def mark(value: str, is_outlier: bool) -> str:

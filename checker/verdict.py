@@ -10,12 +10,22 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.sizing import CHECKED_VALUES
-from checker.dist.wire import ENV_INPUTS, STATUS_DRIFT, STATUS_OK, VALUE_BYTES, RankRow
-from checker.tables import outliers
+from checker.distributed.wire import VALUE_BYTES
+from checker.row import VERSION_INPUTS, RankRow
+from checker.status import (
+    CONSISTENT,
+    DIVERGENT,
+    ERROR,
+    EXIT_CODES,
+    INFRASTRUCTURE_FAILURE,
+    MODEL_DRIFT,
+    ROW_DRIFT,
+    ROW_OK,
+)
+from checker.tables import is_split, outliers
 
-# model_drift: --engine both found the builtin model and the installed SGLang deriving different values.
-EXIT_CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3, "model_drift": 4}
 EFFICIENCY_WARN_BELOW = 0.5
 
 
@@ -37,11 +47,20 @@ def rank_ranges(ranks: Iterable[int]) -> str:
 
 @dataclass(kw_only=True)
 class ValueGroup:
+    """The ranks that derived one value of a checked name."""
+
     value: int
     ranks: list[int]
     hosts: list[str]
     pp_ranks: list[int]
+    layers: list[tuple[int, int]]
+    """The distinct layer slices ``[start, end)`` of the group's stages."""
+    linear_layers: list[int]
+    """The distinct numbers of linear (state-holding) layers in the group's stages."""
     outlier: bool
+    """The value differs from the majority's (never set in an even split: no majority)."""
+    share: str
+    """``majority``, ``outlier``, or ``split`` when no value is held by more ranks than every other."""
 
 
 @dataclass(kw_only=True)
@@ -79,9 +98,9 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
     for g in groups:
         who = rank_ranges(r.rank for r in g)
         value = g[0].inputs.get(name)
-        if name in ENV_INPUTS:
+        if name in SGLANG_ENV_VARS:
             parts.append(f"{who} leave it unset" if value is None else f"{who} set {name}={_show(value)}")
-        elif name in ("checker_version", "torch_version", "sglang_version"):
+        elif name in VERSION_INPUTS:
             parts.append(f"{who} run {name.removesuffix('_version')} {_show(value)}")
         elif name == "model":
             parts.append(f"{who} load {_show(value)}")
@@ -103,18 +122,23 @@ def differing_inputs(rows: Sequence[RankRow]) -> list[str]:
 def value_groups(name: str, rows: Sequence[RankRow]) -> list[ValueGroup]:
     values = [getattr(r, name) for r in rows]
     odd = outliers(values)
+    split = is_split(values)
     grouped: dict[int, list[int]] = defaultdict(list)
     for i, v in enumerate(values):
         grouped[v].append(i)
     out = []
-    for v, idx in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    # The largest group first; equal sizes in rank order (the order a person scans the ranks in).
+    for v, idx in sorted(grouped.items(), key=lambda kv: (-len(kv[1]), rows[kv[1][0]].rank)):
         out.append(
             ValueGroup(
                 value=v,
                 ranks=[rows[i].rank for i in idx],
                 hosts=sorted({rows[i].host for i in idx}),
                 pp_ranks=sorted({rows[i].pp_rank for i in idx}),
+                layers=sorted({(rows[i].start_layer, rows[i].end_layer) for i in idx}),
+                linear_layers=sorted({rows[i].stage_linear_layers for i in idx}),
                 outlier=idx[0] in odd,
+                share="split" if split else "outlier" if idx[0] in odd else "majority",
             )
         )
     return out
@@ -140,26 +164,24 @@ def efficiency_warning(rows: Sequence[RankRow]) -> str | None:
     )
 
 
-def decide(
-    rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = False
-) -> Verdict:
+def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = False) -> Verdict:
     rows = sorted(rows, key=lambda r: r.rank)
-    v = Verdict(status="consistent", world_size=world_size, rows=list(rows))
+    v = Verdict(status=CONSISTENT, world_size=world_size, rows=list(rows))
     v.differing_inputs = differing_inputs(rows)
     v.root_causes = [explain_input(n, rows) for n in v.differing_inputs]
 
-    failed = [r for r in rows if r.status not in (STATUS_OK, STATUS_DRIFT)]
-    drifted = [r for r in rows if r.status == STATUS_DRIFT]
+    failed = [r for r in rows if r.status not in (ROW_OK, ROW_DRIFT)]
+    drifted = [r for r in rows if r.status == ROW_DRIFT]
     if drifted and not failed:
         # Before divergence: when the model is wrong, its verdict on stage agreement is not evidence.
-        v.status = "model_drift"
+        v.status = MODEL_DRIFT
         by_drift: dict[str, list[int]] = defaultdict(list)
         for r in drifted:
             by_drift[r.error].append(r.rank)
         v.errors = [f"{rank_ranges(rs)}: {msg}" for msg, rs in by_drift.items()]
         return v
     if failed:
-        v.status = "error"
+        v.status = ERROR
         by_msg: dict[str, list[int]] = defaultdict(list)
         for r in failed:
             by_msg[r.error or f"status {r.status}"].append(r.rank)
@@ -169,13 +191,13 @@ def decide(
     v.divergent = [n for n in CHECKED_VALUES if len({getattr(r, n) for r in rows}) > 1]
     v.divergent_groups = {n: value_groups(n, rows) for n in v.divergent}
     if v.divergent:
-        v.status = "divergent"
+        v.status = DIVERGENT
     elif v.differing_inputs:
         msg = "inputs differ across ranks although every derived value agrees: " + ", ".join(
             v.differing_inputs
         )
         if strict_inputs:
-            v.status = "divergent"
+            v.status = DIVERGENT
             v.errors.append(msg + " (--strict-inputs)")
         else:
             v.warnings.append(msg)
@@ -189,7 +211,7 @@ def infrastructure_failure(
     *, world_size: int, detail: str, missing_ranks: Sequence[int], rows: Sequence[RankRow] = ()
 ) -> Verdict:
     return Verdict(
-        status="infrastructure_failure",
+        status=INFRASTRUCTURE_FAILURE,
         world_size=world_size,
         rows=list(rows),
         missing_ranks=sorted(missing_ranks),

@@ -1,30 +1,79 @@
 #!/usr/bin/env bash
 # Read the preflight's verdict from its JSON report: print the status, exit with the checker's own code
-# (consistent 0, divergent 1, error 2, infrastructure_failure 3, model_drift 4).
+# (consistent 0, divergent 1, error 2, infrastructure_failure 3, model_drift 4; the table is
+# checker/status.py's EXIT_CODES, and tests/test_launchers.py holds the two equal).
 #
-#   launchers/torchrun.sh ... --report out/report.json || true   # torchrun exits 1 for any failing rank
-#   launchers/read-verdict.sh out/report.json                    # the step's real verdict
+#   launchers/torchrun.sh --model-config config.json --budget-from-device --report out/report.json || true
+#   launchers/read-verdict.sh out/report.json   # the step's real verdict (torchrun exits 1 for any failure)
 #
-# No report, or one that cannot be read, means the checker never reached a verdict (a node never joined
-# the rendezvous, the launch failed): that is an infrastructure_failure too. Delete the report before
-# each run so a stale one is never read.
+# No report, or one that cannot be trusted, means the checker never reached a verdict (a node never
+# joined the rendezvous, the launch failed, the job was cut off mid-write): infrastructure_failure, exit 3,
+# with one line on stderr saying why. Untrusted: not a regular file, over 32 MiB, not JSON, nested too
+# deep to parse, not an object, a status outside the table, or an `exit_code` that is not the status's
+# code. Exit 0 only for status "consistent" with exit_code 0. Delete the report before each run so a
+# stale one is never read. No argument (or more than one): a usage line and exit 2.
 set -uo pipefail
-report="${1:?usage: read-verdict.sh REPORT.json}"
-exec "${PYTHON:-python3}" - "$report" <<'PY'
+if [[ $# -ne 1 ]]; then
+    echo "usage: read-verdict.sh REPORT.json (prints the report's status, exits with its code)" >&2
+    exit 2
+fi
+python="${PYTHON:-python3}"
+if ! command -v "$python" >/dev/null 2>&1; then
+    echo "infrastructure_failure"
+    echo "read-verdict: no Python interpreter '$python' to read $1 (set PYTHON)" >&2
+    exit 3
+fi
+exec "$python" - "$1" <<'PY'
 import json
+import os
+import stat
 import sys
 
+# checker/status.py's EXIT_CODES (a test runs this script once per status and compares).
 CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3, "model_drift": 4}
+INFRA = "infrastructure_failure"
+EXIT_INFRA = CODES[INFRA]
+MAX_BYTES = 32 * 1024 * 1024
+"""A real report takes about 1.4 KB per rank (over 20,000 ranks fit); anything larger is not one, and
+parsing it could exhaust memory."""
 path = sys.argv[1]
+
+
+def untrusted(why: str) -> None:
+    print(INFRA)
+    line = " ".join(f"read-verdict: no trusted verdict in {path}: {why}".split())
+    print(line, file=sys.stderr)
+    sys.exit(EXIT_INFRA)
+
+
 try:
-    with open(path) as f:
-        status = json.load(f)["status"]
-    code = CODES[status]
-except (OSError, ValueError, KeyError, TypeError) as exc:
-    print("infrastructure_failure")
-    print(f"read-verdict: no verdict in {path} ({type(exc).__name__}: {exc}): the checker never "
-          "finished; see the launcher's log (a node that never joined, a failed launch)", file=sys.stderr)
-    sys.exit(3)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        untrusted("not a regular file")  # a FIFO would block the open forever, a device never end
+    with open(path, "rb") as f:
+        data = f.read(MAX_BYTES + 1)
+except OSError as exc:
+    untrusted(
+        f"{type(exc).__name__}: {exc.strerror or exc}; the checker never finished: see the "
+        "launcher's log (a node that never joined, a failed launch, a job cut off by its time bound)"
+    )
+if len(data) > MAX_BYTES:
+    untrusted(f"over {MAX_BYTES} bytes, too large for a report")
+try:
+    report = json.loads(data)
+except RecursionError:
+    untrusted("nested too deeply to be a report")
+except MemoryError:
+    untrusted("too large to parse")
+except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
+    untrusted(f"not JSON ({type(exc).__name__}: {exc}); a report cut off mid-write or another file")
+if not isinstance(report, dict):
+    untrusted(f"a JSON {type(report).__name__}, not an object")
+status, code = report.get("status"), report.get("exit_code")
+if not isinstance(status, str) or status not in CODES:
+    untrusted(f"status {status!r:.80} is none of {', '.join(CODES)}")
+if type(code) is not int or code != CODES[status]:  # noqa: E721 (true/1.0 are not exit codes)
+    untrusted(f"status {status!r} but exit_code {code!r:.80} (expected {CODES[status]})")
 print(status)
 sys.exit(code)
 PY

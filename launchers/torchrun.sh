@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Run the pp-capacity preflight on this node: one torchrun agent, NPROC_PER_NODE ranks.
 #
-#   one node:   NPROC_PER_NODE=8 launchers/torchrun.sh --model-config config.json --tp-size 2 --report r.json
+#   one node:   NPROC_PER_NODE=8 launchers/torchrun.sh --model-config config.json --tp-size 2 \
+#                 --budget-from-device --report r.json
 #   each node:  NNODES=2 NODE_RANK=$i RDZV_ENDPOINT=node0:29400 RDZV_ID=$CI_JOB_ID LOCAL_ADDR=$(hostname -i) \
-#                 launchers/torchrun.sh --model-config config.json --tp-size 2 --report r.json
+#                 launchers/torchrun.sh --model-config config.json --tp-size 2 --budget-from-device \
+#                 --report r.json
 #
 # Every argument goes to the checker. torchrun exits 1 for ANY failing worker: read the verdict from the
 # report's "status" (launchers/read-verdict.sh), not from this script's exit code.
+#
+# The whole agent is bounded: GNU `timeout` sends torchrun SIGTERM after JOB_TIMEOUT_S and SIGKILL
+# KILL_AFTER_S later, and this script then exits 124 (or 137). The checker bounds its own waits by
+# --timeout-s, but nothing inside it can end a rank that is stopped (SIGSTOP, a hung driver) when no
+# other rank on this node fails, nor an agent cut off from node 0's store (torchrun retries the store
+# for up to read_timeout per call): without this bound such a job holds its CI runner forever.
 set -euo pipefail
 
 # --- knobs (environment), with defaults --------------------------------------------------------------
@@ -29,6 +37,12 @@ BACKEND="${BACKEND:-auto}"
 # Extra c10d rendezvous settings appended after is_host, e.g. "join_timeout=120,read_timeout=30": how
 # long node 0 waits for a node that never arrives (torchrun's default join_timeout is 600 s).
 RDZV_CONF="${RDZV_CONF:-}"
+# Seconds after which the whole torchrun job on this node is stopped (SIGTERM to torchrun, which SIGTERMs
+# its workers and SIGKILLs them after its shutdown timeout). Default: the rendezvous' join_timeout (from
+# RDZV_CONF, else torchrun's 600 s; 0 for one node) + the checker's --timeout-s (its default 60 s when not
+# given) + JOB_SLACK_S (90 s) for torch imports and worker start, the checker's own watchdog margin past
+# --timeout-s (checker/commands/check.py) and torchrun's SIGTERM->SIGKILL of a failed node's workers (30 s).
+JOB_TIMEOUT_S="${JOB_TIMEOUT_S:-}"
 
 if [[ "$NNODES" == 1 ]]; then
     # c10d on localhost:0 with a random id: several jobs can share a host.
@@ -52,7 +66,59 @@ fi
 if [[ "${1:-}" == check ]]; then
     shift
 fi
-# --max-restarts 0: a restart only repeats a deterministic disagreement. --backend comes before "$@" so
-# an explicit --backend argument still wins.
-exec torchrun "${launch[@]}" --nproc-per-node "$NPROC_PER_NODE" --max-restarts 0 \
+
+# --- the job's time bound --------------------------------------------------------------------------------
+JOB_SLACK_S=90
+CHECKER_TIMEOUT_DEFAULT_S=60  # `checker check --timeout-s`'s default (checker/commands/check.py)
+TORCHRUN_JOIN_DEFAULT_S=600   # c10d's join_timeout default (torch dynamic_rendezvous.py)
+
+ceil_seconds() {  # a positive number (2.5, 1e2) -> whole seconds rounded up; anything else -> nothing
+    awk -v t="$1" 'BEGIN { if (t !~ /^[0-9.eE+]+$/) exit; n = t + 0; c = int(n); if (c < n) c++;
+                           if (c > 0 && c < 1e9) printf "%d", c }'
+}
+
+if [[ -z "$JOB_TIMEOUT_S" ]]; then
+    # The checker's --timeout-s as argparse reads it: the last one given wins, "--timeout-s=X" too, and any
+    # unambiguous abbreviation ("--ti" is the shortest: --tp-size and --token-capacity share "--t").
+    timeout_s=$CHECKER_TIMEOUT_DEFAULT_S
+    args=("$@")
+    for ((i = 0; i < ${#args[@]}; i++)); do
+        arg="${args[i]}"
+        [[ "$arg" == -- ]] && break
+        name="${arg%%=*}"
+        if [[ ${#name} -ge 4 && "--timeout-s" == "$name"* ]]; then
+            if [[ "$arg" == *=* ]]; then value="${arg#*=}"; else value="${args[i + 1]:-}"; fi
+            # A value the checker rejects (it exits 2 at once) keeps the default bound.
+            timeout_s="$(ceil_seconds "$value")"
+            timeout_s="${timeout_s:-$CHECKER_TIMEOUT_DEFAULT_S}"
+        fi
+    done
+    join_s=0
+    if [[ "$NNODES" != 1 ]]; then
+        join_s=$TORCHRUN_JOIN_DEFAULT_S
+        if [[ ",$RDZV_CONF," =~ ,join_timeout=([0-9]{1,9}), ]]; then
+            join_s=$((10#${BASH_REMATCH[1]}))
+        fi
+    fi
+    JOB_TIMEOUT_S=$((join_s + timeout_s + JOB_SLACK_S))
+elif ! [[ "$JOB_TIMEOUT_S" =~ ^[1-9][0-9]{0,8}$ ]]; then
+    echo "torchrun.sh: JOB_TIMEOUT_S='$JOB_TIMEOUT_S' must be a whole number of seconds above 0" >&2
+    exit 2
+fi
+if ! command -v timeout >/dev/null 2>&1; then
+    echo "torchrun.sh: needs \`timeout\` (GNU coreutils) to bound the job; install coreutils" >&2
+    exit 2
+fi
+# torchrun waits its shutdown timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, default 30 s) between SIGTERM and
+# SIGKILL of its workers: SIGKILL torchrun only after that, or a stopped worker (its own session, out of
+# reach of any signal to torchrun) would outlive the job.
+shutdown_s="${PET_SHUTDOWN_TIMEOUT:-${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-30}}"
+[[ "$shutdown_s" =~ ^[1-9][0-9]{0,8}$|^0$ ]] || shutdown_s=30
+KILL_AFTER_S=$((shutdown_s + 15))
+
+# --foreground: signal torchrun alone (it stops its workers itself; they run in their own sessions), and
+# keep Ctrl-C working when this is run from a terminal. --max-restarts 0: a restart only repeats a
+# deterministic disagreement. --backend comes before "$@" so an explicit --backend argument still wins.
+exec timeout --foreground --kill-after="$KILL_AFTER_S" "$JOB_TIMEOUT_S" \
+    torchrun "${launch[@]}" --nproc-per-node "$NPROC_PER_NODE" --max-restarts 0 \
     -m checker check --backend "$BACKEND" "$@"

@@ -1,85 +1,127 @@
 #!/usr/bin/env bash
-# Build a CPU-only Python environment in which the installed-SGLang engine (--engine sglang|both) runs,
-# then run the engine comparison tests (pytest -m sglang) in it.
+# Build CPU-only environments in which the installed-SGLang engine (--engine sglang|both) runs the code of
+# several SGLang releases, then run the engine comparison tests (pytest -m sglang) against each release.
 #
-#   scripts/sglang_cpu_env.sh                 # build (or reuse) the venv, run the sglang test group
-#   SGLANG_VENV=/tmp/sg scripts/sglang_cpu_env.sh -x -q   # extra args go to pytest
-#   SGLANG_ENV_ONLY=1 scripts/sglang_cpu_env.sh           # build only; prints how to use it
+#   scripts/sglang_cpu_env.sh                          # releases 0.5.16 0.5.20 0.5.23; test each
+#   SGLANG_RELEASES=all scripts/sglang_cpu_env.sh       # every supported release, 0.5.16 .. 0.5.23
+#   SGLANG_RELEASES="0.5.18" scripts/sglang_cpu_env.sh -x -q   # extra args go to pytest
+#   SGLANG_ENV_ONLY=1 scripts/sglang_cpu_env.sh         # build only; prints how to use each release
 #
-# What it installs: sglang==0.5.23 WITHOUT its dependencies (they are the GPU serving stack: CUDA
-# kernels, flashinfer, xgrammar, ...), plus the few packages its import of the argument resolution,
-# model-config classes and pool-sizing modules needs. Two packages are replaced by import-only stubs
-# (scripts/sglang_stubs, see its README): triton (1 GB, useless without a GPU, imported unconditionally)
-# and torchvision (the PyPI wheels do not load against torch 2.13.0+cpu). The venv sees the system
-# site-packages so an existing torch CPU build is reused; without one, torch is installed from the
-# package index (pinned; TORCH_VERSION overrides).
+# Layout (under SGLANG_CPU_HOME, default ~/.cache/pp-checker/sglang-cpu, kept between runs):
+#   venv/            ONE venv (system site-packages visible, for torch) with the import-time packages every
+#                    release shares, installed --no-deps and pinned;
+#   releases/X/      `pip install --no-deps --target` of sglang==X plus the transformers/tokenizers that
+#                    release pins (0.5.16-0.5.21 pin transformers 5.12.1; their config registry clashes
+#                    with later transformers: "'qwen3_asr' is already used by a Transformers config").
+# A release is used by putting its folder (after the stubs) first on PYTHONPATH:
+#   PYTHONPATH=scripts/sglang_stubs:$SGLANG_CPU_HOME/releases/X  $SGLANG_CPU_HOME/venv/bin/python -m checker ...
+# Downloads go through pip's own cache (PIP_CACHE_DIR, default ~/.cache/pip), so a rebuild after the
+# folders are deleted does not download again; an existing, complete release folder is reused as is.
 #
-# Never use this environment to SERVE: the stubs make every kernel a dummy. On a GPU host, run the
+# Triton and torchvision are replaced by import-only stubs (scripts/sglang_stubs, see its README): triton
+# is 1 GB and useless without a GPU; torchvision's PyPI wheels do not load against torch 2.13.0+cpu.
+#
+# Never use these environments to SERVE: the stubs make every kernel a dummy. On a GPU host, run the
 # checker in the deployment's own Python instead (it has the real SGLang).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="${PYTHON:-python3}"                       # the interpreter the venv is made from
-SGLANG_VENV="${SGLANG_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pp-checker/sglang-0.5.23-cpu}"
-SGLANG_VERSION=0.5.23
+PYTHON="${PYTHON:-python3}"
+HOME_DIR="${SGLANG_CPU_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/pp-checker/sglang-cpu}"
+VENV="$HOME_DIR/venv"
 STUBS="$REPO/scripts/sglang_stubs"
+ALL_RELEASES=(0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
+case "${SGLANG_RELEASES:-}" in
+  "") RELEASES=(0.5.16 0.5.20 0.5.23) ;;     # CI: the first, one in the middle, the newest
+  all) RELEASES=("${ALL_RELEASES[@]}") ;;
+  *) read -r -a RELEASES <<<"$SGLANG_RELEASES" ;;
+esac
 
-# Exactly what `import` of the engine's SGLang modules needs, pinned to the versions it was built and
-# tested with. --no-deps throughout: their own dependency lists would pull the GPU stack back in.
-NO_DEPS=(
-  "sglang==$SGLANG_VERSION"
-  "transformers==5.19.0"            # sglang 0.5.23 pins it
+# What a release pins that differs between releases (from each wheel's Requires-Dist); --target folder.
+release_pins() {
+  case "$1" in
+    0.5.1[6-9] | 0.5.2[01]) echo "transformers==5.12.1 tokenizers==0.22.2 huggingface_hub==1.16.0" ;;
+    *) echo "transformers==5.19.0 tokenizers==0.23.3 huggingface_hub==2.4.0" ;;
+  esac
+}
+
+# Shared by every release: what `import` of the engine's SGLang modules needs, pinned, --no-deps (their
+# own dependency lists would pull the GPU serving stack back in). 0.5.16-0.5.20 import a few more than
+# 0.5.23 (openai, xgrammar, einops, partial-json-parser, ...); they do no harm to the later releases.
+SHARED_NO_DEPS=(
   "huggingface_hub==2.4.0" "httpx2==2.16.2" "httpcore2==2.16.2" "h11==0.16.0" "truststore==0.10.5"
-  "tokenizers==0.23.3" "safetensors==0.8.0" "sentencepiece==0.2.3"
+  "safetensors==0.8.0" "sentencepiece==0.2.3"
   "psutil==7.2.2" "pybase64==1.5.1" "msgspec==0.22.0" "pyzmq==27.3.0" "tqdm==4.70.1" "dill==0.4.1"
   "starlette==1.10.0" "anyio==4.16.0" "typer==0.29.2"
   "aiohttp==3.14.5" "multidict==7.2.1" "yarl==1.25.1" "propcache==0.5.4" "frozenlist==1.8.0"
   "aiohappyeyeballs==2.7.1" "aiosignal==1.4.0"
   "apache-tvm-ffi==0.1.11" "compressed-tensors==0.20.1" "loguru==0.7.3" "gguf==0.19.0"
+  "openai==2.6.1" "httpx==0.28.1" "httpcore==1.0.9" "jiter==0.11.1" "distro==1.9.0" "sniffio==1.3.1"
+  "partial-json-parser==0.2.1.1.post6" "xgrammar==0.2.1" "einops==0.8.1" "shellingham==1.5.4"
+  "annotated-doc==0.0.3"
 )
 # Common pure-Python (or ubiquitous) packages; skipped by pip when the system already has them.
-WITH_DEPS=(numpy orjson requests packaging pillow pyyaml regex filelock fsspec pydantic click jinja2 sympy
-           pytest pytest-xdist hypothesis)
+SHARED_WITH_DEPS=(numpy orjson requests packaging pillow pyyaml regex filelock fsspec pydantic click jinja2
+                  sympy pytest pytest-xdist hypothesis)
+
+pip_q() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
 
 t0=$(date +%s)
-if [[ ! -x "$SGLANG_VENV/bin/python" ]]; then
-  echo "== creating $SGLANG_VENV (system site-packages visible, for torch)"
-  "$PYTHON" -m venv --system-site-packages "$SGLANG_VENV"
+mkdir -p "$HOME_DIR/releases"
+stamp="$VENV/.shared-$(printf '%s\n' "${SHARED_NO_DEPS[@]}" "${SHARED_WITH_DEPS[@]}" | cksum | cut -d' ' -f1)"
+if [[ ! -e "$stamp" ]]; then
+  [[ -x "$VENV/bin/python" ]] || { echo "== creating $VENV"; "$PYTHON" -m venv --system-site-packages "$VENV"; }
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    # A pinned version: an unpinned torch pulls a multi-GB CUDA build from PyPI.
+    echo "== no torch visible: installing torch ${TORCH_VERSION:-2.13.0}"
+    pip_q "torch==${TORCH_VERSION:-2.13.0}"
+  fi
+  echo "== shared import-time packages"
+  pip_q --no-deps "${SHARED_NO_DEPS[@]}"
+  pip_q "${SHARED_WITH_DEPS[@]}"
+  rm -f "$VENV"/.shared-*
+  touch "$stamp"
 fi
-PY="$SGLANG_VENV/bin/python"
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  # A pinned version: an unpinned torch pulls a multi-GB CUDA build from PyPI.
-  echo "== no torch visible: installing torch ${TORCH_VERSION:-2.13.0}"
-  "$PY" -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-fi
-if [[ "$("$PY" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null)" != "$SGLANG_VERSION" ]]; then
-  echo "== installing sglang==$SGLANG_VERSION --no-deps and its import-time packages"
-  "$PY" -m pip install -q --no-deps "${NO_DEPS[@]}"
-  "$PY" -m pip install -q "${WITH_DEPS[@]}"
-fi
+for v in "${RELEASES[@]}"; do
+  dir="$HOME_DIR/releases/$v"
+  [[ -e "$dir/.complete" ]] && continue
+  echo "== sglang==$v --no-deps --target releases/$v (+ $(release_pins "$v"))"
+  rm -rf "$dir.tmp"
+  # shellcheck disable=SC2046  # the pins are words
+  pip_q --no-deps --target "$dir.tmp" "sglang==$v" $(release_pins "$v")
+  rm -rf "$dir" && mv "$dir.tmp" "$dir" && touch "$dir/.complete"
+done
 t1=$(date +%s)
-site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "== environment ready in $((t1 - t0)) s; venv site-packages: $(du -sm "$site" | cut -f1) MB"
+echo "== environments ready in $((t1 - t0)) s ($(du -sm "$HOME_DIR" | cut -f1) MB under $HOME_DIR)"
 
-# The stubs go FIRST on the path, ahead of any real triton/torchvision the system may have.
-export PYTHONPATH="$STUBS${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" - <<'EOF'
-import importlib.metadata, time
+status=0
+for v in "${RELEASES[@]}"; do
+  pp="$STUBS:$HOME_DIR/releases/$v"
+  if ! PYTHONPATH="$pp" "$VENV/bin/python" - "$v" <<'EOF'
+import sys, time
 t = time.time()
 from checker.engines.sglang import SglangEngine
 e = SglangEngine()
+assert e.version == sys.argv[1], (e.version, sys.argv[1])
 print(f"== SGLang {e.version} imports for the checker in {time.time() - t:.1f} s")
 EOF
-
-if [[ -n "${SGLANG_ENV_ONLY:-}" ]]; then
-  echo "use it:  PYTHONPATH=$STUBS $PY -m checker derive --engine both ..."
-  exit 0
-fi
-cd "$REPO"
-echo "== pytest -m sglang tests/test_engine_sglang.py"
-t2=$(date +%s)
-status=0
-"$PY" -m pytest tests/test_engine_sglang.py -m sglang -p no:cacheprovider -n 0 "$@" || status=$?
-t3=$(date +%s)
-echo "== tests: $((t3 - t2)) s; total: $((t3 - t0)) s"
+  then
+    echo "== SGLang $v does not import in its environment" >&2
+    status=1
+    continue
+  fi
+  if [[ -n "${SGLANG_ENV_ONLY:-}" ]]; then
+    echo "use it:  PYTHONPATH=$pp $VENV/bin/python -m checker derive --engine both ..."
+    continue
+  fi
+  (cd "$REPO"
+   echo "== pytest -m sglang tests/test_engine_sglang.py  (SGLang $v)"
+   t2=$(date +%s)
+   rc=0
+   PYTHONPATH="$pp" "$VENV/bin/python" -m pytest tests/test_engine_sglang.py -m sglang -p no:cacheprovider \
+     -n 0 "$@" || rc=$?
+   echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s"
+   exit $rc) || status=1
+done
+echo "== total: $(( $(date +%s) - t0 )) s"
 exit $status

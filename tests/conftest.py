@@ -36,9 +36,7 @@ def fixtures_dir() -> Path:
 
 
 @pytest.fixture
-def cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., CliResult]:
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
     """Run ``checker.cli.main(argv)`` in-process with a clean SGLANG_* env plus ``env``.
 
     argparse usage errors leave through SystemExit; the real entry point turns that into the exit

@@ -61,13 +61,26 @@ def run_world(
     procs: dict[int, tuple[subprocess.Popen, float]] = {}
     for rank in sorted(launch if launch is not None else range(world_size)):
         e = {**os.environ, **BASE_ENV, **(env or {})}
-        e.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                 LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0")
+        e.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world_size),
+            GROUP_RANK="0",
+        )
         for key in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"):
             e.pop(key, None)
         e.update((rank_env or {}).get(rank, {}))
-        cmd = [sys.executable, "-m", "checker", *argv, "--init-method", f"file://{store}",
-               "--report", str(report)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "checker",
+            *argv,
+            "--init-method",
+            f"file://{store}",
+            "--report",
+            str(report),
+        ]
         procs[rank] = (
             subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
             time.monotonic(),

@@ -34,9 +34,11 @@ nothing else can listen on it (outside a private namespace, tests must use port 
 IP_TIMEOUT_S = 10
 # Inherited variables that would change what torchrun or the checker does: a developer's shell or a CI
 # runner must not leak them into a test.
-_LEAKY = re.compile(r"^(PET_|TORCHELASTIC_|SGLANG_|CHECKER_)|^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|"
-                    r"LOCAL_RANK|GROUP_RANK|NNODES|NPROC_PER_NODE|NODE_RANK|RDZV_.*|LOCAL_ADDR|BACKEND|"
-                    r"GLOO_SOCKET_IFNAME|TORCH_ELASTIC_.*)$")
+_LEAKY = re.compile(
+    r"^(PET_|TORCHELASTIC_|SGLANG_|CHECKER_)|^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|"
+    r"LOCAL_RANK|GROUP_RANK|NNODES|NPROC_PER_NODE|NODE_RANK|RDZV_.*|LOCAL_ADDR|BACKEND|"
+    r"JOB_TIMEOUT_S|GLOO_SOCKET_IFNAME|TORCH_ELASTIC_.*)$"
+)
 _counter = itertools.count()
 
 
@@ -113,17 +115,35 @@ class NodePair:
         # gloo picks its interface from the hostname otherwise, which resolves to loopback here.
         return {"GLOO_SOCKET_IFNAME": node.dev, "CHECKER_HOSTNAME": node.hostname}
 
-    def launch(self, index: int, checker_args: list[str], *, log_dir: Path, nproc: int = 2,
-               rdzv_conf: str = "join_timeout=30", env: Mapping[str, str] | None = None) -> Agent:
+    def launch(
+        self,
+        index: int,
+        checker_args: list[str],
+        *,
+        log_dir: Path,
+        nproc: int = 2,
+        rdzv_conf: str = "join_timeout=30",
+        env: Mapping[str, str] | None = None,
+    ) -> Agent:
         """Start node ``index``'s agent exactly as a user would: the recipe's knobs, then checker args."""
         node = self.nodes[index]
         knobs = dict(
-            NNODES=str(len(self.nodes)), NPROC_PER_NODE=str(nproc), NODE_RANK=str(index),
-            RDZV_ENDPOINT=self.endpoint, RDZV_ID=f"pair-{self.tag}", LOCAL_ADDR=node.addr, BACKEND="gloo",
-            RDZV_CONF=rdzv_conf, **self.node_env(index),
+            NNODES=str(len(self.nodes)),
+            NPROC_PER_NODE=str(nproc),
+            NODE_RANK=str(index),
+            RDZV_ENDPOINT=self.endpoint,
+            RDZV_ID=f"pair-{self.tag}",
+            LOCAL_ADDR=node.addr,
+            BACKEND="gloo",
+            RDZV_CONF=rdzv_conf,
+            **self.node_env(index),
         )
-        return self.spawn([*node.exec_prefix(), "bash", str(TORCHRUN_SH), *checker_args],
-                          env={**knobs, **(env or {})}, log=log_dir / f"node{index}.log", node=node)
+        return self.spawn(
+            [*node.exec_prefix(), "bash", str(TORCHRUN_SH), *checker_args],
+            env={**knobs, **(env or {})},
+            log=log_dir / f"node{index}.log",
+            node=node,
+        )
 
     def spawn(self, cmd: list[str], *, env: Mapping[str, str], log: Path, node: Node | None = None) -> Agent:
         """Start ``cmd`` in its own session with a clean environment plus ``env``; killed at teardown."""
@@ -132,7 +152,12 @@ class NodePair:
         e.update(env)
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                cmd, cwd=REPO_ROOT, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cmd,
+                cwd=REPO_ROOT,
+                env=e,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,  # one process group to kill; torchrun puts each worker in its own
             )
         agent = Agent(node=node, proc=proc, log=log, started=time.monotonic())
@@ -158,8 +183,13 @@ def node_pair() -> Iterator[NodePair]:
     # Interface names are at most 15 characters: "ck" + pid (<= 7 hex) + counter + side.
     short = f"ck{pid:x}{n:x}"[:13]
     nodes = tuple(
-        Node(index=i, ns=f"{PREFIX}{tag}-{i}", dev=f"{short}{'ab'[i]}", addr=f"198.18.0.{i + 1}",
-             hostname=f"node{i}")
+        Node(
+            index=i,
+            ns=f"{PREFIX}{tag}-{i}",
+            dev=f"{short}{'ab'[i]}",
+            addr=f"198.18.0.{i + 1}",
+            hostname=f"node{i}",
+        )
         for i in range(2)
     )
     pair = NodePair(nodes=nodes, tag=tag)  # type: ignore[arg-type]
@@ -169,15 +199,32 @@ def node_pair() -> Iterator[NodePair]:
             _ip("netns", "add", node.ns)
             made.append(node.ns)
         # Created directly inside the namespaces: the names never appear in the host's namespace.
-        _ip("link", "add", nodes[0].dev, "netns", nodes[0].ns, "type", "veth",
-            "peer", "name", nodes[1].dev, "netns", nodes[1].ns)
+        _ip(
+            "link",
+            "add",
+            nodes[0].dev,
+            "netns",
+            nodes[0].ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            nodes[1].dev,
+            "netns",
+            nodes[1].ns,
+        )
         for node in nodes:
             _ip("-n", node.ns, "addr", "add", f"{node.addr}/24", "dev", node.dev)
             _ip("-n", node.ns, "link", "set", "lo", "up")
             _ip("-n", node.ns, "link", "set", node.dev, "up")
         # `ip netns exec` also needs to remount /sys: check it works before any test relies on it.
-        subprocess.run([*nodes[1].exec_prefix(), "true"], capture_output=True, text=True,
-                       timeout=IP_TIMEOUT_S, check=True)
+        subprocess.run(
+            [*nodes[1].exec_prefix(), "true"],
+            capture_output=True,
+            text=True,
+            timeout=IP_TIMEOUT_S,
+            check=True,
+        )
         yield pair
     finally:
         for agent in pair.agents:
@@ -324,8 +371,9 @@ class RankWatch:
                 if found is not None:
                     self._pids[pid] = found[0]
                     with self._lock:
-                        self.ranks.setdefault(found[0], RankProc(rank=found[0], node=node, pid=pid,
-                                                                 seen=now, run_id=found[1]))
+                        self.ranks.setdefault(
+                            found[0], RankProc(rank=found[0], node=node, pid=pid, seen=now, run_id=found[1])
+                        )
                 else:
                     self._pids[pid] = None
         with self._lock:

@@ -48,8 +48,14 @@ def _column(doc: dict[str, Any], key: str) -> list[Any]:
         # Spec 9 states "with 3 slots per request": no_buffer, passed explicitly (with
         # --disable-overlap-schedule, without which SGLang 0.5.23 refuses no_buffer even under PP).
         ("max-share", 8, "no_buffer", [74] * 8, [24] * 8, [3] * 8),
-        ("own-share", 8, "no_buffer", [74, 83, 83, 74, 74, 74, 74, 83], [24, 27, 27, 24, 24, 24, 24, 27],
-         [3] * 8),
+        (
+            "own-share",
+            8,
+            "no_buffer",
+            [74, 83, 83, 74, 74, 74, 74, 83],
+            [24, 27, 27, 24, 24, 24, 24, 27],
+            [3] * 8,
+        ),
         ("whole-model", 8, "no_buffer", [8] * 8, [2] * 8, [1] * 8),
         # The default: auto under PP is extra_buffer without overlap, 4 slots: 74 // 4 = 18, 18 // 8 = 2.
         ("max-share", 8, "auto", [74] * 8, [18] * 8, [2] * 8),
@@ -178,8 +184,12 @@ NO_OVERLAP = ["--disable-overlap-schedule"]
         (["--mamba-radix-cache-strategy", "no_buffer", *NO_OVERLAP], {}, "no_buffer", 3),
         (["--disable-radix-cache"], {}, None, 1),
         # The radix cache off skips SGLang's strategy asserts: no_buffer with paging is not refused.
-        (["--disable-radix-cache", "--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16"], {},
-         None, 1),
+        (
+            ["--disable-radix-cache", "--mamba-radix-cache-strategy", "no_buffer", "--page-size", "16"],
+            {},
+            None,
+            1,
+        ),
     ],
 )
 def test_cache_flags_and_env_set_the_slots(
@@ -241,8 +251,17 @@ def test_every_family_derives_and_agrees_under_max_share(
     stage's share: stage_per_req = int(per_req * max_linear / total_linear)."""
     doc = _json(
         cli,
-        ["derive", "--model-config", str(fixtures_dir / f"{name}.json"), "--pp-size", "4", "--tp-size", "2",
-         "--budget-gib", "40"],
+        [
+            "derive",
+            "--model-config",
+            str(fixtures_dir / f"{name}.json"),
+            "--pp-size",
+            "4",
+            "--tp-size",
+            "2",
+            "--budget-gib",
+            "40",
+        ],
     )
     assert doc["divergent"] == []
     counts = _column(doc, "stage_linear_layers")
@@ -291,13 +310,13 @@ def _bad_inputs(fixtures_dir: Path, tmp_path: Path) -> list[tuple[list[str], dic
         (["--budget-gib", "nan"], {}, "'nan'"),
         (["--budget-gib", "inf"], {}, "'inf'"),
         (["--budget-gib", "lots"], {}, "'lots'"),
-        (["--pp-size", "0"], {}, "--pp-size: 0"),
+        (["--pp-size", "0"], {}, "--pp-size 0"),
         (["--pp-size", "94"], {}, "--pp-size 94"),
         ([], {"SGLANG_PP_LAYER_PARTITION": "46,47"}, "'46,47'"),
         ([], {"SGLANG_PP_LAYER_PARTITION": "12,12,12,12,12,12,12,12"}, "'12,12,12,12,12,12,12,12'"),
         ([], {"SGLANG_PP_LAYER_PARTITION": "12,12,12,12,12,12,12,x"}, "'12,12,12,12,12,12,12,x'"),
         (["--model-config", str(tmp_path / "missing.json")], {}, "missing.json"),
-        (["--model-config", str(tmp_path)], {}, "cannot read"),
+        (["--model-config", str(tmp_path)], {}, "directory without config.json"),
         (["--model-config", write("latin1.json", b"\xff\xfe{")], {}, "latin1.json"),
         (["--model-config", write("broken.json", "{not json")], {}, "not valid JSON"),
         (["--model-config", write("list.json", "[1, 2]")], {}, "list.json"),
@@ -363,22 +382,44 @@ def test_bad_input_via_subprocess(
 NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer"]
 STARTUP_REFUSALS = [
     # id, argv after WORKED (kimi-k3, P=8), the flag the line must name, the way out it must give
-    ("no_buffer page 16", [*NO_BUFFER, "--page-size", "16", *NO_OVERLAP],
-     "--mamba-radix-cache-strategy no_buffer needs --page-size 1", "use --page-size 1"),
-    ("no_buffer overlap on P8", NO_BUFFER,
-     "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule", "even under pp > 1"),
-    ("no_buffer overlap on P1", [*NO_BUFFER, "--pp-size", "1"],
-     "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule",
-     "add --disable-overlap-schedule"),
+    (
+        "no_buffer page 16",
+        [*NO_BUFFER, "--page-size", "16", *NO_OVERLAP],
+        "--mamba-radix-cache-strategy no_buffer needs --page-size 1",
+        "use --page-size 1",
+    ),
+    (
+        "no_buffer overlap on P8",
+        NO_BUFFER,
+        "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule",
+        "even under pp > 1",
+    ),
+    (
+        "no_buffer overlap on P1",
+        [*NO_BUFFER, "--pp-size", "1"],
+        "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule",
+        "add --disable-overlap-schedule",
+    ),
     ("extra_buffer page 3", [*EXTRA, "--page-size", "3"], "--page-size 3", "divides 256"),
-    ("extra_buffer_lazy page 96 P1", ["--mamba-radix-cache-strategy", "extra_buffer_lazy", "--pp-size", "1",
-                                      "--page-size", "96"], "--page-size 96", "divides 256"),
+    (
+        "extra_buffer_lazy page 96 P1",
+        ["--mamba-radix-cache-strategy", "extra_buffer_lazy", "--pp-size", "1", "--page-size", "96"],
+        "--page-size 96",
+        "divides 256",
+    ),
     ("auto page 3", ["--page-size", "3"], "--page-size 3", "auto (resolved to extra_buffer)"),
-    ("extra_buffer 257 draft tokens", [*EXTRA, "--max-running-requests", "8",
-                                       "--speculative-num-draft-tokens", "257"],
-     "--speculative-num-draft-tokens 257", "at most 256 draft tokens"),
-    ("auto 300 draft tokens", ["--max-running-requests", "8", "--speculative-num-draft-tokens", "300"],
-     "--speculative-num-draft-tokens 300", "auto (resolved to extra_buffer)"),
+    (
+        "extra_buffer 257 draft tokens",
+        [*EXTRA, "--max-running-requests", "8", "--speculative-num-draft-tokens", "257"],
+        "--speculative-num-draft-tokens 257",
+        "at most 256 draft tokens",
+    ),
+    (
+        "auto 300 draft tokens",
+        ["--max-running-requests", "8", "--speculative-num-draft-tokens", "300"],
+        "--speculative-num-draft-tokens 300",
+        "auto (resolved to extra_buffer)",
+    ),
 ]
 
 

@@ -43,12 +43,20 @@ FAMILY_CASES: list[tuple[str, int, int, tuple[int, ...], list[tuple[int, ...]], 
     ("kimi_linear_48b_a3b", 8, 27, KIMI_IDS, [(3, 3 * 32 * 128 // 8)], (4, 128, 128)),
     # Nemotron-H-8B: 'M' positions of the pattern; 128 heads x 64, 8 groups, state 128, kernel 4.
     (
-        "nemotron_h_8b", 1, 52, tuple(i for i, c in enumerate(NEMOTRON_PATTERN) if c == "M"),
-        [(128 * 64 + 2 * 8 * 128, 3)], (128, 64, 128),
+        "nemotron_h_8b",
+        1,
+        52,
+        tuple(i for i, c in enumerate(NEMOTRON_PATTERN) if c == "M"),
+        [(128 * 64 + 2 * 8 * 128, 3)],
+        (128, 64, 128),
     ),
     (
-        "nemotron_h_8b", 4, 52, tuple(i for i, c in enumerate(NEMOTRON_PATTERN) if c == "M"),
-        [((128 * 64 + 2 * 8 * 128) // 4, 3)], (32, 64, 128),
+        "nemotron_h_8b",
+        4,
+        52,
+        tuple(i for i, c in enumerate(NEMOTRON_PATTERN) if c == "M"),
+        [((128 * 64 + 2 * 8 * 128) // 4, 3)],
+        (32, 64, 128),
     ),
     # Falcon-H1-0.5B: every layer holds state; d_ssm 1536, 24 heads x 64, 1 group, state 128.
     ("falcon_h1_0_5b", 1, 36, tuple(range(36)), [(1536 + 2 * 1 * 128, 3)], (24, 64, 128)),
@@ -56,12 +64,20 @@ FAMILY_CASES: list[tuple[str, int, int, tuple[int, ...], list[tuple[int, ...]], 
     ("falcon_h1_0_5b", 2, 36, tuple(range(36)), [((1536 + 2 * 2 * 128) // 2, 3)], (12, 64, 128)),
     # Granite-4.0-H-Small: 'mamba' layer_types (attention at 5, 15, 25, 35); expand 2 x hidden 4096.
     (
-        "granite_4_0_h_small", 1, 40, tuple(i for i in range(40) if i not in (5, 15, 25, 35)),
-        [(2 * 4096 + 2 * 1 * 128, 3)], (128, 64, 128),
+        "granite_4_0_h_small",
+        1,
+        40,
+        tuple(i for i in range(40) if i not in (5, 15, 25, 35)),
+        [(2 * 4096 + 2 * 1 * 128, 3)],
+        (128, 64, 128),
     ),
     (
-        "granite_4_0_h_small", 4, 40, tuple(i for i in range(40) if i not in (5, 15, 25, 35)),
-        [((2 * 4096 + 2 * 4 * 128) // 4, 3)], (32, 64, 128),
+        "granite_4_0_h_small",
+        4,
+        40,
+        tuple(i for i in range(40) if i not in (5, 15, 25, 35)),
+        [((2 * 4096 + 2 * 4 * 128) // 4, 3)],
+        (32, 64, 128),
     ),
 ]
 
@@ -227,13 +243,22 @@ def _kda(cfg: dict[str, Any]) -> list[int]:
     ("name", "edit", "tp", "needle"),
     [
         ("qwen3_next_80b_a3b", lambda c: c.pop("linear_num_key_heads"), 1, "'linear_num_key_heads'"),
-        ("qwen3_5_397b_a17b", lambda c: c["text_config"].pop("full_attention_interval"), 1,
-         "'full_attention_interval'"),
+        # Nested keys are named by their path, as the user would search the file for them.
+        (
+            "qwen3_5_397b_a17b",
+            lambda c: c["text_config"].pop("full_attention_interval"),
+            1,
+            "'text_config.full_attention_interval'",
+        ),
         ("nemotron_h_8b", lambda c: c.pop("hybrid_override_pattern"), 1, "'hybrid_override_pattern'"),
         ("falcon_h1_0_5b", lambda c: c.update(mamba_d_ssm=None, hidden_size=None), 1, "'hidden_size'"),
         ("granite_4_0_h_small", lambda c: c["layer_types"].pop(), 1, "layer_types"),
-        ("kimi_linear_48b_a3b", lambda c: c["linear_attn_config"].pop("short_conv_kernel_size"), 1,
-         "'short_conv_kernel_size'"),
+        (
+            "kimi_linear_48b_a3b",
+            lambda c: c["linear_attn_config"].pop("short_conv_kernel_size"),
+            1,
+            "'linear_attn_config.short_conv_kernel_size'",
+        ),
         ("kimi_linear_48b_a3b", lambda c: _kda(c).append(28), 1, "kda_layers [28]"),
         ("kimi_linear_48b_a3b", lambda c: _kda(c).append(0), 1, "kda_layers [0]"),
         ("kimi_linear_48b_a3b", lambda c: _kda(c).append(26), 1, "kda_layers repeats [26]"),
@@ -241,7 +266,7 @@ def _kda(cfg: dict[str, Any]) -> list[int]:
         ("qwen3_next_80b_a3b", lambda c: c.update(num_hidden_layers="48"), 1, "'48'"),
         # tp 3: groups -> 3, conv_dim 32*128 + 2*3*128 = 4864 does not divide by 3.
         ("qwen3_next_80b_a3b", lambda c: None, 3, "--tp-size 3"),
-        ("nemotron_h_8b", lambda c: None, 256, "num_heads=128"),
+        ("nemotron_h_8b", lambda c: None, 256, "mamba_num_heads=128"),
         ("kimi_linear_48b_a3b", lambda c: None, 3, "--tp-size 3"),
     ],
 )
@@ -262,17 +287,15 @@ SHAPES = {"conv_shapes": [[8, 3]], "temporal_shape": [2, 4]}
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ({"num_hidden_layers": 4, "linear_layer_ids": [0, 4], **SHAPES},
-         "[4]"),
-        ({"num_hidden_layers": 4, "linear_layer_ids": [1, 1], **SHAPES},
-         "[1]"),
-        ({"num_hidden_layers": 4, "linear_layer_ids": [-1], **SHAPES},
-         "[-1]"),
-        ({"num_hidden_layers": 4, "linear_layer_ids": [0], "conv_shapes": [[8, 0]], "temporal_shape": [2]},
-         "[8, 0]"),
+        ({"num_hidden_layers": 4, "linear_layer_ids": [0, 4], **SHAPES}, "[4]"),
+        ({"num_hidden_layers": 4, "linear_layer_ids": [1, 1], **SHAPES}, "[1]"),
+        ({"num_hidden_layers": 4, "linear_layer_ids": [-1], **SHAPES}, "[-1]"),
+        (
+            {"num_hidden_layers": 4, "linear_layer_ids": [0], "conv_shapes": [[8, 0]], "temporal_shape": [2]},
+            "[8, 0]",
+        ),
         ({"num_hidden_layers": 4, "linear_layer_ids": [0], "conv_shapes": [[8, 3]]}, "'temporal_shape'"),
-        ({"num_hidden_layers": 4, "linear_layer_ids": [], **SHAPES},
-         "no linear-attention layers"),
+        ({"num_hidden_layers": 4, "linear_layer_ids": [], **SHAPES}, "no linear-attention layers"),
     ],
 )
 def test_bad_model_spec(tmp_path: Path, spec: dict[str, Any], needle: str) -> None:

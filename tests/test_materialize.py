@@ -18,16 +18,17 @@ import pytest
 from harness import requires_gpu, run_world
 
 from checker.cli import build_parser
+from checker.config import DeriveConfig
 from checker.core.models import load_geometry
 from checker.core.sizing import CapacityInputs, derive_all, derive_stage
 from checker.materialize import (
     LIMIT_ENV,
-    STATUS_FAILED,
-    STATUS_MISMATCH,
+    MATERIALIZE_FAILED,
+    MATERIALIZE_MISMATCH,
     materialize_stage,
     pool_tensors,
 )
-from checker.options import inputs_from_args
+from checker.options import DEFAULT_BUDGET_GIB
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = {
@@ -40,13 +41,13 @@ LAYOUTS = {1: (1, 1), 2: (2, 1), 3: (3, 1), 4: (2, 2)}
 """world_size -> (pp_size, tp_size)."""
 WORLD_ALLOC_LIMIT = 2**29
 """Real bytes one test may allocate in all ranks together (0.5 GiB)."""
-FAST = ["--timeout-s", "60"]  # generous: ranks start slowly when the suite loads both cores
+FAST = ["--timeout-s", "60", "--budget-gib", "8"]  # generous timeout: ranks start slowly on a loaded machine
 SPEC_D = 2
 
 
 def _inputs(argv: list[str]) -> CapacityInputs:
     args = build_parser().parse_args(["derive", *argv])
-    return inputs_from_args(args, env={})
+    return DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB).inputs({})
 
 
 def _pool_args(family: str, world_size: int, spec: bool) -> list[str]:
@@ -55,10 +56,17 @@ def _pool_args(family: str, world_size: int, spec: bool) -> list[str]:
     base = [*FAMILIES[family], "--pp-size", str(pp), "--tp-size", str(tp)]
     if spec:
         # Branch B: K = max_running_requests = 1; the spec scratch holds (1 + 1) x D states.
-        return [*base, "--disable-radix-cache", "--max-running-requests", "1",
-                "--speculative-num-draft-tokens", str(SPEC_D)]
-    ratio = _inputs(base).slots_per_request()
-    return [*base, "--max-mamba-cache-size", str(ratio)]
+        argv = [
+            *base,
+            "--disable-radix-cache",
+            "--max-running-requests",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(SPEC_D),
+        ]
+    else:
+        argv = [*base, "--max-mamba-cache-size", str(_inputs(base).slots_per_request())]
+    return argv
 
 
 def _world_alloc_bytes(argv: list[str]) -> int:
@@ -80,7 +88,10 @@ def test_every_rank_allocates_exactly_the_prediction(tmp_path, family, world_siz
     """
     argv = _pool_args(family, world_size, spec)
     assert _world_alloc_bytes(argv) < WORLD_ALLOC_LIMIT, "test pool too large for this machine"
-    res = run_world(["check", *argv, "--materialize", *FAST], world_size=world_size, tmp_path=tmp_path)
+    single = ["--allow-single-rank"] if world_size == 1 else []
+    res = run_world(
+        ["check", *argv, *single, "--materialize", *FAST], world_size=world_size, tmp_path=tmp_path
+    )
     assert res.codes == [0] * world_size, [r.stderr[-500:] for r in res.ranks]
     rep = res.report()
     assert rep["status"] == "consistent"
@@ -120,8 +131,19 @@ def test_kimi_k3_preset_on_four_ranks(tmp_path):
     Breaks if --mamba-ssm-dtype does not reach the allocation: the temporal tensors would be fp32 and
     allocated_bytes twice the temporal share of predicted_bytes.
     """
-    argv = ["--model", "kimi-k3", "--pp-size", "2", "--tp-size", "2", "--mamba-ssm-dtype", "bfloat16",
-            "--disable-radix-cache", "--max-mamba-cache-size", "1"]
+    argv = [
+        "--model",
+        "kimi-k3",
+        "--pp-size",
+        "2",
+        "--tp-size",
+        "2",
+        "--mamba-ssm-dtype",
+        "bfloat16",
+        "--disable-radix-cache",
+        "--max-mamba-cache-size",
+        "1",
+    ]
     assert _world_alloc_bytes(argv) < WORLD_ALLOC_LIMIT
     res = run_world(["check", *argv, "--materialize", *FAST], world_size=4, tmp_path=tmp_path)
     assert res.codes == [0] * 4, [r.stderr[-500:] for r in res.ranks]
@@ -139,8 +161,12 @@ def test_failed_allocation_is_an_error_every_rank_reports(tmp_path):
     argv = _pool_args("qwen3-next", 3, spec=False)
     predicted = _world_alloc_bytes(argv) // 3
     limit = predicted // 2
-    res = run_world(["check", *argv, "--materialize", *FAST], world_size=3, tmp_path=tmp_path,
-                    rank_env={1: {LIMIT_ENV: str(limit)}})
+    res = run_world(
+        ["check", *argv, "--materialize", *FAST],
+        world_size=3,
+        tmp_path=tmp_path,
+        rank_env={1: {LIMIT_ENV: str(limit)}},
+    )
     assert res.codes == [2, 2, 2], [r.stderr[-500:] for r in res.ranks]
     rep = res.report()
     assert rep["status"] == "error" and rep["exit_code"] == 2
@@ -156,11 +182,18 @@ def test_failed_allocation_is_an_error_every_rank_reports(tmp_path):
 
 # -- in-process: the pieces a world test cannot reach cheaply ------------------------------------
 
+
 def _small_stage(spec: bool = False):
     geo = load_geometry(model_config=str(FIXTURES / "falcon_h1_0_5b.json"), tp_size=1)
-    inputs = CapacityInputs(geometry=geo, budget_gib=8.0, pp_size=4, disable_radix_cache=True,
-                            max_running_requests=1, max_mamba_cache_size=1,
-                            speculative_num_draft_tokens=SPEC_D if spec else None)
+    inputs = CapacityInputs(
+        geometry=geo,
+        budget_gib=8.0,
+        pp_size=4,
+        disable_radix_cache=True,
+        max_running_requests=1,
+        max_mamba_cache_size=1,
+        speculative_num_draft_tokens=SPEC_D if spec else None,
+    )
     return inputs, derive_stage(inputs, 1)
 
 
@@ -176,8 +209,10 @@ def test_pool_tensors_follow_sglang_shapes():
     assert len(specs) == own * 2 * (len(geo.conv_shapes) + 1)
     slots, spec_slots = stage.max_mamba_cache_size + 1, stage.max_running_requests + 1
     assert {s.shape for s in specs} == {
-        (slots, *geo.conv_shapes[0]), (slots, *geo.temporal_shape),
-        (spec_slots, SPEC_D, *geo.conv_shapes[0]), (spec_slots, SPEC_D, *geo.temporal_shape),
+        (slots, *geo.conv_shapes[0]),
+        (slots, *geo.temporal_shape),
+        (spec_slots, SPEC_D, *geo.conv_shapes[0]),
+        (spec_slots, SPEC_D, *geo.temporal_shape),
     }
     layers = {int(s.name.split()[1]) for s in specs}
     assert layers == {i for i in geo.linear_layer_ids if stage.start_layer <= i < stage.end_layer}
@@ -192,16 +227,20 @@ def test_spec_scratch_is_own_layers_not_the_reservation():
     from checker.materialize import predicted_bytes
 
     geo = load_geometry(model="kimi-k3", tp_size=8)
-    inputs = CapacityInputs(geometry=geo, budget_gib=40.0, pp_size=2, max_running_requests=8,
-                            speculative_num_draft_tokens=SPEC_D)
+    inputs = CapacityInputs(
+        geometry=geo, budget_gib=40.0, pp_size=2, max_running_requests=8, speculative_num_draft_tokens=SPEC_D
+    )
     s0, s1 = derive_all(inputs)
     for s in (s0, s1):
         scratch = predicted_bytes(inputs, s) - s.state_allocated_bytes
         assert scratch == sum(t.nbytes for t in pool_tensors(inputs, s) if "intermediate" in t.name)
     gap = s1.intermediate_state_bytes - (predicted_bytes(inputs, s1) - s1.state_allocated_bytes)
     assert s0.stage_linear_layers - s1.stage_linear_layers == 1
-    assert gap == (s1.stage_per_req_bytes - s1.own_state_bytes_per_slot) * (
-        s1.max_running_requests + 1) * SPEC_D > 0
+    assert (
+        gap
+        == (s1.stage_per_req_bytes - s1.own_state_bytes_per_slot) * (s1.max_running_requests + 1) * SPEC_D
+        > 0
+    )
     assert predicted_bytes(inputs, s0) - s0.state_allocated_bytes == s0.intermediate_state_bytes
 
 
@@ -210,7 +249,7 @@ def test_mismatch_is_a_finding_with_numbers():
     inputs, stage = _small_stage()
     wrong = dataclasses.replace(stage, own_state_bytes_per_slot=stage.own_state_bytes_per_slot + 1)
     m = materialize_stage(inputs, wrong, "cpu")
-    assert not m.ok and m.status == STATUS_MISMATCH
+    assert not m.ok and m.status == MATERIALIZE_MISMATCH
     assert m.allocated_bytes == m.predicted_bytes - (stage.max_mamba_cache_size + 1)
     assert f"predicted {m.predicted_bytes:,} B, allocated {m.allocated_bytes:,} B" in m.error
 
@@ -231,7 +270,7 @@ def test_host_guard_refuses_before_allocating():
     """A CPU pool above the host's share of MemAvailable is refused, naming --budget-gib: never an OOM."""
     inputs, stage = _small_stage()
     m = materialize_stage(inputs, stage, "cpu", host_share=10**12)
-    assert not m.ok and m.status == STATUS_FAILED and m.allocated_bytes == 0
+    assert not m.ok and m.status == MATERIALIZE_FAILED and m.allocated_bytes == 0
     assert "--budget-gib" in m.error and "MemAvailable" in m.error
 
 
@@ -239,7 +278,7 @@ def test_deadline_ends_materialisation():
     """A deadline already past: a failure naming --timeout-s, not an allocation that outlives it."""
     inputs, stage = _small_stage()
     m = materialize_stage(inputs, stage, "cpu", deadline=time.monotonic() - 1)
-    assert not m.ok and m.status == STATUS_FAILED and "--timeout-s" in m.error
+    assert not m.ok and m.status == MATERIALIZE_FAILED and "--timeout-s" in m.error
 
 
 def test_derive_materializes_every_stage(cli):
@@ -250,8 +289,21 @@ def test_derive_materializes_every_stage(cli):
     """
     import json
 
-    argv = ["derive", "--model", "kimi-k3", "--pp-size", "8", "--tp-size", "4", "--budget-gib", "0.25",
-            "--max-running-requests", "1", "--speculative-num-draft-tokens", str(SPEC_D)]
+    argv = [
+        "derive",
+        "--model",
+        "kimi-k3",
+        "--pp-size",
+        "8",
+        "--tp-size",
+        "4",
+        "--budget-gib",
+        "0.25",
+        "--max-running-requests",
+        "1",
+        "--speculative-num-draft-tokens",
+        str(SPEC_D),
+    ]
     inputs = _inputs(argv[1:])
     from checker.materialize import predicted_bytes
 
@@ -260,15 +312,24 @@ def test_derive_materializes_every_stage(cli):
     assert res.rc == 0, res.err
     doc = json.loads(res.out)
     assert doc["materialize"]["ok"] and doc["materialize"]["device"] == "cpu"
-    assert all(r["materialize_status"] == "ok" and r["allocated_bytes"] == r["predicted_bytes"]
-               for r in doc["ranks"])
+    assert all(
+        r["materialize_status"] == "ok" and r["allocated_bytes"] == r["predicted_bytes"] for r in doc["ranks"]
+    )
     assert {r["branch"] for r in doc["ranks"]} == {"C"}
 
 
 def test_derive_reports_a_failed_stage(cli):
     """An injected OOM in derive: exit 2 and one error line per stage with its numbers."""
-    argv = ["derive", *FAMILIES["qwen3-next"], "--pp-size", "2", "--disable-radix-cache",
-            "--max-mamba-cache-size", "1", "--materialize"]
+    argv = [
+        "derive",
+        *FAMILIES["qwen3-next"],
+        "--pp-size",
+        "2",
+        "--disable-radix-cache",
+        "--max-mamba-cache-size",
+        "1",
+        "--materialize",
+    ]
     res = cli(argv, env={LIMIT_ENV: "1000000"})
     assert res.rc == 2
     lines = [ln for ln in res.err.splitlines() if "materialize failed" in ln]
@@ -284,9 +345,23 @@ def test_bad_materialize_device_is_one_line(cli):
 @requires_gpu
 def test_gpu_world_one_nccl_materialize(tmp_path):
     """On a GPU: NCCL at world 1, budget from the device, the pool allocated on cuda:0 and freed."""
-    res = run_world(["check", *FAMILIES["qwen3-next"], "--backend", "nccl", "--budget-from-device",
-                     "--mem-fraction-static", "0.05", "--materialize", *FAST],
-                    world_size=1, tmp_path=tmp_path)
+    res = run_world(
+        [
+            "check",
+            *FAMILIES["qwen3-next"],
+            "--backend",
+            "nccl",
+            "--budget-from-device",
+            "--mem-fraction-static",
+            "0.05",
+            "--materialize",
+            "--timeout-s",
+            "60",
+            "--allow-single-rank",
+        ],
+        world_size=1,
+        tmp_path=tmp_path,
+    )
     assert res.codes == [0], res.ranks[0].stderr[-500:]
     (r,) = res.report()["ranks"]
     assert r["allocated_bytes"] == r["predicted_bytes"] > 0

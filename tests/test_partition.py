@@ -16,13 +16,18 @@ def test_spec_example_l93_p8_gives_the_last_five_ranks_the_extra_layer() -> None
     """The spec's L=93, P=8 example; the extra layers going to the FIRST ranks would show as 12-layer
     slices at the front."""
     assert stage_bounds(stage_partition(93, 8)) == [
-        (0, 11), (11, 22), (22, 33), (33, 45), (45, 57), (57, 69), (69, 81), (81, 93),
+        (0, 11),
+        (11, 22),
+        (22, 33),
+        (33, 45),
+        (45, 57),
+        (57, 69),
+        (69, 81),
+        (81, 93),
     ]
 
 
-@pytest.mark.parametrize(
-    ("L", "P"), [(93, 8), (48, 4), (52, 3), (27, 5), (7, 7), (10, 1), (64, 6), (11, 4)]
-)
+@pytest.mark.parametrize(("L", "P"), [(93, 8), (48, 4), (52, 3), (27, 5), (7, 7), (10, 1), (64, 6), (11, 4)])
 def test_default_rule_matches_the_spec_formula(L: int, P: int) -> None:
     """Rank k < P-rem holds [k*base, (k+1)*base), rank k >= P-rem holds [k*(base+1)-(P-rem), +base+1);
     any drift shows as a slice that differs from the formula written out here."""
@@ -43,7 +48,14 @@ def test_partition_env_sets_the_slices() -> None:
     parts = stage_partition(93, 8, "12,12,12,12,12,12,12,9")
     assert parts == (12, 12, 12, 12, 12, 12, 12, 9)
     assert stage_bounds(parts) == [
-        (0, 12), (12, 24), (24, 36), (36, 48), (48, 60), (60, 72), (72, 84), (84, 93),
+        (0, 12),
+        (12, 24),
+        (24, 36),
+        (36, 48),
+        (48, 60),
+        (60, 72),
+        (72, 84),
+        (84, 93),
     ]
 
 
@@ -81,6 +93,40 @@ def test_bad_partition_env_is_a_layout_error_naming_the_value(value: str, needle
     with pytest.raises(LayoutError, match="SGLANG_PP_LAYER_PARTITION") as info:
         stage_partition(93, 8, value)
     assert needle in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("99999999999999999999,1,1,1,1,1,1,1", "99999999999999999999 layers"),  # huge entry
+        ("9" * 5000 + ",1,1,1,1,1,1,1", "5,000 characters"),  # past int()'s 4,300-digit limit
+        ("-5,14,14,14,14,14,14,14", "negative layer count (-5"),  # sums to 93: only the sign is wrong
+        ("1e1,12,12,12,12,12,12,11", "'1e1'"),  # not an integer literal
+        ("0x0c,12,12,12,12,12,12,9", "'0x0c'"),
+        ("\t,12,12,12,12,12,12,9", "entry 0"),  # whitespace-only entry
+        ("12 12,12,12,12,12,12,12,9", "'12 12'"),  # space inside an entry
+        ("", "set but empty"),
+        ("   ", "set but empty"),
+        (",".join(["1"] * 100_000), "100,000 entries"),  # a huge value: counted, quoted shortened
+    ],
+)
+def test_hostile_partition_values_are_one_short_layout_error(value: str, needle: str) -> None:
+    """Every malformed SGLANG_PP_LAYER_PARTITION ends in one LayoutError quoting the value (shortened),
+    never a ValueError from int() or a message as long as the value."""
+    with pytest.raises(LayoutError) as info:
+        stage_partition(93, 8, value)
+    msg = str(info.value)
+    assert needle in msg and msg.startswith("SGLANG_PP_LAYER_PARTITION=")
+    assert "\n" not in msg and len(msg) < 400, msg
+
+
+@pytest.mark.parametrize(
+    "value", [" 12, 12,12,12,12,12,12, 9 ", "12,12,12,12,12,12,12,9\n", "+12,12,12,12,12,12,12,9"]
+)
+def test_partition_entries_are_read_as_sglang_reads_them(value: str) -> None:
+    """SGLang's get_pp_indices reads ``int(x) for x in value.split(",")``, and int() strips padding and takes
+    a sign: refusing these would call a deployment broken that SGLang boots."""
+    assert stage_partition(93, 8, value) == (12, 12, 12, 12, 12, 12, 12, 9)
 
 
 @pytest.mark.parametrize("pp_size", [0, -1, 94])

@@ -73,9 +73,7 @@ def test_suggested_partition_matches_brute_force(layout: tuple[int, int, frozens
     busiest-stage linear count, and ties go to the closest-to-even then lexicographically smallest. A
     heuristic or an off-by-one in the DP shows as a different partition than the exhaustive search."""
     L, P, ids, slack = layout
-    got = suggest_partition(
-        num_hidden_layers=L, linear_layer_ids=tuple(sorted(ids)), pp_size=P, slack=slack
-    )
+    got = suggest_partition(num_hidden_layers=L, linear_layer_ids=tuple(sorted(ids)), pp_size=P, slack=slack)
     expected = brute_force(L, P, set(ids), slack)
     assert got.partition == expected
     counts = [sum(1 for i in range(s, e) if i in ids) for s, e in stage_bounds(expected)]
@@ -88,8 +86,19 @@ def test_nemotron_h_8b_pp8_busiest_stage_drops_from_4_to_3(cli: Callable[..., An
     where 3 are possible, and under max-share that enlarges every stage's pool. If the optimiser or the
     fixture's pattern were wrong, the largest count or the pool comparison would not move."""
     code, out, err = cli(
-        ["plan", "--model-config", str(NEMOTRON), "--pp-size", "8", "--budget-gib", "8",
-         "--suggest-partition", "--format", "json"])
+        [
+            "plan",
+            "--model-config",
+            str(NEMOTRON),
+            "--pp-size",
+            "8",
+            "--budget-gib",
+            "8",
+            "--suggest-partition",
+            "--format",
+            "json",
+        ]
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert doc["default"]["largest_stage_linear_layers"] == 4
@@ -113,8 +122,7 @@ def test_nemotron_h_8b_pp8_busiest_stage_drops_from_4_to_3(cli: Callable[..., An
 
 def test_suggest_partition_text_prints_the_export_line(cli: Callable[..., Any]) -> None:
     """The text mode's one actionable line is the export; without it a user has nothing to paste."""
-    code, out, _ = cli(
-        ["plan", "--model-config", str(NEMOTRON), "--pp-size", "8", "--suggest-partition"])
+    code, out, _ = cli(["plan", "--model-config", str(NEMOTRON), "--pp-size", "8", "--suggest-partition"])
     assert code == 0
     plan = suggest_partition(
         num_hidden_layers=52,
@@ -222,8 +230,14 @@ def test_min_budget_for_the_upstream_numbers_is_at_most_their_budget() -> None:
     on every stage. The smallest budget for 24 can then be no more than 8 GiB, and whole-model (charging
     the whole model on each stage) must need more than max-share."""
     geometry = load_geometry(model="kimi-k3")
-    inputs = CapacityInputs(geometry=geometry, budget_gib=8.0, pp_size=8, mamba_full_memory_ratio=0.5,
-                            mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)
+    inputs = CapacityInputs(
+        geometry=geometry,
+        budget_gib=8.0,
+        pp_size=8,
+        mamba_full_memory_ratio=0.5,
+        mamba_radix_cache_strategy="no_buffer",
+        disable_overlap_schedule=True,
+    )
     assert {s.max_running_requests for s in derive_all(inputs)} == {24}
     share = min_budget(inputs, 24, policy="max-share")
     whole = min_budget(inputs, 24, policy="whole-model")
@@ -234,16 +248,18 @@ def test_min_budget_for_the_upstream_numbers_is_at_most_their_budget() -> None:
 def test_target_json_and_text(cli: Callable[..., Any]) -> None:
     """JSON carries min_budget_gib per policy and the derivation there; the text table names every
     policy with its budget. Re-deriving at each printed budget through the CLI must reach the target."""
-    code, out, err = cli(["plan", "--pp-size", "8", "--target-max-running-requests", "30",
-                              "--format", "json"])
+    code, out, err = cli(
+        ["plan", "--pp-size", "8", "--target-max-running-requests", "30", "--format", "json"]
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc["min_budget_gib"]) == set(POLICIES)
     for policy, gib in doc["min_budget_gib"].items():
         ranks = doc["policies"][policy]["ranks"]
         assert len(ranks) == 8 and min(r["max_running_requests"] for r in ranks) >= 30
-        code, out, err = cli(["derive", "--pp-size", "8", "--policy", policy, "--budget-gib", str(gib),
-                                  "--format", "json"])
+        code, out, err = cli(
+            ["derive", "--pp-size", "8", "--policy", policy, "--budget-gib", str(gib), "--format", "json"]
+        )
         assert code == 0, err
         assert min(r["max_running_requests"] for r in json.loads(out)["ranks"]) >= 30
     code, out, _ = cli(["plan", "--pp-size", "8", "--target-max-running-requests", "30"])
@@ -259,21 +275,27 @@ def test_target_json_and_text(cli: Callable[..., Any]) -> None:
         ([], "one of the arguments"),
         (["--target-max-running-requests", "3", "--suggest-partition"], "not allowed with"),
         (["--suggest-partition", "--partition-slack", "-1"], "--partition-slack"),
-        (["--target-max-running-requests", "50", "--max-running-requests", "40"],
-         "capped at 40 by --max-running-requests 40"),
+        (
+            ["--target-max-running-requests", "50", "--max-running-requests", "40"],
+            "capped at 40 by --max-running-requests 40",
+        ),
         (["--target-max-running-requests", "5000"], "4096"),
-        (["--target-max-running-requests", "50", "--token-capacity", "90", "--context-len", "100"],
-         "--token-capacity 90"),
-        (["--target-max-running-requests", "50", "--max-mamba-cache-size", "100"],
-         "--max-mamba-cache-size 100"),
-        (["--target-max-running-requests", "50", "--disable-radix-cache", "--max-running-requests", "30"],
-         "branch B"),
+        (
+            ["--target-max-running-requests", "50", "--token-capacity", "90", "--context-len", "100"],
+            "--token-capacity 90",
+        ),
+        (
+            ["--target-max-running-requests", "50", "--max-mamba-cache-size", "100"],
+            "--max-mamba-cache-size 100",
+        ),
+        (
+            ["--target-max-running-requests", "50", "--disable-radix-cache", "--max-running-requests", "30"],
+            "branch B",
+        ),
         (["--target-max-running-requests", "5", "--budget-gib", "3"], "--budget-gib"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(
-    argv: list[str], needle: str, cli: Callable[..., Any]
-) -> None:
+def test_bad_input_exits_2_with_one_line(argv: list[str], needle: str, cli: Callable[..., Any]) -> None:
     """Bad planning input is one line on stderr and exit 2: a traceback, a silent exit 0, or a message
     that does not name the offending flag or cap would fail here."""
     code, out, err = cli(["plan", "--pp-size", "8", *argv])
@@ -283,8 +305,9 @@ def test_bad_input_exits_2_with_one_line(
     assert "Traceback" not in err
 
 
-def test_bad_input_through_the_real_entry_point(run_checker: Callable[..., subprocess.CompletedProcess[str]]
-                                                ) -> None:
+def test_bad_input_through_the_real_entry_point(
+    run_checker: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     """The same contract through ``python -m checker``: exit 2 and one stderr line, no traceback, as a
     CI script calling the tool sees it (in-process tests cannot see what the interpreter prints)."""
     proc = run_checker(["plan", "--target-max-running-requests", "5000"])
@@ -306,18 +329,52 @@ def test_suggested_partition_passes_the_preflight_on_gloo_ranks(
     consistent, exit 0, and every rank derives the pool plan printed. A partition SGLang's parser
     rejects, or a plan whose numbers differ from what ranks derive, shows as a non-consistent report or
     a different max_mamba_cache_size."""
-    code, out, err = cli(["plan", "--model-config", str(NEMOTRON), "--pp-size", "8",
-                              "--budget-gib", "8", "--suggest-partition", "--format", "json"])
+    code, out, err = cli(
+        [
+            "plan",
+            "--model-config",
+            str(NEMOTRON),
+            "--pp-size",
+            "8",
+            "--budget-gib",
+            "8",
+            "--suggest-partition",
+            "--format",
+            "json",
+        ]
+    )
     assert code == 0, err
     doc = json.loads(out)
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # no leaks from the shell
     env.update(SGLANG_PP_LAYER_PARTITION=doc["env"], OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "8",
-         "-m", "checker", "check", "--model-config", str(NEMOTRON), "--pp-size", "8",
-         "--budget-gib", "8", "--timeout-s", "60", "--report", str(report)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "8",
+            "-m",
+            "checker",
+            "check",
+            "--model-config",
+            str(NEMOTRON),
+            "--pp-size",
+            "8",
+            "--budget-gib",
+            "8",
+            "--timeout-s",
+            "60",
+            "--report",
+            str(report),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(report.read_text())

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import geometries
 
 from checker.core.errors import BudgetError, FlagError
 from checker.core.geometry import ModelGeometry
+from checker.core.releases import MODELLED_RELEASES
 from checker.core.sizing import (
     CHECKED_VALUES,
     CapacityInputs,
@@ -39,6 +41,7 @@ def partition_env(draw: st.DrawFn, L: int, P: int) -> str | None:
 
 def _flags(draw: st.DrawFn) -> dict[str, Any]:
     return dict(
+        sglang_version=draw(st.sampled_from(MODELLED_RELEASES)),
         budget_gib=draw(st.floats(0.05, 200.0, allow_nan=False, allow_infinity=False)),
         mamba_full_memory_ratio=draw(st.sampled_from([0.5, 0.9, 2.0])),
         mamba_radix_cache_strategy=draw(st.sampled_from(["auto", "no_buffer", "extra_buffer"])),
@@ -50,8 +53,10 @@ def _flags(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _refused(inputs: CapacityInputs) -> bool:
-    """SGLang 0.5.23's startup refusal among the drawn flags: an explicit no_buffer needs page size 1 and
-    --disable-overlap-schedule, unless the radix cache is off (page sizes 1 and 16 both divide 256)."""
+    """The startup refusals among the drawn flags (every modelled release): an explicit no_buffer needs
+    page size 1 and --disable-overlap-schedule, unless the radix cache is off (page sizes 1 and 16 both
+    divide 256). A per-slot extra state is refused before 0.5.22, which has none, when CapacityInputs
+    is built (see ``_inputs``)."""
     return (
         not inputs.disable_radix_cache
         and inputs.mamba_radix_cache_strategy == "no_buffer"
@@ -72,18 +77,36 @@ def _derive(inputs: CapacityInputs) -> list[dict[str, int]] | str:
 @SETTINGS
 @given(data=st.data())
 def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
-    """Any geometry, pp size, partition and budget: no checked value differs across stages. Flags SGLang
-    refuses must be refused by every stage alike (one stage deriving values would pass a preflight for a
-    server that never starts)."""
+    """Any release, geometry, pp size, partition and budget: no checked value differs across stages under
+    max-share, whole-model or the release's own policy (whole-model up to 0.5.16, max-share after). Flags
+    SGLang refuses must be refused by every stage alike (one stage deriving values would pass a preflight
+    for a server that never starts)."""
     g = data.draw(geometries())
     P = data.draw(st.integers(1, min(8, g.num_hidden_layers)))
-    inputs = CapacityInputs(
+    flags = _flags(data.draw)
+    kw: dict[str, Any] = dict(
         geometry=g,
         pp_size=P,
         partition_env=data.draw(partition_env(g.num_hidden_layers, P)),
-        policy="max-share",
-        **_flags(data.draw),
+        policy=data.draw(st.sampled_from([None, "max-share", "whole-model"])),
+        **flags,
     )
+    if g.extra_per_slot_bytes and flags["sglang_version"] in (
+        "0.5.14",
+        "0.5.15",
+        "0.5.15.post1",
+        "0.5.16",
+        "0.5.17",
+        "0.5.18",
+        "0.5.19",
+        "0.5.20",
+        "0.5.21",
+    ):
+        # Releases before 0.5.22 have no per-slot extra state: refused up front, on every rank alike.
+        with pytest.raises(FlagError, match="extra_per_slot_bytes"):
+            CapacityInputs(**kw)
+        return
+    inputs = CapacityInputs(**kw)
     # Each stage is derived on its own, as each rank would; a too-small budget must fail on every rank.
     outcomes = []
     for k in range(P):

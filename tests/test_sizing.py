@@ -33,10 +33,17 @@ def make(**kw: Any) -> CapacityInputs:
     return CapacityInputs(**base)
 
 
-def auto_fit_k(stage_per_req: int, rest: float = 8.0, r: float = 0.5) -> int:
-    """Spec 6 C without spec decoding: K = int((B - per_slot) // per_slot), B = rest*r/(1+r)*2^30."""
-    budget = rest * r / (1 + r) * GIB
-    return int((budget - stage_per_req) // stage_per_req)
+# Auto-fit pool sizes worked by hand in exact rational arithmetic (SGLang 0.5.23's
+# ``K = (B - per_slot) // per_slot`` with ``B = rest * r / (1 + r) * 2**30``; no budget below sits near a
+# step, so IEEE doubles give the same integers):
+#   rest 8, r 0.5:  B = 2,863,311,530.67 -> per_req 291,102,720: 8; SPR9 37,969,920: 74; 8 layers
+#                   (33,751,040 bytes): 83.
+#   rest 20, r 0.9: B = 10,172,290,964.21 -> per_req: 33; SPR9: 266; 8 layers: 300.
+#   rest 8, r 0.9:  B = 4,068,916,385.68 -> SPR9: 106.
+AUTO_FIT_K = {
+    (8.0, 0.5): {PER_REQ: 8, SPR9: 74, int(PER_REQ * (8 / 69)): 83},
+    (20.0, 0.9): {PER_REQ: 33, SPR9: 266, int(PER_REQ * (8 / 69)): 300},
+}
 
 
 # ---- spec section 9: the upstream unit test and its worked numbers ----
@@ -59,11 +66,10 @@ def test_worked_numbers_all_three_policies() -> None:
     Under the default strategy (auto, which is extra_buffer without overlap under PP: 4 slots) the same
     K gives 18 and 2; a slot count that ignores the strategy shows as the wrong pair in one of the two."""
     assert derive_stage(make(pp_size=1), 0).max_mamba_cache_size == 8
-    assert auto_fit_k(PER_REQ) == 8
     maxs = derive_all(
         make(policy="max-share", mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)
     )
-    assert [s.max_mamba_cache_size for s in maxs] == [74] * 8 == [auto_fit_k(SPR9)] * 8
+    assert [s.max_mamba_cache_size for s in maxs] == [74] * 8
     assert all(s.slots_per_request == 3 for s in maxs)
     assert [s.max_running_requests for s in maxs] == [24] * 8  # 74 // 3
     assert [s.pp_max_micro_batch_size for s in maxs] == [3] * 8  # 24 // 8
@@ -95,11 +101,9 @@ def test_policy_charges_and_pool_sizes(policy: str, rest: float, r: float, stage
     """Each policy's stage_per_req (spec 4) and the auto-fit K it yields; only own-share diverges."""
     stages = derive_all(make(policy=policy, budget_gib=rest, mamba_full_memory_ratio=r))
     assert [s.stage_per_req_bytes for s in stages] == stage_per_req
-    assert [s.max_mamba_cache_size for s in stages] == [auto_fit_k(b, rest, r) for b in stage_per_req]
+    assert [s.max_mamba_cache_size for s in stages] == [AUTO_FIT_K[rest, r][b] for b in stage_per_req]
     # What a stage really allocates is its own layers only, whatever it is charged.
-    assert [s.own_state_bytes_per_slot for s in stages] == [
-        n * PER_LAYER for n in (9, 8, 8, 9, 9, 9, 9, 8)
-    ]
+    assert [s.own_state_bytes_per_slot for s in stages] == [n * PER_LAYER for n in (9, 8, 8, 9, 9, 9, 9, 8)]
     assert bool(divergent_values(stages)) == (policy == "own-share")
 
 
@@ -211,39 +215,97 @@ def test_extra_buffer_lazy_without_overlap_is_an_error(pp: int, no_overlap: bool
 
 REFUSED_CASES = [
     # id, overrides, the flag named first in the message, the rule quoted
-    ("no_buffer page 16", {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16,
-                           "disable_overlap_schedule": True}, "--mamba-radix-cache-strategy no_buffer",
-     "page_size=1"),
-    ("no_buffer page 2 P1", {"pp_size": 1, "mamba_radix_cache_strategy": "no_buffer", "page_size": 2,
-                             "disable_overlap_schedule": True}, "--mamba-radix-cache-strategy no_buffer",
-     "page_size=1"),
+    (
+        "no_buffer page 16",
+        {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16, "disable_overlap_schedule": True},
+        "--mamba-radix-cache-strategy no_buffer",
+        "page_size=1",
+    ),
+    (
+        "no_buffer page 2 P1",
+        {
+            "pp_size": 1,
+            "mamba_radix_cache_strategy": "no_buffer",
+            "page_size": 2,
+            "disable_overlap_schedule": True,
+        },
+        "--mamba-radix-cache-strategy no_buffer",
+        "page_size=1",
+    ),
     # SGLang checks the page size first.
-    ("no_buffer page 16 overlap on", {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16},
-     "--mamba-radix-cache-strategy no_buffer", "page_size=1"),
-    ("no_buffer overlap on P1", {"pp_size": 1, "mamba_radix_cache_strategy": "no_buffer"},
-     "--mamba-radix-cache-strategy no_buffer", "add --disable-overlap-schedule"),
+    (
+        "no_buffer page 16 overlap on",
+        {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16},
+        "--mamba-radix-cache-strategy no_buffer",
+        "page_size=1",
+    ),
+    (
+        "no_buffer overlap on P1",
+        {"pp_size": 1, "mamba_radix_cache_strategy": "no_buffer"},
+        "--mamba-radix-cache-strategy no_buffer",
+        "add --disable-overlap-schedule",
+    ),
     # Under PP SGLang turns overlap off only after this assert: still refused.
-    ("no_buffer overlap on P8", {"mamba_radix_cache_strategy": "no_buffer"},
-     "--mamba-radix-cache-strategy no_buffer", "even under pp > 1"),
-    ("no_buffer overlap on P2", {"pp_size": 2, "mamba_radix_cache_strategy": "no_buffer"},
-     "--mamba-radix-cache-strategy no_buffer", "add --disable-overlap-schedule"),
-    ("extra_buffer page 3", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 3},
-     "--page-size 3", "mamba_track_interval % page_size == 0"),
-    ("extra_buffer page 512", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 512},
-     "--page-size 512", "mamba_track_interval % page_size == 0"),
-    ("extra_buffer_lazy page 48", {"pp_size": 1, "mamba_radix_cache_strategy": "extra_buffer_lazy",
-                                   "page_size": 48}, "--page-size 48", "extra_buffer_lazy"),
+    (
+        "no_buffer overlap on P8",
+        {"mamba_radix_cache_strategy": "no_buffer"},
+        "--mamba-radix-cache-strategy no_buffer",
+        "even under pp > 1",
+    ),
+    (
+        "no_buffer overlap on P2",
+        {"pp_size": 2, "mamba_radix_cache_strategy": "no_buffer"},
+        "--mamba-radix-cache-strategy no_buffer",
+        "add --disable-overlap-schedule",
+    ),
+    (
+        "extra_buffer page 3",
+        {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 3},
+        "--page-size 3",
+        "mamba_track_interval % page_size == 0",
+    ),
+    (
+        "extra_buffer page 512",
+        {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 512},
+        "--page-size 512",
+        "mamba_track_interval % page_size == 0",
+    ),
+    (
+        "extra_buffer_lazy page 48",
+        {"pp_size": 1, "mamba_radix_cache_strategy": "extra_buffer_lazy", "page_size": 48},
+        "--page-size 48",
+        "extra_buffer_lazy",
+    ),
     ("auto page 3 P8", {"page_size": 3}, "--page-size 3", "auto (resolved to extra_buffer)"),
-    ("auto page 100 overlap off", {"page_size": 100, "disable_overlap_schedule": True},
-     "--page-size 100", "auto (resolved to extra_buffer)"),
-    ("extra_buffer D 257", {"mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": 8,
-                            "speculative_num_draft_tokens": 257}, "--speculative-num-draft-tokens 257",
-     "mamba_track_interval >= speculative_num_draft_tokens"),
-    ("auto D 300", {"max_running_requests": 8, "speculative_num_draft_tokens": 300},
-     "--speculative-num-draft-tokens 300", "auto (resolved to extra_buffer)"),
+    (
+        "auto page 100 overlap off",
+        {"page_size": 100, "disable_overlap_schedule": True},
+        "--page-size 100",
+        "auto (resolved to extra_buffer)",
+    ),
+    (
+        "extra_buffer D 257",
+        {
+            "mamba_radix_cache_strategy": "extra_buffer",
+            "max_running_requests": 8,
+            "speculative_num_draft_tokens": 257,
+        },
+        "--speculative-num-draft-tokens 257",
+        "mamba_track_interval >= speculative_num_draft_tokens",
+    ),
+    (
+        "auto D 300",
+        {"max_running_requests": 8, "speculative_num_draft_tokens": 300},
+        "--speculative-num-draft-tokens 300",
+        "auto (resolved to extra_buffer)",
+    ),
     # SGLang checks the draft tokens before the page size.
-    ("auto D 300 page 3", {"max_running_requests": 8, "speculative_num_draft_tokens": 300, "page_size": 3},
-     "--speculative-num-draft-tokens 300", "at most 256 draft tokens"),
+    (
+        "auto D 300 page 3",
+        {"max_running_requests": 8, "speculative_num_draft_tokens": 300, "page_size": 3},
+        "--speculative-num-draft-tokens 300",
+        "at most 256 draft tokens",
+    ),
 ]
 
 
@@ -265,22 +327,49 @@ def test_startup_refusals_are_one_line_flag_errors(overrides: dict[str, Any], fl
 
 ACCEPTED_CASES = [
     # id, overrides, slots: the edges of the same rules, which SGLang starts.
-    ("no_buffer page 1 overlap off P8", {"mamba_radix_cache_strategy": "no_buffer",
-                                         "disable_overlap_schedule": True}, 3),
+    (
+        "no_buffer page 1 overlap off P8",
+        {"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True},
+        3,
+    ),
     ("auto -> no_buffer", {"disable_overlap_schedule": True}, 3),
-    ("no_buffer ignores the track interval", {"mamba_radix_cache_strategy": "no_buffer",
-                                              "disable_overlap_schedule": True,
-                                              "max_running_requests": 8,
-                                              "speculative_num_draft_tokens": 300}, 3),
+    (
+        "no_buffer ignores the track interval",
+        {
+            "mamba_radix_cache_strategy": "no_buffer",
+            "disable_overlap_schedule": True,
+            "max_running_requests": 8,
+            "speculative_num_draft_tokens": 300,
+        },
+        3,
+    ),
     ("extra_buffer page 256", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 256}, 4),
     ("auto page 64", {"page_size": 64}, 4),
-    ("extra_buffer D 256", {"mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": 8,
-                            "speculative_num_draft_tokens": 256}, 4),
-    ("radix off: no_buffer page 16 overlap on", {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16,
-                                                 "disable_radix_cache": True}, 1),
-    ("radix off: extra_buffer page 3 D 300", {"mamba_radix_cache_strategy": "extra_buffer", "page_size": 3,
-                                              "disable_radix_cache": True, "max_running_requests": 8,
-                                              "speculative_num_draft_tokens": 300}, 1),
+    (
+        "extra_buffer D 256",
+        {
+            "mamba_radix_cache_strategy": "extra_buffer",
+            "max_running_requests": 8,
+            "speculative_num_draft_tokens": 256,
+        },
+        4,
+    ),
+    (
+        "radix off: no_buffer page 16 overlap on",
+        {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16, "disable_radix_cache": True},
+        1,
+    ),
+    (
+        "radix off: extra_buffer page 3 D 300",
+        {
+            "mamba_radix_cache_strategy": "extra_buffer",
+            "page_size": 3,
+            "disable_radix_cache": True,
+            "max_running_requests": 8,
+            "speculative_num_draft_tokens": 300,
+        },
+        1,
+    ),
 ]
 
 
@@ -299,11 +388,14 @@ BRANCH_CASES = [
     # id, overrides, branch, K, max_running_requests, pp_max_micro_batch_size
     # Default flags at P=8: auto -> extra_buffer without overlap, 4 slots a request (radix cache on).
     ("C", {}, "C", 74, 74 // 4, 74 // 4 // 8),
-    ("C r=0.9", {"mamba_full_memory_ratio": 0.9}, "C", auto_fit_k(SPR9, 8.0, 0.9), 106 // 4, 26 // 8),
+    ("C r=0.9", {"mamba_full_memory_ratio": 0.9}, "C", 106, 106 // 4, 26 // 8),
     (
         "C no_buffer",
         {"mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True},
-        "C", 74, 74 // 3, 74 // 3 // 8,
+        "C",
+        74,
+        74 // 3,
+        74 // 3 // 8,
     ),
     ("C user mrr", {"max_running_requests": 10}, "C", 74, 10, 1),
     ("C user mrr capped by K//ratio", {"max_running_requests": 100}, "C", 74, 74 // 4, 18 // 8),
@@ -317,7 +409,10 @@ BRANCH_CASES = [
     (
         "A before B",
         {"max_mamba_cache_size": 40, "disable_radix_cache": True, "max_running_requests": 20},
-        "A", 40, 20, 20 // 8,
+        "A",
+        40,
+        20,
+        20 // 8,
     ),
     ("B", {"disable_radix_cache": True, "max_running_requests": 20}, "B", 20, 20, 20 // 8),
     ("B dp 3", {"disable_radix_cache": True, "max_running_requests": 20, "dp_size": 3}, "B", 6, 6, 1),
@@ -335,16 +430,14 @@ def test_pool_sizing_branches(overrides: dict[str, Any], branch: str, K: int, mr
     stages = derive_all(make(**overrides))
     s = stages[0]
     assert (s.branch, s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size) == (
-        branch, K, mrr, micro,
+        branch,
+        K,
+        mrr,
+        micro,
     )
     assert s.intermediate_state_bytes == 0
     assert s.kv_budget_gib == pytest.approx(8.0 - (K + 1) * SPR9 / GIB, abs=1e-12)
     assert not divergent_values(stages)
-
-
-def _c_spec_k(D: int, ratio: int, rest: float = 8.0, r: float = 0.5) -> int:
-    budget = rest * r / (1 + r) * GIB
-    return int((budget - SPR9 * (1 + D)) // (SPR9 * (1 + D / ratio)))
 
 
 SPEC_CASES = [
@@ -353,9 +446,16 @@ SPEC_CASES = [
     # min(16, 35//3) + 1 = 12; max_running_requests min(16, 35//3) = 11.
     (
         "C",
-        {"speculative_num_draft_tokens": 3, "max_running_requests": 16,
-         "mamba_radix_cache_strategy": "no_buffer", "disable_overlap_schedule": True},
-        "C", 35, 12, 11,
+        {
+            "speculative_num_draft_tokens": 3,
+            "max_running_requests": 16,
+            "mamba_radix_cache_strategy": "no_buffer",
+            "disable_overlap_schedule": True,
+        },
+        "C",
+        35,
+        12,
+        11,
     ),
     # The same under the default (auto -> extra_buffer, 4 slots at P=8):
     # K = int((B - spr*4) // (spr*1.75)) = int(2,711,431,850.67 / 66,447,360) = 40;
@@ -365,23 +465,42 @@ SPEC_CASES = [
     (
         "C page 16",
         {"speculative_num_draft_tokens": 2, "max_running_requests": 100, "page_size": 16},
-        "C", 48, 48 // 4 + 1, 48 // 4,
+        "C",
+        48,
+        48 // 4 + 1,
+        48 // 4,
     ),
     # A (auto, 4 slots): K = 40; reservation min(8, 40//4) + 1 = 9.
-    ("A", {"speculative_num_draft_tokens": 2, "max_running_requests": 8, "max_mamba_cache_size": 40},
-     "A", 40, 9, 8),
+    (
+        "A",
+        {"speculative_num_draft_tokens": 2, "max_running_requests": 8, "max_mamba_cache_size": 40},
+        "A",
+        40,
+        9,
+        8,
+    ),
     # A with dp 2: K = 20; reservation min(8//2, 20//4) + 1 = 5.
     (
         "A dp 2",
-        {"speculative_num_draft_tokens": 2, "max_running_requests": 8, "max_mamba_cache_size": 40,
-         "dp_size": 2},
-        "A", 20, 5, 4,
+        {
+            "speculative_num_draft_tokens": 2,
+            "max_running_requests": 8,
+            "max_mamba_cache_size": 40,
+            "dp_size": 2,
+        },
+        "A",
+        20,
+        5,
+        4,
     ),
     # B: K = 20 and the reservation uses K + 1 = 21 slots.
     (
         "B",
         {"speculative_num_draft_tokens": 2, "max_running_requests": 20, "disable_radix_cache": True},
-        "B", 20, 21, 20,
+        "B",
+        20,
+        21,
+        20,
     ),
 ]
 
@@ -398,8 +517,6 @@ def test_spec_decoding_branches(
     rest in every branch; forgetting the reservation shows as a larger KV budget left."""
     s = derive_stage(make(**overrides), 0)
     D = overrides["speculative_num_draft_tokens"]
-    if branch == "C":
-        assert K == _c_spec_k(D, s.slots_per_request)
     assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == (branch, K, mrr)
     assert s.intermediate_state_bytes == SPR9 * reserved_slots * D
     expected_kv = 8.0 - (K + 1) * SPR9 / GIB - SPR9 * reserved_slots * D / GIB
@@ -478,7 +595,11 @@ def test_token_capacity_and_context_len_estimate(
     """max_running_requests = min(estimate or user value, T // 2, K // ratio) with the estimate clamped
     to [2048, 4096]; the state pool of the toy model is far too large to bind."""
     inp = CapacityInputs(
-        geometry=TOY, budget_gib=1.0, pp_size=1, token_capacity=T, context_len=ctx,
+        geometry=TOY,
+        budget_gib=1.0,
+        pp_size=1,
+        token_capacity=T,
+        context_len=ctx,
         max_running_requests=user_mrr,
     )
     s = derive_stage(inp, 0)

@@ -62,8 +62,9 @@ def test_bad_grid_is_one_budget_error(spec: str) -> None:
 
 @st.composite
 def capacity_inputs(draw: st.DrawFn) -> CapacityInputs:
-    g = draw(geometries(max_layers=40, max_conv_channels=8192, max_heads=128,
-                         extras=(0, 0, 4096, 12_345_678)))
+    g = draw(
+        geometries(max_layers=40, max_conv_channels=8192, max_heads=128, extras=(0, 0, 4096, 12_345_678))
+    )
     D = draw(st.one_of(st.none(), st.integers(1, 8)))
     mrr = draw(st.one_of(st.none(), st.integers(1, 5000)))
     if D and mrr is None:
@@ -166,9 +167,15 @@ def test_dense_kimi_sweep_matches_scalar_core() -> None:
     for strategy in ("no_buffer", "extra_buffer"):
         for policy in POLICIES:
             # no_buffer needs --disable-overlap-schedule in SGLang 0.5.23, even under PP.
-            inputs = CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8, policy=policy,
-                                    mamba_full_memory_ratio=0.5, mamba_radix_cache_strategy=strategy,
-                                    disable_overlap_schedule=strategy == "no_buffer")
+            inputs = CapacityInputs(
+                geometry=g,
+                budget_gib=8.0,
+                pp_size=8,
+                policy=policy,
+                mamba_full_memory_ratio=0.5,
+                mamba_radix_cache_strategy=strategy,
+                disable_overlap_schedule=strategy == "no_buffer",
+            )
             for k in range(8):
                 want = [list(t) for t in scalar_sweep(inputs, k, budgets)]
                 assert derive_sweep(inputs, k, budgets).tolist() == want, (strategy, policy, k)
@@ -178,8 +185,10 @@ def test_local_sweep_stacks_policies_in_order() -> None:
     """local_sweep is (policies, budgets, 3) in the mapping's order: a transposed or reordered stack
     would attribute one policy's divergence to another."""
     g = load_geometry(model="kimi-k3")
-    ibp = {p: CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8, policy=p, mamba_full_memory_ratio=0.5)
-           for p in ("own-share", "max-share")}
+    ibp = {
+        p: CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8, policy=p, mamba_full_memory_ratio=0.5)
+        for p in ("own-share", "max-share")
+    }
     got = local_sweep(ibp, 1, [8.0, 0.01])
     assert got.dtype == torch.int64 and got.shape == (2, 2, 3)
     assert got[1, 0].tolist() == list(scalar_sweep(ibp["max-share"], 1, [8.0])[0])
@@ -211,8 +220,11 @@ def test_analysis_separates_boot_failures_from_divergence(as_tensor: bool) -> No
     assert found == analyse_lists(stack, budgets, ["own-share", "max-share"])
     own, mx = found["policies"]["own-share"], found["policies"]["max-share"]
     assert found["num_budgets"] == 4
-    assert own["divergent"] == {"max_mamba_cache_size": 1, "max_running_requests": 1,
-                                "pp_max_micro_batch_size": 2}
+    assert own["divergent"] == {
+        "max_mamba_cache_size": 1,
+        "max_running_requests": 1,
+        "pp_max_micro_batch_size": 2,
+    }
     assert own["divergent_budgets"]["pp_max_micro_batch_size"] == [2.0, 3.0]
     assert own["divergent_budgets"]["max_mamba_cache_size"] == [2.0]
     assert (own["boot_failures"], own["boot_failure_budgets"]) == (1, [1.0])
@@ -231,8 +243,18 @@ def test_own_share_fails_require_consistent_and_max_share_passes(cli, tmp_path: 
     bad = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--require-consistent", "own-share"])
     assert bad.rc == 1, bad.err
     report = tmp_path / "sweep.json"
-    good = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--require-consistent", "max-share",
-                "--report", str(report)])
+    good = cli(
+        [
+            "sweep",
+            "--budgets",
+            "4:40:0.25",
+            *KIMI,
+            "--require-consistent",
+            "max-share",
+            "--report",
+            str(report),
+        ]
+    )
     assert good.rc == 0, good.err
     doc = json.loads(report.read_text())
     assert doc["num_budgets"] == 145 and len(doc["budgets_gib"]) == 145
@@ -315,8 +337,13 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import raise ImportError
     with pytest.raises(FlagError, match=r"pp-capacity-checker\[plot\]"):
-        plot_sweep(tmp_path / "x.png", budgets=[1.0], pool_sizes={"max-share": [[1]]},
-                   analysis={"policies": {}}, title="t")
+        plot_sweep(
+            tmp_path / "x.png",
+            budgets=[1.0],
+            values={"max-share": [[[1, 1, 1]]]},
+            analysis={"policies": {}},
+            title="t",
+        )
 
 
 def test_sweep_modules_import_without_torch_until_run() -> None:
@@ -329,7 +356,8 @@ def test_sweep_modules_import_without_torch_until_run() -> None:
         print("LEAKED" if "torch" in sys.modules else "CLEAN")
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "CLEAN"

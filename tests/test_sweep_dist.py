@@ -8,22 +8,38 @@ import sys
 
 from harness import run_world
 
-ARGS = ["sweep", "--budgets", "4:40:0.25", "--mamba-full-memory-ratio", "0.5",
-        "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule", "--timeout-s", "60",
-        "--no-progress"]
+ARGS = [
+    "sweep",
+    "--model",
+    "kimi-k3",
+    "--budgets",
+    "4:40:0.25",
+    "--mamba-full-memory-ratio",
+    "0.5",
+    "--mamba-radix-cache-strategy",
+    "no_buffer",
+    "--disable-overlap-schedule",
+    "--timeout-s",
+    "60",
+    "--no-progress",
+]
 
 
-def test_eight_ranks_count_what_one_process_counts(tmp_path):
+def test_four_ranks_count_what_one_process_counts(tmp_path):
     """The distributed sweep's counts equal the single-process derivation's for every policy; breaks
     if a rank derived another stage, or the gather mixed up ranks, policies or budgets."""
     single = tmp_path / "single.json"
-    proc = subprocess.run([sys.executable, "-m", "checker", *ARGS, "--pp-size", "8", "--report", str(single)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "checker", *ARGS, "--pp-size", "4", "--report", str(single)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
-    res = run_world(ARGS, world_size=8, tmp_path=tmp_path)
-    assert res.codes == [0] * 8, [r.stderr[-300:] for r in res.ranks]
+    res = run_world(ARGS, world_size=4, tmp_path=tmp_path)
+    assert res.codes == [0] * 4, [r.stderr[-300:] for r in res.ranks]
     dist, one = res.report(), json.loads(single.read_text())
-    assert dist["mode"] == "distributed" and dist["world_size"] == 8
+    assert dist["mode"] == "distributed" and dist["world_size"] == 4
     assert dist["num_budgets"] == one["num_budgets"] == 145
     assert dist["policies"] == one["policies"]
     assert dist["policies"]["max-share"]["divergent"]["pp_max_micro_batch_size"] == 0
@@ -31,15 +47,17 @@ def test_eight_ranks_count_what_one_process_counts(tmp_path):
 
 
 def test_require_consistent_own_share_fails_on_every_rank(tmp_path):
-    res = run_world([*ARGS, "--policy", "own-share", "--require-consistent", "own-share"],
-                    world_size=2, tmp_path=tmp_path)
+    res = run_world(
+        [*ARGS, "--policy", "own-share", "--require-consistent", "own-share"], world_size=2, tmp_path=tmp_path
+    )
     assert res.codes == [1, 1]
 
 
 def test_input_error_on_one_rank_ends_every_rank_with_2(tmp_path):
     """A rank whose inputs are invalid still joins: no hang, exit 2 everywhere."""
-    res = run_world(ARGS, world_size=2, tmp_path=tmp_path,
-                    rank_env={1: {"SGLANG_PP_LAYER_PARTITION": "1,2,3"}})
+    res = run_world(
+        ARGS, world_size=2, tmp_path=tmp_path, rank_env={1: {"SGLANG_PP_LAYER_PARTITION": "1,2,3"}}
+    )
     assert res.codes == [2, 2]
     assert "SGLANG_PP_LAYER_PARTITION" in res.ranks[1].stderr
     assert "rank 1 could not derive the sweep" in res.ranks[0].stderr

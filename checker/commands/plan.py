@@ -18,24 +18,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 
 from checker import __version__
+from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
 from checker.core.partition import PARTITION_ENV
 from checker.core.planning import MinBudget, SuggestedPartition, min_budget, suggest_partition
 from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity
-from checker.engines import add_engine_args
-from checker.engines.drift import EXIT_MODEL_DRIFT, Drift, drift_lines, engine_mode, prepare_from_args
+from checker.engines.drift import Drift, drift_lines
 from checker.options import (
+    DEFAULT_BUDGET_GIB,
+    add_engine_args,
     add_flag_args,
     add_layout_args,
     add_model_args,
-    inputs_from_args,
     int_at_least,
     positive_int,
 )
+from checker.status import EXIT_CODES, MODEL_DRIFT
 from checker.tables import fmt_bytes, fmt_int, format_table
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
@@ -80,7 +83,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"each stage holds floor(L/P) - S to ceil(L/P) + S layers, at least 1 (default {DEFAULT_SLACK})",
     )
     add_engine_args(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    g = parser.add_argument_group("output")
+    g.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default) or one JSON object on stdout",
+    )
+    g.add_argument("--quiet", "-q", action="store_true", help="leave out the model and layout header")
+
+
+def _config(args: argparse.Namespace) -> DeriveConfig:
+    return DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB)
 
 
 def header(inputs: CapacityInputs) -> str:
@@ -120,12 +134,11 @@ def run_target(args: argparse.Namespace) -> int:
     if args.partition_slack is not None:
         raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
     # SGLang ships max-share only: with its engine the default is that one policy, not all three.
-    policies = (args.policy,) if args.policy else POLICIES if engine_mode(args) == "builtin" else (
-        "max-share",)
+    policies = (args.policy,) if args.policy else POLICIES if args.engine == "builtin" else ("max-share",)
     target = args.target_max_running_requests
-    results = [min_budget(inputs_from_args(args, policy=p), target, policy=p) for p in policies]
+    results = [min_budget(_config(args).inputs(os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(args, results)
-    inputs = inputs_from_args(args, policy=policies[0])
+    inputs = _config(args).inputs(os.environ, policy=policies[0])
     if args.format == "json":
         described = inputs.describe()
         del described["budget_gib"], described["policy"]  # both vary here; reported per policy
@@ -151,8 +164,9 @@ def run_target(args: argparse.Namespace) -> int:
         }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return EXIT_MODEL_DRIFT if drifts else 0
-    print(header(inputs))
+        return EXIT_CODES[MODEL_DRIFT] if drifts else 0
+    if not args.quiet:
+        print(header(inputs))
     if inputs.partition_env and inputs.pp_size > 1:
         print(f"{PARTITION_ENV}={inputs.partition_env}")
     print(f"target: every stage derives max_running_requests >= {target}\n")
@@ -166,18 +180,21 @@ def run_target(args: argparse.Namespace) -> int:
         ]
         for r in results
     ]
-    print(format_table(
-        ["policy", "min_budget_gib", *CHECKED_VALUES, "0.01 GiB less", "max_running_requests there"], rows
-    ))
+    print(
+        format_table(
+            ["policy", "min_budget_gib", *CHECKED_VALUES, "0.01 GiB less", "max_running_requests there"], rows
+        )
+    )
     if any(len({getattr(s, n) for s in r.stages}) > 1 for r in results for n in CHECKED_VALUES):
         print("\n* differs across stages (own-share): the lowest stage is the one the target binds")
     return _print_engine(args, sglang_version, drifts)
 
 
-def _engine_min_budgets(args: argparse.Namespace, results: list[MinBudget]
-                        ) -> tuple[list[MinBudget], list[Drift], str | None]:
+def _engine_min_budgets(
+    args: argparse.Namespace, results: list[MinBudget]
+) -> tuple[list[MinBudget], list[Drift], str | None]:
     """--engine sglang: SGLang's own boundary replaces the builtin's; both: the differences."""
-    if engine_mode(args) == "builtin":
+    if args.engine == "builtin":
         return results, [], None
     from checker.engines.planning import engine_min_budget, min_budget_drift
 
@@ -185,27 +202,28 @@ def _engine_min_budgets(args: argparse.Namespace, results: list[MinBudget]
     drifts: list[Drift] = []
     version = None
     for r in results:
-        inputs = inputs_from_args(args, policy=r.policy)
-        engines = prepare_from_args(args, inputs)
+        inputs = _config(args).inputs(os.environ, policy=r.policy)
+        engines = _config(args).engines(inputs, os.environ)
         version = engines.sglang_version
-        if engine_mode(args) == "sglang":
+        if args.engine == "sglang":
             out.append(engine_min_budget(engines.primary, inputs.pp_size, r))
             continue
         out.append(r)
         if engines.shadow is None:
             drifts.append(Drift(-1, "outcome", "derives values", f"error ({engines.shadow_error})"))
         else:
-            drifts += min_budget_drift(r, engine_min_budget(engines.shadow, inputs.pp_size, r),
-                                       engines.shadow)
+            drifts += min_budget_drift(
+                r, engine_min_budget(engines.shadow, inputs.pp_size, r), engines.shadow
+            )
     return out, drifts, version
 
 
 def _engine_doc(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> dict[str, object]:
-    return {"engine": engine_mode(args), "sglang_version": version, "drift": [vars(d) for d in drifts]}
+    return {"engine": args.engine, "sglang_version": version, "drift": [vars(d) for d in drifts]}
 
 
 def _print_engine(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> int:
-    mode = engine_mode(args)
+    mode = args.engine
     if mode == "sglang":
         print(f"\nengine: SGLang {version}'s own sizing code derived every value above")
     elif mode == "both" and not drifts:
@@ -214,30 +232,35 @@ def _print_engine(args: argparse.Namespace, version: str | None, drifts: list[Dr
         print()
         for line in drift_lines(drifts, sglang_version=version):
             print(line)
-    return EXIT_MODEL_DRIFT if drifts else 0
+    return EXIT_CODES[MODEL_DRIFT] if drifts else 0
 
 
 # --- mode 2: the partition with the fewest linear layers on the busiest stage -------------------------
 
 
-def _derive_or_error(args: argparse.Namespace, inputs: CapacityInputs, drifts: list[Drift]
-                     ) -> tuple[list[StageCapacity] | None, str | None, str | None]:
+def _derive_or_error(
+    args: argparse.Namespace, inputs: CapacityInputs, drifts: list[Drift]
+) -> tuple[list[StageCapacity] | None, str | None, str | None]:
     """The chosen engine's stages (the builtin's under both; its drift findings join ``drifts``), the
     error when they do not boot, and the SGLang version that ran (None for builtin)."""
-    engines = prepare_from_args(args, inputs)
+    engines = _config(args).engines(inputs, os.environ)
     try:
         stages, found = engines.derive_all(inputs.pp_size)
     except BudgetError as exc:
         return None, str(exc), engines.sglang_version
     drifts += found
     if stages is None:
-        return None, "the builtin model refuses a stage SGLang derives (see the drift findings)", \
-            engines.sglang_version
+        return (
+            None,
+            "the builtin model refuses a stage SGLang derives (see the drift findings)",
+            engines.sglang_version,
+        )
     return stages, None, engines.sglang_version
 
 
-def _partition_doc(parts: tuple[int, ...], counts: list[int], stages: list[StageCapacity] | None,
-                   error: str | None) -> dict[str, object]:
+def _partition_doc(
+    parts: tuple[int, ...], counts: list[int], stages: list[StageCapacity] | None, error: str | None
+) -> dict[str, object]:
     return {
         "partition": list(parts),
         "stage_linear_layers": counts,
@@ -249,14 +272,16 @@ def _partition_doc(parts: tuple[int, ...], counts: list[int], stages: list[Stage
 
 def run_partition(args: argparse.Namespace) -> int:
     slack = DEFAULT_SLACK if args.partition_slack is None else args.partition_slack
-    policy = args.policy or "max-share"
-    base = inputs_from_args(args, policy=policy)
+    base = _config(args).inputs(os.environ, policy=args.policy)
+    policy = base.resolved_policy
     user_env = base.partition_env
     base = replace(base, partition_env=None)  # the comparison is against SGLang's default split
     g = base.geometry
     plan: SuggestedPartition = suggest_partition(
-        num_hidden_layers=g.num_hidden_layers, linear_layer_ids=g.linear_layer_ids,
-        pp_size=base.pp_size, slack=slack,
+        num_hidden_layers=g.num_hidden_layers,
+        linear_layer_ids=g.linear_layer_ids,
+        pp_size=base.pp_size,
+        slack=slack,
     )
     suggested_inputs = replace(base, partition_env=plan.env)
     drifts: list[Drift] = []
@@ -276,26 +301,28 @@ def run_partition(args: argparse.Namespace) -> int:
             "partition_slack": slack,
             "layers_per_stage_bounds": [plan.bounds.lower, plan.bounds.upper],
             "suggested": _partition_doc(plan.partition, plan.stage_linear_layers, suggested, None),
-            "default": _partition_doc(plan.default_partition, plan.default_stage_linear_layers,
-                                      default, default_error),
+            "default": _partition_doc(
+                plan.default_partition, plan.default_stage_linear_layers, default, default_error
+            ),
             **_engine_doc(args, version, drifts),
         }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return EXIT_MODEL_DRIFT if drifts else 0
+        return EXIT_CODES[MODEL_DRIFT] if drifts else 0
 
-    print(header(base))
-    print(f"policy {policy}; budget {base.budget_gib:g} GiB; each stage holds {plan.bounds.lower} to "
-          f"{plan.bounds.upper} layers (slack {slack})")
+    if not args.quiet:
+        print(header(base))
+    print(
+        f"policy {policy}; budget {base.budget_gib:g} GiB; each stage holds {plan.bounds.lower} to "
+        f"{plan.bounds.upper} layers (slack {slack})"
+    )
     if user_env and base.pp_size > 1:
         print(f"(ignoring the {PARTITION_ENV}={user_env} set here: compared with the default split)")
     print()
-    print("every node must set, identically:")
-    print(f"  export {PARTITION_ENV}={plan.env}")
-    print()
 
-    def row(name: str, parts: tuple[int, ...], counts: list[int],
-            stages: list[StageCapacity] | None) -> list[str]:
+    def row(
+        name: str, parts: tuple[int, ...], counts: list[int], stages: list[StageCapacity] | None
+    ) -> list[str]:
         values = [_span(stages, n) for n in CHECKED_VALUES] if stages else ["does not boot", "", ""]
         return [name, ",".join(map(str, parts)), ",".join(map(str, counts)), str(max(counts)), *values]
 
@@ -306,17 +333,26 @@ def run_partition(args: argparse.Namespace) -> int:
     print(format_table(["", "layers per stage", "linear per stage", "largest", *CHECKED_VALUES], rows))
     print()
     if plan.largest_stage_linear_layers == plan.default_largest_stage_linear_layers:
-        print(f"the default split already has the fewest linear layers on its busiest stage "
-              f"({plan.largest_stage_linear_layers}); setting {PARTITION_ENV} changes nothing")
+        print(
+            f"no change needed: the default split already has the fewest linear layers on its busiest "
+            f"stage ({plan.largest_stage_linear_layers}); leave {PARTITION_ENV} unset on every node"
+        )
+        return _print_engine(args, version, drifts)
     elif default is None:
         print(f"the default split does not boot at this budget: {default_error}")
     elif suggested is not None:
         # The smallest stage pool is what binds (all stages agree under max-share).
         before = min(s.max_mamba_cache_size for s in default)
         after = min(s.max_mamba_cache_size for s in suggested)
-        print(f"busiest stage {plan.default_largest_stage_linear_layers} -> "
-              f"{plan.largest_stage_linear_layers} linear layers: max_mamba_cache_size {before} -> {after} "
-              f"({(after - before) / before:+.1%}) under {policy}")
+        print(
+            f"busiest stage {plan.default_largest_stage_linear_layers} -> "
+            f"{plan.largest_stage_linear_layers} linear layers: max_mamba_cache_size {before} -> {after} "
+            f"({(after - before) / before:+.1%}) under {policy}"
+        )
+    if suggested is not None:
+        print()
+        print("to use it, every node must set, identically (the preflight checks that they do):")
+        print(f"  export {PARTITION_ENV}={plan.env}")
     return _print_engine(args, version, drifts)
 
 

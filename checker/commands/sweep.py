@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from checker import __version__
+from checker.config import GroupOptions, ModelChoice, OutputOptions, SizingFlags, SweepConfig, capacity_inputs
 from checker.core.errors import FlagError
 from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
 from checker.core.sweep import UPSTREAM_GRID, BudgetGrid, budget_runs, parse_budgets
-from checker.options import add_flag_args, add_layout_args, add_model_args, inputs_from_args
+from checker.options import add_flag_args, add_group_args, add_layout_args, add_model_args
+from checker.outputs import check_output_path, write_file
+from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE
 from checker.tables import fmt_bytes, format_table
 
 if TYPE_CHECKING:  # torch is imported in run(), so --help and input errors cost no torch import
@@ -37,7 +41,7 @@ DEFAULT_PP_SIZE = 8
 HELP = "sweep budgets: where each policy makes pipeline stages diverge (text, JSON report, plot)"
 LONG_SWEEP_BUDGETS = 10_000
 """From this many budgets a sweep reports progress on stderr even when stderr is not a terminal."""
-EXIT_DIVERGENT = 1
+EXIT_DIVERGENT = EXIT_CODES[DIVERGENT]
 PRETTY_REPORT_BUDGETS = 2_000
 """Up to this many budgets the --report JSON is indented."""
 SHOWN_RUNS = 8
@@ -60,16 +64,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 1 if this policy diverges at any budget; repeatable (default max-share)",
     )
     parser.add_argument("--report", metavar="PATH", help="write the findings and every assumption as JSON")
-    parser.add_argument("--plot", metavar="PATH",
-                        help="write a PNG: pool size per stage against budget, divergence marked "
-                        "(needs the 'plot' extra)")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write a PNG: pool size per stage against budget, divergence marked (needs the 'plot' extra)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device for the derivation (default cpu)")
     parser.add_argument("--no-progress", action="store_true", help="never report progress on stderr")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="what goes to stdout: the text findings (default) or the JSON report",
+    )
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="print only the required-consistent line (and never progress)",
+    )
     add_model_args(parser)
     add_layout_args(parser, pp_default=None)
     add_flag_args(parser, with_budget=False, with_policy=False)
-    from checker.commands.check import add_group_args
-
     add_group_args(parser.add_argument_group("under torchrun (each rank derives its own stage)"))
     parser.add_argument(
         "--policy",
@@ -101,8 +117,9 @@ class Progress:
             self.last = now
             width = 30
             filled = width * self.done // self.total
-            self.stream.write(f"\rsweep: {self.what} [{'#' * filled}{'.' * (width - filled)}] "
-                              f"{self.done}/{self.total}")
+            self.stream.write(
+                f"\rsweep: {self.what} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
+            )
             self.stream.flush()
 
     def close(self) -> None:
@@ -157,10 +174,10 @@ def single_process_stack(
     return torch.stack(stages)
 
 
-def required_policies(args: argparse.Namespace, policies: Sequence[str]) -> list[str]:
-    if args.require_consistent is None:
+def required_policies(require: Sequence[str] | None, policies: Sequence[str]) -> list[str]:
+    if require is None:
         return ["max-share"] if "max-share" in policies else []
-    required = list(dict.fromkeys(args.require_consistent))
+    required = list(dict.fromkeys(require))
     missing = [p for p in required if p not in policies]
     if missing:
         raise FlagError(
@@ -199,7 +216,7 @@ def build_report(
         "command": "sweep",
         "mode": "single-process",
         "device": device,
-        "status": "divergent" if failing else "consistent",
+        "status": DIVERGENT if failing else CONSISTENT,
         "require_consistent": list(required),
         "failing_required": failing,
         **analysis,
@@ -224,14 +241,16 @@ def header(inputs: CapacityInputs, grid: BudgetGrid) -> str:
     strategy = inputs.strategy_label
     T = "not modelled (does not bind)" if inputs.token_capacity is None else f"{inputs.token_capacity:,}"
     b = grid.budgets
-    return "\n".join([
-        f"model {g.name}: {g.num_hidden_layers} layers, {g.num_linear_layers} linear; per_req "
-        f"{fmt_bytes(g.per_req_bytes)}",
-        f"layout pp {inputs.pp_size} x tp {inputs.tp_size} (dp {inputs.dp_size}); r "
-        f"{inputs.mamba_full_memory_ratio:g}; {strategy}, {inputs.slots_per_request()} slots per "
-        f"request; KV token capacity {T}",
-        f"budgets {grid.spec}: {len(b):,} from {fmt_budget(b[0])} to {fmt_budget(b[-1])} GiB",
-    ])
+    return "\n".join(
+        [
+            f"model {g.name}: {g.num_hidden_layers} layers, {g.num_linear_layers} linear; per_req "
+            f"{fmt_bytes(g.per_req_bytes)}",
+            f"layout pp {inputs.pp_size} x tp {inputs.tp_size} (dp {inputs.dp_size}); r "
+            f"{inputs.mamba_full_memory_ratio:g}; {strategy}, {inputs.slots_per_request()} slots per "
+            f"request; KV token capacity {T}",
+            f"budgets {grid.spec}: {len(b):,} from {fmt_budget(b[0])} to {fmt_budget(b[-1])} GiB",
+        ]
+    )
 
 
 def text_report(report: dict, grid: BudgetGrid) -> str:
@@ -243,8 +262,12 @@ def text_report(report: dict, grid: BudgetGrid) -> str:
         return f"{count:,} ({100 * count / n:.1f}%)" if count else "0"
 
     rows = [
-        [policy, *(cell(info["divergent"][v]) for v in CHECKED_VALUES), cell(info["boot_failures"]),
-         "consistent" if info["consistent"] else "DIVERGENT"]
+        [
+            policy,
+            *(cell(info["divergent"][v]) for v in CHECKED_VALUES),
+            cell(info["boot_failures"]),
+            "consistent" if info["consistent"] else "DIVERGENT",
+        ]
         for policy, info in report["policies"].items()
     ]
     lines = [
@@ -268,9 +291,7 @@ def text_report(report: dict, grid: BudgetGrid) -> str:
     required = report["require_consistent"]
     if required:
         failing = report["failing_required"]
-        state = "; ".join(
-            f"{p} {'DIVERGES' if p in failing else 'never diverges'}" for p in required
-        )
+        state = "; ".join(f"{p} {'DIVERGES' if p in failing else 'never diverges'}" for p in required)
         lines += ["", f"required consistent: {state} -> exit {EXIT_DIVERGENT if failing else 0}"]
     return "\n".join(lines)
 
@@ -279,12 +300,9 @@ def write_report(path: str, report: dict) -> None:
     # Indented for a person when it is short; compact when it lists many budgets, because json's
     # indenting encoder is pure Python and costs seconds on a dense sweep (the C encoder, milliseconds).
     indent = 1 if report["num_budgets"] <= PRETTY_REPORT_BUDGETS else None
-    try:
-        with open(path, "w") as f:
-            f.write(json.dumps(report, indent=indent))
-            f.write("\n")
-    except OSError as exc:
-        raise FlagError(f"--report {path}: cannot write it ({exc.strerror or exc})") from None
+    problem = write_file(path, json.dumps(report, indent=indent) + "\n", what="--report")
+    if problem:
+        raise FlagError(problem)
 
 
 def plot_title(inputs: CapacityInputs, grid: BudgetGrid) -> str:
@@ -296,15 +314,34 @@ def plot_title(inputs: CapacityInputs, grid: BudgetGrid) -> str:
     )
 
 
+def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    check_output_path("--report", args.report)
+    check_output_path("--plot", args.plot)
+    return SweepConfig(
+        model=ModelChoice.from_args(args),
+        sizing=SizingFlags.from_args(args),
+        group=GroupOptions.from_args(args),
+        output=OutputOptions(report=args.report, format=args.format, quiet=args.quiet),
+        budgets=args.budgets,
+        policies=tuple(dict.fromkeys(args.policy or POLICIES)),
+        require_consistent=tuple(args.require_consistent) if args.require_consistent else None,
+        plot=args.plot,
+        device=args.device,
+        progress=not (args.no_progress or args.quiet),
+    )
+
+
 def sweep_inputs(
-    args: argparse.Namespace, pp_size: int
+    config: SweepConfig, pp_size: int
 ) -> tuple[BudgetGrid, list[str], list[str], dict[str, CapacityInputs]]:
-    grid = parse_budgets(args.budgets)
-    policies = list(dict.fromkeys(args.policy or POLICIES))
-    required = required_policies(args, policies)
+    grid = parse_budgets(config.budgets)
+    policies = list(config.policies)
+    required = required_policies(config.require_consistent, policies)
     # Inputs are validated at the grid's first budget: every other input is budget-independent.
     inputs_by_policy = {
-        p: inputs_from_args(args, budget_gib=grid.budgets[0], policy=p, pp_size=pp_size)
+        p: capacity_inputs(
+            config.model, config.sizing, budget_gib=grid.budgets[0], policy=p, pp_size=pp_size, env=os.environ
+        )
         for p in policies
     }
     for inp in inputs_by_policy.values():
@@ -312,19 +349,25 @@ def sweep_inputs(
     return grid, policies, required, inputs_by_policy
 
 
-def run(args: argparse.Namespace) -> int:
-    from checker.dist.launch_env import RankEnv
+def _progress_enabled(config: SweepConfig, grid: BudgetGrid) -> bool:
+    return config.progress and (_isatty(sys.stderr) or len(grid) >= LONG_SWEEP_BUDGETS)
 
+
+def run(args: argparse.Namespace) -> int:
+    from checker.distributed.launch_env import RankEnv
+
+    config = config_from_args(args)
     env = RankEnv.from_environ()
-    if env.world_size > 1 or args.init_method:
-        return run_distributed(args, env)
-    grid, policies, required, inputs_by_policy = sweep_inputs(args, args.pp_size or DEFAULT_PP_SIZE)
+    if env.world_size > 1 or config.group.init_method:
+        return DistributedSweep(config, env).run()
+    grid, policies, required, inputs_by_policy = sweep_inputs(
+        config, config.sizing.pp_size or DEFAULT_PP_SIZE
+    )
     inputs = inputs_by_policy[policies[0]]
 
     import torch
 
-
-    device = resolve_device(args.device)
+    device = resolve_device(config.device)
     if device.type == "cpu":
         # A few elementwise ops per stage: intra-op threads only contend on a shared host (8 ranks
         # on 2 cores spin each other out), so one thread is both the fastest and the polite choice.
@@ -332,17 +375,27 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(
         inputs.pp_size,
         f"{len(grid):,} budgets x {inputs.pp_size} stages x {len(policies)} policies",
-        enabled=not args.no_progress and (_isatty(sys.stderr) or len(grid) >= LONG_SWEEP_BUDGETS),
+        enabled=_progress_enabled(config, grid),
     )
     try:
         stack = single_process_stack(inputs_by_policy, grid.budgets, device, progress)
     finally:
         progress.close()
-    return present(args, stack.cpu(), grid, policies, required, inputs, device=str(device))
+    return present(config, stack.cpu(), grid, policies, required, inputs, device=str(device))
 
 
-def present(args, stack, grid, policies, required, inputs, *, device: str, mode: str = "single-process",
-            world_size: int = 1) -> int:
+def present(
+    config: SweepConfig,
+    stack,
+    grid,
+    policies,
+    required,
+    inputs,
+    *,
+    device: str,
+    mode: str = "single-process",
+    world_size: int = 1,
+) -> int:
     """Analyse a (stages, policies, budgets, 3) stack, print and write the findings; the exit code."""
     from checker.sweep_torch import analyse
 
@@ -351,110 +404,174 @@ def present(args, stack, grid, policies, required, inputs, *, device: str, mode:
     report["mode"] = mode
     report["world_size"] = world_size
 
-    print(header(inputs, grid))
-    print()
-    print(text_report(report, grid))
-    if args.report:
-        write_report(args.report, report)
-    if args.plot:
+    if config.output.format == "json":
+        print(json.dumps(report, indent=1 if report["num_budgets"] <= PRETTY_REPORT_BUDGETS else None))
+    elif config.output.quiet:
+        print(text_report(report, grid).splitlines()[-1])
+    else:
+        print(header(inputs, grid))
+        print()
+        print(text_report(report, grid))
+    if config.output.report:
+        write_report(config.output.report, report)
+    if config.plot:
         from checker.plot import plot_sweep
 
-        pool_sizes = {p: stack[:, i, :, 0].tolist() for i, p in enumerate(policies)}
-        plot_sweep(args.plot, budgets=grid.budgets, pool_sizes=pool_sizes, analysis=analysis,
-                   title=plot_title(inputs, grid))
+        values = {p: stack[:, i].cpu().numpy() for i, p in enumerate(policies)}
+        plot_sweep(
+            config.plot,
+            budgets=grid.budgets,
+            values=values,
+            analysis=analysis,
+            title=plot_title(inputs, grid),
+        )
     return EXIT_DIVERGENT if report["failing_required"] else 0
 
 
-def run_distributed(args: argparse.Namespace, env) -> int:
+class DistributedSweep:
     """Each rank derives its own stage for every budget and policy; ONE all-gather carries the sweep.
 
     Collectives run in the same order on every rank whatever its inputs: a header gather (status and
-    payload length), then the payload gather only when every rank is ok and the lengths agree.
+    payload length), then the payload gather only when every rank is ok and the lengths agree. The
+    process group's lifecycle (watchdog, SIGTERM, liveness, the report handshake) is the preflight's:
+    :class:`checker.distributed.session.Session`.
     """
-    import torch
 
-    from checker.commands.check import layout
-    from checker.core.errors import CheckerInputError
-    from checker.dist.group import Group, InfrastructureFailure
-    from checker.dist.wire import STATUS_OK, Header
-    from checker.sweep_torch import local_sweep
-    from checker.verdict import rank_ranges
+    def __init__(self, config: SweepConfig, env) -> None:
+        from checker.distributed.session import Session
 
-    is_rank0 = env.rank == 0
-    status, error, payload, ctx = STATUS_OK, "", None, None
-    try:
-        group = Group(env, backend=args.backend, timeout_s=args.timeout_s, init_method=args.init_method)
-    except InfrastructureFailure as exc:
-        print(f"checker sweep: infrastructure failure: {exc}", file=sys.stderr)
-        return 3
-    try:
-        pp_size, pp_rank = layout(args, env)
-        ctx = sweep_inputs(args, pp_size)
-        grid, policies, required, inputs_by_policy = ctx
-        device = group.device if group.device.type == "cuda" else resolve_device(args.device)
-        if device.type == "cpu":
-            torch.set_num_threads(1)
-        # Rank 0 reports progress for its own stage (every rank derives one stage, in parallel).
-        progress = Progress(
-            1,
-            f"{len(grid):,} budgets x {len(policies)} policies on each of {env.world_size} ranks",
-            enabled=is_rank0 and not args.no_progress
-            and (_isatty(sys.stderr) or len(grid) >= LONG_SWEEP_BUDGETS),
-        )
-        payload = local_sweep(inputs_by_policy, pp_rank, grid.budgets, device).reshape(-1)
-        progress.step()
-        progress.close()
-    except CheckerInputError as exc:
-        status, error = exc.code, str(exc)
-        print(f"[rank {env.rank}] checker sweep: error: {error}", file=sys.stderr, flush=True)
+        self.config, self.env = config, env
+        self.session = Session(env, config.group, command="sweep")
 
-    try:
-        group.connect()
-        n = 0 if payload is None else payload.numel()
-        headers = group.all_gather_int64(
-            Header(rank=env.rank, payload_len=n, checker_version=__version__, status=status).encode()
-        ).tolist()
-        failed = [r for r, h in enumerate(headers) if h[7] != STATUS_OK]
-        lengths = {h[5] for h in headers}
-        if failed or len(lengths) > 1:
-            why = (
-                f"{rank_ranges(failed)} could not derive the sweep (each printed its error above)"
-                if failed
-                else "ranks derive sweeps of different sizes: pass the same --budgets and --policy everywhere"
-            )
+    def _say(self, status: str, detail: str) -> None:
+        print(f"[rank {self.env.rank}] checker sweep: {status}: {detail}", file=sys.stderr, flush=True)
+
+    def on_abort(self, abort) -> None:
+        from checker.distributed.liveness import describe
+
+        self._say(INFRASTRUCTURE_FAILURE, f"{abort.detail}; missing: {describe(abort.missing_ranks)}")
+
+    def run(self) -> int:
+        from checker.core.errors import CheckerInputError
+        from checker.derivation import layout
+        from checker.distributed.group import InfrastructureFailure
+        from checker.distributed.liveness import describe
+        from checker.distributed.session import SchemaMismatch
+        from checker.distributed.wire import Header
+        from checker.status import ROW_OK
+        from checker.sweep_torch import analyse, local_sweep
+        from checker.verdict import rank_ranges
+
+        env, session, config = self.env, self.session, self.config
+        session.start(self.on_abort)
+        is_rank0 = env.rank == 0
+        status, error, payload, ctx = ROW_OK, "", None, None
+        try:
+            session.make_group()
+        except CheckerInputError as exc:
             if is_rank0:
-                print(f"checker sweep: error: {why}", file=sys.stderr, flush=True)
-            group.close()
-            return 2
-        gathered = group.all_gather_int64(payload)
-    except InfrastructureFailure as exc:
-        group.shorten_store_timeout(3.0)
-        group.mark("alive")
-        missing = []
-        if is_rank0:
-            alive = group.ranks_with("alive", wait_s=3.0)
-            missing = [r for r in range(env.world_size) if r not in alive]
-        print(f"[rank {env.rank}] checker sweep: infrastructure failure: {exc}; missing: "
-              f"{rank_ranges(missing) if missing else 'none identified'}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        import os
+                self._say(ERROR, str(exc))
+            return session.finish(
+                EXIT_CODES[ERROR],
+                publish=lambda: None,
+                fallback=lambda: None,
+                one_line=f"checker sweep error: {exc}",
+                clean=False,
+            )
+        import torch
 
-        os._exit(3)  # never destroy a group a peer may be stuck in
+        try:
+            pp_size, pp_rank = layout(
+                env.world_size, env.rank, pp_size=config.sizing.pp_size, tp_size=config.sizing.tp_size
+            )
+            ctx = sweep_inputs(config, pp_size)
+            grid, policies, required, inputs_by_policy = ctx
+            device = session.device if session.device.type == "cuda" else resolve_device(config.device)
+            if device.type == "cpu":
+                torch.set_num_threads(1)
+            # Rank 0 reports progress for its own stage (every rank derives one stage, in parallel).
+            progress = Progress(
+                1,
+                f"{len(grid):,} budgets x {len(policies)} policies on each of {env.world_size} ranks",
+                enabled=is_rank0 and _progress_enabled(config, grid),
+            )
+            payload = local_sweep(inputs_by_policy, pp_rank, grid.budgets, device).reshape(-1)
+            progress.step()
+            progress.close()
+        except CheckerInputError as exc:
+            status, error = exc.code, str(exc)
+            self._say(ERROR, error)
 
-    assert ctx is not None
-    grid, policies, required, inputs_by_policy = ctx
-    # Every rank is a row: tp ranks of one stage must agree with each other as well.
-    stack = gathered.view(env.world_size, len(policies), len(grid.budgets), len(CHECKED_VALUES))
-    if is_rank0:
-        code = present(args, stack, grid, policies, required, inputs_by_policy[policies[0]],
-                       device=str(group.device), mode="distributed", world_size=env.world_size)
-        group.announce("report_written")
-    else:
-        from checker.sweep_torch import analyse
+        try:
+            session.connect()
+            n = 0 if payload is None else payload.numel()
+            headers = session.exchange_headers(
+                Header(rank=env.rank, payload_len=n, checker_version=__version__, status=status)
+            )
+            failed = [h.rank for h in headers if h.status != ROW_OK]
+            if failed or len({h.payload_len for h in headers}) > 1:
+                why = (
+                    f"{rank_ranges(failed)} could not derive the sweep (each printed its error above)"
+                    if failed
+                    else "ranks derive sweeps of different sizes: pass the same --budgets and --policy "
+                    "everywhere"
+                )
+                return session.finish(
+                    EXIT_CODES[ERROR],
+                    publish=lambda: self._say(ERROR, why),
+                    fallback=lambda: None,
+                    one_line=f"checker sweep error: {why}",
+                )
+            gathered = session.all_gather(payload)
+        except (SchemaMismatch, CheckerInputError) as exc:  # CheckerInputError: a stale rendezvous store
+            msg = str(exc)
+            return session.finish(
+                EXIT_CODES[ERROR],
+                publish=lambda: self._say(ERROR, msg),
+                fallback=lambda: None,
+                one_line=f"checker sweep error: {msg}",
+                clean=isinstance(exc, SchemaMismatch),
+            )
+        except InfrastructureFailure as exc:
+            abort = session.failed(str(exc))
+            line = f"{exc}; missing: {describe(abort.missing_ranks)}"
+            return session.finish(
+                EXIT_CODES[INFRASTRUCTURE_FAILURE],
+                publish=lambda: self._say(INFRASTRUCTURE_FAILURE, line),
+                fallback=lambda: self._say(INFRASTRUCTURE_FAILURE, line),
+                one_line=f"checker sweep infrastructure_failure: {line}",
+                clean=False,
+            )
 
+        assert ctx is not None
+        grid, policies, required, inputs_by_policy = ctx
+        # Every rank is a row: tp ranks of one stage must agree with each other as well.
+        stack = gathered.view(env.world_size, len(policies), len(grid.budgets), len(CHECKED_VALUES))
         verdicts = analyse(stack, grid.budgets, policies)["policies"]
-        failing = [p for p in required if not verdicts[p]["consistent"]]
-        code = EXIT_DIVERGENT if failing else 0
-        group.wait_for("report_written", wait_s=args.timeout_s)
-    group.close()
-    return code
+        code = EXIT_DIVERGENT if any(not verdicts[p]["consistent"] for p in required) else 0
+        box: dict[str, int] = {}
+
+        def publish() -> None:
+            try:
+                box["code"] = present(
+                    config,
+                    stack,
+                    grid,
+                    policies,
+                    required,
+                    inputs_by_policy[policies[0]],
+                    device=str(session.device),
+                    mode="distributed",
+                    world_size=env.world_size,
+                )
+            except CheckerInputError as exc:  # --report or --plot could not be written
+                print(f"checker sweep: error: {exc}", file=sys.stderr, flush=True)
+                box["code"] = EXIT_CODES[ERROR]
+
+        result = session.finish(
+            code,
+            publish=publish,
+            fallback=lambda: None,
+            one_line=f"checker sweep: a required policy diverges (exit {code})",
+        )
+        return box.get("code", result)

@@ -2,6 +2,32 @@
 
 from __future__ import annotations
 
+import reprlib
+
+SHOWN_CHARS = 60
+"""How much of a value a message quotes: a 50 MB string must not become a 50 MB error line."""
+
+# reprlib never walks past these bounds, so quoting a list of a million ids costs a few entries.
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxdict, _REPR.maxstring = 2, 3, SHOWN_CHARS - 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = 6
+_REPR.maxlong = _REPR.maxother = SHOWN_CHARS
+
+
+def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
+    """A bounded ``repr(value)`` for messages, saying how long the value was when it is cut."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        # repr() of an int past 4300 digits raises ValueError (Python's int/str limit).
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
+    text = _REPR.repr(value)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    if isinstance(value, str) and len(value) > _REPR.maxstring:
+        return f"{text} ({len(value):,} chars)"
+    if isinstance(value, (list, tuple, dict)) and len(value) > _REPR.maxdict:
+        return f"{text} ({len(value):,} entries)" if "..." in text else text
+    return text
+
 
 class CheckerInputError(ValueError):
     """A user-fixable input problem. The message is one line: the value seen, the rule, the way out.

@@ -6,11 +6,37 @@ Shapes here are per-rank shapes: already divided by the attention tensor-paralle
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
-from checker.core.errors import ConfigError, FlagError
+from checker.core.errors import CheckerInputError, ConfigError, FlagError, shorten
+
+# ---- limits: sizes no real model reaches, refused up front so any input costs bounded time and memory ----
+# The largest hybrid models have 100-200 decoder layers (Nemotron-H-56B: 118) and the deepest dense ones
+# about 126 (Llama-3.1-405B). Everything downstream walks the layers (ids, stage slices), so 10,000 keeps
+# that work in milliseconds while leaving 50x headroom. (10**9 layers took minutes and 6.7 GB per rank.)
+MAX_LAYERS = 10_000
+# One head count, head dim, state size, channel count or kernel width from a config, and one dim of a
+# per-rank state shape. The widest real ones are about 2 * 10**4 (Nemotron-H-56B's conv_dim 18,432 at TP 1,
+# hidden sizes up to 16,384); 2**20 is 50x that.
+MAX_DIM = 2**20
+# Elements of ONE per-rank state of one layer. Real temporal states hold 2**20 (Qwen3-Next's
+# 32 x 128 x 128 fp32 is 8 MiB); 2**32 elements is 16 GiB per layer per request.
+MAX_STATE_ELEMENTS = 2**32
+MAX_CONV_STATES = 16
+"""Conv states per layer: SGLang's Mamba2 and KDA shapes hold one; a spec may list a few."""
+MAX_SHAPE_RANK = 8
+"""Dims of one state shape: real ones have 2 (conv) or 3 (temporal)."""
+MAX_EXTRA_PER_SLOT_BYTES = 2**40
+# Context lengths top out near 10**7 tokens (Llama-4-Scout: 10M); 2**30 is 100x that.
+MAX_CONTEXT_LEN = 2**30
+# Together these keep per_req_bytes below 2**52 (17 states x 2**32 elements x 4 bytes x 10,000 layers),
+# so every byte count is an exact float64 (SGLang sizes the pool in float arithmetic) and fits int64 (the
+# exchanged rank rows).
 
 # Names SGLang accepts for the state dtypes (SGLANG_MAMBA_CONV_DTYPE, SGLANG_MAMBA_SSM_DTYPE,
 # --mamba-ssm-dtype) plus the short spellings people type; value = canonical torch name.
@@ -28,14 +54,29 @@ DEFAULT_CONV_DTYPE = "bfloat16"
 DEFAULT_TEMPORAL_DTYPE = "float32"
 
 
-def canonical_dtype(name: object, *, source: str) -> str:
-    """Map a dtype spelling to its canonical torch name, or raise naming where it came from."""
-    key = str(name).strip().lower().removeprefix("torch.")
-    if key not in _DTYPE_ALIASES:
-        raise FlagError(
-            f"{source}={name!r} is not a state dtype; use one of float32, bfloat16, float16"
+def canonical_dtype(name: object, *, source: str, error: type[CheckerInputError] = FlagError) -> str:
+    """Map a dtype spelling to its canonical torch name, or raise naming where it came from.
+
+    An empty string is an error, not "unset": the caller decides what unset means before calling.
+    """
+    if not isinstance(name, str):
+        raise error(
+            f"{source}={shorten(name)} is a {type(name).__name__}, not a dtype name; "
+            "use one of float32, bfloat16, float16"
         )
+    if not name.strip():
+        raise error(
+            f"{source}={name!r} is empty; use one of float32, bfloat16, float16, "
+            "or leave it out for the default"
+        )
+    key = name.strip().lower().removeprefix("torch.")
+    if key not in _DTYPE_ALIASES:
+        raise error(f"{source}={shorten(name)} is not a state dtype; use one of float32, bfloat16, float16")
     return _DTYPE_ALIASES[key]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,9 +103,11 @@ class ModelGeometry:
     """The config's ``mamba_ssm_dtype`` for families whose SGLang code honours it."""
 
     def __post_init__(self) -> None:
-        if self.num_hidden_layers <= 0:
+        L = self.num_hidden_layers
+        if not _is_int(L) or not 1 <= L <= MAX_LAYERS:
             raise ConfigError(
-                f"num_hidden_layers={self.num_hidden_layers} must be positive; check the model config"
+                f"{self.name}: num_hidden_layers={shorten(L)} must be an integer in [1, {MAX_LAYERS:,}] "
+                "(the largest real models have a few hundred layers); check the model config"
             )
         ids = self.linear_layer_ids
         if not ids:
@@ -72,24 +115,43 @@ class ModelGeometry:
                 f"{self.name}: the model has no linear-attention layers, so there is no state pool to "
                 "check; this tool is for hybrid models (Qwen3-Next, Kimi-Linear, Nemotron-H, ...)"
             )
-        if len(set(ids)) != len(ids):
-            dup = sorted({i for i in ids if ids.count(i) > 1})
-            raise ConfigError(f"{self.name}: linear_layer_ids repeats {dup}; list each layer once")
-        bad = [i for i in ids if not 0 <= i < self.num_hidden_layers]
+        if not all(_is_int(i) for i in ids):
+            raise ConfigError(f"{self.name}: linear_layer_ids={shorten(ids)} must all be integers")
+        bad = sorted({i for i in ids if not 0 <= i < L})
         if bad:
             raise ConfigError(
-                f"{self.name}: linear_layer_ids {bad} out of range [0, {self.num_hidden_layers}); "
+                f"{self.name}: linear_layer_ids {shorten(bad)} out of range [0, {L}); "
                 "ids are 0-based and must be below num_hidden_layers"
             )
+        if len(ids) > L or len(set(ids)) != len(ids):
+            dup = sorted(i for i, n in Counter(ids).items() if n > 1)
+            raise ConfigError(f"{self.name}: linear_layer_ids repeats {shorten(dup)}; list each layer once")
+        if len(self.conv_shapes) > MAX_CONV_STATES:
+            raise ConfigError(
+                f"{self.name}: {len(self.conv_shapes):,} conv states per layer, above {MAX_CONV_STATES} "
+                "(real models have one); check the model spec's conv_shapes"
+            )
         for shape in (*self.conv_shapes, self.temporal_shape):
-            if not shape or any(d <= 0 for d in shape):
+            check_shape(shape, what="state shape", source=self.name)
+        for dtype in (self.conv_dtype, self.temporal_dtype):
+            if not isinstance(dtype, str) or dtype not in DTYPE_ITEMSIZE:
                 raise ConfigError(
-                    f"{self.name}: state shape {list(shape)} must be non-empty with positive dims"
+                    f"{self.name}: state dtype {shorten(dtype)} is not one of {', '.join(DTYPE_ITEMSIZE)}"
                 )
+        x = self.extra_per_slot_bytes
+        if not _is_int(x) or not 0 <= x <= MAX_EXTRA_PER_SLOT_BYTES:
+            raise ConfigError(
+                f"{self.name}: extra_per_slot_bytes={shorten(x)} must be an integer in "
+                f"[0, {MAX_EXTRA_PER_SLOT_BYTES:,}] (1 TiB per slot)"
+            )
+        c = self.context_len
+        if c is not None and (not _is_int(c) or not 1 <= c <= MAX_CONTEXT_LEN):
+            raise ConfigError(
+                f"{self.name}: max_position_embeddings={shorten(c)} must be an integer in "
+                f"[1, {MAX_CONTEXT_LEN:,}]; check the model config"
+            )
 
     def with_dtypes(self, *, conv_dtype: str, temporal_dtype: str) -> ModelGeometry:
-        from dataclasses import replace
-
         return replace(self, conv_dtype=conv_dtype, temporal_dtype=temporal_dtype)
 
     @property
@@ -107,8 +169,14 @@ class ModelGeometry:
         """``per_req`` of spec section 3: one request's state over the WHOLE model's linear layers."""
         return self.bytes_per_layer * self.num_linear_layers
 
+    @cached_property
+    def _sorted_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(self.linear_layer_ids))
+
     def linear_layers_in(self, start_layer: int, end_layer: int) -> int:
-        return sum(1 for i in self.linear_layer_ids if start_layer <= i < end_layer)
+        """Linear layers in ``[start_layer, end_layer)``; a bisection, as every stage asks for every stage."""
+        ids = self._sorted_ids
+        return max(0, bisect.bisect_left(ids, end_layer) - bisect.bisect_left(ids, start_layer))
 
     def describe(self) -> dict[str, object]:
         return {
@@ -126,6 +194,25 @@ class ModelGeometry:
         }
 
 
+def check_shape(shape: object, *, what: str, source: str) -> None:
+    """A state shape: 1-8 positive integer dims, each at most MAX_DIM, at most MAX_STATE_ELEMENTS in all."""
+    if (
+        not isinstance(shape, (tuple, list))
+        or not 1 <= len(shape) <= MAX_SHAPE_RANK
+        or not all(_is_int(d) and d > 0 for d in shape)
+    ):
+        raise ConfigError(
+            f"{source}: {what} {shorten(shape)} must be 1-{MAX_SHAPE_RANK} positive integer dims; "
+            "check the model spec or config"
+        )
+    if max(shape) > MAX_DIM or math.prod(shape) > MAX_STATE_ELEMENTS:
+        raise ConfigError(
+            f"{source}: {what} {list(shape)} holds {math.prod(shape):,} elements per layer; the limit is "
+            f"{MAX_DIM:,} per dim and {MAX_STATE_ELEMENTS:,} in all (real models hold about 10**6); "
+            "check the model spec or config"
+        )
+
+
 def exact_div(value: int, tp_size: int, *, what: str, source: str) -> int:
     """Divide a head or channel count by TP, as SGLang does, refusing a remainder."""
     if value % tp_size:
@@ -136,7 +223,9 @@ def exact_div(value: int, tp_size: int, *, what: str, source: str) -> int:
     return value // tp_size
 
 
-def sglang_dtype_name(value: str, *, source: str, ignored_as: str) -> str:
+def sglang_dtype_name(
+    value: str, *, source: str, ignored_as: str, error: type[CheckerInputError] = FlagError
+) -> str:
     """A dtype from an env var or a config, spelt exactly as SGLang 0.5.23 matches it.
 
     SGLang looks these up in {float32, bfloat16, float16} exactly (case-sensitive, no aliases) and
@@ -144,11 +233,11 @@ def sglang_dtype_name(value: str, *, source: str, ignored_as: str) -> str:
     fallback dtype, not bfloat16. Deriving with the fallback would hide the user's intent, and deriving
     with bfloat16 would overstate the pool about 2x: refuse it instead.
     """
-    if value in DTYPE_ITEMSIZE:
+    if isinstance(value, str) and value in DTYPE_ITEMSIZE:
         return value
-    raise FlagError(
-        f"{source}={value!r} is not a dtype name SGLang accepts (exactly float32, bfloat16 or float16); "
-        f"SGLang ignores it and uses {ignored_as}: spell it exactly"
+    raise error(
+        f"{source}={shorten(value)} is not a dtype name SGLang accepts (exactly float32, bfloat16 or "
+        f"float16); SGLang ignores it and uses {ignored_as}: spell it exactly"
     )
 
 
@@ -162,6 +251,9 @@ def resolve_dtypes(
 
     ``--mamba-ssm-dtype`` is how the server sets SGLANG_MAMBA_SSM_DTYPE, so the flag wins over the env.
     The conv dtype comes only from SGLANG_MAMBA_CONV_DTYPE (default bfloat16).
+
+    An env var set to "" counts as unset, as in SGLang (``mamba2_state_dtype`` finds "" in no dtype map
+    and keeps its fallback). The flag and the config have no such reading: "" there is an error.
     """
     conv = env.get("SGLANG_MAMBA_CONV_DTYPE")
     conv_dtype = (
@@ -169,18 +261,22 @@ def resolve_dtypes(
         if conv
         else geometry.conv_dtype
     )
-    if mamba_ssm_dtype:
+    if mamba_ssm_dtype is not None:
         # Our flag takes short spellings: SGLang's own --mamba-ssm-dtype has argparse choices, so no
         # deployment runs a misspelt one. The env vars and the config have no such guard (below).
         temporal = canonical_dtype(mamba_ssm_dtype, source="--mamba-ssm-dtype")
     elif env.get("SGLANG_MAMBA_SSM_DTYPE"):
         temporal = sglang_dtype_name(
-            env["SGLANG_MAMBA_SSM_DTYPE"], source="SGLANG_MAMBA_SSM_DTYPE",
+            env["SGLANG_MAMBA_SSM_DTYPE"],
+            source="SGLANG_MAMBA_SSM_DTYPE",
             ignored_as="the config's or float32",
         )
-    elif geometry.config_ssm_dtype:
+    elif geometry.config_ssm_dtype is not None:
         temporal = sglang_dtype_name(
-            geometry.config_ssm_dtype, source="config mamba_ssm_dtype", ignored_as="float32"
+            geometry.config_ssm_dtype,
+            source=f"{geometry.name}: mamba_ssm_dtype",
+            ignored_as="float32",
+            error=ConfigError,
         )
     else:
         temporal = geometry.temporal_dtype

@@ -7,14 +7,115 @@ The family rules mirror SGLang 0.5.23's ``mamba2_cache_params`` of each model co
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checker.core.errors import ConfigError, LayoutError
-from checker.core.geometry import ModelGeometry, canonical_dtype, exact_div
+from checker.core.errors import ConfigError, LayoutError, shorten
+from checker.core.geometry import (
+    MAX_CONTEXT_LEN,
+    MAX_CONV_STATES,
+    MAX_DIM,
+    MAX_EXTRA_PER_SLOT_BYTES,
+    MAX_LAYERS,
+    MAX_STATE_ELEMENTS,
+    ModelGeometry,
+    canonical_dtype,
+    check_shape,
+    exact_div,
+)
 
 DEFAULT_MODEL = "kimi-k3"
+CONFIG_NAME = "config.json"
+"""What a model directory passed as ``--model-config DIR`` must hold (SGLang's ``--model-path`` habit)."""
+
+# ---- limits on the file itself, checked before and while parsing ----
+# A model's config.json is a few KiB (the fixtures: 0.6-6 KiB); the largest real ones, with per-layer
+# lists or quantization ignore-lists, stay well under 1 MiB. 4 MiB is read at most, so a weights file
+# passed by mistake costs 4 MiB, not its size.
+MAX_CONFIG_BYTES = 4 * 2**20
+# Real configs nest 2-5 levels (quantization_config.config_groups.group_0.weights). Python's json raises
+# RecursionError near 1,000 levels, at a depth that depends on the caller's stack: a fixed, lower limit
+# gives one answer everywhere.
+MAX_JSON_DEPTH = 64
+# The longest integers in real configs are about 31 digits (HF's "very large" model_max_length 1e30);
+# Python's int() refuses strings past 4,300 digits with a ValueError json does not turn into its own error.
+MAX_INT_DIGITS = 40
+MAX_NAME_CHARS = 200
+# A short conv's window: 4 in every supported family. 1,024 keeps a conv state (conv_dim x (kernel - 1))
+# inside MAX_STATE_ELEMENTS for any conv_dim the limits accept.
+MAX_CONV_KERNEL = 1024
+
+LAYERS_WHY = "(the largest real models have a few hundred layers)"
+FIX = "fix it in the model config"
+
+
+def _kind(value: Any) -> str:
+    """How a JSON value reads in a message: "a string", "a list", "null"."""
+    if value is None:
+        return "null"
+    names = {bool: "a boolean", str: "a string", list: "a list", dict: "an object", float: "a float"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """One JSON object of a config plus where it sits, so every message names the key as the user wrote it.
+
+    ``prefix`` is the path of a nested object: "text_config." for Qwen3.5, "linear_attn_config." for Kimi.
+    """
+
+    data: Mapping[str, Any]
+    source: str
+    prefix: str = ""
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def error(self, key: str, value: Any, rule: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {self.prefix}{key}={shorten(value)} {rule}")
+
+    def get(self, key: str) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            raise ConfigError(
+                f"{self.source}: config key {self.name(key)!r} is missing; add it or use a model spec"
+            )
+        return value
+
+    def integer(self, key: str, *, minimum: int = 1, maximum: int = MAX_DIM, why: str = "") -> int:
+        """An integer key in ``[minimum, maximum]``; a bool, a float or a string is refused, not converted."""
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            hint = "; write it without quotes" if isinstance(value, str) else f"; {FIX}"
+            raise self.error(key, value, f"must be an integer, not {_kind(value)}{hint}")
+        if not minimum <= value <= maximum:
+            why = f" {why}" if why else ""
+            raise self.error(key, value, f"must be an integer in [{minimum}, {maximum:,}]{why}; {FIX}")
+        return value
+
+    def layers(self, key: str = "num_hidden_layers") -> int:
+        return self.integer(key, maximum=MAX_LAYERS, why=LAYERS_WHY)
+
+    def section(self, key: str) -> _Keys:
+        value = self.get(key)
+        if not isinstance(value, Mapping):
+            raise self.error(key, value, f"must be a JSON object, not {_kind(value)}; {FIX}")
+        return _Keys(value, self.source, f"{self.prefix}{key}.")
+
+    def optional_dtype(self, key: str) -> str | None:
+        """A dtype key SGLang reads from the config: absent/null, or a non-empty string (checked later)."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise self.error(
+                key, value, "must be one of float32, bfloat16, float16 (or left out for the default); " + FIX
+            )
+        return value
 
 
 def _kimi_k3(tp_size: int) -> ModelGeometry:
@@ -34,16 +135,13 @@ def _kimi_k3(tp_size: int) -> ModelGeometry:
 PRESETS: dict[str, Callable[[int], ModelGeometry]] = {"kimi-k3": _kimi_k3}
 
 
-def _get(cfg: Mapping[str, Any], key: str, source: str) -> Any:
-    if key not in cfg or cfg[key] is None:
-        raise ConfigError(f"{source}: config key {key!r} is missing; add it or use a model spec")
-    return cfg[key]
-
-
-def _int(cfg: Mapping[str, Any], key: str, source: str, *, minimum: int = 1) -> int:
-    value = _get(cfg, key, source)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{source}: {key}={value!r} must be an integer >= {minimum}")
+def _bounded(value: int, *, expr: str, limit: int, source: str, what: str) -> int:
+    """A size derived from several keys (a product or sum), refused past ``limit`` naming those keys."""
+    if value > limit:
+        raise ConfigError(
+            f"{source}: {what} = {expr} = {value:,} is above {limit:,}, far past any real model; "
+            f"check those keys in the model config"
+        )
     return value
 
 
@@ -57,136 +155,220 @@ def mamba2_shapes(
     state_size: int,
     conv_kernel: int,
     source: str,
+    names: Mapping[str, str] | None = None,
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """Per-rank (conv_shapes, temporal_shape) of SGLang's ``Mamba2StateShape.create``."""
+    """Per-rank (conv_shapes, temporal_shape) of SGLang's ``Mamba2StateShape.create``.
+
+    ``names`` maps each argument to the config key (or expression) it came from, for messages.
+    """
+    n = {k: k for k in ("intermediate_size", "n_groups", "num_heads", "head_dim", "state_size")}
+    n.update(names or {})
+    # The model's own sizes (TP 1) are bounded, so the answer does not depend on the TP size asked for.
+    _bounded(
+        intermediate_size + 2 * n_groups * state_size,
+        expr=f"{n['intermediate_size']} + 2 * {n['n_groups']} * {n['state_size']}",
+        limit=MAX_DIM,
+        source=source,
+        what="conv_dim",
+    )
+    _bounded(
+        num_heads * head_dim * state_size,
+        expr=f"{n['num_heads']} * {n['head_dim']} * {n['state_size']}",
+        limit=MAX_STATE_ELEMENTS,
+        source=source,
+        what="temporal state elements",
+    )
     # Groups that TP cannot split are replicated: SGLang then counts tp groups.
     if n_groups % tp_size:
         n_groups = tp_size
     conv_dim = intermediate_size + 2 * n_groups * state_size
     conv = (exact_div(conv_dim, tp_size, what="conv_dim", source=source), conv_kernel - 1)
-    heads = exact_div(num_heads, tp_size, what="num_heads", source=source)
+    heads = exact_div(num_heads, tp_size, what=n["num_heads"], source=source)
     return (conv,), (heads, head_dim, state_size)
 
 
-def _qwen3_next(cfg: Mapping[str, Any], tp: int, src: str) -> dict[str, Any]:
-    L = _int(cfg, "num_hidden_layers", src)
-    interval = _int(cfg, "full_attention_interval", src)
-    value_heads = _int(cfg, "linear_num_value_heads", src)
-    value_dim = _int(cfg, "linear_value_head_dim", src)
+def _qwen3_next(k: _Keys, tp: int) -> dict[str, Any]:
+    L = k.layers()
+    interval = k.integer("full_attention_interval", maximum=MAX_LAYERS)
+    value_heads = k.integer("linear_num_value_heads")
+    value_dim = k.integer("linear_value_head_dim")
+    names = {
+        "intermediate_size": f"{k.name('linear_num_value_heads')} * {k.name('linear_value_head_dim')}",
+        "n_groups": k.name("linear_num_key_heads"),
+        "num_heads": k.name("linear_num_value_heads"),
+        "head_dim": k.name("linear_value_head_dim"),
+        "state_size": k.name("linear_key_head_dim"),
+    }
     conv, temporal = mamba2_shapes(
         tp_size=tp,
         intermediate_size=value_heads * value_dim,
-        n_groups=_int(cfg, "linear_num_key_heads", src),
+        n_groups=k.integer("linear_num_key_heads"),
         num_heads=value_heads,
         head_dim=value_dim,
-        state_size=_int(cfg, "linear_key_head_dim", src),
-        conv_kernel=_int(cfg, "linear_conv_kernel_dim", src, minimum=2),
-        source=src,
+        state_size=k.integer("linear_key_head_dim"),
+        conv_kernel=k.integer("linear_conv_kernel_dim", minimum=2, maximum=MAX_CONV_KERNEL),
+        source=k.source,
+        names=names,
     )
     # SGLang derives the linear layers from the interval and ignores ``layer_types`` here.
     ids = tuple(i for i in range(L) if (i + 1) % interval != 0)
-    return dict(num_hidden_layers=L, linear_layer_ids=ids, conv_shapes=conv, temporal_shape=temporal,
-                config_ssm_dtype=cfg.get("mamba_ssm_dtype"))
+    return dict(
+        num_hidden_layers=L,
+        linear_layer_ids=ids,
+        conv_shapes=conv,
+        temporal_shape=temporal,
+        config_ssm_dtype=k.optional_dtype("mamba_ssm_dtype"),
+    )
 
 
-def _kimi_linear(cfg: Mapping[str, Any], tp: int, src: str) -> dict[str, Any]:
-    L = _int(cfg, "num_hidden_layers", src)
-    lac = _get(cfg, "linear_attn_config", src)
-    if not isinstance(lac, Mapping):
-        raise ConfigError(f"{src}: linear_attn_config must be an object")
-    sub = f"{src} linear_attn_config"
-    kda = _get(lac, "kda_layers", sub)
+def _kimi_linear(k: _Keys, tp: int) -> dict[str, Any]:
+    L = k.layers()
+    lac = k.section("linear_attn_config")
+    kda = lac.get("kda_layers")
     if not isinstance(kda, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in kda):
-        raise ConfigError(f"{sub}: kda_layers={kda!r} must be a list of 1-based layer ids")
+        raise lac.error("kda_layers", kda, f"must be a list of 1-based layer ids; {FIX}")
+    if len(kda) > L:
+        raise lac.error(
+            "kda_layers", kda, f"lists {len(kda):,} layers but num_hidden_layers={L}; list each layer once"
+        )
     # Check the ids as the user wrote them (1-based): after the shift a 0 would be reported as -1.
     bad = sorted({i for i in kda if not 1 <= i <= L})
     if bad:
         raise ConfigError(
-            f"{sub}: kda_layers {bad} out of range [1, {L}]; kda_layers are 1-based layer ids "
-            f"up to num_hidden_layers={L}"
+            f"{k.source}: {lac.name('kda_layers')} {shorten(bad)} out of range [1, {L}]; kda_layers are "
+            f"1-based layer ids up to num_hidden_layers={L}"
         )
-    dup = sorted({i for i in kda if kda.count(i) > 1})
+    dup = sorted(i for i, n in Counter(kda).items() if n > 1)
     if dup:
-        raise ConfigError(f"{sub}: kda_layers repeats {dup}; list each layer once")
-    H = _int(lac, "num_heads", sub)
-    d = _int(lac, "head_dim", sub)
-    K = _int(lac, "short_conv_kernel_size", sub, minimum=2)
+        raise ConfigError(
+            f"{k.source}: {lac.name('kda_layers')} repeats {shorten(dup)}; list each layer once"
+        )
+    H = lac.integer("num_heads")
+    d = lac.integer("head_dim")
+    K = lac.integer("short_conv_kernel_size", minimum=2, maximum=MAX_CONV_KERNEL)
+    heads, dim = lac.name("num_heads"), lac.name("head_dim")
+    channels = _bounded(
+        3 * H * d, expr=f"3 * {heads} * {dim}", limit=MAX_DIM, source=k.source, what="conv channels"
+    )
+    _bounded(
+        H * d * d,
+        expr=f"{heads} * {dim} * {dim}",
+        limit=MAX_STATE_ELEMENTS,
+        source=k.source,
+        what="temporal state elements",
+    )
     # KDA keeps the conv window axis first and packs q, k, v channels into one conv state.
-    conv = ((K - 1, exact_div(3 * H * d, tp, what="3 * num_heads * head_dim", source=sub)),)
-    temporal = (exact_div(H, tp, what="num_heads", source=sub), d, d)
+    conv = ((K - 1, exact_div(channels, tp, what=f"3 * {heads} * {dim}", source=k.source)),)
+    temporal = (exact_div(H, tp, what=heads, source=k.source), d, d)
     # kda_layers are 1-BASED in the config; the config's dtype key is ignored by SGLang here.
-    return dict(num_hidden_layers=L, linear_layer_ids=tuple(sorted(i - 1 for i in kda)),
-                conv_shapes=conv, temporal_shape=temporal)
+    return dict(
+        num_hidden_layers=L,
+        linear_layer_ids=tuple(sorted(i - 1 for i in kda)),
+        conv_shapes=conv,
+        temporal_shape=temporal,
+    )
 
 
-def _nemotron_h(cfg: Mapping[str, Any], tp: int, src: str) -> dict[str, Any]:
-    pattern = _get(cfg, "hybrid_override_pattern", src)
+def _nemotron_h(k: _Keys, tp: int) -> dict[str, Any]:
+    pattern = k.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or not pattern:
-        raise ConfigError(f"{src}: hybrid_override_pattern={pattern!r} must be a non-empty string")
-    heads = _int(cfg, "mamba_num_heads", src)
-    head_dim = _int(cfg, "mamba_head_dim", src)
+        raise k.error("hybrid_override_pattern", pattern, f"must be a non-empty string; {FIX}")
+    if len(pattern) > MAX_LAYERS:
+        raise k.error(
+            "hybrid_override_pattern",
+            pattern,
+            f"has one character per layer, and {len(pattern):,} layers is above {MAX_LAYERS:,} "
+            f"{LAYERS_WHY}; {FIX}",
+        )
+    heads = k.integer("mamba_num_heads")
+    head_dim = k.integer("mamba_head_dim")
     conv, temporal = mamba2_shapes(
         tp_size=tp,
         intermediate_size=heads * head_dim,
-        n_groups=_int(cfg, "n_groups", src),
+        n_groups=k.integer("n_groups"),
         num_heads=heads,
         head_dim=head_dim,
-        state_size=_int(cfg, "ssm_state_size", src),
-        conv_kernel=_int(cfg, "conv_kernel", src, minimum=2),
-        source=src,
+        state_size=k.integer("ssm_state_size"),
+        conv_kernel=k.integer("conv_kernel", minimum=2, maximum=MAX_CONV_KERNEL),
+        source=k.source,
+        names={
+            "intermediate_size": "mamba_num_heads * mamba_head_dim",
+            "num_heads": "mamba_num_heads",
+            "head_dim": "mamba_head_dim",
+            "state_size": "ssm_state_size",
+        },
     )
     ids = tuple(i for i, c in enumerate(pattern) if c == "M")
-    return dict(num_hidden_layers=len(pattern), linear_layer_ids=ids, conv_shapes=conv,
-                temporal_shape=temporal)
+    return dict(
+        num_hidden_layers=len(pattern), linear_layer_ids=ids, conv_shapes=conv, temporal_shape=temporal
+    )
 
 
-def _mamba2_block(cfg: Mapping[str, Any], tp: int, src: str, intermediate: int) -> tuple:
+def _mamba2_block(k: _Keys, tp: int, intermediate: int, intermediate_name: str) -> tuple:
     return mamba2_shapes(
         tp_size=tp,
         intermediate_size=intermediate,
-        n_groups=_int(cfg, "mamba_n_groups", src),
-        num_heads=_int(cfg, "mamba_n_heads", src),
-        head_dim=_int(cfg, "mamba_d_head", src),
-        state_size=_int(cfg, "mamba_d_state", src),
-        conv_kernel=_int(cfg, "mamba_d_conv", src, minimum=2),
-        source=src,
+        n_groups=k.integer("mamba_n_groups"),
+        num_heads=k.integer("mamba_n_heads"),
+        head_dim=k.integer("mamba_d_head"),
+        state_size=k.integer("mamba_d_state"),
+        conv_kernel=k.integer("mamba_d_conv", minimum=2, maximum=MAX_CONV_KERNEL),
+        source=k.source,
+        names={
+            "intermediate_size": intermediate_name,
+            "n_groups": "mamba_n_groups",
+            "num_heads": "mamba_n_heads",
+            "head_dim": "mamba_d_head",
+            "state_size": "mamba_d_state",
+        },
     )
 
 
-def _expand_times_hidden(cfg: Mapping[str, Any], src: str) -> int:
-    expand = _get(cfg, "mamba_expand", src)
-    hidden = _int(cfg, "hidden_size", src)
-    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or expand <= 0:
-        raise ConfigError(f"{src}: mamba_expand={expand!r} must be a positive number")
-    return int(expand * hidden)
-
-
-def _falcon_h1(cfg: Mapping[str, Any], tp: int, src: str) -> dict[str, Any]:
-    L = _int(cfg, "num_hidden_layers", src)
-    d_ssm = cfg.get("mamba_d_ssm")
-    intermediate = d_ssm if d_ssm is not None else _expand_times_hidden(cfg, src)
-    if isinstance(intermediate, bool) or not isinstance(intermediate, int) or intermediate <= 0:
-        raise ConfigError(f"{src}: mamba_d_ssm={d_ssm!r} must be a positive integer or null")
-    conv, temporal = _mamba2_block(cfg, tp, src, intermediate)
-    # Every Falcon-H1 layer runs attention and Mamba2 side by side: all L layers hold state.
-    return dict(num_hidden_layers=L, linear_layer_ids=tuple(range(L)), conv_shapes=conv,
-                temporal_shape=temporal)
-
-
-def _granite_h(cfg: Mapping[str, Any], tp: int, src: str) -> dict[str, Any]:
-    L = _int(cfg, "num_hidden_layers", src)
-    types = _get(cfg, "layer_types", src)
-    if not isinstance(types, list) or len(types) != L:
+def _expand_times_hidden(k: _Keys) -> int:
+    expand = k.get("mamba_expand")
+    hidden = k.integer("hidden_size")
+    if isinstance(expand, bool) or not isinstance(expand, (int, float)):
+        raise k.error("mamba_expand", expand, f"must be a number, not {_kind(expand)}; {FIX}")
+    if not expand > 0:  # also refuses NaN from a caller that skipped read_json
+        raise k.error("mamba_expand", expand, f"must be a positive number; {FIX}")
+    product = expand * hidden
+    # Checked as a float first: int() of an infinite product would raise OverflowError.
+    if not product <= MAX_DIM:
         raise ConfigError(
-            f"{src}: layer_types must be a list of num_hidden_layers={L} entries, "
-            f"got {len(types) if isinstance(types, list) else type(types).__name__}"
+            f"{k.source}: mamba_expand * hidden_size = {shorten(expand)} * {hidden} is above {MAX_DIM:,}, "
+            "far past any real model; check those keys in the model config"
         )
-    conv, temporal = _mamba2_block(cfg, tp, src, _expand_times_hidden(cfg, src))
+    return int(product)
+
+
+def _falcon_h1(k: _Keys, tp: int) -> dict[str, Any]:
+    L = k.layers()
+    if k.data.get("mamba_d_ssm") is not None:
+        intermediate, name = k.integer("mamba_d_ssm"), "mamba_d_ssm"
+    else:
+        intermediate, name = _expand_times_hidden(k), "int(mamba_expand * hidden_size)"
+    conv, temporal = _mamba2_block(k, tp, intermediate, name)
+    # Every Falcon-H1 layer runs attention and Mamba2 side by side: all L layers hold state.
+    return dict(
+        num_hidden_layers=L, linear_layer_ids=tuple(range(L)), conv_shapes=conv, temporal_shape=temporal
+    )
+
+
+def _granite_h(k: _Keys, tp: int) -> dict[str, Any]:
+    L = k.layers()
+    types = k.get("layer_types")
+    if not isinstance(types, list) or len(types) != L:
+        got = f"{len(types):,} entries" if isinstance(types, list) else _kind(types)
+        raise ConfigError(
+            f"{k.source}: layer_types must be a list of num_hidden_layers={L} entries, got {got}; {FIX}"
+        )
+    intermediate = _expand_times_hidden(k)
+    conv, temporal = _mamba2_block(k, tp, intermediate, "int(mamba_expand * hidden_size)")
     ids = tuple(i for i, t in enumerate(types) if t == "mamba")
     return dict(num_hidden_layers=L, linear_layer_ids=ids, conv_shapes=conv, temporal_shape=temporal)
 
 
-FAMILIES: dict[str, Callable[[Mapping[str, Any], int, str], dict[str, Any]]] = {
+FAMILIES: dict[str, Callable[[_Keys, int], dict[str, Any]]] = {
     "qwen3_next": _qwen3_next,
     "qwen3_5": _qwen3_next,
     "qwen3_5_moe": _qwen3_next,
@@ -199,102 +381,254 @@ FAMILIES: dict[str, Callable[[Mapping[str, Any], int, str], dict[str, Any]]] = {
 
 def geometry_from_hf_config(cfg: Mapping[str, Any], *, tp_size: int, source: str) -> ModelGeometry:
     model_type = cfg.get("model_type")
+    if not isinstance(model_type, str):
+        raise ConfigError(
+            f"{source}: model_type={shorten(model_type)} must be a string naming the model family "
+            f"({', '.join(sorted(FAMILIES))}); {FIX}"
+        )
+    keys = _Keys(cfg, source)
     # Qwen3.5 nests the language model's keys in text_config.
-    text = cfg.get("text_config")
-    if isinstance(text, Mapping) and str(model_type).startswith("qwen3_5"):
-        cfg = {**text, "model_type": model_type}
+    if model_type.startswith("qwen3_5") and cfg.get("text_config") is not None:
+        text = keys.section("text_config")
+        keys = _Keys({**text.data, "model_type": model_type}, source, text.prefix)
     if model_type not in FAMILIES:
         raise ConfigError(
-            f"{source}: model_type={model_type!r} is not a supported hybrid family "
+            f"{source}: model_type={shorten(model_type)} is not a supported hybrid family "
             f"({', '.join(sorted(FAMILIES))}); describe it with a JSON model spec instead"
         )
-    fields = FAMILIES[model_type](cfg, tp_size, source)
-    context = cfg.get("max_position_embeddings")
-    return ModelGeometry(
-        name=f"{source} ({model_type})",
-        context_len=context if isinstance(context, int) and context > 0 else None,
-        **fields,
-    )
+    fields = FAMILIES[model_type](keys, tp_size)
+    context = None
+    if keys.data.get("max_position_embeddings") is not None:
+        context = keys.integer(
+            "max_position_embeddings", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)"
+        )
+    return ModelGeometry(name=f"{source} ({model_type})", context_len=context, **fields)
 
 
-def _shape(value: Any, what: str, source: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value
-    ):
-        raise ConfigError(f"{source}: {what}={value!r} must be a list of positive integers")
+def _spec_shape(k: _Keys, value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{k.source}: {what}={shorten(value)} must be a list of positive integers")
+    check_shape(value, what=what, source=k.source)
     return tuple(value)
 
 
 def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGeometry:
     """The small JSON model spec: shapes are per-rank (already divided by attention TP)."""
-    L = _int(spec, "num_hidden_layers", source)
-    ids = _get(spec, "linear_layer_ids", source)
+    k = _Keys(spec, source)
+    L = k.layers()
+    ids = k.get("linear_layer_ids")
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise ConfigError(f"{source}: linear_layer_ids={ids!r} must be a list of 0-based integers")
-    convs = _get(spec, "conv_shapes", source)
+        raise k.error("linear_layer_ids", ids, "must be a list of 0-based integers")
+    if len(ids) > L:
+        raise k.error(
+            "linear_layer_ids", ids, f"lists {len(ids):,} layers but num_hidden_layers={L}; list each once"
+        )
+    convs = k.get("conv_shapes")
     if not isinstance(convs, list) or not convs:
-        raise ConfigError(f"{source}: conv_shapes={convs!r} must be a non-empty list of shapes")
-    dtypes = spec.get("dtypes") or {}
+        raise k.error("conv_shapes", convs, "must be a non-empty list of shapes")
+    if len(convs) > MAX_CONV_STATES:
+        raise k.error(
+            "conv_shapes", convs, f"lists {len(convs):,} conv states; at most {MAX_CONV_STATES} (real: 1)"
+        )
+    dtypes = spec.get("dtypes")
+    dtypes = {} if dtypes is None else dtypes
     if not isinstance(dtypes, Mapping):
-        raise ConfigError(f"{source}: dtypes must be an object like {{\"conv\": \"bfloat16\"}}")
-    extra = spec.get("extra_per_slot_bytes", 0)
-    if isinstance(extra, bool) or not isinstance(extra, int) or extra < 0:
-        raise ConfigError(f"{source}: extra_per_slot_bytes={extra!r} must be an integer >= 0")
+        raise k.error("dtypes", dtypes, 'must be an object like {"conv": "bfloat16", "temporal": "float32"}')
+    extra = 0
+    if spec.get("extra_per_slot_bytes") is not None:
+        extra = k.integer("extra_per_slot_bytes", minimum=0, maximum=MAX_EXTRA_PER_SLOT_BYTES)
+    name = spec.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS):
+        raise k.error("name", name, f"must be a non-empty string of at most {MAX_NAME_CHARS} characters")
+
+    def dtype(key: str, default: str) -> str:
+        value = dtypes.get(key)
+        if value is None:
+            return default
+        return canonical_dtype(value, source=f"{source}: dtypes.{key}", error=ConfigError)
+
     return ModelGeometry(
-        name=str(spec.get("name") or source),
+        name=name or source,
         num_hidden_layers=L,
         linear_layer_ids=tuple(sorted(ids)),
-        conv_shapes=tuple(_shape(s, "conv_shapes[]", source) for s in convs),
-        temporal_shape=_shape(_get(spec, "temporal_shape", source), "temporal_shape", source),
-        conv_dtype=canonical_dtype(dtypes.get("conv", "bfloat16"), source=f"{source} dtypes.conv"),
-        temporal_dtype=canonical_dtype(
-            dtypes.get("temporal", "float32"), source=f"{source} dtypes.temporal"
-        ),
+        conv_shapes=tuple(_spec_shape(k, s, f"conv_shapes[{i}]") for i, s in enumerate(convs)),
+        temporal_shape=_spec_shape(k, k.get("temporal_shape"), "temporal_shape"),
+        conv_dtype=dtype("conv", "bfloat16"),
+        temporal_dtype=dtype("temporal", "float32"),
         extra_per_slot_bytes=extra,
     )
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
+# ---- reading the file ----
+
+
+class _Refused:
+    """A JSON value the parser must not hand on (NaN, Infinity, a float or integer too large), kept as a
+    placeholder until the walk below can say which key holds it."""
+
+    __slots__ = ("text", "rule")
+
+    def __init__(self, text: str, rule: str) -> None:
+        self.text, self.rule = text, rule
+
+
+def _parse_constant(text: str) -> _Refused:
+    # Python's json accepts NaN, Infinity and -Infinity although JSON has no such values; a NaN head count
+    # or expand factor would flow into the sizing as NaN.
+    return _Refused(text, "is not a number JSON allows (NaN and Infinity are refused)")
+
+
+def _parse_float(text: str) -> float | _Refused:
+    value = float(text)
+    return value if math.isfinite(value) else _Refused(text, "overflows a float (it reads as infinity)")
+
+
+def _parse_int(text: str) -> int | _Refused:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        return _Refused(text, f"has more than {MAX_INT_DIGITS} digits, far past any real config value")
+    return int(text)
+
+
+def _key_path(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    key = key if len(key) <= 60 else shorten(key)  # type: ignore[arg-type]
+    return f"{path}.{key}" if path else str(key)
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    """A key path or a raw JSON literal, as written, cut in the middle when long."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-limit // 4 :]} ({len(text):,} chars)"
+
+
+def _tree_is_clean(data: Any) -> bool:
+    """One breadth-first pass, no recursion and no paths (fast on a 4 MiB list): depth and values fine?"""
+    level, depth = [data], 1
+    while level:
+        if depth > MAX_JSON_DEPTH:
+            return False
+        deeper = []
+        for node in level:
+            for value in node.values() if type(node) is dict else node:
+                kind = type(value)
+                if kind is list or kind is dict:
+                    if value:
+                        deeper.append(value)
+                elif kind is _Refused:
+                    return False
+        level, depth = deeper, depth + 1
+    return True
+
+
+def _check_tree(data: Any, label: str) -> None:
+    """Refuse JSON nested past MAX_JSON_DEPTH or holding a refused value, naming where it sits."""
+    if _tree_is_clean(data):
+        return
+    # The slow pass, on the error path only: the same walk keeping each node's key path for the message.
+    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ConfigError(
+                f"{label}: {_cut(path)} nests deeper than {MAX_JSON_DEPTH} levels; a model config nests "
+                "a few (pass the model's config.json)"
+            )
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            if isinstance(value, (dict, list)):
+                if value:
+                    stack.append((value, _key_path(path, key), depth + 1))
+            elif isinstance(value, _Refused):
+                where = _key_path(path, key)
+                raise ConfigError(f"{label}: {_cut(where)}={_cut(value.text)} {value.rule}; {FIX}")
+    raise AssertionError("_tree_is_clean and _check_tree disagree")  # our invariant, not user input
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """``--model-config PATH``: a config file, or a model directory holding ``config.json``."""
+    if not str(path).strip():
+        # Path("") is ".", which would quietly read ./config.json.
+        raise ConfigError(f"--model-config {str(path)!r} is empty; pass a config.json or a model directory")
     p = Path(path)
+    if not p.is_dir():
+        return p
+    config = p / CONFIG_NAME
+    if not config.exists():
+        raise ConfigError(
+            f"--model-config {path} is a directory without {CONFIG_NAME}; pass the model directory that "
+            f"holds {CONFIG_NAME} (as for SGLang's --model-path), or the config file itself"
+        )
+    return config
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """Read ``--model-config`` (file or model directory) as one JSON object, in bounded time and memory."""
+    p = resolve_config_path(path)
+    label = f"--model-config {p}"
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(f"--model-config {path}: no such file; pass the path to config.json") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        raise ConfigError(f"--model-config {path}: cannot read it ({reason})") from None
+        raise ConfigError(
+            f"{label}: no such file; pass the path to config.json or the model directory"
+        ) from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise ConfigError(f"{label}: cannot read it ({reason})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{label}: larger than {MAX_CONFIG_BYTES // 2**20} MiB, and a model config.json is a few KiB; "
+            "pass the model's config.json (not a weights, index or tokenizer file)"
+        )
     try:
-        data = json.loads(text)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{label}: not UTF-8 text (byte {exc.start}); pass the model's config.json"
+        ) from None
+    try:
+        data = json.loads(
+            text, parse_constant=_parse_constant, parse_float=_parse_float, parse_int=_parse_int
+        )
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"--model-config {path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            f"{label}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"{label}: nests deeper than {MAX_JSON_DEPTH} levels (the JSON parser gave up); a model config "
+            "nests a few; pass the model's config.json"
         ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"--model-config {path}: expected a JSON object, got {type(data).__name__}")
+        raise ConfigError(f"{label}: expected a JSON object, got {_kind(data)}")
+    _check_tree(data, label)
     return data
 
 
 def load_geometry(
     *, model: str | None = None, model_config: str | Path | None = None, tp_size: int = 1
 ) -> ModelGeometry:
-    """Resolve ``--model NAME`` or ``--model-config PATH`` (HF config or model spec) at ``tp_size``."""
+    """Resolve ``--model NAME`` or ``--model-config PATH`` (HF config, model spec, or a model directory
+    holding config.json) at ``tp_size``."""
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
-        raise LayoutError(f"--tp-size {tp_size} must be a positive integer")
+        raise LayoutError(f"--tp-size {shorten(tp_size)} must be a positive integer")
     if model_config is not None:
-        data = read_json(model_config)
-        source = str(model_config)
+        path = resolve_config_path(model_config)
+        data = read_json(path)
+        source = str(path)
         if "linear_layer_ids" in data:
             return geometry_from_model_spec(data, source=source)
         if "model_type" not in data:
             raise ConfigError(
                 f"{source}: neither an HF config (no 'model_type') nor a model spec "
-                "(no 'linear_layer_ids'); see README 'Model spec'"
+                "(no 'linear_layer_ids'); see docs/preflight.md 'JSON model spec'"
             )
         return geometry_from_hf_config(data, tp_size=tp_size, source=source)
     name = model or DEFAULT_MODEL
     if name not in PRESETS:
         raise ConfigError(
-            f"--model {name!r} is not a built-in preset ({', '.join(PRESETS)}); "
+            f"--model {shorten(name)} is not a built-in preset ({', '.join(PRESETS)}); "
             "pass --model-config PATH for anything else"
         )
     return PRESETS[name](tp_size)

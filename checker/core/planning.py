@@ -13,7 +13,14 @@ from dataclasses import dataclass, replace
 
 from checker.core.errors import BudgetError, LayoutError
 from checker.core.partition import default_partition, stage_bounds, stage_partition
-from checker.core.sizing import CapacityInputs, StageCapacity, StagePlan, plan_stage, size_pool
+from checker.core.sizing import (
+    CapacityInputs,
+    StageCapacity,
+    StagePlan,
+    plan_stage,
+    request_cap_terms,
+    size_pool,
+)
 
 # Upper end of the budget search: 2**40 hundredths of a GiB (about 11 EiB) is far beyond any device;
 # reaching it means something other than the budget caps the target, which we then report.
@@ -41,34 +48,58 @@ class RequestCap:
 def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
     """Every bound on max_running_requests (per dp worker) that no budget can lift.
 
-    Mirrors :func:`checker.core.sizing.size_pool` (spec 6-7): ``n = min(user or estimate, T // 2,
-    K // ratio)`` where only K can grow with the budget, and only in the auto-fit branch C.
+    The values come from the sizing core (:func:`checker.core.sizing.request_cap_terms`, the same
+    terms ``size_pool`` and the vectorised sweep use): ``n = min(user or estimate, T // 2, K // ratio)``
+    where only K can grow with the budget, and only in the auto-fit branch C.
     """
     dp = inputs.dp_size
     user = inputs.max_running_requests
     T = inputs.token_capacity
+    first, half_tokens = request_cap_terms(inputs)
     caps: list[RequestCap] = []
     if user is not None:
-        caps.append(RequestCap(max(1, user // dp), f"--max-running-requests {user}"
-                               + (f" (// --dp-size {dp})" if dp > 1 else "")))
+        caps.append(
+            RequestCap(first, f"--max-running-requests {user}" + (f" (// --dp-size {dp})" if dp > 1 else ""))
+        )
     elif T is None:
-        caps.append(RequestCap(4096, "SGLang's default running-request estimate, which tops out at 4096 "
-                               "(set --max-running-requests to allow more)"))
+        caps.append(
+            RequestCap(
+                first,
+                "SGLang's default running-request estimate, which tops out at 4096 "
+                "(set --max-running-requests to allow more)",
+            )
+        )
     else:
-        est = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)
-        caps.append(RequestCap(est, f"SGLang's running-request estimate clamp(int(T / context_len * 512), "
-                               f"2048, 4096) = {est} from --token-capacity {T} and context length "
-                               f"{inputs.resolved_context_len} (set --max-running-requests to change it)"))
-    if T is not None:
-        caps.append(RequestCap(T // 2, f"--token-capacity {T}, which allows at most T // 2 = {T // 2}"))
+        caps.append(
+            RequestCap(
+                first,
+                f"SGLang's running-request estimate clamp(int(T / context_len * 512), "
+                f"2048, 4096) = {first} from --token-capacity {T} and context length "
+                f"{inputs.resolved_context_len} (set --max-running-requests to change it)",
+            )
+        )
+    if half_tokens is not None:
+        caps.append(
+            RequestCap(half_tokens, f"--token-capacity {T}, which allows at most T // 2 = {half_tokens}")
+        )
     if inputs.max_mamba_cache_size is not None:
         K = inputs.max_mamba_cache_size // dp
         ratio = inputs.slots_per_request()
-        caps.append(RequestCap(K // ratio, f"--max-mamba-cache-size {inputs.max_mamba_cache_size} "
-                               f"(branch A: a fixed pool of {K} slots at {ratio} slots per request)"))
+        caps.append(
+            RequestCap(
+                K // ratio,
+                f"--max-mamba-cache-size {inputs.max_mamba_cache_size} "
+                f"(branch A: a fixed pool of {K} slots at {ratio} slots per request)",
+            )
+        )
     elif inputs.disable_radix_cache and user is not None:
-        caps.append(RequestCap(max(1, user // dp), f"--max-running-requests {user} with "
-                               "--disable-radix-cache (branch B: the pool is sized from it, not the budget)"))
+        caps.append(
+            RequestCap(
+                first,
+                f"--max-running-requests {user} with "
+                "--disable-radix-cache (branch B: the pool is sized from it, not the budget)",
+            )
+        )
     return caps
 
 
@@ -138,9 +169,9 @@ def bisect_boundary(
     return hi, stages, below, below_error
 
 
-def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget:
+def min_budget(inputs: CapacityInputs, target: int, *, policy: str | None = None) -> MinBudget:
     """The smallest budget, in hundredths of a GiB, at which every stage derives max_running_requests
-    >= ``target`` under ``policy``.
+    >= ``target`` under ``policy`` (None: ``inputs.policy``, which None in turn makes the release's own).
 
     Search: double an upper bracket until the target is met, then bisect with the invariant
     "``lo`` misses, ``hi`` meets" until they are 0.01 GiB apart. That invariant alone guarantees the
@@ -151,16 +182,18 @@ def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget
       constants, each monotone non-decreasing under round-to-nearest, and so are ``- per_slot``,
       ``// per_slot`` and ``int()``; K never shrinks as the budget grows, nor does ``min(caps,
       K // ratio)``. The failure checks are monotone too: K <= 0 and n <= 0 only at the bottom, and the
-      KV remainder is at least ``rest / (1 + r)`` GiB minus rounding, never negative.
+      KV remainder is at least ``rest / (1 + r)`` GiB minus rounding, never 0 or below.
     * branches A and B: K and n do not depend on the budget; only "the fixed pool fits in the budget"
-      does, and ``rest - const >= 0`` is monotone.
+      does, and ``rest - const > 0`` is monotone.
 
     The final two evaluations re-derive both ends through the same core, so the returned stages are
     exactly what ``derive`` prints at those budgets.
     """
     if isinstance(target, bool) or not isinstance(target, int) or target < 1:
         raise BudgetError(f"--target-max-running-requests {target} must be a positive integer")
-    inputs = replace(inputs, policy=policy)
+    if policy is not None:
+        inputs = replace(inputs, policy=policy)
+    policy = inputs.resolved_policy
     plans = [plan_stage(inputs, k) for k in range(inputs.pp_size)]
     # Refusals no budget can cure (a stage charged 0 bytes, a fixed pool that floors to 0 per dp
     # worker, ...) surface first, as the core's own error: probe every stage at the largest budget and
@@ -196,7 +229,11 @@ def min_budget(inputs: CapacityInputs, target: int, *, policy: str) -> MinBudget
     assert all(s.max_running_requests >= target for s in stages), "bisection lost its invariant"
     assert below is None or any(s.max_running_requests < target for s in below), "not a boundary"
     return MinBudget(
-        policy=policy, target=target, budget_hundredths=hi, stages=stages, below=below,
+        policy=policy,
+        target=target,
+        budget_hundredths=hi,
+        stages=stages,
+        below=below,
         below_error=below_error,
     )
 

@@ -1,4 +1,9 @@
-"""SGLang 0.5.23's state-pool sizing for one pipeline stage (spec sections 4-7).
+"""SGLang's state-pool sizing for one pipeline stage (spec sections 4-7), per release.
+
+``CapacityInputs.sglang_version`` picks the release (None: the newest modelled one); its rules
+(``checker.core.releases.ReleaseRules``: charging, padding slot, floors, per-slot extra state, slots per
+request, startup refusals) decide every formula below. docs/sglang-releases.md traces each rule to the
+released code.
 
 The derivation is split in two so sweeps can vectorise the budget-dependent half:
 
@@ -15,20 +20,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
+from checker.core.releases import ReleaseModel, release_model
 
 GIB = 2**30
 POLICIES = ("max-share", "own-share", "whole-model")
 STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 # The three values every stage must agree on; the preflight's verdict is about these.
 CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
-# SGLang 0.5.23 reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (srt/environ.py): lower-cased, NOT
+# SGLang (0.5.17+) reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (srt/environ.py): lower-cased, NOT
 # stripped; "yes"/"y" count as true; anything unrecognised warns and falls back to false.
 _TRUE = ("true", "1", "yes", "y")
-# SGLang 0.5.23's --mamba-track-interval default (arg_groups/fields/exec_.py). The checker has no flag for
+# SGLang's --mamba-track-interval default, 256 in every modelled release (server_args.py up to 0.5.18,
+# arg_groups/fields/exec_.py in 0.5.23). The checker has no flag for
 # it: the extra-buffer startup asserts (arg_groups/mamba_hook.py validate_mamba_extra_buffer) are checked
 # against this default.
 MAMBA_TRACK_INTERVAL = 256
@@ -50,7 +58,13 @@ class CapacityInputs:
     tp_size: int = 1
     dp_size: int = 1
     """Attention data-parallel size: K and max_running_requests are per dp worker."""
-    policy: str = "max-share"
+    policy: str | None = None
+    """Charging policy; None: the release's own (whole-model up to 0.5.16, max-share from 0.5.17). The
+    three policies stay available as what-if options on any release."""
+    sglang_version: str | None = None
+    """The SGLang release whose rules the derivation follows; None: the newest modelled release."""
+    sglang_best_effort: bool = False
+    """Derive a release newer than the newest modelled one with the newest modelled rules."""
     mamba_full_memory_ratio: float = 0.9
     """r: the state pool gets r / (1 + r) of the budget in the auto-fit branch."""
     mamba_radix_cache_strategy: str = "auto"
@@ -79,8 +93,15 @@ class CapacityInputs:
         r = self.mamba_full_memory_ratio
         if not math.isfinite(r) or r <= 0:
             raise FlagError(f"--mamba-full-memory-ratio {r} must be a positive number (server default 0.9)")
-        if self.policy not in POLICIES:
+        if self.policy is not None and self.policy not in POLICIES:
             raise FlagError(f"--policy {self.policy!r} is not one of {', '.join(POLICIES)}")
+        rules = self.release.rules  # refuses an unknown or unmodelled release
+        if self.geometry.extra_per_slot_bytes and not rules.extra_per_slot:
+            raise FlagError(
+                f"{self.geometry.name}: extra_per_slot_bytes={self.geometry.extra_per_slot_bytes} but "
+                f"{self.release.label} charges no per-slot extra state (extra_mamba_cache_bytes_per_req "
+                "arrived in 0.5.22); drop it from the model spec or derive for 0.5.22 or later"
+            )
         if self.mamba_radix_cache_strategy not in STRATEGIES:
             raise FlagError(
                 f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy!r} is not one of "
@@ -115,6 +136,16 @@ class CapacityInputs:
         # Fail early on the layout: pp size vs layers, partition env.
         stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
 
+    @cached_property
+    def release(self) -> ReleaseModel:
+        """The release whose rules apply (see ``checker.core.releases.release_model``)."""
+        return release_model(self.sglang_version, best_effort=self.sglang_best_effort)
+
+    @property
+    def resolved_policy(self) -> str:
+        """The charging policy in force: ``--policy`` when given, else the release's own."""
+        return self.policy if self.policy is not None else self.release.rules.policy
+
     @property
     def resolved_context_len(self) -> int | None:
         return self.context_len or self.geometry.context_len
@@ -128,7 +159,8 @@ class CapacityInputs:
     def resolved_strategy(self) -> str:
         """``auto``: extra_buffer when the overlap schedule is wanted or page_size > 1, else no_buffer.
 
-        SGLang 0.5.23 resolves ``auto`` (arg_groups/overrides.py ``_mamba_radix_cache_resolution``)
+        Every modelled release (0.5.14 to 0.5.23) resolves ``auto`` (0.5.14: server_args.py
+        ``_handle_mamba_radix_cache``; 0.5.15+: arg_groups/overrides.py ``_mamba_radix_cache_resolution``)
         from the user's --disable-overlap-schedule BEFORE the pipeline-parallel pass turns overlap
         off (arg_groups/pipeline.py runs ``_pipeline_parallel_overlap_disable`` later). So under PP
         with default flags auto means extra_buffer WITHOUT overlap: 4 slots, which is what the seed
@@ -162,7 +194,10 @@ class CapacityInputs:
             return 1
         strategy = self.resolved_strategy
         self._refuse_startup_asserts(strategy)
-        base = 2 if self.skip_decode_lock else 3
+        # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK exists from 0.5.17 (kv_cache_configurator.py
+        # _calculate_mamba_ratio); earlier releases ignore it.
+        skip = self.skip_decode_lock and self.release.rules.skip_decode_lock
+        base = 2 if skip else 3
         if strategy == "extra_buffer":
             return base + (2 if self.effective_overlap_schedule else 1)
         if strategy == "extra_buffer_lazy":
@@ -173,10 +208,10 @@ class CapacityInputs:
                     f"{why}; use extra_buffer or no_buffer"
                 )
             return base + 1
-        return base + (1 if self.skip_decode_lock else 0)  # no_buffer stays at 3 slots
+        return base + (1 if skip else 0)  # no_buffer stays at 3 slots
 
     def _refuse_startup_asserts(self, strategy: str) -> None:
-        """The flag combinations SGLang 0.5.23 asserts against at startup, as one-line FlagErrors.
+        """The flag combinations SGLang asserts against at startup, as one-line FlagErrors.
 
         arg_groups/mamba_hook.py runs ``validate_mamba_no_buffer`` / ``validate_mamba_extra_buffer`` on
         the user's flags BEFORE the pipeline-parallel pass turns overlap off, so an explicit no_buffer
@@ -186,17 +221,18 @@ class CapacityInputs:
         (overrides.py ``_mamba_radix_cache_resolution`` returns before any strategy is validated).
         """
         s = self.mamba_radix_cache_strategy
+        sg = self.release.label
         if strategy == "no_buffer":
             if self.page_size != 1:
                 raise FlagError(
                     f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, got {self.page_size}: "
-                    'SGLang 0.5.23 refuses it at startup ("no_buffer only supports page_size=1"); use '
+                    f'{sg} refuses it at startup ("no_buffer only supports page_size=1"); use '
                     "--page-size 1, or extra_buffer for a paged KV cache"
                 )
             if not self.disable_overlap_schedule:
                 raise FlagError(
-                    "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: SGLang "
-                    "0.5.23 refuses no_buffer with the overlap schedule on (\"no_buffer do not support "
+                    f"--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: {sg} "
+                    'refuses no_buffer with the overlap schedule on ("no_buffer do not support '
                     'overlap schedule"), even under pp > 1 where it turns overlap off later; add '
                     "--disable-overlap-schedule"
                 )
@@ -204,17 +240,23 @@ class CapacityInputs:
         # extra_buffer, extra_buffer_lazy, or auto resolved to extra_buffer.
         named = f"--mamba-radix-cache-strategy {s}" + (" (resolved to extra_buffer)" if s == "auto" else "")
         d = self.speculative_num_draft_tokens
+        if d is not None and strategy == "extra_buffer_lazy" and not self.release.rules.lazy_with_spec:
+            # server_args.py _validate_mamba_extra_buffer up to 0.5.16, checked before the interval.
+            raise FlagError(
+                f"--speculative-num-draft-tokens {d} with {named}: {sg} refuses it at startup "
+                '("extra_buffer_lazy unsupported with spec."); use extra_buffer, or SGLang 0.5.17 or later'
+            )
         if d is not None and d > MAMBA_TRACK_INTERVAL:
             raise FlagError(
                 f"--speculative-num-draft-tokens {d} is above mamba_track_interval {MAMBA_TRACK_INTERVAL} "
-                f"(SGLang's default): SGLang 0.5.23 refuses it with {named} at startup (asserts "
+                f"(SGLang's default): {sg} refuses it with {named} at startup (asserts "
                 f"mamba_track_interval >= speculative_num_draft_tokens); use at most "
                 f"{MAMBA_TRACK_INTERVAL} draft tokens"
             )
         if MAMBA_TRACK_INTERVAL % self.page_size:
             raise FlagError(
                 f"--page-size {self.page_size} does not divide mamba_track_interval {MAMBA_TRACK_INTERVAL} "
-                f"(SGLang's default): SGLang 0.5.23 refuses it with {named} at startup (asserts "
+                f"(SGLang's default): {sg} refuses it with {named} at startup (asserts "
                 "mamba_track_interval % page_size == 0); use a page size that divides "
                 f"{MAMBA_TRACK_INTERVAL} (1, 2, 4, ..., {MAMBA_TRACK_INTERVAL})"
             )
@@ -224,6 +266,10 @@ class CapacityInputs:
         d["model"] = self.geometry.name
         d["resolved_strategy"] = self.resolved_strategy if not self.disable_radix_cache else None
         d["overlap_schedule"] = self.effective_overlap_schedule
+        d["policy"] = self.resolved_policy
+        d["policy_source"] = "--policy" if self.policy is not None else "release"
+        d["sglang_version"] = self.release.requested or self.release.version
+        d["sglang_rules"] = self.release.rules.group
         return d
 
 
@@ -244,6 +290,8 @@ class StagePlan:
     slots_per_request: int
     own_state_bytes_per_slot: int
     """What this stage really allocates per slot: its own linear layers only."""
+    padding_slot_charged: bool
+    """Whether the release charges the pool's padding slot (0.5.17+): K + 1 slots instead of K."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,14 +307,19 @@ class StageCapacity(StagePlan):
     pp_max_micro_batch_size: int
 
     @property
+    def charged_slots(self) -> int:
+        """Slots the sizing takes off the budget: K + 1 from 0.5.17 (the padding slot), K before."""
+        return self.max_mamba_cache_size + (1 if self.padding_slot_charged else 0)
+
+    @property
     def state_charged_bytes(self) -> int:
-        return (self.max_mamba_cache_size + 1) * (self.stage_per_req_bytes + self.extra_per_slot_bytes)
+        return self.charged_slots * (self.stage_per_req_bytes + self.extra_per_slot_bytes)
 
     @property
     def state_allocated_bytes(self) -> int:
-        return (self.max_mamba_cache_size + 1) * (
-            self.own_state_bytes_per_slot + self.extra_per_slot_bytes
-        )
+        # The pool allocates its padding slot in every release (memory_pool.py MambaPool); only the
+        # charge missed it before 0.5.17.
+        return (self.max_mamba_cache_size + 1) * (self.own_state_bytes_per_slot + self.extra_per_slot_bytes)
 
     def as_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -292,7 +345,7 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
     counts = [g.linear_layers_in(s, e) for s, e in bounds]
     start, end = bounds[pp_rank]
     scale = policy_scale(
-        inputs.policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
+        inputs.resolved_policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
     )
     return StagePlan(
         pp_rank=pp_rank,
@@ -307,6 +360,7 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
         extra_per_slot_bytes=int(g.extra_per_slot_bytes * scale),
         slots_per_request=inputs.slots_per_request(),
         own_state_bytes_per_slot=counts[pp_rank] * g.bytes_per_layer,
+        padding_slot_charged=inputs.release.rules.padding_slot,
     )
 
 
@@ -315,35 +369,89 @@ def mamba_budget_bytes(budget_gib: float, ratio: float) -> float:
     return budget_gib * ratio / (1 + ratio) * GIB
 
 
+def requests_per_worker(inputs: CapacityInputs) -> int | None:
+    """``--max-running-requests // dp`` as the release reads it: floored at 1 from 0.5.23
+    (kv_cache_configurator.py ``resolve_max_num_reqs``, ``_handle_max_mamba_cache``), a plain ``//``
+    before. None when the flag is unset. Refused when it reaches 0: no budget can start that server."""
+    user = inputs.max_running_requests
+    if user is None:
+        return None
+    per_worker = user // inputs.dp_size
+    if inputs.release.rules.floor_requests:
+        return max(1, per_worker)
+    if per_worker <= 0:
+        raise FlagError(
+            f"--max-running-requests {user} split over --dp-size {inputs.dp_size} gives 0 running "
+            f"requests per dp worker; {inputs.release.label} refuses to start (it floors this at 1 only "
+            f"from 0.5.23); set it to at least {inputs.dp_size}"
+        )
+    return per_worker
+
+
+def request_cap_terms(inputs: CapacityInputs) -> tuple[int, int | None]:
+    """The two budget-independent terms of the running-request cap per dp worker: ``user // dp`` (as the
+    release floors it) or the estimate ``clamp(int(T / context_len * 512), 2048, 4096)``, and ``T // 2``
+    (None without a token capacity T). kv_cache_configurator.py ``resolve_max_num_reqs``; 0.5.14 to
+    0.5.15.post1: model_runner_kv_cache_mixin.py ``_resolve_max_num_reqs``, the same rule. Without T the
+    KV pool does not bind and the estimate's ceiling, 4096, stands in."""
+    T = inputs.token_capacity
+    user = requests_per_worker(inputs)
+    if user is not None:
+        first = user
+    elif T is None:
+        first = 4096  # the clamp's ceiling: an unmodelled KV pool does not bind
+    else:
+        first = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)  # type: ignore[operator]
+    return first, (T // 2 if T is not None else None)
+
+
+def running_request_cap(inputs: CapacityInputs) -> int:
+    """max_running_requests per dp worker before the state pool's ``K // ratio``: the smaller of
+    :func:`request_cap_terms`. The one definition sizing, the vectorised sweep and planning use."""
+    first, half_tokens = request_cap_terms(inputs)
+    return first if half_tokens is None else min(first, half_tokens)
+
+
 def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None = None) -> StageCapacity:
-    """Pool size K (spec 6), then max_running_requests and pp_max_micro_batch_size (spec 7)."""
+    """Pool size K (spec 6), then max_running_requests and pp_max_micro_batch_size (spec 7), with the
+    release's rules (``_handle_max_mamba_cache`` / ``handle_max_mamba_cache``, see
+    docs/sglang-releases.md). Float operations in SGLang's order."""
     rest = inputs.budget_gib if budget_gib is None else budget_gib
+    rules = inputs.release.rules
+    pad = 1 if rules.padding_slot else 0
     dp = inputs.dp_size
     ratio = plan.slots_per_request
     spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
     per_slot = spr + extra
     D = inputs.speculative_num_draft_tokens or 0
-    user_mrr = inputs.max_running_requests
-    if per_slot <= 0:
-        raise LayoutError(
-            f"stage {plan.pp_rank} holds no linear layers, so --policy {inputs.policy} charges it 0 "
-            "bytes per request and SGLang cannot size its pool; use max-share or another partition"
-        )
+    user = requests_per_worker(inputs)  # refuses 0 per worker before 0.5.23
 
     if inputs.max_mamba_cache_size is not None:
         branch, K = "A", inputs.max_mamba_cache_size // dp
-        spec_slots = (min(max(1, user_mrr // dp), K // ratio) + 1) if D and user_mrr else 0
-    elif inputs.disable_radix_cache and user_mrr is not None:
-        branch, K = "B", max(1, user_mrr // dp)
-        spec_slots = K + 1
+        reserved = (min(user, K // ratio) + pad) if D and user is not None else 0
+    elif inputs.disable_radix_cache and user is not None:
+        branch, K = "B", user
+        reserved = K + pad
     else:
         branch = "C"
+        if spr <= 0:
+            # Only the auto-fit branch asserts a positive per-request charge (``assert stage_per_req
+            # > 0``); an explicit pool size (A, B) starts with a zero charge.
+            raise LayoutError(
+                f"stage {plan.pp_rank} holds no linear layers, so --policy {inputs.resolved_policy} "
+                "charges it 0 bytes per request and SGLang cannot auto-fit its pool (it asserts a positive "
+                "charge); use max-share, another partition, or --max-mamba-cache-size"
+            )
         B = mamba_budget_bytes(rest, inputs.mamba_full_memory_ratio)
-        if D:
+        if D and pad:
             K = int((B - spr * (1 + D) - extra) // (spr * (1 + D / ratio) + extra))
-        else:
+        elif D:
+            K = int(B // (spr * (1 + D / ratio)))  # up to 0.5.16: no padding slot, no extra state
+        elif pad:
             K = int((B - per_slot) // per_slot)  # one padding slot: the pool allocates K + 1
-        spec_slots = (min(max(1, user_mrr // dp), K // ratio) + 1) if D and user_mrr else 0
+        else:
+            K = int(B // spr)
+        reserved = (min(user, K // ratio) + pad) if D and user is not None else 0
     if K <= 0 and branch == "A":
         # Not a budget problem: the user's pool size is split over the dp workers and floors to 0.
         raise FlagError(
@@ -356,25 +464,23 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
             f"stage_per_req={spr} bytes (stage {plan.pp_rank}); raise the budget or "
             "--mamba-full-memory-ratio"
         )
-    intermediate = spr * spec_slots * D if D else 0
-    kv_budget_gib = rest - (K + 1) * per_slot / GIB - intermediate / GIB
-    if kv_budget_gib < 0:
+    intermediate = spr * reserved * D if D else 0
+    # SGLang takes the spec reservation off first, then the state: total_rest_memory -
+    # intermediate / 2**30, then - (K + pad) * per_slot / 2**30.
+    left = rest - intermediate / GIB if D else rest
+    kv_budget_gib = left - (K + pad) * per_slot / GIB
+    if kv_budget_gib <= 0:
+        # kv_cache_configurator.py _profile_available_bytes (0.5.14+: model_runner_kv_cache_mixin.py):
+        # ``if rest_memory <= 0: raise ValueError("... leave no GPU memory for the KV cache ...")``.
         raise BudgetError(
-            f"the state pool ({K + 1} slots x {per_slot} bytes, branch {branch}) needs more than "
-            f"--budget-gib {rest} on stage {plan.pp_rank}; lower --max-mamba-cache-size or "
+            f"the state pool ({K + pad} slots x {per_slot} bytes, branch {branch}) leaves "
+            f"{kv_budget_gib:.6g} GiB of --budget-gib {rest} for the KV cache on stage {plan.pp_rank}, "
+            f"and {inputs.release.label} needs more than 0; lower --max-mamba-cache-size or "
             "--max-running-requests, or raise the budget"
         )
 
     T = inputs.token_capacity
-    if user_mrr is not None:
-        n = max(1, user_mrr // dp)
-    elif T is None:
-        n = 4096  # the clamp's ceiling: an unmodelled KV pool does not bind
-    else:
-        n = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)
-    if T is not None:
-        n = min(n, T // 2)
-    n = min(n, K // ratio)
+    n = min(running_request_cap(inputs), K // ratio)
     if n <= 0:
         raise BudgetError(
             f"budget too small for one running request on stage {plan.pp_rank}: K={K} state slots "

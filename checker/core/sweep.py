@@ -49,6 +49,10 @@ class BudgetGrid:
         }
 
 
+MAX_BUDGET_GIB = 1 << 20
+"""1 PiB: far above any device; keeps bytes = GiB * 2**30 exact in float64 and int64."""
+
+
 def _decimal(text: str, spec: str) -> Decimal:
     try:
         value = Decimal(text.strip())
@@ -61,6 +65,11 @@ def _decimal(text: str, spec: str) -> Decimal:
         raise BudgetError(f"--budgets {spec!r}: {text.strip()!r} must be a finite number of GiB")
     if value > 0 and float(value) == 0:
         raise BudgetError(f"--budgets {spec!r}: {text.strip()!r} is too small to be a budget in GiB")
+    if value > MAX_BUDGET_GIB:
+        raise BudgetError(
+            f"--budgets {spec!r}: {text.strip()} GiB is above {MAX_BUDGET_GIB:,} GiB (1 PiB), more than "
+            "any device holds"
+        )
     return value
 
 
@@ -225,4 +234,3 @@ def budget_runs(indices: Sequence[int], budgets: Sequence[float]) -> list[tuple[
     if start is not None:
         runs.append((budgets[start], budgets[prev]))  # type: ignore[index]
     return runs
-

@@ -11,7 +11,6 @@ Every import of SGLang (and so of torch) happens inside :func:`get_engine`, neve
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,14 +31,6 @@ class ModelSource:
     """``--model-config PATH``: an HF config.json or a JSON model spec."""
     mamba_ssm_dtype: str | None = None
     """``--mamba-ssm-dtype`` exactly as typed (SGLang applies it by writing SGLANG_MAMBA_SSM_DTYPE)."""
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ModelSource:
-        return cls(
-            model=getattr(args, "model", None),
-            model_config=getattr(args, "model_config", None),
-            mamba_ssm_dtype=getattr(args, "mamba_ssm_dtype", None),
-        )
 
 
 class PreparedEngine(Protocol):
@@ -69,21 +60,3 @@ def get_engine(name: str, *, best_effort: bool = False) -> Engine:
 
         return SglangEngine(best_effort=best_effort)
     raise ValueError(f"unknown engine {name!r}")  # argparse choices keep users away from this
-
-
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("engine")
-    g.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default=DEFAULT_ENGINE,
-        help="who derives: builtin (the checker's model of SGLang 0.5.23, default), sglang (the "
-        "installed SGLang's own sizing code, on CPU, no server), both (derive with each; any "
-        "difference is a model drift finding, exit 4)",
-    )
-    g.add_argument(
-        "--sglang-best-effort",
-        action="store_true",
-        help="let --engine sglang/both try an SGLang version the checker does not support "
-        "(the supported one is 0.5.23)",
-    )

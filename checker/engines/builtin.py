@@ -25,8 +25,6 @@ class BuiltinEngine:
     name = "builtin"
     version: str | None = None
 
-    def prepare(
-        self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]
-    ) -> PreparedBuiltin:
+    def prepare(self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]) -> PreparedBuiltin:
         # The geometry in ``inputs`` was already built from ``source`` and ``env``.
         return PreparedBuiltin(inputs)

@@ -2,7 +2,7 @@
 
 A difference is a "model drift" finding: the checker's model no longer says what the deployed SGLang
 will do, so its verdicts about stage agreement cannot be trusted until the model is fixed (or SGLang
-is the version the model describes). Exit code 4 in every command.
+is the version the model describes). Exit code 4 (checker.status MODEL_DRIFT) in every command.
 
 Compared per stage: the three values every stage must agree on, the stage slice, and
 ``stage_per_req_bytes`` (the charge behind the pool size). One engine refusing the inputs while the
@@ -11,7 +11,6 @@ other derives values is drift too.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -19,7 +18,6 @@ from checker.core.errors import CheckerInputError
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 from checker.engines import ModelSource, PreparedEngine, get_engine
 
-EXIT_MODEL_DRIFT = 4
 DRIFT_VALUES = (*CHECKED_VALUES, "stage_slice", "stage_per_req_bytes")
 
 
@@ -71,8 +69,12 @@ def compare(builtin: Outcome, sglang: Outcome) -> list[Drift]:
     ]
 
 
-def outcome(engine: PreparedEngine | None, pp_rank: int, budget_gib: float | None = None,
-            prepare_error: CheckerInputError | None = None) -> Outcome:
+def outcome(
+    engine: PreparedEngine | None,
+    pp_rank: int,
+    budget_gib: float | None = None,
+    prepare_error: CheckerInputError | None = None,
+) -> Outcome:
     if engine is None:
         return Outcome(pp_rank, error=prepare_error)
     try:
@@ -92,7 +94,6 @@ class EngineSet:
     shadow: PreparedEngine | None = None
     """The SGLang engine under ``both`` (None when it refused to prepare: see shadow_error)."""
     shadow_error: CheckerInputError | None = None
-    primary_error: CheckerInputError | None = None
     sglang_version: str | None = None
 
     @property
@@ -102,7 +103,7 @@ class EngineSet:
     def derive(self, pp_rank: int, budget_gib: float | None = None) -> tuple[StageCapacity, list[Drift]]:
         """The primary engine's stage; under ``both`` also every drift. Raises the primary's input error
         when nothing drifts (both refuse, or only one engine runs)."""
-        first = outcome(self.primary, pp_rank, budget_gib, self.primary_error)
+        first = outcome(self.primary, pp_rank, budget_gib)
         drifts: list[Drift] = []
         if self.compares:
             drifts = compare(first, outcome(self.shadow, pp_rank, budget_gib, self.shadow_error))
@@ -111,8 +112,9 @@ class EngineSet:
             raise first.error
         return first.stage, drifts  # type: ignore[return-value]
 
-    def derive_all(self, pp_size: int, budget_gib: float | None = None
-                   ) -> tuple[list[StageCapacity] | None, list[Drift]]:
+    def derive_all(
+        self, pp_size: int, budget_gib: float | None = None
+    ) -> tuple[list[StageCapacity] | None, list[Drift]]:
         """Every stage; ``None`` stages when drift left the primary without values on some stage."""
         stages: list[StageCapacity] = []
         drifts: list[Drift] = []
@@ -143,39 +145,25 @@ def prepare_engines(
     if mode == "sglang":
         return EngineSet(mode, sglang.prepare(inputs, source, env), sglang_version=sglang.version)
     builtin = get_engine("builtin").prepare(inputs, source, env)
-    if inputs.policy != "max-share":
+    if inputs.policy is not None and inputs.resolved_policy != inputs.release.rules.policy:
         # Not drift: SGLang has no such policy. Say so instead of comparing apples and pears.
         sglang.prepare(inputs, source, env)  # raises the FlagError naming the policy
     try:
         shadow, shadow_error = sglang.prepare(inputs, source, env), None
     except CheckerInputError as exc:
         shadow, shadow_error = None, exc
-    return EngineSet(mode, builtin, shadow=shadow, shadow_error=shadow_error,
-                     sglang_version=sglang.version)
-
-
-def engine_mode(args: argparse.Namespace) -> str:
-    return getattr(args, "engine", None) or "builtin"
-
-
-def prepare_from_args(args: argparse.Namespace, inputs: CapacityInputs,
-                      env: Mapping[str, str] | None = None) -> EngineSet:
-    import os
-
-    return prepare_engines(
-        engine_mode(args), inputs, ModelSource.from_args(args),
-        os.environ if env is None else env,
-        best_effort=getattr(args, "sglang_best_effort", False),
-    )
+    return EngineSet(mode, builtin, shadow=shadow, shadow_error=shadow_error, sglang_version=sglang.version)
 
 
 def drift_lines(drifts: Iterable[Drift], *, sglang_version: str | None) -> list[str]:
     drifts = list(drifts)
     if not drifts:
         return []
-    head = (f"MODEL DRIFT: the builtin model and SGLang {sglang_version or '?'} derive different values "
-            f"({len(drifts)} finding{'s' if len(drifts) != 1 else ''}); the builtin verdict cannot be "
-            "trusted for this deployment:")
+    head = (
+        f"MODEL DRIFT: the builtin model and SGLang {sglang_version or '?'} derive different values "
+        f"({len(drifts)} finding{'s' if len(drifts) != 1 else ''}); the builtin verdict cannot be "
+        "trusted for this deployment:"
+    )
     return [head, *(f"  {d}" for d in drifts)]
 
 

@@ -54,8 +54,14 @@ def engine_min_budget(engine: PreparedEngine, pp_size: int, start: MinBudget) ->
             lo, step = hi, step * 2
             hi = min(lo + step, MAX_BUDGET_HUNDREDTHS)
     hi, stages, below, below_error = bisect_boundary(at, target, lo, hi)
-    return MinBudget(policy=start.policy, target=target, budget_hundredths=hi, stages=stages,
-                     below=below, below_error=below_error)
+    return MinBudget(
+        policy=start.policy,
+        target=target,
+        budget_hundredths=hi,
+        stages=stages,
+        below=below,
+        below_error=below_error,
+    )
 
 
 def min_budget_drift(builtin: MinBudget, sglang: MinBudget, shadow: PreparedEngine) -> list[Drift]:

@@ -56,9 +56,11 @@ SGLANG_* vars are set only while SGLang runs, and what SGLang's resolution write
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -78,10 +80,11 @@ from checker.core.models import read_json
 from checker.core.sizing import CapacityInputs, StageCapacity
 from checker.engines import ModelSource
 
-SUPPORTED_VERSIONS = ("0.5.23",)
+SUPPORTED_VERSIONS = ("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+SUPPORTED_RANGE = f"{SUPPORTED_VERSIONS[0]} to {SUPPORTED_VERSIONS[-1]}"
 INSTALL_HINT = (
     "run where the deployment's SGLang is installed, or build a CPU environment with "
-    "scripts/sglang_cpu_env.sh (sglang==0.5.23 --no-deps plus its few import-time packages)"
+    f"scripts/sglang_cpu_env.sh (sglang {SUPPORTED_RANGE} --no-deps plus its few import-time packages)"
 )
 # Env vars the derivation reads; set from the rank's env for the duration of a derivation only.
 ENGINE_ENV = (
@@ -92,9 +95,11 @@ ENGINE_ENV = (
 )
 # Large enough that neither the 2048..4096 estimate nor T // 2 binds: "the KV pool is not modelled".
 UNBOUNDED_TOKENS = 1 << 60
+GIB = 1 << 30
 # The pp_max_micro_batch_size rule as the scheduler writes it (see module docstring).
+# 0.5.16-0.5.20 spell the pp size ``self.ps.pp_size``, 0.5.21+ ``get_parallel().pp_size``.
 MICRO_BATCH_RULE = re.compile(
-    r"max\(\s*self\.max_running_requests\s*//\s*get_parallel\(\)\.pp_size\s*,\s*1\s*\)"
+    r"max\(\s*self\.max_running_requests\s*//\s*(?:get_parallel\(\)|self\.ps)\.pp_size\s*,\s*1\s*\)"
 )
 # KVCacheConfigurator override sources -> the branch letters of spec section 6.
 BRANCHES = {
@@ -126,8 +131,8 @@ def check_version(version: str | None, *, best_effort: bool) -> str:
     if version not in SUPPORTED_VERSIONS and not best_effort:
         raise SglangUnavailable(
             f"--engine sglang/both: installed SGLang {version} is not a supported version "
-            f"({', '.join(SUPPORTED_VERSIONS)}); install sglang=={SUPPORTED_VERSIONS[-1]}, or pass "
-            "--sglang-best-effort to try its code anyway"
+            f"(supported: {SUPPORTED_RANGE}); install one of those, or pass --sglang-best-effort to "
+            "try its code anyway"
         )
     return version
 
@@ -177,25 +182,37 @@ def _process_env(env: Mapping[str, str], written: dict[str, str | None]) -> Iter
         os.environ.update(saved)
 
 
+def _optional_module(name: str) -> types.ModuleType | None:
+    """A module some releases do not have (``None`` then); any other import failure propagates."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        return None
+
+
 def _import_api() -> types.SimpleNamespace:
     """Import exactly the SGLang pieces the engine calls; a failure names the missing module.
 
     SGLang's import sets kernel-cache env vars (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, ...) for a
-    server process; this process is not one, so they are taken back out.
+    server process; this process is not one, so they are taken back out. Pieces only some supported
+    releases have are ``None`` in the others (see "Releases" in the module docstring).
     """
     saved = dict(os.environ)
     try:
         with _quiet():
-            mamba_hook = importlib.import_module("sglang.srt.arg_groups.mamba_hook")
             server_args = importlib.import_module("sglang.srt.server_args")
-            overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
             runtime = importlib.import_module("sglang.srt.runtime_context")
             dist_utils = importlib.import_module("sglang.srt.distributed.utils")
             hybrid_arch = importlib.import_module("sglang.srt.configs.hybrid_arch")
             mamba_utils = importlib.import_module("sglang.srt.configs.mamba_utils")
+            model_config = importlib.import_module("sglang.srt.configs.model_config")
             kv = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
             spec_info = importlib.import_module("sglang.srt.speculative.spec_info")
             platforms = importlib.import_module("sglang.srt.platforms")
+            mamba_hook = _optional_module("sglang.srt.arg_groups.mamba_hook")  # 0.5.19+
+            overrides = _optional_module("sglang.srt.arg_groups.overrides")
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         raise SglangUnavailable(
@@ -209,20 +226,25 @@ def _import_api() -> types.SimpleNamespace:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    ServerArgs = server_args.ServerArgs
     return types.SimpleNamespace(
+        server_args_module=server_args,
         mamba_hook=mamba_hook,
-        ServerArgs=server_args.ServerArgs,
-        resolution_result=overrides.resolution_result,
-        model_config_of=overrides.model_config_of,
+        ServerArgs=ServerArgs,
+        server_arg_fields=frozenset(inspect.signature(ServerArgs).parameters),
+        resolution_result=getattr(overrides, "resolution_result", None),  # 0.5.19+
+        model_config_of=getattr(overrides, "model_config_of", None),  # 0.5.19+
+        ModelConfig=model_config.ModelConfig,
         runtime=runtime,
         get_pp_indices=dist_utils.get_pp_indices,
         mambaish_config=hybrid_arch.mambaish_config,
         hybrid_gdn_config=hybrid_arch.hybrid_gdn_config,
-        hybrid_kda_config=hybrid_arch.hybrid_kda_config,
+        hybrid_kda_config=getattr(hybrid_arch, "hybrid_kda_config", None),  # 0.5.21+
         BaseLinearStateParams=mamba_utils.BaseLinearStateParams,
         Mamba2StateDType=mamba_utils.Mamba2StateDType,
         KVCacheConfigurator=kv.KVCacheConfigurator,
-        pp_local_per_request_bytes=kv._pp_local_per_request_bytes,
+        configurator_fields=frozenset(f.name for f in dataclasses.fields(kv.KVCacheConfigurator)),
+        pp_local_per_request_bytes=getattr(kv, "_pp_local_per_request_bytes", None),  # 0.5.19+
         SpeculativeAlgorithm=spec_info.SpeculativeAlgorithm,
         get_platform=getattr(platforms, "get_platform", None),
     )
@@ -240,6 +262,37 @@ def _check_micro_batch_rule() -> None:
         )
 
 
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+class _CudaPlatform:
+    """The real platform object, except that it says CUDA (0.5.19-0.5.21's extra-buffer check)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    is_cuda = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _ParallelState:
+    """``KVCacheConfigurator.ps`` (0.5.16-0.5.20): the two widths the sizing reads, nothing else."""
+
+    __slots__ = ("pp_size", "attn_dp_size")
+
+    def __init__(self, pp_size: int, attn_dp_size: int) -> None:
+        self.pp_size, self.attn_dp_size = pp_size, attn_dp_size
+
+
 class SglangEngine:
     name = "sglang"
 
@@ -248,6 +301,13 @@ class SglangEngine:
         self.api = _import_api()
         _check_micro_batch_rule()
         self._platform_is_gpu = self._detect_gpu_platform()
+
+    @property
+    def policy(self) -> str:
+        """The charging the installed release's sizing code does: max-share where
+        ``_handle_max_mamba_cache`` computes ``pp_layer_scale`` (0.5.17+), whole-model before."""
+        code = self.api.KVCacheConfigurator._handle_max_mamba_cache.__code__
+        return "max-share" if "pp_layer_scale" in code.co_varnames else "whole-model"
 
     def _detect_gpu_platform(self) -> bool:
         try:
@@ -258,25 +318,44 @@ class SglangEngine:
 
     @contextlib.contextmanager
     def _gpu_platform(self) -> Iterator[None]:
-        """On a CPU host, answer SGLang's extra-buffer platform question as the deployment's GPU would."""
+        """On a CPU host, answer SGLang's extra-buffer platform question as the deployment's GPU would.
+
+        Only that one predicate, wherever the release asks it (see "Releases" in the module docstring):
+        0.5.22+ ``mamba_hook._platform_supports_mamba_cache_extra_buffer``; 0.5.19-0.5.21 the
+        ``get_platform()`` that ``mamba_hook.validate_mamba_extra_buffer`` reads; 0.5.16-0.5.18 the
+        ``is_cuda()`` that ``ServerArgs._validate_mamba_extra_buffer`` reads (during that call only).
+        """
         if self._platform_is_gpu:
             yield
             return
         hook = self.api.mamba_hook
-        original = hook._platform_supports_mamba_cache_extra_buffer
-        hook._platform_supports_mamba_cache_extra_buffer = lambda: True
-        try:
+        with contextlib.ExitStack() as stack:
+            if hook is not None and hasattr(hook, "_platform_supports_mamba_cache_extra_buffer"):
+                stack.enter_context(_patched(hook, "_platform_supports_mamba_cache_extra_buffer",
+                                             lambda: True))
+            elif hook is not None and hasattr(hook, "get_platform"):
+                real = hook.get_platform
+                stack.enter_context(_patched(hook, "get_platform", lambda: _CudaPlatform(real())))
+            else:
+                cls, module = self.api.ServerArgs, self.api.server_args_module
+                validate = cls.__dict__.get("_validate_mamba_extra_buffer")
+                if validate is not None and hasattr(module, "is_cuda"):
+
+                    def on_cuda(*args: Any, **kwargs: Any) -> Any:
+                        with _patched(module, "is_cuda", lambda: True):
+                            return validate(*args, **kwargs)
+
+                    stack.enter_context(_patched(cls, "_validate_mamba_extra_buffer", on_cuda))
             yield
-        finally:
-            hook._platform_supports_mamba_cache_extra_buffer = original
 
     def prepare(
         self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]
     ) -> PreparedSglang:
-        if inputs.policy != "max-share":
+        policy = self.policy
+        if inputs.policy not in (None, policy):
             raise FlagError(
-                f"--engine sglang runs SGLang's own code, which charges max-share only; --policy "
-                f"{inputs.policy} is a checker what-if (use --engine builtin for it)"
+                f"--engine sglang runs SGLang {self.version}'s own code, which charges {policy} only; "
+                f"--policy {inputs.policy} is a checker what-if (use --engine builtin for it)"
             )
         env = dict(env)
         # The slices follow the inputs (plan compares partitions by changing them), like the builtin's.
@@ -388,12 +467,20 @@ class PreparedSglang:
         hf = self._hf_config(source)
         self.from_config = hf is not None
         Path(self._tmp.name, "config.json").write_text(json.dumps(hf or _carrier_config(inputs)))
+        rt = self.api.runtime
+        self._parallel_widths: dict[str, int] | None = None
         with self._scope(activate=False):
             self.server_args = self._resolve(source)
             try:
-                self.context = self.api.runtime.create_context(self.server_args, role="scheduler")
+                if hasattr(rt, "create_context"):  # 0.5.22+: a context of our own
+                    self.context = rt.create_context(self.server_args, role="scheduler")
+                else:  # 0.5.16-0.5.21: the one process-wide context, published in _activate
+                    self.context = rt.get_context()
+                    self._publish()
             except Exception as exc:
                 raise _map_error("resolve", exc) from None
+        with self._scope():
+            self._parallel_widths = self._widths_if_unpublished()
         with self._scope():
             self._build_model()
 
@@ -405,8 +492,37 @@ class PreparedSglang:
             if not activate:
                 yield
                 return
-            with self.api.runtime.use_context(self.context):
+            with self._activate():
                 yield
+
+    def _publish(self) -> None:
+        rt = self.api.runtime
+        if hasattr(rt, "publish"):  # 0.5.17-0.5.21
+            rt.publish(self.server_args, role="scheduler")
+        else:  # 0.5.16
+            self.context.set_server_args(self.server_args)
+
+    @contextlib.contextmanager
+    def _activate(self) -> Iterator[None]:
+        """Our resolved configuration as the one SGLang's code reads while it runs.
+
+        0.5.22+: ``use_context`` swaps our own context in. Before, there is one process-wide context:
+        ours is (re)published when another derivation's is in it. Releases whose ``get_parallel()``
+        reads live process groups (none exist here) get the resolved widths through its own
+        ``override`` hook (``_parallel_widths``, set by :meth:`_build_model`).
+        """
+        rt = self.api.runtime
+        if hasattr(rt, "use_context"):
+            with rt.use_context(self.context):
+                yield
+            return
+        if getattr(self.context, "_server_args", None) is not self.server_args:
+            self._publish()
+        if self._parallel_widths is None:
+            yield
+            return
+        with rt.get_parallel().override(**self._parallel_widths):
+            yield
 
     # -- building ----------------------------------------------------------------------------------------
 
@@ -424,7 +540,6 @@ class PreparedSglang:
             device="cuda",  # the deployment's device; nothing is allocated
             skip_tokenizer_init=True,
             tp_size=i.tp_size * i.dp_size,  # the checker's tp is the attention-TP width
-            attn_dp_size=i.dp_size,
             pp_size=i.pp_size,
             page_size=i.page_size,
             mamba_full_memory_ratio=i.mamba_full_memory_ratio,
@@ -437,21 +552,44 @@ class PreparedSglang:
             pp_max_micro_batch_size=i.pp_max_micro_batch_size,
             context_length=i.context_len,
         )
+        if "attn_dp_size" in self.api.server_arg_fields:  # 0.5.22+
+            kwargs["attn_dp_size"] = i.dp_size
+        elif i.dp_size > 1:  # 0.5.16-0.5.21: DP attention is a switch plus --dp-size
+            kwargs.update(enable_dp_attention=True, dp_size=i.dp_size)
         if source.mamba_ssm_dtype is not None:
             # The checker's flag takes short spellings (bf16); SGLang's own flag would refuse them in
             # argparse, so what a deployment can run is the canonical name.
             kwargs["mamba_ssm_dtype"] = canonical_dtype(source.mamba_ssm_dtype, source="--mamba-ssm-dtype")
         try:
-            server_args = self.api.ServerArgs(**kwargs)
-            server_args.resolve_once()
+            server_args = self.api.ServerArgs(**kwargs)  # 0.5.16-0.5.18 resolve here (__post_init__)
+            if hasattr(server_args, "resolve_once"):  # 0.5.19+
+                server_args.resolve_once()
         except Exception as exc:
             raise _map_error("resolve", exc) from None
         return server_args
 
+    def _widths_if_unpublished(self) -> dict[str, int] | None:
+        """None when ``get_parallel()`` serves the widths from the published config (0.5.19+).
+
+        0.5.16-0.5.18 read them from live process groups (none here): the widths as their resolution
+        defines them instead, attention DP only with --enable-dp-attention, attention TP = tp / dp.
+        """
+        try:
+            int(self.api.runtime.get_parallel().attn_tp_size)
+            return None
+        except Exception:
+            sa = self.server_args
+            attn_dp = int(sa.dp_size) if getattr(sa, "enable_dp_attention", False) else 1
+            return dict(pp_size=int(sa.pp_size), tp_size=int(sa.tp_size),
+                        attn_tp_size=int(sa.tp_size) // attn_dp, attn_dp_size=attn_dp)
+
     def _build_model(self) -> None:
         api = self.api
         try:
-            self.model_config = api.model_config_of(self.server_args)
+            if api.model_config_of is not None:  # 0.5.19+
+                self.model_config = api.model_config_of(self.server_args)
+            else:
+                self.model_config = api.ModelConfig.from_server_args(self.server_args)
             mamba = api.mambaish_config(self.model_config)
             if mamba is None:
                 raise ValueError("SGLang does not treat this model as a hybrid (mamba-ish) model")
@@ -464,23 +602,35 @@ class PreparedSglang:
         except Exception as exc:
             raise _map_error("config", exc) from None
         rt = api.runtime
+        sa = self.server_args
         parallel = rt.get_parallel()
         self.pp_size = int(parallel.pp_size)
         self.attn_dp_size = int(parallel.attn_dp_size)
-        self.user_micro = parallel.pp_max_micro_batch_size
-        self.draft_tokens = rt.get_spec().speculative_num_draft_tokens
+        self.user_micro = getattr(parallel, "pp_max_micro_batch_size", None)
+        if self.user_micro is None:  # 0.5.16-0.5.18: a server arg, not a parallel leaf
+            self.user_micro = sa.pp_max_micro_batch_size
+        spec = rt.get_spec() if hasattr(rt, "get_spec") else sa  # the spec bag is 0.5.17+
+        self.draft_tokens = spec.speculative_num_draft_tokens
         cls = api.KVCacheConfigurator
+        fields = api.configurator_fields
         c = object.__new__(cls)  # the real class; only the slots its sizing methods read are filled
         c.model_config = self.model_config
         c.mambaish_config = mamba
         c.hybrid_gdn_config = api.hybrid_gdn_config(self.model_config) if self.from_config else None
-        c.hybrid_kda_config = api.hybrid_kda_config(self.model_config) if self.from_config else None
-        c.pp_size = self.pp_size
-        c.attn_dp_size = self.attn_dp_size
+        if "hybrid_kda_config" in fields:  # 0.5.21+
+            c.hybrid_kda_config = api.hybrid_kda_config(self.model_config) if self.from_config else None
+        if "pp_size" in fields:  # 0.5.21+
+            c.pp_size = self.pp_size
+            c.attn_dp_size = self.attn_dp_size
+        else:  # 0.5.16-0.5.20 read both through a ParallelState
+            c.ps = _ParallelState(self.pp_size, self.attn_dp_size)
+        if "server_args" in fields:  # 0.5.16-0.5.17 read some flags from it directly
+            c.server_args = sa
         algo = api.SpeculativeAlgorithm
         c.spec_algorithm = algo.EAGLE if self.draft_tokens else algo.NONE
-        c.extra_mamba_cache_bytes_per_req = self.inputs.geometry.extra_per_slot_bytes if not \
-            self.from_config else _field_default(cls, "extra_mamba_cache_bytes_per_req")
+        if "extra_mamba_cache_bytes_per_req" in fields:  # 0.5.22+
+            c.extra_mamba_cache_bytes_per_req = self.inputs.geometry.extra_per_slot_bytes if not \
+                self.from_config else _field_default(cls, "extra_mamba_cache_bytes_per_req")
         c.spec_aux_config = None
         c.is_hybrid_swa = bool(self.model_config.is_hybrid_swa)
         c.is_draft_worker = False
@@ -498,16 +648,14 @@ class PreparedSglang:
                 start, end = api.get_pp_indices(L, pp_rank, self.pp_size)
             except Exception as exc:
                 raise _map_error("layout", exc) from None
-            schedule = api.runtime.get_schedule()
-            # SGLang writes K into the published schedule bag; a scoped override puts the user's value
-            # back afterwards so the next derivation (another stage, another budget) starts clean.
-            with schedule.override(max_mamba_cache_size=schedule.max_mamba_cache_size):
-                log_before = len(self.context.overrides_log())
+            # SGLang writes K into the published config; it is put back afterwards so the next
+            # derivation (another stage, another budget) starts from the user's value.
+            with self._pool_size_slot() as (read_k, new_sources):
                 handle = type(c)._handle_max_mamba_cache
                 try:
                     with _capture_locals(handle.__code__) as frame:
                         kv_left = c._handle_max_mamba_cache(rest)
-                    K = int(schedule.max_mamba_cache_size)
+                    K = int(read_k())
                     ratio = int(c._calculate_mamba_ratio())
                     if kv_left <= 0:  # _profile_available_bytes refuses this next (see docstring)
                         raise RuntimeError(
@@ -518,31 +666,41 @@ class PreparedSglang:
                     raise _map_error("resolve", exc) from None
                 except Exception as exc:
                     raise _map_error("pool", exc) from None
-                sources = [s for s, _ in self.context.overrides_log()[log_before:]]
+                sources = new_sources()
         loc = frame.values
         branch = next((BRANCHES[s] for s in reversed(sources) if s in BRANCHES), "?")
         micro = self.user_micro or max(n // self.pp_size, 1)
         layers = list(self.params.layers)
         per_req = int(self.params.mamba_cache_per_req)
-        spr = int(loc["stage_per_req"])
         stage_layers = sum(1 for x in layers if start <= x < end)
+        if "stage_per_req" in loc:  # 0.5.17+: max-share, computed as locals
+            spr, max_stage, scale = int(loc["stage_per_req"]), int(loc["max_stage_mamba_layers"]), \
+                float(loc["pp_layer_scale"])
+        else:  # 0.5.16 charges every stage the whole model's state
+            spr, max_stage, scale = per_req, len(layers), 1.0
         # Only the spec-decoding paths bind ``intermediate_size`` (the reservation taken from ``rest``).
         intermediate = int(loc.get("intermediate_size", 0)) if self.draft_tokens else 0
         per_layer = per_req // len(layers) if layers else 0
+        extra = int(loc.get("extra_per_slot", 0))
+        # How many slots SGLang took off the budget for the state pool: K, or K + 1 where the release
+        # charges the pool's padding slot (0.5.17+), read from its own returned remainder.
+        charged = (rest - intermediate / GIB - kv_left) * GIB / (spr + extra)
         return StageCapacity(
             pp_rank=pp_rank,
             start_layer=int(start),
             end_layer=int(end),
             stage_linear_layers=stage_layers,
-            max_stage_linear_layers=int(loc["max_stage_mamba_layers"]),
+            max_stage_linear_layers=max_stage,
             total_linear_layers=len(layers),
-            scale=float(loc["pp_layer_scale"]),
+            scale=scale,
             per_req_bytes=per_req,
             stage_per_req_bytes=spr,
-            extra_per_slot_bytes=int(loc.get("extra_per_slot", 0)),
+            extra_per_slot_bytes=extra,
+            padding_slot_charged=round(charged) == K + 1,
             slots_per_request=ratio,
             own_state_bytes_per_slot=int(api.pp_local_per_request_bytes(per_req, layers, start, end))
-            if layers and per_req % len(layers) == 0 else per_layer * stage_layers,
+            if api.pp_local_per_request_bytes is not None and layers and per_req % len(layers) == 0
+            else per_layer * stage_layers,
             branch=branch,
             max_mamba_cache_size=K,
             intermediate_state_bytes=intermediate,
@@ -551,10 +709,45 @@ class PreparedSglang:
             pp_max_micro_batch_size=int(micro),
         )
 
+    @contextlib.contextmanager
+    def _pool_size_slot(self) -> Iterator[tuple[Any, Any]]:
+        """Where SGLang writes K, read back and restored: (read K, override sources written since).
+
+        0.5.17+: the published schedule bag (``get_context().override``, logged in ``overrides_log``);
+        0.5.16: the ``ServerArgs`` itself (``server_args.override``, logged in its declaration stash
+        ``_resolved_overrides`` or ``_runtime_mutations``).
+        """
+        rt = self.api.runtime
+        if hasattr(rt, "get_schedule"):
+            schedule = rt.get_schedule()
+            with schedule.override(max_mamba_cache_size=schedule.max_mamba_cache_size):
+                before = len(self.context.overrides_log())
+                yield (lambda: schedule.max_mamba_cache_size,
+                       lambda: [s for s, _ in self.context.overrides_log()[before:]])
+            return
+        sa = self.server_args
+        logs = ("_resolved_overrides", "_runtime_mutations")
+        saved = sa.max_mamba_cache_size
+        lengths = {name: len(getattr(sa, name, None) or ()) for name in logs}
+        written: list[str] = []
+
+        def sources() -> list[str]:
+            for name in logs:
+                written.extend(src for src, _ in (getattr(sa, name, None) or ())[lengths[name]:])
+            return written
+
+        try:
+            yield (lambda: sa.max_mamba_cache_size, sources)
+        finally:
+            object.__setattr__(sa, "max_mamba_cache_size", saved)
+            for name in logs:
+                if getattr(sa, name, None) is not None:
+                    del getattr(sa, name)[lengths[name]:]
+
     def describe(self) -> dict[str, object]:
         """What SGLang resolved (for reports): the values a user would otherwise have to guess."""
-        r = self.api.resolution_result
         sa = self.server_args
+        r = self.api.resolution_result or (lambda args, name, default: getattr(args, name, default))
         p = self.params
         return {
             "sglang_version": self.engine.version,

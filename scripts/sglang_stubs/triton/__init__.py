@@ -57,6 +57,10 @@ def _module_getattr(name):
         return _decorator
     if name == "driver":
         return _NoDriver()
+    if name == "runtime":  # ``triton.runtime.driver`` read without importing triton.runtime first
+        import importlib
+
+        return importlib.import_module("triton.runtime")
     return _Dummy
 
 

@@ -1,9 +1,11 @@
 """Fault injection for the liveness tests: ``CHECKER_INJECT_FAULT=RANK:PHASE:ACTION[,...]``.
 
 Phases: ``start`` (before joining), ``derive`` (during the local derivation), ``exchange`` (after the
-group is formed, before the exchange). Actions: ``exit`` (die with code 17, like a killed worker),
-``stop`` (SIGSTOP itself: a frozen worker), ``hang`` (sleep forever: alive but never joins), ``raise``
-(an unexpected exception). Unset in production; tests and the fault recipes set it on one rank.
+group is formed, before the exchange), ``verdict`` (after the exchange, before the verdict is
+published). Actions: ``exit`` (die with code 17), ``kill`` (SIGKILL itself, as ``kill -9`` would),
+``exit0`` (leave early with code 0), ``stop`` (SIGSTOP itself: a frozen worker), ``hang`` (sleep
+forever: alive but never joins), ``raise`` (an unexpected exception). Unset in production; tests and
+the fault recipes set it on one rank.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import signal
 import time
 
 ENV = "CHECKER_INJECT_FAULT"
+MARK_ENV = "CHECKER_FAULT_MARK"
 
 
 def maybe_inject(rank: int, phase: str) -> None:
@@ -24,8 +27,16 @@ def maybe_inject(rank: int, phase: str) -> None:
         if len(parts) != 3 or parts[0] != str(rank) or parts[1] != phase:
             continue
         action = parts[2]
+        mark = os.environ.get(MARK_ENV)
+        if mark:  # test hook: tells a test the fault is about to happen (e.g. before SIGTERM-ing the agent)
+            with open(mark, "w") as f:
+                f.write(f"{rank}:{phase}:{action}\n")
         if action == "exit":
             os._exit(17)
+        if action == "exit0":
+            os._exit(0)
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         if action == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
         if action == "hang":

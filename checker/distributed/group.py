@@ -7,7 +7,6 @@ into the ``infrastructure_failure`` verdict instead of a traceback or a hang.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -15,7 +14,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from checker.dist.launch_env import RankEnv
+from checker.core.errors import FlagError
+from checker.distributed.launch_env import RankEnv
+from checker.distributed.liveness import STORE_CALL_S, Heartbeat, bounded
 
 
 class InfrastructureFailure(RuntimeError):
@@ -27,11 +28,15 @@ class InfrastructureFailure(RuntimeError):
         self.detail = detail
 
 
+class StaleStore(FlagError):
+    """The rendezvous store was used by an earlier run: the user's to fix (a fresh path)."""
+
+
 def resolve_backend(requested: str) -> str:
     if requested == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if requested == "nccl" and not torch.cuda.is_available():
-        raise InfrastructureFailure("init", "--backend nccl needs a CUDA GPU; use --backend gloo")
+        raise FlagError("--backend nccl needs a CUDA GPU and this rank sees none; use --backend gloo")
     return requested
 
 
@@ -45,8 +50,8 @@ class Group:
         self.init_method = init_method
         self.store: dist.Store | None = None
         self._base: dist.Store | None = None
-        self._liveness_s = min(timeout_s, 5.0)
-        """Bound on one liveness store call (set/announce), whatever the store's own timeout."""
+        self.heartbeat: Heartbeat | None = None
+        self._check_init_method()
         self.device = torch.device("cpu")
         if self.backend == "nccl":
             torch.cuda.set_device(env.local_rank)
@@ -56,17 +61,7 @@ class Group:
     def _base_store(self) -> dist.Store:
         env, method = self.env, self.init_method
         if method and method.startswith("file://"):
-            path = method.removeprefix("file://")
-            # FileStore retries a missing directory forever while holding the GIL: refuse it up front.
-            if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-                raise InfrastructureFailure(
-                    "init", f"--init-method {method}: directory {os.path.dirname(path)!r} does not exist"
-                )
-            return dist.FileStore(path, env.world_size)
-        if method and method != "env://":
-            raise InfrastructureFailure(
-                "init", f"--init-method {method!r} is not supported; use file:///path or env://"
-            )
+            return dist.FileStore(method.removeprefix("file://"), env.world_size)
         if env.world_size == 1 and not env.master_port:
             return dist.HashStore()
         if not env.master_addr or not env.master_port:
@@ -83,6 +78,19 @@ class Group:
             wait_for_workers=False,
         )
 
+    def _check_init_method(self) -> None:
+        """A bad --init-method is the user's error (exit 2), found before any wait."""
+        method = self.init_method
+        if method and method.startswith("file://"):
+            path = method.removeprefix("file://")
+            # FileStore retries a missing directory forever while holding the GIL: refuse it up front.
+            if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+                raise FlagError(f"--init-method {method}: directory {os.path.dirname(path)!r} does not exist")
+            if os.path.isdir(path):
+                raise FlagError(f"--init-method {method} is a directory; name a fresh file path")
+        elif method and method != "env://":
+            raise FlagError(f"--init-method {method!r} is not supported; use file:///path or env://")
+
     def connect(self) -> None:
         try:
             base = self._base_store()
@@ -90,7 +98,16 @@ class Group:
             self._base = base
             # A restarted attempt must not see the previous attempt's keys (e.g. "report written").
             self.store = dist.PrefixStore(f"checker/{self.env.restart_count}/", base)
+            # A store that already counted a whole world is left over from an earlier run (a reused
+            # --init-method file): its keys would name the wrong ranks, so refuse it.
+            arrivals = self.store.add("arrivals", 1)
+            if arrivals > self.env.world_size:
+                raise StaleStore(
+                    f"the rendezvous store already holds an earlier run ({arrivals - 1} arrivals for world "
+                    f"size {self.env.world_size}); pass a fresh --init-method path"
+                )
             self.store.set(f"arrived/{self.env.rank}", self.env.host)
+            self.heartbeat = Heartbeat(self.store, self.env.rank).start()
             kwargs = {}
             if self.backend == "nccl":
                 kwargs["device_id"] = self.device
@@ -102,7 +119,7 @@ class Group:
                 timeout=self.timeout,
                 **kwargs,
             )
-        except InfrastructureFailure:
+        except (InfrastructureFailure, StaleStore):
             raise
         except Exception as exc:  # torch raises several types (DistStoreError, RuntimeError, ...)
             raise InfrastructureFailure("init", _one_line(exc)) from None
@@ -132,38 +149,10 @@ class Group:
                 except Exception:
                     pass
 
-    def mark(self, key: str) -> bool:
-        """Set ``key/<rank>``; False if the store is unreachable (then nothing else will work either)."""
-        store = self.store
-        if store is None:
-            return False
-        return bool(_bounded(lambda: store.set(f"{key}/{self.env.rank}", self.env.host) or True,
-                             self._liveness_s, False))
-
-    def ranks_with(self, key: str, *, wait_s: float) -> set[int]:
-        """Ranks that set ``key`` within ``wait_s`` seconds (polling; never blocks longer)."""
-        store = self.store
-        if store is None:
-            return {self.env.rank}
-        found: set[int] = set()
-        deadline = time.monotonic() + wait_s
-
-        def poll() -> None:
-            while time.monotonic() < deadline:
-                for r in range(self.env.world_size):
-                    if r not in found and store.check([f"{key}/{r}"]):
-                        found.add(r)
-                if len(found) == self.env.world_size:
-                    return
-                time.sleep(0.05)
-
-        _bounded(poll, wait_s, None)
-        return set(found)
-
     def announce(self, key: str) -> None:
         store = self.store
         if store is not None:
-            _bounded(lambda: store.set(key, "1"), self._liveness_s, None)
+            bounded(lambda: store.set(key, "1"), STORE_CALL_S, None)
 
     def wait_for(self, key: str, *, wait_s: float) -> bool:
         """Wait (bounded) for a key another rank sets, e.g. rank 0's "report written"."""
@@ -179,33 +168,12 @@ class Group:
                 time.sleep(0.05)
             return False
 
-        return bool(_bounded(poll, wait_s, False))
+        return bool(bounded(poll, wait_s + 1.0, False))
 
     def close(self) -> None:
         """Clean path only: destroying a group while a peer is stuck in a collective can deadlock."""
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _bounded(fn, seconds: float, default):
-    """Run ``fn`` in a daemon thread; its result, or ``default`` after ``seconds`` or on any error.
-
-    On a cut link a TCPStore call can block far past its own timeout (seen with ``ip link set down``:
-    ``check``/``get`` never returned). Those calls release the GIL, so the caller's wait still ends on
-    time and the abandoned thread dies with the process.
-    """
-    box: list = [default]
-
-    def target() -> None:
-        try:
-            box[0] = fn()
-        except Exception:
-            pass
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(seconds)
-    return box[0]
 
 
 def _one_line(exc: BaseException) -> str:

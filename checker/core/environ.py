@@ -1,0 +1,16 @@
+"""The environment variables SGLang's sizing reads, named once.
+
+Each one changes what a rank derives, so each one joins the preflight's inputs (compared by digest
+across ranks): the layer partition (``sglang/srt/distributed/utils.py`` ``get_pp_indices``), the state
+dtypes (``sglang/srt/configs/mamba_utils.py``) and the decode-lock switch (``sglang/srt/environ.py``).
+"""
+
+from __future__ import annotations
+
+from checker.core.partition import PARTITION_ENV
+
+MAMBA_CONV_DTYPE_ENV = "SGLANG_MAMBA_CONV_DTYPE"
+MAMBA_SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
+SKIP_DECODE_LOCK_ENV = "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"
+
+SGLANG_ENV_VARS = (PARTITION_ENV, MAMBA_CONV_DTYPE_ENV, MAMBA_SSM_DTYPE_ENV, SKIP_DECODE_LOCK_ENV)

@@ -1,0 +1,270 @@
+"""One rank's local facts and derivation, as its row: no collective, exactly as SGLang sizes its stage.
+
+:func:`local_facts` runs before the exchange (the layout and the free device memory, which the header
+carries so every rank can take the MIN); :func:`derive_row` runs after the header gather and never
+raises: a rank whose derivation fails still joins the row gather with its error, so every rank reaches
+the same verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+from checker import __version__
+from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
+from checker.core.budget import agreed_budget_gib
+from checker.core.errors import CheckerInputError, LayoutError
+from checker.core.sizing import CHECKED_VALUES
+from checker.distributed.faults import maybe_inject
+from checker.distributed.launch_env import RankEnv
+from checker.row import MISSING, RankRow, input_text
+from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
+
+GIB = 2**30
+
+
+def layout(world_size: int, rank: int, *, pp_size: int | None, tp_size: int) -> tuple[int, int]:
+    """(pp_size, pp_rank): tp is the inner dimension, as SGLang ranks it (pp_rank = rank // tp_size)."""
+    pp = pp_size or (world_size // tp_size if world_size % tp_size == 0 else 0)
+    if world_size % tp_size or pp * tp_size != world_size:
+        raise LayoutError(
+            f"world_size {world_size} is not pp_size x tp_size = {pp_size or '?'} x {tp_size}; launch "
+            f"pp x tp ranks (e.g. --nproc-per-node {tp_size * (pp_size or 1)}) or fix --pp-size/--tp-size"
+        )
+    return pp, rank // tp_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalFacts:
+    """What a rank knows before any exchange."""
+
+    pp_size: int = 0
+    pp_rank: int = 0
+    device_free_bytes: int = MISSING
+    status: int = ROW_OK
+    error: str = ""
+
+
+def local_facts(config: PreflightConfig, env: RankEnv, device) -> LocalFacts:
+    try:
+        pp_size, pp_rank = layout(
+            env.world_size, env.rank, pp_size=config.sizing.pp_size, tp_size=config.sizing.tp_size
+        )
+        free = _device_free_bytes(config, env, device) if config.budget.from_device else MISSING
+    except CheckerInputError as exc:
+        return LocalFacts(status=exc.code, error=str(exc))
+    return LocalFacts(pp_size=pp_size, pp_rank=pp_rank, device_free_bytes=free)
+
+
+def _device_free_bytes(config: PreflightConfig, env: RankEnv, device) -> int:
+    given = config.budget.device_free_gib
+    if given:
+        if len(given) not in (1, env.world_size):
+            raise LayoutError(
+                f"--device-free-gib has {len(given)} values for world_size {env.world_size}; "
+                "give one value or one per rank"
+            )
+        return int((given[0] if len(given) == 1 else given[env.rank]) * GIB)
+    if device is not None and device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    raise LayoutError(
+        "--budget-from-device on a CPU rank needs --device-free-gib (no device memory to measure); "
+        "or pass --budget-gib"
+    )
+
+
+def flag_inputs(sizing: SizingFlags, pp_size: int) -> dict[str, str | None]:
+    values = {f.name: getattr(sizing, f.name) for f in fields(sizing)}
+    values["pp_size"] = pp_size or sizing.pp_size  # the size this rank derives with, not just the flag
+    return {k: input_text(v) for k, v in values.items()}
+
+
+def derive_row(
+    config: PreflightConfig,
+    env: RankEnv,
+    local: LocalFacts,
+    *,
+    all_free: Sequence[int],
+    torch_version: str,
+    device=None,
+    deadline: float | None = None,
+    timings: dict[str, float] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RankRow:
+    """This rank's row: ok with its values, or its error. Never raises: every rank must join."""
+    environ = os.environ if environ is None else environ
+    sizing = config.sizing
+    row = RankRow(
+        rank=env.rank,
+        world_size=env.world_size,
+        pp_rank=local.pp_rank,
+        tp_rank=env.rank % sizing.tp_size,
+        node_rank=env.node_rank,
+        local_rank=env.local_rank,
+        pp_size=local.pp_size,
+        tp_size=sizing.tp_size,
+        device_free_bytes=local.device_free_bytes,
+        host=env.host,
+        status=local.status,
+        error=local.error,
+    )
+    inputs: dict[str, str | None] = flag_inputs(sizing, local.pp_size)
+    inputs.update(sglang_env(environ))
+    from checker.core.releases import installed_sglang_version
+
+    installed = installed_sglang_version()
+    release, why = config.engine.release(installed)
+    inputs.update(
+        checker_version=__version__,
+        torch_version=torch_version,
+        sglang_version=installed or "not installed",
+        model=config.model.label,
+        budget_source=config.budget.label,
+        budget_gib=None,
+        derived_as=f"SGLang {release or 'newest modelled'} ({why})",
+    )
+    row.inputs = inputs
+    if row.status != ROW_OK:
+        return row
+    try:
+        _derive_into(
+            row,
+            config,
+            env,
+            local,
+            all_free=all_free,
+            device=device,
+            deadline=deadline,
+            timings=timings,
+            environ=environ,
+        )
+    except CheckerInputError as exc:
+        row.status, row.error = exc.code, str(exc)
+    except Exception as exc:  # a bug or a broken environment: still join, still report
+        row.status, row.error = ROW_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+    return row
+
+
+def _derive_into(
+    row: RankRow,
+    config: PreflightConfig,
+    env: RankEnv,
+    local: LocalFacts,
+    *,
+    all_free: Sequence[int],
+    device,
+    deadline: float | None,
+    timings: dict[str, float] | None,
+    environ: Mapping[str, str],
+) -> None:
+    from checker.engines.drift import drift_summary, prepare_engines
+
+    b = config.budget
+    if b.from_device:
+        budget = agreed_budget_gib(
+            all_free, local.device_free_bytes, fraction=b.mem_fraction_static, agree=b.agree
+        )
+    else:
+        assert b.budget_gib is not None
+        budget = b.budget_gib
+    row.inputs["budget_gib"] = input_text(float(budget))
+    row.budget_millionths_gib = round(budget * 1e6)
+    maybe_inject(env.rank, "derive")
+    cap = capacity_inputs(
+        config.model,
+        config.sizing,
+        budget_gib=budget,
+        pp_size=local.pp_size,
+        env=environ,
+        engine=config.engine,
+    )
+    _, why = config.engine.release(
+        row.inputs["sglang_version"] if row.inputs["sglang_version"] != "not installed" else None
+    )
+    row.inputs["derived_as"] = f"{cap.release.label} ({why})"
+    # The model's digest covers the resolved shapes and dtypes, not just the path.
+    geo = json.dumps(cap.geometry.describe(), sort_keys=True)
+    row.inputs["model"] = f"{cap.geometry.name} #{hashlib.blake2b(geo.encode(), digest_size=4).hexdigest()}"
+    source = model_source(config.model, config.sizing)
+    engines = prepare_engines(
+        config.engine.engine, cap, source, environ, best_effort=config.engine.best_effort
+    )
+    stage, drifts = engines.derive(local.pp_rank)
+    if stage is None:  # the builtin refused what SGLang derives: only the drift to report
+        row.status, row.error = ROW_DRIFT, drift_summary(drifts)
+        return
+    for name in (
+        *CHECKED_VALUES,
+        "start_layer",
+        "end_layer",
+        "stage_linear_layers",
+        "max_stage_linear_layers",
+        "stage_per_req_bytes",
+        "slots_per_request",
+        "state_allocated_bytes",
+        "state_charged_bytes",
+    ):
+        setattr(row, name, getattr(stage, name))
+    if drifts:  # the more specific finding: the model and the deployed code disagree
+        row.status, row.error = ROW_DRIFT, drift_summary(drifts)
+        return
+    if device is not None:
+        check_on_device(cap, local.pp_rank, budget, stage, device)
+    if config.materialize:
+        _materialize(row, config, env, cap, stage, device=device, deadline=deadline, timings=timings)
+
+
+def check_on_device(cap, pp_rank: int, budget: float, stage, device) -> None:
+    """Derive the stage again on the rank's own device (the sweep's vectorised path, float64 tensors)
+    and hold it against the scalar core: on a GPU rank this is the derivation done on the GPU."""
+    from checker.sweep_torch import derive_sweep
+
+    on_device = derive_sweep(cap, pp_rank, [budget], device)[0].tolist()
+    scalar = [getattr(stage, n) for n in CHECKED_VALUES]
+    if on_device != scalar:
+        raise RuntimeError(
+            f"the derivation on {device} gives {dict(zip(CHECKED_VALUES, on_device, strict=True))} but "
+            f"the scalar core {dict(zip(CHECKED_VALUES, scalar, strict=True))}; please report this"
+        )
+
+
+def _materialize(
+    row: RankRow,
+    config: PreflightConfig,
+    env: RankEnv,
+    cap,
+    stage,
+    *,
+    device,
+    deadline: float | None,
+    timings: dict[str, float] | None,
+) -> None:
+    """--materialize: allocate this stage's pool and fill the three wire slots; a finding is an error."""
+    from checker.materialize import MATERIALIZE_FAILED, materialize_stage, predicted_bytes, resolve_device
+
+    # The prediction is reported even when the device cannot be resolved.
+    row.predicted_bytes = predicted_bytes(cap, stage)
+    row.materialize_status = MATERIALIZE_FAILED
+    target = resolve_device(
+        config.materialize_device,
+        local_rank=env.local_rank,
+        default=str(device) if device is not None else "cpu",
+    )
+    t_m = time.monotonic()
+    m = materialize_stage(cap, stage, target, host_share=env.local_world_size, deadline=deadline)
+    if timings is not None:
+        timings["materialize_s"] = time.monotonic() - t_m
+    row.predicted_bytes, row.allocated_bytes, row.materialize_status = (
+        m.predicted_bytes,
+        m.allocated_bytes,
+        m.status,
+    )
+    if not m.ok:
+        row.status, row.error = ROW_MATERIALIZE, m.error

@@ -1,0 +1,56 @@
+"""Every status the checker reports and every exit code it returns, defined once (torch-free).
+
+Two vocabularies, kept apart on purpose:
+
+* the **verdict** of a whole run (``consistent`` ... ``model_drift``), its exit code, and the headline a
+  person reads. ``launchers/read-verdict.sh`` maps the same names to the same codes; a test holds it
+  to :data:`EXIT_CODES`.
+* the **row status** one rank sends in its int64 row: ``ROW_OK``, an input error's
+  :attr:`checker.core.errors.CheckerInputError.code` (1-5), or one of the codes below.
+"""
+
+from __future__ import annotations
+
+CONSISTENT = "consistent"
+DIVERGENT = "divergent"
+ERROR = "error"
+INFRASTRUCTURE_FAILURE = "infrastructure_failure"
+MODEL_DRIFT = "model_drift"
+
+EXIT_CODES: dict[str, int] = {
+    CONSISTENT: 0,
+    DIVERGENT: 1,
+    ERROR: 2,  # bad input on some rank (also every usage error), SGLang missing or refusing the inputs
+    INFRASTRUCTURE_FAILURE: 3,  # a rank died, hung or never arrived
+    MODEL_DRIFT: 4,  # the builtin model and the installed SGLang derive different values
+}
+STATUSES = tuple(EXIT_CODES)
+EXIT_USAGE = EXIT_CODES[ERROR]
+EXIT_INTERRUPTED = 130
+"""Ctrl-C in a single-process command, as shells report SIGINT."""
+
+HEADLINE: dict[str, str] = {
+    CONSISTENT: "CONSISTENT",
+    DIVERGENT: "DIVERGENT",
+    ERROR: "ERROR",
+    INFRASTRUCTURE_FAILURE: "INFRASTRUCTURE FAILURE",
+    MODEL_DRIFT: "MODEL DRIFT",
+}
+
+# Row statuses (one int64 slot of a rank's row). 1..5 are CheckerInputError codes (core/errors.py).
+ROW_OK = 0
+ROW_MATERIALIZE = 6
+"""``--materialize`` found a failed allocation or a size that differs from the prediction."""
+ROW_DRIFT = 98
+"""``--engine both``: the builtin model and the installed SGLang derived different values on this rank."""
+ROW_INTERNAL = 99
+"""An unexpected exception on a rank (a bug, or a broken environment), still reported by every rank."""
+
+
+def row_status_name(code: int) -> str:
+    """A row status as the JSON report names it."""
+    if code == ROW_OK:
+        return "ok"
+    if code == ROW_DRIFT:
+        return MODEL_DRIFT
+    return ERROR

@@ -1,0 +1,166 @@
+"""The memory handed to the state-pool sizing (``total_rest_memory``), per release group.
+
+Expected values are worked by hand from each release's ``_profile_available_bytes`` and
+``get_available_gpu_memory`` (utils/common.py), or computed by torch itself (the float32 tensor SGLang
+all-reduces), never by the code under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checker.core.budget import (
+    MISSING,
+    agreed_budget_gib,
+    agreed_free_gib,
+    float32,
+    pre_capture_activation_reserve_mb,
+    sizing_budget,
+)
+from checker.core.errors import BudgetError, FlagError
+
+GIB = 2**30
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**50))
+def test_float32_round_trip_matches_torch(free_bytes: int) -> None:
+    """SGLang: ``torch.tensor(free_gpu_memory, dtype=torch.float32)`` then ``.item()``."""
+    assert float32(float(free_bytes)) == torch.tensor(free_bytes, dtype=torch.float32).item()
+
+
+def test_agreed_free_memory_worked_examples() -> None:
+    """float32 keeps 24 significant bits: at 2**36 bytes the spacing is 8192 bytes.
+    85,899,345,921 -> 85,899,345,920 (80 GiB exactly); 81,000,000,000 -> 9,887,695 * 8192 =
+    80,999,997,440 -> 75.43712615966797 GiB. The MIN over both is the second."""
+    assert agreed_free_gib([85_899_345_921]) == 80.0
+    assert agreed_free_gib([85_899_345_921, 81_000_000_000]) == 80_999_997_440 / GIB == 75.43712615966797
+    with pytest.raises(BudgetError):
+        agreed_free_gib([])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 2**42), min_size=1, max_size=8), st.floats(0.05, 1.0))
+def test_agreed_budget_is_the_min_all_reduce_of_float32(free: list[int], fraction: float) -> None:
+    """The check command's budget: torch's MIN over float32 tensors, in GiB, times the fraction."""
+    t = torch.tensor(free, dtype=torch.float64).to(torch.float32).min().item() / GIB
+    want = torch.tensor(t, dtype=torch.float32).item() * fraction
+    assert agreed_budget_gib(free, free[0], fraction=fraction, agree=True) == want
+    # A rank that reported nothing is left out; without agreement a rank keeps its own figure.
+    assert agreed_budget_gib([*free, MISSING], free[0], fraction=fraction, agree=True) == want
+    own = torch.tensor(free[-1], dtype=torch.float32).item() / GIB * fraction
+    assert agreed_budget_gib(free, free[-1], fraction=fraction, agree=False) == own
+
+
+def test_slack_budget_0_5_15() -> None:
+    """0.5.14-0.5.15.post1: rest = available - pre * (1 - mfs). 80 GiB free, 20 GiB of weights, mfs 0.9:
+    80 * (1 - 0.9) = 80 * 0.09999999999999998 = 7.999999999999998; 60 - 7.999999999999998 = 52.0."""
+    b = sizing_budget("0.5.15", free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=0.9)
+    assert b.gib == 52.0
+    assert "free_after 60 - free_before 80 * (1 - 0.9)" in b.formula and "\n" not in b.formula
+    with pytest.raises(FlagError, match="0.5.16"):
+        sizing_budget(
+            "0.5.15",
+            free_before_gib=80.0,
+            weights_gib=20.0,
+            mem_fraction_static=0.9,
+            pre_capture_reserve_mb=10240,
+        )
+
+
+def test_pre_capture_reserve_from_0_5_16() -> None:
+    """0.5.16+: the slack is max(pre * (1 - mfs), reserve / 1024) when the KV pool is sized after graph
+    capture: max(7.999999999999998, 10240 / 1024 = 10) = 10 -> 60 - 10 = 50."""
+    b = sizing_budget(
+        "0.5.16",
+        free_before_gib=80.0,
+        weights_gib=20.0,
+        mem_fraction_static=0.9,
+        pre_capture_reserve_mb=10240,
+    )
+    assert b.gib == 50.0
+    # A reserve below the static slack changes nothing: max(7.999..., 4) -> 52.
+    assert (
+        sizing_budget(
+            "0.5.17",
+            free_before_gib=80.0,
+            weights_gib=20.0,
+            mem_fraction_static=0.9,
+            pre_capture_reserve_mb=4096,
+        ).gib
+        == 52.0
+    )
+    with pytest.raises(FlagError, match="0.5.18"):
+        sizing_budget(
+            "0.5.17", free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=0.9, mm_reservation_gb=1.5
+        )
+
+
+def test_multimodal_reservation_from_0_5_18() -> None:
+    """0.5.18+: rest = available - slack - mm_reservation_gb: 60 - 10 - 1.5 = 48.5."""
+    b = sizing_budget(
+        "0.5.23",
+        free_before_gib=80.0,
+        weights_gib=20.0,
+        mem_fraction_static=0.9,
+        pre_capture_reserve_mb=10240,
+        mm_reservation_gb=1.5,
+    )
+    assert b.gib == 48.5 and "multimodal reservation 1.5" in b.formula
+
+
+def test_weights_filling_the_static_budget_do_not_start() -> None:
+    """ "Loaded weights leave no GPU memory for the KV cache": 80 GiB free, 73 GiB of weights, mfs 0.9:
+    7 - 7.999999999999998 < 0. 72 GiB leaves 8 - 7.999999999999998 = 1.8e-15 GiB, which SGLang accepts."""
+    with pytest.raises(BudgetError, match="leave no memory"):
+        sizing_budget(None, free_before_gib=80.0, weights_gib=73.0, mem_fraction_static=0.9)
+    assert sizing_budget(None, free_before_gib=80.0, weights_gib=72.0, mem_fraction_static=0.9).gib > 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"mem_fraction_static": 0.0},
+        {"mem_fraction_static": 1.5},
+        {"weights_gib": -1.0},
+        {"weights_gib": float("nan")},
+    ],
+)
+def test_bad_inputs_are_flag_errors(bad: dict) -> None:
+    kw = dict(free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=0.9) | bad
+    with pytest.raises(FlagError):
+        sizing_budget(None, **kw)
+
+
+def test_pre_capture_activation_reserve_worked() -> None:
+    """runtime_context.py pre_capture_activation_reserve_mb: 512 + tokens * 1.5 + tp * pp / 8 * 1024,
+    at least 10 GiB on a device above 60 GiB. chunked prefill 8192, tp 8, pp 1, H200 (141 GiB):
+    512 + 12288 + 1024 = 13824. 2048 tokens, tp 1, pp 1, 40 GiB device: 512 + 3072 + 128 = 3712; the
+    same on an 80 GiB device is raised to 10240. Chunked prefill off: max(max_prefill_tokens, 2048)."""
+    assert (
+        pre_capture_activation_reserve_mb(
+            gpu_mem_mb=141 * 1024, tp_size=8, pp_size=1, chunked_prefill_size=8192
+        )
+        == 13824
+    )
+    assert (
+        pre_capture_activation_reserve_mb(
+            gpu_mem_mb=40 * 1024, tp_size=1, pp_size=1, chunked_prefill_size=2048
+        )
+        == 3712
+    )
+    assert (
+        pre_capture_activation_reserve_mb(
+            gpu_mem_mb=80 * 1024, tp_size=1, pp_size=1, chunked_prefill_size=2048
+        )
+        == 10240
+    )
+    assert (
+        pre_capture_activation_reserve_mb(
+            gpu_mem_mb=None, tp_size=1, pp_size=1, chunked_prefill_size=-1, max_prefill_tokens=4096
+        )
+        == 512 + 6144 + 128
+    )

@@ -1,0 +1,370 @@
+"""Each modelled SGLang release derives as its own released code does (docs/sglang-releases.md).
+
+Expected numbers are worked by hand from the released wheels' code, on the seed fixture (kimi-k3 preset):
+4,218,880 state bytes per linear layer, 69 linear layers, per_req 291,102,720; at P=8 the stages hold
+[9, 8, 8, 9, 9, 9, 9, 8] linear layers, so max-share charges int(per_req * 9/69) = 37,969,920 bytes.
+At 8 GiB and r = 0.5 the auto-fit budget is B = 8 * 0.5 / 1.5 * 2**30 = 2,863,311,530.67 bytes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import geometries
+
+from checker.core.errors import BudgetError, CheckerInputError, FlagError, LayoutError
+from checker.core.geometry import ModelGeometry
+from checker.core.models import load_geometry
+from checker.core.releases import (
+    FIRST_MODELLED,
+    MODELLED_RELEASES,
+    NEWEST_MODELLED,
+    explain_release_difference,
+    installed_sglang_version,
+    release_model,
+)
+from checker.core.sizing import CapacityInputs, derive_all, derive_stage
+from checker.core.sweep import BOOT_FAILURE
+from checker.sweep_torch import derive_sweep
+
+GIB = 2**30
+PER_REQ = 291_102_720
+SPR9 = 37_969_920
+PRESET = load_geometry(model="kimi-k3")
+WHOLE_MODEL_RELEASES = ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
+MAX_SHARE_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+
+
+def make(version: str | None, **kw: Any) -> CapacityInputs:
+    """The upstream test's setting (8 GiB, r 0.5, P 8) with the 3-slot strategy SGLang starts with."""
+    base: dict[str, Any] = dict(
+        geometry=PRESET,
+        budget_gib=8.0,
+        pp_size=8,
+        mamba_full_memory_ratio=0.5,
+        mamba_radix_cache_strategy="no_buffer",
+        disable_overlap_schedule=True,
+        sglang_version=version,
+    )
+    base.update(kw)
+    return CapacityInputs(**base)
+
+
+def values(stages: list) -> set[tuple[int, int, int]]:
+    return {(s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size) for s in stages}
+
+
+# ---- which releases, and how a version is read ----
+
+
+def test_modelled_releases_are_every_published_release_in_the_range() -> None:
+    """PyPI's sglang releases from 0.5.14 to 0.5.23 (``pip index versions sglang``, November 2026),
+    in order: a missing or misordered release shows here."""
+    assert MODELLED_RELEASES == (
+        "0.5.14",
+        "0.5.15",
+        "0.5.15.post1",
+        "0.5.16",
+        "0.5.17",
+        "0.5.18",
+        "0.5.19",
+        "0.5.20",
+        "0.5.21",
+        "0.5.22",
+        "0.5.23",
+    )
+    assert (FIRST_MODELLED, NEWEST_MODELLED) == ("0.5.14", "0.5.23")
+
+
+@pytest.mark.parametrize(
+    ("asked", "version"),
+    [
+        (None, "0.5.23"),
+        ("0.5.16", "0.5.16"),
+        ("0.5.15.post1", "0.5.15.post1"),
+        ("0.5.15post1", "0.5.15.post1"),
+        (" 0.5.17 ", "0.5.17"),
+    ],
+)
+def test_release_model_reads_a_version(asked: str | None, version: str) -> None:
+    m = release_model(asked)
+    assert m.version == version and not m.best_effort
+
+
+def test_newer_release_is_refused_unless_best_effort() -> None:
+    """0.5.24 is not modelled: refused, naming the newest modelled release; best effort derives with
+    0.5.23's rules and says so."""
+    with pytest.raises(FlagError, match="newest modelled release 0.5.23") as exc:
+        release_model("0.5.24")
+    assert "\n" not in str(exc.value)
+    m = release_model("0.5.24", best_effort=True)
+    assert (m.version, m.requested, m.best_effort) == ("0.5.23", "0.5.24", True)
+    assert "0.5.24" in m.label and "0.5.23" in m.label
+    inp = make("0.6.0", sglang_best_effort=True)
+    assert values(derive_all(inp)) == {(74, 24, 3)}
+    assert inp.describe()["sglang_version"] == "0.6.0"
+    with pytest.raises(FlagError):
+        make("0.6.0")
+
+
+@pytest.mark.parametrize(
+    ("version", "why"),
+    [
+        ("0.5.13", "rules the builtin model does not implement"),  # a pool, sized differently
+        ("0.5.2", "rules the builtin model does not implement"),  # the first release with a state pool
+        ("0.5.1", "no mamba state pool"),
+        ("0.5.14.post1", "not a published release"),  # never released
+        ("0.5.x", "not a release number"),
+        ("0.5.23rc1", "not a release number"),
+    ],
+)
+def test_older_unknown_or_malformed_versions_are_refused(version: str, why: str) -> None:
+    with pytest.raises(FlagError, match=why) as exc:
+        release_model(version)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(CheckerInputError):
+        make(version)
+
+
+def test_installed_version_is_read_from_metadata_without_importing(tmp_path: Path) -> None:
+    """A dist-info directory is all it reads: no sglang package exists here, nothing gets imported."""
+    assert installed_sglang_version([str(tmp_path)]) is None
+    info = tmp_path / "sglang-0.5.16.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.16\n")
+    other = tmp_path / "sglang_router-0.3.0.dist-info"
+    other.mkdir()
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang-router\nVersion: 0.3.0\n")
+    assert installed_sglang_version([str(tmp_path)]) == "0.5.16"
+    assert "sglang" not in sys.modules
+
+
+def test_explain_release_difference() -> None:
+    """0.5.16 -> 0.5.17 changed the charge and the padding slot (among others); one group, no lines."""
+    lines = explain_release_difference("0.5.17", "0.5.16")
+    assert any(
+        "0.5.16 charges each stage for the whole model's state; 0.5.17 and later charge the largest" in x
+        for x in lines
+    )
+    assert any("padding slot" in x for x in lines)
+    assert explain_release_difference("0.5.18", "0.5.21") == []
+    assert explain_release_difference("0.5.15", "0.5.15.post1") == []
+    floors = explain_release_difference("0.5.22", "0.5.23")
+    assert len(floors) == 1 and "0.5.23 floors" in floors[0]
+
+
+# ---- worked numbers per group ----
+
+
+@pytest.mark.parametrize("version", WHOLE_MODEL_RELEASES)
+def test_whole_model_group_worked_example(version: str) -> None:
+    """0.5.14-0.5.16 (handle_max_mamba_cache / _handle_max_mamba_cache): every stage charged per_req,
+    K = int(B // per_req) = int(2,863,311,530.67 / 291,102,720) = int(9.84) = 9 (no padding slot);
+    no_buffer: 3 slots -> max_running_requests 9 // 3 = 3; micro batch max(3 // 8, 1) = 1. KV left:
+    8 - 9 * 291,102,720 / 2**30 = 8 - 2.4399948 = 5.560005187988281 (728761/131072 exactly)."""
+    stages = derive_all(make(version))
+    assert values(stages) == {(9, 3, 1)}
+    assert {s.stage_per_req_bytes for s in stages} == {PER_REQ}
+    assert {s.kv_budget_gib for s in stages} == {728761 / 131072}
+    assert {s.state_charged_bytes for s in stages} == {9 * PER_REQ}
+    assert make(version).describe()["policy"] == "whole-model"
+
+
+@pytest.mark.parametrize("version", MAX_SHARE_RELEASES)
+def test_max_share_group_worked_example(version: str) -> None:
+    """0.5.17+: pp_layer_scale = 9/69 -> 37,969,920 bytes; K = int((B - 37,969,920) // 37,969,920) =
+    int(74.41) = 74; 74 // 3 = 24 running requests; 24 // 8 = 3 per micro batch. KV left: 8 - 75 *
+    37,969,920 / 2**30 = 5.347831726074219."""
+    stages = derive_all(make(version))
+    assert values(stages) == {(74, 24, 3)}
+    assert {s.kv_budget_gib for s in stages} == {8 - 75 * SPR9 / GIB}
+    assert {s.state_charged_bytes for s in stages} == {75 * SPR9}
+    assert make(version).describe()["policy"] == "max-share"
+
+
+def test_policy_what_if_on_an_old_release() -> None:
+    """--policy max-share on 0.5.16 keeps 0.5.16's no-padding auto-fit: K = int(B // 37,969,920) =
+    int(75.41) = 75, not 74; 75 // 3 = 25, 25 // 8 = 3. whole-model on 0.5.23 with padding:
+    int((B - per_req) // per_req) = int(8.84) = 8, 8 // 3 = 2, micro 1."""
+    assert values(derive_all(make("0.5.16", policy="max-share"))) == {(75, 25, 3)}
+    assert values(derive_all(make("0.5.23", policy="whole-model"))) == {(8, 2, 1)}
+
+
+def test_spec_decoding_before_and_after_the_padding_slot() -> None:
+    """D = 3, --max-running-requests 16, no_buffer (3 slots).
+    0.5.16: K = int(B // (per_req * (1 + 3/3))) = int(2,863,311,530.67 / 582,205,440) = 4; reservation
+    min(16, 4 // 3) = 1 request: 291,102,720 * 1 * 3 = 873,308,160 bytes; max_running_requests
+    min(16, 1) = 1.
+    0.5.17: K = int((B - 37,969,920 * 4) // (37,969,920 * 2)) = int(35.70) = 35; reservation
+    (min(16, 35 // 3) + 1) * 3 = 36 request-drafts: 37,969,920 * 12 * 3 = 1,366,917,120 bytes; 11 running."""
+    kw = dict(speculative_num_draft_tokens=3, max_running_requests=16)
+    old = derive_stage(make("0.5.16", **kw), 0)
+    assert (old.max_mamba_cache_size, old.max_running_requests, old.intermediate_state_bytes) == (
+        4,
+        1,
+        873_308_160,
+    )
+    assert old.kv_budget_gib == (8.0 - 873_308_160 / GIB) - 4 * PER_REQ / GIB
+    new = derive_stage(make("0.5.17", **kw), 0)
+    assert (new.max_mamba_cache_size, new.max_running_requests, new.intermediate_state_bytes) == (
+        35,
+        11,
+        1_366_917_120,
+    )
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.17", "0.5.22"])
+def test_requests_per_worker_reaching_zero_is_refused_before_0_5_23(version: str) -> None:
+    """--max-running-requests 3 over dp 4: 3 // 4 = 0. Before 0.5.23 the no-radix pool is K = 0
+    (handle: "Not enough GPU memory ... max_mamba_cache_size=0") and the resolver gives 0 requests; no
+    budget helps, so it is a flag error. 0.5.23 floors it at 1 (K = 1, one request)."""
+    kw = dict(disable_radix_cache=True, max_running_requests=3, dp_size=4)
+    with pytest.raises(FlagError, match="--max-running-requests 3 split over --dp-size 4"):
+        derive_all(make(version, **kw))
+    with pytest.raises(FlagError, match="--max-running-requests 3"):
+        derive_all(make(version, max_running_requests=3, dp_size=4))  # radix on: the resolver
+    assert values(derive_all(make("0.5.23", **kw))) == {(1, 1, 1)}
+
+
+def test_per_slot_extra_state_arrived_in_0_5_22() -> None:
+    """extra_mamba_cache_bytes_per_req is charged from 0.5.22; a model spec carrying one is refused for
+    earlier releases (they have no such state)."""
+    g = ModelGeometry(
+        name="toy",
+        num_hidden_layers=4,
+        linear_layer_ids=(0, 1, 2, 3),
+        conv_shapes=((8, 3),),
+        temporal_shape=(2, 4, 4),
+        extra_per_slot_bytes=1000,
+    )
+    for v in ("0.5.16", "0.5.21"):
+        with pytest.raises(FlagError, match="extra_per_slot_bytes=1000"):
+            CapacityInputs(geometry=g, budget_gib=1.0, sglang_version=v)
+    s = derive_stage(CapacityInputs(geometry=g, budget_gib=1.0, sglang_version="0.5.22"), 0)
+    assert s.extra_per_slot_bytes == 1000
+
+
+def test_skip_decode_lock_is_read_from_0_5_17() -> None:
+    """Default flags at P=8 (auto -> extra_buffer without overlap): 3 + 1 = 4 slots; with
+    SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK 0.5.17+ drop the base to 2 (3 slots), 0.5.16 does not read it."""
+    kw = dict(mamba_radix_cache_strategy="auto", disable_overlap_schedule=False, skip_decode_lock=True)
+    assert make("0.5.16", **kw).slots_per_request() == 4
+    assert make("0.5.17", **kw).slots_per_request() == 3
+
+
+def test_extra_buffer_lazy_with_spec_is_refused_before_0_5_17() -> None:
+    """server_args.py _validate_mamba_extra_buffer up to 0.5.16: "extra_buffer_lazy unsupported with
+    spec."; 0.5.17 dropped the assert. Lazy needs the overlap schedule, so P = 1 here: 3 + 1 = 4 slots."""
+    kw = dict(
+        pp_size=1,
+        mamba_radix_cache_strategy="extra_buffer_lazy",
+        disable_overlap_schedule=False,
+        speculative_num_draft_tokens=2,
+        max_running_requests=8,
+    )
+    with pytest.raises(FlagError, match="extra_buffer_lazy unsupported with spec"):
+        make("0.5.16", **kw).slots_per_request()
+    assert make("0.5.17", **kw).slots_per_request() == 4
+
+
+# ---- the two fixes against 0.5.23 ----
+
+TOY = ModelGeometry(
+    name="toy",
+    num_hidden_layers=4,
+    linear_layer_ids=(0, 1, 2, 3),
+    conv_shapes=((8, 3),),
+    temporal_shape=(2, 4, 4),
+)  # 176 bytes a layer, 704 per request
+
+
+@pytest.mark.parametrize(("version", "K"), [("0.5.23", 1023), ("0.5.17", 1023), ("0.5.16", 1024)])
+def test_state_pool_leaving_exactly_zero_for_kv_does_not_start(version: str, K: int) -> None:
+    """_profile_available_bytes raises on ``rest_memory <= 0``. A fixed pool charging 1024 slots of 704
+    bytes takes 720,896 bytes = 720896 / 2**30 GiB (exact in binary) - K + 1 slots from 0.5.17, K before.
+    At exactly that budget 0 GiB is left: refused, by the scalar core and the sweep alike. One ulp more
+    and it starts (auto with --disable-overlap-schedule at P=1 is no_buffer: 3 slots a request)."""
+    budget = 1024 * 704 / GIB
+    kw = dict(
+        geometry=TOY, pp_size=1, max_mamba_cache_size=K, disable_overlap_schedule=True, sglang_version=version
+    )
+    with pytest.raises(BudgetError, match="leaves 0 GiB"):
+        derive_stage(CapacityInputs(budget_gib=budget, **kw), 0)
+    row = derive_sweep(CapacityInputs(budget_gib=1.0, **kw), 0, [budget])
+    assert row.tolist() == [[BOOT_FAILURE] * 3]
+    above = float.__add__(budget, budget * 2**-52)
+    s = derive_stage(CapacityInputs(budget_gib=above, **kw), 0)
+    assert s.max_mamba_cache_size == K and s.kv_budget_gib > 0
+
+
+EMPTY_FIRST = "0,12,12,12,12,12,12,21"  # stage 0 holds no layers at all
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"max_mamba_cache_size": 40},
+        {"disable_radix_cache": True, "max_running_requests": 20},
+    ],
+)
+def test_own_share_empty_stage_with_an_explicit_pool_size_starts(extra: dict[str, Any]) -> None:
+    """Only the auto-fit branch asserts ``stage_per_req > 0`` (_handle_max_mamba_cache); with an
+    explicit pool size (branch A or B) a stage charged 0 bytes starts with that pool. K = 40 (A) or 20
+    (B) on every stage; the empty stage keeps its whole budget for KV (8 GiB)."""
+    stages = derive_all(make("0.5.23", policy="own-share", partition_env=EMPTY_FIRST, **extra))
+    assert stages[0].stage_per_req_bytes == 0
+    assert stages[0].kv_budget_gib == 8.0
+    assert {s.max_mamba_cache_size for s in stages} == {extra.get("max_mamba_cache_size", 20)}
+    with pytest.raises(LayoutError, match="stage 0 holds no linear layers"):
+        derive_all(make("0.5.23", policy="own-share", partition_env=EMPTY_FIRST))
+
+
+# ---- the vectorised sweep is the scalar core, release by release ----
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_sweep_is_bit_identical_to_the_scalar_core_for_every_release(data: st.DataObject) -> None:
+    g = data.draw(geometries(extras=(0,)))
+    P = data.draw(st.integers(1, min(4, g.num_hidden_layers)))
+    D = data.draw(st.sampled_from([None, None, 1, 3]))
+    kw: dict[str, Any] = dict(
+        geometry=g,
+        pp_size=P,
+        budget_gib=1.0,
+        policy=data.draw(st.sampled_from([None, "max-share", "own-share", "whole-model"])),
+        mamba_full_memory_ratio=data.draw(st.sampled_from([0.5, 0.9, 2.0])),
+        disable_overlap_schedule=data.draw(st.booleans()),
+        dp_size=data.draw(st.sampled_from([1, 2])),
+        speculative_num_draft_tokens=D,
+        max_running_requests=data.draw(st.sampled_from([1, 2, 16]))
+        if D
+        else data.draw(st.sampled_from([None, 1, 16])),
+        disable_radix_cache=data.draw(st.booleans()),
+        max_mamba_cache_size=data.draw(st.sampled_from([None, None, 1, 7, 64])),
+    )
+    budgets = data.draw(st.lists(st.floats(1e-6, 64.0, allow_nan=False), min_size=1, max_size=12))
+    for version in MODELLED_RELEASES:
+        try:
+            inputs = CapacityInputs(**kw, sglang_version=version)
+            plans_ok = [derive_sweep(inputs, k, budgets) for k in range(P)]
+        except (FlagError, LayoutError) as exc:
+            # Budget-independent refusals raise from both, with the same words.
+            with pytest.raises(type(exc)):
+                derive_all(CapacityInputs(**{**kw, "budget_gib": budgets[0]}, sglang_version=version))
+            continue
+        for k, rows in enumerate(plans_ok):
+            for b, row in zip(budgets, rows.tolist(), strict=True):
+                try:
+                    s = derive_stage(CapacityInputs(**{**kw, "budget_gib": b}, sglang_version=version), k)
+                    want = [s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size]
+                except BudgetError:
+                    want = [BOOT_FAILURE] * 3
+                assert row == want, (version, k, b)
+    assert torch.get_default_dtype() == torch.float32  # the sweep never changed the global default
