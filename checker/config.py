@@ -112,12 +112,17 @@ class BudgetSource:
     """Free memory to assume instead of measuring it: one value, or one per rank."""
     agree: bool = True
     """MIN over ranks, as SGLang all-reduces free memory (``--no-agree-budget`` turns it off)."""
+    weights_gib: tuple[float, ...] = ()
+    """The weights' footprint per rank (one value, or one per rank); the checker loads none."""
 
     @property
     def label(self) -> str:
         if self.from_device:
             agreement = "MIN over ranks" if self.agree else "not agreed"
-            return f"device free x {self.mem_fraction_static:g}, {agreement}"
+            weights = (
+                f", weights {','.join(f'{w:g}' for w in self.weights_gib)} GiB" if self.weights_gib else ""
+            )
+            return f"device free, --mem-fraction-static {self.mem_fraction_static:g}{weights}, {agreement}"
         return "--budget-gib"
 
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, fields
 
 from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
-from checker.core.budget import agreed_budget_gib
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.faults import maybe_inject
@@ -78,6 +77,43 @@ def _device_free_bytes(config: PreflightConfig, env: RankEnv, device) -> int:
         "--budget-from-device on a CPU rank needs --device-free-gib (no device memory to measure); "
         "or pass --budget-gib"
     )
+
+
+def device_budget(
+    config: PreflightConfig, env: RankEnv, local: LocalFacts, all_free: Sequence[int]
+) -> tuple[float, str]:
+    """``--budget-from-device``: the memory handed to sizing, computed as this rank's release does
+    (:func:`checker.core.budget.sizing_budget`), and the formula it used.
+
+    SGLang measures free memory before and after loading the weights, each all-reduced MIN over the
+    ranks; the checker loads none, so free-after is free-before minus ``--weights-gib`` on each rank.
+    """
+    from checker.core.budget import sizing_budget
+    from checker.core.releases import installed_sglang_version
+
+    b = config.budget
+    weights = b.weights_gib or (0.0,)
+    if len(weights) not in (1, env.world_size):
+        raise LayoutError(
+            f"--weights-gib has {len(weights)} values for world_size {env.world_size}; give one value or "
+            "one per rank"
+        )
+    per_rank = [weights[0] if len(weights) == 1 else weights[r] for r in range(env.world_size)]
+    if b.agree:
+        known = [(r, f) for r, f in enumerate(all_free) if f != MISSING]
+    else:
+        known = [(env.rank, local.device_free_bytes)]
+    before = min(f for _, f in known) / GIB
+    after = min(f / GIB - per_rank[r] for r, f in known)
+    release, _ = config.engine.release(installed_sglang_version())
+    result = sizing_budget(
+        release,
+        free_before_gib=before,
+        weights_gib=max(before - after, 0.0),
+        mem_fraction_static=b.mem_fraction_static,
+    )
+    agreement = "MIN over ranks" if b.agree else "this rank's own, not agreed"
+    return result.gib, f"device free ({agreement}): {result.formula}"
 
 
 def flag_inputs(sizing: SizingFlags, pp_size: int) -> dict[str, str | None]:
@@ -168,9 +204,8 @@ def _derive_into(
 
     b = config.budget
     if b.from_device:
-        budget = agreed_budget_gib(
-            all_free, local.device_free_bytes, fraction=b.mem_fraction_static, agree=b.agree
-        )
+        budget, formula = device_budget(config, env, local, all_free)
+        row.inputs["budget_source"] = formula
     else:
         assert b.budget_gib is not None
         budget = b.budget_gib

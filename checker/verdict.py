@@ -88,8 +88,59 @@ def _show(value: str | None) -> str:
     return value + ("..." if len(value.encode()) >= VALUE_BYTES else "")
 
 
+def _release_rules_that_matter(rows: Sequence[RankRow]) -> set[str] | None:
+    """The release rules that can change what these rows derived (from the inputs they carry)."""
+    from dataclasses import fields
+
+    from checker.core.releases import ReleaseRules
+
+    i = rows[0].inputs
+    conditional = {
+        "floor_requests": i.get("max_running_requests") is not None,
+        "extra_per_slot": False,  # a per-slot extra state shows in the model's digest, not here
+        "skip_decode_lock": any(r.inputs.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK") for r in rows),
+        "lazy_with_spec": i.get("mamba_radix_cache_strategy") == "extra_buffer_lazy"
+        and i.get("speculative_num_draft_tokens") is not None,
+        "budget_rule": (i.get("budget_source") or "").startswith("device"),
+    }
+    return {f.name for f in fields(ReleaseRules) if conditional.get(f.name, True)}
+
+
+def explain_releases(rows: Sequence[RankRow]) -> str:
+    """Installed SGLang releases that differ, per node ("node 0 runs 0.5.16; node 1 runs 0.5.23"), and
+    the changes between them that can make the ranks derive differently."""
+    from checker.core.errors import CheckerInputError
+    from checker.core.releases import explain_release_difference
+
+    by_node: dict[int, list[RankRow]] = defaultdict(list)
+    for r in rows:
+        by_node[r.node_rank].append(r)
+    parts = []
+    for node, members in sorted(by_node.items()):
+        versions = sorted({r.inputs.get("sglang_version") or "?" for r in members})
+        hosts = ", ".join(sorted({r.host for r in members}))
+        who = f"node {node} ({hosts}, {rank_ranges(r.rank for r in members)})"
+        shown = " and ".join(
+            "no SGLang installed" if v == "not installed" else f"SGLang {v}" for v in versions
+        )
+        parts.append(f"{who} runs {shown}")
+    line = "sglang_version: " + "; ".join(parts)
+    installed = sorted({r.inputs.get("sglang_version") for r in rows} - {None, "not installed"})
+    why: list[str] = []
+    for a, b in zip(installed, installed[1:], strict=False):
+        try:
+            why += explain_release_difference(a, b, only=_release_rules_that_matter(rows))
+        except CheckerInputError:  # a release the model does not know: nothing to explain with
+            continue
+    if why:
+        line += " -- what changed: " + "; ".join(why)
+    return line
+
+
 def explain_input(name: str, rows: Sequence[RankRow]) -> str:
     """One line naming who differs in one input, e.g. the partition env set on some nodes only."""
+    if name == "sglang_version":
+        return explain_releases(rows)
     by_digest: dict[int, list[RankRow]] = defaultdict(list)
     for row in rows:
         by_digest[row.input_digests[name]].append(row)
@@ -168,7 +219,11 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
     rows = sorted(rows, key=lambda r: r.rank)
     v = Verdict(status=CONSISTENT, world_size=world_size, rows=list(rows))
     v.differing_inputs = differing_inputs(rows)
-    v.root_causes = [explain_input(n, rows) for n in v.differing_inputs]
+    # Installed releases that differ are the cause; the release each rank derived as follows from them.
+    causes = [
+        n for n in v.differing_inputs if not (n == "derived_as" and "sglang_version" in v.differing_inputs)
+    ]
+    v.root_causes = [explain_input(n, rows) for n in causes]
 
     failed = [r for r in rows if r.status not in (ROW_OK, ROW_DRIFT)]
     drifted = [r for r in rows if r.status == ROW_DRIFT]

@@ -45,8 +45,9 @@ FAMILIES = (
     "qwen3_5_397b_a17b",
     "qwen3_next_80b_a3b",
 )
-no_sglang = pytest.mark.skipif(installed_version() is not None,
-                               reason=f"sglang {installed_version()} is installed here")
+no_sglang = pytest.mark.skipif(
+    installed_version() is not None, reason=f"sglang {installed_version()} is installed here"
+)
 
 
 # ---- everywhere: no SGLang -------------------------------------------------------------------------
@@ -80,9 +81,19 @@ def test_check_engine_sglang_without_sglang_is_an_error_verdict(tmp_path: Path) 
     the report, and the rank still joined the exchange (no hang, no infrastructure failure)."""
     from harness import run_world
 
-    res = run_world(["check", "--model", "kimi-k3", "--budget-gib", "8", "--engine", "sglang", "--timeout-s", "20",
-                     "--allow-single-rank"],
-                    world_size=1, tmp_path=tmp_path)
+    argv = [
+        "check",
+        "--model",
+        "kimi-k3",
+        "--budget-gib",
+        "8",
+        "--engine",
+        "sglang",
+        "--timeout-s",
+        "20",
+        "--allow-single-rank",
+    ]
+    res = run_world(argv, world_size=1, tmp_path=tmp_path)
     assert res.codes == [2], res.ranks[0].stderr[-400:]
     rep = res.report()
     assert rep["status"] == "error"
@@ -101,8 +112,9 @@ def test_engine_builtin_never_imports_sglang_or_torch() -> None:
         "leaked = sorted(m for m in ('sglang', 'torch', 'triton') if m in sys.modules)\n"
         "print('RESULT', rc1, rc2, rc3, leaked)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     last = proc.stdout.strip().splitlines()[-1]
     assert last == "RESULT 0 0 0 []", (last, proc.stderr[-400:])
 
@@ -137,16 +149,23 @@ def test_compare_names_each_value_and_both_numbers() -> None:
     error through as "engines agree"."""
     b = _stage()
     assert compare(Outcome(3, stage=b), Outcome(3, stage=b)) == []
-    s = dataclasses.replace(b, max_mamba_cache_size=b.max_mamba_cache_size - 1, end_layer=b.end_layer + 1,
-                            stage_per_req_bytes=b.stage_per_req_bytes + 8)
+    s = dataclasses.replace(
+        b,
+        max_mamba_cache_size=b.max_mamba_cache_size - 1,
+        end_layer=b.end_layer + 1,
+        stage_per_req_bytes=b.stage_per_req_bytes + 8,
+    )
     found = compare(Outcome(3, stage=b), Outcome(3, stage=s))
     assert [d.value for d in found] == ["max_mamba_cache_size", "stage_slice", "stage_per_req_bytes"]
-    assert found[0] == Drift(3, "max_mamba_cache_size", str(b.max_mamba_cache_size),
-                             str(b.max_mamba_cache_size - 1))
+    assert found[0] == Drift(
+        3, "max_mamba_cache_size", str(b.max_mamba_cache_size), str(b.max_mamba_cache_size - 1)
+    )
     assert found[1].sglang == f"[{b.start_layer}, {b.end_layer + 1})"
     for name in ("max_running_requests", "pp_max_micro_batch_size"):
-        assert [d.value for d in compare(Outcome(3, stage=b),
-                                         Outcome(3, stage=dataclasses.replace(b, **{name: 1})))] == [name]
+        assert [
+            d.value
+            for d in compare(Outcome(3, stage=b), Outcome(3, stage=dataclasses.replace(b, **{name: 1})))
+        ] == [name]
     assert set(DRIFT_VALUES) >= {"max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size"}
 
 
@@ -164,9 +183,18 @@ def test_one_engine_refusing_is_drift_both_refusing_is_not() -> None:
 
 
 def _row(rank: int, status: int, error: str = "", sglang: str | None = "0.5.23") -> RankRow:
-    return RankRow(rank=rank, world_size=2, pp_rank=rank, status=status, max_mamba_cache_size=74,
-                   max_running_requests=18, pp_max_micro_batch_size=2, host="h", error=error,
-                   inputs={"sglang_version": sglang})
+    return RankRow(
+        rank=rank,
+        world_size=2,
+        pp_rank=rank,
+        status=status,
+        max_mamba_cache_size=74,
+        max_running_requests=18,
+        pp_max_micro_batch_size=2,
+        host="h",
+        error=error,
+        inputs={"sglang_version": sglang},
+    )
 
 
 def _decoded(row: RankRow) -> RankRow:
@@ -199,8 +227,19 @@ def test_sglang_version_is_an_input_digest() -> None:
 
 @pytest.mark.parametrize(
     ("value", "on"),
-    [("1", True), ("true", True), ("TRUE", True), ("yes", True), ("y", True), ("Y", True),
-     ("0", False), ("no", False), ("on", False), (" 1", False), ("", False)],
+    [
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        ("yes", True),
+        ("y", True),
+        ("Y", True),
+        ("0", False),
+        ("no", False),
+        ("on", False),
+        (" 1", False),
+        ("", False),
+    ],
 )
 def test_skip_decode_lock_env_parses_like_sglang_envbool(value: str, on: bool) -> None:
     """SGLang reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (lower-cased, not stripped, yes/y
@@ -218,9 +257,14 @@ def test_empty_partition_env_is_refused_like_sglang() -> None:
     CapacityInputs(geometry=g, budget_gib=8.0, pp_size=1, partition_env="")  # ignored at pp 1, as SGLang
 
 
-@pytest.mark.parametrize(("name", "value"), [("SGLANG_MAMBA_SSM_DTYPE", "bf16"),
-                                             ("SGLANG_MAMBA_SSM_DTYPE", "BFloat16"),
-                                             ("SGLANG_MAMBA_CONV_DTYPE", "fp32")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SGLANG_MAMBA_SSM_DTYPE", "bf16"),
+        ("SGLANG_MAMBA_SSM_DTYPE", "BFloat16"),
+        ("SGLANG_MAMBA_CONV_DTYPE", "fp32"),
+    ],
+)
 def test_env_dtype_must_be_spelt_as_sglang_matches_it(name: str, value: str) -> None:
     """SGLang matches env dtypes exactly and IGNORES other spellings: SGLANG_MAMBA_SSM_DTYPE=bf16 leaves
     fp32 state, so the builtin's old alias (bf16 -> bfloat16) overstated the pool about 2x (Qwen3-Next
@@ -262,10 +306,16 @@ RELEASE_CASES: dict[str, dict[str, Any]] = {
     "no-radix-mrr": {"disable_radix_cache": True, "max_running_requests": 40},
     "no-radix-mrr-dp2": {"disable_radix_cache": True, "max_running_requests": 40, "dp_size": 2},
     "spec": {"speculative_num_draft_tokens": 3, "max_running_requests": 32},
-    "spec-explicit-K": {"speculative_num_draft_tokens": 4, "max_running_requests": 64,
-                        "max_mamba_cache_size": 200},
-    "spec-no-radix": {"speculative_num_draft_tokens": 2, "max_running_requests": 16,
-                      "disable_radix_cache": True},
+    "spec-explicit-K": {
+        "speculative_num_draft_tokens": 4,
+        "max_running_requests": 64,
+        "max_mamba_cache_size": 200,
+    },
+    "spec-no-radix": {
+        "speculative_num_draft_tokens": 2,
+        "max_running_requests": 16,
+        "disable_radix_cache": True,
+    },
     "dp2": {"dp_size": 2},
     "kv-binds": {"token_capacity": 3000, "context_len": 1024},
     "micro": {"pp_max_micro_batch_size": 5, "max_running_requests": 100},
@@ -275,14 +325,16 @@ RELEASE_CASES: dict[str, dict[str, Any]] = {
 MUST_DERIVE = ("auto-fit", "no_buffer", "explicit-K", "no-radix-mrr", "spec", "dp2")
 
 
-def _compare_release(engine: Any, source: Any, env: dict[str, str],
-                     **flags: Any) -> tuple[list[Drift], list[Outcome]]:
+def _compare_release(
+    engine: Any, source: Any, env: dict[str, str], **flags: Any
+) -> tuple[list[Drift], list[Outcome]]:
     """Every stage with both: the builtin as the installed release, and that release's own code."""
     from checker.core.errors import CheckerInputError
 
     base: dict[str, Any] = {"budget_gib": 16.0, "pp_size": 4, "tp_size": 2} | flags
-    g = resolve_dtypes(load_geometry(model=source.model, model_config=source.model_config,
-                                     tp_size=base["tp_size"]), env=env)
+    g = resolve_dtypes(
+        load_geometry(model=source.model, model_config=source.model_config, tp_size=base["tp_size"]), env=env
+    )
     try:
         inputs = CapacityInputs(geometry=g, sglang_version=engine.version, **base)
     except CheckerInputError as exc:  # refused before either engine runs: SGLang must refuse too
@@ -300,14 +352,19 @@ def _compare_release(engine: Any, source: Any, env: dict[str, str],
         prepared, sglang_error = None, exc
     for k in range(pp):
         b = Outcome(k, error=prepared_error) if inputs is None else _builtin_outcome(inputs, k)
-        s = Outcome(k, error=sglang_error or prepared_error) if prepared is None else _sglang_outcome(
-            prepared, k)
+        s = (
+            Outcome(k, error=sglang_error or prepared_error)
+            if prepared is None
+            else _sglang_outcome(prepared, k)
+        )
         outs.append(s)
         drifts += compare(b, s)
         if inputs is not None and b.stage is not None and s.stage is not None:
-            drifts += [Drift(k, name, str(getattr(b.stage, name)), str(getattr(s.stage, name)))
-                       for name in ("slots_per_request", "padding_slot_charged", "branch")
-                       if getattr(b.stage, name) != getattr(s.stage, name)]
+            drifts += [
+                Drift(k, name, str(getattr(b.stage, name)), str(getattr(s.stage, name)))
+                for name in ("slots_per_request", "padding_slot_charged", "branch")
+                if getattr(b.stage, name) != getattr(s.stage, name)
+            ]
     return drifts, outs
 
 
@@ -351,9 +408,15 @@ def test_builtin_of_the_installed_release_matches_its_code(sglang_engine, family
 
 @pytest.mark.sglang
 @pytest.mark.parametrize(
-    "env", [{"SGLANG_PP_LAYER_PARTITION": "16,12,12,8"}, {"SGLANG_PP_LAYER_PARTITION": "0,16,16,16"},
-            {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"}, {"SGLANG_MAMBA_SSM_DTYPE": "float16"}],
-    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()))
+    "env",
+    [
+        {"SGLANG_PP_LAYER_PARTITION": "16,12,12,8"},
+        {"SGLANG_PP_LAYER_PARTITION": "0,16,16,16"},
+        {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"},
+        {"SGLANG_MAMBA_SSM_DTYPE": "float16"},
+    ],
+    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()),
+)
 def test_builtin_of_the_installed_release_matches_its_code_on_env(sglang_engine, env: dict[str, str]) -> None:
     """The env vars SGLang reads while sizing (partition, skip-decode-lock, state dtype), Qwen3-Next
     48 layers at pp 4, as the installed release reads them."""
@@ -364,8 +427,9 @@ def test_builtin_of_the_installed_release_matches_its_code_on_env(sglang_engine,
         flags["partition_env"] = env["SGLANG_PP_LAYER_PARTITION"]
     if "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK" in env:
         flags["skip_decode_lock"] = flag(env["SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"])
-    drifts, outs = _compare_release(sglang_engine, _family("qwen3_next_80b_a3b"), env, budget_gib=8.0,
-                                    **flags)
+    drifts, outs = _compare_release(
+        sglang_engine, _family("qwen3_next_80b_a3b"), env, budget_gib=8.0, **flags
+    )
     assert drifts == [], [str(d) for d in drifts]
     assert all(o.stage is not None for o in outs), [str(o.error) for o in outs if o.error]
 
@@ -379,12 +443,22 @@ def test_worked_example_kimi_k3_per_release(sglang_engine) -> None:
     from checker.engines import ModelSource
 
     g = resolve_dtypes(load_geometry(model="kimi-k3"), env={})
-    flags = dict(budget_gib=8.0, pp_size=8, mamba_full_memory_ratio=0.5,
-                 mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)
-    prepared = sglang_engine.prepare(CapacityInputs(geometry=g, sglang_version=sglang_engine.version,
-                                                    **flags), ModelSource(model="kimi-k3"), {})
-    got = {(s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size)
-           for s in (prepared.derive(k) for k in range(8))}
+    flags = dict(
+        budget_gib=8.0,
+        pp_size=8,
+        mamba_full_memory_ratio=0.5,
+        mamba_radix_cache_strategy="no_buffer",
+        disable_overlap_schedule=True,
+    )
+    prepared = sglang_engine.prepare(
+        CapacityInputs(geometry=g, sglang_version=sglang_engine.version, **flags),
+        ModelSource(model="kimi-k3"),
+        {},
+    )
+    got = {
+        (s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size)
+        for s in (prepared.derive(k) for k in range(8))
+    }
     expected = (9, 3, 1) if sglang_engine.version == "0.5.16" else (74, 24, 3)
     assert got == {expected}
     drifts, _ = _compare_release(sglang_engine, ModelSource(model="kimi-k3"), {}, tp_size=1, **flags)
@@ -411,8 +485,14 @@ FLAG_SETS = {
     "branch-A": ["--max-mamba-cache-size", "301", "--dp-size", "2"],
     "branch-B": ["--disable-radix-cache", "--max-running-requests", "40"],
     "spec": ["--speculative-num-draft-tokens", "3", "--max-running-requests", "32"],
-    "spec-A": ["--speculative-num-draft-tokens", "4", "--max-running-requests", "64",
-               "--max-mamba-cache-size", "20"],
+    "spec-A": [
+        "--speculative-num-draft-tokens",
+        "4",
+        "--max-running-requests",
+        "64",
+        "--max-mamba-cache-size",
+        "20",
+    ],
     "kv-binds": ["--token-capacity", "3000", "--context-len", "1024"],
     "ssm-bf16": ["--mamba-ssm-dtype", "bfloat16", "--mamba-full-memory-ratio", "0.5"],
     "micro": ["--pp-max-micro-batch-size", "5", "--max-running-requests", "100"],
@@ -426,8 +506,9 @@ def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: 
     """Every family x branch x strategy at pp 4 and tp 2: the builtin and SGLang's own code derive the
     same K, max_running_requests, micro-batch, slices and stage_per_req on every stage. A model error
     shows as exit 4 with the drift listed."""
-    rc, doc = _both(cli, [*_fixture(family), "--pp-size", "4", "--tp-size", "2", "--budget-gib", "16",
-                          *FLAG_SETS[flags]])
+    rc, doc = _both(
+        cli, [*_fixture(family), "--pp-size", "4", "--tp-size", "2", "--budget-gib", "16", *FLAG_SETS[flags]]
+    )
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
     assert doc["engine"] == "both" and doc["sglang_version"] == sglang_engine.version
 
@@ -458,11 +539,15 @@ PARTITIONS = {  # qwen3_next: 48 layers, every 4th full attention
 def test_engines_agree_on_the_partition_env(sglang_engine, cli, name: str) -> None:
     """SGLANG_PP_LAYER_PARTITION under max-share (the only policy SGLang ships): same slices, same
     busiest-stage share, same pool on every stage."""
-    rc, doc = _both(cli, [*_fixture("qwen3_next_80b_a3b"), "--pp-size", "4", "--budget-gib", "8"],
-                    {"SGLANG_PP_LAYER_PARTITION": PARTITIONS[name]})
+    rc, doc = _both(
+        cli,
+        [*_fixture("qwen3_next_80b_a3b"), "--pp-size", "4", "--budget-gib", "8"],
+        {"SGLANG_PP_LAYER_PARTITION": PARTITIONS[name]},
+    )
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
     assert [r["start_layer"] for r in doc["ranks"]][1:] == [
-        int(sum(map(int, PARTITIONS[name].split(",")[:k]))) for k in range(1, 4)]
+        int(sum(map(int, PARTITIONS[name].split(",")[:k]))) for k in range(1, 4)
+    ]
 
 
 ENVS = [
@@ -491,11 +576,14 @@ def test_auto_under_pp_resolves_as_the_builtin_says(sglang_engine) -> None:
     from checker.engines import ModelSource
 
     g = resolve_dtypes(load_geometry(model="kimi-k3"), env={})
-    prepared = sglang_engine.prepare(CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8),
-                                     ModelSource(model="kimi-k3"), {})
+    prepared = sglang_engine.prepare(
+        CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8), ModelSource(model="kimi-k3"), {}
+    )
     described = prepared.describe()
     assert (described["mamba_radix_cache_strategy"], described["disable_overlap_schedule"]) == (
-        "extra_buffer", True)
+        "extra_buffer",
+        True,
+    )
     assert prepared.derive(0).slots_per_request == 4
 
 
@@ -538,12 +626,23 @@ def test_engine_sglang_reports_sglang_refusals_as_input_errors(sglang_engine, cl
 BOTH_REFUSE = {  # SGLang 0.5.23's startup asserts (arg_groups/mamba_hook.py), which the builtin mirrors
     "no_buffer overlap on, pp 4": ["--mamba-radix-cache-strategy", "no_buffer"],
     "no_buffer overlap on, pp 1": ["--mamba-radix-cache-strategy", "no_buffer", "--pp-size", "1"],
-    "no_buffer page 16": ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule",
-                          "--page-size", "16"],
+    "no_buffer page 16": [
+        "--mamba-radix-cache-strategy",
+        "no_buffer",
+        "--disable-overlap-schedule",
+        "--page-size",
+        "16",
+    ],
     "extra_buffer page 24": ["--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "24"],
     "auto page 3": ["--page-size", "3"],
-    "extra_buffer_lazy page 96, pp 1": ["--mamba-radix-cache-strategy", "extra_buffer_lazy",
-                                        "--pp-size", "1", "--page-size", "96"],
+    "extra_buffer_lazy page 96, pp 1": [
+        "--mamba-radix-cache-strategy",
+        "extra_buffer_lazy",
+        "--pp-size",
+        "1",
+        "--page-size",
+        "96",
+    ],
     "draft tokens 257": ["--speculative-num-draft-tokens", "257", "--max-running-requests", "8"],
 }
 
@@ -553,8 +652,19 @@ BOTH_REFUSE = {  # SGLang 0.5.23's startup asserts (arg_groups/mamba_hook.py), w
 def test_engines_refuse_the_same_cache_flags(sglang_engine, cli, flags: str) -> None:
     """Each cache-flag combination SGLang refuses at startup is refused by the builtin too: exit 2 with
     the builtin's one line, not exit 4 (one engine derives values) or 0 (both derive)."""
-    res = cli(["derive", "--engine", "both", *_fixture("qwen3_next_80b_a3b"), "--pp-size", "4",
-               "--budget-gib", "16", *BOTH_REFUSE[flags]])
+    res = cli(
+        [
+            "derive",
+            "--engine",
+            "both",
+            *_fixture("qwen3_next_80b_a3b"),
+            "--pp-size",
+            "4",
+            "--budget-gib",
+            "16",
+            *BOTH_REFUSE[flags],
+        ]
+    )
     lines = res.err.strip().splitlines()
     assert res.rc == 2 and len(lines) == 1, (res.rc, res.err)
     assert f"SGLang {sglang_engine.version} refuses" in lines[0], lines[0]
@@ -564,15 +674,43 @@ def test_engines_refuse_the_same_cache_flags(sglang_engine, cli, flags: str) -> 
 def test_plan_engines_agree_on_the_min_budget(sglang_engine, cli) -> None:
     """plan's budget boundary searched again with SGLang's derivation lands on the same 0.01 GiB."""
     if sglang_engine.policy != "max-share":
-        pytest.xfail("plan asks for --policy max-share by default; on a whole-model release (0.5.16) its "
-                     "default must be the release's own policy (checker/commands/plan.py)")
-    res = cli(["plan", "--engine", "both", "--target-max-running-requests", "40", "--format", "json",
-               *_fixture("kimi_linear_48b_a3b"), "--pp-size", "4"])
+        pytest.xfail(
+            "plan asks for --policy max-share by default; on a whole-model release (0.5.16) its "
+            "default must be the release's own policy (checker/commands/plan.py)"
+        )
+    res = cli(
+        [
+            "plan",
+            "--engine",
+            "both",
+            "--target-max-running-requests",
+            "40",
+            "--format",
+            "json",
+            *_fixture("kimi_linear_48b_a3b"),
+            "--pp-size",
+            "4",
+        ]
+    )
     assert res.rc == 0, res.err
     doc = json.loads(res.out)
     assert doc["drift"] == [] and list(doc["min_budget_gib"]) == ["max-share"]
-    alone = json.loads(cli(["plan", "--engine", "sglang", "--target-max-running-requests", "40",
-                            "--format", "json", *_fixture("kimi_linear_48b_a3b"), "--pp-size", "4"]).out)
+    alone = json.loads(
+        cli(
+            [
+                "plan",
+                "--engine",
+                "sglang",
+                "--target-max-running-requests",
+                "40",
+                "--format",
+                "json",
+                *_fixture("kimi_linear_48b_a3b"),
+                "--pp-size",
+                "4",
+            ]
+        ).out
+    )
     assert alone["min_budget_gib"] == doc["min_budget_gib"]
 
 
@@ -596,8 +734,16 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
 
     from harness import run_world
 
-    base = ["check", *_fixture("qwen3_next_80b_a3b"), "--budget-gib", "8", "--engine", "both",
-            "--timeout-s", "60"]
+    base = [
+        "check",
+        *_fixture("qwen3_next_80b_a3b"),
+        "--budget-gib",
+        "8",
+        "--engine",
+        "both",
+        "--timeout-s",
+        "60",
+    ]
     res = run_world(base, world_size=2, tmp_path=tmp_path)
     assert res.codes == [0, 0], [r.stderr[-400:] for r in res.ranks]
     assert res.report()["status"] == "consistent"

@@ -72,6 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "value, or one per rank",
     )
     g.add_argument(
+        "--weights-gib",
+        type=gib_list,
+        metavar="GIB[,GIB...]",
+        help="with --budget-from-device: the model weights' footprint per rank (one value, or one per "
+        "rank); SGLang sizes from free memory measured before and after loading them, as your release "
+        "does (default 0: free x --mem-fraction-static)",
+    )
+    g.add_argument(
         "--no-agree-budget",
         action="store_true",
         help="skip the MIN all-reduce: shows the divergence a missing agreement would cause",
@@ -115,6 +123,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         raise FlagError("--budget-gib and --budget-from-device are two budget sources; give one")
     if args.device_free_gib and not args.budget_from_device:
         raise FlagError("--device-free-gib only applies with --budget-from-device")
+    if args.weights_gib and not args.budget_from_device:
+        raise FlagError("--weights-gib only applies with --budget-from-device")
     if env.world_size == 1 and not args.allow_single_rank:
         raise FlagError(
             "check is running as one rank, which compares nothing: launch it under torchrun with every "
@@ -133,6 +143,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             from_device=args.budget_from_device,
             mem_fraction_static=args.mem_fraction_static,
             device_free_gib=tuple(args.device_free_gib or ()),
+            weights_gib=tuple(args.weights_gib or ()),
             agree=not args.no_agree_budget,
         ),
         output=OutputOptions(report=args.report, junit=args.junit, format=args.format, quiet=args.quiet),
@@ -147,6 +158,10 @@ def run(args: argparse.Namespace) -> int:
     env = RankEnv.from_environ()
     config = config_from_args(args, env)
     return Preflight(config, env).run()
+
+
+def _gib(value: float | None) -> str:
+    return "?" if value is None else f"{value:.6g}"
 
 
 class Preflight:
@@ -298,7 +313,7 @@ class Preflight:
         pp = row.pp_size if row.pp_size > 0 else "?"
         return (
             f"world {self.env.world_size} = pp {pp} x tp {c.sizing.tp_size}, {self.session.backend}; "
-            f"{row.inputs.get('model')}, budget {row.inputs.get('budget_gib') or '?'} GiB "
+            f"{row.inputs.get('model')}, budget {_gib(row.budget_gib)} GiB "
             f"({c.budget.label}); {row.inputs.get('derived_as') or 'SGLang ?'}"
             + (f", policy {c.sizing.policy}" if c.sizing.policy else "")
         )

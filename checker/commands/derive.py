@@ -16,6 +16,7 @@ import time
 
 from checker import __version__
 from checker.config import DeriveConfig
+from checker.core.errors import BudgetError, FlagError
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
 from checker.engines.drift import drift_lines
 from checker.materialize import MATERIALIZE_STATUS_NAMES
@@ -135,6 +136,9 @@ def _rank_dict(s: StageCapacity, m) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    releases = [v.strip() for v in (args.sglang_version or "").split(",") if v.strip()]
+    if len(releases) > 1:
+        return run_upgrade(args, releases)
     config = DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB)
     inputs = config.inputs(os.environ)
     engines = config.engines(inputs, os.environ)
@@ -224,3 +228,121 @@ def _report_drift_only(args: argparse.Namespace, inputs: CapacityInputs, engines
         for line in drift_lines(drifts, sglang_version=engines.sglang_version):
             print(line)
     return EXIT_CODES[MODEL_DRIFT]
+
+
+# --- --sglang-version A,B: an upgrade, side by side ------------------------------------------------
+
+
+def run_upgrade(args: argparse.Namespace, releases: list[str]) -> int:
+    """Every stage under each release, side by side, and what differs: planning a rolling upgrade.
+
+    A cluster half on A and half on B disagrees on every value that differs here (the preflight then
+    names the releases per node); the explanation says which change in SGLang's code causes it.
+    """
+    from dataclasses import replace
+
+    from checker.core.upgrade import explain
+
+    if args.engine != "builtin" or args.materialize:
+        raise FlagError(
+            "--sglang-version A,B compares the builtin models of two releases; drop --engine "
+            "and --materialize (or give one release)"
+        )
+    if len(set(releases)) != len(releases):
+        raise FlagError(f"--sglang-version {','.join(releases)} names a release twice")
+    base = DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB)
+    by_release: dict[str, list[StageCapacity]] = {}
+    inputs_by_release: dict[str, CapacityInputs] = {}
+    errors: dict[str, str] = {}
+    for version in releases:
+        config = replace(base, engine=replace(base.engine, sglang_version=version))
+        inputs = config.inputs(os.environ)
+        inputs_by_release[version] = inputs
+        try:
+            by_release[version] = [
+                config.engines(inputs, os.environ).derive(k)[0] for k in range(inputs.pp_size)
+            ]
+        except BudgetError as exc:  # does not boot under this release: part of the answer
+            errors[version] = str(exc)
+    differences = _release_differences(by_release)
+    explanations = []
+    for a, b in zip(releases, releases[1:], strict=False):
+        if differences or a in errors or b in errors:
+            explanations += explain(a, b, inputs_by_release[b])
+    if args.format == "json":
+        doc = {
+            "checker_version": __version__,
+            "inputs": inputs_by_release[releases[0]].describe(),
+            "geometry": inputs_by_release[releases[0]].geometry.describe(),
+            "sglang_versions": releases,
+            "by_release": {
+                v: {
+                    "ranks": [s.as_dict() for s in by_release[v]] if v in by_release else None,
+                    "error": errors.get(v),
+                    "policy": inputs_by_release[v].resolved_policy,
+                }
+                for v in releases
+            },
+            "differences": differences,
+            "explanations": explanations,
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not args.quiet:
+        print(
+            header(inputs_by_release[releases[-1]]).replace(
+                f"policy {inputs_by_release[releases[-1]].resolved_policy}; ", ""
+            )
+        )
+        print()
+        print(_upgrade_table(releases, by_release, errors))
+        print()
+    if not differences and not errors:
+        print(
+            f"SGLang {' and '.join(releases)} derive the same values on every stage: ranks on either "
+            "release agree"
+        )
+        return 0
+    names = sorted({d["value"] for d in differences})
+    print(
+        f"SGLang {' and '.join(releases)} derive different {', '.join(names) or 'outcomes'}: a cluster "
+        "running both during a rolling upgrade disagrees on which sequences are in flight"
+    )
+    for version, err in errors.items():
+        print(f"  SGLang {version}: does not boot: {err}")
+    for line in explanations:
+        print(f"  why: {line}")
+    return 0
+
+
+def _release_differences(by_release: dict[str, list[StageCapacity]]) -> list[dict[str, object]]:
+    versions = list(by_release)
+    out = []
+    for name in CHECKED_VALUES:
+        for k in range(len(next(iter(by_release.values()), []))):
+            values = {v: getattr(by_release[v][k], name) for v in versions}
+            if len(set(values.values())) > 1:
+                out.append({"value": name, "pp_rank": k, "by_release": values})
+    return out
+
+
+def _upgrade_table(
+    releases: list[str], by_release: dict[str, list[StageCapacity]], errors: dict[str, str]
+) -> str:
+    short = {
+        "max_mamba_cache_size": "pool",
+        "max_running_requests": "requests",
+        "pp_max_micro_batch_size": "micro-batch",
+    }
+    stages = next(iter(by_release.values()), [])
+    headers = ["pp_rank", "layers", *(f"{short[n]} {v}" for n in CHECKED_VALUES for v in releases)]
+    rows = []
+    for k, s in enumerate(stages):
+        cells: list[object] = [k, f"[{s.start_layer}, {s.end_layer})"]
+        for n in CHECKED_VALUES:
+            values = [getattr(by_release[v][k], n) if v in by_release else None for v in releases]
+            differ = len(set(values)) > 1
+            cells += [mark("-" if x is None else fmt_int(x), differ) for x in values]
+        rows.append(cells)
+    return format_table(headers, rows)

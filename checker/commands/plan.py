@@ -36,6 +36,7 @@ from checker.options import (
     add_layout_args,
     add_model_args,
     int_at_least,
+    positive_gib,
     positive_int,
 )
 from checker.status import EXIT_CODES, MODEL_DRIFT
@@ -81,6 +82,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help=f"each stage holds floor(L/P) - S to ceil(L/P) + S layers, at least 1 (default {DEFAULT_SLACK})",
+    )
+    d = parser.add_argument_group(
+        "the budget as --mem-fraction-static (with --target-max-running-requests)",
+        "SGLang does not take a budget: it derives total_rest_memory from free device memory measured "
+        "before and after loading the weights and --mem-fraction-static. Give both figures to get the "
+        "--mem-fraction-static the target needs, computed as the release does.",
+    )
+    d.add_argument(
+        "--gpu-free-gib",
+        type=positive_gib,
+        metavar="GIB",
+        help="free device memory before the weights load (e.g. 139 on an idle H200)",
+    )
+    d.add_argument(
+        "--weights-gib", type=positive_gib, metavar="GIB", help="the weights' footprint on the busiest rank"
     )
     add_engine_args(parser)
     g = parser.add_argument_group("output")
@@ -139,6 +155,7 @@ def run_target(args: argparse.Namespace) -> int:
     results = [min_budget(_config(args).inputs(os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(args, results)
     inputs = _config(args).inputs(os.environ, policy=policies[0])
+    fractions = {r.policy: _fraction_for(args, inputs, r.budget_gib) for r in results}
     if args.format == "json":
         described = inputs.describe()
         del described["budget_gib"], described["policy"]  # both vary here; reported per policy
@@ -148,6 +165,7 @@ def run_target(args: argparse.Namespace) -> int:
             "geometry": inputs.geometry.describe(),
             "target_max_running_requests": target,
             "min_budget_gib": {r.policy: r.budget_gib for r in results},
+            "mem_fraction_static": {p: f.as_dict() for p, f in fractions.items() if f is not None},
             **_engine_doc(args, sglang_version, drifts),
             "policies": {
                 r.policy: {
@@ -187,7 +205,76 @@ def run_target(args: argparse.Namespace) -> int:
     )
     if any(len({getattr(s, n) for s in r.stages}) > 1 for r in results for n in CHECKED_VALUES):
         print("\n* differs across stages (own-share): the lowest stage is the one the target binds")
+    if any(f is not None for f in fractions.values()):
+        print(
+            f"\nas --mem-fraction-static, with {args.gpu_free_gib:g} GiB free before "
+            f"{args.weights_gib:g} GiB of weights ({inputs.release.label}):"
+        )
+        for policy, f in fractions.items():
+            if f is not None:
+                print(f"  {policy}: {f.text}")
     return _print_engine(args, sglang_version, drifts)
+
+
+class _Fraction:
+    """The smallest --mem-fraction-static (to 0.001) whose total_rest_memory reaches a budget."""
+
+    def __init__(self, value: float | None, formula: str, budget_gib: float) -> None:
+        self.value, self.formula, self.budget_gib = value, formula, budget_gib
+
+    @property
+    def text(self) -> str:
+        if self.value is None:
+            return f"no --mem-fraction-static reaches {self.budget_gib:.2f} GiB: {self.formula}"
+        return f"--mem-fraction-static {self.value:.3f} ({self.formula})"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"value": self.value, "budget_gib": self.budget_gib, "formula": self.formula}
+
+
+def _fraction_for(args: argparse.Namespace, inputs: CapacityInputs, budget_gib: float) -> _Fraction | None:
+    """Solve SGLang's ``total_rest_memory(f) >= budget`` for f in 0.001 steps, each step checked with the
+    release's own formula (:func:`checker.core.budget.sizing_budget`)."""
+    from checker.core.budget import sizing_budget
+
+    if args.gpu_free_gib is None and args.weights_gib is None:
+        return None
+    if args.gpu_free_gib is None or args.weights_gib is None:
+        raise FlagError("give both --gpu-free-gib and --weights-gib to get the --mem-fraction-static")
+    version = inputs.release.version
+
+    def rest(thousandths: int) -> float | None:
+        try:
+            return sizing_budget(
+                version,
+                free_before_gib=args.gpu_free_gib,
+                weights_gib=args.weights_gib,
+                mem_fraction_static=thousandths / 1000,
+            ).gib
+        except BudgetError:
+            return None
+
+    lo, hi = 1, 1000  # rest grows with f: bisect for the first f whose rest reaches the budget
+    top = rest(hi)
+    if top is None or top < budget_gib:
+        avail = args.gpu_free_gib - args.weights_gib
+        return _Fraction(
+            None, f"even 1.0 leaves {top or 0:.2f} GiB ({avail:.2f} GiB free after the weights)", budget_gib
+        )
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = rest(mid)
+        if r is not None and r >= budget_gib:
+            hi = mid
+        else:
+            lo = mid + 1
+    formula = sizing_budget(
+        version,
+        free_before_gib=args.gpu_free_gib,
+        weights_gib=args.weights_gib,
+        mem_fraction_static=hi / 1000,
+    ).formula
+    return _Fraction(hi / 1000, formula, budget_gib)
 
 
 def _engine_min_budgets(
@@ -271,6 +358,8 @@ def _partition_doc(
 
 
 def run_partition(args: argparse.Namespace) -> int:
+    if args.gpu_free_gib is not None or args.weights_gib is not None:
+        raise FlagError("--gpu-free-gib and --weights-gib apply to --target-max-running-requests; drop them")
     slack = DEFAULT_SLACK if args.partition_slack is None else args.partition_slack
     base = _config(args).inputs(os.environ, policy=args.policy)
     policy = base.resolved_policy

@@ -13,7 +13,7 @@ package metadata only.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 
 from checker.core.errors import FlagError
@@ -297,14 +297,19 @@ _EXPLAIN: dict[str, str] = {
 }
 
 
-def explain_release_difference(a: str, b: str) -> list[str]:
+def explain_release_difference(a: str, b: str, *, only: Collection[str] | None = None) -> list[str]:
     """One line per rule that differs between releases ``a`` and ``b`` (in either order): what can make
-    the two derive different values from the same flags. Empty when both are in one group."""
+    the two derive different values from the same flags. Empty when both are in one group.
+
+    ``only``: the rule names (ReleaseRules fields) that matter for the inputs at hand; see
+    :func:`rules_that_matter`."""
     ra, rb = release_model(a), release_model(b)
     old, new = (ra, rb) if parse_version(ra.version) <= parse_version(rb.version) else (rb, ra)
     lines = []
     for f in fields(ReleaseRules):
         if f.name in ("group", "sizing_function") or getattr(old.rules, f.name) == getattr(new.rules, f.name):
+            continue
+        if only is not None and f.name not in only:
             continue
         # Name the first release with the newer rule: the first of new's rule value after old.
         first_new = next(

@@ -1,10 +1,12 @@
 """Which ranks are gone: heartbeats and exit marks in the rendezvous store (torch-free).
 
-A rank's heartbeat thread bumps ``hb/<rank>`` every :data:`HEARTBEAT_S`. After a failure, any rank can
-tell the gone from the merely stuck: a rank blocked in a collective (a gloo ring waits on its
-neighbour) still beats; a killed, frozen (SIGSTOP) or never-started rank does not. A rank that leaves
-on purpose (a verdict reached, or SIGTERM from torchrun's agent) first sets ``exiting/<rank>``, so it
-is not blamed for stopping. Every store call is bounded (:func:`bounded`): on a cut link a TCPStore call
+A rank's heartbeat thread bumps ``hb/<rank>`` every :data:`HEARTBEAT_S`, and the rank bumps
+``step/<rank>`` as it enters each collective. After a failure, any rank can tell the gone from the
+merely stuck: a rank blocked in a collective (a gloo ring waits on its neighbour) still beats and has
+reached the collective that failed; a killed, frozen (SIGSTOP) or never-started rank does not beat;
+a hung rank (alive, its main thread stuck before the exchange) beats but never reached the
+collective. A rank that leaves on purpose (a verdict reached, or SIGTERM from torchrun's agent) first
+sets ``exiting/<rank>``, so it is not blamed for stopping. Every store call is bounded (:func:`bounded`): on a cut link a TCPStore call
 can block far past its own timeout.
 """
 
@@ -71,6 +73,10 @@ class Heartbeat:
                 return  # the store is gone: nothing left to tell anyone
             self._stop.wait(HEARTBEAT_S)
 
+    def enter_step(self) -> None:
+        """Before each collective: this rank reached it (a hung rank never does)."""
+        bounded(lambda: self.store.add(f"step/{self.rank}", 1), STORE_CALL_S, None)
+
     def mark_exiting(self, why: str) -> None:
         bounded(lambda: self.store.set(f"exiting/{self.rank}", why), STORE_CALL_S, None)
 
@@ -78,9 +84,9 @@ class Heartbeat:
         self._stop.set()
 
 
-def _counts(store: Store, world_size: int) -> list[int] | None:
+def _counts(store: Store, world_size: int, key: str = "hb") -> list[int] | None:
     # add(key, 0) reads a counter without blocking on a key that was never set (get would wait).
-    return bounded(lambda: [int(store.add(f"hb/{r}", 0)) for r in range(world_size)], STORE_CALL_S, None)
+    return bounded(lambda: [int(store.add(f"{key}/{r}", 0)) for r in range(world_size)], STORE_CALL_S, None)
 
 
 def _exiting(store: Store, world_size: int) -> set[int]:
@@ -89,8 +95,11 @@ def _exiting(store: Store, world_size: int) -> set[int]:
     )
 
 
-def gone_ranks(store: Store | None, world_size: int, *, me: int, watch_s: float = STALE_AFTER_S) -> list[int]:
-    """Ranks whose heartbeat does not advance over ``watch_s`` and that did not say they were leaving.
+def gone_ranks(
+    store: Store | None, world_size: int, *, me: int, my_step: int = 0, watch_s: float = STALE_AFTER_S
+) -> list[int]:
+    """Ranks whose heartbeat does not advance over ``watch_s``, or that never reached the collective
+    this rank failed in (``my_step``), and that did not say they were leaving.
 
     Empty when the store cannot be read (then nobody can be named, rather than everybody).
     """
@@ -101,10 +110,15 @@ def gone_ranks(store: Store | None, world_size: int, *, me: int, watch_s: float 
         return []
     time.sleep(watch_s)
     second = _counts(store, world_size)
-    if second is None:
+    steps = _counts(store, world_size, "step")
+    if second is None or steps is None:
         return []
     leaving = _exiting(store, world_size)
-    return [r for r in range(world_size) if r != me and second[r] == first[r] and r not in leaving]
+    return [
+        r
+        for r in range(world_size)
+        if r != me and r not in leaving and (second[r] == first[r] or steps[r] < my_step)
+    ]
 
 
 def describe(ranks: Sequence[int]) -> str:

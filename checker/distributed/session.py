@@ -83,6 +83,8 @@ class Session:
         self._abort_lock = threading.Lock()
         self._on_abort: Callable[[Abort], None] | None = None
         self._timer: threading.Timer | None = None
+        self._steps = 0
+        """Collectives this rank has entered (the liveness store's ``step/<rank>``)."""
 
     @property
     def is_rank0(self) -> bool:
@@ -159,8 +161,15 @@ class Session:
         self.group.connect()
 
     # -- 3. exchange ---------------------------------------------------------------------------------
+    def _enter_step(self) -> None:
+        self._steps += 1
+        assert self.group is not None
+        if self.group.heartbeat is not None:
+            self.group.heartbeat.enter_step()
+
     def exchange_headers(self, header: Header) -> list[Header]:
         assert self.group is not None
+        self._enter_step()
         headers = [Header.decode(h) for h in self.group.all_gather_int64(header.encode()).tolist()]
         if len({h.schema for h in headers}) > 1:
             raise SchemaMismatch(schema_mismatch_message(headers))
@@ -168,6 +177,7 @@ class Session:
 
     def all_gather(self, values):
         assert self.group is not None
+        self._enter_step()
         return self.group.all_gather_int64(values)
 
     # -- 4. finish -----------------------------------------------------------------------------------
@@ -213,7 +223,7 @@ class Session:
         missing: list[int] = []
         if group is not None and group.store is not None:
             group.shorten_store_timeout(STORE_CALL_S)
-            missing = gone_ranks(group.store, self.env.world_size, me=self.env.rank)
+            missing = gone_ranks(group.store, self.env.world_size, me=self.env.rank, my_step=self._steps)
         return Abort(detail=detail, missing_ranks=missing)
 
     def abort(self, detail: str, *, sigterm: bool = False) -> None:

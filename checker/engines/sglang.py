@@ -48,6 +48,29 @@ refuses never reaches SGLang), and ``--mamba-ssm-dtype`` spelling (``bf16`` is p
 SGLang's own flag has argparse choices, so no deployment runs another spelling). Only ``--policy
 max-share`` exists in SGLang; the other policies are the checker's what-ifs.
 
+Releases (0.5.16 to 0.5.23; each adapter is a feature test on the installed code, not a version switch):
+
+* argument resolution: 0.5.19+ ``ServerArgs.resolve_once()``; 0.5.16-0.5.18 resolve in
+  ``ServerArgs.__post_init__`` (construction). Attention DP: ``attn_dp_size`` (0.5.22+) or
+  ``enable_dp_attention`` + ``dp_size`` (before). Model config: ``arg_groups.overrides.model_config_of``
+  (0.5.19+) or ``ModelConfig.from_server_args``.
+* extra-buffer platform predicate (CPU stand-in): ``mamba_hook._platform_supports_mamba_cache_extra_buffer``
+  (0.5.22+), ``mamba_hook.get_platform`` inside ``validate_mamba_extra_buffer`` (0.5.19-0.5.21),
+  ``server_args.is_cuda`` inside ``ServerArgs._validate_mamba_extra_buffer`` (0.5.16-0.5.18).
+* published config: ``runtime_context.create_context``/``use_context`` (0.5.22+); before, the single
+  process-wide context, ``publish(server_args, role=...)`` (0.5.17-0.5.21) or
+  ``get_context().set_server_args`` (0.5.16). Where ``get_parallel()`` reads live process groups
+  (0.5.16-0.5.18) the widths go in through its ``override`` hook.
+* ``KVCacheConfigurator`` slots: ``ps`` (a ParallelState: pp_size, attn_dp_size) up to 0.5.20, plain
+  ``pp_size``/``attn_dp_size`` from 0.5.21; ``server_args`` (0.5.16-0.5.17); ``hybrid_kda_config``
+  (0.5.21+); ``extra_mamba_cache_bytes_per_req`` (0.5.22+).
+* where K is written: the schedule bag via ``get_context().override`` (0.5.17+) or
+  ``server_args.override`` (0.5.16). 0.5.16 charges every stage the whole model (no ``pp_layer_scale``
+  local) and no padding slot; whether the padding slot is charged is read from the remainder SGLang
+  returns.
+* the scheduler's micro-batch rule reads ``self.ps.pp_size`` up to 0.5.20, ``get_parallel().pp_size``
+  after.
+
 Process hygiene: the env vars SGLang's import sets (kernel-cache folders) are taken back out, the rank's
 SGLANG_* vars are set only while SGLang runs, and what SGLang's resolution writes to the environment
 (``--mamba-ssm-dtype`` -> SGLANG_MAMBA_SSM_DTYPE) is replayed in every later call, as in a server.
@@ -331,8 +354,9 @@ class SglangEngine:
         hook = self.api.mamba_hook
         with contextlib.ExitStack() as stack:
             if hook is not None and hasattr(hook, "_platform_supports_mamba_cache_extra_buffer"):
-                stack.enter_context(_patched(hook, "_platform_supports_mamba_cache_extra_buffer",
-                                             lambda: True))
+                stack.enter_context(
+                    _patched(hook, "_platform_supports_mamba_cache_extra_buffer", lambda: True)
+                )
             elif hook is not None and hasattr(hook, "get_platform"):
                 real = hook.get_platform
                 stack.enter_context(_patched(hook, "get_platform", lambda: _CudaPlatform(real())))
@@ -348,9 +372,7 @@ class SglangEngine:
                     stack.enter_context(_patched(cls, "_validate_mamba_extra_buffer", on_cuda))
             yield
 
-    def prepare(
-        self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]
-    ) -> PreparedSglang:
+    def prepare(self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]) -> PreparedSglang:
         policy = self.policy
         if inputs.policy not in (None, policy):
             raise FlagError(
@@ -393,10 +415,12 @@ class _CheckerStateParams:
 
         g = inputs.geometry
         self.layers = list(g.linear_layer_ids)
-        self.shape = types.SimpleNamespace(conv=[tuple(s) for s in g.conv_shapes],
-                                           temporal=tuple(g.temporal_shape))
-        self.dtype = api.Mamba2StateDType(conv=getattr(torch, g.conv_dtype),
-                                          temporal=getattr(torch, g.temporal_dtype))
+        self.shape = types.SimpleNamespace(
+            conv=[tuple(s) for s in g.conv_shapes], temporal=tuple(g.temporal_shape)
+        )
+        self.dtype = api.Mamba2StateDType(
+            conv=getattr(torch, g.conv_dtype), temporal=getattr(torch, g.temporal_dtype)
+        )
         self._per_req = api.BaseLinearStateParams.mamba_cache_per_req.fget  # SGLang's property body
 
     @property
@@ -459,8 +483,9 @@ def _capture_locals(code: types.CodeType) -> Iterator[_Frame]:
 class PreparedSglang:
     """One rank's inputs resolved by SGLang once; :meth:`derive` is cheap (a budget search re-uses it)."""
 
-    def __init__(self, engine: SglangEngine, inputs: CapacityInputs, source: ModelSource,
-                 env: dict[str, str]) -> None:
+    def __init__(
+        self, engine: SglangEngine, inputs: CapacityInputs, source: ModelSource, env: dict[str, str]
+    ) -> None:
         self.engine, self.api, self.inputs, self.env = engine, engine.api, inputs, env
         self.written_env: dict[str, str | None] = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="checker-sglang-")
@@ -580,8 +605,12 @@ class PreparedSglang:
         except Exception:
             sa = self.server_args
             attn_dp = int(sa.dp_size) if getattr(sa, "enable_dp_attention", False) else 1
-            return dict(pp_size=int(sa.pp_size), tp_size=int(sa.tp_size),
-                        attn_tp_size=int(sa.tp_size) // attn_dp, attn_dp_size=attn_dp)
+            return dict(
+                pp_size=int(sa.pp_size),
+                tp_size=int(sa.tp_size),
+                attn_tp_size=int(sa.tp_size) // attn_dp,
+                attn_dp_size=attn_dp,
+            )
 
     def _build_model(self) -> None:
         api = self.api
@@ -629,8 +658,11 @@ class PreparedSglang:
         algo = api.SpeculativeAlgorithm
         c.spec_algorithm = algo.EAGLE if self.draft_tokens else algo.NONE
         if "extra_mamba_cache_bytes_per_req" in fields:  # 0.5.22+
-            c.extra_mamba_cache_bytes_per_req = self.inputs.geometry.extra_per_slot_bytes if not \
-                self.from_config else _field_default(cls, "extra_mamba_cache_bytes_per_req")
+            c.extra_mamba_cache_bytes_per_req = (
+                self.inputs.geometry.extra_per_slot_bytes
+                if not self.from_config
+                else _field_default(cls, "extra_mamba_cache_bytes_per_req")
+            )
         c.spec_aux_config = None
         c.is_hybrid_swa = bool(self.model_config.is_hybrid_swa)
         c.is_draft_worker = False
@@ -659,7 +691,8 @@ class PreparedSglang:
                     ratio = int(c._calculate_mamba_ratio())
                     if kv_left <= 0:  # _profile_available_bytes refuses this next (see docstring)
                         raise RuntimeError(
-                            f"the state pool leaves {kv_left:.3f} GB for the KV cache (rest <= 0)")
+                            f"the state pool leaves {kv_left:.3f} GB for the KV cache (rest <= 0)"
+                        )
                     T = i.token_capacity if i.token_capacity is not None else UNBOUNDED_TOKENS
                     n = int(c.resolve_max_num_reqs(T))
                 except AssertionError as exc:
@@ -674,8 +707,11 @@ class PreparedSglang:
         per_req = int(self.params.mamba_cache_per_req)
         stage_layers = sum(1 for x in layers if start <= x < end)
         if "stage_per_req" in loc:  # 0.5.17+: max-share, computed as locals
-            spr, max_stage, scale = int(loc["stage_per_req"]), int(loc["max_stage_mamba_layers"]), \
-                float(loc["pp_layer_scale"])
+            spr, max_stage, scale = (
+                int(loc["stage_per_req"]),
+                int(loc["max_stage_mamba_layers"]),
+                float(loc["pp_layer_scale"]),
+            )
         else:  # 0.5.16 charges every stage the whole model's state
             spr, max_stage, scale = per_req, len(layers), 1.0
         # Only the spec-decoding paths bind ``intermediate_size`` (the reservation taken from ``rest``).
@@ -722,8 +758,10 @@ class PreparedSglang:
             schedule = rt.get_schedule()
             with schedule.override(max_mamba_cache_size=schedule.max_mamba_cache_size):
                 before = len(self.context.overrides_log())
-                yield (lambda: schedule.max_mamba_cache_size,
-                       lambda: [s for s, _ in self.context.overrides_log()[before:]])
+                yield (
+                    lambda: schedule.max_mamba_cache_size,
+                    lambda: [s for s, _ in self.context.overrides_log()[before:]],
+                )
             return
         sa = self.server_args
         logs = ("_resolved_overrides", "_runtime_mutations")
@@ -733,7 +771,7 @@ class PreparedSglang:
 
         def sources() -> list[str]:
             for name in logs:
-                written.extend(src for src, _ in (getattr(sa, name, None) or ())[lengths[name]:])
+                written.extend(src for src, _ in (getattr(sa, name, None) or ())[lengths[name] :])
             return written
 
         try:
@@ -742,7 +780,7 @@ class PreparedSglang:
             object.__setattr__(sa, "max_mamba_cache_size", saved)
             for name in logs:
                 if getattr(sa, name, None) is not None:
-                    del getattr(sa, name)[lengths[name]:]
+                    del getattr(sa, name)[lengths[name] :]
 
     def describe(self) -> dict[str, object]:
         """What SGLang resolved (for reports): the values a user would otherwise have to guess."""
@@ -773,6 +811,3 @@ def _field_default(cls: type, name: str) -> Any:
         if f.name == name:
             return f.default
     raise AttributeError(name)
-
-
-
