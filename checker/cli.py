@@ -13,6 +13,8 @@ import importlib
 import os
 import re
 import sys
+import textwrap
+import warnings
 from collections.abc import Sequence
 
 from checker import __version__
@@ -28,7 +30,8 @@ ENVIRONMENT = """\
 environment variables read:
   SGLANG_PP_LAYER_PARTITION          the layer partition (as SGLang reads it); compared across ranks
   SGLANG_MAMBA_CONV_DTYPE            conv state dtype (default bfloat16); compared across ranks
-  SGLANG_MAMBA_SSM_DTYPE             temporal state dtype (--mamba-ssm-dtype wins); compared across ranks
+  (compared: every rank's value joins the preflight's inputs; a difference is named as a root cause)
+  SGLANG_MAMBA_SSM_DTYPE             temporal state dtype (--mamba-ssm-dtype wins); compared
   SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK  SGLang's decode-lock switch; compared across ranks
   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...  set by torchrun
   GITHUB_STEP_SUMMARY                check (rank 0) appends a markdown verdict there
@@ -49,14 +52,30 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # "argument --budget-gib: 0 must be ..." -> "--budget-gib 0 must be ...": the flag as typed.
         message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: (?=[^ ]+ must )", r"\1 ", message)
+        message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: ", r"\1: ", message)
         raise UsageError(
             f"{self.prog}: error: {message}{_suggestion(self, message)} (see {self.prog} --help)"
         )
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
+class _Formatter(argparse.HelpFormatter):
+    """One width for everything: prose paragraphs are re-wrapped to it, indented lines (examples,
+    tables) are kept as written."""
+
     def __init__(self, prog: str) -> None:
         super().__init__(prog, width=HELP_WIDTH, max_help_position=34)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for para in textwrap.dedent(text).strip("\n").split("\n\n"):
+            lines = para.splitlines()
+            if any(line.startswith((" ", "\t")) for line in lines) or para.startswith(("environment",)):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(
+                    textwrap.fill(" ".join(lines), width, initial_indent=indent, subsequent_indent=indent)
+                )
+        return "\n\n".join(out)
 
 
 def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
@@ -128,6 +147,25 @@ def join_negative_values(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _refuse_unknown_flags(parser: argparse.ArgumentParser, words: Sequence[str]) -> None:
+    """An unknown flag is named before anything else: argparse would first complain that a required
+    flag is missing when the user only mistyped it (``--modle``)."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = action.choices.get(words[0]) if words else None
+    if sub is None:
+        return
+    known = [o for a in sub._actions for o in a.option_strings]
+    unknown = []
+    for word in words[1:]:
+        if word == "--":
+            break
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--") and not any(o.startswith(flag) for o in known):
+            unknown.append(word)
+    if unknown:
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}")
+
+
 def _rank() -> int | None:
     """This process's rank under torchrun (None when not launched by it)."""
     value = os.environ.get("RANK")
@@ -182,12 +220,21 @@ def _error_report(message: str, argv: Sequence[str]) -> None:
         print(f"checker: warning: {problem}", file=sys.stderr)
 
 
+def quiet_torch_import() -> None:
+    """A CPU torch without numpy warns "Failed to initialize NumPy" at import, once per rank: noise in
+    every log line count, and nothing the checker uses (its rows are plain int64 tensors)."""
+    warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_torch_import()
     argv = list(sys.argv[1:] if argv is None else argv)
     words = join_negative_values(with_default_command(argv))
     command = words[0] if words and words[0] in COMMANDS else DEFAULT_COMMAND
     try:
-        args = build_parser().parse_args(words)
+        parser = build_parser()
+        _refuse_unknown_flags(parser, words)
+        args = parser.parse_args(words)
     except UsageError as exc:
         return _refuse(command, str(exc), words)
     try:

@@ -43,7 +43,8 @@ class SizingFlags:
     tp_size: int = 1
     dp_size: int = 1
     policy: str | None = None
-    mamba_full_memory_ratio: float = 0.9
+    mamba_full_memory_ratio: float | None = None
+    """None: the release's own default (0.9; 0.2 in SGLang 0.5.3.post2)."""
     mamba_radix_cache_strategy: str = "auto"
     page_size: int = 1
     disable_radix_cache: bool = False
@@ -224,7 +225,7 @@ def capacity_inputs(
 ) -> CapacityInputs:
     """One rank's :class:`CapacityInputs`, derived as the release ``engine`` names (or the installed
     one); raises CheckerInputError on anything invalid."""
-    from checker.core.releases import installed_sglang_version
+    from checker.core.releases import installed_sglang_version, release_model
 
     engine = engine or EngineChoice()
     release, _ = engine.release(installed_sglang_version())
@@ -236,7 +237,11 @@ def capacity_inputs(
         pp_size=pp_size or sizing.pp_size or 1,
         tp_size=sizing.tp_size,
         dp_size=sizing.dp_size,
-        mamba_full_memory_ratio=sizing.mamba_full_memory_ratio,
+        mamba_full_memory_ratio=(
+            sizing.mamba_full_memory_ratio
+            if sizing.mamba_full_memory_ratio is not None
+            else release_model(release, best_effort=engine.best_effort).rules.default_full_memory_ratio
+        ),
         mamba_radix_cache_strategy=sizing.mamba_radix_cache_strategy,
         page_size=sizing.page_size,
         disable_radix_cache=sizing.disable_radix_cache,

@@ -8,8 +8,6 @@ the same verdict.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -21,7 +19,7 @@ from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
-from checker.row import MISSING, RankRow, input_text
+from checker.row import MISSING, RankRow, input_text, model_label
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 GIB = 2**30
@@ -225,8 +223,7 @@ def _derive_into(
     )
     row.inputs["derived_as"] = f"{cap.release.label} ({why})"
     # The model's digest covers the resolved shapes and dtypes, not just the path.
-    geo = json.dumps(cap.geometry.describe(), sort_keys=True)
-    row.inputs["model"] = f"{cap.geometry.name} #{hashlib.blake2b(geo.encode(), digest_size=4).hexdigest()}"
+    row.inputs["model"] = model_label(cap.geometry)
     source = model_source(config.model, config.sizing)
     engines = prepare_engines(
         config.engine.engine, cap, source, environ, best_effort=config.engine.best_effort

@@ -85,6 +85,35 @@ def gib_list(text: str) -> tuple[float, ...]:
     return values
 
 
+def dtype_name(text: str) -> str:
+    """--mamba-ssm-dtype: a dtype SGLang knows, checked where it is typed (empty is not unset)."""
+    from checker.core.errors import CheckerInputError
+    from checker.core.geometry import canonical_dtype
+
+    try:
+        canonical_dtype(text, source="value")
+    except CheckerInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("value=", "", 1)) from None
+    return text
+
+
+def init_method(text: str) -> str:
+    """--init-method: file:///path (a fresh file in an existing directory) or env://."""
+    import os
+
+    if text.startswith("file://"):
+        path = text.removeprefix("file://")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise argparse.ArgumentTypeError(f"{text}: directory {parent!r} does not exist")
+        if os.path.isdir(path):
+            raise argparse.ArgumentTypeError(f"{text} is a directory; name a fresh file path")
+        return text
+    if text != "env://":
+        raise argparse.ArgumentTypeError(f"{text!r} is not supported; use file:///path or env://")
+    return text
+
+
 def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     g = parser.add_argument_group("model" + (" (one is required)" if required else ""))
     m = g.add_mutually_exclusive_group(required=required)
@@ -147,9 +176,9 @@ def add_flag_args(
     g.add_argument(
         "--mamba-full-memory-ratio",
         type=memory_ratio,
-        default=0.9,
+        default=None,
         metavar="R",
-        help="r: the state pool's share is r/(1+r) of the budget (default 0.9)",
+        help="r: the state pool's share is r/(1+r) of the budget (default: the release's, 0.9)",
     )
     g.add_argument(
         "--mamba-radix-cache-strategy",
@@ -198,6 +227,7 @@ def add_flag_args(
     )
     g.add_argument(
         "--mamba-ssm-dtype",
+        type=dtype_name,
         metavar="DTYPE",
         help="temporal state dtype (float32, bfloat16, float16); sets SGLANG_MAMBA_SSM_DTYPE",
     )
@@ -259,6 +289,7 @@ def add_group_args(g: argparse._ActionsContainer) -> None:
     )
     g.add_argument(
         "--init-method",
+        type=init_method,
         metavar="URL",
         default=None,
         help="rendezvous without torchrun: file:///path/to/fresh/file (tests); default: "

@@ -7,6 +7,8 @@ attributes) and the JSON report's per-rank keys (the fields marked ``report``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
@@ -86,6 +88,13 @@ INPUT_NAMES = (
     *SGLANG_ENV_VARS,
 )
 """Every input whose value can make ranks derive differently: one digest and one value text each."""
+
+
+def model_label(geometry) -> str:
+    """The ``model`` input: the model's name and a digest of its resolved shapes and dtypes, so two
+    ranks that load different configs under one name still differ."""
+    text = json.dumps(geometry.describe(), sort_keys=True)
+    return f"{geometry.name} #{hashlib.blake2b(text.encode(), digest_size=4).hexdigest()}"
 
 
 def input_text(value: object) -> str | None:

@@ -80,24 +80,56 @@ def derive_sweep(
             "--max-mamba-cache-size / --max-running-requests of 2**53 or more are beyond what a sweep "
             "derives exactly; use the derive command"
         )
-    if inputs.max_mamba_cache_size is not None:  # branch A: fixed K
+    state_bytes: torch.Tensor | None = None  # 0.5.3.post2-0.5.6.post2: K * spr * (1 + D) in one step
+    pool_rule = rules.pool_rule
+    no_radix = inputs.radix_cache_disabled
+    # 0.5.8-0.5.12.post1: per_req * (mrr // dp) * D off the budget before any branch.
+    up_front = D * (user or 0) if rules.spec_reserve == "up-front" else 0
+    if up_front:
+        rest = rest - float(spr * up_front) / GIB  # int bytes / 2**30, one rounding, as in SGLang
+    raw_reserve = 0.0  # 0.5.7: per_req * mrr * D, in the auto-fit branch only
+    joint = bool(D) and rules.spec_reserve == "joint"
+    if pool_rule == "fixed" or (pool_rule == "ratio" and (no_radix or spr == 0)):
+        # Up to 0.5.6.post2 with the radix cache off: (mmcs or mrr or 512) // dp, whatever the budget.
+        split = dp if inputs.splits_over_dp() else 1
+        K = zeros + (inputs.max_mamba_cache_size or inputs.max_running_requests or 512) // split
+        if pool_rule == "ratio":
+            state_bytes = (K * (spr * (1 + D))).to(torch.float64)
+    elif pool_rule == "ratio":
+        split = dp if inputs.splits_over_dp() else 1
+        B = rest * inputs.mamba_full_memory_ratio / (1 + inputs.mamba_full_memory_ratio) * GIB
+        K_f = torch.div(torch.div(B, float(spr), rounding_mode="floor"), float(1 + D), rounding_mode="floor")
+        if bool((K_f >= _EXACT).any()):
+            raise BudgetError(
+                f"a budget of {float(rest.max()):g} GiB gives more than 2**53 state slots on stage "
+                f"{plan.pp_rank}; sweep smaller budgets"
+            )
+        K = torch.div(K_f.to(torch.int64), split, rounding_mode="floor")
+        state_bytes = (K * (spr * (1 + D))).to(torch.float64)
+    elif pool_rule == "explicit-or-fit" and (no_radix or inputs.max_mamba_cache_size is not None):
+        K = zeros + (inputs.max_mamba_cache_size or inputs.max_running_requests or 512) // dp
+    elif pool_rule == "branches" and inputs.max_mamba_cache_size is not None:  # branch A: fixed K
         k_fixed = inputs.max_mamba_cache_size // dp
         K = zeros + k_fixed
-        if D and user is not None:
+        if joint and user is not None:
             reserved = min(user, k_fixed // ratio) + pad
-    elif inputs.disable_radix_cache and user is not None:  # branch B: K from the request cap
+    elif pool_rule == "branches" and no_radix and user is not None:  # branch B: K from the request cap
         k_fixed = user
         K = zeros + k_fixed
-        reserved = k_fixed + pad
+        if joint:
+            reserved = k_fixed + pad
     else:  # branch C: auto-fit
+        if D and rules.spec_reserve == "auto-fit-raw":
+            raw_reserve = float(spr * inputs.max_running_requests * D)  # type: ignore[operator]
+            rest = rest - raw_reserve / GIB
         # ((rest * r) / (1 + r)) * 2**30, left to right as Python evaluates it.
         B = rest * inputs.mamba_full_memory_ratio / (1 + inputs.mamba_full_memory_ratio) * GIB
-        if D and pad:
+        if joint and pad:
             # (B - int) - int: Python converts each int to the nearest double, as float() does.
             num = B - float(spr * (1 + D)) - float(extra)
             den = spr * (1 + D / ratio) + extra  # budget-independent: the very Python float SGLang uses
             K_f = torch.div(num, den, rounding_mode="floor")
-        elif D:
+        elif joint:
             K_f = torch.div(B, spr * (1 + D / ratio), rounding_mode="floor")
         elif pad:
             K_f = torch.div(B - float(per_slot), float(per_slot), rounding_mode="floor")
@@ -109,16 +141,19 @@ def derive_sweep(
                 f"{plan.pp_rank}; sweep smaller budgets"
             )
         K = K_f.to(torch.int64)  # int() of an integral float: exact below 2**53
-        if D and user is not None:
+        if joint and user is not None:
             per_ratio = torch.div(K, ratio, rounding_mode="floor")
             reserved = torch.clamp(per_ratio, max=user) + pad
 
     # What is left for KV, in SGLang's order: (rest - intermediate / 2**30) - (K + pad) * per_slot / 2**30.
     left = rest
-    if D:
-        res = torch.as_tensor(reserved, dtype=torch.float64, device=rest.device)
-        left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
-    kv_gib = left - (K + pad).to(torch.float64) * float(per_slot) / GIB
+    if state_bytes is not None:
+        kv_gib = rest - state_bytes / GIB  # int / 2**30 in SGLang: one rounding, as here
+    else:
+        if joint:
+            res = torch.as_tensor(reserved, dtype=torch.float64, device=rest.device)
+            left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
+        kv_gib = left - (K + pad).to(torch.float64) * float(per_slot) / GIB
 
     # Spec section 7: max_running_requests, the shared cap, then K // ratio.
     n = torch.clamp(torch.div(K, ratio, rounding_mode="floor"), max=running_request_cap(inputs))

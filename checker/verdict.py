@@ -102,6 +102,9 @@ def _release_rules_that_matter(rows: Sequence[RankRow]) -> set[str] | None:
         "lazy_with_spec": i.get("mamba_radix_cache_strategy") == "extra_buffer_lazy"
         and i.get("speculative_num_draft_tokens") is not None,
         "budget_rule": (i.get("budget_source") or "").startswith("device"),
+        "pp_with_spec": i.get("speculative_num_draft_tokens") is not None and (i.get("pp_size") or 1) > 1,
+        "spec_reserve": i.get("speculative_num_draft_tokens") is not None,
+        "has_lazy": i.get("mamba_radix_cache_strategy") == "extra_buffer_lazy",
     }
     return {f.name for f in fields(ReleaseRules) if conditional.get(f.name, True)}
 

@@ -11,15 +11,11 @@ from typing import NamedTuple
 
 import pytest
 
+from checker.core.environ import SGLANG_ENV_VARS as SGLANG_ENV
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# Env vars that change a derivation; a developer's shell must not leak them into a test.
-SGLANG_ENV = (
-    "SGLANG_PP_LAYER_PARTITION",
-    "SGLANG_MAMBA_CONV_DTYPE",
-    "SGLANG_MAMBA_SSM_DTYPE",
-    "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",
-)
+# SGLANG_ENV: the env vars that change a derivation; a developer's shell must not leak them into a test.
 SUBPROCESS_TIMEOUT_S = 60
 
 
@@ -31,7 +27,7 @@ class CliResult(NamedTuple):
 
 @pytest.fixture
 def fixtures_dir() -> Path:
-    """tests/fixtures: HF config.json samples of the six families of spec section 11."""
+    """tests/fixtures: HF config.json samples of the six supported model families."""
     return FIXTURES
 
 

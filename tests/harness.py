@@ -50,6 +50,7 @@ def run_world(
     launch: set[int] | None = None,
     kill_after_s: float = 90.0,
     env: dict[str, str] | None = None,
+    init_method: str | None = None,
 ) -> WorldResult:
     """Run ``python -m checker <argv>`` as ``world_size`` ranks; ``launch`` limits which ranks start.
 
@@ -77,7 +78,7 @@ def run_world(
             "checker",
             *argv,
             "--init-method",
-            f"file://{store}",
+            init_method or f"file://{store}",
             "--report",
             str(report),
         ]

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import threading
 import time
+import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ RDZV_PORT = 29400
 """A fixed rendezvous port is safe here, and only here: node 0's namespace is private to one pair, so
 nothing else can listen on it (outside a private namespace, tests must use port 0 / FileStore)."""
 IP_TIMEOUT_S = 10
+WHEELS_DIR = REPO_ROOT.parent / "wheels"
+"""Released SGLang wheels (``pip download --no-deps sglang==X -d ../wheels``), for their package metadata."""
 # Inherited variables that would change what torchrun or the checker does: a developer's shell or a CI
 # runner must not leak them into a test.
 _LEAKY = re.compile(
@@ -40,6 +43,29 @@ _LEAKY = re.compile(
     r"JOB_TIMEOUT_S|GLOO_SOCKET_IFNAME|TORCH_ELASTIC_.*)$"
 )
 _counter = itertools.count()
+
+
+def release_site(root: Path, version: str) -> Path:
+    """A directory that, first on a node's PYTHONPATH, makes SGLang ``version`` the installed release as
+    its package metadata tells it (``importlib.metadata``, what the checker reads): the released wheel's
+    own ``sglang-X.dist-info`` when ``pip download --no-deps sglang==X -d`` put the wheel in
+    :data:`WHEELS_DIR`, else the three lines pip writes at least. No SGLang code comes with it."""
+    site = root / f"site-sglang-{version}"
+    info = f"sglang-{version}.dist-info/"
+    wheels = sorted(WHEELS_DIR.glob(f"sglang-{version}-*.whl"))
+    if wheels:
+        with zipfile.ZipFile(wheels[0]) as whl:
+            whl.extractall(site, members=[n for n in whl.namelist() if n.startswith(info)])
+    else:
+        (site / info).mkdir(parents=True)
+        (site / info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    return site
+
+
+def python_path(*dirs: Path) -> str:
+    """PYTHONPATH with ``dirs`` ahead of the inherited one (the first distribution found wins)."""
+    inherited = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([*map(str, dirs), *([inherited] if inherited else [])])
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

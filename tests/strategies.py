@@ -19,8 +19,9 @@ def geometries(
     """Any hybrid geometry: layer count, linear ids, one or two conv states, a temporal state, dtypes."""
     L = draw(st.integers(1, max_layers))
     ids = draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))
-    conv = draw(st.lists(st.tuples(st.integers(1, max_conv_channels), st.integers(1, 4)),
-                         min_size=1, max_size=2))
+    conv = draw(
+        st.lists(st.tuples(st.integers(1, max_conv_channels), st.integers(1, 4)), min_size=1, max_size=2)
+    )
     temporal = draw(st.tuples(st.integers(1, max_heads), st.integers(1, 128), st.integers(1, 128)))
     return ModelGeometry(
         name="hypothesis",

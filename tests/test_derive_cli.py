@@ -17,6 +17,9 @@ import pytest
 WORKED = ["derive", "--model", "kimi-k3", "--pp-size", "8", "--budget-gib", "8"]
 WORKED += ["--mamba-full-memory-ratio", "0.5"]  # the upstream unit test's r
 RANK_KEYS = {
+    "rank",
+    "status",
+    "error",
     "pp_rank",
     "start_layer",
     "end_layer",
@@ -96,6 +99,7 @@ def test_json_document_has_the_documented_keys(cli: Callable[..., Any]) -> None:
     a script reading them breaks if a key is renamed."""
     doc = _json(cli, WORKED)
     assert [r["pp_rank"] for r in doc["ranks"]] == list(range(8))
+    assert [(r["rank"], r["status"], r["error"]) for r in doc["ranks"]] == [(k, "ok", None) for k in range(8)]
     for rank in doc["ranks"]:
         assert RANK_KEYS <= set(rank)
     assert _column(doc, "start_layer") == [0, 11, 22, 33, 45, 57, 69, 81]
@@ -160,7 +164,7 @@ def test_partition_env_reaches_the_derivation(cli: Callable[..., Any]) -> None:
     doc = _json(cli, WORKED, {"SGLANG_PP_LAYER_PARTITION": "12,12,12,12,12,12,12,9"})
     assert _column(doc, "start_layer") == [0, 12, 24, 36, 48, 60, 72, 84]
     assert _column(doc, "stage_linear_layers") == [9, 9, 9, 9, 9, 9, 9, 6]
-    assert doc["inputs"]["partition_env"] == "12,12,12,12,12,12,12,9"
+    assert doc["inputs"]["SGLANG_PP_LAYER_PARTITION"] == "12,12,12,12,12,12,12,9"
 
 
 SKIP = "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"
@@ -247,8 +251,11 @@ def test_dtype_precedence_through_the_cli(
 def test_every_family_derives_and_agrees_under_max_share(
     cli: Callable[..., Any], fixtures_dir: Path, name: str
 ) -> None:
-    """Each family's config runs through derive at pp 4 x tp 2; max-share agrees and charges the busiest
-    stage's share: stage_per_req = int(per_req * max_linear / total_linear)."""
+    """Each family's config runs through derive at pp 4 x tp 2; max-share agrees and charges every stage
+    what the busiest stage's own layers hold per slot: its linear-layer count times one layer's state,
+    worked out here from the geometry's shapes (conv bfloat16, 2 bytes; temporal float32, 4 bytes), not
+    from the charge's formula. E.g. Qwen3-Next at tp 2: 9 linear layers x (4096*3*2 + 16*128*128*4) =
+    9 x 1,073,152 = 9,658,368 bytes."""
     doc = _json(
         cli,
         [
@@ -265,10 +272,15 @@ def test_every_family_derives_and_agrees_under_max_share(
     )
     assert doc["divergent"] == []
     counts = _column(doc, "stage_linear_layers")
-    total = doc["geometry"]["num_linear_layers"]
-    assert sum(counts) == total
-    expected = int(doc["geometry"]["per_req_bytes"] * (max(counts) / total))
-    assert _column(doc, "stage_per_req_bytes") == [expected] * 4
+    geo = doc["geometry"]
+    assert sum(counts) == geo["num_linear_layers"]
+    assert (geo["conv_dtype"], geo["temporal_dtype"]) == ("bfloat16", "float32")
+    conv = sum(a * b * 2 for a, b in geo["conv_shapes"])
+    t0, t1, t2 = geo["temporal_shape"]
+    layer = conv + t0 * t1 * t2 * 4
+    assert _column(doc, "stage_per_req_bytes") == [max(counts) * layer] * 4
+    if name == "qwen3_next_80b_a3b":
+        assert _column(doc, "stage_per_req_bytes") == [9_658_368] * 4
 
 
 def test_model_spec_through_the_cli(cli: Callable[..., Any], tmp_path: Path) -> None:

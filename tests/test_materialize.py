@@ -312,9 +312,7 @@ def test_derive_materializes_every_stage(cli):
     assert res.rc == 0, res.err
     doc = json.loads(res.out)
     assert doc["materialize"]["ok"] and doc["materialize"]["device"] == "cpu"
-    assert all(
-        r["materialize_status"] == "ok" and r["allocated_bytes"] == r["predicted_bytes"] for r in doc["ranks"]
-    )
+    assert all(r["status"] == "ok" and r["allocated_bytes"] == r["predicted_bytes"] for r in doc["ranks"])
     assert {r["branch"] for r in doc["ranks"]} == {"C"}
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from checker.core.errors import BudgetError, CheckerInputError
 from checker.core.geometry import ModelGeometry
 from checker.core.models import load_geometry
-from checker.core.partition import default_partition, stage_bounds
+from checker.core.partition import default_partition, stage_partition
 from checker.core.planning import min_budget, suggest_partition
 from checker.core.sizing import POLICIES, CapacityInputs, derive_all
 
@@ -35,9 +35,10 @@ NEMOTRON = REPO / "tests" / "fixtures" / "nemotron_h_8b.json"
 # --- the partition optimiser --------------------------------------------------------------------------
 
 
-def brute_force(L: int, P: int, ids: set[int], slack: int) -> tuple[int, ...]:
+def brute_force(L: int, P: int, ids: set[int], slack: int) -> tuple[int, tuple[int, ...]]:
     """Every partition within the bounds, ranked by (largest linear count, distance to the even split,
-    the counts themselves): the documented objective, computed without the optimiser's code."""
+    the counts themselves): the documented objective, computed without the optimiser's code. Returns the
+    best partition's largest linear count and the partition."""
     base, rem = divmod(L, P)
     lower = max(1, base - slack)
     upper = base + (1 if rem else 0) + slack
@@ -54,7 +55,7 @@ def brute_force(L: int, P: int, ids: set[int], slack: int) -> tuple[int, ...]:
         if best is None or key < best:
             best = key
     assert best is not None, "the even split is always within the bounds"
-    return best[2]
+    return best[0], best[2]
 
 
 @st.composite
@@ -74,11 +75,11 @@ def test_suggested_partition_matches_brute_force(layout: tuple[int, int, frozens
     heuristic or an off-by-one in the DP shows as a different partition than the exhaustive search."""
     L, P, ids, slack = layout
     got = suggest_partition(num_hidden_layers=L, linear_layer_ids=tuple(sorted(ids)), pp_size=P, slack=slack)
-    expected = brute_force(L, P, set(ids), slack)
+    largest, expected = brute_force(L, P, set(ids), slack)
     assert got.partition == expected
-    counts = [sum(1 for i in range(s, e) if i in ids) for s, e in stage_bounds(expected)]
-    assert got.largest_stage_linear_layers == max(counts)
-    assert got.env == ",".join(map(str, expected))
+    assert got.largest_stage_linear_layers == largest
+    # The env value, parsed as every rank parses SGLANG_PP_LAYER_PARTITION, gives that partition back.
+    assert stage_partition(L, P, got.env) == expected
 
 
 def test_nemotron_h_8b_pp8_busiest_stage_drops_from_4_to_3(cli: Callable[..., Any]) -> None:
@@ -101,14 +102,24 @@ def test_nemotron_h_8b_pp8_busiest_stage_drops_from_4_to_3(cli: Callable[..., An
     )
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["default"]["largest_stage_linear_layers"] == 4
-    assert doc["largest_stage_linear_layers"] == 3
-    assert doc["suggested"]["stage_linear_layers"] == [3] * 8
-    assert doc["env"] == ",".join(map(str, doc["partition"]))
-    assert sum(doc["partition"]) == 52 and len(doc["partition"]) == 8
-    # The env value, read back by the same core every rank runs, gives the printed derivation.
     geometry = load_geometry(model_config=NEMOTRON)
-    inputs = CapacityInputs(geometry=geometry, budget_gib=8.0, pp_size=8, partition_env=doc["env"])
+    # Worked numbers: the fixture's 24 Mamba layers of 52; the even split 6,6,6,6,7,7,7,7 puts 4 on the
+    # sixth stage, and the exhaustive search over every split within 5..8 layers a stage finds 3 at most.
+    assert geometry.num_linear_layers == 24
+    assert doc["default"]["layers_per_stage"] == [6, 6, 6, 6, 7, 7, 7, 7]
+    assert doc["default"]["max_stage_linear_layers"] == 4
+    largest, best = brute_force(52, 8, set(geometry.linear_layer_ids), 1)
+    assert (largest, tuple(doc["suggested"]["layers_per_stage"])) == (3, best)
+    assert doc["suggested"]["max_stage_linear_layers"] == 3
+    assert doc["suggested"]["stage_linear_layers"] == [3] * 8
+    assert (
+        doc["SGLANG_PP_LAYER_PARTITION"] == doc["suggested"]["SGLANG_PP_LAYER_PARTITION"] == "6,6,6,7,7,6,7,7"
+    )
+    assert doc["default"]["SGLANG_PP_LAYER_PARTITION"] is None
+    # The env value, read back by the same core every rank runs, gives the printed derivation.
+    inputs = CapacityInputs(
+        geometry=geometry, budget_gib=8.0, pp_size=8, partition_env=doc["SGLANG_PP_LAYER_PARTITION"]
+    )
     stages = derive_all(inputs)
     assert [s.max_mamba_cache_size for s in stages] == [
         r["max_mamba_cache_size"] for r in doc["suggested"]["ranks"]
@@ -347,7 +358,7 @@ def test_suggested_partition_passes_the_preflight_on_gloo_ranks(
     doc = json.loads(out)
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # no leaks from the shell
-    env.update(SGLANG_PP_LAYER_PARTITION=doc["env"], OMP_NUM_THREADS="1")
+    env.update(SGLANG_PP_LAYER_PARTITION=doc["SGLANG_PP_LAYER_PARTITION"], OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [
             sys.executable,
@@ -382,4 +393,5 @@ def test_suggested_partition_passes_the_preflight_on_gloo_ranks(
     assert result["world_size"] == 8
     planned = {r["pp_rank"]: r["max_mamba_cache_size"] for r in doc["suggested"]["ranks"]}
     assert {r["pp_rank"]: r["max_mamba_cache_size"] for r in result["ranks"]} == planned
-    assert default_partition(52, 8) != tuple(doc["partition"])  # the env really changed the layout
+    # the env really changed the layout
+    assert default_partition(52, 8) != tuple(doc["suggested"]["layers_per_stage"])

@@ -8,16 +8,16 @@ A counterexample is printed by hypothesis as the geometry, layout and budget tha
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import geometries
 
 from checker.core.errors import BudgetError, FlagError
 from checker.core.geometry import ModelGeometry
-from checker.core.releases import MODELLED_RELEASES
+from checker.core.releases import MODELLED_RELEASES, release_model
 from checker.core.sizing import (
     CHECKED_VALUES,
     CapacityInputs,
@@ -53,12 +53,18 @@ def _flags(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _refused(inputs: CapacityInputs) -> bool:
-    """The startup refusals among the drawn flags (every modelled release): an explicit no_buffer needs
-    page size 1 and --disable-overlap-schedule, unless the radix cache is off (page sizes 1 and 16 both
-    divide 256). A per-slot extra state is refused before 0.5.22, which has none, when CapacityInputs
-    is built (see ``_inputs``)."""
+    """The startup refusals among the drawn flags (docs/sglang-releases.md). 0.5.14+ (server_args.py
+    ``_validate_mamba_no_buffer``): an explicit no_buffer needs page size 1 and --disable-overlap-schedule,
+    unless the radix cache is off (page sizes 1 and 16 both divide 256). 0.5.10-0.5.13.post1
+    (``_handle_mamba_radix_cache``): extra_buffer with --disable-radix-cache raises; their no_buffer turns
+    overlap off instead of refusing. A per-slot extra state is refused before 0.5.22, which has none, when
+    CapacityInputs is built."""
+    radix = inputs.release.rules.radix_rule
+    if radix == "scheduler":
+        return inputs.disable_radix_cache and inputs.mamba_radix_cache_strategy == "extra_buffer"
     return (
-        not inputs.disable_radix_cache
+        radix == "strategies"
+        and not inputs.radix_cache_disabled
         and inputs.mamba_radix_cache_strategy == "no_buffer"
         and (inputs.page_size != 1 or not inputs.disable_overlap_schedule)
     )
@@ -82,6 +88,8 @@ def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
     SGLang refuses must be refused by every stage alike (one stage deriving values would pass a preflight
     for a server that never starts)."""
     g = data.draw(geometries())
+    # Old releases size the pool per model family (docs/sglang-releases.md): draw one, or none.
+    g = replace(g, family=data.draw(st.sampled_from([None, "qwen3_next", "nemotron_h", "kimi_linear"])))
     P = data.draw(st.integers(1, min(8, g.num_hidden_layers)))
     flags = _flags(data.draw)
     kw: dict[str, Any] = dict(
@@ -91,22 +99,24 @@ def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
         policy=data.draw(st.sampled_from([None, "max-share", "whole-model"])),
         **flags,
     )
-    if g.extra_per_slot_bytes and flags["sglang_version"] in (
-        "0.5.14",
-        "0.5.15",
-        "0.5.15.post1",
-        "0.5.16",
-        "0.5.17",
-        "0.5.18",
-        "0.5.19",
-        "0.5.20",
-        "0.5.21",
-    ):
-        # Releases before 0.5.22 have no per-slot extra state: refused up front, on every rank alike.
-        with pytest.raises(FlagError, match="extra_per_slot_bytes"):
-            CapacityInputs(**kw)
+    try:
+        inputs = CapacityInputs(**kw)
+    except FlagError as exc:
+        # Refused before any stage derives (no per-slot extra state before 0.5.22, no hybrid model under
+        # PP up to 0.5.4.post1, no strategy flag before 0.5.7): one refusal from the flags alone, so every
+        # rank refuses alike. Each must be one of those, for a release the rule applies to.
+        rules = release_model(flags["sglang_version"]).rules
+        msg = str(exc)
+        assert (
+            ("extra_per_slot_bytes" in msg and g.extra_per_slot_bytes and not rules.extra_per_slot)
+            or ("--pp-size" in msg and P > 1 and not rules.pp_hybrid)
+            or ("has no mamba cache strategy" in msg and rules.radix_rule in ("forced-off", "fixed-ratio"))
+            or ("by the model_type" in msg and g.family is None)
+            or ("sizes a mamba state pool only for" in msg and rules.pool_families is not None)
+            or ("has no such strategy" in msg and not rules.has_lazy)
+            or ("Pipeline parallelism is not compatible" in msg and P > 1 and not rules.pp_with_spec)
+        ), msg
         return
-    inputs = CapacityInputs(**kw)
     # Each stage is derived on its own, as each rank would; a too-small budget must fail on every rank.
     outcomes = []
     for k in range(P):
@@ -153,6 +163,13 @@ def test_own_share_equals_max_share_when_stages_are_balanced(
     """Equal linear-layer counts make own/total == max/total: the two policies must derive the same."""
     g, P, env = layout
     flags = _flags(data.draw)
-    own = _derive(CapacityInputs(geometry=g, pp_size=P, partition_env=env, policy="own-share", **flags))
-    mx = _derive(CapacityInputs(geometry=g, pp_size=P, partition_env=env, policy="max-share", **flags))
+
+    def both(policy: str) -> list[dict[str, int]] | str:
+        try:
+            inputs = CapacityInputs(geometry=g, pp_size=P, partition_env=env, policy=policy, **flags)
+        except FlagError as exc:
+            return str(exc)  # a refusal from the flags alone must not depend on the policy
+        return _derive(inputs)
+
+    own, mx = both("own-share"), both("max-share")
     assert own == mx

@@ -9,6 +9,7 @@ At 8 GiB and r = 0.5 the auto-fit budget is B = 8 * 0.5 / 1.5 * 2**30 = 2,863,31
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from checker.core.geometry import ModelGeometry
 from checker.core.models import load_geometry
 from checker.core.releases import (
     FIRST_MODELLED,
+    GROUPS,
     MODELLED_RELEASES,
     NEWEST_MODELLED,
     explain_release_difference,
@@ -37,6 +39,8 @@ GIB = 2**30
 PER_REQ = 291_102_720
 SPR9 = 37_969_920
 PRESET = load_geometry(model="kimi-k3")
+# The preset's shapes as a Qwen3-Next (GDN) model: old releases size the pool per model family.
+QWEN = replace(PRESET, family="qwen3_next")
 WHOLE_MODEL_RELEASES = ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16")
 MAX_SHARE_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
@@ -64,9 +68,36 @@ def values(stages: list) -> set[tuple[int, int, int]]:
 
 
 def test_modelled_releases_are_every_published_release_in_the_range() -> None:
-    """PyPI's sglang releases from 0.5.14 to 0.5.23 (``pip index versions sglang``, November 2026),
-    in order: a missing or misordered release shows here."""
+    """PyPI's sglang releases from 0.5.2 to 0.5.23 (``pip index versions sglang``, November 2026; the
+    wheels unpacked in /work/wheels/src), in order: a missing or misordered release shows here."""
     assert MODELLED_RELEASES == (
+        "0.5.2",
+        "0.5.3",
+        "0.5.3.post1",
+        "0.5.3.post2",
+        "0.5.3.post3",
+        "0.5.4",
+        "0.5.4.post1",
+        "0.5.4.post2",
+        "0.5.4.post3",
+        "0.5.5",
+        "0.5.5.post1",
+        "0.5.5.post2",
+        "0.5.5.post3",
+        "0.5.6",
+        "0.5.6.post1",
+        "0.5.6.post2",
+        "0.5.7",
+        "0.5.8",
+        "0.5.8.post1",
+        "0.5.9",
+        "0.5.10",
+        "0.5.10.post1",
+        "0.5.11",
+        "0.5.12",
+        "0.5.12.post1",
+        "0.5.13",
+        "0.5.13.post1",
         "0.5.14",
         "0.5.15",
         "0.5.15.post1",
@@ -79,7 +110,7 @@ def test_modelled_releases_are_every_published_release_in_the_range() -> None:
         "0.5.22",
         "0.5.23",
     )
-    assert (FIRST_MODELLED, NEWEST_MODELLED) == ("0.5.14", "0.5.23")
+    assert (FIRST_MODELLED, NEWEST_MODELLED) == ("0.5.2", "0.5.23")
 
 
 @pytest.mark.parametrize(
@@ -116,8 +147,7 @@ def test_newer_release_is_refused_unless_best_effort() -> None:
 @pytest.mark.parametrize(
     ("version", "why"),
     [
-        ("0.5.13", "rules the builtin model does not implement"),  # a pool, sized differently
-        ("0.5.2", "rules the builtin model does not implement"),  # the first release with a state pool
+        ("0.5.1.post3", "no mamba state pool"),  # the last release before the pool
         ("0.5.1", "no mamba state pool"),
         ("0.5.14.post1", "not a published release"),  # never released
         ("0.5.x", "not a release number"),
@@ -153,7 +183,10 @@ def test_explain_release_difference() -> None:
         for x in lines
     )
     assert any("padding slot" in x for x in lines)
-    assert explain_release_difference("0.5.18", "0.5.21") == []
+    assert explain_release_difference("0.5.18", "0.5.20") == []
+    assert explain_release_difference("0.5.20", "0.5.21") == [
+        "0.5.20 refuses speculative decoding under pipeline parallelism; 0.5.21 accepts it"
+    ]
     assert explain_release_difference("0.5.15", "0.5.15.post1") == []
     floors = explain_release_difference("0.5.22", "0.5.23")
     assert len(floors) == 1 and "0.5.23 floors" in floors[0]
@@ -204,14 +237,19 @@ def test_spec_decoding_before_and_after_the_padding_slot() -> None:
     0.5.17: K = int((B - 37,969,920 * 4) // (37,969,920 * 2)) = int(35.70) = 35; reservation
     (min(16, 35 // 3) + 1) * 3 = 36 request-drafts: 37,969,920 * 12 * 3 = 1,366,917,120 bytes; 11 running."""
     kw = dict(speculative_num_draft_tokens=3, max_running_requests=16)
-    old = derive_stage(make("0.5.16", **kw), 0)
+    # 0.5.16 and 0.5.17 refuse spec decoding under PP (server_args.py check_server_args); whole-model
+    # charging makes 0.5.16's numbers the same at P = 1. 0.5.21 accepts EAGLE under PP with 0.5.17's rules.
+    for refusing in ("0.5.16", "0.5.17", "0.5.20"):
+        with pytest.raises(FlagError, match="Pipeline parallelism is not compatible"):
+            make(refusing, **kw)
+    old = derive_stage(make("0.5.16", **kw, pp_size=1), 0)
     assert (old.max_mamba_cache_size, old.max_running_requests, old.intermediate_state_bytes) == (
         4,
         1,
         873_308_160,
     )
     assert old.kv_budget_gib == (8.0 - 873_308_160 / GIB) - 4 * PER_REQ / GIB
-    new = derive_stage(make("0.5.17", **kw), 0)
+    new = derive_stage(make("0.5.21", **kw), 0)
     assert (new.max_mamba_cache_size, new.max_running_requests, new.intermediate_state_bytes) == (
         35,
         11,
@@ -328,10 +366,14 @@ def test_own_share_empty_stage_with_an_explicit_pool_size_starts(extra: dict[str
 # ---- the vectorised sweep is the scalar core, release by release ----
 
 
+_GROUP_RELEASES = {g.group: [v for v in MODELLED_RELEASES if release_model(v).rules is g] for g in GROUPS}
+
+
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_sweep_is_bit_identical_to_the_scalar_core_for_every_release(data: st.DataObject) -> None:
     g = data.draw(geometries(extras=(0,)))
+    g = replace(g, family=data.draw(st.sampled_from(["qwen3_next", "nemotron_h", "kimi_linear", None])))
     P = data.draw(st.integers(1, min(4, g.num_hidden_layers)))
     D = data.draw(st.sampled_from([None, None, 1, 3]))
     kw: dict[str, Any] = dict(
@@ -348,9 +390,13 @@ def test_sweep_is_bit_identical_to_the_scalar_core_for_every_release(data: st.Da
         else data.draw(st.sampled_from([None, 1, 16])),
         disable_radix_cache=data.draw(st.booleans()),
         max_mamba_cache_size=data.draw(st.sampled_from([None, None, 1, 7, 64])),
+        mamba_radix_cache_strategy=data.draw(st.sampled_from(["auto", "no_buffer", "extra_buffer"])),
     )
     budgets = data.draw(st.lists(st.floats(1e-6, 64.0, allow_nan=False), min_size=1, max_size=12))
-    for version in MODELLED_RELEASES:
+    # One release of every group per example (a group's releases share every rule), drawn so that the
+    # examples together cover every modelled release.
+    versions = [data.draw(st.sampled_from(_GROUP_RELEASES[g.group])) for g in GROUPS]
+    for version in versions:
         try:
             inputs = CapacityInputs(**kw, sglang_version=version)
             plans_ok = [derive_sweep(inputs, k, budgets) for k in range(P)]
@@ -368,3 +414,245 @@ def test_sweep_is_bit_identical_to_the_scalar_core_for_every_release(data: st.Da
                     want = [BOOT_FAILURE] * 3
                 assert row == want, (version, k, b)
     assert torch.get_default_dtype() == torch.float32  # the sweep never changed the global default
+
+
+# ---- 0.5.2 to 0.5.6.post2 and 0.5.13 (docs/sglang-releases.md) ----
+
+
+def test_fixed_pool_0_5_2_to_0_5_3_post1() -> None:
+    """model_runner.py ModelRunner.__init__ (0.5.2): a hybrid GDN model disables the radix cache and sets
+    max_mamba_cache_size = --max-running-requests (16) // 1 = 16 whatever the budget; init_memory_pool:
+    max_num_reqs = min(16, 16) = 16; tp_worker.py: max_running_requests = min(16 // 1, 16) = 16; micro
+    max(16 // 1, 1) = 16. profile_max_num_token: 8 - 16 * 291,102,720 / 2**30 = 8 - 4,657,643,520 / 2**30.
+    Without --max-running-requests the pool is 512 slots: 512 * 291,102,720 bytes = 138.8 GiB > 8."""
+    for v in ("0.5.2", "0.5.3", "0.5.3.post1"):
+        s = derive_stage(
+            make(v, geometry=QWEN, pp_size=1, max_running_requests=16, mamba_radix_cache_strategy="auto"), 0
+        )
+        assert (s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size) == (16, 16, 16)
+        assert s.slots_per_request == 1 and s.kv_budget_gib == 8 - 4_657_643_520 / GIB
+        with pytest.raises(BudgetError):
+            derive_stage(make(v, geometry=QWEN, pp_size=1, mamba_radix_cache_strategy="auto"), 0)
+
+
+@pytest.mark.parametrize("version", ["0.5.3.post2", "0.5.4", "0.5.4.post2", "0.5.6.post2"])
+def test_ratio_pool_0_5_3_post2_to_0_5_6_post2(version: str) -> None:
+    """model_runner.py handle_max_mamba_cache, radix cache on: int(B * 2**30 // 291,102,720 // 1) with
+    B = 8 * 0.5 / 1.5 GiB: int(9.84) = 9; init_memory_pool: min(4096, 9 // 3) = 3
+    (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO); micro 3 at pp 1. With D = 2 and mrr 4, radix off:
+    K = 4, charged 4 * 291,102,720 * (1 + 2) bytes = 3.25 GiB, of which 4 * 2 * 291,102,720 is the
+    intermediate state; tp_worker: min(4 // 1, min(4, 4 // 1)) = 4 requests."""
+    auto = dict(geometry=QWEN, pp_size=1, mamba_radix_cache_strategy="auto")
+    assert values(derive_all(make(version, **auto))) == {(9, 3, 3)}
+    s = derive_stage(
+        make(
+            version, **auto, disable_radix_cache=True, max_running_requests=4, speculative_num_draft_tokens=2
+        ),
+        0,
+    )
+    assert (s.max_mamba_cache_size, s.max_running_requests, s.intermediate_state_bytes) == (4, 4, 8 * PER_REQ)
+    assert s.kv_budget_gib == 8 - 12 * PER_REQ / GIB
+
+
+def test_pp_refused_until_a_hybrid_model_supports_it() -> None:
+    """Up to 0.5.4.post1 no hybrid model splits its layers over PP ranks (qwen3_next.py asserts a single
+    rank); kimi_linear.py (0.5.4.post2) does. server_args.py forces KimiLinear's radix cache off, so
+    handle_max_mamba_cache sizes K = --max-running-requests 16 (no // dp: not GDN), charged 16 * per_req;
+    1 slot a request: tp_worker.py min(16 // 1, min(16, 16 // 1)) = 16, micro 16 // 8 = 2. Spec decoding
+    under PP is refused up to 0.5.20 (check_server_args / validation_hook.py)."""
+    with pytest.raises(FlagError, match="--pp-size 8: SGLang 0.5.4.post1 runs no hybrid"):
+        make("0.5.4.post1", geometry=QWEN, mamba_radix_cache_strategy="auto")
+    kimi = replace(PRESET, family="kimi_linear")
+    auto = dict(mamba_radix_cache_strategy="auto", max_running_requests=16)
+    assert values(derive_all(make("0.5.4.post2", geometry=kimi, **auto))) == {(16, 16, 2)}
+    for v in ("0.5.13", "0.5.14", "0.5.18", "0.5.19", "0.5.20"):
+        with pytest.raises(FlagError, match="Pipeline parallelism is not compatible"):
+            make(v, speculative_num_draft_tokens=2, max_running_requests=8)
+    make("0.5.21", speculative_num_draft_tokens=2, max_running_requests=8)  # EAGLE under PP accepted
+
+
+def test_no_strategy_flag_before_0_5_7() -> None:
+    with pytest.raises(FlagError, match="0.5.6.post2 has no mamba cache strategy"):
+        make("0.5.6.post2", geometry=QWEN, pp_size=1)  # no_buffer
+
+
+def test_0_5_13_caps_a_user_request_count_by_the_estimate() -> None:
+    """_resolve_max_num_reqs (0.5.13): min(5000 // 1, estimate 4096) = 4096, then min(4096, 30000 // 3);
+    0.5.14 caps by T // 2 instead (none here): min(5000, 10000) = 5000. TOY pool: 30000 * 704 bytes."""
+    kw = dict(
+        geometry=replace(TOY, family="qwen3_next"),
+        budget_gib=1.0,
+        max_mamba_cache_size=30000,
+        max_running_requests=5000,
+        mamba_radix_cache_strategy="no_buffer",
+        disable_overlap_schedule=True,
+    )
+    assert derive_stage(CapacityInputs(**kw, sglang_version="0.5.13"), 0).max_running_requests == 4096
+    assert derive_stage(CapacityInputs(**kw, sglang_version="0.5.14"), 0).max_running_requests == 5000
+    assert values(derive_all(make("0.5.13"))) == {(9, 3, 1)}
+
+
+# ---- 0.5.7 to 0.5.12.post1, and the model family (docs/sglang-releases.md) ----
+# The preset's shapes as Qwen3-Next at P = 8: every stage is charged per_req = 291,102,720 (whole model);
+# B = 8 * 0.5 / 1.5 * 2**30 = 2,863,311,530.67 bytes.
+
+
+@pytest.mark.parametrize(
+    ("version", "want"),
+    [
+        ("0.5.7", (9, 1, 1)),
+        ("0.5.8", (9, 3, 1)),
+        ("0.5.8.post1", (9, 3, 1)),
+        ("0.5.9", (9, 3, 1)),
+        ("0.5.10", (9, 3, 1)),
+        ("0.5.12.post1", (9, 3, 1)),
+        ("0.5.13", (9, 3, 1)),
+    ],
+)
+def test_no_buffer_slot_ratio_0_5_7_to_0_5_13(version: str, want: tuple[int, int, int]) -> None:
+    """model_runner_kv_cache_mixin.py handle_max_mamba_cache, radix cache on, no --max-mamba-cache-size:
+    K = int(B // per_req) = int(9.84) = 9 in every release here. 0.5.7 init_memory_pool adds
+    MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP (2) unless extra_buffer runs with spec decoding, so no_buffer
+    holds 3 + 2 = 5 slots: min(4096, 9 // 5) = 1 request; 0.5.8 adds it only under extra_buffer: 9 // 3
+    = 3. Micro batch max(n // 8, 1) = 1. KV left 8 - 9 * per_req / 2**30 (no padding slot)."""
+    stages = derive_all(make(version, geometry=QWEN))
+    assert values(stages) == {want}
+    assert {s.kv_budget_gib for s in stages} == {728761 / 131072}
+
+
+def test_auto_is_no_buffer_until_0_5_14() -> None:
+    """server_args.py __post_init__ (0.5.7-0.5.13.post1): ``if self.mamba_scheduler_strategy == "auto":
+    self.mamba_scheduler_strategy = "no_buffer"``, whatever the overlap schedule: 3 slots, 9 // 3 = 3
+    requests. 0.5.14 (_handle_mamba_radix_cache) picks extra_buffer when overlap is wanted: 3 + 1 (overlap
+    forced off under PP) = 4 slots, 9 // 4 = 2."""
+    auto = dict(geometry=QWEN, mamba_radix_cache_strategy="auto", disable_overlap_schedule=False)
+    for v in ("0.5.8", "0.5.10", "0.5.13"):
+        assert values(derive_all(make(v, **auto))) == {(9, 3, 1)}
+        assert make(v, **auto).resolved_strategy == "no_buffer"
+    assert values(derive_all(make("0.5.14", **auto))) == {(9, 2, 1)}
+
+
+def test_extra_buffer_slots_0_5_7_to_0_5_13() -> None:
+    """extra_buffer at P = 1, K = 9. 0.5.7 and 0.5.8-0.5.9 add 2 slots without spec decoding, whatever the
+    overlap schedule: 9 // 5 = 1. 0.5.10+ (_calculate_mamba_ratio) add 2 with overlap, 1 without:
+    9 // 5 = 1 and 9 // 4 = 2."""
+    xb = dict(geometry=QWEN, pp_size=1, mamba_radix_cache_strategy="extra_buffer")
+    for v in ("0.5.7", "0.5.8", "0.5.9"):
+        for no_overlap in (False, True):
+            s = derive_stage(make(v, **xb, disable_overlap_schedule=no_overlap), 0)
+            assert (s.slots_per_request, s.max_running_requests) == (5, 1)
+    for v in ("0.5.10", "0.5.13"):
+        assert derive_stage(make(v, **xb, disable_overlap_schedule=False), 0).max_running_requests == 1
+        assert derive_stage(make(v, **xb, disable_overlap_schedule=True), 0).max_running_requests == 2
+
+
+@pytest.mark.parametrize(("version", "want"), [("0.5.7", (7, 1)), ("0.5.8", (8, 2)), ("0.5.9", (8, 2))])
+def test_spec_reservation_before_the_pool_0_5_7_to_0_5_9(version: str, want: tuple[int, int]) -> None:
+    """extra_buffer, D = 2, --max-running-requests 4, dp 2, P = 1. 0.5.7 handle_max_mamba_cache takes
+    per_req * 4 * 2 = 2,328,821,760 bytes (mrr NOT divided by dp) off first: (8 * 2**30 - 2,328,821,760) / 3
+    = 2,087,037,610.67 bytes for the pool, K = int(7.17) = 7 (no // dp on the auto-fit); 3 + 1 slots
+    (extra_buffer with spec): tp worker min(4 // 2, min(4, 7 // 4)) = 1. 0.5.8 takes per_req * (4 // 2) * 2
+    = 1,164,410,880 bytes: 7,425,523,712 / 3 = 2,475,174,570.67, K = int(8.50) = 8, min(2, 8 // 4) = 2."""
+    kw = dict(
+        geometry=QWEN,
+        pp_size=1,
+        dp_size=2,
+        mamba_radix_cache_strategy="extra_buffer",
+        speculative_num_draft_tokens=2,
+        max_running_requests=4,
+    )
+    s = derive_stage(make(version, **kw), 0)
+    assert (s.max_mamba_cache_size, s.max_running_requests) == want
+    reserved = 8 if version == "0.5.7" else 4
+    assert s.intermediate_state_bytes == reserved * PER_REQ
+    assert s.kv_budget_gib == (8 - reserved * PER_REQ / GIB) - want[0] * PER_REQ / GIB
+
+
+def test_radix_off_without_a_request_count_0_5_8_vs_0_5_9() -> None:
+    """--disable-radix-cache without --max-running-requests: 0.5.8 handle_max_mamba_cache sets 512 slots
+    (512 * per_req = 138.8 GiB, more than 8: no KV left, refused); 0.5.9 branches A/B need an explicit
+    size, so it auto-fits: K = 9, 1 slot a request, min(4096, 9 // 1) = 9 requests, micro 9 // 8 = 1."""
+    with pytest.raises(BudgetError):
+        derive_all(make("0.5.8", geometry=QWEN, disable_radix_cache=True))
+    assert values(derive_all(make("0.5.9", geometry=QWEN, disable_radix_cache=True))) == {(9, 9, 1)}
+
+
+def test_request_cap_tp_worker_until_0_5_9_estimate_from_0_5_10() -> None:
+    """TOY (704 bytes a request), --max-mamba-cache-size 30000, --max-running-requests 5000, no_buffer:
+    0.5.9 model_runner.py caps a user value by nothing but the pool: min(5000 // 1, min(5000, 30000 // 3))
+    = 5000; 0.5.10 _resolve_max_num_reqs: min(5000 // 1, estimate 4096) = 4096."""
+    kw = dict(
+        geometry=replace(TOY, family="qwen3_next"),
+        budget_gib=1.0,
+        max_mamba_cache_size=30000,
+        max_running_requests=5000,
+        mamba_radix_cache_strategy="no_buffer",
+    )
+    assert derive_stage(CapacityInputs(**kw, sglang_version="0.5.9"), 0).max_running_requests == 5000
+    assert derive_stage(CapacityInputs(**kw, sglang_version="0.5.10"), 0).max_running_requests == 4096
+
+
+def test_scheduler_strategy_refusals() -> None:
+    """0.5.7-0.5.12.post1 have no extra_buffer_lazy (MAMBA_SCHEDULER_STRATEGY_CHOICES); from 0.5.10
+    server_args.py refuses no_buffer with spec decoding and the radix cache on, and extra_buffer with
+    --disable-radix-cache. no_buffer with the overlap schedule on is not refused: SGLang turns it off."""
+    with pytest.raises(FlagError, match="has no such strategy"):
+        make("0.5.12", geometry=QWEN, mamba_radix_cache_strategy="extra_buffer_lazy")
+    spec = dict(geometry=QWEN, pp_size=1, speculative_num_draft_tokens=2, max_running_requests=4)
+    with pytest.raises(FlagError, match="not compatible with radix cache"):
+        derive_stage(make("0.5.10", **spec), 0)
+    derive_stage(make("0.5.9", **spec), 0)
+    with pytest.raises(FlagError, match="not compatible with --disable-radix-cache"):
+        derive_stage(
+            make(
+                "0.5.11", geometry=QWEN, mamba_radix_cache_strategy="extra_buffer", disable_radix_cache=True
+            ),
+            0,
+        )
+    assert (
+        derive_stage(make("0.5.10", geometry=QWEN, disable_overlap_schedule=False), 0).slots_per_request == 3
+    )
+
+
+def test_model_family_rules_of_old_releases() -> None:
+    """0.5.5 handle_max_mamba_cache divides K by dp only for hybrid GDN (``if self.hybrid_gdn_config``):
+    Qwen3-Next at dp 2, P = 1: int(B // per_req) // 2 = 9 // 2 = 4. ModelRunner.__init__ forces the radix
+    cache off for NemotronH (mamba2_config): K = --max-running-requests 16, not split, 1 slot a request;
+    tp_worker.py min(16 // 2, min(16, 16 // 1)) = 8. 0.5.2 has a pool for Qwen3-Next only; KimiLinear's
+    radix cache is forced off up to 0.5.13.post1 (server_args.py), so 0.5.10 sizes branch B: 16 // 1."""
+    kw = dict(pp_size=1, dp_size=2, mamba_radix_cache_strategy="auto")
+    assert derive_stage(make("0.5.5", geometry=QWEN, **kw), 0).max_mamba_cache_size == 4
+    nem = derive_stage(
+        make("0.5.5", geometry=replace(PRESET, family="nemotron_h"), **kw, max_running_requests=16), 0
+    )
+    assert (nem.max_mamba_cache_size, nem.slots_per_request, nem.max_running_requests) == (16, 1, 8)
+    with pytest.raises(FlagError, match="only for model_type qwen3_next, not nemotron_h"):
+        make(
+            "0.5.2",
+            geometry=replace(PRESET, family="nemotron_h"),
+            pp_size=1,
+            mamba_radix_cache_strategy="auto",
+        )
+    kimi = derive_stage(
+        make("0.5.10", geometry=replace(PRESET, family="kimi_linear"), max_running_requests=16), 0
+    )
+    assert (kimi.branch, kimi.max_mamba_cache_size, kimi.max_running_requests) == ("B", 16, 16)
+    assert make("0.5.14", geometry=replace(PRESET, family="kimi_linear")).slots_per_request() == 3
+
+
+def test_a_model_spec_without_a_family_is_refused_where_it_matters() -> None:
+    """TOY names no model_type: 0.5.5 decides whether it has a pool at all by family; 0.5.10 whether its
+    radix cache is forced off (KimiLinear), which --disable-radix-cache makes moot; 0.5.14 does not ask."""
+    for v in ("0.5.5", "0.5.10"):
+        with pytest.raises(FlagError, match='add "model_type"'):
+            CapacityInputs(geometry=TOY, budget_gib=1.0, sglang_version=v)
+    CapacityInputs(geometry=TOY, budget_gib=1.0, sglang_version="0.5.10", disable_radix_cache=True)
+    CapacityInputs(geometry=TOY, budget_gib=1.0, sglang_version="0.5.14")
+
+
+def test_default_full_memory_ratio_per_release() -> None:
+    """server_args.py ServerArgs.mamba_full_memory_ratio: 0.2 in 0.5.3.post2 (the release that adds the
+    flag), 0.9 from 0.5.3.post3 on (checked in 0.5.3.post3, 0.5.7, 0.5.12)."""
+    versions = ("0.5.3.post2", "0.5.3.post3", "0.5.7", "0.5.12")
+    got = {v: release_model(v).rules.default_full_memory_ratio for v in versions}
+    assert got == {"0.5.3.post2": 0.2, "0.5.3.post3": 0.9, "0.5.7": 0.9, "0.5.12": 0.9}

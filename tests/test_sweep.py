@@ -259,19 +259,22 @@ def test_own_share_fails_require_consistent_and_max_share_passes(cli, tmp_path: 
     doc = json.loads(report.read_text())
     assert doc["num_budgets"] == 145 and len(doc["budgets_gib"]) == 145
     own = doc["policies"]["own-share"]
-    assert doc["policies"]["max-share"]["divergent"] == {v: 0 for v in CHECKED_VALUES}
-    micro = own["divergent"]["pp_max_micro_batch_size"]
+    assert doc["policies"]["max-share"]["divergent_counts"] == {v: 0 for v in CHECKED_VALUES}
+    assert doc["policies"]["max-share"]["divergent"] == []
+    micro = own["divergent_counts"]["pp_max_micro_batch_size"]
+    assert "pp_max_micro_batch_size" in own["divergent"]
     assert 0 < micro == len(own["divergent_budgets"]["pp_max_micro_batch_size"])
     own_row = next(line for line in good.out.splitlines() if line.startswith("own-share "))
     assert f"{micro} (" in own_row
-    a = doc["assumptions"]
+    a = doc["inputs"]
     # The default strategy under PP: auto resolves before SGLang forces overlap off -> extra_buffer
     # without overlap, 4 slots a request. The report must say so, since the counts depend on it.
     assert a["mamba_full_memory_ratio"] == 0.5 and a["slots_per_request"] == 4
     assert a["mamba_radix_cache_strategy"] == "auto" and a["overlap_schedule"] is False
     assert a["resolved_strategy"] == "extra_buffer" and a["token_capacity"] is None
     assert "strategy extra_buffer (auto), 4 slots per request" in good.out
-    assert a["budget_grid"]["spec"] == "4:40:0.25" and a["model"] == "kimi-k3"
+    assert doc["budget_grid"]["spec"] == "4:40:0.25" and a["model"].startswith("kimi-k3 #")
+    assert (doc["command"], doc["status"], doc["exit_code"]) == ("sweep", "consistent", 0)
 
 
 @pytest.mark.parametrize(

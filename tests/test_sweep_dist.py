@@ -42,8 +42,8 @@ def test_four_ranks_count_what_one_process_counts(tmp_path):
     assert dist["mode"] == "distributed" and dist["world_size"] == 4
     assert dist["num_budgets"] == one["num_budgets"] == 145
     assert dist["policies"] == one["policies"]
-    assert dist["policies"]["max-share"]["divergent"]["pp_max_micro_batch_size"] == 0
-    assert dist["policies"]["own-share"]["divergent"]["max_mamba_cache_size"] > 0
+    assert dist["policies"]["max-share"]["divergent_counts"]["pp_max_micro_batch_size"] == 0
+    assert dist["policies"]["own-share"]["divergent_counts"]["max_mamba_cache_size"] > 0
 
 
 def test_require_consistent_own_share_fails_on_every_rank(tmp_path):

@@ -1,10 +1,11 @@
 """A genuine two-node torchrun job: two network namespaces joined by a veth pair, one
 ``launchers/torchrun.sh`` agent in each, the checker's ranks talking gloo across the link.
 
-The normal verdicts first (consistent, divergent, an input set on one node only), then the failures of
-real clusters: a worker killed, a worker frozen, the link cut mid-run, a node that never arrives. Each
-fault must end in bounded time with an ``infrastructure_failure`` report from rank 0 that names the
-ranks that were lost where they can be known. Needs root (skipped with the reason otherwise).
+The normal verdicts first (consistent, divergent, an input set on one node only, a rolling upgrade with
+another SGLang release installed on each node), then the failures of real clusters: a worker killed, a
+worker frozen, the link cut mid-run, a node that never arrives. Each fault must end in bounded time with
+an ``infrastructure_failure`` report from rank 0 that names the ranks that were lost where they can be
+known. Needs root (skipped with the reason otherwise).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import netns
 import pytest
+from test_upgrade import FLAGS as UPGRADE
+from test_upgrade import NEW, OLD, assert_half_upgraded, assert_one_release
 
 pytestmark = pytest.mark.netns
 
@@ -67,14 +70,18 @@ class PairRun:
         return json.loads(self.report_path.read_text())
 
     def logs(self) -> str:
-        return "\n".join(f"--- {a.log.stem} (exit {a.proc.returncode}, {a.elapsed_s:.1f} s)\n"
-                         f"{a.output()[-3000:]}" for a in self.agents)
+        return "\n".join(
+            f"--- {a.log.stem} (exit {a.proc.returncode}, {a.elapsed_s:.1f} s)\n{a.output()[-3000:]}"
+            for a in self.agents
+        )
 
     def timeline(self) -> str:
         t0 = min(a.started for a in self.agents)
         rel = lambda t: "-" if t is None else f"{t - t0:.1f}"
-        rows = [f"rank {r} node {p.node}: seen {rel(p.seen)} stopped {rel(p.stopped_at)} ended {rel(p.ended)}"
-                for r, p in sorted(self.ranks.items())]
+        rows = [
+            f"rank {r} node {p.node}: seen {rel(p.seen)} stopped {rel(p.stopped_at)} ended {rel(p.ended)}"
+            for r, p in sorted(self.ranks.items())
+        ]
         rows += [f"{a.log.stem} agent: exit {a.proc.returncode} at {rel(a.ended)}" for a in self.agents]
         return f"timeline (s from launch; fault at {rel(self.fault_at)}): " + "; ".join(rows)
 
@@ -82,23 +89,45 @@ class PairRun:
         return sorted(r for r, p in self.ranks.items() if p.node == index)
 
 
-def run_pair(pair: netns.NodePair, tmp_path: Path, args: list[str], *, env: dict[str, str] | None = None,
-             node_env: dict[int, dict[str, str]] | None = None, nodes: tuple[int, ...] = (0, 1),
-             wait_nodes: tuple[int, ...] | None = None, lost: frozenset[int] = frozenset(),
-             rdzv_conf: str = "join_timeout=30", during=None) -> PairRun:
+def run_pair(
+    pair: netns.NodePair,
+    tmp_path: Path,
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    node_env: dict[int, dict[str, str]] | None = None,
+    nodes: tuple[int, ...] = (0, 1),
+    wait_nodes: tuple[int, ...] | None = None,
+    lost: frozenset[int] = frozenset(),
+    rdzv_conf: str = "join_timeout=30",
+    during=None,
+) -> PairRun:
     """Launch the agents; ``during(watch)`` may act mid-run and returns the fault's time. Then wait
     (bounded) for the agents in ``wait_nodes`` and for every rank not in ``lost`` to end. Agents left
     running are killed with their namespaces by the fixture."""
     report = tmp_path / "report.json"
     argv = [*args, "--report", str(report)]
     with netns.RankWatch(pair) as watch:
-        agents = [pair.launch(i, argv, log_dir=tmp_path, rdzv_conf=rdzv_conf,
-                              env={**(env or {}), **(node_env or {}).get(i, {})}) for i in nodes]
+        agents = [
+            pair.launch(
+                i,
+                argv,
+                log_dir=tmp_path,
+                rdzv_conf=rdzv_conf,
+                env={**(env or {}), **(node_env or {}).get(i, {})},
+            )
+            for i in nodes
+        ]
         fault_at = during(watch) if during is not None else None
-        codes = {a.node.index: a.wait(AGENT_LIMIT_S - a.elapsed_s) for a in agents
-                 if a.node.index in (nodes if wait_nodes is None else wait_nodes)}
-        watch.wait_until(lambda ranks: all(p.ended is not None for r, p in ranks.items() if r not in lost),
-                         timeout_s=max(1.0, AGENT_LIMIT_S - agents[0].elapsed_s))
+        codes = {
+            a.node.index: a.wait(AGENT_LIMIT_S - a.elapsed_s)
+            for a in agents
+            if a.node.index in (nodes if wait_nodes is None else wait_nodes)
+        }
+        watch.wait_until(
+            lambda ranks: all(p.ended is not None for r, p in ranks.items() if r not in lost),
+            timeout_s=max(1.0, AGENT_LIMIT_S - agents[0].elapsed_s),
+        )
         ranks = watch.snapshot()
     run = PairRun(codes=codes, agents=agents, ranks=ranks, report_path=report, fault_at=fault_at)
     print(run.timeline())  # shown when a test fails (and with -s): when each rank ran and ended
@@ -113,8 +142,7 @@ def assert_node0_exit_code(run: PairRun, code: int) -> None:
 
 def read_verdict(report: Path) -> tuple[int, str]:
     """What a CI job reads: launchers/read-verdict.sh's exit code and printed status."""
-    res = subprocess.run(["bash", str(READ_VERDICT), str(report)], capture_output=True, text=True,
-                         timeout=30)
+    res = subprocess.run(["bash", str(READ_VERDICT), str(report)], capture_output=True, text=True, timeout=30)
     return res.returncode, res.stdout.strip()
 
 
@@ -137,8 +165,13 @@ def assert_survivors_bounded(run: PairRun, lost: set[int], fault_at: float | Non
 
 
 def rx_bytes(node: netns.Node) -> int:
-    out = subprocess.run(["ip", "-n", node.ns, "-s", "-j", "link", "show", "dev", node.dev],
-                         capture_output=True, text=True, timeout=10, check=True).stdout
+    out = subprocess.run(
+        ["ip", "-n", node.ns, "-s", "-j", "link", "show", "dev", node.dev],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
     return int(json.loads(out)[0]["stats64"]["rx"]["bytes"])
 
 
@@ -186,8 +219,12 @@ def test_own_share_diverges_across_nodes(pair, tmp_path):
 def test_partition_env_on_one_node_is_root_caused(pair, tmp_path):
     """SGLANG_PP_LAYER_PARTITION exported on node 1 only: its stages get other layer ranges, the values
     diverge, and the report names the variable, the ranks that set it and their host."""
-    run = run_pair(pair, tmp_path, [*KIMI, "--timeout-s", "20"],
-                   node_env={1: {"SGLANG_PP_LAYER_PARTITION": "30,21,21,21"}})
+    run = run_pair(
+        pair,
+        tmp_path,
+        [*KIMI, "--timeout-s", "20"],
+        node_env={1: {"SGLANG_PP_LAYER_PARTITION": "30,21,21,21"}},
+    )
     assert run.codes == {0: 1, 1: 1}, run.logs()
     rep = run.report()
     assert rep["status"] == "divergent"
@@ -198,6 +235,39 @@ def test_partition_env_on_one_node_is_root_caused(pair, tmp_path):
     cause = rep["root_causes"][0]
     assert f"ranks {node1[0]}-{node1[1]} set SGLANG_PP_LAYER_PARTITION=30,21,21,21" in cause, cause
     assert "node1" in cause and "leave it unset" in cause, cause
+
+
+# -- a rolling SGLang upgrade across the link -----------------------------------------------------------
+
+
+def _installed(tmp_path: Path, releases: tuple[str, str]) -> dict[int, dict[str, str]]:
+    """Node i's agent (and so its ranks) find SGLang ``releases[i]``'s package metadata on their path."""
+    return {
+        i: {"PYTHONPATH": netns.python_path(netns.release_site(tmp_path / f"site{i}", v))}
+        for i, v in enumerate(releases)
+    }
+
+
+def test_rolling_upgrade_half_done_is_root_caused(pair, tmp_path):
+    """Node 1 upgraded to 0.5.23, node 0 still on 0.5.16: each node's ranks derive as their own release
+    (values worked by hand in tests/test_upgrade.py), the stages disagree, and the one root cause names
+    each node's release and the change that makes them disagree."""
+    run = run_pair(pair, tmp_path, [*UPGRADE, "--timeout-s", "20"], node_env=_installed(tmp_path, (OLD, NEW)))
+    assert run.codes == {0: 1, 1: 1}, run.logs()
+    rep = run.report()
+    assert_hosts_follow_namespaces(run, rep)
+    assert_half_upgraded(rep, {"node0": OLD, "node1": NEW})
+    assert read_verdict(run.report_path) == (1, "divergent")
+
+
+def test_rolling_upgrade_done_is_consistent(pair, tmp_path):
+    """Both nodes on 0.5.23 (each its own installation): every stage agrees, nothing to root-cause."""
+    run = run_pair(pair, tmp_path, [*UPGRADE, "--timeout-s", "20"], node_env=_installed(tmp_path, (NEW, NEW)))
+    assert run.codes == {0: 0, 1: 0}, run.logs()
+    rep = run.report()
+    assert_hosts_follow_namespaces(run, rep)
+    assert_one_release(rep, NEW)
+    assert read_verdict(run.report_path) == (0, "consistent")
 
 
 # -- faults ---------------------------------------------------------------------------------------------
@@ -211,8 +281,9 @@ def _when_rank_stops(rank: int):
     """A ``during`` hook: the time the watch first sees ``rank`` frozen (state T)."""
 
     def hook(watch: netns.RankWatch) -> float | None:
-        watch.wait_until(lambda ranks: rank in ranks and ranks[rank].stopped_at is not None,
-                         timeout_s=AGENT_START_S + 30)
+        watch.wait_until(
+            lambda ranks: rank in ranks and ranks[rank].stopped_at is not None, timeout_s=AGENT_START_S + 30
+        )
         proc = watch.snapshot().get(rank)
         return proc.stopped_at if proc else None
 
@@ -238,8 +309,15 @@ def test_worker_frozen_with_sigstop(pair, tmp_path):
     """Rank 3 stops itself (SIGSTOP) at the exchange: alive to its agent, silent to its peers. The other
     three time out and end, and rank 0 names exactly rank 3. (Node 1's torchrun SIGKILLs the frozen rank
     30 s after its SIGTERM, whatever --shutdown-timeout says: not waited for here.)"""
-    run = run_pair(pair, tmp_path, _fault_args(), env={"CHECKER_INJECT_FAULT": "3:exchange:stop"},
-                   during=_when_rank_stops(3), wait_nodes=(0,), lost=frozenset({3}))
+    run = run_pair(
+        pair,
+        tmp_path,
+        _fault_args(),
+        env={"CHECKER_INJECT_FAULT": "3:exchange:stop"},
+        during=_when_rank_stops(3),
+        wait_nodes=(0,),
+        lost=frozenset({3}),
+    )
     assert run.ranks[3].node == 1, run.ranks
     rep = run.report()
     assert rep["status"] == "infrastructure_failure", rep
@@ -266,8 +344,14 @@ def test_link_cut_mid_run(pair, tmp_path):
 
     # Node 1's agent is cut off from the rendezvous store on node 0 and lingers on its own store
     # timeouts: only node 0's agent and the ranks are waited for.
-    run = run_pair(pair, tmp_path, _fault_args(), env={"CHECKER_INJECT_FAULT": "3:exchange:stop"},
-                   during=cut, wait_nodes=(0,))
+    run = run_pair(
+        pair,
+        tmp_path,
+        _fault_args(),
+        env={"CHECKER_INJECT_FAULT": "3:exchange:stop"},
+        during=cut,
+        wait_nodes=(0,),
+    )
     rep = run.report()
     assert rep["status"] == "infrastructure_failure", rep
     assert rep["missing_ranks"] == run.on_node(1) == [2, 3], rep
@@ -327,8 +411,10 @@ def test_slurm_recipe_across_two_nodes(pair, tmp_path):
     starts = []
     for node in pair.nodes:
         env = " ".join(f"{k}={v}" for k, v in pair.node_env(node.index).items())
-        starts.append(f'{" ".join(node.exec_prefix())} env SLURM_NODEID={node.index} '
-                      f'SLURMD_NODENAME={node.addr} {env} "$@" &\npids+=($!)')
+        starts.append(
+            f"{' '.join(node.exec_prefix())} env SLURM_NODEID={node.index} "
+            f'SLURMD_NODENAME={node.addr} {env} "$@" &\npids+=($!)'
+        )
     (bin_dir / "scontrol").write_text(FAKE_SCONTROL.format(names=" ".join(n.addr for n in pair.nodes)))
     (bin_dir / "srun").write_text(FAKE_SRUN.format(starts="\n".join(starts)))
     for tool in ("scontrol", "srun"):
@@ -336,12 +422,23 @@ def test_slurm_recipe_across_two_nodes(pair, tmp_path):
     out = tmp_path / "out"
     job_id = "4242"
     # The recipe's fixed rendezvous port (29400) is safe here only because node 0's namespace is private.
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node[0-1]",
-           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": job_id, "SLURM_SUBMIT_DIR": str(netns.REPO_ROOT),
-           "REPORT_DIR": str(out), "NPROC_PER_NODE": "2", "BACKEND": "gloo", "RDZV_CONF": "join_timeout=30"}
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "node[0-1]",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_ID": job_id,
+        "SLURM_SUBMIT_DIR": str(netns.REPO_ROOT),
+        "REPORT_DIR": str(out),
+        "NPROC_PER_NODE": "2",
+        "BACKEND": "gloo",
+        "RDZV_CONF": "join_timeout=30",
+    }
     with netns.RankWatch(pair) as watch:
-        job = pair.spawn(["bash", str(netns.REPO_ROOT / "launchers" / "slurm.sbatch"), *KIMI],
-                         env=env, log=tmp_path / "slurm.log")
+        job = pair.spawn(
+            ["bash", str(netns.REPO_ROOT / "launchers" / "slurm.sbatch"), *KIMI],
+            env=env,
+            log=tmp_path / "slurm.log",
+        )
         code = job.wait(AGENT_LIMIT_S)
         ranks = watch.snapshot()
     log = job.output()

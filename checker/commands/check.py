@@ -2,7 +2,8 @@
 
     torchrun --standalone --nproc-per-node 8 -m checker --model kimi-k3 --budget-gib 8
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        -m checker --model-config /models/Qwen3-Next --tp-size 2 --budget-from-device --report report.json
+        -m checker --model-config /models/Qwen3-Next --tp-size 2 --budget-from-device \\
+        --report report.json
 
 config -> session -> local facts -> exchange -> decide -> report: each rank derives its stage's capacity
 locally (no collective, as SGLang does), then every rank joins two fixed-size int64 all-gathers and

@@ -13,10 +13,12 @@ import json
 import os
 import sys
 import time
+from dataclasses import fields
 
 from checker import __version__
-from checker.config import DeriveConfig
+from checker.config import DeriveConfig, EngineChoice, SizingFlags, sglang_env
 from checker.core.errors import BudgetError, FlagError
+from checker.core.releases import installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
 from checker.engines.drift import drift_lines
 from checker.materialize import MATERIALIZE_STATUS_NAMES
@@ -27,7 +29,8 @@ from checker.options import (
     add_layout_args,
     add_model_args,
 )
-from checker.status import EXIT_CODES, MODEL_DRIFT
+from checker.row import model_label
+from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 from checker.tables import fmt_bytes, fmt_int, format_table, mark, outliers
 
 HELP = "derive every stage's pool size and limits in one process (no torch needed)"
@@ -123,16 +126,65 @@ def materialize_all(inputs: CapacityInputs, stages: list[StageCapacity], device_
     return [materialize_stage(inputs, s, device) for s in stages]
 
 
-def _rank_dict(s: StageCapacity, m) -> dict[str, object]:
-    d = s.as_dict()
-    if m is not None:
-        d.update(
-            predicted_bytes=m.predicted_bytes,
-            allocated_bytes=m.allocated_bytes,
-            materialize_status=MATERIALIZE_STATUS_NAMES[m.status],
-            materialize_error=m.error or None,
-        )
+# --- JSON: one vocabulary with check's report (docs/json-output.md, docs/report.schema.json) ------
+
+
+def json_inputs(
+    inputs: CapacityInputs,
+    sizing: SizingFlags,
+    engine: EngineChoice | None,
+    *,
+    budget_source: str | None,
+    budget_gib: float | None = None,
+    resolved: bool = True,
+) -> dict[str, object]:
+    """Every input under check's report's name: the flags as given (``policy`` null: the release's
+    own), the SGLang env vars as set, ``sglang_version`` the INSTALLED release and ``derived_as`` the
+    release derived as; then what the flags resolve to (``resolved_*``), as derive/plan/sweep add."""
+    installed = installed_sglang_version()
+    _, why = (engine or EngineChoice()).release(installed)
+    d: dict[str, object] = {
+        "checker_version": __version__,
+        "sglang_version": installed or "not installed",
+        "derived_as": f"{inputs.release.label} ({why})",
+        "model": model_label(inputs.geometry),
+        "budget_gib": budget_gib,
+        "budget_source": budget_source,
+    }
+    d.update({f.name: getattr(sizing, f.name) for f in fields(SizingFlags)})
+    d["pp_size"] = inputs.pp_size
+    d.update(sglang_env(os.environ))
+    d["sglang_best_effort"] = inputs.sglang_best_effort
+    if resolved:
+        d["resolved_policy"] = inputs.resolved_policy
+        d["resolved_strategy"] = None if inputs.disable_radix_cache else inputs.resolved_strategy
+        d["overlap_schedule"] = inputs.effective_overlap_schedule
+        d["slots_per_request"] = inputs.slots_per_request()
     return d
+
+
+def json_layout(inputs: CapacityInputs) -> dict[str, int]:
+    """The deployment the values are for (check's ``layout``): pp_size x tp_size ranks."""
+    return {
+        "world_size": inputs.pp_size * inputs.tp_size,
+        "pp_size": inputs.pp_size,
+        "tp_size": inputs.tp_size,
+    }
+
+
+def stage_dict(s: StageCapacity, tp_size: int, m=None) -> dict[str, object]:
+    """One stage, with check's per-rank names: ``rank`` is the stage's first rank (tp is the inner
+    dimension, pp_rank = rank // tp_size), ``status``/``error`` fold in a --materialize failure."""
+    d: dict[str, object] = {"rank": s.pp_rank * tp_size, "status": "ok", "error": None, **s.as_dict()}
+    if m is not None:
+        d.update(predicted_bytes=m.predicted_bytes, allocated_bytes=m.allocated_bytes)
+        if not m.ok:
+            d.update(status=ERROR, error=m.error or MATERIALIZE_STATUS_NAMES[m.status])
+    return d
+
+
+def status_doc(status: str, exit_code: int) -> dict[str, object]:
+    return {"checker_version": __version__, "status": status, "exit_code": exit_code}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,13 +203,24 @@ def run(args: argparse.Namespace) -> int:
         results = materialize_all(inputs, stages, args.materialize_device)
         materialize_s = time.monotonic() - t0
     failed = [m for m in results or [] if not m.ok]
+    divergent = divergent_values(stages)
+    if failed:
+        status, code = ERROR, EXIT_CODES[ERROR]
+    elif drifts:
+        status, code = MODEL_DRIFT, EXIT_CODES[MODEL_DRIFT]
+    else:  # a divergence is derive's answer, not its failure: exit 0 (check is the gate)
+        status, code = (DIVERGENT if divergent else CONSISTENT), 0
     if args.format == "json":
         doc = {
-            "checker_version": __version__,
-            "inputs": inputs.describe(),
+            "command": "derive",
+            **status_doc(status, code),
+            "layout": json_layout(inputs),
+            "inputs": json_inputs(inputs, config.sizing, config.engine, **_budget(args, inputs)),
             "geometry": inputs.geometry.describe(),
-            "ranks": [_rank_dict(s, results[i] if results else None) for i, s in enumerate(stages)],
-            "divergent": divergent_values(stages),
+            "ranks": [
+                stage_dict(s, inputs.tp_size, results[i] if results else None) for i, s in enumerate(stages)
+            ],
+            "divergent": divergent,
             **_engine_doc(engines, drifts),
         }
         if results is not None:
@@ -186,17 +249,17 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     for m in failed:
         print(f"checker: error: {m.error}", file=sys.stderr)
-    if failed:
-        return 2
-    return EXIT_CODES[MODEL_DRIFT] if drifts else 0
+    return code
+
+
+def _budget(args: argparse.Namespace, inputs: CapacityInputs) -> dict[str, object]:
+    given = getattr(args, "budget_gib", None) is not None
+    return {"budget_gib": float(inputs.budget_gib), "budget_source": "--budget-gib" if given else "default"}
 
 
 def _engine_doc(engines, drifts) -> dict[str, object]:
-    return {
-        "engine": engines.mode,
-        "sglang_version": engines.sglang_version,
-        "drift": [vars(d) for d in drifts],
-    }
+    """Who derived (the installed SGLang's version is ``inputs.sglang_version``) and what drifted."""
+    return {"engine": engines.mode, "drift": [vars(d) for d in drifts]}
 
 
 def _engine_lines(engines, drifts) -> list[str]:
@@ -214,10 +277,15 @@ def _engine_lines(engines, drifts) -> list[str]:
 
 def _report_drift_only(args: argparse.Namespace, inputs: CapacityInputs, engines, drifts) -> int:
     if args.format == "json":
+        config = DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB)
         doc = {
-            "checker_version": __version__,
-            "inputs": inputs.describe(),
+            "command": "derive",
+            **status_doc(MODEL_DRIFT, EXIT_CODES[MODEL_DRIFT]),
+            "layout": json_layout(inputs),
+            "inputs": json_inputs(inputs, config.sizing, config.engine, **_budget(args, inputs)),
+            "geometry": inputs.geometry.describe(),
             "ranks": None,
+            "divergent": [],
             **_engine_doc(engines, drifts),
         }
         json.dump(doc, sys.stdout, indent=2)
@@ -270,16 +338,24 @@ def run_upgrade(args: argparse.Namespace, releases: list[str]) -> int:
         if differences or a in errors or b in errors:
             explanations += explain(a, b, inputs_by_release[b])
     if args.format == "json":
+        first = inputs_by_release[releases[0]]
+        described = json_inputs(first, base.sizing, base.engine, **_budget(args, first), resolved=False)
+        described["derived_as"] = None  # one per release: by_release.<release>.derived_as
         doc = {
-            "checker_version": __version__,
-            "inputs": inputs_by_release[releases[0]].describe(),
-            "geometry": inputs_by_release[releases[0]].geometry.describe(),
-            "sglang_versions": releases,
+            "command": "derive",
+            **status_doc(DIVERGENT if differences or errors else CONSISTENT, 0),
+            "layout": json_layout(first),
+            "inputs": described,
+            "geometry": first.geometry.describe(),
+            "releases": releases,
             "by_release": {
                 v: {
-                    "ranks": [s.as_dict() for s in by_release[v]] if v in by_release else None,
+                    "derived_as": f"{inputs_by_release[v].release.label} (--sglang-version)",
+                    "resolved_policy": inputs_by_release[v].resolved_policy,
+                    "ranks": (
+                        [stage_dict(s, first.tp_size) for s in by_release[v]] if v in by_release else None
+                    ),
                     "error": errors.get(v),
-                    "policy": inputs_by_release[v].resolved_policy,
                 }
                 for v in releases
             },

@@ -6,7 +6,8 @@ Two questions, one per mode:
     python -m checker plan --model kimi-k3 --pp-size 8 --target-max-running-requests 48
 
     # the layer partition that minimises the busiest stage's linear layers (max-share's charge)
-    python -m checker plan --model-config config.json --pp-size 8 --budget-gib 20 --suggest-partition
+    python -m checker plan --model-config config.json --pp-size 8 --budget-gib 20 \\
+        --suggest-partition
 
 The suggested partition is an env var that every node must set identically:
 ``export SGLANG_PP_LAYER_PARTITION=...``; the preflight (``checker check``) verifies that they do.
@@ -22,7 +23,7 @@ import os
 import sys
 from dataclasses import replace
 
-from checker import __version__
+from checker.commands.derive import json_inputs, json_layout, stage_dict, status_doc
 from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
 from checker.core.partition import PARTITION_ENV
@@ -39,7 +40,7 @@ from checker.options import (
     positive_gib,
     positive_int,
 )
-from checker.status import EXIT_CODES, MODEL_DRIFT
+from checker.status import CONSISTENT, EXIT_CODES, MODEL_DRIFT
 from checker.tables import fmt_bytes, fmt_int, format_table
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
@@ -157,11 +158,14 @@ def run_target(args: argparse.Namespace) -> int:
     inputs = _config(args).inputs(os.environ, policy=policies[0])
     fractions = {r.policy: _fraction_for(args, inputs, r.budget_gib) for r in results}
     if args.format == "json":
-        described = inputs.describe()
-        del described["budget_gib"], described["policy"]  # both vary here; reported per policy
+        config = _config(args)
+        described = json_inputs(inputs, config.sizing, config.engine, budget_source=None)
+        del described["resolved_policy"]  # one per policy: the keys of `policies`
         doc = {
-            "checker_version": __version__,
-            "inputs": described,
+            "command": "plan",
+            **status_doc(MODEL_DRIFT if drifts else CONSISTENT, EXIT_CODES[MODEL_DRIFT] if drifts else 0),
+            "layout": json_layout(inputs),
+            "inputs": described,  # budget_gib null: searched; policy as given (null: all three)
             "geometry": inputs.geometry.describe(),
             "target_max_running_requests": target,
             "min_budget_gib": {r.policy: r.budget_gib for r in results},
@@ -170,10 +174,12 @@ def run_target(args: argparse.Namespace) -> int:
             "policies": {
                 r.policy: {
                     "min_budget_gib": r.budget_gib,
-                    "ranks": [s.as_dict() for s in r.stages],
+                    "ranks": [stage_dict(s, inputs.tp_size) for s in r.stages],
                     "below": {
                         "budget_gib": r.below_budget_gib,
-                        "ranks": None if r.below is None else [s.as_dict() for s in r.below],
+                        "ranks": None
+                        if r.below is None
+                        else [stage_dict(s, inputs.tp_size) for s in r.below],
                         "error": r.below_error,
                     },
                 }
@@ -306,7 +312,8 @@ def _engine_min_budgets(
 
 
 def _engine_doc(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> dict[str, object]:
-    return {"engine": args.engine, "sglang_version": version, "drift": [vars(d) for d in drifts]}
+    """Who derived (the installed SGLang's version is ``inputs.sglang_version``) and what drifted."""
+    return {"engine": args.engine, "drift": [vars(d) for d in drifts]}
 
 
 def _print_engine(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> int:
@@ -346,13 +353,20 @@ def _derive_or_error(
 
 
 def _partition_doc(
-    parts: tuple[int, ...], counts: list[int], stages: list[StageCapacity] | None, error: str | None
+    parts: tuple[int, ...],
+    counts: list[int],
+    stages: list[StageCapacity] | None,
+    error: str | None,
+    *,
+    env: str | None,
+    tp_size: int,
 ) -> dict[str, object]:
     return {
-        "partition": list(parts),
+        PARTITION_ENV: env,
+        "layers_per_stage": list(parts),
         "stage_linear_layers": counts,
-        "largest_stage_linear_layers": max(counts),
-        "ranks": None if stages is None else [s.as_dict() for s in stages],
+        "max_stage_linear_layers": max(counts),
+        "ranks": None if stages is None else [stage_dict(s, tp_size) for s in stages],
         "error": error,
     }
 
@@ -380,24 +394,46 @@ def run_partition(args: argparse.Namespace) -> int:
     default, default_error, _ = _derive_or_error(args, base, drifts)
 
     if args.format == "json":
+        config = _config(args)
+        code = EXIT_CODES[MODEL_DRIFT] if drifts else 0
+        described = json_inputs(
+            base,
+            config.sizing,
+            config.engine,
+            budget_gib=float(base.budget_gib),
+            budget_source="--budget-gib" if args.budget_gib is not None else "default",
+        )
+        described[PARTITION_ENV] = user_env  # as set here; the comparison is with the default split
         doc = {
-            "checker_version": __version__,
-            "inputs": base.describe(),
+            "command": "plan",
+            **status_doc(MODEL_DRIFT if drifts else CONSISTENT, code),
+            "layout": json_layout(base),
+            "inputs": described,
             "geometry": g.describe(),
-            "partition": list(plan.partition),
-            "env": plan.env,
-            "largest_stage_linear_layers": plan.largest_stage_linear_layers,
+            PARTITION_ENV: plan.env,
             "partition_slack": slack,
             "layers_per_stage_bounds": [plan.bounds.lower, plan.bounds.upper],
-            "suggested": _partition_doc(plan.partition, plan.stage_linear_layers, suggested, None),
+            "suggested": _partition_doc(
+                plan.partition,
+                plan.stage_linear_layers,
+                suggested,
+                None,
+                env=plan.env,
+                tp_size=base.tp_size,
+            ),
             "default": _partition_doc(
-                plan.default_partition, plan.default_stage_linear_layers, default, default_error
+                plan.default_partition,
+                plan.default_stage_linear_layers,
+                default,
+                default_error,
+                env=None,
+                tp_size=base.tp_size,
             ),
             **_engine_doc(args, version, drifts),
         }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return EXIT_CODES[MODEL_DRIFT] if drifts else 0
+        return code
 
     if not args.quiet:
         print(header(base))

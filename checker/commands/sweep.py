@@ -187,40 +187,77 @@ def required_policies(require: Sequence[str] | None, policies: Sequence[str]) ->
     return required
 
 
-def assumptions(inputs: CapacityInputs, grid: BudgetGrid) -> dict[str, object]:
-    """Everything the counts depend on, so a reader can tell what was measured."""
-    d = inputs.describe()
-    for k in ("budget_gib", "policy"):
-        d.pop(k, None)
-    d["slots_per_request"] = inputs.slots_per_request()
-    d["geometry"] = inputs.geometry.describe()
-    d["token_capacity_note"] = (
-        "not modelled: the KV pool does not bind, so max_running_requests = min(4096, K // slots)"
-        if inputs.token_capacity is None
-        else "KV token capacity T clamps max_running_requests (spec section 7)"
-    )
-    d["budget_grid"] = grid.describe()
-    d["boot_failure_rule"] = (
-        "a stage cannot boot at a budget where its pool K <= 0, its state pool exceeds the budget, or "
-        "max_running_requests <= 0; a boot failure when every stage fails alike, divergent otherwise"
-    )
+def notes(inputs: CapacityInputs) -> dict[str, str]:
+    """What the counts assume beyond the inputs, in words."""
+    return {
+        "token_capacity": (
+            "not modelled: the KV pool does not bind, so max_running_requests = min(4096, K // slots)"
+            if inputs.token_capacity is None
+            else "KV token capacity T clamps max_running_requests (docs/how-it-computes.md)"
+        ),
+        "boot_failure_rule": (
+            "a stage cannot boot at a budget where its pool K <= 0, its state pool exceeds the budget, or "
+            "max_running_requests <= 0; a boot failure when every stage fails alike, divergent otherwise"
+        ),
+    }
+
+
+def sweep_json_inputs(inputs: CapacityInputs, sizing: SizingFlags | None) -> dict[str, object]:
+    """Everything the counts depend on, under check's names: budget_gib null (the grid is
+    ``budget_grid``) and no ``policy`` (the policies swept are the keys of ``policies``)."""
+    from dataclasses import replace
+
+    from checker.commands.derive import json_inputs
+
+    d = json_inputs(inputs, replace(sizing or SizingFlags(), policy=None), None, budget_source=None)
+    for k in ("policy", "resolved_policy"):
+        d.pop(k)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        d["torch_version"] = torch.__version__
     return d
 
 
+def _policy_json(info: Mapping[str, object]) -> dict[str, object]:
+    """One policy's analysis under check's names: ``divergent`` lists the values that diverge at some
+    budget; ``divergent_counts`` says at how many budgets."""
+    counts = info["divergent"]
+    assert isinstance(counts, dict)
+    out = {k: v for k, v in info.items() if k != "divergent"}
+    out["divergent"] = [v for v in CHECKED_VALUES if counts[v]]
+    out["divergent_counts"] = dict(counts)
+    return out
+
+
 def build_report(
-    analysis: dict, grid: BudgetGrid, inputs: CapacityInputs, required: Sequence[str], device: str
+    analysis: dict,
+    grid: BudgetGrid,
+    inputs: CapacityInputs,
+    required: Sequence[str],
+    device: str,
+    sizing: SizingFlags | None = None,
 ) -> dict:
     failing = [p for p in required if not analysis["policies"][p]["consistent"]]
     return {
-        "checker_version": __version__,
         "command": "sweep",
+        "checker_version": __version__,
+        "status": DIVERGENT if failing else CONSISTENT,
+        "exit_code": EXIT_DIVERGENT if failing else 0,
         "mode": "single-process",
         "device": device,
-        "status": DIVERGENT if failing else CONSISTENT,
+        "layout": {
+            "world_size": inputs.pp_size * inputs.tp_size,
+            "pp_size": inputs.pp_size,
+            "tp_size": inputs.tp_size,
+        },
+        "inputs": sweep_json_inputs(inputs, sizing),
+        "geometry": inputs.geometry.describe(),
+        "budget_grid": grid.describe(),
+        "notes": notes(inputs),
         "require_consistent": list(required),
         "failing_required": failing,
-        **analysis,
-        "assumptions": assumptions(inputs, grid),
+        **{k: v for k, v in analysis.items() if k != "policies"},
+        "policies": {p: _policy_json(info) for p, info in analysis["policies"].items()},
         "budgets_gib": list(grid.budgets),
     }
 
@@ -264,7 +301,7 @@ def text_report(report: dict, grid: BudgetGrid) -> str:
     rows = [
         [
             policy,
-            *(cell(info["divergent"][v]) for v in CHECKED_VALUES),
+            *(cell(info["divergent_counts"][v]) for v in CHECKED_VALUES),
             cell(info["boot_failures"]),
             "consistent" if info["consistent"] else "DIVERGENT",
         ]
@@ -277,7 +314,7 @@ def text_report(report: dict, grid: BudgetGrid) -> str:
     details = []
     for policy, info in report["policies"].items():
         for v in CHECKED_VALUES:
-            if info["divergent"][v]:
+            if info["divergent_counts"][v]:
                 idx = [index[b] for b in info["divergent_budgets"][v]]
                 details.append(f"  {policy}: {v} diverges at {fmt_runs(idx, budgets)}")
         if info["partial_boot_failures"]:
@@ -400,7 +437,7 @@ def present(
     from checker.sweep_torch import analyse
 
     analysis = analyse(stack, grid.budgets, policies)
-    report = build_report(analysis, grid, inputs, required, device)
+    report = build_report(analysis, grid, inputs, required, device, config.sizing)
     report["mode"] = mode
     report["world_size"] = world_size
 

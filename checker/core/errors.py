@@ -63,8 +63,3 @@ class FlagError(CheckerInputError):
     """A flag value or a combination of flags SGLang rejects."""
 
     code = 5
-
-
-ERROR_CLASSES: dict[int, type[CheckerInputError]] = {
-    cls.code: cls for cls in (CheckerInputError, ConfigError, LayoutError, BudgetError, FlagError)
-}

@@ -101,6 +101,10 @@ class ModelGeometry:
     """The model's own context length (max_position_embeddings) when the config says it."""
     config_ssm_dtype: str | None = field(default=None, compare=False)
     """The config's ``mamba_ssm_dtype`` for families whose SGLang code honours it."""
+    family: str | None = None
+    """The model family as SGLang tells it apart: the HF config's ``model_type`` ("qwen3_next",
+    "nemotron_h", ...), the preset's, or a model spec's optional ``model_type``; None when unknown. Old
+    releases size the pool per family (``checker.core.releases.ReleaseRules.pool_families``)."""
 
     def __post_init__(self) -> None:
         L = self.num_hidden_layers
@@ -144,6 +148,9 @@ class ModelGeometry:
                 f"{self.name}: extra_per_slot_bytes={shorten(x)} must be an integer in "
                 f"[0, {MAX_EXTRA_PER_SLOT_BYTES:,}] (1 TiB per slot)"
             )
+        f = self.family
+        if f is not None and (not isinstance(f, str) or not f.strip() or len(f) > 200):
+            raise ConfigError(f"{self.name}: model_type={shorten(f)} must be a non-empty string")
         c = self.context_len
         if c is not None and (not _is_int(c) or not 1 <= c <= MAX_CONTEXT_LEN):
             raise ConfigError(

@@ -125,6 +125,7 @@ def _kimi_k3(tp_size: int) -> ModelGeometry:
     src = "preset kimi-k3"
     return ModelGeometry(
         name="kimi-k3",
+        family="kimi_k3",  # SGLang 0.5.23 models/kimi_k3.py; no older release has this family
         num_hidden_layers=93,
         linear_layer_ids=tuple(i for i in range(93) if (i + 1) % 4 != 0 and i <= 90),
         conv_shapes=((exact_div(4096, tp_size, what="conv channels", source=src), 3),),
@@ -402,7 +403,7 @@ def geometry_from_hf_config(cfg: Mapping[str, Any], *, tp_size: int, source: str
         context = keys.integer(
             "max_position_embeddings", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)"
         )
-    return ModelGeometry(name=f"{source} ({model_type})", context_len=context, **fields)
+    return ModelGeometry(name=f"{source} ({model_type})", context_len=context, family=model_type, **fields)
 
 
 def _spec_shape(k: _Keys, value: Any, what: str) -> tuple[int, ...]:
@@ -437,6 +438,13 @@ def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGe
     extra = 0
     if spec.get("extra_per_slot_bytes") is not None:
         extra = k.integer("extra_per_slot_bytes", minimum=0, maximum=MAX_EXTRA_PER_SLOT_BYTES)
+    family = spec.get("model_type")
+    if family is not None and (
+        not isinstance(family, str) or not family.strip() or len(family) > MAX_NAME_CHARS
+    ):
+        raise k.error(
+            "model_type", family, f"must be a family name like qwen3_next (at most {MAX_NAME_CHARS} chars)"
+        )
     name = spec.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS):
         raise k.error("name", name, f"must be a non-empty string of at most {MAX_NAME_CHARS} characters")
@@ -456,6 +464,7 @@ def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGe
         conv_dtype=dtype("conv", "bfloat16"),
         temporal_dtype=dtype("temporal", "float32"),
         extra_per_slot_bytes=extra,
+        family=family,
     )
 
 

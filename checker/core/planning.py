@@ -82,7 +82,8 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
         caps.append(
             RequestCap(half_tokens, f"--token-capacity {T}, which allows at most T // 2 = {half_tokens}")
         )
-    if inputs.max_mamba_cache_size is not None:
+    honours_size = inputs.release.rules.pool_rule in ("branches", "explicit-or-fit")
+    if inputs.max_mamba_cache_size is not None and honours_size:
         K = inputs.max_mamba_cache_size // dp
         ratio = inputs.slots_per_request()
         caps.append(
@@ -92,7 +93,7 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
                 f"(branch A: a fixed pool of {K} slots at {ratio} slots per request)",
             )
         )
-    elif inputs.disable_radix_cache and user is not None:
+    elif inputs.radix_cache_disabled and user is not None and honours_size:
         caps.append(
             RequestCap(
                 first,

@@ -21,6 +21,33 @@ from checker.core.errors import FlagError
 # Every release the builtin model covers, oldest first (post releases included: PyPI ships them as
 # separate wheels, and a deployment pins one).
 MODELLED_RELEASES: tuple[str, ...] = (
+    "0.5.2",
+    "0.5.3",
+    "0.5.3.post1",
+    "0.5.3.post2",
+    "0.5.3.post3",
+    "0.5.4",
+    "0.5.4.post1",
+    "0.5.4.post2",
+    "0.5.4.post3",
+    "0.5.5",
+    "0.5.5.post1",
+    "0.5.5.post2",
+    "0.5.5.post3",
+    "0.5.6",
+    "0.5.6.post1",
+    "0.5.6.post2",
+    "0.5.7",
+    "0.5.8",
+    "0.5.8.post1",
+    "0.5.9",
+    "0.5.10",
+    "0.5.10.post1",
+    "0.5.11",
+    "0.5.12",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.13.post1",
     "0.5.14",
     "0.5.15",
     "0.5.15.post1",
@@ -37,10 +64,40 @@ FIRST_MODELLED = MODELLED_RELEASES[0]
 NEWEST_MODELLED = MODELLED_RELEASES[-1]
 FIRST_WITH_STATE_POOL = "0.5.2"
 """The first release that sizes a mamba state pool at all (``max_mamba_cache_size``: the user's
---max-running-requests or 512, model_runner.py ``ModelRunner.__init__``). 0.5.2 to 0.5.13.post1 size it
-with rules the builtin model does not implement (docs/sglang-releases.md, "Releases not modelled")."""
+--max-running-requests or 512, model_runner.py ``ModelRunner.__init__``)."""
+UNMODELLED_RELEASES: tuple[str, ...] = ()
+"""Published releases with a state pool whose rules the builtin model does not implement: none since
+0.5.7 to 0.5.12.post1 were modelled (docs/sglang-releases.md). Kept so callers can still ask."""
+
+STRATEGY_FLAGS: dict[str, tuple[str, ...]] = {
+    **{v: () for v in MODELLED_RELEASES[: MODELLED_RELEASES.index("0.5.13")]},
+    **{
+        v: ("--mamba-scheduler-strategy",)
+        for v in MODELLED_RELEASES[MODELLED_RELEASES.index("0.5.7") : MODELLED_RELEASES.index("0.5.14")]
+    },
+    **{
+        v: ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")
+        for v in ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19")
+    },
+    **{v: ("--mamba-radix-cache-strategy",) for v in ("0.5.20", "0.5.21", "0.5.22", "0.5.23")},
+}
+"""The command-line names each published release (0.5.2+) accepts for the mamba cache strategy, the
+canonical name first (``grep -rhoE 'mamba-(scheduler|radix-cache)-strategy'`` over the wheel's
+sglang/srt): none before 0.5.7 (no strategy: 3 slots with the radix cache, 1 without);
+--mamba-scheduler-strategy 0.5.7 to 0.5.13.post1; both 0.5.14 to 0.5.19 (server_args.py keeps the old name
+as an alias); only --mamba-radix-cache-strategy from 0.5.20. The checker's own flag is always
+--mamba-radix-cache-strategy; a parser of a deployment's launch command maps these onto it."""
 
 CHARGING = ("whole-model", "max-share")
+POOL_RULES = ("fixed", "ratio", "explicit-or-fit", "branches")
+SPEC_RESERVES = ("none", "auto-fit-raw", "up-front", "joint")
+REQUEST_CAPS = ("tp-worker", "estimate", "half-tokens")
+RADIX_RULES = ("forced-off", "fixed-ratio", "scheduler-v1", "scheduler-spec", "scheduler", "strategies")
+GDN_FAMILIES = ("qwen3_next",)
+"""model_type values SGLang 0.5.2-0.5.6.post2 treat as hybrid GDN (model_runner.py ``is_hybrid_gdn`` /
+``hybrid_gdn_config``: Qwen3NextConfig)."""
+MAMBA2_FAMILIES = ("nemotron_h", "falcon_h1")
+"""model_type values of model_runner.py ``mamba2_config`` (FalconH1Config | NemotronHConfig), 0.5.3.post2+."""
 BUDGET_RULES = ("slack", "slack+pre-capture", "slack+pre-capture+mm")
 
 
@@ -75,6 +132,68 @@ class ReleaseRules:
     ``slack`` (0.5.14-0.5.15.post1), ``slack+pre-capture`` (0.5.16-0.5.17: the slack is raised to the
     pre-capture activation reserve when the KV pool is sized after graph capture),
     ``slack+pre-capture+mm`` (0.5.18+: a multimodal runtime reservation is also taken off)."""
+    pool_rule: str = "branches"
+    """How K is chosen. ``fixed`` (0.5.2-0.5.3.post1, model_runner.py ``ModelRunner.__init__``): K =
+    (--max-mamba-cache-size or --max-running-requests or 512) // dp whatever the budget, K * per_req taken
+    off, no spec-decoding charge. ``ratio`` (0.5.3.post2-0.5.6.post2, model_runner.py
+    ``handle_max_mamba_cache``): radix cache off -> the same fixed K; on -> auto-fit
+    ``int(B // per_req // (1 + D)) // dp`` (an explicit --max-mamba-cache-size is ignored), K * per_req *
+    (1 + D) taken off. ``explicit-or-fit`` (0.5.7-0.5.8.post1, model_runner_kv_cache_mixin.py
+    ``handle_max_mamba_cache``): radix cache off or --max-mamba-cache-size set -> (mmcs or mrr or 512) //
+    dp; else auto-fit ``int(B // per_req)`` with no // dp. ``branches`` (0.5.9+): A (mmcs // dp), B (radix
+    off and mrr: mrr // dp), C (auto-fit); radix off without mrr falls to C."""
+    spec_reserve: str = "joint"
+    """How the spec-decoding intermediate state is charged in ``handle_max_mamba_cache``. ``none``: not
+    separately (up to 0.5.6.post2 the ``ratio`` pool folds it into (1 + D) per slot; ``fixed`` has none).
+    ``auto-fit-raw`` (0.5.7): ``per_req * --max-running-requests * D`` (not divided by dp) off the budget,
+    in the auto-fit branch only. ``up-front`` (0.5.8-0.5.12.post1): ``per_req * (mrr // dp) * D`` off the
+    budget before any branch. ``joint`` (0.5.13+): branch-specific, auto-fit solved jointly."""
+    request_cap: str = "half-tokens"
+    """How max_running_requests is capped before ``K // ratio``. ``tp-worker`` (up to 0.5.6.post2:
+    managers/tp_worker.py ``TpModelWorker.__init__`` over model_runner.py ``init_memory_pool``):
+    ``min(mrr // dp if mrr else T // 2, min(mrr or estimate, K // ratio))`` - a user value is not capped
+    by T // 2. ``estimate`` (0.5.13: ``_resolve_max_num_reqs``): ``min(mrr // dp, estimate)``, else
+    ``min(estimate, T // 2)``. ``half-tokens`` (0.5.14+): ``min(mrr // dp or estimate, T // 2)``."""
+    radix_rule: str = "strategies"
+    """``forced-off`` (0.5.2-0.5.3.post1: a hybrid GDN model disables the radix cache in
+    ``ModelRunner.__init__``, 1 slot a request); ``fixed-ratio`` (0.5.3.post2-0.5.6.post2: no strategy
+    flag, ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` = 3 slots with the radix cache, 1 without);
+    ``scheduler-v1`` (0.5.7: model_runner_kv_cache_mixin.py ``init_memory_pool``: radix on -> 3 +
+    (1 if extra_buffer with spec decoding else 2), no_buffer included); ``scheduler-spec`` (0.5.8-0.5.9:
+    3 + (extra_buffer: 1 with spec decoding, else 2; no_buffer 0)); ``scheduler`` (0.5.10-0.5.13.post1:
+    ``_calculate_mamba_ratio``, 3 + (extra_buffer: 2 with overlap, else 1; 0.5.13 lazy: 1)); all three
+    resolve ``auto`` to no_buffer (server_args.py ``__post_init__``: ``if self.mamba_scheduler_strategy ==
+    "auto": ... = "no_buffer"``) and turn overlap off for no_buffer instead of refusing it. ``strategies``
+    (0.5.14+: auto by overlap / page size, ``_calculate_mamba_ratio``, no_buffer asserts)."""
+    has_lazy: bool = True
+    """Whether extra_buffer_lazy exists (server_args.py strategy choices): from 0.5.13."""
+    pool_families: tuple[str, ...] | None = None
+    """model_type values whose config gets a state pool at all (None: every hybrid family the checker
+    reads). 0.5.2-0.5.3.post1: Qwen3-Next only (model_runner.py ``is_hybrid_gdn``); 0.5.3.post2-0.5.4.post1:
+    plus NemotronH and FalconH1 (``mamba2_config``); 0.5.4.post2-0.5.6.post2: plus KimiLinear
+    (``kimi_linear_config``, ``mambaish_config``)."""
+    dp_split_families: tuple[str, ...] | None = None
+    """model_type values whose pool size is divided by dp (None: every family). 0.5.3.post2-0.5.6.post2:
+    only hybrid GDN (``handle_max_mamba_cache``: ``if self.hybrid_gdn_config is not None: ... // dp``)."""
+    radix_off_families: tuple[str, ...] = ()
+    """model_type values for which SGLang forces the radix cache off: NemotronH and FalconH1 in
+    0.5.3.post2-0.5.6.post2 (model_runner.py ``ModelRunner.__init__``: ``if config := self.mamba2_config:
+    ... disable_radix_cache = True``); KimiLinear 0.5.4.post2-0.5.13.post1 (server_args.py
+    ``_handle_model_specific_adjustments`` "Disabling Radix Cache for {model_arch}"; from 0.5.9 via
+    ``support_mamba_cache=False``)."""
+    pp_hybrid: bool = True
+    """False up to 0.5.4.post1: no hybrid model supports pipeline parallelism (models/qwen3_next.py and
+    falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``; nemotron_h.py builds every layer on
+    every rank with ``make_layers_non_pp``); models/kimi_linear.py (0.5.4.post2) is the first that splits
+    its layers over PP ranks."""
+    pp_with_spec: bool = True
+    """False up to 0.5.20: server_args.py ``check_server_args`` (0.5.2-0.5.18) and
+    arg_groups/validation_hook.py (0.5.19; 0.5.20 on every non-NPU platform) assert ``disable_overlap_schedule
+    and speculative_algorithm is None`` under pp > 1 ("Pipeline parallelism is not compatible with overlap
+    schedule, speculative decoding"). 0.5.21+ (validation_hook.py ``check_pipeline_parallel_compat``) accept
+    EAGLE (non-multi-layer) under PP."""
+    default_full_memory_ratio: float = 0.9
+    """SGLang's --mamba-full-memory-ratio default (server_args.py ``ServerArgs``): 0.2 in 0.5.3.post2."""
 
     @property
     def policy(self) -> str:
@@ -82,43 +201,175 @@ class ReleaseRules:
         return self.charging
 
 
+_OLD = dict(
+    charging="whole-model",
+    padding_slot=False,
+    floor_requests=False,
+    extra_per_slot=False,
+    skip_decode_lock=False,
+    budget_rule="slack",
+    pp_with_spec=False,
+    lazy_with_spec=False,
+)
+_PRE_SCHEDULER = dict(_OLD, spec_reserve="none", has_lazy=False, request_cap="tp-worker")
+_MR = "sglang/srt/model_executor/model_runner.py "
+_MIXIN = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py "
+_CONFIGURATOR = "sglang/srt/mem_cache/kv_cache_configurator.py KVCacheConfigurator._handle_max_mamba_cache"
+_KIMI = ("kimi_linear",)
+
 _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
+    (
+        ("0.5.2", "0.5.3", "0.5.3.post1"),
+        ReleaseRules(
+            group="0.5.2-0.5.3.post1",
+            sizing_function=_MR + "ModelRunner.__init__ (hybrid GDN block), profile_max_num_token",
+            pool_rule="fixed",
+            radix_rule="forced-off",
+            pp_hybrid=False,
+            pool_families=GDN_FAMILIES,
+            **_PRE_SCHEDULER,
+        ),
+    ),
+    (
+        ("0.5.3.post2",),
+        ReleaseRules(
+            group="0.5.3.post2",
+            sizing_function=_MR + "ModelRunner.handle_max_mamba_cache",
+            pool_rule="ratio",
+            radix_rule="fixed-ratio",
+            pp_hybrid=False,
+            default_full_memory_ratio=0.2,
+            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
+            dp_split_families=GDN_FAMILIES,
+            radix_off_families=MAMBA2_FAMILIES,
+            **_PRE_SCHEDULER,
+        ),
+    ),
+    (
+        ("0.5.3.post3", "0.5.4", "0.5.4.post1"),
+        ReleaseRules(
+            group="0.5.3.post3-0.5.4.post1",
+            sizing_function=_MR + "ModelRunner.handle_max_mamba_cache",
+            pool_rule="ratio",
+            radix_rule="fixed-ratio",
+            pp_hybrid=False,
+            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
+            dp_split_families=GDN_FAMILIES,
+            radix_off_families=MAMBA2_FAMILIES,
+            **_PRE_SCHEDULER,
+        ),
+    ),
+    (
+        (
+            "0.5.4.post2",
+            "0.5.4.post3",
+            "0.5.5",
+            "0.5.5.post1",
+            "0.5.5.post2",
+            "0.5.5.post3",
+            "0.5.6",
+            "0.5.6.post1",
+            "0.5.6.post2",
+        ),
+        ReleaseRules(
+            group="0.5.4.post2-0.5.6.post2",
+            sizing_function=_MR + "ModelRunner.handle_max_mamba_cache",
+            pool_rule="ratio",
+            radix_rule="fixed-ratio",
+            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES + _KIMI,
+            dp_split_families=GDN_FAMILIES,
+            radix_off_families=MAMBA2_FAMILIES + _KIMI,
+            **_PRE_SCHEDULER,
+        ),
+    ),
+    (
+        ("0.5.7",),
+        ReleaseRules(
+            group="0.5.7",
+            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            pool_rule="explicit-or-fit",
+            spec_reserve="auto-fit-raw",
+            request_cap="tp-worker",
+            radix_rule="scheduler-v1",
+            has_lazy=False,
+            radix_off_families=_KIMI,
+            **_OLD,
+        ),
+    ),
+    (
+        ("0.5.8", "0.5.8.post1"),
+        ReleaseRules(
+            group="0.5.8-0.5.8.post1",
+            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            pool_rule="explicit-or-fit",
+            spec_reserve="up-front",
+            request_cap="tp-worker",
+            radix_rule="scheduler-spec",
+            has_lazy=False,
+            radix_off_families=_KIMI,
+            **_OLD,
+        ),
+    ),
+    (
+        ("0.5.9",),
+        ReleaseRules(
+            group="0.5.9",
+            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            pool_rule="branches",
+            spec_reserve="up-front",
+            request_cap="tp-worker",
+            radix_rule="scheduler-spec",
+            has_lazy=False,
+            radix_off_families=_KIMI,
+            **_OLD,
+        ),
+    ),
+    (
+        ("0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1"),
+        ReleaseRules(
+            group="0.5.10-0.5.12.post1",
+            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            pool_rule="branches",
+            spec_reserve="up-front",
+            request_cap="estimate",
+            radix_rule="scheduler",
+            has_lazy=False,
+            radix_off_families=_KIMI,
+            **_OLD,
+        ),
+    ),
+    (
+        ("0.5.13", "0.5.13.post1"),
+        ReleaseRules(
+            group="0.5.13-0.5.13.post1",
+            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            request_cap="estimate",
+            radix_rule="scheduler",
+            radix_off_families=_KIMI,
+            **_OLD,
+        ),
+    ),
     (
         ("0.5.14", "0.5.15", "0.5.15.post1"),
         ReleaseRules(
             group="0.5.14-0.5.15.post1",
-            sizing_function="sglang/srt/model_executor/model_runner_kv_cache_mixin.py "
-            "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
-            charging="whole-model",
-            padding_slot=False,
-            floor_requests=False,
-            extra_per_slot=False,
-            skip_decode_lock=False,
-            lazy_with_spec=False,
-            budget_rule="slack",
+            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            **_OLD,
         ),
     ),
     (
         ("0.5.16",),
         ReleaseRules(
             group="0.5.16",
-            sizing_function="sglang/srt/mem_cache/kv_cache_configurator.py "
-            "KVCacheConfigurator._handle_max_mamba_cache",
-            charging="whole-model",
-            padding_slot=False,
-            floor_requests=False,
-            extra_per_slot=False,
-            skip_decode_lock=False,
-            lazy_with_spec=False,
-            budget_rule="slack+pre-capture",
+            sizing_function=_CONFIGURATOR,
+            **{**_OLD, "budget_rule": "slack+pre-capture"},
         ),
     ),
     (
         ("0.5.17",),
         ReleaseRules(
             group="0.5.17",
-            sizing_function="sglang/srt/mem_cache/kv_cache_configurator.py "
-            "KVCacheConfigurator._handle_max_mamba_cache",
+            sizing_function=_CONFIGURATOR,
             charging="max-share",
             padding_slot=True,
             floor_requests=False,
@@ -126,14 +377,29 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             skip_decode_lock=True,
             lazy_with_spec=True,
             budget_rule="slack+pre-capture",
+            pp_with_spec=False,
         ),
     ),
     (
-        ("0.5.18", "0.5.19", "0.5.20", "0.5.21"),
+        ("0.5.18", "0.5.19", "0.5.20"),
         ReleaseRules(
-            group="0.5.18-0.5.21",
-            sizing_function="sglang/srt/mem_cache/kv_cache_configurator.py "
-            "KVCacheConfigurator._handle_max_mamba_cache",
+            group="0.5.18-0.5.20",
+            sizing_function=_CONFIGURATOR,
+            charging="max-share",
+            padding_slot=True,
+            floor_requests=False,
+            extra_per_slot=False,
+            skip_decode_lock=True,
+            lazy_with_spec=True,
+            budget_rule="slack+pre-capture+mm",
+            pp_with_spec=False,
+        ),
+    ),
+    (
+        ("0.5.21",),
+        ReleaseRules(
+            group="0.5.21",
+            sizing_function=_CONFIGURATOR,
             charging="max-share",
             padding_slot=True,
             floor_requests=False,
@@ -147,8 +413,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
         ("0.5.22",),
         ReleaseRules(
             group="0.5.22",
-            sizing_function="sglang/srt/mem_cache/kv_cache_configurator.py "
-            "KVCacheConfigurator._handle_max_mamba_cache",
+            sizing_function=_CONFIGURATOR,
             charging="max-share",
             padding_slot=True,
             floor_requests=False,
@@ -162,8 +427,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
         ("0.5.23",),
         ReleaseRules(
             group="0.5.23",
-            sizing_function="sglang/srt/mem_cache/kv_cache_configurator.py "
-            "KVCacheConfigurator._handle_max_mamba_cache",
+            sizing_function=_CONFIGURATOR,
             charging="max-share",
             padding_slot=True,
             floor_requests=True,
@@ -245,16 +509,9 @@ def release_model(version: str | None, *, best_effort: bool = False) -> ReleaseM
             f"{NEWEST_MODELLED}'s rules"
         )
     if key < parse_version(FIRST_MODELLED):
-        pooled = key >= parse_version(FIRST_WITH_STATE_POOL)
-        why = (
-            "it sizes the state pool with rules the builtin model does not implement "
-            "(docs/sglang-releases.md)"
-            if pooled
-            else "it has no mamba state pool at all"
-        )
         raise FlagError(
-            f"SGLang {canon} is older than the first modelled release {FIRST_MODELLED}: {why}; "
-            f"modelled releases: {FIRST_MODELLED} to {NEWEST_MODELLED}"
+            f"SGLang {canon} is older than the first modelled release {FIRST_MODELLED}: it has no mamba "
+            f"state pool at all; modelled releases: {FIRST_MODELLED} to {NEWEST_MODELLED}"
         )
     raise FlagError(
         f"SGLang {canon} is not a published release the checker knows; modelled releases: "
@@ -292,6 +549,18 @@ _EXPLAIN: dict[str, str] = {
     "skip_decode_lock": "{new} and later read SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK (base 2 slots per request "
     "instead of 3); {old} ignores it",
     "lazy_with_spec": "{new} and later accept extra_buffer_lazy with speculative decoding; {old} refuses it",
+    "pool_rule": "{old} and {new} choose the pool size K differently ({a} vs {b})",
+    "request_cap": "{old} and {new} cap max_running_requests differently ({a} vs {b})",
+    "radix_rule": "{old} and {new} count slots per request differently ({a} vs {b})",
+    "pp_hybrid": "{old} has no hybrid model that runs under pipeline parallelism; {new} and later do",
+    "pp_with_spec": "{old} refuses speculative decoding under pipeline parallelism; {new} accepts it",
+    "spec_reserve": "{old} and {new} charge the spec-decoding state differently ({a} vs {b})",
+    "has_lazy": "{new} and later accept the extra_buffer_lazy strategy; {old} has none",
+    "pool_families": "{old} and {new} give a state pool to different model families ({a} vs {b})",
+    "dp_split_families": "{old} and {new} split the pool over dp for different model families ({a} vs {b})",
+    "radix_off_families": "{old} and {new} force the radix cache off for different model families "
+    "({a} vs {b})",
+    "default_full_memory_ratio": "{old} and {new} default --mamba-full-memory-ratio differently ({a} vs {b})",
     "budget_rule": "{old} and {new} compute the memory handed to sizing differently ({a} vs {b}); the same "
     "device gives different budgets",
 }

@@ -133,8 +133,70 @@ class CapacityInputs:
                 "--token-capacity needs --context-len (the model config gives no "
                 "max_position_embeddings to default it from)"
             )
+        sg = self.release.label
+        if self.pp_size > 1 and not rules.pp_hybrid:
+            raise FlagError(
+                f"--pp-size {self.pp_size}: {sg} runs no hybrid (mamba / linear-attention) model under "
+                "pipeline parallelism (models/qwen3_next.py and falcon_h1.py assert a single PP rank; "
+                "nemotron_h.py puts every layer on every rank); use --pp-size 1, or SGLang 0.5.4.post2 or "
+                "later"
+            )
+        if self.pp_size > 1 and self.speculative_num_draft_tokens and not rules.pp_with_spec:
+            raise FlagError(
+                f"--speculative-num-draft-tokens with --pp-size {self.pp_size}: {sg} refuses it at startup "
+                '("Pipeline parallelism is not compatible with overlap schedule, speculative decoding"); '
+                "drop speculative decoding or use --pp-size 1"
+            )
+        self._refuse_family(rules, sg)
+        if rules.radix_rule in ("forced-off", "fixed-ratio") and self.mamba_radix_cache_strategy != "auto":
+            raise FlagError(
+                f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy}: {sg} has no mamba cache "
+                "strategy (the flag arrived in 0.5.7 as --mamba-scheduler-strategy); leave it at auto"
+            )
+        if self.mamba_radix_cache_strategy == "extra_buffer_lazy" and not rules.has_lazy:
+            raise FlagError(
+                f"--mamba-radix-cache-strategy extra_buffer_lazy: {sg} has no such strategy (its "
+                "--mamba-scheduler-strategy takes auto, no_buffer, extra_buffer; lazy arrived in 0.5.13)"
+            )
         # Fail early on the layout: pp size vs layers, partition env.
         stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
+
+    def _refuse_family(self, rules, sg: str) -> None:  # noqa: ANN001 - ReleaseRules
+        """Old releases size the pool per model family (docs/sglang-releases.md): refuse a geometry that
+        does not say its family where the answer depends on it, or a family the release has no pool for."""
+        fam = self.geometry.family
+        needs = []
+        if rules.pool_families is not None:
+            needs.append("whether it has a state pool at all")
+        if rules.dp_split_families is not None and self.dp_size > 1:
+            needs.append("whether --dp-size splits the pool")
+        if rules.radix_off_families and not self.disable_radix_cache:
+            needs.append("whether the radix cache is forced off")
+        if fam is None and needs:
+            raise FlagError(
+                f"{self.geometry.name}: {sg} decides {' and '.join(needs)} by the model_type, and the "
+                'model spec names none; add "model_type" (e.g. "qwen3_next") to the spec or pass the HF '
+                "config"
+            )
+        if rules.pool_families is not None and fam not in rules.pool_families:
+            raise FlagError(
+                f"{self.geometry.name}: {sg} sizes a mamba state pool only for model_type "
+                f"{', '.join(rules.pool_families)}, not {fam}; use a later release"
+            )
+
+    @property
+    def radix_cache_disabled(self) -> bool:
+        """--disable-radix-cache, or the release forcing it off for this model family (0.5.2-0.5.3.post1:
+        every pool model; NemotronH / FalconH1 / KimiLinear in later old releases)."""
+        rules = self.release.rules
+        if self.disable_radix_cache or rules.radix_rule == "forced-off":
+            return True
+        return self.geometry.family in rules.radix_off_families
+
+    def splits_over_dp(self) -> bool:
+        """Whether the release divides K by dp for this family (0.5.3.post2-0.5.6.post2: hybrid GDN only)."""
+        fams = self.release.rules.dp_split_families
+        return fams is None or self.geometry.family in fams
 
     @cached_property
     def release(self) -> ReleaseModel:
@@ -170,13 +232,16 @@ class CapacityInputs:
         s = self.mamba_radix_cache_strategy
         if s != "auto":
             return s
+        if self.release.rules.radix_rule.startswith("scheduler"):
+            # 0.5.7-0.5.13.post1 server_args.py __post_init__: auto always becomes no_buffer.
+            return "no_buffer"
         wants_overlap = not self.disable_overlap_schedule
         return "extra_buffer" if wants_overlap or self.page_size > 1 else "no_buffer"
 
     @property
     def strategy_label(self) -> str:
         """How the cache strategy reads in a header: "strategy extra_buffer (auto)" and the like."""
-        if self.disable_radix_cache:
+        if self.radix_cache_disabled:
             return "radix cache disabled"
         auto = " (auto)" if self.mamba_radix_cache_strategy == "auto" else ""
         return f"strategy {self.resolved_strategy}{auto}"
@@ -190,9 +255,46 @@ class CapacityInputs:
 
     def slots_per_request(self) -> int:
         """SGLang's "mamba ratio": state slots one running request holds."""
-        if self.disable_radix_cache:
-            return 1
+        radix = self.release.rules.radix_rule
+        if (
+            radix == "scheduler"
+            and self.disable_radix_cache
+            and self.mamba_radix_cache_strategy.startswith("extra_buffer")
+        ):
+            raise FlagError(
+                f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy} with --disable-radix-cache: "
+                f'{self.release.label} refuses it at startup ("mamba extra_buffer is not compatible with '
+                '--disable-radix-cache"); use no_buffer'
+            )
+        if self.radix_cache_disabled:
+            return 1  # 0.5.2-0.5.3.post1: ModelRunner.__init__ disables the radix cache for hybrid GDN
+        if radix == "fixed-ratio":
+            return 3  # model_runner.py MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, no strategies yet
         strategy = self.resolved_strategy
+        D = self.speculative_num_draft_tokens
+        if radix in ("scheduler-v1", "scheduler-spec", "scheduler"):
+            self._refuse_scheduler_asserts(strategy)
+        if radix == "scheduler-v1":
+            # 0.5.7 init_memory_pool: additional 1 (NO_OVERLAP) only for extra_buffer with spec decoding,
+            # else 2 (OVERLAP), no_buffer included.
+            return 3 + (1 if strategy == "extra_buffer" and D else 2)
+        if radix == "scheduler-spec":
+            # 0.5.8-0.5.9 init_memory_pool: extra_buffer adds 1 with spec decoding, 2 without.
+            return 3 + ((1 if D else 2) if strategy == "extra_buffer" else 0)
+        if radix == "scheduler":
+            # 0.5.10-0.5.13.post1 _calculate_mamba_ratio: extra_buffer adds 2 with overlap (lazy 1), else
+            # 1; no_buffer turns overlap off in server_args.py and adds 0.
+            if strategy == "no_buffer":
+                return 3
+            if strategy == "extra_buffer_lazy" and not self.effective_overlap_schedule:
+                raise FlagError(
+                    f"--mamba-radix-cache-strategy extra_buffer_lazy needs the overlap schedule: "
+                    f'{self.release.label} asserts it ("Lazy extra buffer requires overlap schedule"); '
+                    "use extra_buffer"
+                )
+            if strategy == "extra_buffer_lazy":
+                return 4
+            return 3 + (2 if self.effective_overlap_schedule else 1)
         self._refuse_startup_asserts(strategy)
         # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK exists from 0.5.17 (kv_cache_configurator.py
         # _calculate_mamba_ratio); earlier releases ignore it.
@@ -209,6 +311,24 @@ class CapacityInputs:
                 )
             return base + 1
         return base + (1 if skip else 0)  # no_buffer stays at 3 slots
+
+    def _refuse_scheduler_asserts(self, strategy: str) -> None:
+        """0.5.7-0.5.13.post1 server_args.py ``_handle_mamba_radix_cache``: no_buffer turns the overlap
+        schedule off (no refusal, so its page-size and overlap asserts of 0.5.14+ do not apply); from 0.5.10
+        no_buffer with spec decoding and the radix cache on, and extra_buffer with --disable-radix-cache,
+        raise ValueError; extra_buffer asserts mamba_track_interval >= D and interval % page_size == 0."""
+        sg = self.release.label
+        late = self.release.rules.radix_rule == "scheduler"  # 0.5.10+
+        if strategy == "no_buffer":
+            if late and self.speculative_num_draft_tokens:
+                raise FlagError(
+                    f"--speculative-num-draft-tokens with the no_buffer strategy and the radix cache on: "
+                    f'{sg} refuses it at startup ("Speculative decoding ... is not compatible with radix '
+                    'cache when using --mamba-scheduler-strategy no_buffer"); use extra_buffer or '
+                    "--disable-radix-cache"
+                )
+            return
+        self._refuse_startup_asserts(strategy)
 
     def _refuse_startup_asserts(self, strategy: str) -> None:
         """The flag combinations SGLang asserts against at startup, as one-line FlagErrors.
@@ -264,7 +384,7 @@ class CapacityInputs:
     def describe(self) -> dict[str, object]:
         d = {k: v for k, v in asdict(self).items() if k != "geometry"}
         d["model"] = self.geometry.name
-        d["resolved_strategy"] = self.resolved_strategy if not self.disable_radix_cache else None
+        d["resolved_strategy"] = self.resolved_strategy if not self.radix_cache_disabled else None
         d["overlap_schedule"] = self.effective_overlap_schedule
         d["policy"] = self.resolved_policy
         d["policy_source"] = "--policy" if self.policy is not None else "release"
@@ -396,12 +516,16 @@ def request_cap_terms(inputs: CapacityInputs) -> tuple[int, int | None]:
     KV pool does not bind and the estimate's ceiling, 4096, stands in."""
     T = inputs.token_capacity
     user = requests_per_worker(inputs)
-    if user is not None:
-        first = user
-    elif T is None:
-        first = 4096  # the clamp's ceiling: an unmodelled KV pool does not bind
+    if T is None:
+        estimate = 4096  # the clamp's ceiling: an unmodelled KV pool does not bind
     else:
-        first = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)  # type: ignore[operator]
+        estimate = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)  # type: ignore[operator]
+    cap = inputs.release.rules.request_cap
+    if user is not None and cap != "half-tokens":
+        # Up to 0.5.6.post2 (tp_worker.py) a user value is capped by nothing but K // ratio: min(mrr // dp,
+        # mrr, K // ratio); 0.5.13 (_resolve_max_num_reqs) caps it by the estimate, not by T // 2.
+        return (user if cap == "tp-worker" else min(user, estimate)), None
+    first = user if user is not None else estimate
     return first, (T // 2 if T is not None else None)
 
 
@@ -417,6 +541,7 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
     release's rules (``_handle_max_mamba_cache`` / ``handle_max_mamba_cache``, see
     docs/sglang-releases.md). Float operations in SGLang's order."""
     rest = inputs.budget_gib if budget_gib is None else budget_gib
+    given = rest
     rules = inputs.release.rules
     pad = 1 if rules.padding_slot else 0
     dp = inputs.dp_size
@@ -425,13 +550,42 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
     per_slot = spr + extra
     D = inputs.speculative_num_draft_tokens or 0
     user = requests_per_worker(inputs)  # refuses 0 per worker before 0.5.23
+    pool_rule = rules.pool_rule
+    no_radix = inputs.radix_cache_disabled
+    # ``state_bytes``: what the release takes off the budget for the pool itself (None: (K + pad) slots).
+    state_bytes: int | None = None
+    # 0.5.8-0.5.12.post1 take per_req * (mrr // dp) * D off the budget before any branch (spec_reserve
+    # "up-front"); 0.5.7 takes per_req * mrr * D off in the auto-fit branch only ("auto-fit-raw").
+    up_front = D * (user or 0) if rules.spec_reserve == "up-front" else 0
+    if up_front:
+        rest = rest - spr * up_front / GIB
 
-    if inputs.max_mamba_cache_size is not None:
+    if pool_rule == "fixed" or (pool_rule == "ratio" and (no_radix or spr == 0)):
+        # Up to 0.5.6.post2 with the radix cache off (always off before 0.5.3.post2): K is
+        # --max-mamba-cache-size, else --max-running-requests, else 512, then // dp (0.5.3.post2+: for
+        # hybrid GDN only, handle_max_mamba_cache ``if self.hybrid_gdn_config is not None``).
+        chosen = inputs.max_mamba_cache_size or inputs.max_running_requests or 512
+        split = dp if inputs.splits_over_dp() else 1
+        branch, K, reserved = ("A" if inputs.max_mamba_cache_size else "B"), chosen // split, 0
+        if pool_rule == "ratio":
+            state_bytes = K * spr * (1 + D)  # handle_max_mamba_cache charges (1 + D) per slot
+    elif pool_rule == "ratio":
+        # int((B // per_req) // (1 + D)), then // dp; an explicit --max-mamba-cache-size is ignored.
+        B = mamba_budget_bytes(rest, inputs.mamba_full_memory_ratio)
+        split = dp if inputs.splits_over_dp() else 1
+        branch, K, reserved = "C", int(B // spr // (1 + D)) // split, 0
+        state_bytes = K * spr * (1 + D)
+    elif pool_rule == "explicit-or-fit" and (no_radix or inputs.max_mamba_cache_size is not None):
+        # 0.5.7-0.5.8.post1 handle_max_mamba_cache: (mmcs or mrr or 512) // dp.
+        chosen = inputs.max_mamba_cache_size or inputs.max_running_requests or 512
+        branch, K, reserved = ("A" if inputs.max_mamba_cache_size else "B"), chosen // dp, 0
+    elif pool_rule == "branches" and inputs.max_mamba_cache_size is not None:
         branch, K = "A", inputs.max_mamba_cache_size // dp
-        reserved = (min(user, K // ratio) + pad) if D and user is not None else 0
-    elif inputs.disable_radix_cache and user is not None:
+        joint = D and user is not None and rules.spec_reserve == "joint"
+        reserved = (min(user, K // ratio) + pad) if joint else 0
+    elif pool_rule == "branches" and no_radix and user is not None:
         branch, K = "B", user
-        reserved = K + pad
+        reserved = K + pad if D and rules.spec_reserve == "joint" else 0
     else:
         branch = "C"
         if spr <= 0:
@@ -442,16 +596,20 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
                 "charges it 0 bytes per request and SGLang cannot auto-fit its pool (it asserts a positive "
                 "charge); use max-share, another partition, or --max-mamba-cache-size"
             )
+        if D and rules.spec_reserve == "auto-fit-raw":
+            # 0.5.7: per_req * --max-running-requests * D, the user's value not split over dp.
+            rest = rest - spr * inputs.max_running_requests * D / GIB  # type: ignore[operator]
         B = mamba_budget_bytes(rest, inputs.mamba_full_memory_ratio)
-        if D and pad:
+        joint = D and rules.spec_reserve == "joint"
+        if joint and pad:
             K = int((B - spr * (1 + D) - extra) // (spr * (1 + D / ratio) + extra))
-        elif D:
-            K = int(B // (spr * (1 + D / ratio)))  # up to 0.5.16: no padding slot, no extra state
+        elif joint:
+            K = int(B // (spr * (1 + D / ratio)))  # 0.5.13-0.5.16: no padding slot, no extra state
         elif pad:
             K = int((B - per_slot) // per_slot)  # one padding slot: the pool allocates K + 1
         else:
             K = int(B // spr)
-        reserved = (min(user, K // ratio) + pad) if D and user is not None else 0
+        reserved = (min(user, K // ratio) + pad) if joint and user is not None else 0
     if K <= 0 and branch == "A":
         # Not a budget problem: the user's pool size is split over the dp workers and floors to 0.
         raise FlagError(
@@ -460,21 +618,35 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
         )
     if K <= 0:
         raise BudgetError(
-            f"not enough memory for the state pool: --budget-gib {rest} gives K={K} slots at "
+            f"not enough memory for the state pool: --budget-gib {given} gives K={K} slots at "
             f"stage_per_req={spr} bytes (stage {plan.pp_rank}); raise the budget or "
             "--mamba-full-memory-ratio"
         )
-    intermediate = spr * reserved * D if D else 0
-    # SGLang takes the spec reservation off first, then the state: total_rest_memory -
-    # intermediate / 2**30, then - (K + pad) * per_slot / 2**30.
-    left = rest - intermediate / GIB if D else rest
-    kv_budget_gib = left - (K + pad) * per_slot / GIB
+    if state_bytes is not None:
+        # 0.5.3.post2-0.5.6.post2: total_rest_memory - K * per_req * (1 + D) / 2**30, in one step.
+        intermediate = K * spr * D
+        kv_budget_gib = rest - state_bytes / GIB
+    elif rules.spec_reserve == "joint":
+        intermediate = spr * reserved * D if D else 0
+        # SGLang takes the spec reservation off first, then the state: total_rest_memory -
+        # intermediate / 2**30, then - (K + pad) * per_slot / 2**30.
+        left = rest - intermediate / GIB if D else rest
+        kv_budget_gib = left - (K + pad) * per_slot / GIB
+    else:
+        # 0.5.7-0.5.12.post1: the reservation already came off ``rest`` above.
+        if rules.spec_reserve == "up-front":
+            intermediate = spr * up_front
+        elif D and branch == "C":
+            intermediate = spr * inputs.max_running_requests * D  # type: ignore[operator]
+        else:
+            intermediate = 0
+        kv_budget_gib = rest - (K + pad) * per_slot / GIB
     if kv_budget_gib <= 0:
         # kv_cache_configurator.py _profile_available_bytes (0.5.14+: model_runner_kv_cache_mixin.py):
         # ``if rest_memory <= 0: raise ValueError("... leave no GPU memory for the KV cache ...")``.
         raise BudgetError(
             f"the state pool ({K + pad} slots x {per_slot} bytes, branch {branch}) leaves "
-            f"{kv_budget_gib:.6g} GiB of --budget-gib {rest} for the KV cache on stage {plan.pp_rank}, "
+            f"{kv_budget_gib:.6g} GiB of --budget-gib {given} for the KV cache on stage {plan.pp_rank}, "
             f"and {inputs.release.label} needs more than 0; lower --max-mamba-cache-size or "
             "--max-running-requests, or raise the budget"
         )

@@ -23,6 +23,9 @@ _CONDITIONAL = {
         i.mamba_radix_cache_strategy == "extra_buffer_lazy" and bool(i.speculative_num_draft_tokens)
     ),
     "budget_rule": lambda i, device: device,
+    "pp_with_spec": lambda i, device: i.pp_size > 1 and bool(i.speculative_num_draft_tokens),
+    "spec_reserve": lambda i, device: bool(i.speculative_num_draft_tokens),
+    "has_lazy": lambda i, device: i.mamba_radix_cache_strategy == "extra_buffer_lazy",
 }
 
 

@@ -6,8 +6,8 @@ merely stuck: a rank blocked in a collective (a gloo ring waits on its neighbour
 reached the collective that failed; a killed, frozen (SIGSTOP) or never-started rank does not beat;
 a hung rank (alive, its main thread stuck before the exchange) beats but never reached the
 collective. A rank that leaves on purpose (a verdict reached, or SIGTERM from torchrun's agent) first
-sets ``exiting/<rank>``, so it is not blamed for stopping. Every store call is bounded (:func:`bounded`): on a cut link a TCPStore call
-can block far past its own timeout.
+sets ``exiting/<rank>``, so it is not blamed for stopping. Every store call is bounded
+(:func:`bounded`): on a cut link a TCPStore call can block far past its own timeout.
 """
 
 from __future__ import annotations

@@ -38,6 +38,10 @@ Not callable standalone, so reproduced here (each one says where the SGLang code
 * Spec decoding: ``spec_algorithm`` is a stand-in (EAGLE) when ``--speculative-num-draft-tokens`` is
   set; resolving a real draft setup would need a draft model. SGLang's sizing only asks whether spec
   decoding is on and reads D from the resolved spec config.
+* Startup validation that runs after argument resolution (``ServerArgs.check_server_args``, called by
+  ``entrypoints/engine.py``) is not run: it needs a real speculative setup. So on 0.5.16-0.5.20, where it
+  refuses speculative decoding under pp > 1, the engine sizes what the server would refuse to start
+  (the builtin model refuses it; ``--engine both`` reports an ``outcome`` finding).
 * Presets and JSON model specs have no config.json: their layer ids, shapes and dtypes are the
   checker's, packed into an object whose ``mamba_cache_per_req`` is SGLang's own property
   (``BaseLinearStateParams``); the resolution runs on a Qwen3-Next config.json with the same layer

@@ -1,0 +1,243 @@
+"""The command line as a user meets it: help, typos, bad values, refusals, and the files it writes.
+
+Bad input of any kind is one line on stderr and exit 2, never a traceback, naming the flag the user
+actually gave. Most cases run in-process (``cli`` fixture, milliseconds); the few that need a real
+process group or torchrun say why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checker.cli import COMMANDS, HELP_WIDTH, build_parser
+from checker.outputs import append_file, write_file
+
+KIMI = ["--model", "kimi-k3", "--budget-gib", "8"]
+
+
+# ---- help -------------------------------------------------------------------------------------------
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flag_has_help_and_help_fits_one_width(command):
+    """A flag without help, or help wider than the rest, is what a new user trips over first."""
+    sub = _subparsers()[command]
+    missing = [a.option_strings[0] for a in sub._actions if a.option_strings and not a.help]
+    assert missing == []
+    text = sub.format_help()
+    wide = [line for line in text.splitlines() if len(line) > HELP_WIDTH]
+    assert wide == []
+
+
+def test_check_help_names_the_environment_it_reads():
+    text = _subparsers()["check"].format_help()
+    for name in (
+        "SGLANG_PP_LAYER_PARTITION",
+        "SGLANG_MAMBA_CONV_DTYPE",
+        "SGLANG_MAMBA_SSM_DTYPE",
+        "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",
+        "GITHUB_STEP_SUMMARY",
+        "CHECKER_HOSTNAME",
+    ):
+        assert name in text, name
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [
+        (["drive"], "did you mean derive?"),
+        (["derive", "--budget-gb", "3"], "did you mean --budget-gib?"),
+        (["check", "--modle", "kimi-k3"], "did you mean --model?"),
+        (["sweep", "--budgets", "4:8:1", "--polcy", "max-share"], "did you mean --policy?"),
+    ],
+)
+def test_typos_get_did_you_mean(cli, argv, suggestion):
+    res = cli(argv)
+    assert res.rc == 2
+    assert len(res.err.strip().splitlines()) == 1 and suggestion in res.err
+
+
+# ---- the preflight cannot pass by accident ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--budget-gib", "8", "--allow-single-rank"], "one of the arguments --model --model-config"),
+        (["--model", "kimi-k3", "--allow-single-rank"], "give a budget source"),
+        (
+            ["--model", "kimi-k3", "--budget-gib", "8", "--budget-from-device", "--allow-single-rank"],
+            "two budget sources",
+        ),
+        (KIMI, "pass --allow-single-rank"),
+    ],
+)
+def test_check_requires_model_budget_and_a_real_world(cli, argv, needle):
+    """Without torchrun (world 1), without a model or without a budget source, check refuses instead
+    of checking the built-in preset at 8 GiB on one rank and printing CONSISTENT."""
+    res = cli(["check", *argv])
+    assert res.rc == 2, res
+    assert len(res.err.strip().splitlines()) == 1 and needle in res.err, res.err
+    assert "CONSISTENT" not in res.out
+
+
+# ---- bad values: one line, the flag the user gave, exit 2 ----------------------------------------------
+
+
+BAD_CHECK = [
+    (["--budget-gib", "1e308"], "--budget-gib 1e308"),
+    (["--budget-gib", "nan"], "--budget-gib"),
+    (["--mamba-full-memory-ratio", "1e308"], "--mamba-full-memory-ratio 1e308"),
+    (["--timeout-s", "1e10"], "--timeout-s 1e10"),
+    (["--timeout-s", "0"], "--timeout-s 0"),
+    (["--timeout-s", "-5"], "--timeout-s -5"),
+    (["--mem-fraction-static", "5"], "--mem-fraction-static 5"),
+    (["--mem-fraction-static", "-0.5"], "--mem-fraction-static -0.5"),
+    (["--mamba-ssm-dtype", ""], "--mamba-ssm-dtype"),
+    (["--pp-size", "5000"], "--pp-size 5000"),
+    (["--device-free-gib", "1e308"], "--device-free-gib 1e308"),
+    (["--init-method", "tcp://x:1"], "--init-method"),
+]
+
+
+@pytest.mark.parametrize(("extra", "needle"), BAD_CHECK, ids=[" ".join(a) for a, _ in BAD_CHECK])
+def test_bad_values_are_one_line_naming_the_flag(cli, extra, needle):
+    base = ["check", "--model", "kimi-k3", "--allow-single-rank"]
+    if not any(a.startswith("--budget") for a in extra) and "--mem-fraction-static" not in extra:
+        base += ["--budget-gib", "8"]
+    if "--mem-fraction-static" in extra or "--device-free-gib" in extra:
+        base += ["--budget-from-device"]
+    res = cli([*base, *extra])
+    lines = res.err.strip().splitlines()
+    assert res.rc == 2 and len(lines) == 1 and needle in lines[0], res
+    assert "Traceback" not in res.err and "--budget-gib -5" not in res.err
+
+
+def test_negative_values_reach_the_flag_that_reads_them(cli):
+    """``--budgets -1,2`` is the budget list's error, not argparse's "expected one argument"."""
+    res = cli(["sweep", "--budgets", "-1,2", "--no-progress"])
+    assert res.rc == 2 and "--budgets '-1,2': -1 must be a positive number" in res.err
+
+
+def test_sweep_budget_beyond_any_device_is_refused(cli):
+    res = cli(["sweep", "--budgets", "1e308:1e308:1", "--no-progress"])
+    assert res.rc == 2 and "above 1,048,576 GiB" in res.err and "Traceback" not in res.err
+
+
+# ---- files the user asked for --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["check", "sweep"])
+def test_a_directory_or_a_path_under_a_file_is_refused(cli, tmp_path, command):
+    base = ["check", *KIMI, "--allow-single-rank"] if command == "check" else ["sweep", "--no-progress"]
+    (tmp_path / "file.json").write_text("{}")
+    for path, needle in ((tmp_path, "is a directory"), (tmp_path / "file.json" / "x", "is a file, not")):
+        res = cli([*base, "--report", str(path)])
+        assert res.rc == 2 and needle in res.err, res
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.json"]  # nothing left behind
+
+
+def test_report_gets_the_umask_mode_goes_through_symlinks_and_leaves_no_temp_file(tmp_path):
+    old = os.umask(0o027)
+    try:
+        assert write_file(str(tmp_path / "r.json"), "{}", what="--report") is None
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o640
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    (tmp_path / "link.json").symlink_to(target)
+    assert write_file(str(tmp_path / "link.json"), "new", what="--report") is None
+    assert (tmp_path / "link.json").is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "r.json", "real.json"]
+
+
+def test_a_step_summary_nobody_reads_is_bounded(tmp_path):
+    """GITHUB_STEP_SUMMARY as a FIFO with no reader blocks open() forever: the write gives up in time."""
+    fifo = tmp_path / "summary"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    problem = append_file(str(fifo), "x", what="GITHUB_STEP_SUMMARY", seconds=0.5)
+    assert problem is not None and "not written within" in problem
+    assert time.monotonic() - t0 < 2
+
+
+# ---- under torchrun: a usage error is one line and an error report --------------------------------------
+
+
+def test_usage_error_under_torchrun_writes_an_error_report_and_prints_once(tmp_path):
+    """Every rank parses the same bad command line: rank 0 alone prints it and writes the report CI
+    reads, so the job is `error` (exit 2), not an infrastructure failure without a report."""
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "0",
+            "-m",
+            "checker",
+            *KIMI,
+            "--polcy",
+            "own-share",
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode != 0
+    doc = json.loads(report.read_text())
+    assert doc["status"] == "error" and doc["exit_code"] == 2
+    assert "did you mean --policy?" in doc["errors"][0]
+    assert proc.stderr.count("unrecognized arguments: --polcy") == 1, proc.stderr[-2000:]
+
+
+# ---- a stale rendezvous store --------------------------------------------------------------------------
+
+
+def test_a_store_left_by_an_earlier_run_is_refused(tmp_path):
+    """A reused --init-method file holds an earlier run's keys (its liveness marks would name the wrong
+    ranks): every rank refuses it with one line and exit 2."""
+    from harness import run_world
+
+    store = tmp_path / "store"
+    earlier = (
+        "import os, torch.distributed as d\n"
+        f"s = d.PrefixStore('checker/0/', d.FileStore({str(store)!r}, 2))\n"
+        "s.add('arrivals', 2)\nos._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", earlier], check=True, timeout=60)
+    res = run_world(
+        ["check", *KIMI, "--timeout-s", "20"], world_size=2, tmp_path=tmp_path, init_method=f"file://{store}"
+    )
+    assert res.codes == [2, 2], [r.stderr[-500:] for r in res.ranks]
+    assert "already holds an earlier run" in res.report()["errors"][0]
+
+
+def test_report_paths_exist_only_where_asked(tmp_path: Path, cli):
+    """derive --format json prints one object and writes nothing."""
+    res = cli(["derive", "--model", "kimi-k3", "--format", "json"])
+    assert res.rc == 0 and json.loads(res.out)["ranks"]
+    assert list(tmp_path.iterdir()) == []
