@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole path on one GPU host, in under 5 minutes, ending in a summary table (issue 6 item 2).
+# The whole path on one GPU host, in under 5 minutes, ending in a summary table (docs/materialize.md,
+# "The GPU check: bench/gpu_check.sh").
 #
 #   bench/gpu_check.sh                       # reports and logs under a fresh temp dir
 #   OUT=/tmp/gpu-check bench/gpu_check.sh    # or under $OUT

@@ -73,7 +73,8 @@ def derive_sweep(
         )
     zeros = torch.zeros_like(rest, dtype=torch.int64)
 
-    # Spec section 6: the pool size K, first matching branch, as size_pool does it.
+    # The pool size K, first matching branch of SGLang's KVCacheConfigurator._handle_max_mamba_cache
+    # (sglang/srt/mem_cache/kv_cache_configurator.py), as size_pool does it.
     reserved: torch.Tensor | int = 0
     if (inputs.max_mamba_cache_size or 0) >= _EXACT or (user or 0) >= _EXACT:
         raise FlagError(
@@ -155,7 +156,8 @@ def derive_sweep(
             left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
         kv_gib = left - (K + pad).to(torch.float64) * float(per_slot) / GIB
 
-    # Spec section 7: max_running_requests, the shared cap, then K // ratio.
+    # max_running_requests as KVCacheConfigurator.resolve_max_num_reqs derives it: the shared cap, then
+    # K // ratio.
     n = torch.clamp(torch.div(K, ratio, rounding_mode="floor"), max=running_request_cap(inputs))
     if inputs.pp_max_micro_batch_size:
         micro = zeros + inputs.pp_max_micro_batch_size

@@ -115,18 +115,23 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
     from checker.core.errors import CheckerInputError
     from checker.core.releases import explain_release_difference
 
-    by_node: dict[int, list[RankRow]] = defaultdict(list)
+    by_version: dict[str, list[RankRow]] = defaultdict(list)
     for r in rows:
-        by_node[r.node_rank].append(r)
+        by_version[r.inputs.get("sglang_version") or "not installed"].append(r)
+    nodes_of = defaultdict(set)
+    for r in rows:
+        nodes_of[r.node_rank].add(r.inputs.get("sglang_version") or "not installed")
     parts = []
-    for node, members in sorted(by_node.items()):
-        versions = sorted({r.inputs.get("sglang_version") or "?" for r in members})
+    for version, members in sorted(by_version.items(), key=lambda kv: min(r.rank for r in kv[1])):
+        shown = "has no SGLang installed" if version == "not installed" else f"runs SGLang {version}"
+        nodes = sorted({r.node_rank for r in members})
         hosts = ", ".join(sorted({r.host for r in members}))
-        who = f"node {node} ({hosts}, {rank_ranges(r.rank for r in members)})"
-        shown = " and ".join(
-            "no SGLang installed" if v == "not installed" else f"SGLang {v}" for v in versions
-        )
-        parts.append(f"{who} runs {shown}")
+        ranks = rank_ranges(r.rank for r in members)
+        if all(n >= 0 and len(nodes_of[n]) == 1 for n in nodes):  # whole nodes: name them
+            where = ", ".join(f"node {n}" for n in nodes)
+            parts.append(f"{where} ({hosts}, {ranks}) {shown}")
+        else:
+            parts.append(f"{ranks} (on {hosts}) {shown.replace('runs', 'run').replace('has', 'have')}")
     line = "sglang_version: " + "; ".join(parts)
     installed = sorted({r.inputs.get("sglang_version") for r in rows} - {None, "not installed"})
     why: list[str] = []

@@ -28,7 +28,8 @@ from checker.core.sizing import CapacityInputs, derive_all
 NAN, INF = float("nan"), float("inf")
 # An error line quotes values shortened; a line this long would mean a value was pasted whole.
 MAX_MESSAGE_CHARS = 600
-# Qwen3-Next-80B-A3B's worked per_req (spec section 11): 77,266,944 bytes over 36 linear layers.
+# Qwen3-Next-80B-A3B's per_req at TP 1 (sglang/srt/configs/qwen3_next.py ``mamba2_cache_params``): 36 linear
+# layers x (conv (8192, 3) bf16 + temporal (32, 128, 128) fp32) = 77,266,944 bytes.
 QWEN_NEXT_BYTES_PER_LAYER = 77_266_944 // 36
 
 TOY_SPEC: dict[str, Any] = {
@@ -211,7 +212,7 @@ def test_a_50mb_file_is_refused_by_size_without_reading_it(tmp_path: Path) -> No
 
 def test_a_model_directory_resolves_to_its_config_json(fixtures_dir: Path, tmp_path: Path) -> None:
     """SGLang users pass the model directory (--model-path habit): DIR means DIR/config.json, so the
-    geometry is the file's own (spec section 11's worked per_req)."""
+    geometry is the file's own (Qwen3-Next-80B-A3B's per_req, 77,266,944 bytes at TP 1)."""
     model_dir = tmp_path / "Qwen3-Next-80B-A3B"
     model_dir.mkdir()
     (model_dir / "config.json").write_text((fixtures_dir / "qwen3_next_80b_a3b.json").read_text())

@@ -1,4 +1,4 @@
-"""The capacity core and the CLI front end stay torch-free (issue 2 item 1).
+"""The capacity core and the CLI front end stay torch-free (docs/development.md, "Layout").
 
 Every rank of the preflight and every ``derive`` run imports this code; a stray ``import torch`` would
 cost a second per process and make ``--help`` and bad-input errors depend on a working torch install.

@@ -42,13 +42,13 @@ def _column(doc: dict[str, Any], key: str) -> list[Any]:
     return [r[key] for r in doc["ranks"]]
 
 
-# ---- spec section 9 through a real subprocess ----
+# ---- the upstream unit test's worked numbers (8 GiB, r 0.5) through a real subprocess ----
 
 
 @pytest.mark.parametrize(
     ("policy", "pp", "strategy", "K", "mrr", "micro"),
     [
-        # Spec 9 states "with 3 slots per request": no_buffer, passed explicitly (with
+        # The upstream test's 3-slot figures (24 requests, micro-batch 3): no_buffer, passed explicitly (with
         # --disable-overlap-schedule, without which SGLang 0.5.23 refuses no_buffer even under PP).
         ("max-share", 8, "no_buffer", [74] * 8, [24] * 8, [3] * 8),
         (
@@ -75,7 +75,8 @@ def test_worked_numbers_via_subprocess(
     mrr: list[int],
     micro: list[int],
 ) -> None:
-    """Spec 9 from ``python -m checker derive --format json``: 74 x 8 (max-share, 3 slots -> 24 and 3),
+    """The upstream unit test's worked numbers (docs/how-it-computes.md, "What is modelled") from
+    ``python -m checker derive --format json``: 74 x 8 (max-share, 3 slots -> 24 and 3),
     own-share's outliers, whole-model's 8, K=8 at P=1; and the default strategy's 4 slots under PP.
     A slot count or strategy resolved differently shows as other max_running_requests values."""
     argv = [*WORKED, "--policy", policy, "--mamba-radix-cache-strategy", strategy, "--format", "json"]
@@ -95,8 +96,8 @@ def test_worked_numbers_via_subprocess(
 
 
 def test_json_document_has_the_documented_keys(cli: Callable[..., Any]) -> None:
-    """Issue 2 item 4: ``ranks`` holds one object per pp rank with the listed keys, plus the inputs used;
-    a script reading them breaks if a key is renamed."""
+    """docs/json-output.md ("Stages and ranks"): ``ranks`` holds one object per pp rank with the listed keys,
+    plus the inputs used; a script reading them breaks if a key is renamed."""
     doc = _json(cli, WORKED)
     assert [r["pp_rank"] for r in doc["ranks"]] == list(range(8))
     assert [(r["rank"], r["status"], r["error"]) for r in doc["ranks"]] == [(k, "ok", None) for k in range(8)]

@@ -219,7 +219,7 @@ def test_sglang_version_is_an_input_digest() -> None:
     """Ranks running different SGLang versions (or one without it) must be named as the root cause."""
     v = decide([_decoded(_row(0, STATUS_OK)), _decoded(_row(1, STATUS_OK, sglang=None))], world_size=2)
     assert v.differing_inputs == ["sglang_version"]
-    assert "run sglang 0.5.23" in v.root_causes[0] and "run sglang <unset>" in v.root_causes[0]
+    assert v.root_causes[0].startswith("sglang_version") and "0.5.23" in v.root_causes[0]
 
 
 # ---- everywhere: builtin fixes the engine comparison found (SGLang 0.5.23 behaviour) -----------------
@@ -588,7 +588,8 @@ def test_engines_agree_on_env(sglang_engine, cli, family: str, env: dict[str, st
 @pytest.mark.sglang
 def test_auto_under_pp_resolves_as_the_builtin_says(sglang_engine) -> None:
     """The builtin resolves ``auto`` before PP turns the overlap schedule off (extra_buffer, 4 slots).
-    SGLang's own resolution pipeline must agree; 3 slots here would mean the spec's reading is right."""
+    SGLang's own resolution pipeline must agree; 3 slots here would mean reading auto as no_buffer
+    under PP is right."""
     from checker.engines import ModelSource
 
     g = resolve_dtypes(load_geometry(model="kimi-k3"), env={})
@@ -689,11 +690,6 @@ def test_engines_refuse_the_same_cache_flags(sglang_engine, cli, flags: str) -> 
 @pytest.mark.sglang
 def test_plan_engines_agree_on_the_min_budget(sglang_engine, cli) -> None:
     """plan's budget boundary searched again with SGLang's derivation lands on the same 0.01 GiB."""
-    if sglang_engine.policy != "max-share":
-        pytest.xfail(
-            "plan asks for --policy max-share by default; on a whole-model release (0.5.16) its "
-            "default must be the release's own policy (checker/commands/plan.py)"
-        )
     res = cli(
         [
             "plan",

@@ -1,8 +1,11 @@
-"""Model geometry (spec sections 1, 3 and 11): linear layer ids, per-rank state shapes, dtypes, per_req.
+"""Model geometry: linear layer ids, per-rank state shapes, dtypes, per_req (SGLang: each family's
+``mamba2_cache_params`` in sglang/srt/configs/<family>.py; ``mamba_cache_per_req`` in
+sglang/srt/configs/mamba_utils.py).
 
-Every expected shape below is written out from the public config numbers with the spec's Mamba2 rule
-(``if n_groups % tp: n_groups = tp``; conv_dim = intermediate + 2 * n_groups * state), not read back from
-the code under test. A wrong rule shows as a per_req off by a factor, and every pool size with it.
+Every expected shape below is written out from the public config numbers with SGLang's Mamba2 rule
+(sglang/srt/configs/mamba_utils.py ``Mamba2StateShape.create``: ``if n_groups % tp: n_groups = tp``;
+conv_dim = intermediate + 2 * n_groups * state), not read back from the code under test. A wrong rule
+shows as a per_req off by a factor, and every pool size with it.
 """
 
 from __future__ import annotations
@@ -92,7 +95,9 @@ def test_hf_family_geometry(
     conv: list[tuple[int, ...]],
     temporal: tuple[int, ...],
 ) -> None:
-    """Each family's ids and per-rank shapes follow spec section 11; per_req follows spec section 3."""
+    """Each family's ids and per-rank shapes follow its SGLang config class (sglang/srt/configs/<family>.py
+    ``linear_layer_ids`` / ``mamba2_cache_params``); per_req is ``mamba_cache_per_req``: the bytes of one
+    layer's states times the number of linear layers."""
     g = load_geometry(model_config=fixtures_dir / f"{name}.json", tp_size=tp)
     assert g.num_hidden_layers == L
     assert g.linear_layer_ids == ids
@@ -104,8 +109,9 @@ def test_hf_family_geometry(
 
 
 def test_qwen3_next_worked_example(fixtures_dir: Path) -> None:
-    """Spec section 11's example: 36 linear layers, conv (8192, 3), temporal (32, 128, 128),
-    per_req 77,266,944 bytes at TP 1."""
+    """Qwen3-Next-80B-A3B (48 layers, full_attention_interval 4, key heads 16, value heads 32, dims 128,
+    kernel 4) through sglang/srt/configs/qwen3_next.py ``mamba2_cache_params``: 36 linear layers, conv
+    (8192, 3), temporal (32, 128, 128), per_req 77,266,944 bytes at TP 1."""
     g = load_geometry(model_config=fixtures_dir / "qwen3_next_80b_a3b.json", tp_size=1)
     assert g.num_linear_layers == 36
     assert g.conv_shapes == ((8192, 3),)
@@ -114,7 +120,8 @@ def test_qwen3_next_worked_example(fixtures_dir: Path) -> None:
 
 
 def test_preset_kimi_k3_seed_fixture() -> None:
-    """Spec section 3: 4,218,880 bytes per layer and per_req 291,102,720; TP divides heads and channels."""
+    """The upstream unit test's fixture (docs/how-it-computes.md, "The upstream claim, measured": Model):
+    4,218,880 bytes per layer and per_req 291,102,720; TP divides heads and channels."""
     g = load_geometry(model="kimi-k3")
     assert g.bytes_per_layer == 4096 * 3 * BF16 + 64 * 128 * 128 * FP32 == 4_218_880
     assert g.per_req_bytes == 291_102_720

@@ -126,7 +126,7 @@ def test_every_rank_allocates_exactly_the_prediction(tmp_path, family, world_siz
 
 
 def test_kimi_k3_preset_on_four_ranks(tmp_path):
-    """The seed geometry (kimi-k3 preset, temporal dtype overridden to bf16) on pp 2 x tp 2.
+    """The upstream unit test's geometry (kimi-k3 preset, temporal dtype overridden to bf16) on pp 2 x tp 2.
 
     Breaks if --mamba-ssm-dtype does not reach the allocation: the temporal tensors would be fp32 and
     allocated_bytes twice the temporal share of predicted_bytes.

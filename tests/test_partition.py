@@ -1,4 +1,5 @@
-"""Stage slices (spec section 2): which global layers pipeline rank k holds.
+"""Stage slices (sglang/srt/distributed/utils.py ``get_pp_indices``): which global layers pipeline rank k
+holds.
 
 A wrong slice shifts a stage's linear-layer count, and with it the share max-share and own-share charge.
 """
@@ -13,8 +14,9 @@ from checker.core.partition import default_partition, stage_bounds, stage_partit
 
 
 def test_spec_example_l93_p8_gives_the_last_five_ranks_the_extra_layer() -> None:
-    """The spec's L=93, P=8 example; the extra layers going to the FIRST ranks would show as 12-layer
-    slices at the front."""
+    """L=93, P=8 (the kimi-k3 preset's slices, docs/how-it-computes.md "The upstream claim, measured":
+    Layout); ``get_pp_indices`` gives the LAST 93 % 8 = 5 ranks the extra layer, so the extra layers going
+    to the FIRST ranks would show as 12-layer slices at the front."""
     assert stage_bounds(stage_partition(93, 8)) == [
         (0, 11),
         (11, 22),
@@ -66,8 +68,8 @@ def test_partition_env_is_ignored_at_pp_size_1() -> None:
 
 
 def test_linear_layers_per_stage_of_the_preset() -> None:
-    """Spec section 3: the kimi-k3 preset holds [9, 8, 8, 9, 9, 9, 9, 8] linear layers per stage at P=8;
-    the max-share scale 9/69 rests on this."""
+    """The kimi-k3 preset (docs/how-it-computes.md, "The upstream claim, measured": Model, Layout) holds
+    [9, 8, 8, 9, 9, 9, 9, 8] linear layers per stage at P=8; the max-share scale 9/69 rests on this."""
     g = load_geometry(model="kimi-k3")
     ids = {i for i in range(93) if (i + 1) % 4 != 0 and i <= 90}
     assert set(g.linear_layer_ids) == ids and len(ids) == 69

@@ -144,6 +144,16 @@ def test_suggest_partition_text_prints_the_export_line(cli: Callable[..., Any]) 
     assert "default split" in out and "suggested" in out
 
 
+def test_default_split_already_best_says_no_change_and_exports_nothing(cli: Callable[..., Any]) -> None:
+    """kimi-k3 at pp 4: the default split puts 18 linear layers on its busiest stage and no split within
+    the slack does better (69 linear layers over 4 stages need at least ceil(69 / 4) = 18). Telling the
+    user to export the variable anyway invites the classic bug: an export on some nodes only."""
+    code, out, _ = cli(["plan", "--model", "kimi-k3", "--pp-size", "4", "--suggest-partition"])
+    assert code == 0
+    assert "no change needed" in out and "leave SGLANG_PP_LAYER_PARTITION unset" in out
+    assert "export " not in out
+
+
 def test_partition_slack_zero_keeps_the_even_sizes() -> None:
     """Slack 0 allows only floor/ceil sizes; a partition outside them would break the user's bound."""
     ids = tuple(i for i in range(52) if i % 2 == 0)
@@ -236,10 +246,11 @@ def test_min_budget_is_met_and_0_01_gib_less_is_not(case: tuple[CapacityInputs, 
 
 
 def test_min_budget_for_the_upstream_numbers_is_at_most_their_budget() -> None:
-    """Spec section 9: kimi-k3 at pp 8, r 0.5, 3 slots per request (no_buffer with
-    --disable-overlap-schedule, the spec's stated assumption), 8 GiB gives max-share 24 running requests
-    on every stage. The smallest budget for 24 can then be no more than 8 GiB, and whole-model (charging
-    the whole model on each stage) must need more than max-share."""
+    """The upstream unit test's worked numbers (docs/how-it-computes.md, "What is modelled"): kimi-k3 at
+    pp 8, r 0.5, 3 slots per request (no_buffer with --disable-overlap-schedule, the 3 slots those numbers
+    assume), 8 GiB gives max-share 24 running requests on every stage. The smallest budget for 24 can
+    then be no more than 8 GiB, and whole-model (charging the whole model on each stage) must need more
+    than max-share."""
     geometry = load_geometry(model="kimi-k3")
     inputs = CapacityInputs(
         geometry=geometry,

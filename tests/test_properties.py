@@ -1,4 +1,6 @@
-"""Property tests (hypothesis) for the two claims the checker rests on (spec section 4).
+"""Property tests (hypothesis) for the two claims the checker rests on (the charging policies of
+docs/how-it-computes.md, "What is modelled"; max-share is ``pp_layer_scale`` in
+sglang/srt/mem_cache/kv_cache_configurator.py ``KVCacheConfigurator._handle_max_mamba_cache``).
 
 * max-share: every stage derives the same K, max_running_requests and pp_max_micro_batch_size for any
   geometry, partition and budget, because its scale comes from the partition rule alone.

@@ -1,8 +1,9 @@
 """Each modelled SGLang release derives as its own released code does (docs/sglang-releases.md).
 
-Expected numbers are worked by hand from the released wheels' code, on the seed fixture (kimi-k3 preset):
-4,218,880 state bytes per linear layer, 69 linear layers, per_req 291,102,720; at P=8 the stages hold
-[9, 8, 8, 9, 9, 9, 9, 8] linear layers, so max-share charges int(per_req * 9/69) = 37,969,920 bytes.
+Expected numbers are worked by hand from the released wheels' code, on the upstream unit test's fixture
+(kimi-k3 preset): 4,218,880 state bytes per linear layer, 69 linear layers, per_req 291,102,720; at P=8
+the stages hold [9, 8, 8, 9, 9, 9, 9, 8] linear layers, so max-share charges int(per_req * 9/69) =
+37,969,920 bytes.
 At 8 GiB and r = 0.5 the auto-fit budget is B = 8 * 0.5 / 1.5 * 2**30 = 2,863,311,530.67 bytes.
 """
 

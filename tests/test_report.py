@@ -6,7 +6,7 @@ encoding (``encode_row`` -> ``decode_row``), exactly what rank 0 decides on afte
 transport and the launchers are left to tests/test_check.py's real worlds.
 
 Expected values are the worked numbers of kimi-k3 at 8 GiB, r 0.5 (tests/test_sizing.py derives them
-from the spec's arithmetic): 74 slots on every stage under max-share; [74, 83, 83, 74, 74, 74, 74, 83]
+from SGLang's arithmetic): 74 slots on every stage under max-share; [74, 83, 83, 74, 74, 74, 74, 83]
 under own-share (stages 1, 2 and 7 hold 8 linear layers, the others 9); 8 under whole-model; with 4
 slots a request (the default strategy under PP) 74 -> 18 running requests, 18 // 8 stages -> micro-batch
 2; with 3 slots (no_buffer) 24 and 3. The renderings are parsed (tables, markdown, JUnit), not grepped.

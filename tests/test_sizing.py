@@ -1,9 +1,13 @@
-"""Pool sizing (spec sections 4-7 and 9) on the core API, table-driven.
+"""Pool sizing on the core API, table-driven: charging, slots per request, pool size and limits, as
+sglang/srt/mem_cache/kv_cache_configurator.py ``KVCacheConfigurator`` derives them
+(``_handle_max_mamba_cache``, ``_calculate_mamba_ratio``, ``resolve_max_num_reqs``), and the upstream
+unit test's worked numbers (docs/how-it-computes.md, "What is modelled").
 
-Expected numbers come from the spec's formulas written out here (or by hand in the comments) on the
-seed fixture: 4,218,880 state bytes per linear layer, 69 linear layers, per_req 291,102,720, stages holding
-[9, 8, 8, 9, 9, 9, 9, 8] linear layers at P=8. A slip in any branch shows as a different K, a different
-max_running_requests or pp_max_micro_batch_size, or an error where SGLang starts (or the reverse).
+Expected numbers come from SGLang's formulas written out here (or by hand in the comments) on the
+upstream unit test's fixture (the kimi-k3 preset): 4,218,880 state bytes per linear layer, 69 linear
+layers, per_req 291,102,720, stages holding [9, 8, 8, 9, 9, 9, 9, 8] linear layers at P=8. A slip in any
+branch shows as a different K, a different max_running_requests or pp_max_micro_batch_size, or an error
+where SGLang starts (or the reverse).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ AUTO_FIT_K = {
 }
 
 
-# ---- spec section 9: the upstream unit test and its worked numbers ----
+# ---- the upstream unit test (8 GiB, r 0.5, pp 8) and its worked numbers ----
 
 
 def test_upstream_assertions_on_the_preset() -> None:
@@ -60,8 +64,8 @@ def test_upstream_assertions_on_the_preset() -> None:
 
 
 def test_worked_numbers_all_three_policies() -> None:
-    """Spec 9: K=8 at P=1; 74 on all 8 stages (max-share); [74,83,83,74,74,74,74,83] (own-share);
-    8 (whole-model); "with 3 slots per request" (no_buffer, the spec's stated assumption, which SGLang
+    """The upstream unit test's worked numbers: K=8 at P=1; 74 on all 8 stages (max-share);
+    [74,83,83,74,74,74,74,83] (own-share); 8 (whole-model); with 3 slots per request (no_buffer, which SGLang
     only starts with --disable-overlap-schedule) -> max_running_requests 24, pp_max_micro_batch_size 3.
     Under the default strategy (auto, which is extra_buffer without overlap under PP: 4 slots) the same
     K gives 18 and 2; a slot count that ignores the strategy shows as the wrong pair in one of the two."""
@@ -98,7 +102,8 @@ def test_worked_numbers_all_three_policies() -> None:
     ],
 )
 def test_policy_charges_and_pool_sizes(policy: str, rest: float, r: float, stage_per_req: list[int]) -> None:
-    """Each policy's stage_per_req (spec 4) and the auto-fit K it yields; only own-share diverges."""
+    """Each policy's stage_per_req (``int(per_req * scale)``, as ``_handle_max_mamba_cache`` charges it)
+    and the auto-fit K it yields; only own-share diverges."""
     stages = derive_all(make(policy=policy, budget_gib=rest, mamba_full_memory_ratio=r))
     assert [s.stage_per_req_bytes for s in stages] == stage_per_req
     assert [s.max_mamba_cache_size for s in stages] == [AUTO_FIT_K[rest, r][b] for b in stage_per_req]
@@ -123,11 +128,12 @@ def test_own_share_with_an_empty_stage_is_a_layout_error() -> None:
     assert len({s.max_mamba_cache_size for s in stages}) == 1
 
 
-# ---- slots per running request (spec 5), every strategy incl. auto resolution ----
+# ---- slots per running request (kv_cache_configurator.py _calculate_mamba_ratio), every strategy incl.
+# auto resolution ----
 # SGLang 0.5.23 resolves auto (arg_groups/overrides.py _mamba_radix_cache_resolution) from the user's
 # --disable-overlap-schedule BEFORE the PP pass (_pipeline_parallel_overlap_disable) forces overlap
-# off: under PP with default flags auto is extra_buffer WITHOUT overlap, 3 + 1 = 4 slots (spec 5's
-# "auto means no_buffer under PP" does not match the released code). Slots: base 3 (2 with
+# off: under PP with default flags auto is extra_buffer WITHOUT overlap, 3 + 1 = 4 slots (reading auto as
+# no_buffer under PP does not match the released code). Slots: base 3 (2 with
 # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK); extra_buffer +2 with overlap, +1 without; no_buffer +0 (+1 with
 # the env, so it stays 3).
 
@@ -139,7 +145,7 @@ def test_own_share_with_an_empty_stage_is_a_layout_error() -> None:
         (1, "auto", 1, True, False, False, "no_buffer", 3),  # overlap off, page 1 -> no_buffer
         (1, "auto", 16, True, False, False, "extra_buffer", 4),  # page > 1 -> extra_buffer, +1
         # P > 1: auto resolves before overlap is forced off -> extra_buffer, then +1 (no overlap).
-        # The seed deployment's figures (26 -> 210 slots, 6 -> 52 requests) fit these 4 slots.
+        # A pp-8 deployment's 26 -> 210 slots gave 6 -> 52 requests: 26 // 4, 210 // 4 (3 slots: 8, 70).
         (8, "auto", 1, False, False, False, "extra_buffer", 4),
         (8, "auto", 1, True, False, False, "no_buffer", 3),  # the user turned overlap off, page 1
         (8, "auto", 16, True, False, False, "extra_buffer", 4),  # page > 1 keeps extra_buffer
@@ -382,7 +388,7 @@ def test_combinations_sglang_starts_are_not_refused(overrides: dict[str, Any], s
     assert make(**overrides).slots_per_request() == slots
 
 
-# ---- every pool-sizing branch (spec 6) and the limits (spec 7) ----
+# ---- every pool-sizing branch (_handle_max_mamba_cache) and the limits (resolve_max_num_reqs) ----
 
 BRANCH_CASES = [
     # id, overrides, branch, K, max_running_requests, pp_max_micro_batch_size
@@ -426,7 +432,9 @@ BRANCH_CASES = [
     ids=[c[0] for c in BRANCH_CASES],
 )
 def test_pool_sizing_branches(overrides: dict[str, Any], branch: str, K: int, mrr: int, micro: int) -> None:
-    """First matching branch of spec 6, then spec 7's limits; the KV budget left is rest - (K+1)*per_slot."""
+    """First matching branch of ``_handle_max_mamba_cache`` (A: --max-mamba-cache-size, B: radix off and
+    --max-running-requests, C: auto-fit), then ``resolve_max_num_reqs``'s limits; the KV budget left is
+    rest - (K+1)*per_slot."""
     stages = derive_all(make(**overrides))
     s = stages[0]
     assert (s.branch, s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size) == (
@@ -565,7 +573,7 @@ def test_invalid_budget_is_rejected(budget: float) -> None:
         make(budget_gib=budget)
 
 
-# ---- token capacity and the context_len estimate (spec 7) ----
+# ---- token capacity and the context_len estimate (resolve_max_num_reqs) ----
 
 TOY = ModelGeometry(
     name="toy",
@@ -639,7 +647,8 @@ def test_context_len_defaults_to_the_config(fixtures_dir: Path) -> None:
 
 
 def test_model_spec_extra_per_slot_is_scaled_like_per_req(tmp_path: Path) -> None:
-    """extra_per_slot_bytes is charged with the same scale as per_req (spec 6): per_slot = 352 + 666."""
+    """extra_per_slot_bytes is charged with the same scale as per_req (0.5.22+ ``_handle_max_mamba_cache``:
+    ``int(extra_mamba_cache_bytes_per_req * pp_layer_scale)``): per_slot = 352 + 666."""
     spec = {
         "num_hidden_layers": 4,
         "linear_layer_ids": [0, 1, 2],

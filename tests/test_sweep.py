@@ -1,5 +1,5 @@
-"""Budget sweeps (issue 5): the grid, the vectorised derivation against the scalar core, the analysis,
-the command's exit status, report and plot."""
+"""Budget sweeps (docs/derive-plan-sweep.md, "Budget sweeps: where each policy breaks"): the grid, the
+vectorised derivation against the scalar core, the analysis, the command's exit status, report and plot."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def run_target(args: argparse.Namespace) -> int:
     if args.partition_slack is not None:
         raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
     # SGLang ships max-share only: with its engine the default is that one policy, not all three.
-    policies = (args.policy,) if args.policy else POLICIES if args.engine == "builtin" else ("max-share",)
+    policies = (args.policy,) if args.policy else POLICIES if args.engine == "builtin" else (None,)
     target = args.target_max_running_requests
     results = [min_budget(_config(args).inputs(os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(args, results)

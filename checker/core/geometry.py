@@ -173,7 +173,8 @@ class ModelGeometry:
 
     @property
     def per_req_bytes(self) -> int:
-        """``per_req`` of spec section 3: one request's state over the WHOLE model's linear layers."""
+        """SGLang's ``mamba_cache_per_req`` (sglang/srt/configs/mamba_utils.py
+        ``BaseLinearStateParams``): one request's state over the WHOLE model's linear layers."""
         return self.bytes_per_layer * self.num_linear_layers
 
     @cached_property

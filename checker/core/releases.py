@@ -12,6 +12,7 @@ package metadata only.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
@@ -519,16 +520,24 @@ def release_model(version: str | None, *, best_effort: bool = False) -> ReleaseM
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _installed_on_sys_path() -> str | None:
+    """Read once per process: a metadata scan walks every sys.path entry, and a rank asks several times."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def installed_sglang_version(paths: Sequence[str] | None = None) -> str | None:
     """The installed SGLang's version from its package metadata, without importing it (None: not
     installed). ``paths``: where to look instead of ``sys.path`` (another environment's site-packages)."""
     from importlib import metadata
 
     if paths is None:
-        try:
-            return metadata.version("sglang")
-        except metadata.PackageNotFoundError:
-            return None
+        return _installed_on_sys_path()
     for dist in metadata.distributions(path=list(paths)):
         name = dist.metadata["Name"] if dist.metadata else None
         if name is not None and re.sub(r"[-_.]+", "-", name).lower() == "sglang":

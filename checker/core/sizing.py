@@ -1,9 +1,10 @@
-"""SGLang's state-pool sizing for one pipeline stage (spec sections 4-7), per release.
+"""SGLang's state-pool sizing for one pipeline stage, per release.
 
 ``CapacityInputs.sglang_version`` picks the release (None: the newest modelled one); its rules
 (``checker.core.releases.ReleaseRules``: charging, padding slot, floors, per-slot extra state, slots per
 request, startup refusals) decide every formula below. docs/sglang-releases.md traces each rule to the
-released code.
+released code (0.5.23: sglang/srt/mem_cache/kv_cache_configurator.py ``KVCacheConfigurator``
+``_handle_max_mamba_cache``, ``_calculate_mamba_ratio`` and ``resolve_max_num_reqs``).
 
 The derivation is split in two so sweeps can vectorise the budget-dependent half:
 
@@ -225,9 +226,10 @@ class CapacityInputs:
         ``_handle_mamba_radix_cache``; 0.5.15+: arg_groups/overrides.py ``_mamba_radix_cache_resolution``)
         from the user's --disable-overlap-schedule BEFORE the pipeline-parallel pass turns overlap
         off (arg_groups/pipeline.py runs ``_pipeline_parallel_overlap_disable`` later). So under PP
-        with default flags auto means extra_buffer WITHOUT overlap: 4 slots, which is what the seed
-        deployment's figures (26 -> 210 slots, 6 -> 52 requests) show. Spec section 5's "auto means
-        no_buffer under PP" does not match the released code; we follow the code.
+        with default flags auto means extra_buffer WITHOUT overlap: 4 slots. A pp-8 deployment whose
+        pool went from 26 to 210 slots went from 6 to 52 running requests: 26 // 4 and 210 // 4 (3 slots
+        would give 8 and 70). Reading auto as no_buffer under PP, because PP turns overlap off, does not
+        match the released code; we follow the code.
         """
         s = self.mamba_radix_cache_strategy
         if s != "auto":
@@ -537,9 +539,10 @@ def running_request_cap(inputs: CapacityInputs) -> int:
 
 
 def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None = None) -> StageCapacity:
-    """Pool size K (spec 6), then max_running_requests and pp_max_micro_batch_size (spec 7), with the
-    release's rules (``_handle_max_mamba_cache`` / ``handle_max_mamba_cache``, see
-    docs/sglang-releases.md). Float operations in SGLang's order."""
+    """Pool size K, then max_running_requests and pp_max_micro_batch_size, with the release's rules
+    (pool: ``_handle_max_mamba_cache`` / ``handle_max_mamba_cache``; requests: ``resolve_max_num_reqs``;
+    micro-batch: ``max(max_running_requests // pp_size, 1)`` in managers/scheduler.py
+    ``Scheduler.__init__``; see docs/sglang-releases.md). Float operations in SGLang's order."""
     rest = inputs.budget_gib if budget_gib is None else budget_gib
     given = rest
     rules = inputs.release.rules

@@ -1,11 +1,11 @@
 """Budget sweeps, torch-free: the budget grid, the scalar reference, and the analysis of a sweep.
 
 A sweep asks, for each charging policy, at which budgets the pipeline stages stop agreeing on the
-three checked values (spec section 10). Its data is a *stack*: per stage, per policy, per budget, the
-triple (max_mamba_cache_size, max_running_requests, pp_max_micro_batch_size), with
-:data:`BOOT_FAILURE` in all three where that stage cannot boot at that budget. Where the stack comes
-from (the vectorised derivation in ``checker.sweep_torch``, one process or one rank per stage, or
-:func:`scalar_sweep`) does not matter to :func:`analyse`.
+three checked values (docs/how-it-computes.md, "The upstream claim, measured"). Its data is a *stack*:
+per stage, per policy, per budget, the triple (max_mamba_cache_size, max_running_requests,
+pp_max_micro_batch_size), with :data:`BOOT_FAILURE` in all three where that stage cannot boot at that
+budget. Where the stack comes from (the vectorised derivation in ``checker.sweep_torch``, one process or
+one rank per stage, or :func:`scalar_sweep`) does not matter to :func:`analyse`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ MAX_BUDGETS = 1_000_000
 """Largest grid accepted: the stack is 72 bytes per budget per stage for three policies, and a
 distributed sweep gathers all of it on every rank."""
 UPSTREAM_GRID = "4:40:0.25"
-"""The grid of the upstream sweep (spec section 10): 145 budgets, 4 to 40 GiB."""
+"""The grid of the upstream sweep (docs/how-it-computes.md, "The upstream claim, measured"): 145 budgets,
+4 to 40 GiB in 0.25 GiB steps."""
 
 Triple = tuple[int, int, int]
 

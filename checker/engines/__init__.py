@@ -1,6 +1,7 @@
 """Derivation engines: who computes a stage's pool size and limits.
 
-* ``builtin`` - the checker's own model of SGLang 0.5.23 (:mod:`checker.core.sizing`); torch-free.
+* ``builtin`` - the checker's own model of each modelled SGLang release (:mod:`checker.core.sizing`,
+  :mod:`checker.core.releases`); torch-free.
 * ``sglang`` - the INSTALLED SGLang's own code, called on CPU with light stand-ins
   (:mod:`checker.engines.sglang`); what the deployment will really do.
 * ``both`` - derive with each and report any difference as "model drift" (:mod:`checker.engines.drift`).

@@ -128,7 +128,9 @@ GIB = 1 << 30
 MICRO_BATCH_RULE = re.compile(
     r"max\(\s*self\.max_running_requests\s*//\s*(?:get_parallel\(\)|self\.ps)\.pp_size\s*,\s*1\s*\)"
 )
-# KVCacheConfigurator override sources -> the branch letters of spec section 6.
+# KVCacheConfigurator override sources -> the branch letters (A: --max-mamba-cache-size, B: radix off +
+# --max-running-requests, C: auto-fit) of KVCacheConfigurator._handle_max_mamba_cache
+# (sglang/srt/mem_cache/kv_cache_configurator.py).
 BRANCHES = {
     "mamba_pool.per_dp_shard": "A",
     "mamba_pool.from_max_running_requests": "B",

@@ -1,0 +1,578 @@
+"""The deployment's SGLang launch command, parsed into the checker's sizing inputs (torch-free).
+
+``checker ... -- python -m sglang.launch_server ARGS`` hands the command after ``--`` to
+:func:`parse_launch_command`. Two parsers, with the same result type:
+
+* **SGLang's own** (where the release asked for is the one installed and it imports): a fresh
+  ``argparse.ArgumentParser`` filled by the release's ``ServerArgs.add_cli_args`` and the
+  ``--config`` merge of ``prepare_server_args`` (``sglang/srt/server_args.py``), so defaults, aliases,
+  abbreviations, types and choices are the release's. ``ServerArgs.from_cli_args`` is not called: in
+  0.5.16-0.5.18 constructing a ``ServerArgs`` runs the whole startup resolution (device probing, model
+  loading), which is the sglang engine's job (``checker/engines/sglang.py``); the parser's namespace
+  already holds every raw value ``from_cli_args`` copies (it maps ``tensor_parallel_size`` ->
+  ``tp_size`` etc. up to 0.5.13.post1, as :func:`_raw` does here).
+* **the checker's model** of the release's flags (SGLang absent, or another release asked for): an
+  argparse parser rebuilt from :mod:`checker.launch_flags`, the release's full table of option strings
+  (each with how many values it takes) plus, for the flags sizing reads, dest, type, default,
+  choices. The table was dumped from each release's own ``ServerArgs.add_cli_args``
+  (``tests/fixtures/launch/dump_release_flags.py``); ``tests/test_launch_command.py`` checks it against
+  the live parser of every release importable in the SGLang CPU environment. Flags sizing does not
+  read are accepted with their value (their value is not checked: the release might refuse a bad one).
+
+Forms (from each release's wheel): ``python[3] -m sglang.launch_server ARGS`` (every release);
+``sglang serve ARGS`` (the ``sglang`` console script, ``sglang/cli/main.py``, 0.5.5+; ``--model-type``
+is taken out by ``sglang/cli/serve.py`` from 0.5.10, and a leading positional model path becomes
+``--model-path`` from 0.5.16); bare ``ARGS`` starting with ``-``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from checker.core.errors import FlagError
+
+# ServerArgs dests sizing reads (raw, by the release's own dest name). Every other flag is only named.
+SIZING_DESTS = frozenset(
+    {
+        "model_path",
+        "tensor_parallel_size",  # up to 0.5.13.post1; from_cli_args copies it to tp_size
+        "tp_size",
+        "pipeline_parallel_size",
+        "pp_size",
+        "data_parallel_size",
+        "dp_size",
+        "enable_dp_attention",
+        "attn_dp_size",  # 0.5.22+
+        "attn_cp_size",  # 0.5.14+
+        "page_size",
+        "disable_radix_cache",
+        "disable_overlap_schedule",
+        "mamba_radix_cache_strategy",  # 0.5.14+
+        "mamba_scheduler_strategy",  # 0.5.7-0.5.13.post1
+        "mem_fraction_static",
+        "max_running_requests",
+        "max_mamba_cache_size",
+        "mamba_full_memory_ratio",
+        "mamba_ssm_dtype",
+        "mamba_track_interval",
+        "speculative_algorithm",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+        "context_length",
+        "pp_max_micro_batch_size",
+        "chunked_prefill_size",
+        "max_prefill_tokens",
+        "max_total_tokens",
+        "enable_linear_replayssm_spec",
+        "enable_gdn_replayssm_spec",
+        "config",
+    }
+)
+# Old dest -> the ServerArgs field from_cli_args copies it to (0.5.2-0.5.13.post1), or the older
+# spelling of a field (--mamba-scheduler-strategy, renamed in 0.5.14).
+_FIELD_OF = {
+    "tensor_parallel_size": "tp_size",
+    "pipeline_parallel_size": "pp_size",
+    "data_parallel_size": "dp_size",
+    "mamba_scheduler_strategy": "mamba_radix_cache_strategy",
+}
+# SGLang field -> the checker's name (SizingFlags / ModelChoice / BudgetSource), where they differ.
+CHECKER_NAME = {"model_path": "model_config", "context_length": "context_len"}
+# The SGLang fields that are checker inputs under the same (or CHECKER_NAME's) name.
+_DIRECT = (
+    "pp_size",
+    "page_size",
+    "disable_radix_cache",
+    "disable_overlap_schedule",
+    "mamba_radix_cache_strategy",
+    "mem_fraction_static",
+    "max_running_requests",
+    "max_mamba_cache_size",
+    "mamba_full_memory_ratio",
+    "mamba_ssm_dtype",
+    "speculative_num_draft_tokens",
+    "context_length",
+    "pp_max_micro_batch_size",
+)
+OWN_PARSER = "sglang {version}'s own ServerArgs"
+MODEL_PARSER = "the checker's model of SGLang {version}'s flags"
+FORMS = (
+    "python -m sglang.launch_server ARGS",
+    "sglang serve ARGS",
+    "ARGS (starting with --)",
+)
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.?post(\d+))?$")
+
+
+def _key(version: str) -> tuple[int, int, int, int]:
+    m = _VERSION.match(version.strip())
+    if m is None:
+        raise FlagError(f"{version!r} is not an SGLang release number like 0.5.23 or 0.5.15.post1")
+    return tuple(int(x or 0) for x in m.groups())  # type: ignore[return-value]
+
+
+def _canonical(version: str) -> str:
+    a, b, c, post = _key(version)
+    return f"{a}.{b}.{c}" + (f".post{post}" if post else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchCommand:
+    """A parsed launch command: the sizing inputs exactly as the release reads them."""
+
+    form: str
+    """Which form the command had: one of :data:`FORMS`."""
+    parser: str
+    """``sglang X's own ServerArgs`` or ``the checker's model of SGLang X's flags``."""
+    release: str
+    argv: tuple[str, ...]
+    values: dict[str, object]
+    """Checker inputs by the checker's names (SizingFlags fields, ``model_config``,
+    ``mem_fraction_static``): every one given, and every one whose parser default is a value. A name
+    absent here is resolved by SGLang at startup (parser default None: page size, mem fraction, ...)."""
+    explicit: frozenset[str]
+    """Which keys of ``values`` the command gave (the rest are the release's parser defaults)."""
+    sglang_values: dict[str, object] = field(default_factory=dict)
+    """Every sizing-relevant ServerArgs field, raw, by SGLang's name (tp_size is the whole TP group here,
+    values["tp_size"] the attention-TP width); includes what the checker records but does not derive
+    with (speculative algorithm/steps/top-k, chunked prefill, max total tokens, replay-SSM)."""
+    sglang_explicit: frozenset[str] = frozenset()
+
+    @property
+    def label(self) -> str:
+        return f"{self.form.split(' ARGS')[0]} ({self.parser})"
+
+    def sizing_text(self) -> dict[str, str]:
+        """One canonical text per sizing input (checker name, then SGLang-only fields as ``sglang.X``),
+        for the report's digests: two nodes started with different commands differ in named keys."""
+        out = {name: _text(self.values[name]) for name in sorted(self.values)}
+        for name in sorted(self.sglang_values):
+            if name not in self.values and name not in ("model_path", "context_length", "config"):
+                out[f"sglang.{name}"] = _text(self.sglang_values[name])
+        return out
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "none"}[value]
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Forms
+# ------------------------------------------------------------------------------------------------------
+
+_FIRST_SERVE = "0.5.5"  # sglang/cli/main.py and the `sglang` console script
+_FIRST_MODEL_TYPE = "0.5.10"  # sglang/cli/serve.py _extract_model_type_override
+_FIRST_POSITIONAL = "0.5.16"  # sglang/cli/serve.py _normalize_positional_model_path
+
+
+def split_form(argv: Sequence[str], release: str) -> tuple[str, list[str]]:
+    """(form, the arguments ServerArgs' parser receives), as the release's entry point hands them on."""
+    argv = [str(a) for a in argv]
+    expected = "expected " + ", or ".join(f"`{f}`" for f in FORMS)
+    if not argv:
+        raise FlagError(f"the launch command after -- is empty; {expected}")
+    head = os.path.basename(argv[0])
+    if argv[0].startswith("-"):
+        return FORMS[2], argv
+    if _PYTHON.match(head):
+        if argv[1:3] == ["-m", "sglang.launch_server"]:
+            return FORMS[0], argv[3:]
+        raise FlagError(f"launch command {' '.join(argv[:3])!r}: {expected}")
+    if head == "sglang":
+        if argv[1:2] != ["serve"]:
+            raise FlagError(f"launch command {' '.join(argv[:2])!r}: only `sglang serve` launches a server")
+        if _key(release) < _key(_FIRST_SERVE):
+            raise FlagError(
+                f"SGLang {release} has no `sglang serve` (the console script arrived in {_FIRST_SERVE}); "
+                "use `python -m sglang.launch_server ARGS`"
+            )
+        args = argv[2:]
+        if _key(release) >= _key(_FIRST_MODEL_TYPE):
+            args = _take_model_type(args)
+        if _key(release) >= _key(_FIRST_POSITIONAL) and args and not args[0].startswith("-"):
+            args = ["--model-path", args[0], *args[1:]]
+        return FORMS[1], args
+    raise FlagError(f"launch command starting {argv[0]!r}: {expected}")
+
+
+def _take_model_type(args: list[str]) -> list[str]:
+    """``sglang serve`` removes ``--model-type`` before ServerArgs parses (cli/serve.py); only the LLM
+    server (``auto``, ``llm``) sizes a state pool."""
+    out, backend, i = [], "auto", 0
+    while i < len(args):
+        if args[i] == "--model-type":
+            if i + 1 >= len(args):
+                raise FlagError("sglang serve: --model-type requires a value")
+            backend, i = args[i + 1], i + 2
+            continue
+        if args[i].startswith("--model-type="):
+            backend, i = args[i].split("=", 1)[1], i + 1
+            continue
+        out.append(args[i])
+        i += 1
+    if backend not in ("auto", "llm"):
+        raise FlagError(f"sglang serve --model-type {backend!r}: only the LLM server (auto, llm) is checked")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------
+# Parsers
+# ------------------------------------------------------------------------------------------------------
+
+
+class _ArgparseError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors and exits raise instead of printing and exiting the process."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise _ArgparseError(message)
+
+    def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
+        raise _ArgparseError(message or "-h/--help asked for help, not a server")
+
+    def print_help(self, file=None) -> None:  # noqa: ARG002 - help is not a launch command
+        raise _ArgparseError("-h/--help asked for help, not a server")
+
+
+def parser_rows(parser: argparse.ArgumentParser) -> list[tuple]:
+    """The table form of a parser (what :mod:`checker.launch_flags` stores per release): per action,
+    ``(option strings, nargs)``; for :data:`SIZING_DESTS` also dest, type name, default, choices,
+    required."""
+    rows: list[tuple] = []
+    for a in parser._actions:
+        if isinstance(a, argparse._HelpAction):
+            continue
+        opts = " ".join(a.option_strings)
+        if a.dest not in SIZING_DESTS:
+            rows.append((opts, a.nargs))
+            continue
+        t = a.type
+        tname = None if t is None else t.__name__ if t in (int, float, str) else getattr(t, "__name__", repr(t))
+        choices = None if a.choices is None else tuple(a.choices)
+        rows.append((opts, a.nargs, a.dest, tname, a.default, choices, bool(a.required), a.const))
+    return rows
+
+
+def _human_readable_int(value: str) -> int:
+    """``sglang.srt.utils.common.human_readable_int`` (0.5.10+): 1k, 1M, 1Ki, 1Mi, or a plain int."""
+    value = value.strip()
+    si = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    iec = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if m:
+        number, suffix = m.groups()
+        if suffix in iec:
+            if "." in number:
+                raise argparse.ArgumentTypeError(
+                    f"Decimals are not allowed with IEC suffixes like '{suffix}'. "
+                    f"Use an integer IEC value such as '{int(Decimal(number))}{suffix}', "
+                    f"or an SI value such as '{number}{suffix[0]}'."
+                )
+            return int(number) * iec[suffix]
+        return int(Decimal(number) * si[suffix])
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Invalid integer value: '{value}'. "
+            "Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). "
+            "Suffixes are case-sensitive."
+        ) from None
+
+
+_TYPES: dict[str | None, Any] = {
+    None: None,
+    "int": int,
+    "float": float,
+    "str": str,
+    "human_readable_int": _human_readable_int,
+}
+_human_readable_int.__name__ = "human_readable_int"  # argparse names the type in "invalid X value"
+
+
+def table_parser(version: str) -> argparse.ArgumentParser:
+    """An argparse parser rebuilt from the stored table of SGLang ``version``'s flags."""
+    from checker.launch_flags import release_rows
+
+    rows = release_rows(version)
+    parser = _Parser(prog="sglang serve")
+    for i, row in enumerate(rows):
+        opts = row[0].split()
+        nargs = row[1]
+        if len(row) == 2:  # not read by sizing: only its spelling and arity matter
+            if nargs == 0:
+                parser.add_argument(*opts, dest=f"_other_{i}", action="store_const", const=True)
+            else:
+                parser.add_argument(*opts, dest=f"_other_{i}", nargs=nargs)
+            continue
+        _, _, dest, tname, default, choices, required, const = row
+        kwargs: dict[str, Any] = dict(dest=dest, default=default, required=required)
+        if nargs == 0:
+            kwargs.update(action="store_const", const=const)
+        else:
+            kwargs.update(nargs=nargs, type=_TYPES[tname], choices=choices)
+        parser.add_argument(*opts, **kwargs)
+    return parser
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Deprecated-alias actions log or print a warning while parsing; none of it is the checker's."""
+    logger = logging.getLogger("sglang")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _own_parser(version: str) -> tuple[argparse.ArgumentParser, Any]:
+    """The installed release's parser (``prepare_server_args``' steps) and its --config merger class."""
+    saved = dict(os.environ)
+    try:
+        with _quiet():
+            import importlib
+
+            server_args = importlib.import_module("sglang.srt.server_args")
+            merger = None
+            for name in ("sglang.srt.utils.server_args_config_parser", "sglang.srt.server_args_config_parser"):
+                with contextlib.suppress(ImportError):
+                    merger = importlib.import_module(name).ConfigArgumentMerger
+                    break
+    except Exception as exc:
+        raise _Unavailable(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    parser = _Parser(prog="sglang serve")
+    server_args.ServerArgs.add_cli_args(parser)
+    return parser, merger
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _merge_config(parser: argparse.ArgumentParser, merger: Any, args: list[str]) -> list[str]:
+    """``--config FILE``: the release's own ConfigArgumentMerger, as ``prepare_server_args`` calls it."""
+    if merger is None:
+        raise FlagError("--config: this SGLang has no config-file merger")
+    try:
+        try:
+            m = merger(parser)  # 0.5.8+
+        except TypeError:
+            booleans = [
+                a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction | argparse._StoreFalseAction)
+            ]
+            m = merger(boolean_actions=booleans)  # 0.5.3-0.5.7
+        return list(m.merge_config_with_args(list(args)))
+    except Exception as exc:
+        raise FlagError(f"--config: SGLang refuses the config file: {type(exc).__name__}: {exc}") from None
+
+
+def _parse(parser: argparse.ArgumentParser, args: list[str]) -> tuple[dict[str, Any], set[str]]:
+    """(every dest's value, the dests the command gave): a second parse with every default suppressed
+    tells given from defaulted (a store_true flag given and a default of True read the same)."""
+    with _quiet():
+        ns = parser.parse_args(args)
+        for a in parser._actions:
+            a.default = argparse.SUPPRESS
+            a.required = False
+        given = set(vars(parser.parse_args(args)))
+    return vars(ns), given
+
+
+# ------------------------------------------------------------------------------------------------------
+# From raw ServerArgs values to the checker's inputs
+# ------------------------------------------------------------------------------------------------------
+
+
+def _raw(ns: dict[str, Any], given: set[str]) -> tuple[dict[str, Any], set[str]]:
+    """The sizing-relevant ServerArgs fields, as ``from_cli_args`` names them."""
+    values: dict[str, Any] = {}
+    explicit: set[str] = set()
+    for dest in SIZING_DESTS:
+        if dest not in ns:
+            continue
+        name = _FIELD_OF.get(dest, dest)
+        if name in values and dest not in given:
+            continue  # two spellings of one field: the given one wins
+        values[name] = ns[dest]
+        if dest in given:
+            explicit.add(name)
+    return values, explicit
+
+
+def _attention(raw: dict[str, Any], given: set[str], version: str) -> tuple[int, int, bool]:
+    """(attention-TP width, attention-DP size, whether any of it was given), as the release derives them.
+
+    Up to 0.5.21 attention DP is ``--enable-dp-attention`` with ``--dp-size`` (attention TP =
+    tp // dp, ``compute_dp_attention_world_info``); 0.5.22+ has ``--attn-dp-size`` and turns the old
+    spelling into it (``arg_groups/parallel_hook.py`` ``handle_deprecated_dp_attention``), attention TP
+    = ``tp // attn_dp // attn_cp`` (``runtime_context.derive_attn_tp_size``). Without attention DP,
+    ``--dp-size`` makes independent replicas: each sizes its own pool with attention DP 1.
+    """
+    tp, dp = int(raw.get("tp_size") or 1), int(raw.get("dp_size") or 1)
+    attn_dp = int(raw.get("attn_dp_size") or 1)
+    if raw.get("enable_dp_attention") and attn_dp == 1:
+        attn_dp = dp
+    cp = int(raw.get("attn_cp_size") or 1)
+    if cp != 1:
+        raise FlagError(
+            f"--attn-cp-size {cp}: attention context parallelism is not modelled by the checker "
+            "(run SGLang's own sizing with --engine sglang, or leave it out)"
+        )
+    if tp < 1 or attn_dp < 1 or tp % attn_dp:
+        raise FlagError(
+            f"SGLang {version}: --tp-size {tp} must be a positive multiple of the attention DP size "
+            f"{attn_dp} (attention TP = tp_size // dp_size)"
+        )
+    touched = bool(given & {"tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "attn_cp_size"})
+    return tp // attn_dp, attn_dp, touched
+
+
+def _model_config(path: str) -> str:
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise FlagError(
+                f"--model-path {path}: no config.json in that directory (the checker reads the model's "
+                "config.json; download a hub model first)"
+            )
+        return str(p)
+    if p.is_file():
+        return str(p)
+    raise FlagError(
+        f"--model-path {path}: not a directory or file here (the checker reads the model's config.json; "
+        "a hub id must be downloaded first)"
+    )
+
+
+def _checker_values(
+    raw: dict[str, Any], given: set[str], version: str, *, check_model_path: bool
+) -> tuple[dict[str, object], set[str]]:
+    values: dict[str, object] = {}
+    explicit: set[str] = set()
+    for name in _DIRECT:
+        if name in raw and (raw[name] is not None or name in given):
+            key = CHECKER_NAME.get(name, name)
+            values[key] = raw[name]
+            if name in given:
+                explicit.add(key)
+    tp, dp, touched = _attention(raw, given, version)
+    values["tp_size"], values["dp_size"] = tp, dp
+    if touched:
+        explicit |= {"tp_size", "dp_size"}
+    if raw.get("model_path") is not None:
+        path = str(raw["model_path"])
+        values["model_config"] = _model_config(path) if check_model_path else path
+        explicit.add("model_config")
+    return values, explicit
+
+
+# ------------------------------------------------------------------------------------------------------
+# The entry point
+# ------------------------------------------------------------------------------------------------------
+
+
+def tabled_releases() -> tuple[str, ...]:
+    from checker.launch_flags import RELEASES
+
+    return tuple(RELEASES)
+
+
+def _installed() -> str | None:
+    from checker.core.releases import installed_sglang_version
+
+    return installed_sglang_version()
+
+
+def parse_launch_command(
+    argv: Sequence[str],
+    *,
+    release: str | None,
+    prefer_installed: bool = True,
+    check_model_path: bool = True,
+) -> LaunchCommand:
+    """Parse ``argv`` (the command after ``--``) as SGLang ``release`` reads it.
+
+    ``release`` None: the installed SGLang's version, else the newest tabled release. SGLang's own
+    parser is used when ``prefer_installed`` and the installed release is ``release`` and imports;
+    otherwise the checker's table of ``release``'s flags. Raises FlagError (one line) on a form the
+    release does not have, a flag it does not know, or a value its parser refuses.
+    ``check_model_path``: require ``--model-path`` to be a local directory holding config.json, or a file.
+    """
+    tabled = tabled_releases()
+    installed = _installed()
+    if release is None:
+        release = installed or tabled[-1]
+    version = _canonical(release)
+    if version not in tabled:
+        raise FlagError(
+            f"SGLang {version}: the checker has no table of that release's flags "
+            f"(tabled: {tabled[0]} to {tabled[-1]})"
+        )
+    form, args = split_form(argv, version)
+    own = None
+    if prefer_installed and installed is not None and _canonical(installed) == version:
+        with contextlib.suppress(_Unavailable):
+            own = _own_parser(version)
+    if own is not None:
+        parser, merger = own
+        label = OWN_PARSER.format(version=version)
+        if "--config" in args:
+            args = _merge_config(parser, merger, args)
+        try:
+            ns, given = _parse(parser, args)
+        except _ArgparseError as exc:
+            raise FlagError(f"SGLang {version} refuses the launch command: {exc}") from None
+    else:
+        label = MODEL_PARSER.format(version=version)
+        if any(a == "--config" or a.startswith("--config=") for a in args):
+            raise FlagError(
+                f"--config: {label} does not read config files; run where SGLang {version} is installed, "
+                "or spell the flags out"
+            )
+        parser = table_parser(version)
+        try:
+            ns, given = _parse(parser, args)
+        except _ArgparseError as exc:
+            m = re.match(r"unrecognized arguments: (.*)$", str(exc))
+            if m:
+                raise FlagError(f"SGLang {version} does not know {m.group(1)} ({label})") from None
+            raise FlagError(f"SGLang {version} refuses the launch command: {exc} ({label})") from None
+    raw, raw_explicit = _raw(ns, given)
+    values, explicit = _checker_values(raw, raw_explicit, version, check_model_path=check_model_path)
+    return LaunchCommand(
+        form=form,
+        parser=label,
+        release=version,
+        argv=tuple(str(a) for a in argv),
+        values=values,
+        explicit=frozenset(explicit),
+        sglang_values=raw,
+        sglang_explicit=frozenset(raw_explicit),
+    )
