@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from checker import __version__
 from checker.core.errors import CheckerInputError
+from checker.launch_merge import apply_launch_command, given_dests, split_launch_command
 from checker.status import ERROR, EXIT_INTERRUPTED, EXIT_USAGE
 
 # name -> module under checker.commands; the first is the default subcommand.
@@ -166,6 +167,11 @@ def _refuse_unknown_flags(parser: argparse.ArgumentParser, words: Sequence[str])
         sub.error(f"unrecognized arguments: {' '.join(unknown)}")
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
 def _rank() -> int | None:
     """This process's rank under torchrun (None when not launched by it)."""
     value = os.environ.get("RANK")
@@ -229,7 +235,8 @@ def quiet_torch_import() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_torch_import()
     argv = list(sys.argv[1:] if argv is None else argv)
-    words = join_negative_values(with_default_command(argv))
+    ours, launch = split_launch_command(argv)
+    words = join_negative_values(with_default_command(ours))
     command = words[0] if words and words[0] in COMMANDS else DEFAULT_COMMAND
     try:
         parser = build_parser()
@@ -237,7 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(words)
     except UsageError as exc:
         return _refuse(command, str(exc), words)
+    args.launch = None
     try:
+        if launch is not None:
+            sub = _subparser(parser, args.command)
+            args, args.launch = apply_launch_command(args, launch, given=given_dests(sub, words[1:]))
         return _command(args.command).run(args)
     except CheckerInputError as exc:
         return _refuse(args.command, f"checker {args.command}: error: {exc}", words)

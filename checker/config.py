@@ -149,6 +149,8 @@ class PreflightConfig:
     materialize: bool = False
     materialize_device: str = "auto"
     allow_single_rank: bool = False
+    launch_command: str | None = None
+    """The launch command's explicit sizing inputs, as read (its parser and release first)."""
 
 
 @dataclass(frozen=True, kw_only=True)

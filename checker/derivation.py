@@ -163,6 +163,7 @@ def derive_row(
         budget_source=config.budget.label,
         budget_gib=None,
         derived_as=f"SGLang {release or 'newest modelled'} ({why})",
+        launch_command=config.launch_command,
     )
     row.inputs = inputs
     if row.status != ROW_OK:

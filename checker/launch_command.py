@@ -106,7 +106,7 @@ _DIRECT = (
     "context_length",
     "pp_max_micro_batch_size",
 )
-OWN_PARSER = "sglang {version}'s own ServerArgs"
+OWN_PARSER = "SGLang {version}'s own ServerArgs parser"
 MODEL_PARSER = "the checker's model of SGLang {version}'s flags"
 FORMS = (
     "python -m sglang.launch_server ARGS",
@@ -158,10 +158,11 @@ class LaunchCommand:
     def sizing_text(self) -> dict[str, str]:
         """One canonical text per sizing input (checker name, then SGLang-only fields as ``sglang.X``),
         for the report's digests: two nodes started with different commands differ in named keys."""
-        out = {name: _text(self.values[name]) for name in sorted(self.values)}
-        for name in sorted(self.sglang_values):
-            if name not in self.values and name not in ("model_path", "context_length", "config"):
-                out[f"sglang.{name}"] = _text(self.sglang_values[name])
+        names = set(self.values) | {CHECKER_NAME.get(n, n) for n in _DIRECT if n in self.sglang_values}
+        out = {name: _text(self.values.get(name)) for name in sorted(names)}
+        mapped = set(_DIRECT) | {"model_path", "config"}
+        for name in sorted(set(self.sglang_values) - mapped):
+            out[f"sglang.{name}"] = _text(self.sglang_values[name])
         return out
 
 
@@ -267,7 +268,9 @@ def parser_rows(parser: argparse.ArgumentParser) -> list[tuple]:
             rows.append((opts, a.nargs))
             continue
         t = a.type
-        tname = None if t is None else t.__name__ if t in (int, float, str) else getattr(t, "__name__", repr(t))
+        tname = (
+            None if t is None else t.__name__ if t in (int, float, str) else getattr(t, "__name__", repr(t))
+        )
         choices = None if a.choices is None else tuple(a.choices)
         rows.append((opts, a.nargs, a.dest, tname, a.default, choices, bool(a.required), a.const))
     return rows
@@ -358,7 +361,10 @@ def _own_parser(version: str) -> tuple[argparse.ArgumentParser, Any]:
 
             server_args = importlib.import_module("sglang.srt.server_args")
             merger = None
-            for name in ("sglang.srt.utils.server_args_config_parser", "sglang.srt.server_args_config_parser"):
+            for name in (
+                "sglang.srt.utils.server_args_config_parser",
+                "sglang.srt.server_args_config_parser",
+            ):
                 with contextlib.suppress(ImportError):
                     merger = importlib.import_module(name).ConfigArgumentMerger
                     break
@@ -385,7 +391,9 @@ def _merge_config(parser: argparse.ArgumentParser, merger: Any, args: list[str])
             m = merger(parser)  # 0.5.8+
         except TypeError:
             booleans = [
-                a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction | argparse._StoreFalseAction)
+                a.dest
+                for a in parser._actions
+                if isinstance(a, argparse._StoreTrueAction | argparse._StoreFalseAction)
             ]
             m = merger(boolean_actions=booleans)  # 0.5.3-0.5.7
         return list(m.merge_config_with_args(list(args)))

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (generated: one line per release)
 """Every option string of each SGLang release's server parser, 0.5.2 to 0.5.23 (GENERATED; do not edit).
 
 Dumped from each release's own ``ServerArgs.add_cli_args`` (``sglang/srt/server_args.py``) by

@@ -116,7 +116,9 @@ def init_method(text: str) -> str:
 
 def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     g = parser.add_argument_group("model" + (" (one is required)" if required else ""))
-    m = g.add_mutually_exclusive_group(required=required)
+    # Not required by argparse even when the command needs it: a launch command after `--` can name
+    # the model (--model-path), which argparse never sees. The command checks it (config_from_args).
+    m = g.add_mutually_exclusive_group()
     default = "" if required else f"; default {DEFAULT_MODEL} when no config is given"
     m.add_argument("--model", metavar="NAME", help=f"built-in preset ({', '.join(PRESETS)}){default}")
     m.add_argument(

@@ -86,6 +86,7 @@ INPUT_NAMES = (
     "budget_source",
     *SIZING_FLAG_NAMES,
     *SGLANG_ENV_VARS,
+    "launch_command",
 )
 """Every input whose value can make ranks derive differently: one digest and one value text each."""
 

@@ -163,6 +163,10 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
             parts.append(f"{who} run {name.removesuffix('_version')} {_show(value)}")
         elif name == "model":
             parts.append(f"{who} load {_show(value)}")
+        elif name == "launch_command":
+            parts.append(
+                f"{who} " + ("were started without one" if value is None else f"ran `{_show(value)}`")
+            )
         else:
             flag = "--" + name.replace("_", "-")
             parts.append(f"{who} have {flag}={_show(value)}")

@@ -51,8 +51,10 @@ def run_world(
     kill_after_s: float = 90.0,
     env: dict[str, str] | None = None,
     init_method: str | None = None,
+    rank_argv: dict[int, list[str]] | None = None,
 ) -> WorldResult:
-    """Run ``python -m checker <argv>`` as ``world_size`` ranks; ``launch`` limits which ranks start.
+    """Run ``python -m checker <argv>`` as ``world_size`` ranks; ``launch`` limits which ranks start,
+    ``rank_argv`` gives some ranks another command line (a node started differently).
 
     Ranks that outlive ``kill_after_s`` are killed and get returncode None: a test asserting exit codes
     then fails instead of hanging.
@@ -72,15 +74,19 @@ def run_world(
         for key in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"):
             e.pop(key, None)
         e.update((rank_env or {}).get(rank, {}))
+        words = (rank_argv or {}).get(rank, argv)
+        # Our flags go before a launch command's `--`, which takes everything after it.
+        cut = words.index("--") if "--" in words else len(words)
         cmd = [
             sys.executable,
             "-m",
             "checker",
-            *argv,
+            *words[:cut],
             "--init-method",
             init_method or f"file://{store}",
             "--report",
             str(report),
+            *words[cut:],
         ]
         procs[rank] = (
             subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),

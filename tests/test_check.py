@@ -142,6 +142,7 @@ def test_bad_input_on_every_rank_is_one_error(tmp_path):
     assert rep["errors"][0].startswith("ranks 0-1: world_size 2 is not pp_size x tp_size")
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("action", ["hang", "exit"])
 def test_lost_rank_ends_in_infrastructure_failure(tmp_path, action):
     """A rank that hangs (alive, never joins the exchange) or dies: the others end within the
@@ -165,6 +166,7 @@ def test_lost_rank_ends_in_infrastructure_failure(tmp_path, action):
     assert rep["missing_ranks"] == [2]
 
 
+@pytest.mark.faults
 def test_rank_that_never_arrives(tmp_path):
     """Only ranks 0-1 of 3 start: init times out, rank 0 names rank 2."""
     res = run_world(

@@ -78,7 +78,7 @@ def test_typos_get_did_you_mean(cli, argv, suggestion):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--budget-gib", "8", "--allow-single-rank"], "one of the arguments --model --model-config"),
+        (["--budget-gib", "8", "--allow-single-rank"], "give a model: --model NAME"),
         (["--model", "kimi-k3", "--allow-single-rank"], "give a budget source"),
         (
             ["--model", "kimi-k3", "--budget-gib", "8", "--budget-from-device", "--allow-single-rank"],

@@ -798,6 +798,7 @@ def _tagged_workers(tag: str) -> dict[int, str]:
     return found
 
 
+@pytest.mark.faults
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc to find the workers")
 def test_stopped_workers_end_at_the_job_bound(tmp_path):
     """Both ranks SIGSTOPped as soon as they start: nothing inside the checker can end them, and torchrun

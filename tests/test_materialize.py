@@ -77,9 +77,21 @@ def _world_alloc_bytes(argv: list[str]) -> int:
     return sum(predicted_bytes(inputs, s) for s in derive_all(inputs)) * inputs.tp_size
 
 
-@pytest.mark.parametrize("spec", [False, True], ids=["no-spec", "spec"])
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+# The quick run keeps one case per family (each layout kind: KDA's window-first conv, GDN's channels-first;
+# with and without the spec scratch); the whole family x world x spec matrix runs in the slow group.
+QUICK_CASES = {("kimi-linear", 3, False), ("qwen3-next", 2, True)}
+
+
+def _matrix():
+    for family in sorted(FAMILIES):
+        for world_size in (1, 2, 3, 4):
+            for spec in (False, True):
+                marks = () if (family, world_size, spec) in QUICK_CASES else (pytest.mark.slow,)
+                ident = f"{family}-{world_size}-{'spec' if spec else 'no-spec'}"
+                yield pytest.param(family, world_size, spec, marks=marks, id=ident)
+
+
+@pytest.mark.parametrize(("family", "world_size", "spec"), _matrix())
 def test_every_rank_allocates_exactly_the_prediction(tmp_path, family, world_size, spec):
     """Each rank's real pool equals its predicted bytes, and the stages together hold every layer once.
 

@@ -340,6 +340,7 @@ def test_bad_input_through_the_real_entry_point(
 # --- the suggested partition on real gloo ranks -------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (REPO / "checker" / "commands" / "check.py").exists(),
     reason="the preflight (checker/commands/check.py) is not in this tree yet",

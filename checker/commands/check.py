@@ -29,6 +29,7 @@ from checker.config import (
 )
 from checker.core.errors import CheckerInputError, FlagError
 from checker.distributed.launch_env import RankEnv
+from checker.launch_merge import launch_text
 from checker.options import (
     add_engine_args,
     add_flag_args,
@@ -115,6 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
     """The typed config; every refusal here is the user's (exit 2) and names the flag."""
+    if not args.model and not args.model_config:
+        raise FlagError(
+            "give a model: --model NAME (a preset), --model-config PATH (a model directory or its "
+            "config.json), or the deployment's launch command after -- (its --model-path)"
+        )
     if args.budget_gib is None and not args.budget_from_device:
         raise FlagError(
             "give a budget source: --budget-gib GIB (memory left for the KV and state pools) "
@@ -152,6 +158,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         materialize=args.materialize,
         materialize_device=args.materialize_device,
         allow_single_rank=args.allow_single_rank,
+        launch_command=launch_text(args),
     )
 
 
@@ -266,7 +273,7 @@ class Preflight:
         from checker.distributed.group import InfrastructureFailure
         from checker.distributed.session import SchemaMismatch
         from checker.distributed.wire import Header, WireError, decode_row, encode_row
-        from checker.verdict import Verdict, decide, infrastructure_failure
+        from checker.verdict import Verdict, decide
 
         env, session, config, t = self.env, self.session, self.config, self.timings
         local = local_facts(config, env, session.device)  # no collective
@@ -302,12 +309,33 @@ class Preflight:
                 Verdict(status=ERROR, world_size=env.world_size, errors=[str(exc)]), clean=False
             )
         except InfrastructureFailure as exc:
-            abort = session.failed(str(exc))
-            v = infrastructure_failure(
+            return self._failed(str(exc))
+        return self.finish(verdict)
+
+    def _failed(self, detail: str) -> int:
+        """A collective failed. Rank 0 names the gone ranks and publishes at once; the others look for
+        them only if rank 0's report never comes (on a cut link every store call costs its bound)."""
+        from checker.report import one_line
+        from checker.verdict import infrastructure_failure
+
+        env = self.env
+
+        def verdict():
+            abort = self.session.failed(detail)
+            return infrastructure_failure(
                 world_size=env.world_size, detail=abort.detail, missing_ranks=abort.missing_ranks
             )
-            return self.finish(v, clean=False)
-        return self.finish(verdict)
+
+        if env.rank == 0:
+            return self.finish(verdict(), clean=False)
+        bare = infrastructure_failure(world_size=env.world_size, detail=detail, missing_ranks=[])
+        return self.session.finish(
+            bare.exit_code,
+            publish=lambda: None,
+            fallback=lambda: self.fallback(verdict()),
+            one_line=one_line(bare),
+            clean=False,
+        )
 
     def _summary(self, row) -> str:
         c = self.config

@@ -137,6 +137,7 @@ def json_inputs(
     budget_source: str | None,
     budget_gib: float | None = None,
     resolved: bool = True,
+    launch_command: str | None = None,
 ) -> dict[str, object]:
     """Every input under check's report's name: the flags as given (``policy`` null: the release's
     own), the SGLang env vars as set, ``sglang_version`` the INSTALLED release and ``derived_as`` the
@@ -154,6 +155,7 @@ def json_inputs(
     d.update({f.name: getattr(sizing, f.name) for f in fields(SizingFlags)})
     d["pp_size"] = inputs.pp_size
     d.update(sglang_env(os.environ))
+    d["launch_command"] = launch_command
     d["sglang_best_effort"] = inputs.sglang_best_effort
     if resolved:
         d["resolved_policy"] = inputs.resolved_policy
@@ -253,8 +255,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace, inputs: CapacityInputs) -> dict[str, object]:
+    from checker.launch_merge import launch_text
+
     given = getattr(args, "budget_gib", None) is not None
-    return {"budget_gib": float(inputs.budget_gib), "budget_source": "--budget-gib" if given else "default"}
+    return {
+        "budget_gib": float(inputs.budget_gib),
+        "budget_source": "--budget-gib" if given else "default",
+        "launch_command": launch_text(args),
+    }
 
 
 def _engine_doc(engines, drifts) -> dict[str, object]:

@@ -168,7 +168,7 @@ class Group:
                 time.sleep(0.05)
             return False
 
-        return bool(bounded(poll, wait_s + 1.0, False))
+        return bool(bounded(poll, wait_s + 0.2, False))
 
     def close(self) -> None:
         """Clean path only: destroying a group while a peer is stuck in a collective can deadlock."""

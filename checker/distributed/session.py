@@ -200,6 +200,8 @@ class Session:
         # finds the lock taken and leaves that to this thread (torchrun's SIGKILL bounds the rest).
         self._abort_lock.acquire(blocking=False)
         group = self.group
+        if not clean and group is not None:
+            group.shorten_store_timeout(STORE_CALL_S)  # a store on a lost node must not hold us
         if self.is_rank0:
             publish()
             if group is not None:

@@ -22,11 +22,12 @@ from checker.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 3  # 3: the row defined once in checker.row
+SCHEMA_VERSION = 4  # 3: the row defined once in checker.row; 4: the launch command input
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384
-VALUE_BYTES = 56
+VALUE_BYTES = 120
+"""Per input value: enough for a launch command's flags; the digest covers the whole text anyway."""
 _HOST_INTS = HOST_BYTES // 8
 _ERROR_INTS = ERROR_BYTES // 8
 _VALUE_INTS = VALUE_BYTES // 8

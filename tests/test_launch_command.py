@@ -1,0 +1,420 @@
+"""The deployment's launch command after ``--``: forms, aliases, refusals, and the checker's flag tables
+held against each release's own ``ServerArgs`` parser.
+
+Expected values come from the command text itself (the number after ``--tp-size`` ...) and, for the
+``sglang``-marked tests, from the installed release's own parser; the model-table parser (b) is compared
+with SGLang's (a) on the same commands, so the stored table is checked against the release's code.
+Run the ``sglang`` tests per release with ``scripts/sglang_cpu_env.sh`` (PYTHONPATH as it prints).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from checker.core.errors import FlagError
+from checker.launch_command import FORMS, parse_launch_command, parser_rows, split_form, tabled_releases
+from checker.launch_flags import RELEASES, release_rows
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LAUNCH = ["python", "-m", "sglang.launch_server"]
+# Flags no sizing reads: every deployment has some; each must be accepted without a word.
+IRRELEVANT = [
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "30000",
+    "--trust-remote-code",
+    "--served-model-name",
+    "prod",
+    "--log-level",
+    "warning",
+    "--api-key",
+    "k",
+    "--enable-metrics",
+    "--tokenizer-mode",
+    "auto",
+]
+
+
+def _model(tmp_path: Path, fixture: str) -> str:
+    d = tmp_path / fixture.removesuffix(".json")
+    d.mkdir()
+    shutil.copy(FIXTURES / fixture, d / "config.json")
+    return str(d)
+
+
+# family fixture -> (launch arguments, the checker inputs they must give: worked from the text)
+FAMILIES = {
+    "qwen3_next_80b_a3b.json": (
+        [
+            "--pp-size",
+            "8",
+            "--tp-size",
+            "8",
+            "--mem-fraction-static",
+            "0.85",
+            "--mamba-radix-cache-strategy",
+            "extra_buffer",
+            "--page-size",
+            "64",
+        ],
+        dict(
+            pp_size=8,
+            tp_size=8,
+            dp_size=1,
+            mem_fraction_static=0.85,
+            mamba_radix_cache_strategy="extra_buffer",
+            page_size=64,
+        ),
+    ),
+    "qwen3_5_397b_a17b.json": (
+        [
+            "--pp-size",
+            "4",
+            "--tp-size",
+            "8",
+            "--dp-size",
+            "4",
+            "--enable-dp-attention",
+            "--max-running-requests",
+            "256",
+            "--context-length",
+            "131072",
+        ],
+        dict(pp_size=4, tp_size=2, dp_size=4, max_running_requests=256, context_len=131072),
+    ),
+    "kimi_linear_48b_a3b.json": (
+        [
+            "--pipeline-parallel-size",
+            "2",
+            "--tensor-parallel-size",
+            "4",
+            "--disable-radix-cache",
+            "--max-running-requests",
+            "64",
+            "--mamba-ssm-dtype",
+            "bfloat16",
+        ],
+        dict(
+            pp_size=2,
+            tp_size=4,
+            disable_radix_cache=True,
+            max_running_requests=64,
+            mamba_ssm_dtype="bfloat16",
+        ),
+    ),
+    "nemotron_h_8b.json": (
+        [
+            "--pp-size",
+            "2",
+            "--tp",
+            "2",
+            "--disable-overlap-schedule",
+            "--mamba-radix-cache-strategy",
+            "no_buffer",
+            "--mamba-full-memory-ratio",
+            "0.5",
+        ],
+        dict(
+            pp_size=2,
+            tp_size=2,
+            disable_overlap_schedule=True,
+            mamba_radix_cache_strategy="no_buffer",
+            mamba_full_memory_ratio=0.5,
+        ),
+    ),
+    "falcon_h1_0_5b.json": (
+        ["--pp-size", "2", "--max-mamba-cache-size", "300", "--pp-max-micro-batch-size", "16"],
+        dict(pp_size=2, tp_size=1, max_mamba_cache_size=300, pp_max_micro_batch_size=16),
+    ),
+    "granite_4_0_h_small.json": (
+        [
+            "--pp-size",
+            "4",
+            "--tp-size",
+            "2",
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "4",
+            "--max-running-requests",
+            "32",
+        ],
+        dict(pp_size=4, tp_size=2, speculative_num_draft_tokens=4, max_running_requests=32),
+    ),
+}
+FAMILY_IDS = [f.removesuffix(".json") for f in FAMILIES]
+
+
+@pytest.mark.parametrize("fixture", list(FAMILIES), ids=FAMILY_IDS)
+def test_a_realistic_command_per_family_gives_its_sizing_inputs(tmp_path: Path, fixture: str) -> None:
+    args, expected = FAMILIES[fixture]
+    model = _model(tmp_path, fixture)
+    cmd = parse_launch_command(
+        [*LAUNCH, "--model-path", model, *args, *IRRELEVANT], release="0.5.23", prefer_installed=False
+    )
+    assert cmd.parser == "the checker's model of SGLang 0.5.23's flags"
+    assert cmd.form == FORMS[0] and cmd.release == "0.5.23"
+    assert {k: cmd.values[k] for k in expected} == expected
+    assert cmd.values["model_config"] == model
+    tp_given = any(a.startswith(("--tp", "--tensor")) for a in args)
+    given = {k for k in expected if k != "dp_size" and (k != "tp_size" or tp_given)} | {"model_config"}
+    assert given <= cmd.explicit
+    # Nothing the command leaves out is called explicit (the lead refuses only real double-givens).
+    assert "mamba_full_memory_ratio" in cmd.explicit or "mamba_full_memory_ratio" not in expected
+    assert "page_size" not in cmd.explicit or "page_size" in expected
+    # The digest text names every input; a second node with one flag changed differs in that key only.
+    other = parse_launch_command(
+        [*LAUNCH, "--model-path", model, *args, "--max-running-requests", "7"],
+        release="0.5.23",
+        prefer_installed=False,
+    )
+    diff = {
+        k
+        for k in cmd.sizing_text().keys() | other.sizing_text().keys()
+        if cmd.sizing_text().get(k) != other.sizing_text().get(k)
+    }
+    assert diff == {"max_running_requests"}
+
+
+def test_defaults_are_the_releases_and_not_explicit(tmp_path: Path) -> None:
+    model = _model(tmp_path, "qwen3_next_80b_a3b.json")
+    cmd = parse_launch_command(["--model-path", model], release="0.5.23", prefer_installed=False)
+    assert cmd.form == FORMS[2]
+    assert cmd.explicit == {"model_config"}
+    # 0.5.23's parser: tp/pp 1, radix and overlap on, strategy auto; page size, memory fraction and the
+    # memory ratio are None there (resolved at startup), so they are not inputs of the command.
+    assert cmd.values == dict(
+        model_config=model,
+        pp_size=1,
+        tp_size=1,
+        dp_size=1,
+        disable_radix_cache=False,
+        disable_overlap_schedule=False,
+        mamba_radix_cache_strategy="auto",
+    )
+    # 0.5.14 still defaults the memory ratio to 0.9 in its parser.
+    old = parse_launch_command(["--model-path", model], release="0.5.14", prefer_installed=False)
+    assert old.values["mamba_full_memory_ratio"] == 0.9 and "mamba_full_memory_ratio" not in old.explicit
+
+
+def test_forms_of_each_release(tmp_path: Path) -> None:
+    model = _model(tmp_path, "falcon_h1_0_5b.json")
+    for head in (
+        ["python3", "-m", "sglang.launch_server"],
+        ["/usr/bin/python3.11", "-m", "sglang.launch_server"],
+    ):
+        assert split_form([*head, "--pp-size", "2"], "0.5.2") == (FORMS[0], ["--pp-size", "2"])
+    assert split_form(["sglang", "serve", "--pp-size", "2"], "0.5.5")[0] == FORMS[1]
+    # The console script arrived in 0.5.5 (sglang/cli/main.py); 0.5.4.post3 has none.
+    with pytest.raises(FlagError, match=r"0\.5\.4\.post3 has no `sglang serve`"):
+        split_form(["sglang", "serve", "--pp-size", "2"], "0.5.4.post3")
+    # 0.5.16's serve turns a leading positional into --model-path; 0.5.15's parser refuses it.
+    cmd = parse_launch_command(
+        ["sglang", "serve", model, "--pp-size", "2"], release="0.5.16", prefer_installed=False
+    )
+    assert cmd.values["model_config"] == model and cmd.values["pp_size"] == 2
+    with pytest.raises(FlagError, match="SGLang 0.5.15 does not know"):
+        parse_launch_command(
+            ["sglang", "serve", model, "--model-path", model], release="0.5.15", prefer_installed=False
+        )
+    # 0.5.10+ serve takes --model-type out before ServerArgs parses; only the LLM server has a pool.
+    cmd = parse_launch_command(
+        ["sglang", "serve", "--model-type", "llm", "--model-path", model],
+        release="0.5.10",
+        prefer_installed=False,
+    )
+    assert cmd.values["model_config"] == model
+    with pytest.raises(FlagError, match="only the LLM server"):
+        parse_launch_command(
+            ["sglang", "serve", "--model-type=diffusion", "--model-path", model],
+            release="0.5.23",
+            prefer_installed=False,
+        )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["torchrun", "--nproc-per-node", "8"],
+        ["python", "-m", "vllm.entrypoints.api_server"],
+        ["sglang", "generate", "--model-path", "x"],
+        ["python", "launch_server.py"],
+    ],
+    ids=["empty", "torchrun", "other-module", "sglang-generate", "script"],
+)
+def test_bad_forms_are_refused_in_one_line(argv: list[str]) -> None:
+    with pytest.raises(FlagError) as info:
+        parse_launch_command(argv, release="0.5.23", prefer_installed=False, check_model_path=False)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "sglang" in msg
+
+
+def test_aliases_and_renames_per_release(tmp_path: Path) -> None:
+    model = _model(tmp_path, "nemotron_h_8b.json")
+
+    def values(release: str, *args: str) -> dict:
+        return parse_launch_command(
+            ["--model-path", model, *args], release=release, prefer_installed=False
+        ).values
+
+    # --mamba-scheduler-strategy: the flag's name in 0.5.7-0.5.13.post1, a deprecated alias 0.5.14-0.5.19,
+    # gone in 0.5.20 (sglang/srt/server_args.py of each release).
+    assert (
+        values("0.5.13", "--mamba-scheduler-strategy", "no_buffer")["mamba_radix_cache_strategy"]
+        == "no_buffer"
+    )
+    assert (
+        values("0.5.19", "--mamba-scheduler-strategy", "no_buffer")["mamba_radix_cache_strategy"]
+        == "no_buffer"
+    )
+    with pytest.raises(FlagError, match="SGLang 0.5.20 does not know --mamba-scheduler-strategy"):
+        values("0.5.20", "--mamba-scheduler-strategy", "no_buffer")
+    with pytest.raises(FlagError, match="0.5.13 does not know --mamba-radix-cache-strategy"):
+        values("0.5.13", "--mamba-radix-cache-strategy", "no_buffer")
+    # Attention DP: --attn-dp-size (0.5.22+) and the older --dp-size N --enable-dp-attention read the same.
+    new = values("0.5.23", "--tp-size", "8", "--attn-dp-size", "4")
+    old = values("0.5.23", "--tp-size", "8", "--dp-size", "4", "--enable-dp-attention")
+    assert (new["tp_size"], new["dp_size"]) == (old["tp_size"], old["dp_size"]) == (2, 4)
+    with pytest.raises(FlagError, match="0.5.21 does not know --attn-dp-size"):
+        values("0.5.21", "--tp-size", "8", "--attn-dp-size", "4")
+    # --dp-size without attention DP makes replicas: each is sized with attention TP = tp, DP 1.
+    assert (values("0.5.21", "--tp-size", "8", "--dp-size", "4")["tp_size"],) == (8,)
+    # argparse abbreviations, as the release's parser allows them; --context-length takes 128k (0.5.10+).
+    assert values("0.5.23", "--pipeline-parallel", "4", "--context-length", "128k")["pp_size"] == 4
+    assert values("0.5.23", "--context-length", "128k")["context_len"] == 128_000
+    with pytest.raises(FlagError, match="invalid int value: '128k'"):
+        values("0.5.9", "--context-length", "128k")
+
+
+def test_unknown_flags_and_bad_values_are_one_line(tmp_path: Path) -> None:
+    model = _model(tmp_path, "kimi_linear_48b_a3b.json")
+    with pytest.raises(FlagError) as info:
+        parse_launch_command(
+            [*LAUNCH, "--model-path", model, "--tp-sise", "8"], release="0.5.18", prefer_installed=False
+        )
+    assert str(info.value) == (
+        "SGLang 0.5.18 does not know --tp-sise 8 (the checker's model of SGLang 0.5.18's flags)"
+    )
+    for args, fragment in [
+        (["--tp-size", "eight"], "argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
+        (["--mamba-ssm-dtype", "fp8"], "argument --mamba-ssm-dtype: invalid choice: 'fp8'"),
+        (["--port", "1"], "the following arguments are required: --model-path/--model"),
+    ]:
+        base = [] if args[0] == "--port" else ["--model-path", model]
+        with pytest.raises(FlagError, match=fragment.replace("(", r"\(")) as info:
+            parse_launch_command([*base, *args], release="0.5.23", prefer_installed=False)
+        assert "\n" not in str(info.value)
+    with pytest.raises(FlagError, match="no config.json"):
+        parse_launch_command(["--model-path", str(tmp_path)], release="0.5.23", prefer_installed=False)
+    with pytest.raises(FlagError, match="does not read config files"):
+        parse_launch_command(["--config", "x.yaml"], release="0.5.23", prefer_installed=False)
+    with pytest.raises(FlagError, match="no table of that release"):
+        parse_launch_command(["--model-path", model], release="0.5.1", prefer_installed=False)
+
+
+def test_the_tables_cover_every_release_from_0_5_2() -> None:
+    releases = tabled_releases()
+    assert releases[0] == "0.5.2" and releases[-1] == "0.5.23" and len(releases) == 38
+    for v in releases:
+        rows = release_rows(v)
+        opts = [o for row in rows for o in row[0].split()]
+        assert len(opts) == len(set(opts)), v  # one action per option string, as argparse requires
+        assert "--model-path" in opts and "--host" in opts and "--port" in opts
+
+
+# ------------------------------------------------------------------------------------------------------
+# Against the installed release's own parser (scripts/sglang_cpu_env.sh builds one per release)
+# ------------------------------------------------------------------------------------------------------
+
+
+def _installed_release() -> str | None:
+    from checker.core.releases import installed_sglang_version
+
+    v = installed_sglang_version()
+    if v is None:
+        return None
+    try:
+        import sglang.srt.server_args  # noqa: F401
+    except Exception:
+        return None
+    return v
+
+
+INSTALLED = _installed_release()
+needs_sglang = [
+    pytest.mark.sglang,
+    pytest.mark.skipif(INSTALLED is None, reason="sglang does not import here"),
+]
+
+
+@pytest.mark.sglang
+@pytest.mark.skipif(INSTALLED is None, reason="sglang does not import here")
+def test_the_stored_table_is_the_installed_releases_parser() -> None:
+    from checker.launch_command import _own_parser
+
+    parser, _ = _own_parser(INSTALLED)
+    live = [tuple(json.loads(json.dumps(r))) for r in parser_rows(parser)]
+    stored = [tuple(json.loads(json.dumps(r))) for r in release_rows(INSTALLED)]
+    assert live == stored
+
+
+COMMANDS = [
+    *[["--model-path", "{qwen3_next_80b_a3b}", *FAMILIES[f][0], *IRRELEVANT] for f in FAMILIES],
+    ["--model-path", "{nemotron_h_8b}", "--tp", "4", "--dp", "2", "--enable-dp-attention", "--pp", "2"],
+    ["--model-path", "{nemotron_h_8b}", "--context-length", "32768", "--chunked-prefill-size", "4096"],
+    ["--model-path", "{nemotron_h_8b}", "--mem-fraction-static", "0.8", "--max-total-tokens", "100000"],
+    ["--model-path", "{nemotron_h_8b}", "--nonexistent-flag", "3"],
+    ["--model-path", "{nemotron_h_8b}", "--tp-size", "two"],
+    ["--model-path", "{nemotron_h_8b}", "--mamba-radix-cache-strategy", "lazy"],
+    ["--model-path", "{nemotron_h_8b}", "--mamba-ssm-dtype", "float16", "--page-size", "16"],
+    ["--model-path", "{nemotron_h_8b}", "--attn-dp-size", "2", "--tp-size", "4"],
+    ["--model-path", "{nemotron_h_8b}", "--mamba-scheduler-strategy", "no_buffer"],
+    ["--tp-size", "2"],
+]
+
+
+def _outcome(argv: list[str], prefer_installed: bool):
+    try:
+        c = parse_launch_command(argv, release=INSTALLED, prefer_installed=prefer_installed)
+    except FlagError as exc:
+        return ("refused", str(exc).split(" (the checker's model")[0])
+    return (c.values, c.explicit, c.sglang_values, c.sglang_explicit)
+
+
+@pytest.mark.sglang
+@pytest.mark.skipif(INSTALLED is None, reason="sglang does not import here")
+@pytest.mark.parametrize("i", range(len(COMMANDS)))
+def test_the_table_parser_reads_commands_as_the_releases_own_parser(tmp_path: Path, i: int) -> None:
+    models = {
+        f.removesuffix(".json"): _model(tmp_path, f)
+        for f in ("qwen3_next_80b_a3b.json", "nemotron_h_8b.json")
+    }
+    argv = [a.format(**models) for a in COMMANDS[i]]
+    own = _outcome(argv, prefer_installed=True)
+    table = _outcome(argv, prefer_installed=False)
+    if own[0] == "refused":
+        assert table[0] == "refused"
+        # The same refusal: the unknown flag named, or the release's own argparse message.
+        assert own[1].split(": ", 1)[-1].replace("unrecognized arguments: ", "") in table[1]
+    else:
+        assert table == own
+    parsed = parse_launch_command(argv, release=INSTALLED) if own[0] != "refused" else None
+    if parsed is not None:
+        assert parsed.parser == f"SGLang {INSTALLED}'s own ServerArgs parser"
+
+
+def test_every_release_table_lists_releases_in_order() -> None:
+    from checker.launch_command import _key
+
+    assert list(RELEASES) == sorted(RELEASES, key=_key)

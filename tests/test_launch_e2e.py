@@ -1,0 +1,163 @@
+"""The launch command after ``--`` through the real CLI: each family's realistic command derives what the
+same deployment spelled in checker flags derives, the refusals are one line, and on real ranks a node
+started with a different command is named.
+
+The expected values are independent of the launch-command code: the same deployment written by hand
+in the checker's own flags (the translation a user would otherwise make), derived by the core.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from harness import run_world
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SERVE = ["python", "-m", "sglang.launch_server"]
+NOISE = ["--host", "0.0.0.0", "--port", "30000", "--trust-remote-code", "--served-model-name", "prod"]
+
+# family fixture -> (launch flags, the same in checker flags)
+FAMILIES = {
+    "qwen3_next_80b_a3b.json": (
+        ["--pp-size", "4", "--tp-size", "2", "--mem-fraction-static", "0.85"],
+        ["--pp-size", "4", "--tp-size", "2"],
+    ),
+    "qwen3_5_397b_a17b.json": (
+        ["--pipeline-parallel-size", "4", "--tensor-parallel-size", "4", "--max-running-requests", "64"],
+        ["--pp-size", "4", "--tp-size", "4", "--max-running-requests", "64"],
+    ),
+    "kimi_linear_48b_a3b.json": (
+        ["--pp-size", "2", "--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64"],
+        ["--pp-size", "2", "--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64"],
+    ),
+    "nemotron_h_8b.json": (
+        ["--pp-size", "8", "--disable-radix-cache", "--max-running-requests", "32"],
+        ["--pp-size", "8", "--disable-radix-cache", "--max-running-requests", "32"],
+    ),
+    "falcon_h1_0_5b.json": (
+        ["--pp-size", "2", "--mamba-full-memory-ratio", "0.5", "--context-length", "8192"],
+        ["--pp-size", "2", "--mamba-full-memory-ratio", "0.5", "--context-len", "8192"],
+    ),
+    "granite_4_0_h_small.json": (
+        ["--pp-size", "4", "--tp-size", "4", "--dp-size", "2", "--enable-dp-attention"],
+        ["--pp-size", "4", "--tp-size", "2", "--dp-size", "2"],  # attention TP = tp / attention dp
+    ),
+}
+
+
+def _model_dir(tmp_path: Path, fixture: str) -> Path:
+    model = tmp_path / fixture.removesuffix(".json")
+    model.mkdir()
+    shutil.copy(FIXTURES / fixture, model / "config.json")
+    return model
+
+
+@pytest.mark.parametrize("fixture", sorted(FAMILIES))
+def test_a_realistic_launch_command_derives_what_the_same_flags_derive(cli, tmp_path, fixture):
+    launch, ours = FAMILIES[fixture]
+    model = _model_dir(tmp_path, fixture)
+    by_launch = cli(
+        [
+            "derive",
+            "--budget-gib",
+            "40",
+            "--format",
+            "json",
+            "--",
+            *SERVE,
+            "--model-path",
+            str(model),
+            *launch,
+            *NOISE,
+        ]
+    )
+    by_hand = cli(["derive", "--budget-gib", "40", "--format", "json", "--model-config", str(model), *ours])
+    assert by_launch.rc == by_hand.rc == 0, (by_launch.err, by_hand.err)
+    a, b = json.loads(by_launch.out), json.loads(by_hand.out)
+    assert a["ranks"] == b["ranks"] and a["layout"] == b["layout"]
+
+
+@pytest.mark.parametrize(
+    ("ours", "launch", "needle"),
+    [
+        (
+            ["--tp-size", "4"],
+            ["--tp-size", "2"],
+            "--tp-size 4 and --tp-size 2 in the launch command disagree",
+        ),
+        (["--model", "kimi-k3"], [], "name two models"),
+        ([], ["--no-such-flag", "1"], "does not know --no-such-flag"),
+        ([], ["--tp-size", "two"], "refuses the launch command"),
+    ],
+)
+def test_refusals_are_one_line(cli, tmp_path, ours, launch, needle):
+    model = _model_dir(tmp_path, "qwen3_next_80b_a3b.json")
+    res = cli(["derive", *ours, "--", *SERVE, "--model-path", str(model), *launch])
+    lines = res.err.strip().splitlines()
+    assert res.rc == 2 and len(lines) == 1 and needle in lines[0], res.err
+
+
+def test_equal_values_in_both_places_are_fine(cli, tmp_path):
+    model = _model_dir(tmp_path, "qwen3_next_80b_a3b.json")
+    res = cli(
+        [
+            "derive",
+            "--tp-size",
+            "2",
+            "--model-config",
+            str(model / "config.json"),
+            "-q",
+            "--",
+            *SERVE,
+            "--model-path",
+            str(model),
+            "--tp-size",
+            "2",
+            "--pp-size",
+            "2",
+        ]
+    )
+    assert res.rc == 0, res.err
+
+
+@pytest.mark.parametrize("launch", [[], ["vllm", "serve", "m"]])
+def test_a_missing_or_foreign_launch_command_is_refused(cli, launch):
+    res = cli(["derive", "--", *launch])
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1
+
+
+def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
+    """Two ranks (pp 2), the same model; rank 1's command adds --max-running-requests 8. Each rank
+    parses its own command: the values diverge and the report names both the flag and the command."""
+    model = _model_dir(tmp_path, "qwen3_next_80b_a3b.json")
+    base = [
+        "check",
+        "--budget-gib",
+        "40",
+        "--timeout-s",
+        "30",
+        "--",
+        *SERVE,
+        "--model-path",
+        str(model),
+        "--pp-size",
+        "2",
+        *NOISE,
+    ]
+    same = run_world(base, world_size=2, tmp_path=tmp_path)
+    assert same.codes == [0, 0], [r.stderr[-400:] for r in same.ranks]
+    rep = same.report()
+    assert rep["status"] == "consistent"
+    assert "pp_size=2" in rep["inputs"]["launch_command"]
+    other = run_world(
+        base, world_size=2, tmp_path=tmp_path, rank_argv={1: [*base, "--max-running-requests", "8"]}
+    )
+    assert other.codes == [1, 1], [r.stderr[-400:] for r in other.ranks]
+    rep = other.report()
+    assert rep["status"] == "divergent"
+    assert {"max_running_requests", "launch_command"} <= set(rep["differing_inputs"])
+    causes = "\n".join(rep["root_causes"])
+    assert "rank 1 have --max-running-requests=8" in causes and "launch_command:" in causes
