@@ -8,6 +8,7 @@
 #
 # Steps (each under `timeout`, all under a 270 s deadline):
 #   nccl-w1-materialize     NCCL at world 1 (device tensors), --budget-from-device, --materialize on cuda:0
+#   nccl-w1-weights-launch  --budget-from-device with --weights-gib, the model and flags from a launch command
 #   nccl-w1-spec-kimi       the same with the kimi-k3 preset and spec decoding (intermediate state too)
 #   gloo-w4-shared-gpu      4 ranks sharing the GPU: gloo exchange, every pool materialised on cuda:0
 #   gloo-w4-device-oom      4 ranks whose pools cannot all fit the GPU: a real out-of-memory, status error
@@ -105,7 +106,7 @@ echo "GPU: $(gpu_name | paste -sd ';' -)"
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     why="no CUDA GPU visible to torch (CPU-only build or no device)"
     echo "gpu_check: $why: skipping every GPU step"
-    for name in nccl-w1-materialize nccl-w1-spec-kimi gloo-w4-shared-gpu gloo-w4-device-oom \
+    for name in nccl-w1-materialize nccl-w1-weights-launch nccl-w1-spec-kimi gloo-w4-shared-gpu gloo-w4-device-oom \
                 derive-materialize-cuda sweep-cuda sweep-gloo-w4-cuda pytest-gpu; do
         rows+=("$name|-|skipped: no GPU|0|SKIP")
     done
@@ -120,6 +121,13 @@ GPU_GIB=$("$PY" -c 'import torch; print(int(torch.cuda.get_device_properties(0).
 step nccl-w1-materialize 60 0 consistent "$OUT/nccl-w1.json" -- \
     "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check "${QWEN[@]}" --backend nccl --allow-single-rank \
     --budget-from-device --materialize --timeout-s 45 --report "$OUT/nccl-w1.json"
+
+# The memory handed to sizing as the installed release computes it: free before and after 20 GiB of
+# weights, --mem-fraction-static; the checker's own launch-command form.
+step nccl-w1-weights-launch 60 0 consistent "$OUT/nccl-w1-weights.json" -- \
+    "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check --backend nccl --allow-single-rank \
+    --budget-from-device --weights-gib 20 --timeout-s 45 --report "$OUT/nccl-w1-weights.json" -- \
+    python -m sglang.launch_server --model-path tests/fixtures/launch-model --mem-fraction-static 0.85
 
 step nccl-w1-spec-kimi 60 0 consistent "$OUT/nccl-w1-spec.json" -- \
     "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check --model kimi-k3 --backend nccl --allow-single-rank \

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Run the pp-capacity preflight on this node: one torchrun agent, NPROC_PER_NODE ranks.
 #
-#   one node:   NPROC_PER_NODE=8 launchers/torchrun.sh --model-config config.json --tp-size 2 \
-#                 --budget-from-device --report r.json
+#   one node:   NPROC_PER_NODE=8 launchers/torchrun.sh --budget-from-device --report r.json \
+#                 -- python -m sglang.launch_server --model-path /models/Qwen3-Next-80B-A3B --pp-size 2 \
+#                 --tp-size 4 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
 #   each node:  NNODES=2 NODE_RANK=$i RDZV_ENDPOINT=node0:29400 RDZV_ID=$CI_JOB_ID LOCAL_ADDR=$(hostname -i) \
-#                 launchers/torchrun.sh --model-config config.json --tp-size 2 --budget-from-device \
-#                 --report r.json
+#                 launchers/torchrun.sh --budget-from-device --report r.json \
+#                 -- python -m sglang.launch_server --model-path /models/Qwen3-Next-80B-A3B --pp-size 2 \
+#                 --tp-size 8 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
 #
-# Every argument goes to the checker. torchrun exits 1 for ANY failing worker: read the verdict from the
-# report's "status" (launchers/read-verdict.sh), not from this script's exit code.
+# Every argument goes to the checker unchanged, `--` and the deployment's launch command after it
+# included: the checker reads the sizing inputs (model, pp/tp/dp, page size, mem fraction, ...) from the
+# command the server runs. Checker flags alone (--model-config M --tp-size 2 ...) work too. torchrun exits
+# 1 for ANY failing worker: read the verdict from the report's "status" (launchers/read-verdict.sh), not
+# from this script's exit code.
 #
 # The whole agent is bounded: GNU `timeout` sends torchrun SIGTERM after JOB_TIMEOUT_S and SIGKILL
 # KILL_AFTER_S later, and this script then exits 124 (or 137). The checker bounds its own waits by
@@ -79,7 +84,8 @@ ceil_seconds() {  # a positive number (2.5, 1e2) -> whole seconds rounded up; an
 
 if [[ -z "$JOB_TIMEOUT_S" ]]; then
     # The checker's --timeout-s as argparse reads it: the last one given wins, "--timeout-s=X" too, and any
-    # unambiguous abbreviation ("--ti" is the shortest: --tp-size and --token-capacity share "--t").
+    # unambiguous abbreviation ("--ti" is the shortest: --tp-size and --token-capacity share "--t"). The
+    # launch command after `--` is SGLang's, not the checker's: its flags are not read here.
     timeout_s=$CHECKER_TIMEOUT_DEFAULT_S
     args=("$@")
     for ((i = 0; i < ${#args[@]}; i++)); do

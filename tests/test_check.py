@@ -12,8 +12,6 @@ import time
 
 import pytest
 from harness import requires_gpu, run_world
-from junitparser import Failure, JUnitXml
-from test_report import md_blocks
 
 KIMI = ["--model", "kimi-k3", "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
 FAST = ["--timeout-s", "60"]  # generous: ranks start slowly when the suite loads both cores
@@ -67,6 +65,9 @@ def test_consistent_world(tmp_path, world_size, output):
 def test_divergence_end_to_end_with_ci_files(tmp_path):
     """own-share at pp 4: every rank exits 1; the report, the JUnit file and the step summary agree on
     which ranks derived what."""
+    from junitparser import Failure, JUnitXml
+    from test_report import md_blocks
+
     summary, junit = tmp_path / "summary.md", tmp_path / "junit.xml"
     res = run_world(
         ["check", *KIMI, "--policy", "own-share", "--junit", str(junit), *FAST],

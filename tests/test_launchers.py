@@ -1,6 +1,7 @@
 """The launch recipes in launchers/: every checker command line in them is accepted by the checker's own
-parser, the torchrun line they build is accepted by torchrun's, every recipe bounds its job in time, the
-verdict reader trusts only a consistent report, and the CPU smoke recipe really runs.
+parser (and the deployment's launch command after its ``--`` by the launch-command parser), the torchrun
+line they build is accepted by torchrun's, every recipe bounds its job in time, the verdict reader trusts
+only a consistent report, and the CPU smoke recipe and a launch command really run.
 
 A recipe nobody runs rots: a renamed flag, a knob spelled differently in one recipe, a torchrun option
 that moved. These tests read the recipes as text and YAML, so they fail the moment one drifts.
@@ -47,6 +48,12 @@ KIMI = ["--model", "kimi-k3", "--budget-gib", "8"]
 """A complete checker command line: check needs a model and a budget source."""
 MODEL_FLAGS = ("--model", "--model-config", "--model-path")
 BUDGET_FLAGS = ("--budget-gib", "--budget-from-device")
+SERVE = ["python", "-m", "sglang.launch_server"]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+LAUNCH_DEFINITION = re.compile(
+    r"^(\w+)=\"((?:python\S* -m sglang\.launch_server|sglang serve)\b[^\"]*)\"$", flags=re.M
+)
+"""A shell variable holding a launch command (``SERVE="python -m sglang.launch_server ..."``)."""
 
 
 def yaml_or_skip():
@@ -87,12 +94,51 @@ PASSTHROUGH = ("$@", "...")
 """``$@``: the script's own arguments; ``...``: elided in an example. Either may hold the model."""
 
 
-def checker_invocations(text: str, *, keep_passthrough: bool = False) -> list[list[str]]:
-    """The checker arguments of every ``.../torchrun.sh ARGS`` (or ``slurm.sbatch ARGS``) command line;
-    ``keep_passthrough``: keep ``$@`` and ``...`` as tokens."""
-    found = []
+def launch_definitions(text: str) -> dict[str, str]:
+    """The launch commands a recipe defines once and expands in several places: shell assignments
+    (``SERVE="python -m sglang.launch_server ..."``, in code or in a usage comment) and, in the YAML
+    recipes, the ``SGLANG_LAUNCH`` of a job's env / variables or a pod's env."""
+    found = {}
     for line in shell_lines(text):
-        if not any(script in line for script in LAUNCHER_SCRIPTS):
+        m = LAUNCH_DEFINITION.match(line)
+        if m:
+            found[m.group(1)] = m.group(2)
+    if "SGLANG_LAUNCH" in text:
+        yaml = yaml_or_skip()
+
+        def walk(node):
+            if isinstance(node, dict):
+                if isinstance(node.get("SGLANG_LAUNCH"), str):
+                    found["SGLANG_LAUNCH"] = node["SGLANG_LAUNCH"]
+                if node.get("name") == "SGLANG_LAUNCH" and isinstance(node.get("value"), str):
+                    found["SGLANG_LAUNCH"] = node["value"]
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+
+        walk(yaml.safe_load(text))
+    return found
+
+
+def substitute_launch(text: str) -> str:
+    """``$VAR`` / ``${VAR}`` of every launch command the text defines -> that command's words."""
+    for name, value in launch_definitions(text).items():
+        text = re.sub(rf"\$(\{{{name}\}}|{name}\b)", lambda _m, v=value: v, text)
+    return text
+
+
+def checker_invocations(
+    text: str, *, keep_passthrough: bool = False, bare_torchrun: bool = False
+) -> list[list[str]]:
+    """The checker arguments of every ``.../torchrun.sh ARGS`` (or ``slurm.sbatch ARGS``) command line,
+    after the launch commands the text defines are expanded; ``keep_passthrough``: keep ``$@`` and
+    ``...`` as tokens; ``bare_torchrun``: also ``torchrun ... -m checker ARGS`` (the README's)."""
+    found = []
+    starts_with = LAUNCHER_SCRIPTS + (("-m checker",) if bare_torchrun else ())
+    for line in shell_lines(substitute_launch(text)):
+        if not any(script in line for script in starts_with):
             continue
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -102,6 +148,8 @@ def checker_invocations(text: str, *, keep_passthrough: bool = False) -> list[li
         except ValueError:  # prose with an apostrophe, not a command
             continue
         starts = [i for i, t in enumerate(tokens) if t.endswith(LAUNCHER_SCRIPTS)]
+        if bare_torchrun:
+            starts += [i + 1 for i, t in enumerate(tokens[:-1]) if t == "-m" and tokens[i + 1] == "checker"]
         for start in starts:
             args = []
             for tok in tokens[start + 1 :]:
@@ -117,14 +165,32 @@ def checker_invocations(text: str, *, keep_passthrough: bool = False) -> list[li
     return found
 
 
+def split_launch(args: list[str]) -> tuple[list[str], list[str] | None]:
+    """``[checker args] -- [launch command]`` -> the two halves, as the checker's CLI splits them."""
+    from checker.launch_merge import split_launch_command
+
+    return split_launch_command(args)
+
+
+def names_a_model(args: list[str]) -> bool:
+    """The checker half names a model, or the launch command after ``--`` gives ``--model-path``."""
+    ours, launch = split_launch(args)
+    names = {a.split("=", 1)[0] for a in ours}
+    return bool(names & set(MODEL_FLAGS)) or any(a.split("=", 1)[0] == "--model-path" for a in launch or [])
+
+
+def names_a_budget(args: list[str]) -> bool:
+    """A budget source is the checker's own flag: it must come before ``--``."""
+    return bool({a.split("=", 1)[0] for a in split_launch(args)[0]} & set(BUDGET_FLAGS))
+
+
 def completed(args: list[str]) -> list[str]:
     """A command line that passes its caller's arguments on (or elides some) gets the model and budget
     source it lacks from those: what a user must add. Others are returned as they are."""
     if not any(a in PASSTHROUGH for a in args):
         return args
     args = [a for a in args if a not in PASSTHROUGH]
-    names = {a.split("=", 1)[0] for a in args}
-    extra = ([] if names & set(MODEL_FLAGS) else KIMI[:2]) + ([] if names & set(BUDGET_FLAGS) else KIMI[2:])
+    extra = ([] if names_a_model(args) else KIMI[:2]) + ([] if names_a_budget(args) else KIMI[2:])
     return [*extra, *args] if args[:1] != ["check"] else ["check", *extra, *args[1:]]
 
 
@@ -137,15 +203,53 @@ class CheckerRejects(Exception):
 
 
 def parse_checker(args: list[str]):
-    """The checker's own parser, as ``torchrun -m checker`` runs it; a refusal raises CheckerRejects."""
-    from checker import cli
+    """The checker's own parser, as ``torchrun -m checker`` runs it; a refusal raises CheckerRejects.
 
+    With ``-- LAUNCH``: the checker's flags before it by the checker's parser, the launch command by
+    :func:`checker.launch_command.parse_launch_command` (its model path need not exist here), and a
+    sizing input given in both halves must have one value (the CLI refuses the run otherwise). The
+    namespace gets ``launch`` (the parsed launch command, or None)."""
+    import argparse
+
+    from checker import cli
+    from checker.core.errors import FlagError
+    from checker.launch_command import parse_launch_command
+    from checker.launch_merge import CHECKER_FLAG, given_dests
+
+    ours, launch = split_launch(args)
+    words = cli.with_default_command(ours)
     try:
-        return cli.build_parser().parse_args(cli.with_default_command(args))
+        parser = cli.build_parser()
+        ns = parser.parse_args(words)
     except SystemExit as exc:
         raise CheckerRejects(f"exit {exc.code}") from exc
     except getattr(cli, "UsageError", ()) as exc:
         raise CheckerRejects(str(exc)) from exc
+    ns.launch = None
+    if launch is None:
+        return ns
+    release = getattr(ns, "sglang_version", None)
+    try:
+        cmd = parse_launch_command(launch, release=release, check_model_path=False)
+    except FlagError as exc:
+        raise CheckerRejects(f"launch command: {exc}") from exc
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[ns.command]
+    given = given_dests(sub, words[1:])
+    if getattr(ns, "model", None) and "model_config" in cmd.explicit:
+        raise CheckerRejects("--model and the launch command's --model-path name two models")
+    for key in sorted(given & cmd.explicit & set(CHECKER_FLAG)):
+        ours_value, theirs = getattr(ns, key, None), cmd.values[key]
+        if key == "model_config":
+            same = str(ours_value).removesuffix("/config.json") == str(theirs).removesuffix("/config.json")
+        elif isinstance(theirs, float):
+            same = math.isclose(float(ours_value), theirs, rel_tol=0, abs_tol=1e-12)
+        else:
+            same = ours_value == theirs
+        if not same:
+            flag = CHECKER_FLAG[key]
+            raise CheckerRejects(f"{flag} {ours_value} and the launch command's {theirs} disagree")
+    ns.launch = cmd
+    return ns
 
 
 def torchrun_knobs() -> set[str]:
@@ -178,25 +282,81 @@ def test_recipes_name_model_and_budget_explicitly(name):
     for args in checker_invocations((LAUNCHERS / name).read_text(), keep_passthrough=True):
         if any(a in PASSTHROUGH for a in args):
             continue  # e.g. slurm.sbatch's srun line: the model comes from sbatch's own arguments
-        names = {a.split("=", 1)[0] for a in args}
-        assert names & set(MODEL_FLAGS), f"{name}: no {' or '.join(MODEL_FLAGS)} in {shlex.join(args)}"
-        assert names & set(BUDGET_FLAGS), f"{name}: no {' or '.join(BUDGET_FLAGS)} in {shlex.join(args)}"
+        assert names_a_model(args), f"{name}: no {' or '.join(MODEL_FLAGS)} in {shlex.join(args)}"
+        assert names_a_budget(args), f"{name}: no {' or '.join(BUDGET_FLAGS)} before -- in {shlex.join(args)}"
 
 
-def test_readme_commands_parse(capsys):
-    """The README's code blocks, once the multi-node section is in: same rule as the recipes."""
-    readme = REPO_ROOT / "README.md"
-    text = fenced_code(readme.read_text()) if readme.exists() else ""
-    invocations = checker_invocations(text, keep_passthrough=True)
-    if not invocations:
-        pytest.skip("README.md shows no launchers/torchrun.sh command yet")
+def launch_forms(args: list[str]) -> list[str] | None:
+    """The launch command after ``--`` when it is SGLang's server launch, else None."""
+    launch = split_launch(args)[1]
+    if launch and (launch[1:3] == ["-m", "sglang.launch_server"] or launch[:2] == ["sglang", "serve"]):
+        return launch
+    return None
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipes_show_the_launch_command_form(name):
+    """Every recipe shows the deployment's own launch command after ``--`` at least once, parsed here as
+    a complete command: model path and layout from the launch command, checker flags before it."""
+    invocations = checker_invocations((LAUNCHERS / name).read_text(), keep_passthrough=True)
+    shown = [args for args in invocations if launch_forms(args)]
+    assert shown, f"{name}: no `... -- python -m sglang.launch_server ...` command line"
+    for args in shown:
+        ns = parse_checker(completed(args))
+        assert "model_config" in ns.launch.explicit and "pp_size" in ns.launch.explicit, shlex.join(args)
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--budget-gib", "8", "--", *SERVE, "--model-path", "/m", "--tp-size", "two"], "launch command"),
+        (["--budget-gib", "8", "--", *SERVE, "--model-path", "/m", "--no-such-flag", "1"], "no-such-flag"),
+        (
+            ["--budget-gib", "8", "--tp-size", "4", "--", *SERVE, "--model-path", "/m", "--tp-size", "2"],
+            "disagree",
+        ),
+        (["--budget-gib", "8", "--model", "kimi-k3", "--", *SERVE, "--model-path", "/m"], "two models"),
+        (["--budget-gib", "8", "--", "vllm", "serve", "/m"], "launch command"),
+    ],
+)
+def test_recipe_parsing_rejects_a_bad_launch_command(args, why):
+    """The recipe parser above can fail: a launch command SGLang refuses, or one that contradicts a
+    checker flag, is reported against the recipe (and the CLI refuses the same, tests/test_launch_e2e.py)."""
+    with pytest.raises(CheckerRejects, match=why):
+        parse_checker(args)
+    assert parse_checker(["--budget-gib", "8", "--", *SERVE, "--model-path", "/m", "--tp-size", "2"]).launch
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/launchers.md"])
+def test_doc_commands_parse(capsys, doc):
+    """The code blocks of the README and of docs/launchers.md: same rule as the recipes."""
+    text = fenced_code((REPO_ROOT / doc).read_text())
+    invocations = checker_invocations(text, keep_passthrough=True, bare_torchrun=True)
+    assert invocations, f"{doc} shows no checker command line"
     for args in map(completed, invocations):
         try:
             parse_checker(args)
         except CheckerRejects as exc:
-            pytest.fail(
-                f"README.md: checker rejects {shlex.join(args)}: {exc} {capsys.readouterr().err.strip()}"
-            )
+            pytest.fail(f"{doc}: checker rejects {shlex.join(args)}: {exc} {capsys.readouterr().err.strip()}")
+
+
+def test_readme_ci_section_uses_the_launch_command():
+    """The README's CI section ("Use it in CI with a real model"): one node and several nodes, each with
+    the deployment's launch command after ``--`` (model and layout from it, a budget source before it),
+    then read-verdict.sh on the report it wrote."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme.split("## Use it in CI with a real model", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    assert len(blocks) >= 2, "one node and several nodes"
+    for block in blocks:
+        invocations = checker_invocations(block, bare_torchrun=True)
+        assert len(invocations) == 1, block
+        (args,) = invocations
+        ns = parse_checker(args)
+        assert ns.launch is not None and {"model_config", "pp_size", "tp_size"} <= ns.launch.explicit, args
+        assert names_a_budget(args) and ns.report, args
+        assert re.search(rf"launchers/read-verdict\.sh {re.escape(ns.report)}\s*$", block), block
+    assert "NNODES=" in blocks[1] or "--nnodes" in blocks[1], blocks[1]
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -351,6 +511,23 @@ def test_single_node_is_standalone(tmp_path):
     c = parse_checker(t.training_script_args)
     assert c.command == "check" and c.backend == "auto" and c.model == "kimi-k3"
     assert c.report == "dir with space/r.json"
+
+
+@pytest.mark.parametrize("lead", [[], ["check"]])
+def test_launch_command_passes_through_unchanged(tmp_path, lead):
+    """Everything after torchrun.sh's own arguments reaches the checker as given: ``--`` and the launch
+    command after it, word for word (a path with a space, a second ``--``, a word ``check``, SGLang flags
+    that abbreviate nothing of the checker's); and only the checker's --timeout-s before ``--`` sets
+    the job's bound."""
+    ours = ["--budget-gib", "40", "--timeout-s", "20", "--report", "dir with space/r.json"]
+    launch = [*SERVE, "--model-path", "/models/my model", "--pp-size", "2", "--timeout", "999"]
+    launch += ["--dist-timeout", "5", "--host", "0.0.0.0", "--", "check", "--timeout-s=1"]
+    run = run_with_fake_torchrun(tmp_path, {"NPROC_PER_NODE": "2"}, [*lead, *ours, "--", *launch])
+    assert run.code == 0, run.err
+    t = parse_torchrun(run.argv)
+    assert t.module and t.training_script == "checker"
+    assert t.training_script_args == ["check", "--backend", "auto", *ours, "--", *launch]
+    assert run.bound_s == 20 + JOB_SLACK_S, run.timeout_argv
 
 
 @pytest.mark.parametrize("node_rank,is_host", [("0", "1"), ("1", "0")])
@@ -911,3 +1088,62 @@ def test_github_cpu_smoke_step_runs(tmp_path):
     big_path.write_text(json.dumps(big, indent=2))
     res = read_verdict(big_path)
     assert (res.returncode, res.stdout.strip()) == (0, "consistent"), (big_path.stat().st_size, res.stderr)
+
+
+def test_torchrun_sh_with_a_launch_command_runs(tmp_path):
+    """One node, two real gloo ranks: torchrun.sh with a budget before ``--`` and the deployment's launch
+    command after it (a model directory holding Qwen3-Next-80B-A3B's config.json, pp 2, a request cap,
+    and flags sizing ignores). Both ranks read the same command: consistent, the report records what the
+    command set, and read-verdict.sh says so. The values are the ones the same deployment spelled in the
+    checker's own flags derives (an independent path: no launch command)."""
+    model = tmp_path / "Qwen3-Next-80B-A3B"
+    model.mkdir()
+    shutil.copy(FIXTURES / "qwen3_next_80b_a3b.json", model / "config.json")
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    launch = [*SERVE, "--model-path", str(model), "--pp-size", "2", "--max-running-requests", "64"]
+    launch += ["--host", "0.0.0.0", "--port", "30000", "--trust-remote-code"]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in torchrun_knobs() and not k.startswith(("PET_", "SGLANG_", "TORCHELASTIC_"))
+    }
+    env.update(
+        NPROC_PER_NODE="2",
+        BACKEND="gloo",
+        OMP_NUM_THREADS="1",
+        JOB_TIMEOUT_S="150",
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+    )
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    res = subprocess.run(
+        ["bash", str(TORCHRUN_SH), "--budget-gib", "40", "--timeout-s", "60", "--report", str(report)]
+        + ["--", *launch],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rep = json.loads(report.read_text())
+    assert rep["status"] == "consistent" and rep["world_size"] == 2, rep.get("errors")
+    launch_input = rep["inputs"]["launch_command"]
+    # The flags that size nothing (--host, --port) are accepted and left out of the recorded inputs.
+    assert launch_input.startswith("max_running_requests=64 pp_size=2 model_config="), launch_input
+    assert "30000" not in launch_input and "0.0.0.0" not in launch_input, launch_input
+    by_hand = subprocess.run(
+        [sys.executable, "-m", "checker", "derive", "--budget-gib", "40", "--format", "json"]
+        + ["--model-config", str(model), "--pp-size", "2", "--max-running-requests", "64"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
+    assert by_hand.returncode == 0, by_hand.stderr
+    values = ("max_mamba_cache_size", "max_running_requests")
+    expected = {tuple(r[k] for k in values) for r in json.loads(by_hand.stdout)["ranks"]}
+    assert {tuple(r[k] for k in values) for r in rep["ranks"]} == expected, (rep["ranks"], expected)
+    res = read_verdict(report)
+    assert (res.returncode, res.stdout.strip()) == (0, "consistent"), res.stderr

@@ -91,7 +91,7 @@ def _matrix():
                 yield pytest.param(family, world_size, spec, marks=marks, id=ident)
 
 
-@pytest.mark.parametrize(("family", "world_size", "spec"), _matrix())
+@pytest.mark.parametrize(("family", "world_size", "spec"), list(_matrix()))
 def test_every_rank_allocates_exactly_the_prediction(tmp_path, family, world_size, spec):
     """Each rank's real pool equals its predicted bytes, and the stages together hold every layer once.
 

@@ -1,8 +1,8 @@
 """A genuine two-node torchrun job: two network namespaces joined by a veth pair, one
 ``launchers/torchrun.sh`` agent in each, the checker's ranks talking gloo across the link.
 
-The normal verdicts first (consistent, divergent, an input set on one node only, a rolling upgrade with
-another SGLang release installed on each node), then the failures of real clusters: a worker killed, a
+The normal verdicts first (consistent, divergent, an input set on one node only, a node started with
+another launch command, a rolling upgrade with another SGLang release installed on each node), then the failures of real clusters: a worker killed, a
 worker frozen, the link cut mid-run, a node that never arrives. Each fault must end in bounded time with
 an ``infrastructure_failure`` report from rank 0 that names the ranks that were lost where they can be
 known. Needs root (skipped with the reason otherwise).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -96,22 +97,28 @@ def run_pair(
     *,
     env: dict[str, str] | None = None,
     node_env: dict[int, dict[str, str]] | None = None,
+    node_args: dict[int, list[str]] | None = None,
     nodes: tuple[int, ...] = (0, 1),
     wait_nodes: tuple[int, ...] | None = None,
     lost: frozenset[int] = frozenset(),
     rdzv_conf: str = "join_timeout=30",
     during=None,
 ) -> PairRun:
-    """Launch the agents; ``during(watch)`` may act mid-run and returns the fault's time. Then wait
-    (bounded) for the agents in ``wait_nodes`` and for every rank not in ``lost`` to end. Agents left
-    running are killed with their namespaces by the fixture."""
+    """Launch the agents (node i with ``node_args[i]`` in place of ``args``); ``during(watch)`` may act
+    mid-run and returns the fault's time. Then wait (bounded) for the agents in ``wait_nodes`` and for
+    every rank not in ``lost`` to end. Agents left running are killed with their namespaces by the
+    fixture. ``--report`` goes before a ``--`` (after it would be the launch command's)."""
     report = tmp_path / "report.json"
-    argv = [*args, "--report", str(report)]
+
+    def with_report(words: list[str]) -> list[str]:
+        cut = words.index("--") if "--" in words else len(words)
+        return [*words[:cut], "--report", str(report), *words[cut:]]
+
     with netns.RankWatch(pair) as watch:
         agents = [
             pair.launch(
                 i,
-                argv,
+                with_report((node_args or {}).get(i, args)),
                 log_dir=tmp_path,
                 rdzv_conf=rdzv_conf,
                 env={**(env or {}), **(node_env or {}).get(i, {})},
@@ -235,6 +242,50 @@ def test_partition_env_on_one_node_is_root_caused(pair, tmp_path):
     cause = rep["root_causes"][0]
     assert f"ranks {node1[0]}-{node1[1]} set SGLANG_PP_LAYER_PARTITION=30,21,21,21" in cause, cause
     assert "node1" in cause and "leave it unset" in cause, cause
+
+
+# -- the deployment's launch command, one node started differently ---------------------------------------
+
+SERVE = ["python", "-m", "sglang.launch_server"]
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    """A model directory as SGLang's --model-path takes it: Qwen3-Next-80B-A3B's config.json."""
+    model = tmp_path / "Qwen3-Next-80B-A3B"
+    model.mkdir()
+    shutil.copy(netns.REPO_ROOT / "tests" / "fixtures" / "qwen3_next_80b_a3b.json", model / "config.json")
+    return model
+
+
+def test_launch_command_differing_on_one_node_is_root_caused(pair, tmp_path):
+    """Each node's agent is given the deployment's launch command after ``--`` (pp 4 over 2 nodes x 2
+    ranks); node 1's adds --max-running-requests 8, as a node started from a stale command would. Each
+    rank reads its own node's command: the stages on node 1 cap their requests at 8, the stages on node 0
+    derive their own (larger) cap, and the report names the flag, its value on node 1's ranks and the
+    ``launch_command`` input they differ in."""
+    model = _model_dir(tmp_path)
+    launch = [*SERVE, "--model-path", str(model), "--pp-size", "4", "--host", "0.0.0.0", "--port", "30000"]
+    ours = ["--budget-gib", "40", "--timeout-s", "20", "--"]
+    run = run_pair(
+        pair,
+        tmp_path,
+        [*ours, *launch],
+        node_args={1: [*ours, *launch, "--max-running-requests", "8"]},
+    )
+    assert run.codes == {0: 1, 1: 1}, run.logs()
+    rep = run.report()
+    assert rep["status"] == "divergent", rep
+    assert_hosts_follow_namespaces(run, rep)
+    assert {"max_running_requests", "launch_command"} <= set(rep["differing_inputs"]), rep["differing_inputs"]
+    caps = {r["host"]: set() for r in rep["ranks"]}
+    for r in rep["ranks"]:
+        caps[r["host"]].add(r["max_running_requests"])
+    assert caps["node1"] == {8} and 8 not in caps["node0"], caps
+    node1 = run.on_node(1)
+    causes = "\n".join(rep["root_causes"])
+    assert f"ranks {node1[0]}-{node1[1]} have --max-running-requests=8" in causes, causes
+    assert "launch_command:" in causes, causes
+    assert read_verdict(run.report_path) == (1, "divergent")
 
 
 # -- a rolling SGLang upgrade across the link -----------------------------------------------------------
@@ -405,7 +456,9 @@ exit "$rc"
 def test_slurm_recipe_across_two_nodes(pair, tmp_path):
     """launchers/slurm.sbatch as sbatch would run it, with scontrol and srun stood in for by scripts
     that start one task in each namespace: the head node comes from scontrol, the rendezvous id from the
-    job id, and the batch script exits with the verdict read from the report."""
+    job id, the deployment's launch command after ``--`` reaches every rank through srun and
+    torchrun.sh, and the batch script exits with the verdict read from the report."""
+    model = _model_dir(tmp_path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     starts = []
@@ -435,7 +488,8 @@ def test_slurm_recipe_across_two_nodes(pair, tmp_path):
     }
     with netns.RankWatch(pair) as watch:
         job = pair.spawn(
-            ["bash", str(netns.REPO_ROOT / "launchers" / "slurm.sbatch"), *KIMI],
+            ["bash", str(netns.REPO_ROOT / "launchers" / "slurm.sbatch"), "--budget-gib", "40", "--"]
+            + [*SERVE, "--model-path", str(model), "--pp-size", "4", "--host", "0.0.0.0"],
             env=env,
             log=tmp_path / "slurm.log",
         )
@@ -446,6 +500,7 @@ def test_slurm_recipe_across_two_nodes(pair, tmp_path):
     assert log.rstrip().endswith("consistent"), log[-500:]  # read-verdict's line, last
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "consistent" and rep["world_size"] == 4
+    assert rep["inputs"]["launch_command"].startswith("pp_size=4 model_config="), rep["inputs"]
     assert {r["host"] for r in rep["ranks"]} == {"node0", "node1"}
     assert (out / "junit.xml").exists()
     assert {p.run_id for p in ranks.values()} == {f"pp-capacity-{job_id}"}, ranks
