@@ -13,15 +13,12 @@ import json
 import os
 import sys
 import time
-from dataclasses import fields
 
-from checker import __version__
-from checker.config import DeriveConfig, EngineChoice, SizingFlags, sglang_env
+from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
-from checker.core.releases import installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
 from checker.engines.drift import drift_lines
-from checker.materialize import MATERIALIZE_STATUS_NAMES
+from checker.json_output import json_inputs, json_layout, stage_dict, status_doc
 from checker.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
@@ -29,7 +26,6 @@ from checker.options import (
     add_layout_args,
     add_model_args,
 )
-from checker.row import model_label
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 from checker.tables import fmt_bytes, fmt_int, format_table, mark, outliers
 
@@ -127,66 +123,6 @@ def materialize_all(inputs: CapacityInputs, stages: list[StageCapacity], device_
 
 
 # --- JSON: one vocabulary with check's report (docs/json-output.md, docs/report.schema.json) ------
-
-
-def json_inputs(
-    inputs: CapacityInputs,
-    sizing: SizingFlags,
-    engine: EngineChoice | None,
-    *,
-    budget_source: str | None,
-    budget_gib: float | None = None,
-    resolved: bool = True,
-    launch_command: str | None = None,
-) -> dict[str, object]:
-    """Every input under check's report's name: the flags as given (``policy`` null: the release's
-    own), the SGLang env vars as set, ``sglang_version`` the INSTALLED release and ``derived_as`` the
-    release derived as; then what the flags resolve to (``resolved_*``), as derive/plan/sweep add."""
-    installed = installed_sglang_version()
-    _, why = (engine or EngineChoice()).release(installed)
-    d: dict[str, object] = {
-        "checker_version": __version__,
-        "sglang_version": installed or "not installed",
-        "derived_as": f"{inputs.release.label} ({why})",
-        "model": model_label(inputs.geometry),
-        "budget_gib": budget_gib,
-        "budget_source": budget_source,
-    }
-    d.update({f.name: getattr(sizing, f.name) for f in fields(SizingFlags)})
-    d["pp_size"] = inputs.pp_size
-    d.update(sglang_env(os.environ))
-    d["launch_command"] = launch_command
-    d["sglang_best_effort"] = inputs.sglang_best_effort
-    if resolved:
-        d["resolved_policy"] = inputs.resolved_policy
-        d["resolved_strategy"] = None if inputs.disable_radix_cache else inputs.resolved_strategy
-        d["overlap_schedule"] = inputs.effective_overlap_schedule
-        d["slots_per_request"] = inputs.slots_per_request()
-    return d
-
-
-def json_layout(inputs: CapacityInputs) -> dict[str, int]:
-    """The deployment the values are for (check's ``layout``): pp_size x tp_size ranks."""
-    return {
-        "world_size": inputs.pp_size * inputs.tp_size,
-        "pp_size": inputs.pp_size,
-        "tp_size": inputs.tp_size,
-    }
-
-
-def stage_dict(s: StageCapacity, tp_size: int, m=None) -> dict[str, object]:
-    """One stage, with check's per-rank names: ``rank`` is the stage's first rank (tp is the inner
-    dimension, pp_rank = rank // tp_size), ``status``/``error`` fold in a --materialize failure."""
-    d: dict[str, object] = {"rank": s.pp_rank * tp_size, "status": "ok", "error": None, **s.as_dict()}
-    if m is not None:
-        d.update(predicted_bytes=m.predicted_bytes, allocated_bytes=m.allocated_bytes)
-        if not m.ok:
-            d.update(status=ERROR, error=m.error or MATERIALIZE_STATUS_NAMES[m.status])
-    return d
-
-
-def status_doc(status: str, exit_code: int) -> dict[str, object]:
-    return {"checker_version": __version__, "status": status, "exit_code": exit_code}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,13 +23,13 @@ import os
 import sys
 from dataclasses import replace
 
-from checker.commands.derive import json_inputs, json_layout, stage_dict, status_doc
 from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
 from checker.core.partition import PARTITION_ENV
 from checker.core.planning import MinBudget, SuggestedPartition, min_budget, suggest_partition
 from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity
 from checker.engines.drift import Drift, drift_lines
+from checker.json_output import json_inputs, json_layout, stage_dict, status_doc
 from checker.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,

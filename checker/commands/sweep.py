@@ -207,7 +207,7 @@ def sweep_json_inputs(inputs: CapacityInputs, sizing: SizingFlags | None) -> dic
     ``budget_grid``) and no ``policy`` (the policies swept are the keys of ``policies``)."""
     from dataclasses import replace
 
-    from checker.commands.derive import json_inputs
+    from checker.json_output import json_inputs
 
     d = json_inputs(inputs, replace(sizing or SizingFlags(), policy=None), None, budget_source=None)
     for k in ("policy", "resolved_policy"):
