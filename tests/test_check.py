@@ -168,6 +168,38 @@ def test_lost_rank_ends_in_infrastructure_failure(tmp_path, action):
 
 
 @pytest.mark.faults
+def test_a_rank_stuck_in_the_ring_is_not_blamed(tmp_path):
+    """World 4, rank 3 exits at the exchange: rank 1 is alive but stuck in the gloo ring until the
+    collective times out. Only rank 3 is named (the report used to say [1, 3], 7 times out of 7)."""
+    res = run_world(
+        ["check", *KIMI, "--timeout-s", "6"],
+        world_size=4,
+        tmp_path=tmp_path,
+        env={"CHECKER_INJECT_FAULT": "3:exchange:exit"},
+        kill_after_s=60,
+    )
+    assert res.codes[:3] == [3, 3, 3], [r.stderr[-300:] for r in res.ranks]
+    assert res.report()["missing_ranks"] == [3]
+
+
+@pytest.mark.faults
+def test_frozen_rank_0_is_named_by_the_survivors(tmp_path):
+    """Rank 0 frozen (SIGSTOP) in the exchange: it can write no report, so each survivor prints its own
+    verdict, naming rank 0 (they used to print "missing: none identified")."""
+    res = run_world(
+        ["check", *KIMI, "--timeout-s", "6"],
+        world_size=3,
+        tmp_path=tmp_path,
+        env={"CHECKER_INJECT_FAULT": "0:exchange:stop"},
+        kill_after_s=45,
+    )
+    survivors = [r for r in res.ranks if r.rank != 0]
+    assert [r.returncode for r in survivors] == [3, 3], [r.stderr[-300:] for r in survivors]
+    for r in survivors:
+        assert "missing or unresponsive: rank 0" in r.stderr, r.stderr[-800:]
+
+
+@pytest.mark.faults
 def test_rank_that_never_arrives(tmp_path):
     """Only ranks 0-1 of 3 start: init times out, rank 0 names rank 2."""
     res = run_world(

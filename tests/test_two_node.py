@@ -2,10 +2,10 @@
 ``launchers/torchrun.sh`` agent in each, the checker's ranks talking gloo across the link.
 
 The normal verdicts first (consistent, divergent, an input set on one node only, a node started with
-another launch command, a rolling upgrade with another SGLang release installed on each node), then the failures of real clusters: a worker killed, a
-worker frozen, the link cut mid-run, a node that never arrives. Each fault must end in bounded time with
-an ``infrastructure_failure`` report from rank 0 that names the ranks that were lost where they can be
-known. Needs root (skipped with the reason otherwise).
+another launch command, a rolling upgrade with another SGLang release installed on each node), then the
+failures of real clusters: a worker killed, a worker frozen, the link cut mid-run, a node that never
+arrives. Each fault must end in bounded time with an ``infrastructure_failure`` report from rank 0 that
+names the ranks that were lost where they can be known. Needs root (skipped with the reason otherwise).
 """
 
 from __future__ import annotations
