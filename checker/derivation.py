@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
 from checker.core.errors import CheckerInputError, LayoutError
+from checker.core.layout import layout
 from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
@@ -23,17 +24,6 @@ from checker.row import MISSING, RankRow, input_text, model_label
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 GIB = 2**30
-
-
-def layout(world_size: int, rank: int, *, pp_size: int | None, tp_size: int) -> tuple[int, int]:
-    """(pp_size, pp_rank): tp is the inner dimension, as SGLang ranks it (pp_rank = rank // tp_size)."""
-    pp = pp_size or (world_size // tp_size if world_size % tp_size == 0 else 0)
-    if world_size % tp_size or pp * tp_size != world_size:
-        raise LayoutError(
-            f"world_size {world_size} is not pp_size x tp_size = {pp_size or '?'} x {tp_size}; launch "
-            f"pp x tp ranks (e.g. --nproc-per-node {tp_size * (pp_size or 1)}) or fix --pp-size/--tp-size"
-        )
-    return pp, rank // tp_size
 
 
 @dataclass(frozen=True, kw_only=True)

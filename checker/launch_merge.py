@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,8 +74,6 @@ def given_dests(parser: argparse.ArgumentParser, words: Sequence[str]) -> set[st
 
 
 def _config_file(path: object) -> str:
-    import os
-
     p = str(path)
     return os.path.realpath(os.path.join(p, "config.json") if os.path.isdir(p) else p)
 

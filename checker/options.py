@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from checker.core.models import DEFAULT_MODEL, PRESETS
 from checker.core.sizing import POLICIES, STRATEGIES
@@ -99,8 +100,6 @@ def dtype_name(text: str) -> str:
 
 def init_method(text: str) -> str:
     """--init-method: file:///path (a fresh file in an existing directory) or env://."""
-    import os
-
     if text.startswith("file://"):
         path = text.removeprefix("file://")
         parent = os.path.dirname(os.path.abspath(path))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.sizing import CHECKED_VALUES
@@ -90,8 +90,6 @@ def _show(value: str | None) -> str:
 
 def _release_rules_that_matter(rows: Sequence[RankRow]) -> set[str] | None:
     """The release rules that can change what these rows derived (from the inputs they carry)."""
-    from dataclasses import fields
-
     from checker.core.releases import ReleaseRules
 
     i = rows[0].inputs

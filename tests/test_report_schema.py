@@ -192,6 +192,33 @@ def test_plan_json_validates(cli, fixtures_dir: Path, argv: list[str]):
     assert (doc["command"], doc["status"], doc["exit_code"]) == ("plan", "consistent", 0)
 
 
+def test_plan_upgrade_json_validates_and_names_why(cli):
+    """plan --sglang-version A,B: the budget the target needs under each release. kimi-k3 at pp 8, 3 slots
+    per request (no_buffer), 24 requests -> 72 slots. 0.5.23 (max-share, padding slot) charges a stage
+    9/69 of per_req: (72 + 1) x 291,102,720 x 9/69 x 3 (r 0.5 -> the pool is 1/3 of the budget) = 7.75
+    GiB at 0.01 GiB steps; 0.5.16 (whole-model, no padding slot) 72 x per_req x 3 = 58.56 GiB."""
+    argv = [
+        *KIMI,
+        "--pp-size",
+        "8",
+        "--target-max-running-requests",
+        "24",
+        "--mamba-full-memory-ratio",
+        "0.5",
+        "--mamba-radix-cache-strategy",
+        "no_buffer",
+        "--disable-overlap-schedule",
+        "--sglang-version",
+        "0.5.16,0.5.23",
+    ]
+    doc = run_json(cli, ["plan", *argv])
+    assert errors(doc) == []
+    assert (doc["status"], doc["exit_code"]) == ("divergent", 0)
+    by = doc["by_release"]
+    assert (by["0.5.16"]["min_budget_gib"], by["0.5.23"]["min_budget_gib"]) == (58.56, 7.75)
+    assert any("whole model" in e for e in doc["explanations"])
+
+
 @pytest.mark.parametrize(
     ("require", "status"), [("max-share", "consistent"), ("own-share", "divergent")], ids=["pass", "fail"]
 )

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
@@ -251,8 +252,6 @@ def run_upgrade(args: argparse.Namespace, releases: list[str]) -> int:
     A cluster half on A and half on B disagrees on every value that differs here (the preflight then
     names the releases per node); the explanation says which change in SGLang's code causes it.
     """
-    from dataclasses import replace
-
     from checker.core.upgrade import explain
 
     if args.engine != "builtin" or args.materialize:

@@ -40,7 +40,7 @@ from checker.options import (
     positive_gib,
     positive_int,
 )
-from checker.status import CONSISTENT, EXIT_CODES, MODEL_DRIFT
+from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
 from checker.tables import fmt_bytes, fmt_int, format_table
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
@@ -482,6 +482,101 @@ def run_partition(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    releases = [v.strip() for v in (args.sglang_version or "").split(",") if v.strip()]
+    if len(releases) > 1:
+        if args.suggest_partition:
+            raise FlagError(
+                "--sglang-version A,B compares the budget a target needs; use it with "
+                "--target-max-running-requests (or give one release)"
+            )
+        return run_upgrade_target(args, releases)
     if args.suggest_partition:
         return run_partition(args)
     return run_target(args)
+
+
+def _fraction_cell(f: _Fraction | None) -> str:
+    if f is None:
+        return "-"
+    return "unreachable" if f.value is None else f"{f.value:.3f}"
+
+
+def run_upgrade_target(args: argparse.Namespace, releases: list[str]) -> int:
+    """--sglang-version A,B: the smallest budget for the target under each release's own rules (its
+    own charging policy unless --policy), side by side, and why they differ."""
+    from checker.core.upgrade import explain
+
+    if args.engine != "builtin":
+        raise FlagError("--sglang-version A,B compares the builtin models of two releases; drop --engine")
+    if len(set(releases)) != len(releases):
+        raise FlagError(f"--sglang-version {','.join(releases)} names a release twice")
+    if args.budget_gib is not None or args.partition_slack is not None:
+        raise FlagError("plan searches the budget: drop --budget-gib and --partition-slack")
+    base = _config(args)
+    target = args.target_max_running_requests
+    results: dict[str, MinBudget] = {}
+    inputs_by: dict[str, CapacityInputs] = {}
+    for version in releases:
+        config = replace(base, engine=replace(base.engine, sglang_version=version))
+        inputs = config.inputs(os.environ, policy=args.policy)
+        inputs_by[version] = inputs
+        results[version] = min_budget(inputs, target, policy=args.policy)
+    budgets = {v: r.budget_gib for v, r in results.items()}
+    explanations: list[str] = []
+    for a, b in zip(releases, releases[1:], strict=False):
+        if budgets[a] != budgets[b]:
+            explanations += explain(a, b, inputs_by[b])
+    fractions = {v: _fraction_for(args, inputs_by[v], r.budget_gib) for v, r in results.items()}
+    differ = len(set(budgets.values())) > 1
+    if args.format == "json":
+        first = inputs_by[releases[0]]
+        described = json_inputs(first, base.sizing, base.engine, budget_source=None, resolved=False)
+        doc = {
+            "command": "plan",
+            **status_doc(DIVERGENT if differ else CONSISTENT, 0),
+            "layout": json_layout(first),
+            "inputs": described,
+            "geometry": first.geometry.describe(),
+            "target_max_running_requests": target,
+            "releases": releases,
+            "by_release": {
+                v: {
+                    "derived_as": inputs_by[v].release.label,
+                    "resolved_policy": r.policy,
+                    "min_budget_gib": r.budget_gib,
+                    "ranks": [stage_dict(s, first.tp_size) for s in r.stages],
+                    "mem_fraction_static": None if fractions[v] is None else fractions[v].as_dict(),
+                }
+                for v, r in results.items()
+            },
+            "explanations": explanations,
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not args.quiet:
+        print(header(inputs_by[releases[-1]]))
+    print(f"target: every stage derives max_running_requests >= {target}, under each release\n")
+    rows = [
+        [
+            v,
+            r.policy,
+            f"{r.budget_gib:.2f}",
+            *(_span(r.stages, n) for n in CHECKED_VALUES),
+            "-"
+            if fractions[v] is None
+            else (f"{fractions[v].value:.3f}" if fractions[v].value else "unreachable"),
+        ]
+        for v, r in results.items()
+    ]
+    print(format_table(["release", "policy", "min_budget_gib", *CHECKED_VALUES, "mem_fraction_static"], rows))
+    if differ:
+        print(
+            "\nthe releases need different budgets for the same target: size the deployment for the larger "
+            "one while both run, and do not mix them in one deployment"
+        )
+        for line in explanations:
+            print(f"  why: {line}")
+    else:
+        print("\nevery release needs the same budget for this target")
+    return 0

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, TextIO
 
 from checker import __version__
@@ -205,8 +206,6 @@ def notes(inputs: CapacityInputs) -> dict[str, str]:
 def sweep_json_inputs(inputs: CapacityInputs, sizing: SizingFlags | None) -> dict[str, object]:
     """Everything the counts depend on, under check's names: budget_gib null (the grid is
     ``budget_grid``) and no ``policy`` (the policies swept are the keys of ``policies``)."""
-    from dataclasses import replace
-
     from checker.json_output import json_inputs
 
     d = json_inputs(inputs, replace(sizing or SizingFlags(), policy=None), None, budget_source=None)
@@ -490,7 +489,7 @@ class DistributedSweep:
 
     def run(self) -> int:
         from checker.core.errors import CheckerInputError
-        from checker.derivation import layout
+        from checker.core.layout import layout
         from checker.distributed.group import InfrastructureFailure
         from checker.distributed.liveness import describe
         from checker.distributed.session import SchemaMismatch

@@ -16,6 +16,7 @@ import functools
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
+from importlib import metadata
 
 from checker.core.errors import FlagError
 
@@ -523,8 +524,6 @@ def release_model(version: str | None, *, best_effort: bool = False) -> ReleaseM
 @functools.lru_cache(maxsize=1)
 def _installed_on_sys_path() -> str | None:
     """Read once per process: a metadata scan walks every sys.path entry, and a rank asks several times."""
-    from importlib import metadata
-
     try:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
@@ -534,8 +533,6 @@ def _installed_on_sys_path() -> str | None:
 def installed_sglang_version(paths: Sequence[str] | None = None) -> str | None:
     """The installed SGLang's version from its package metadata, without importing it (None: not
     installed). ``paths``: where to look instead of ``sys.path`` (another environment's site-packages)."""
-    from importlib import metadata
-
     if paths is None:
         return _installed_on_sys_path()
     for dist in metadata.distributions(path=list(paths)):

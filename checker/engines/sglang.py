@@ -101,6 +101,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import canonical_dtype
 from checker.core.models import read_json
@@ -114,12 +115,7 @@ INSTALL_HINT = (
     f"scripts/sglang_cpu_env.sh (sglang {SUPPORTED_RANGE} --no-deps plus its few import-time packages)"
 )
 # Env vars the derivation reads; set from the rank's env for the duration of a derivation only.
-ENGINE_ENV = (
-    "SGLANG_PP_LAYER_PARTITION",
-    "SGLANG_MAMBA_CONV_DTYPE",
-    "SGLANG_MAMBA_SSM_DTYPE",
-    "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK",
-)
+ENGINE_ENV = SGLANG_ENV_VARS
 # Large enough that neither the 2048..4096 estimate nor T // 2 binds: "the KV pool is not modelled".
 UNBOUNDED_TOKENS = 1 << 60
 GIB = 1 << 30
@@ -811,8 +807,6 @@ class PreparedSglang:
 
 
 def _field_default(cls: type, name: str) -> Any:
-    import dataclasses
-
     for f in dataclasses.fields(cls):
         if f.name == name:
             return f.default

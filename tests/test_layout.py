@@ -1,0 +1,27 @@
+"""The pp x tp layout rule: tp is the inner dimension, as SGLang ranks it (pp_rank = rank // tp_size)."""
+
+from __future__ import annotations
+
+import pytest
+
+from checker.core.errors import LayoutError
+from checker.core.layout import layout
+
+
+@pytest.mark.parametrize(
+    ("world", "tp", "pp", "expected"),
+    [
+        (8, 1, None, [(8, r) for r in range(8)]),
+        (8, 2, None, [(4, r // 2) for r in range(8)]),  # ranks 0-1 are stage 0, 2-3 stage 1, ...
+        (16, 8, 2, [(2, 0)] * 8 + [(2, 1)] * 8),
+        (1, 1, None, [(1, 0)]),
+    ],
+)
+def test_tp_is_the_inner_dimension(world, tp, pp, expected):
+    assert [layout(world, r, pp_size=pp, tp_size=tp) for r in range(world)] == expected
+
+
+@pytest.mark.parametrize(("world", "tp", "pp"), [(6, 4, None), (8, 2, 3), (4, 1, 8)])
+def test_a_world_that_is_not_pp_x_tp_is_refused(world, tp, pp):
+    with pytest.raises(LayoutError, match=f"world_size {world} is not pp_size x tp_size"):
+        layout(world, 0, pp_size=pp, tp_size=tp)
