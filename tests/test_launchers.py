@@ -1049,6 +1049,7 @@ def test_stopped_workers_end_at_the_job_bound(tmp_path):
 # -- the CPU smoke recipe, run for real -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_github_cpu_smoke_step_runs(tmp_path):
     """The CPU smoke job's preflight step, run as GitHub runs it (bash -eo pipefail) from the checkout:
     two real ranks under torchrun --standalone, verdict read from the report, report + JUnit written."""
@@ -1090,6 +1091,7 @@ def test_github_cpu_smoke_step_runs(tmp_path):
     assert (res.returncode, res.stdout.strip()) == (0, "consistent"), (big_path.stat().st_size, res.stderr)
 
 
+@pytest.mark.slow
 def test_torchrun_sh_with_a_launch_command_runs(tmp_path):
     """One node, two real gloo ranks: torchrun.sh with a budget before ``--`` and the deployment's launch
     command after it (a model directory holding Qwen3-Next-80B-A3B's config.json, pp 2, a request cap,

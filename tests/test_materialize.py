@@ -137,6 +137,7 @@ def test_every_rank_allocates_exactly_the_prediction(tmp_path, family, world_siz
     assert "predicted_bytes" in out and "allocated_bytes" in out
 
 
+@pytest.mark.slow
 def test_kimi_k3_preset_on_four_ranks(tmp_path):
     """The upstream unit test's geometry (kimi-k3 preset, temporal dtype overridden to bf16) on pp 2 x tp 2.
 
