@@ -116,11 +116,11 @@ EOF
   fi
   # CHECKER_REQUIRE_SGLANG: the sglang tests fail (not skip) unless exactly this release imports.
   (cd "$REPO"
-   echo "== pytest -m sglang tests/test_engine_sglang.py  (SGLang $v)"
+   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser)  (SGLang $v)"
    t2=$(date +%s)
    rc=0
    CHECKER_REQUIRE_SGLANG="$v" PYTHONPATH="$pp" "$VENV/bin/python" -m pytest tests/test_engine_sglang.py \
-     -m sglang -p no:cacheprovider -n 0 "$@" || rc=$?
+     tests/test_engine_fixes.py tests/test_launch_command.py -m sglang -p no:cacheprovider -n 0 "$@" || rc=$?
    echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s"
    exit $rc) || status=1
 done
