@@ -29,18 +29,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
-import logging
 import os
 import re
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from checker.core.errors import FlagError
+from checker.engines import quiet_sglang
 
 # ServerArgs dests sizing reads (raw, by the release's own dest name). Every other flag is only named.
 SIZING_DESTS = frozenset(
@@ -338,25 +336,11 @@ def table_parser(version: str) -> argparse.ArgumentParser:
     return parser
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Deprecated-alias actions log or print a warning while parsing; none of it is the checker's."""
-    logger = logging.getLogger("sglang")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
 def _own_parser(version: str) -> tuple[argparse.ArgumentParser, Any]:
     """The installed release's parser (``prepare_server_args``' steps) and its --config merger class."""
     saved = dict(os.environ)
     try:
-        with _quiet():
+        with quiet_sglang(stderr=True):
             import importlib
 
             server_args = importlib.import_module("sglang.srt.server_args")
@@ -404,7 +388,7 @@ def _merge_config(parser: argparse.ArgumentParser, merger: Any, args: list[str])
 def _parse(parser: argparse.ArgumentParser, args: list[str]) -> tuple[dict[str, Any], set[str]]:
     """(every dest's value, the dests the command gave): a second parse with every default suppressed
     tells given from defaulted (a store_true flag given and a default of True read the same)."""
-    with _quiet():
+    with quiet_sglang(stderr=True):
         ns = parser.parse_args(args)
         for a in parser._actions:
             a.default = argparse.SUPPRESS

@@ -298,15 +298,23 @@ def add_group_args(g: argparse._ActionsContainer) -> None:
     )
 
 
-def add_output_args(parser: argparse.ArgumentParser, *, junit: bool = False) -> None:
+def add_output_args(
+    parser: argparse.ArgumentParser,
+    *,
+    report: str | None = None,
+    junit: bool = False,
+    quiet: str = "print only the one-line verdict",
+) -> None:
+    """--report (with ``report`` as its help), --junit, --format text|json and --quiet: every command's."""
     g = parser.add_argument_group("output")
-    g.add_argument("--report", metavar="PATH", help="write the JSON report here (rank 0 under torchrun)")
+    if report:
+        g.add_argument("--report", metavar="PATH", help=report)
     if junit:
         g.add_argument("--junit", metavar="PATH", help="write JUnit XML here (rank 0)")
     g.add_argument(
         "--format",
         choices=("text", "json"),
         default="text",
-        help="what goes to stdout: text (default) or the JSON report",
+        help="what goes to stdout: text (default) or the JSON document (docs/json-output.md)",
     )
-    g.add_argument("--quiet", "-q", action="store_true", help="print only the one-line verdict")
+    g.add_argument("--quiet", "-q", action="store_true", help=quiet)

@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "under nccl, else cpu), cpu, cuda (GPU LOCAL_RANK mod the GPU count: gloo ranks "
         "may share one GPU) or cuda:N",
     )
-    add_output_args(parser, junit=True)
+    add_output_args(parser, report="write the JSON report here (rank 0)", junit=True)
 
 
 def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:

@@ -26,6 +26,7 @@ from checker.options import (
     add_flag_args,
     add_layout_args,
     add_model_args,
+    add_output_args,
 )
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 from checker.tables import fmt_bytes, fmt_int, format_table, mark, outliers
@@ -38,14 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_layout_args(parser, pp_default=8)
     add_flag_args(parser)
     add_engine_args(parser)
-    g = parser.add_argument_group("output")
-    g.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help="text (default) or one JSON object on stdout",
-    )
-    g.add_argument("--quiet", "-q", action="store_true", help="print only the one-line verdict")
+    add_output_args(parser)
     parser.add_argument(
         "--materialize",
         action="store_true",

@@ -36,6 +36,7 @@ from checker.options import (
     add_flag_args,
     add_layout_args,
     add_model_args,
+    add_output_args,
     int_at_least,
     positive_gib,
     positive_int,
@@ -100,14 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights-gib", type=positive_gib, metavar="GIB", help="the weights' footprint on the busiest rank"
     )
     add_engine_args(parser)
-    g = parser.add_argument_group("output")
-    g.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help="text (default) or one JSON object on stdout",
-    )
-    g.add_argument("--quiet", "-q", action="store_true", help="leave out the model and layout header")
+    add_output_args(parser, quiet="leave out the model and layout header")
 
 
 def _config(args: argparse.Namespace) -> DeriveConfig:

@@ -29,7 +29,7 @@ from checker.config import GroupOptions, ModelChoice, OutputOptions, SizingFlags
 from checker.core.errors import FlagError
 from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
 from checker.core.sweep import UPSTREAM_GRID, BudgetGrid, budget_runs, parse_budgets
-from checker.options import add_flag_args, add_group_args, add_layout_args, add_model_args
+from checker.options import add_flag_args, add_group_args, add_layout_args, add_model_args, add_output_args
 from checker.outputs import check_output_path, write_file
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE
 from checker.tables import fmt_bytes, format_table
@@ -64,7 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="POLICY",
         help="exit 1 if this policy diverges at any budget; repeatable (default max-share)",
     )
-    parser.add_argument("--report", metavar="PATH", help="write the findings and every assumption as JSON")
     parser.add_argument(
         "--plot",
         metavar="PATH",
@@ -72,17 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="cpu", help="torch device for the derivation (default cpu)")
     parser.add_argument("--no-progress", action="store_true", help="never report progress on stderr")
-    parser.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help="what goes to stdout: the text findings (default) or the JSON report",
-    )
-    parser.add_argument(
-        "--quiet",
-        "-q",
-        action="store_true",
-        help="print only the required-consistent line (and never progress)",
+    add_output_args(
+        parser,
+        report="write the findings and every assumption as JSON",
+        quiet="print only the required-consistent line (and never progress)",
     )
     add_model_args(parser)
     add_layout_args(parser, pp_default=None)

@@ -12,7 +12,12 @@ Every import of SGLang (and so of torch) happens inside :func:`get_engine`, neve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,3 +66,21 @@ def get_engine(name: str, *, best_effort: bool = False) -> Engine:
 
         return SglangEngine(best_effort=best_effort)
     raise ValueError(f"unknown engine {name!r}")  # argparse choices keep users away from this
+
+
+@contextlib.contextmanager
+def quiet_sglang(*, stderr: bool = False) -> Iterator[None]:
+    """While SGLang's own code runs: its import warns (no CUDA for AWQ/GGUF), its resolution logs, and
+    its deprecated-alias flags print warnings (``stderr=True`` swallows those); none of it is ours."""
+    logger = logging.getLogger("sglang")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stderr(io.StringIO()) if stderr else nullcontext(),
+        ):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)

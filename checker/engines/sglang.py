@@ -89,13 +89,11 @@ import importlib.metadata
 import importlib.util
 import inspect
 import json
-import logging
 import os
 import re
 import sys
 import tempfile
 import types
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +104,7 @@ from checker.core.errors import BudgetError, CheckerInputError, ConfigError, Fla
 from checker.core.geometry import canonical_dtype
 from checker.core.models import read_json
 from checker.core.sizing import CapacityInputs, StageCapacity
-from checker.engines import ModelSource
+from checker.engines import ModelSource, quiet_sglang
 
 SUPPORTED_VERSIONS = ("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 SUPPORTED_RANGE = f"{SUPPORTED_VERSIONS[0]} to {SUPPORTED_VERSIONS[-1]}"
@@ -163,20 +161,6 @@ def check_version(version: str | None, *, best_effort: bool) -> str:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """SGLang warns on import (no CUDA for AWQ/GGUF) and logs its resolution steps; none of it is ours."""
-    logger = logging.getLogger("sglang")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
-@contextlib.contextmanager
 def _process_env(env: Mapping[str, str], written: dict[str, str | None]) -> Iterator[None]:
     """The rank's SGLang env vars in os.environ while SGLang runs; the whole environ restored after.
 
@@ -226,7 +210,7 @@ def _import_api() -> types.SimpleNamespace:
     """
     saved = dict(os.environ)
     try:
-        with _quiet():
+        with quiet_sglang():
             server_args = importlib.import_module("sglang.srt.server_args")
             runtime = importlib.import_module("sglang.srt.runtime_context")
             dist_utils = importlib.import_module("sglang.srt.distributed.utils")
@@ -515,7 +499,7 @@ class PreparedSglang:
 
     @contextlib.contextmanager
     def _scope(self, *, activate: bool = True) -> Iterator[None]:
-        with _quiet(), _process_env(self.env, self.written_env), self.engine._gpu_platform():
+        with quiet_sglang(), _process_env(self.env, self.written_env), self.engine._gpu_platform():
             if not activate:
                 yield
                 return
