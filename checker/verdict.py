@@ -56,7 +56,7 @@ class ValueGroup:
     layers: list[tuple[int, int]]
     """The distinct layer slices ``[start, end)`` of the group's stages."""
     linear_layers: list[int]
-    """The distinct numbers of linear (state-holding) layers in the group's stages."""
+    """The distinct numbers of linear (state-holding) layers in the group's stages, in slice order."""
     outlier: bool
     """The value differs from the majority's (never set in an even split: no majority)."""
     share: str
@@ -196,8 +196,18 @@ def value_groups(name: str, rows: Sequence[RankRow]) -> list[ValueGroup]:
                 ranks=[rows[i].rank for i in idx],
                 hosts=sorted({rows[i].host for i in idx}),
                 pp_ranks=sorted({rows[i].pp_rank for i in idx}),
-                layers=sorted({(rows[i].start_layer, rows[i].end_layer) for i in idx}),
-                linear_layers=sorted({rows[i].stage_linear_layers for i in idx}),
+                layers=(slices := sorted({(rows[i].start_layer, rows[i].end_layer) for i in idx})),
+                # Distinct counts, in the order of the slices they belong to ([0, 23) -> 18 first).
+                linear_layers=list(
+                    dict.fromkeys(
+                        next(
+                            r.stage_linear_layers
+                            for r in (rows[i] for i in idx)
+                            if (r.start_layer, r.end_layer) == sl
+                        )
+                        for sl in slices
+                    )
+                ),
                 outlier=idx[0] in odd,
                 share="split" if split else "outlier" if idx[0] in odd else "majority",
             )
