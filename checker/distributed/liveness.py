@@ -80,8 +80,13 @@ class Heartbeat:
     def mark_exiting(self, why: str) -> None:
         bounded(lambda: self.store.set(f"exiting/{self.rank}", why), STORE_CALL_S, None)
 
-    def stop(self) -> None:
+    def stop(self, join_s: float = 1.0) -> None:
+        """Stop beating and wait (bounded) for the thread: a daemon thread still inside a store call
+        when the interpreter finalises the store can abort the process ("terminate called without an
+        active exception")."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(join_s)
 
 
 def _counts(store: Store, world_size: int, key: str = "hb") -> list[int] | None:

@@ -208,11 +208,15 @@ class Session:
                 group.announce("report_written")
         elif group is None or group.store is None or not group.wait_for("report_written", wait_s=GRACE_S + 2):
             fallback()  # rank 0 is gone or unreachable: this rank's verdict must not be lost
+            # A store call may still hang in an abandoned thread: leave without finalising the store.
+            clean = False
         if exit_code:
             record_for_torchrun(one_line)
         self._disarm()
         if clean and group is not None and group.store is not None:
             self._mark_exiting("done")  # leaving on purpose: a later failure must not blame this rank
+            if group.heartbeat is not None:
+                group.heartbeat.stop()
             group.close()
             return exit_code
         sys.stdout.flush()
