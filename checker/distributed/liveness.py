@@ -101,11 +101,20 @@ def _exiting(store: Store, world_size: int) -> set[int]:
 
 
 def gone_ranks(
-    store: Store | None, world_size: int, *, me: int, my_step: int = 0, watch_s: float = STALE_AFTER_S
+    store: Store | None,
+    world_size: int,
+    *,
+    me: int,
+    my_step: int = 0,
+    watch_s: float = STALE_AFTER_S,
+    stopping: bool = False,
 ) -> list[int]:
     """Ranks whose heartbeat does not advance over ``watch_s``, or that never reached the collective
     this rank failed in (``my_step``), and that did not say they were leaving.
 
+    ``stopping``: every rank is being stopped at this moment (torchrun's SIGTERM). A rank that never
+    beat may then be a slow starter told to stop before it reached the store, not a lost one, and a
+    rank behind in the collectives is not hung: only ranks that beat and then stopped are named.
     Empty when the store cannot be read (then nobody can be named, rather than everybody).
     """
     if store is None:
@@ -119,6 +128,8 @@ def gone_ranks(
     if second is None or steps is None:
         return []
     leaving = _exiting(store, world_size)
+    if stopping:
+        return [r for r in range(world_size) if r != me and r not in leaving and 0 < second[r] == first[r]]
     return [
         r
         for r in range(world_size)

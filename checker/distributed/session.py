@@ -223,13 +223,15 @@ class Session:
         sys.stderr.flush()
         os._exit(exit_code)  # a broken group's destructor can block; leave now
 
-    def failed(self, detail: str) -> Abort:
-        """After a failed collective: which ranks are gone (this rank is not)."""
+    def failed(self, detail: str, *, stopping: bool = False) -> Abort:
+        """After a failed collective (or SIGTERM: ``stopping``): which ranks are gone (this one is not)."""
         group = self.group
         missing: list[int] = []
         if group is not None and group.store is not None:
             group.shorten_store_timeout(STORE_CALL_S)
-            missing = gone_ranks(group.store, self.env.world_size, me=self.env.rank, my_step=self._steps)
+            missing = gone_ranks(
+                group.store, self.env.world_size, me=self.env.rank, my_step=self._steps, stopping=stopping
+            )
         return Abort(detail=detail, missing_ranks=missing)
 
     def abort(self, detail: str, *, sigterm: bool = False) -> None:
@@ -243,7 +245,7 @@ class Session:
         print(f"[rank {self.env.rank}] checker: {detail}", file=sys.stderr, flush=True)
         if self._on_abort is not None and (self.is_rank0 or not sigterm):
             budget = SIGTERM_BUDGET_S if sigterm else GRACE_S + 2 * STORE_CALL_S + 2
-            bounded(lambda: self._on_abort(self.failed(detail)), budget, None)
+            bounded(lambda: self._on_abort(self.failed(detail, stopping=sigterm)), budget, None)
         record_for_torchrun(f"checker verdict {INFRASTRUCTURE_FAILURE}: {detail}")
         sys.stdout.flush()
         sys.stderr.flush()
