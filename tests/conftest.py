@@ -73,3 +73,23 @@ def run_checker() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture(scope="module")
+def sglang_engine():
+    """The installed SGLang's engine for the ``sglang`` tests: skipped where SGLang does not import; a
+    failure instead under CHECKER_REQUIRE_SGLANG=X (scripts/sglang_cpu_env.sh sets it) when SGLang is
+    missing or another release, so a broken environment cannot pass as an all-skipped group."""
+    from checker.engines.sglang import SglangEngine, SglangUnavailable, installed_version
+
+    required = os.environ.get("CHECKER_REQUIRE_SGLANG")
+    try:
+        engine = SglangEngine()
+    except SglangUnavailable as exc:
+        if required:
+            pytest.fail(f"CHECKER_REQUIRE_SGLANG={required}: {exc}")
+        reason = "not installed" if installed_version() is None else str(exc)
+        pytest.skip(f"sglang not importable here ({reason}); build it with scripts/sglang_cpu_env.sh")
+    if required:
+        assert engine.version == required
+    return engine

@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import importlib
 import math
-import os
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +38,6 @@ from checker.core.errors import BudgetError, LayoutError
 from checker.core.geometry import resolve_dtypes
 from checker.core.models import load_geometry
 from checker.core.sizing import CapacityInputs, derive_stage
-from checker.engines.sglang import SglangUnavailable, installed_version
 
 pytestmark = pytest.mark.sglang
 
@@ -54,25 +52,6 @@ ONE_BYTE_GIB = 1 / GIB
 SLACK_GB = 4.0
 # Far above any budget below: with it the KV pool never caps max_running_requests.
 UNBOUNDED_TOKENS = 1 << 60
-
-
-@pytest.fixture(scope="module")
-def sglang_engine():
-    """The installed SGLang (as tests/test_engine_sglang.py): skipped where it does not import, a failure
-    under CHECKER_REQUIRE_SGLANG=X (scripts/sglang_cpu_env.sh) when it is missing or another release."""
-    required = os.environ.get("CHECKER_REQUIRE_SGLANG")
-    try:
-        from checker.engines.sglang import SglangEngine
-
-        engine = SglangEngine()
-    except SglangUnavailable as exc:
-        if required:
-            pytest.fail(f"CHECKER_REQUIRE_SGLANG={required}: {exc}")
-        reason = "not installed" if installed_version() is None else str(exc)
-        pytest.skip(f"sglang not importable here ({reason}); build it with scripts/sglang_cpu_env.sh")
-    if required:
-        assert engine.version == required
-    return engine
 
 
 @pytest.fixture(scope="module")

@@ -278,28 +278,6 @@ def test_env_dtype_must_be_spelt_as_sglang_matches_it(name: str, value: str) -> 
 # ---- wherever SGLang imports ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sglang_engine():
-    """The installed SGLang, imported once per module (several seconds). Under
-    CHECKER_REQUIRE_SGLANG=X (set by scripts/sglang_cpu_env.sh) a missing or different release fails
-    instead of skipping, so a broken environment cannot pass as an all-skipped group."""
-    import os
-
-    required = os.environ.get("CHECKER_REQUIRE_SGLANG")
-    try:
-        from checker.engines.sglang import SglangEngine
-
-        engine = SglangEngine()
-    except SglangUnavailable as exc:
-        if required:
-            pytest.fail(f"CHECKER_REQUIRE_SGLANG={required}: {exc}")
-        reason = "not installed" if installed_version() is None else str(exc)
-        pytest.skip(f"sglang not importable here ({reason}); build it with scripts/sglang_cpu_env.sh")
-    if required:
-        assert engine.version == required
-    return engine
-
-
 # ---- wherever SGLang imports: the builtin model OF THE INSTALLED RELEASE against that release's code ----
 # CapacityInputs(sglang_version=<installed>) derives as that release; the engine runs its own code. The
 # expected values are SGLang's (the engine), never numbers written here. Base layout: pp 4, tp 2, 16 GiB.
