@@ -12,8 +12,10 @@ import difflib
 import importlib
 import os
 import re
+import signal
 import sys
 import textwrap
+import time
 import warnings
 from collections.abc import Sequence
 
@@ -187,15 +189,40 @@ def _flag_value(argv: Sequence[str], flag: str) -> str | None:
     return None
 
 
+REPORT_WAIT_S = 10.0
+"""Under torchrun, how long another rank waits for rank 0's error report before leaving (see _refuse)."""
+
+
 def _refuse(command: str, message: str, argv: Sequence[str]) -> int:
-    """One line on stderr (rank 0 only under torchrun) and, for check, an ``error`` report."""
+    """One line on stderr (rank 0 only under torchrun) and, for check, an ``error`` report.
+
+    torchrun SIGTERMs every worker as soon as one exits non-zero: rank 0 ignores SIGTERM while it writes
+    the report, and the other ranks leave only once the report is there (or after REPORT_WAIT_S), so
+    the first rank to fail cannot take rank 0's report with it."""
     rank = _rank()
+    report = _flag_value(argv, "--report") if command == DEFAULT_COMMAND else None
     if rank not in (None, 0):
+        _wait_for_file(report, since=time.time() - 10, seconds=REPORT_WAIT_S)
         return EXIT_USAGE
+    if rank == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun's SIGKILL still ends us after its grace
     print(message, file=sys.stderr, flush=True)
     if command == DEFAULT_COMMAND:
         _error_report(message, argv)
     return EXIT_USAGE
+
+
+def _wait_for_file(path: str | None, *, since: float, seconds: float) -> None:
+    if not path:
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if os.stat(path).st_mtime >= since:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
 
 
 def _error_report(message: str, argv: Sequence[str]) -> None:
