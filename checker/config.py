@@ -148,7 +148,6 @@ class PreflightConfig:
     strict_inputs: bool = False
     materialize: bool = False
     materialize_device: str = "auto"
-    allow_single_rank: bool = False
     launch_command: str | None = None
     """The launch command's explicit sizing inputs, as read (its parser and release first)."""
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass, fields
 
 from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
+from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.layout import layout
+from checker.core.releases import installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
@@ -68,17 +70,15 @@ def _device_free_bytes(config: PreflightConfig, env: RankEnv, device) -> int:
 
 
 def device_budget(
-    config: PreflightConfig, env: RankEnv, local: LocalFacts, all_free: Sequence[int]
+    config: PreflightConfig, env: RankEnv, local: LocalFacts, all_free: Sequence[int], *, release: str | None
 ) -> tuple[float, str]:
     """``--budget-from-device``: the memory handed to sizing, computed as this rank's release does
     (:func:`checker.core.budget.sizing_budget`), and the formula it used.
 
     SGLang measures free memory before and after loading the weights, each all-reduced MIN over the
     ranks; the checker loads none, so free-after is free-before minus ``--weights-gib`` on each rank.
+    ``release``: the SGLang release this rank derives as (None: the newest modelled).
     """
-    from checker.core.budget import sizing_budget
-    from checker.core.releases import installed_sglang_version
-
     b = config.budget
     weights = b.weights_gib or (0.0,)
     if len(weights) not in (1, env.world_size):
@@ -93,7 +93,6 @@ def device_budget(
         known = [(env.rank, local.device_free_bytes)]
     before = min(f for _, f in known) / GIB
     after = min(f / GIB - per_rank[r] for r, f in known)
-    release, _ = config.engine.release(installed_sglang_version())
     result = sizing_budget(
         release,
         free_before_gib=before,
@@ -141,8 +140,6 @@ def derive_row(
     )
     inputs: dict[str, str | None] = flag_inputs(sizing, local.pp_size)
     inputs.update(sglang_env(environ))
-    from checker.core.releases import installed_sglang_version
-
     installed = installed_sglang_version()
     release, why = config.engine.release(installed)
     inputs.update(
@@ -164,6 +161,7 @@ def derive_row(
             config,
             env,
             local,
+            release=(release, why),
             all_free=all_free,
             device=device,
             deadline=deadline,
@@ -183,6 +181,7 @@ def _derive_into(
     env: RankEnv,
     local: LocalFacts,
     *,
+    release: tuple[str | None, str],
     all_free: Sequence[int],
     device,
     deadline: float | None,
@@ -193,7 +192,7 @@ def _derive_into(
 
     b = config.budget
     if b.from_device:
-        budget, formula = device_budget(config, env, local, all_free)
+        budget, formula = device_budget(config, env, local, all_free, release=release[0])
         row.inputs["budget_source"] = formula
     else:
         assert b.budget_gib is not None
@@ -209,10 +208,7 @@ def _derive_into(
         env=environ,
         engine=config.engine,
     )
-    _, why = config.engine.release(
-        row.inputs["sglang_version"] if row.inputs["sglang_version"] != "not installed" else None
-    )
-    row.inputs["derived_as"] = f"{cap.release.label} ({why})"
+    row.inputs["derived_as"] = f"{cap.release.label} ({release[1]})"  # best effort: the model used
     # The model's digest covers the resolved shapes and dtypes, not just the path.
     row.inputs["model"] = model_label(cap.geometry)
     source = model_source(config.model, config.sizing)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checker.core.errors import FlagError
-from checker.launch_command import LaunchCommand, parse_launch_command
+from checker.core.releases import installed_sglang_version
 
 # The checker's flag for each launch-command value (checker names, as LaunchCommand.values has them).
 CHECKER_FLAG = {
@@ -102,10 +102,10 @@ def apply_launch_command(
     release = getattr(args, "sglang_version", None)
     if release and "," in release:
         raise FlagError("--sglang-version A,B compares releases; with a launch command give one release")
-    from checker.core.releases import installed_sglang_version
+    from checker.launch_command import parse_launch_command  # its flag tables load only when needed
 
     installed = installed_sglang_version()
-    cmd: LaunchCommand = parse_launch_command(
+    cmd = parse_launch_command(
         launch, release=release, prefer_installed=release is None or release == installed
     )
     for key, value in cmd.values.items():
@@ -133,7 +133,8 @@ def apply_launch_command(
     return args, LaunchInputs(parser=cmd.parser, release=cmd.release, text=text)
 
 
-def _explicit(cmd: LaunchCommand, key: str) -> bool:
+def _explicit(cmd, key: str) -> bool:
+    """Whether the command gave ``key`` (a LaunchCommand's checker name, or ``sglang.X``)."""
     if key.startswith("sglang."):
         return key.removeprefix("sglang.") in cmd.sglang_explicit
     return key in cmd.explicit

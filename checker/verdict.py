@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from checker.core.environ import SGLANG_ENV_VARS
-from checker.core.sizing import CHECKED_VALUES
+from checker.core.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
+from checker.core.errors import CheckerInputError
+from checker.core.sizing import CHECKED_VALUES, env_flag
+from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
 from checker.row import VERSION_INPUTS, RankRow
 from checker.status import (
@@ -88,31 +90,23 @@ def _show(value: str | None) -> str:
     return value + ("..." if len(value.encode()) >= VALUE_BYTES else "")
 
 
-def _release_rules_that_matter(rows: Sequence[RankRow]) -> set[str] | None:
-    """The release rules that can change what these rows derived (from the inputs they carry)."""
-    from checker.core.releases import ReleaseRules
-
+def _upgrade_facts(rows: Sequence[RankRow]) -> UpgradeFacts:
+    """The deployment as the exchanged inputs describe it (a per-slot extra state is not among them: it
+    shows in the model's digest)."""
     i = rows[0].inputs
-    conditional = {
-        "floor_requests": i.get("max_running_requests") is not None,
-        "extra_per_slot": False,  # a per-slot extra state shows in the model's digest, not here
-        "skip_decode_lock": any(r.inputs.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK") for r in rows),
-        "lazy_with_spec": i.get("mamba_radix_cache_strategy") == "extra_buffer_lazy"
-        and i.get("speculative_num_draft_tokens") is not None,
-        "budget_rule": (i.get("budget_source") or "").startswith("device"),
-        "pp_with_spec": i.get("speculative_num_draft_tokens") is not None and (i.get("pp_size") or 1) > 1,
-        "spec_reserve": i.get("speculative_num_draft_tokens") is not None,
-        "has_lazy": i.get("mamba_radix_cache_strategy") == "extra_buffer_lazy",
-    }
-    return {f.name for f in fields(ReleaseRules) if conditional.get(f.name, True)}
+    return UpgradeFacts(
+        max_running_requests=i.get("max_running_requests") is not None,
+        skip_decode_lock=any(env_flag(r.inputs.get(SKIP_DECODE_LOCK_ENV)) for r in rows),
+        strategy=i.get("mamba_radix_cache_strategy") or "auto",
+        speculative=i.get("speculative_num_draft_tokens") is not None,
+        pp_size=max((r.pp_size for r in rows), default=1),
+        budget_from_device=(i.get("budget_source") or "").startswith("device"),
+    )
 
 
 def explain_releases(rows: Sequence[RankRow]) -> str:
     """Installed SGLang releases that differ, per node ("node 0 runs 0.5.16; node 1 runs 0.5.23"), and
     the changes between them that can make the ranks derive differently."""
-    from checker.core.errors import CheckerInputError
-    from checker.core.releases import explain_release_difference
-
     by_version: dict[str, list[RankRow]] = defaultdict(list)
     for r in rows:
         by_version[r.inputs.get("sglang_version") or "not installed"].append(r)
@@ -135,7 +129,7 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
     why: list[str] = []
     for a, b in zip(installed, installed[1:], strict=False):
         try:
-            why += explain_release_difference(a, b, only=_release_rules_that_matter(rows))
+            why += explain(a, b, _upgrade_facts(rows))
         except CheckerInputError:  # a release the model does not know: nothing to explain with
             continue
     if why:

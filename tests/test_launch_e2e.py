@@ -129,6 +129,7 @@ def test_a_missing_or_foreign_launch_command_is_refused(cli, launch):
     assert res.rc == 2 and len(res.err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
     """Two ranks (pp 2), the same model; rank 1's command adds --max-running-requests 8. Each rank
     parses its own command: the values diverge and the report names both the flag and the command."""

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import geometries
 
-from checker.core.errors import BudgetError, CheckerInputError, FlagError
+from checker.core.errors import BudgetError, CheckerInputError
 from checker.core.models import load_geometry
 from checker.core.sizing import CHECKED_VALUES, GIB, POLICIES, STRATEGIES, CapacityInputs, plan_stage
 from checker.core.sweep import BOOT_FAILURE, parse_budgets, scalar_sweep
@@ -332,21 +332,6 @@ def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
     assert 800 <= w <= 2000 and 600 <= h <= 2000
     assert colours is None or len(colours) > 50  # lines and text drawn, not a blank canvas
     assert 10_000 < len(data) < 300_000
-
-
-def test_plot_without_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """matplotlib is an optional extra: its absence is a FlagError naming the extra to install."""
-    from checker.plot import plot_sweep
-
-    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import raise ImportError
-    with pytest.raises(FlagError, match=r"pp-capacity-checker\[plot\]"):
-        plot_sweep(
-            tmp_path / "x.png",
-            budgets=[1.0],
-            values={"max-share": [[[1, 1, 1]]]},
-            analysis={"policies": {}},
-            title="t",
-        )
 
 
 def test_sweep_modules_import_without_torch_until_run() -> None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from harness import run_world
 
 ARGS = [
@@ -25,6 +26,7 @@ ARGS = [
 ]
 
 
+@pytest.mark.slow
 def test_four_ranks_count_what_one_process_counts(tmp_path):
     """The distributed sweep's counts equal the single-process derivation's for every policy; breaks
     if a rank derived another stage, or the gather mixed up ranks, policies or budgets."""

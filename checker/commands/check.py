@@ -157,7 +157,6 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         strict_inputs=args.strict_inputs,
         materialize=args.materialize,
         materialize_device=args.materialize_device,
-        allow_single_rank=args.allow_single_rank,
         launch_command=launch_text(args),
     )
 
@@ -179,7 +178,7 @@ class Preflight:
         from checker.distributed.session import Session
 
         self.config, self.env = config, env
-        self.session = Session(env, config.group, command="check")
+        self.session = Session(env, config.group)
         self.timings: dict[str, float] = {}
         self.summary = f"world {env.world_size}"
         self.torch_version = "?"

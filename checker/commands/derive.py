@@ -246,7 +246,7 @@ def run_upgrade(args: argparse.Namespace, releases: list[str]) -> int:
     A cluster half on A and half on B disagrees on every value that differs here (the preflight then
     names the releases per node); the explanation says which change in SGLang's code causes it.
     """
-    from checker.core.upgrade import explain
+    from checker.core.upgrade import UpgradeFacts, explain
 
     if args.engine != "builtin" or args.materialize:
         raise FlagError(
@@ -273,7 +273,7 @@ def run_upgrade(args: argparse.Namespace, releases: list[str]) -> int:
     explanations = []
     for a, b in zip(releases, releases[1:], strict=False):
         if differences or a in errors or b in errors:
-            explanations += explain(a, b, inputs_by_release[b])
+            explanations += explain(a, b, UpgradeFacts.of(inputs_by_release[b]))
     if args.format == "json":
         first = inputs_by_release[releases[0]]
         described = json_inputs(first, base.sizing, base.engine, **_budget(args, first), resolved=False)

@@ -498,7 +498,7 @@ def _fraction_cell(f: _Fraction | None) -> str:
 def run_upgrade_target(args: argparse.Namespace, releases: list[str]) -> int:
     """--sglang-version A,B: the smallest budget for the target under each release's own rules (its
     own charging policy unless --policy), side by side, and why they differ."""
-    from checker.core.upgrade import explain
+    from checker.core.upgrade import UpgradeFacts, explain
 
     if args.engine != "builtin":
         raise FlagError("--sglang-version A,B compares the builtin models of two releases; drop --engine")
@@ -519,7 +519,7 @@ def run_upgrade_target(args: argparse.Namespace, releases: list[str]) -> int:
     explanations: list[str] = []
     for a, b in zip(releases, releases[1:], strict=False):
         if budgets[a] != budgets[b]:
-            explanations += explain(a, b, inputs_by[b])
+            explanations += explain(a, b, UpgradeFacts.of(inputs_by[b]))
     fractions = {v: _fraction_for(args, inputs_by[v], r.budget_gib) for v, r in results.items()}
     differ = len(set(budgets.values())) > 1
     if args.format == "json":

@@ -469,7 +469,7 @@ class DistributedSweep:
         from checker.distributed.session import Session
 
         self.config, self.env = config, env
-        self.session = Session(env, config.group, command="sweep")
+        self.session = Session(env, config.group)
 
     def _say(self, status: str, detail: str) -> None:
         print(f"[rank {self.env.rank}] checker sweep: {status}: {detail}", file=sys.stderr, flush=True)

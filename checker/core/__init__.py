@@ -1,4 +1,5 @@
-"""The pure, torch-free capacity core: SGLang 0.5.23's state-pool sizing under pipeline parallelism.
+"""The pure, torch-free capacity core: each modelled SGLang release's state-pool sizing under pipeline
+parallelism (:mod:`checker.core.releases`, docs/sglang-releases.md).
 
 Every rank of the preflight runs exactly this code on its own inputs; nothing here may import torch
 (``tests/test_core_imports.py`` proves it).

@@ -2,40 +2,66 @@
 
 :func:`checker.core.releases.explain_release_difference` lists every rule that changed between two
 releases; most do not matter for a given deployment (a per-slot extra state on a model that has none,
-the decode-lock switch nobody set). The preflight's root cause and ``derive --sglang-version A,B`` name
-only the changes that can explain a difference here.
+the decode-lock switch nobody set). The preflight's root cause (from the inputs the ranks exchanged) and
+``derive``/``plan --sglang-version A,B`` (from the derivation's inputs) name only the changes that can
+explain a difference here; both describe the deployment as :class:`UpgradeFacts`.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 from checker.core.releases import ReleaseRules, explain_release_difference
 from checker.core.sizing import CapacityInputs
 
-# Rules whose effect depends on an input; every other rule (charging, the padding slot, rules added
-# later) can change the auto-fit pool of any deployment and is always named.
+
+@dataclass(frozen=True, kw_only=True)
+class UpgradeFacts:
+    """What about a deployment decides which release rules can change its values."""
+
+    max_running_requests: bool = False
+    """--max-running-requests given."""
+    extra_per_slot: bool = False
+    """The model carries a per-slot extra state."""
+    skip_decode_lock: bool = False
+    """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK set truthy."""
+    strategy: str = "auto"
+    speculative: bool = False
+    pp_size: int = 1
+    budget_from_device: bool = False
+
+    @classmethod
+    def of(cls, inputs: CapacityInputs, *, budget_from_device: bool = False) -> UpgradeFacts:
+        return cls(
+            max_running_requests=inputs.max_running_requests is not None,
+            extra_per_slot=inputs.geometry.extra_per_slot_bytes > 0,
+            skip_decode_lock=inputs.skip_decode_lock,
+            strategy=inputs.mamba_radix_cache_strategy,
+            speculative=bool(inputs.speculative_num_draft_tokens),
+            pp_size=inputs.pp_size,
+            budget_from_device=budget_from_device,
+        )
+
+
+# Rules whose effect depends on the deployment; every other rule (charging, the padding slot, rules
+# added later) can change the auto-fit pool of any deployment and is always named.
 _CONDITIONAL = {
-    "floor_requests": lambda i, device: i.max_running_requests is not None,
-    "extra_per_slot": lambda i, device: i.geometry.extra_per_slot_bytes > 0,
-    "skip_decode_lock": lambda i, device: i.skip_decode_lock,
-    "lazy_with_spec": lambda i, device: (
-        i.mamba_radix_cache_strategy == "extra_buffer_lazy" and bool(i.speculative_num_draft_tokens)
-    ),
-    "budget_rule": lambda i, device: device,
-    "pp_with_spec": lambda i, device: i.pp_size > 1 and bool(i.speculative_num_draft_tokens),
-    "spec_reserve": lambda i, device: bool(i.speculative_num_draft_tokens),
-    "has_lazy": lambda i, device: i.mamba_radix_cache_strategy == "extra_buffer_lazy",
+    "floor_requests": lambda f: f.max_running_requests,
+    "extra_per_slot": lambda f: f.extra_per_slot,
+    "skip_decode_lock": lambda f: f.skip_decode_lock,
+    "lazy_with_spec": lambda f: f.strategy == "extra_buffer_lazy" and f.speculative,
+    "budget_rule": lambda f: f.budget_from_device,
+    "pp_with_spec": lambda f: f.pp_size > 1 and f.speculative,
+    "spec_reserve": lambda f: f.speculative,
+    "has_lazy": lambda f: f.strategy == "extra_buffer_lazy",
 }
 
 
-def rules_that_matter(inputs: CapacityInputs, *, budget_from_device: bool = False) -> set[str]:
+def rules_that_matter(facts: UpgradeFacts) -> set[str]:
     names = {f.name for f in fields(ReleaseRules)}
-    return {n for n in names if n not in _CONDITIONAL or _CONDITIONAL[n](inputs, budget_from_device)}
+    return {n for n in names if n not in _CONDITIONAL or _CONDITIONAL[n](facts)}
 
 
-def explain(a: str, b: str, inputs: CapacityInputs, *, budget_from_device: bool = False) -> list[str]:
+def explain(a: str, b: str, facts: UpgradeFacts) -> list[str]:
     """The changes between releases ``a`` and ``b`` that can make them derive differently here."""
-    return explain_release_difference(
-        a, b, only=rules_that_matter(inputs, budget_from_device=budget_from_device)
-    )
+    return explain_release_difference(a, b, only=rules_that_matter(facts))

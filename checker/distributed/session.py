@@ -73,10 +73,9 @@ def schema_mismatch_message(headers: Sequence[Header]) -> str:
 class Session:
     """This rank's process group, liveness, watchdog and exit path. See the module docstring."""
 
-    def __init__(self, env: RankEnv, options: GroupOptions, *, command: str) -> None:
+    def __init__(self, env: RankEnv, options: GroupOptions) -> None:
         self.env = env
         self.options = options
-        self.command = command
         self.group = None
         self.t0 = time.monotonic()
         self._finishing = threading.Event()
