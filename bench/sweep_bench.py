@@ -26,7 +26,7 @@ import torch
 from checker.core.models import load_geometry
 from checker.core.sizing import POLICIES, CapacityInputs
 from checker.core.sweep import scalar_sweep
-from checker.sweep_torch import analyse, local_sweep
+from checker.device.sweep import analyse, local_sweep
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 300

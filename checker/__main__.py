@@ -2,7 +2,7 @@
 
 import sys
 
-from checker.cli import main
+from checker.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -38,7 +38,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     argparse usage errors leave through SystemExit; the real entry point turns that into the exit
     code too, so the exit code is taken from it.
     """
-    from checker.cli import main
+    from checker.cli.main import main
 
     def run(argv: list[str], env: Mapping[str, str] | None = None) -> CliResult:
         for key in SGLANG_ENV:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli import COMMANDS, HELP_WIDTH, build_parser
-from checker.outputs import append_file, write_file
+from checker.cli.main import COMMANDS, HELP_WIDTH, build_parser
+from checker.outputs.files import append_file, write_file
 
 KIMI = ["--model", "kimi-k3", "--budget-gib", "8"]
 
@@ -269,7 +269,7 @@ def test_a_cpu_torch_without_numpy_stays_quiet():
     (a real numpy-less venv is too slow to build here: the filter itself is what is tested)."""
     import warnings
 
-    from checker.cli import quiet_torch_import
+    from checker.cli.main import quiet_torch_import
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -29,11 +29,11 @@ from checker.core.models import load_geometry
 from checker.core.sizing import CapacityInputs, derive_stage, env_flag
 from checker.engines.drift import DRIFT_VALUES, Drift, Outcome, compare, drift_lines, drift_summary
 from checker.engines.sglang import SUPPORTED_VERSIONS, SglangUnavailable, check_version, installed_version
-from checker.row import RankRow
+from checker.preflight.row import RankRow
+from checker.preflight.verdict import decide
 from checker.status import EXIT_CODES
 from checker.status import ROW_DRIFT as STATUS_DRIFT
 from checker.status import ROW_OK as STATUS_OK
-from checker.verdict import decide
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 120
@@ -105,7 +105,7 @@ def test_engine_builtin_never_imports_sglang_or_torch() -> None:
     costs seconds and drags torch in; a module-level import in checker.engines would show up here."""
     code = (
         "import sys\n"
-        "from checker.cli import main\n"
+        "from checker.cli.main import main\n"
         "rc1 = main(['derive', '--engine', 'builtin', '--pp-size', '8', '--format', 'json'])\n"
         "rc2 = main(['derive', '--pp-size', '4', '--format', 'json'])\n"
         "rc3 = main(['plan', '--target-max-running-requests', '8'])\n"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import FlagError
-from checker.launch_command import FORMS, parse_launch_command, parser_rows, split_form, tabled_releases
-from checker.launch_flags import RELEASES, release_rows
+from checker.launch.command import FORMS, parse_launch_command, parser_rows, split_form, tabled_releases
+from checker.launch.flags import RELEASES, release_rows
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LAUNCH = ["python", "-m", "sglang.launch_server"]
@@ -361,7 +361,7 @@ needs_sglang = [
 @pytest.mark.sglang
 @pytest.mark.skipif(INSTALLED is None, reason="sglang does not import here")
 def test_the_stored_table_is_the_installed_releases_parser() -> None:
-    from checker.launch_command import _own_parser
+    from checker.launch.command import _own_parser
 
     parser, _ = _own_parser(INSTALLED)
     live = [tuple(json.loads(json.dumps(r))) for r in parser_rows(parser)]
@@ -415,6 +415,6 @@ def test_the_table_parser_reads_commands_as_the_releases_own_parser(tmp_path: Pa
 
 
 def test_every_release_table_lists_releases_in_order() -> None:
-    from checker.launch_command import _key
+    from checker.launch.command import _key
 
     assert list(RELEASES) == sorted(RELEASES, key=_key)

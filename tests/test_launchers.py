@@ -167,7 +167,7 @@ def checker_invocations(
 
 def split_launch(args: list[str]) -> tuple[list[str], list[str] | None]:
     """``[checker args] -- [launch command]`` -> the two halves, as the checker's CLI splits them."""
-    from checker.launch_merge import split_launch_command
+    from checker.launch.merge import split_launch_command
 
     return split_launch_command(args)
 
@@ -206,15 +206,15 @@ def parse_checker(args: list[str]):
     """The checker's own parser, as ``torchrun -m checker`` runs it; a refusal raises CheckerRejects.
 
     With ``-- LAUNCH``: the checker's flags before it by the checker's parser, the launch command by
-    :func:`checker.launch_command.parse_launch_command` (its model path need not exist here), and a
+    :func:`checker.launch.command.parse_launch_command` (its model path need not exist here), and a
     sizing input given in both halves must have one value (the CLI refuses the run otherwise). The
     namespace gets ``launch`` (the parsed launch command, or None)."""
     import argparse
 
-    from checker import cli
+    from checker.cli import main as cli
     from checker.core.errors import FlagError
-    from checker.launch_command import parse_launch_command
-    from checker.launch_merge import CHECKER_FLAG, given_dests
+    from checker.launch.command import parse_launch_command
+    from checker.launch.merge import CHECKER_FLAG, given_dests
 
     ours, launch = split_launch(args)
     words = cli.with_default_command(ours)

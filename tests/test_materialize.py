@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 from harness import requires_gpu, run_world
 
-from checker.cli import build_parser
+from checker.cli.main import build_parser
+from checker.cli.options import DEFAULT_BUDGET_GIB
 from checker.config import DeriveConfig
 from checker.core.models import load_geometry
 from checker.core.sizing import CapacityInputs, derive_all, derive_stage
-from checker.materialize import (
+from checker.device.materialize import (
     LIMIT_ENV,
     MATERIALIZE_FAILED,
     MATERIALIZE_MISMATCH,
     materialize_stage,
     pool_tensors,
 )
-from checker.options import DEFAULT_BUDGET_GIB
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = {
@@ -71,7 +71,7 @@ def _pool_args(family: str, world_size: int, spec: bool) -> list[str]:
 
 def _world_alloc_bytes(argv: list[str]) -> int:
     """What the whole world will allocate: every stage once per TP rank (derived in-process)."""
-    from checker.materialize import predicted_bytes
+    from checker.device.materialize import predicted_bytes
 
     inputs = _inputs(argv)
     return sum(predicted_bytes(inputs, s) for s in derive_all(inputs)) * inputs.tp_size
@@ -237,7 +237,7 @@ def test_spec_scratch_is_own_layers_not_the_reservation():
     kimi-k3 at pp 2: stage 1 holds 34 linear layers, the busiest 35. Breaks if the prediction switches
     to the reservation (stage 1 would then report a mismatch of exactly one layer's scratch).
     """
-    from checker.materialize import predicted_bytes
+    from checker.device.materialize import predicted_bytes
 
     geo = load_geometry(model="kimi-k3", tp_size=8)
     inputs = CapacityInputs(
@@ -318,7 +318,7 @@ def test_derive_materializes_every_stage(cli):
         str(SPEC_D),
     ]
     inputs = _inputs(argv[1:])
-    from checker.materialize import predicted_bytes
+    from checker.device.materialize import predicted_bytes
 
     assert max(predicted_bytes(inputs, s) for s in derive_all(inputs)) < WORLD_ALLOC_LIMIT
     res = cli([*argv, "--materialize", "--format", "json"])

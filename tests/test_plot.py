@@ -1,7 +1,7 @@
 """The sweep plot: every event drawn, all three checked values per stage, a verdict in words, legible at
 the 800 px GitHub shows a README image at.
 
-Sweeps come from the real derivation (``checker.sweep_torch``); what the plot should show comes from the
+Sweeps come from the real derivation (``checker.device.sweep``); what the plot should show comes from the
 scalar core (``checker.core.sweep.scalar_sweep``), stage by stage, budget by budget.
 """
 
@@ -19,7 +19,8 @@ from checker.core.errors import FlagError
 from checker.core.models import load_geometry
 from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
 from checker.core.sweep import BOOT_FAILURE, MAX_BUDGETS, parse_budgets, scalar_sweep
-from checker.plot import (
+from checker.device.sweep import analyse, local_sweep
+from checker.outputs.plot import (
     DIFFERS,
     FIG_WIDTH_IN,
     MIN_MARK_FRACTION,
@@ -32,7 +33,6 @@ from checker.plot import (
     plot_sweep,
     sweep_figure,
 )
-from checker.sweep_torch import analyse, local_sweep
 
 GITHUB_WIDTH_PX = 800
 PP = 8

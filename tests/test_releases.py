@@ -34,7 +34,7 @@ from checker.core.releases import (
 )
 from checker.core.sizing import CapacityInputs, derive_all, derive_stage
 from checker.core.sweep import BOOT_FAILURE
-from checker.sweep_torch import derive_sweep
+from checker.device.sweep import derive_sweep
 
 GIB = 2**30
 PER_REQ = 291_102_720

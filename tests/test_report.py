@@ -1,6 +1,6 @@
 """The verdict and every rendering of it, in-process, in milliseconds.
 
-Each rank's row comes from the real derivation (``checker.derivation.derive_row`` with a
+Each rank's row comes from the real derivation (``checker.preflight.derivation.derive_row`` with a
 ``PreflightConfig``, one ``RankEnv`` and one environment per rank) and is round-tripped through the wire
 encoding (``encode_row`` -> ``decode_row``), exactly what rank 0 decides on after the all-gather. Only
 transport and the launchers are left to tests/test_check.py's real worlds.
@@ -29,12 +29,12 @@ from checker.config import (
     PreflightConfig,
     SizingFlags,
 )
-from checker.derivation import derive_row, local_facts
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
-from checker.report import one_line, to_json, to_junit, to_markdown, to_text
+from checker.outputs.report import one_line, to_json, to_junit, to_markdown, to_text
+from checker.preflight.derivation import derive_row, local_facts
+from checker.preflight.verdict import Verdict, decide, infrastructure_failure
 from checker.status import ROW_DRIFT
-from checker.verdict import Verdict, decide, infrastructure_failure
 
 # The renderings are parsed with the test extra's parsers; a machine without them (the GPU host's
 # bench/gpu_check.sh collects every module) skips this module instead of failing collection.

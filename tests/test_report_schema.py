@@ -27,9 +27,9 @@ from test_report import (
 )
 
 from checker import __version__
-from checker.report import to_json
+from checker.outputs.report import to_json
+from checker.preflight.verdict import infrastructure_failure
 from checker.status import EXIT_CODES
-from checker.verdict import infrastructure_failure
 
 Draft202012Validator = pytest.importorskip("jsonschema").Draft202012Validator
 

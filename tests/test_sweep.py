@@ -21,7 +21,7 @@ from checker.core.models import load_geometry
 from checker.core.sizing import CHECKED_VALUES, GIB, POLICIES, STRATEGIES, CapacityInputs, plan_stage
 from checker.core.sweep import BOOT_FAILURE, parse_budgets, scalar_sweep
 from checker.core.sweep import analyse as analyse_lists
-from checker.sweep_torch import analyse, derive_sweep, local_sweep
+from checker.device.sweep import analyse, derive_sweep, local_sweep
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KIMI = ["--model", "kimi-k3", "--pp-size", "8", "--mamba-full-memory-ratio", "0.5"]
@@ -340,7 +340,7 @@ def test_sweep_modules_import_without_torch_until_run() -> None:
     code = textwrap.dedent(
         """
         import sys
-        import checker.core.sweep, checker.commands.sweep, checker.plot
+        import checker.core.sweep, checker.commands.sweep, checker.outputs.plot
         print("LEAKED" if "torch" in sys.modules else "CLEAN")
         """
     )

@@ -18,6 +18,16 @@ import sys
 import time
 
 from checker import __version__
+from checker.cli.options import (
+    add_engine_args,
+    add_flag_args,
+    add_group_args,
+    add_layout_args,
+    add_model_args,
+    add_output_args,
+    gib_list,
+    unit_fraction,
+)
 from checker.config import (
     BudgetSource,
     EngineChoice,
@@ -29,18 +39,8 @@ from checker.config import (
 )
 from checker.core.errors import CheckerInputError, FlagError
 from checker.distributed.launch_env import RankEnv
-from checker.launch_merge import launch_text
-from checker.options import (
-    add_engine_args,
-    add_flag_args,
-    add_group_args,
-    add_layout_args,
-    add_model_args,
-    add_output_args,
-    gib_list,
-    unit_fraction,
-)
-from checker.outputs import check_output_path
+from checker.launch.merge import launch_text
+from checker.outputs.files import check_output_path
 from checker.status import ERROR
 
 HELP = "the preflight under torchrun: every rank derives locally, all ranks agree or the job fails"
@@ -195,7 +195,7 @@ class Preflight:
 
     def publish(self, verdict) -> None:
         """Rank 0: print the verdict, write every artefact (each write bounded)."""
-        from checker import report
+        from checker.outputs import report
 
         out = self.config.output
         extra = self._extra()
@@ -219,13 +219,13 @@ class Preflight:
             print(f"checker: warning: {p}", file=sys.stderr, flush=True)
 
     def fallback(self, verdict) -> None:
-        from checker import report
+        from checker.outputs import report
 
         text = report.to_text(verdict, summary=self.summary, elapsed_s=self.session.elapsed_s())
         print(f"[rank {self.env.rank}] " + text, file=sys.stderr, flush=True)
 
     def finish(self, verdict, *, clean: bool = True) -> int:
-        from checker.report import one_line
+        from checker.outputs.report import one_line
 
         return self.session.finish(
             verdict.exit_code,
@@ -237,7 +237,7 @@ class Preflight:
 
     def on_abort(self, abort) -> None:
         """The watchdog or SIGTERM: an infrastructure failure, published by rank 0 (others print)."""
-        from checker.verdict import infrastructure_failure
+        from checker.preflight.verdict import infrastructure_failure
 
         v = infrastructure_failure(
             world_size=self.env.world_size, detail=abort.detail, missing_ranks=abort.missing_ranks
@@ -250,7 +250,7 @@ class Preflight:
     # -- the run ---------------------------------------------------------------------------------------
     def run(self) -> int:
         from checker.distributed.faults import maybe_inject
-        from checker.verdict import Verdict
+        from checker.preflight.verdict import Verdict
 
         session = self.session
         session.start(self.on_abort)
@@ -267,12 +267,12 @@ class Preflight:
         return self._exchange()
 
     def _exchange(self) -> int:
-        from checker.derivation import derive_row, local_facts
         from checker.distributed.faults import maybe_inject
         from checker.distributed.group import InfrastructureFailure
         from checker.distributed.session import SchemaMismatch
         from checker.distributed.wire import Header, WireError, decode_row, encode_row
-        from checker.verdict import Verdict, decide
+        from checker.preflight.derivation import derive_row, local_facts
+        from checker.preflight.verdict import Verdict, decide
 
         env, session, config, t = self.env, self.session, self.config, self.timings
         local = local_facts(config, env, session.device)  # no collective
@@ -314,8 +314,8 @@ class Preflight:
     def _failed(self, detail: str) -> int:
         """A collective failed. Rank 0 names the gone ranks and publishes at once; the others look for
         them only if rank 0's report never comes (on a cut link every store call costs its bound)."""
-        from checker.report import one_line
-        from checker.verdict import infrastructure_failure
+        from checker.outputs.report import one_line
+        from checker.preflight.verdict import infrastructure_failure
 
         env = self.env
 

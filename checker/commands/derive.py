@@ -15,12 +15,7 @@ import sys
 import time
 from dataclasses import replace
 
-from checker.config import DeriveConfig
-from checker.core.errors import BudgetError, FlagError
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
-from checker.engines.drift import drift_lines
-from checker.json_output import json_inputs, json_layout, stage_dict, status_doc
-from checker.options import (
+from checker.cli.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
     add_flag_args,
@@ -28,8 +23,13 @@ from checker.options import (
     add_model_args,
     add_output_args,
 )
+from checker.config import DeriveConfig
+from checker.core.errors import BudgetError, FlagError
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
+from checker.engines.drift import drift_lines
+from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
+from checker.outputs.tables import fmt_bytes, fmt_int, format_table, mark, outliers
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
-from checker.tables import fmt_bytes, fmt_int, format_table, mark, outliers
 
 HELP = "derive every stage's pool size and limits in one process (no torch needed)"
 
@@ -111,7 +111,7 @@ def verdict(stages: list[StageCapacity]) -> str:
 
 def materialize_all(inputs: CapacityInputs, stages: list[StageCapacity], device_name: str) -> list:
     """One stage at a time, each freed before the next: the peak is the largest stage, not the sum."""
-    from checker.materialize import materialize_stage, resolve_device
+    from checker.device.materialize import materialize_stage, resolve_device
 
     device = resolve_device(device_name)
     return [materialize_stage(inputs, s, device) for s in stages]
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace, inputs: CapacityInputs) -> dict[str, object]:
-    from checker.launch_merge import launch_text
+    from checker.launch.merge import launch_text
 
     given = getattr(args, "budget_gib", None) is not None
     return {

@@ -23,14 +23,7 @@ import os
 import sys
 from dataclasses import replace
 
-from checker.config import DeriveConfig
-from checker.core.errors import BudgetError, FlagError
-from checker.core.partition import PARTITION_ENV
-from checker.core.planning import MinBudget, SuggestedPartition, min_budget, suggest_partition
-from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity
-from checker.engines.drift import Drift, drift_lines
-from checker.json_output import json_inputs, json_layout, stage_dict, status_doc
-from checker.options import (
+from checker.cli.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
     add_flag_args,
@@ -41,8 +34,15 @@ from checker.options import (
     positive_gib,
     positive_int,
 )
+from checker.config import DeriveConfig
+from checker.core.errors import BudgetError, FlagError
+from checker.core.partition import PARTITION_ENV
+from checker.core.planning import MinBudget, SuggestedPartition, min_budget, suggest_partition
+from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs, StageCapacity
+from checker.engines.drift import Drift, drift_lines
+from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
+from checker.outputs.tables import fmt_bytes, fmt_int, format_table
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
-from checker.tables import fmt_bytes, fmt_int, format_table
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
 DEFAULT_SLACK = 1

@@ -25,14 +25,20 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TextIO
 
 from checker import __version__
+from checker.cli.options import (
+    add_flag_args,
+    add_group_args,
+    add_layout_args,
+    add_model_args,
+    add_output_args,
+)
 from checker.config import GroupOptions, ModelChoice, OutputOptions, SizingFlags, SweepConfig, capacity_inputs
 from checker.core.errors import FlagError
 from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
 from checker.core.sweep import UPSTREAM_GRID, BudgetGrid, budget_runs, parse_budgets
-from checker.options import add_flag_args, add_group_args, add_layout_args, add_model_args, add_output_args
-from checker.outputs import check_output_path, write_file
+from checker.outputs.files import check_output_path, write_file
+from checker.outputs.tables import fmt_bytes, format_table
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE
-from checker.tables import fmt_bytes, format_table
 
 if TYPE_CHECKING:  # torch is imported in run(), so --help and input errors cost no torch import
     import torch
@@ -156,7 +162,7 @@ def single_process_stack(
     """
     import torch
 
-    from checker.sweep_torch import local_sweep
+    from checker.device.sweep import local_sweep
 
     pp_size = next(iter(inputs_by_policy.values())).pp_size
     rest = torch.tensor(budgets, dtype=torch.float64, device=device)
@@ -198,7 +204,7 @@ def notes(inputs: CapacityInputs) -> dict[str, str]:
 def sweep_json_inputs(inputs: CapacityInputs, sizing: SizingFlags | None) -> dict[str, object]:
     """Everything the counts depend on, under check's names: budget_gib null (the grid is
     ``budget_grid``) and no ``policy`` (the policies swept are the keys of ``policies``)."""
-    from checker.json_output import json_inputs
+    from checker.outputs.jsondoc import json_inputs
 
     d = json_inputs(inputs, replace(sizing or SizingFlags(), policy=None), None, budget_source=None)
     for k in ("policy", "resolved_policy"):
@@ -425,7 +431,7 @@ def present(
     world_size: int = 1,
 ) -> int:
     """Analyse a (stages, policies, budgets, 3) stack, print and write the findings; the exit code."""
-    from checker.sweep_torch import analyse
+    from checker.device.sweep import analyse
 
     analysis = analyse(stack, grid.budgets, policies)
     report = build_report(analysis, grid, inputs, required, device, config.sizing)
@@ -443,7 +449,7 @@ def present(
     if config.output.report:
         write_report(config.output.report, report)
     if config.plot:
-        from checker.plot import plot_sweep
+        from checker.outputs.plot import plot_sweep
 
         values = {p: stack[:, i].cpu().numpy() for i, p in enumerate(policies)}
         plot_sweep(
@@ -482,13 +488,13 @@ class DistributedSweep:
     def run(self) -> int:
         from checker.core.errors import CheckerInputError
         from checker.core.layout import layout
+        from checker.device.sweep import analyse, local_sweep
         from checker.distributed.group import InfrastructureFailure
         from checker.distributed.liveness import describe
         from checker.distributed.session import SchemaMismatch
         from checker.distributed.wire import Header
+        from checker.outputs.tables import rank_ranges
         from checker.status import ROW_OK
-        from checker.sweep_torch import analyse, local_sweep
-        from checker.verdict import rank_ranges
 
         env, session, config = self.env, self.session, self.config
         session.start(self.on_abort)

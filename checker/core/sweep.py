@@ -4,7 +4,7 @@ A sweep asks, for each charging policy, at which budgets the pipeline stages sto
 three checked values (docs/how-it-computes.md, "The upstream claim, measured"). Its data is a *stack*:
 per stage, per policy, per budget, the triple (max_mamba_cache_size, max_running_requests,
 pp_max_micro_batch_size), with :data:`BOOT_FAILURE` in all three where that stage cannot boot at that
-budget. Where the stack comes from (the vectorised derivation in ``checker.sweep_torch``, one process or
+budget. Where the stack comes from (the vectorised derivation in ``checker.device.sweep``, one process or
 one rank per stage, or :func:`scalar_sweep`) does not matter to :func:`analyse`.
 """
 

@@ -138,6 +138,6 @@ def gone_ranks(
 
 
 def describe(ranks: Sequence[int]) -> str:
-    from checker.verdict import rank_ranges
+    from checker.outputs.tables import rank_ranges
 
     return rank_ranges(ranks) if ranks else "none identified"

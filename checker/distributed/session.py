@@ -57,7 +57,7 @@ class SchemaMismatch(Exception):
 
 
 def schema_mismatch_message(headers: Sequence[Header]) -> str:
-    from checker.verdict import rank_ranges
+    from checker.outputs.tables import rank_ranges
 
     by: dict[tuple[int, int], list[int]] = {}
     for r, h in enumerate(headers):

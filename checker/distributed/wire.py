@@ -18,11 +18,11 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from checker.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
+from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 4  # 3: the row defined once in checker.row; 4: the launch command input
+SCHEMA_VERSION = 4  # 3: the row defined once in checker.preflight.row; 4: the launch command input
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

@@ -12,7 +12,7 @@
   already holds every raw value ``from_cli_args`` copies (it maps ``tensor_parallel_size`` ->
   ``tp_size`` etc. up to 0.5.13.post1, as :func:`_raw` does here).
 * **the checker's model** of the release's flags (SGLang absent, or another release asked for): an
-  argparse parser rebuilt from :mod:`checker.launch_flags`, the release's full table of option strings
+  argparse parser rebuilt from :mod:`checker.launch.flags`, the release's full table of option strings
   (each with how many values it takes) plus, for the flags sizing reads, dest, type, default,
   choices. The table was dumped from each release's own ``ServerArgs.add_cli_args``
   (``tests/fixtures/launch/dump_release_flags.py``); ``tests/test_launch_command.py`` checks it against
@@ -254,7 +254,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser_rows(parser: argparse.ArgumentParser) -> list[tuple]:
-    """The table form of a parser (what :mod:`checker.launch_flags` stores per release): per action,
+    """The table form of a parser (what :mod:`checker.launch.flags` stores per release): per action,
     ``(option strings, nargs)``; for :data:`SIZING_DESTS` also dest, type name, default, choices,
     required."""
     rows: list[tuple] = []
@@ -313,7 +313,7 @@ _human_readable_int.__name__ = "human_readable_int"  # argparse names the type i
 
 def table_parser(version: str) -> argparse.ArgumentParser:
     """An argparse parser rebuilt from the stored table of SGLang ``version``'s flags."""
-    from checker.launch_flags import release_rows
+    from checker.launch.flags import release_rows
 
     rows = release_rows(version)
     parser = _Parser(prog="sglang serve")
@@ -491,7 +491,7 @@ def _checker_values(
 
 
 def tabled_releases() -> tuple[str, ...]:
-    from checker.launch_flags import RELEASES
+    from checker.launch.flags import RELEASES
 
     return tuple(RELEASES)
 

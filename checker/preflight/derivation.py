@@ -22,7 +22,7 @@ from checker.core.releases import installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
-from checker.row import MISSING, RankRow, input_text, model_label
+from checker.preflight.row import MISSING, RankRow, input_text, model_label
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 GIB = 2**30
@@ -243,7 +243,7 @@ def _derive_into(
 def check_on_device(cap, pp_rank: int, budget: float, stage, device) -> None:
     """Derive the stage again on the rank's own device (the sweep's vectorised path, float64 tensors)
     and hold it against the scalar core: on a GPU rank this is the derivation done on the GPU."""
-    from checker.sweep_torch import derive_sweep
+    from checker.device.sweep import derive_sweep
 
     on_device = derive_sweep(cap, pp_rank, [budget], device)[0].tolist()
     scalar = [getattr(stage, n) for n in CHECKED_VALUES]
@@ -266,7 +266,12 @@ def _materialize(
     timings: dict[str, float] | None,
 ) -> None:
     """--materialize: allocate this stage's pool and fill the three wire slots; a finding is an error."""
-    from checker.materialize import MATERIALIZE_FAILED, materialize_stage, predicted_bytes, resolve_device
+    from checker.device.materialize import (
+        MATERIALIZE_FAILED,
+        materialize_stage,
+        predicted_bytes,
+        resolve_device,
+    )
 
     # The prediction is reported even when the device cannot be resolved.
     row.predicted_bytes = predicted_bytes(cap, stage)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 def fmt_int(value: int) -> str:
@@ -47,3 +47,19 @@ def outliers(values: Sequence[object]) -> set[int]:
 
 def mark(value: str, is_outlier: bool) -> str:
     return f"{value} *" if is_outlier else value
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 5] -> 'ranks 0-3, 5'; [4] -> 'rank 4'."""
+    rs = sorted(set(ranks))
+    if not rs:
+        return "no ranks"
+    parts, start, prev = [], rs[0], rs[0]
+    for r in rs[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if r is not None:
+            start = prev = r
+    return ("ranks " if len(rs) > 1 else "rank ") + ", ".join(parts)

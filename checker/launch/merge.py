@@ -1,7 +1,7 @@
 """The deployment's launch command and the checker's own flags: one set of sizing inputs (torch-free).
 
 ``checker [OPTIONS] -- python -m sglang.launch_server ARGS``: the sizing inputs come from the launch
-command as the release parses it (:mod:`checker.launch_command`). A sizing input given in both places
+command as the release parses it (:mod:`checker.launch.command`). A sizing input given in both places
 must agree, or the run stops with one line naming both; a translation that silently checks something
 other than what runs is the drift this tool exists to catch.
 """
@@ -102,7 +102,7 @@ def apply_launch_command(
     release = getattr(args, "sglang_version", None)
     if release and "," in release:
         raise FlagError("--sglang-version A,B compares releases; with a launch command give one release")
-    from checker.launch_command import parse_launch_command  # its flag tables load only when needed
+    from checker.launch.command import parse_launch_command  # its flag tables load only when needed
 
     installed = installed_sglang_version()
     cmd = parse_launch_command(

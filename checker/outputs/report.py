@@ -19,11 +19,11 @@ from xml.etree import ElementTree as ET
 
 from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES
-from checker.outputs import append_file, write_file
-from checker.row import MISSING, REPORTED_INTS, RankRow
+from checker.outputs.files import append_file, write_file
+from checker.outputs.tables import fmt_int, format_table, mark, outliers, rank_ranges
+from checker.preflight.row import MISSING, REPORTED_INTS, RankRow
+from checker.preflight.verdict import ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
-from checker.tables import fmt_int, format_table, mark, outliers
-from checker.verdict import ValueGroup, Verdict, rank_ranges
 
 JUNIT_PART_CHARS = 1000
 """Each part of a JUnit failure message (values, root cause) is cut to this many characters."""

@@ -1,7 +1,7 @@
 """One rank's row, defined once (torch-free): who the rank is, its status, what it derived, from what.
 
 Everything else follows from :class:`RankRow`: the wire slots (:mod:`checker.distributed.wire` encodes
-its ``int`` fields in declaration order), the verdict's fields (:mod:`checker.verdict` reads them as
+its ``int`` fields in declaration order), the verdict's fields (:mod:`checker.preflight.verdict` reads them as
 attributes) and the JSON report's per-rank keys (the fields marked ``report``).
 """
 

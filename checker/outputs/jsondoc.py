@@ -1,6 +1,6 @@
 """The JSON every command prints (``--format json``) and writes (``--report``): one vocabulary of key
 names across check, derive, plan and sweep, described by ``docs/report.schema.json`` and
-``docs/json-output.md`` (torch-free). ``checker.report`` builds check's report; the single-process
+``docs/json-output.md`` (torch-free). ``checker.outputs.report`` builds check's report; the single-process
 commands build theirs from these pieces.
 """
 
@@ -13,8 +13,8 @@ from checker import __version__
 from checker.config import EngineChoice, SizingFlags, sglang_env
 from checker.core.releases import installed_sglang_version
 from checker.core.sizing import CapacityInputs, StageCapacity
-from checker.materialize import MATERIALIZE_STATUS_NAMES
-from checker.row import model_label
+from checker.device.materialize import MATERIALIZE_STATUS_NAMES
+from checker.preflight.row import model_label
 from checker.status import ERROR
 
 

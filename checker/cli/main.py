@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from checker import __version__
 from checker.core.errors import CheckerInputError
-from checker.launch_merge import apply_launch_command, given_dests, split_launch_command
+from checker.launch.merge import apply_launch_command, given_dests, split_launch_command
 from checker.status import ERROR, EXIT_INTERRUPTED, EXIT_USAGE
 
 # name -> module under checker.commands; the first is the default subcommand.
@@ -230,9 +230,9 @@ def _error_report(message: str, argv: Sequence[str]) -> None:
     paths = {flag: _flag_value(argv, flag) for flag in ("--report", "--junit")}
     if not any(paths.values()):
         return
-    from checker import report
-    from checker.outputs import check_output_path
-    from checker.verdict import Verdict
+    from checker.outputs import report
+    from checker.outputs.files import check_output_path
+    from checker.preflight.verdict import Verdict
 
     world = int(os.environ.get("WORLD_SIZE", "1")) if os.environ.get("WORLD_SIZE", "1").isdigit() else 1
     verdict = Verdict(status=ERROR, world_size=world, errors=[message])

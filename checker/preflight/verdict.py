@@ -7,7 +7,7 @@ code; rank 0 is the one that prints and writes it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from checker.core.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
@@ -15,7 +15,8 @@ from checker.core.errors import CheckerInputError
 from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
-from checker.row import VERSION_INPUTS, RankRow
+from checker.outputs.tables import is_split, outliers, rank_ranges
+from checker.preflight.row import VERSION_INPUTS, RankRow
 from checker.status import (
     CONSISTENT,
     DIVERGENT,
@@ -26,25 +27,8 @@ from checker.status import (
     ROW_DRIFT,
     ROW_OK,
 )
-from checker.tables import is_split, outliers
 
 EFFICIENCY_WARN_BELOW = 0.5
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 5] -> 'ranks 0-3, 5'; [4] -> 'rank 4'."""
-    rs = sorted(set(ranks))
-    if not rs:
-        return "no ranks"
-    parts, start, prev = [], rs[0], rs[0]
-    for r in rs[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else f"{start}")
-        if r is not None:
-            start = prev = r
-    return ("ranks " if len(rs) > 1 else "rank ") + ", ".join(parts)
 
 
 @dataclass(kw_only=True)
