@@ -353,7 +353,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     check_output_path("--plot", args.plot)
     return SweepConfig(
         model=ModelChoice.from_args(args),
-        sizing=SizingFlags.from_args(args),
+        sizing=SizingFlags.from_args(args, policy=None),  # --policy here is the list swept: `policies`
         group=GroupOptions.from_args(args),
         output=OutputOptions(report=args.report, format=args.format, quiet=args.quiet),
         budgets=args.budgets,

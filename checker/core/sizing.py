@@ -27,10 +27,11 @@ from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
 from checker.core.releases import ReleaseModel, release_model
+from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
+from checker.core.server_args import STRATEGIES as STRATEGIES
+from checker.core.server_args import SizingFlags
 
 GIB = 2**30
-POLICIES = ("max-share", "own-share", "whole-model")
-STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 # The three values every stage must agree on; the preflight's verdict is about these.
 CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
 # SGLang (0.5.17+) reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (srt/environ.py): lower-cased, NOT
@@ -48,54 +49,39 @@ def env_flag(value: str | None) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CapacityInputs:
-    """Everything one rank's derivation reads. SGLang server-arg names throughout."""
+class CapacityInputs(SizingFlags):
+    """Everything one rank's derivation reads: the sizing flags (:class:`SizingFlags`, the table of
+    :mod:`checker.core.server_args`, checked by it), resolved, and what the rank knows: the model, the
+    budget, the release to derive as and the environment. SGLang server-arg names throughout."""
 
     geometry: ModelGeometry
     """Model layout with state dtypes already resolved (see ``geometry.resolve_dtypes``)."""
     budget_gib: float
     """``total_rest_memory``: GiB left for the KV pool and the state pool together."""
     pp_size: int = 1
-    tp_size: int = 1
-    dp_size: int = 1
-    """Attention data-parallel size: K and max_running_requests are per dp worker."""
-    policy: str | None = None
-    """Charging policy; None: the release's own (whole-model up to 0.5.16, max-share from 0.5.17). The
-    three policies stay available as what-if options on any release."""
+    """Resolved: the flag, else world_size // tp_size (never None here)."""
+    mamba_full_memory_ratio: float = 0.9
+    """Resolved: the flag, else the release's default (never None here)."""
     sglang_version: str | None = None
     """The SGLang release whose rules the derivation follows; None: the newest modelled release."""
     sglang_best_effort: bool = False
     """Derive a release newer than the newest modelled one with the newest modelled rules."""
-    mamba_full_memory_ratio: float = 0.9
-    """r: the state pool gets r / (1 + r) of the budget in the auto-fit branch."""
-    mamba_radix_cache_strategy: str = "auto"
-    page_size: int = 1
-    disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False
-    max_running_requests: int | None = None
-    max_mamba_cache_size: int | None = None
-    speculative_num_draft_tokens: int | None = None
-    pp_max_micro_batch_size: int | None = None
-    token_capacity: int | None = None
-    """KV token capacity T; None means the KV pool does not bind."""
-    context_len: int | None = None
     partition_env: str | None = None
     """The value of SGLANG_PP_LAYER_PARTITION on this rank (None when unset)."""
     skip_decode_lock: bool = False
     """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK set truthy."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # every flag as its row says (type, range, choices)
+        for name in ("pp_size", "mamba_full_memory_ratio"):
+            if getattr(self, name) is None:
+                raise TypeError(f"CapacityInputs.{name} is resolved before sizing; got None")
         b = self.budget_gib
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
             raise BudgetError(
                 f"--budget-gib {b} must be a positive, finite number of GiB "
                 "(the memory left for the KV and state pools)"
             )
-        r = self.mamba_full_memory_ratio
-        if not math.isfinite(r) or r <= 0:
-            raise FlagError(f"--mamba-full-memory-ratio {r} must be a positive number (server default 0.9)")
-        if self.policy is not None and self.policy not in POLICIES:
-            raise FlagError(f"--policy {self.policy!r} is not one of {', '.join(POLICIES)}")
         rules = self.release.rules  # refuses an unknown or unmodelled release
         if self.geometry.extra_per_slot_bytes and not rules.extra_per_slot:
             raise FlagError(
@@ -103,27 +89,6 @@ class CapacityInputs:
                 f"{self.release.label} charges no per-slot extra state (extra_mamba_cache_bytes_per_req "
                 "arrived in 0.5.22); drop it from the model spec or derive for 0.5.22 or later"
             )
-        if self.mamba_radix_cache_strategy not in STRATEGIES:
-            raise FlagError(
-                f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy!r} is not one of "
-                f"{', '.join(STRATEGIES)}"
-            )
-        for name in ("pp_size", "tp_size", "dp_size", "page_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                cls = LayoutError if name != "page_size" else FlagError
-                raise cls(f"--{name.replace('_', '-')} {v} must be a positive integer")
-        for name in (
-            "max_running_requests",
-            "max_mamba_cache_size",
-            "speculative_num_draft_tokens",
-            "pp_max_micro_batch_size",
-            "token_capacity",
-            "context_len",
-        ):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise FlagError(f"--{name.replace('_', '-')} {v} must be a positive integer")
         if self.speculative_num_draft_tokens and self.max_running_requests is None:
             raise FlagError(
                 "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the "

@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from checker.config import SIZING_FLAG_NAMES
 from checker.core.environ import SGLANG_ENV_VARS
+from checker.core.server_args import SIZING_FLAG_NAMES
 from checker.status import ROW_OK
 
 MISSING = -1
