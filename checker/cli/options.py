@@ -10,7 +10,7 @@ import math
 import os
 
 from checker.core.models import DEFAULT_MODEL, PRESETS
-from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARGS, ServerArg
+from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.core.sweep import MAX_BUDGET_GIB
 
 DEFAULT_BUDGET_GIB = 8.0
@@ -127,6 +127,12 @@ def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -
         "(Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H, Falcon-H1, Granite-4.0-H), or a JSON model spec "
         "(see docs/preflight.md)",
     )
+
+
+def add_sizing_flag(group: argparse._ActionsContainer, name: str, **override: object) -> None:
+    """One sizing input's flag where a command gives it its own meaning (plan's --policy): the row's
+    type and choices, ``override``'s help or default."""
+    _add_row(group, SIZING_ARG[name], **override)
 
 
 def _add_row(group: argparse._ActionsContainer, row: ServerArg, **override: object) -> None:

@@ -28,6 +28,7 @@ from checker.cli.options import (
     add_layout_args,
     add_model_args,
     add_output_args,
+    add_sizing_flag,
     int_at_least,
     positive_gib,
     positive_int,
@@ -66,10 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag_args(parser, with_policy=False)
     g = parser.add_argument_group("planning")
     # Unset means "all three" for the budget search and max-share for the partition comparison.
-    g.add_argument(
-        "--policy",
-        choices=POLICIES,
-        default=None,
+    add_sizing_flag(
+        g,
+        "policy",
         help="restrict the budget search to one policy (default: all three); the policy the partition "
         "comparison derives with (default max-share)",
     )
