@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 
+from checker.core.errors import SHOWN_CHARS, shorten
 from checker.core.models import DEFAULT_MODEL, PRESETS
 from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.core.sweep import MAX_BUDGET_GIB
@@ -23,8 +24,8 @@ MAX_TIMEOUT_S = 86_400.0
 def integer(text: str) -> int:
     try:
         return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    except ValueError:  # also past Python's 4,300-digit limit; shorten: the line stays one short line
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not an integer") from None
 
 
 def int_at_least(minimum: int):
@@ -47,9 +48,9 @@ def finite_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a number") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number")
+        raise argparse.ArgumentTypeError(f"{shorten(text)} must be a finite number")
     return value
 
 
@@ -77,7 +78,7 @@ def row_type(row: ServerArg):
             value = integer(text)
         elif row.kind is float:
             value = finite_float(text)
-        problem = row.refusal(value, shown=text)
+        problem = row.refusal(value, shown=text if len(text) <= SHOWN_CHARS else shorten(text))
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)
         return value

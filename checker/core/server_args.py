@@ -53,7 +53,7 @@ class ServerArg:
     high: float | None = None
     """The largest value, inclusive."""
     unit: str = ""
-    """Said after a float's range in a refusal (" GiB", " (a fraction of free memory)")."""
+    """Said after a float's range in a refusal (" (a fraction of free memory)")."""
     dtype: bool = False
     """A state dtype name, checked as SGLANG_MAMBA_SSM_DTYPE is (empty is not unset)."""
     sglang: str | None = None
@@ -78,7 +78,7 @@ class ServerArg:
         """Why ``value`` (of this row's kind) is not a value of this input, as "VALUE must be ..." (None
         when it is one). ``shown``: how the value reads in the message (the text the user typed)."""
         if value is None:
-            return None if self.optional else f"{self.name} must be set"
+            return None  # whether unset is a value is check_type's question
         text = shown if shown is not None else _shown(value)
         if self.choices is not None and value not in self.choices:
             return f"{text} is not one of {', '.join(self.choices)}"
