@@ -14,6 +14,7 @@ drift. torchrun turns any non-zero exit into 1: read ``status`` from --report.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -138,7 +139,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             "rank of the deployment (torchrun --nproc-per-node N -m checker ...), or pass "
             "--allow-single-rank for a single-rank deployment"
         )
-    for flag, path in (("--report", args.report), ("--junit", args.junit)):
+    step_summary = ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))
+    for flag, path in (("--report", args.report), ("--junit", args.junit), step_summary):
         check_output_path(flag, path)
     return PreflightConfig(
         model=ModelChoice.from_args(args),
