@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.geometry import resolve_dtypes
 from checker.core.models import load_geometry
 from checker.core.partition import PARTITION_ENV
 from checker.core.sizing import CapacityInputs, env_flag
+
+if TYPE_CHECKING:
+    from checker.launch.merge import LaunchInputs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +154,8 @@ class PreflightConfig:
     materialize_device: str = "auto"
     launch_command: str | None = None
     """The launch command's explicit sizing inputs, as read (its parser and release first)."""
+    launch: LaunchInputs | None = None
+    """The whole launch command as given and how it was read: rank 0's goes into the report whole."""
 
 
 @dataclass(frozen=True, kw_only=True)

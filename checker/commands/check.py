@@ -160,6 +160,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         materialize=args.materialize,
         materialize_device=args.materialize_device,
         launch_command=launch_text(args),
+        launch=getattr(args, "launch", None),
     )
 
 
@@ -187,12 +188,15 @@ class Preflight:
 
     # -- publishing ------------------------------------------------------------------------------------
     def _extra(self) -> dict[str, object]:
+        from checker.outputs.report import launch_command_doc
+
         self.timings["total_s"] = self.session.elapsed_s()
         return {
             "checker_version": __version__,
             "torch_version": self.torch_version,
             "backend": self.session.backend,
             "timings": self.timings,
+            "launch_command": launch_command_doc(self.config.launch),
         }
 
     def publish(self, verdict) -> None:
