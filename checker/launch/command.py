@@ -32,13 +32,15 @@ import contextlib
 import difflib
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from checker.core.errors import FlagError
+from checker.core.errors import FlagError, printable
+from checker.core.models import path_stat, shown_path
 from checker.engines import quiet_sglang
 from checker.launch.repeats import OptionIndex, collapse_repeats
 
@@ -175,7 +177,7 @@ def _text(value: object) -> str:
         return {True: "true", False: "false", None: "none"}[value]
     if isinstance(value, float):
         return repr(value)
-    return str(value)
+    return printable(str(value))  # quoted in root causes and logs: a newline in a path must not break them
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -498,17 +500,20 @@ def _attention(raw: dict[str, Any], given: set[str], version: str) -> tuple[int,
 
 def _model_config(path: str) -> str:
     p = Path(path)
-    if p.is_dir():
-        if not (p / "config.json").is_file():
+    shown = shown_path(path)
+    st = path_stat(p, f"--model-path {shown}")  # a name too long or a NUL byte: one line, not an OSError
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        config = path_stat(p / "config.json", f"--model-path {shown}")
+        if config is None or stat.S_ISDIR(config.st_mode):
             raise FlagError(
-                f"--model-path {path}: no config.json in that directory (the checker reads the model's "
+                f"--model-path {shown}: no config.json in that directory (the checker reads the model's "
                 "config.json; download a hub model first)"
             )
         return str(p)
-    if p.is_file():
-        return str(p)
+    if st is not None:
+        return str(p)  # a file (read_json says what else it may be)
     raise FlagError(
-        f"--model-path {path}: not a directory or file here (the checker reads the model's config.json; "
+        f"--model-path {shown}: not a directory or file here (the checker reads the model's config.json; "
         "a hub id must be downloaded first)"
     )
 

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from checker.core.errors import FlagError
+from checker.core.errors import FlagError, printable
 
 WRITE_S = 5.0
 _RETRY_S = 0.02
@@ -62,21 +62,23 @@ def check_output_path(flag: str, path: str | None) -> None:
     """Refuse, with one line naming the flag, a path that can never be written as a file."""
     if not path:
         return
+    shown = _short(path)
     try:
         target = os.path.realpath(path)
         st = _stat(target)
+    except ValueError:  # an embedded NUL byte
+        raise FlagError(f"{flag} {shown}: a path cannot hold a NUL byte") from None
     except OSError as exc:  # a name too long, a symlink loop, a parent it may not search
-        raise FlagError(f"{flag} {_short(path)}: {exc.strerror or exc}") from None
+        raise FlagError(f"{flag} {shown}: {exc.strerror or exc}") from None
     if st is not None:
         what = _kind(st.st_mode)
         if what == "a directory":
-            raise FlagError(
-                f"{flag} {path} is a directory; name a file, e.g. {os.path.join(path, 'report.json')}"
-            )
+            example = _short(os.path.join(path, "report.json"))
+            raise FlagError(f"{flag} {shown} is a directory; name a file, e.g. {example}")
         if what is not None:
-            via = "" if target == os.path.abspath(path) else f" (through the link, {target})"
+            via = "" if target == os.path.abspath(path) else f" (through the link, {_short(target)})"
             raise FlagError(
-                f"{flag} {path} is {what}{via}; name a regular file (a character device such as "
+                f"{flag} {shown} is {what}{via}; name a regular file (a character device such as "
                 "/dev/null, or a FIFO, is written in place)"
             )
         return
@@ -84,11 +86,13 @@ def check_output_path(flag: str, path: str | None) -> None:
     while probe and not os.path.exists(probe):
         probe = os.path.dirname(probe)
     if probe and not os.path.isdir(probe):
-        raise FlagError(f"{flag} {path}: {probe} is a file, not a directory")
+        raise FlagError(f"{flag} {shown}: {_short(probe)} is a file, not a directory")
 
 
 def _short(path: str, limit: int = 200) -> str:
-    return path if len(path) <= limit else f"{path[: limit // 2]}...({len(path)} characters)"
+    """A path as a message line shows it: control characters escaped, a very long one cut."""
+    text = path if len(path) <= limit else f"{path[: limit // 2]}...({len(path)} characters)"
+    return printable(text)
 
 
 def _umask() -> int:
