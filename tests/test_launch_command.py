@@ -9,6 +9,7 @@ Run the ``sglang`` tests per release with ``scripts/sglang_cpu_env.sh`` (PYTHONP
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -513,15 +514,9 @@ _WORDS = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
-@given(words=st.lists(st.sampled_from(_WORDS), max_size=14))
-def test_collapsing_repeats_never_changes_what_argparse_reads(words: list[str]) -> None:
-    """The oracle is argparse itself: the collapsed command parses to the same namespace, or fails with
-    the same message, as the whole command."""
-    from checker.launch.command import _ArgparseError, table_parser
+def _same_reading(parser, words: list[str]) -> None:
+    from checker.launch.command import _ArgparseError
     from checker.launch.repeats import OptionIndex, collapse_repeats
-
-    parser = table_parser(RELEASES_NEWEST)
 
     def outcome(args: list[str]) -> object:
         try:
@@ -531,3 +526,29 @@ def test_collapsing_repeats_never_changes_what_argparse_reads(words: list[str]) 
 
     full = ["--model-path", "m", *words]
     assert outcome(collapse_repeats(OptionIndex(parser), full)) == outcome(full)
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.sampled_from(_WORDS), max_size=14))
+def test_collapsing_repeats_never_changes_what_argparse_reads(words: list[str]) -> None:
+    """The oracle is argparse itself: the collapsed command parses to the same namespace, or fails with
+    the same message, as the whole command (the table parser of the newest release)."""
+    from checker.launch.command import table_parser
+
+    _same_reading(table_parser(RELEASES_NEWEST), words)
+
+
+@pytest.mark.sglang
+@pytest.mark.skipif(INSTALLED is None, reason="sglang does not import here")
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.sampled_from(_WORDS), max_size=14))
+def test_collapsing_repeats_never_changes_what_sglangs_own_parser_reads(words: list[str]) -> None:
+    """The same with the installed release's own parser (its custom actions are left to argparse)."""
+    _same_reading(_own_release_parser(), words)
+
+
+@functools.cache
+def _own_release_parser():
+    from checker.launch.command import _own_parser
+
+    return _own_parser(INSTALLED)[0]
