@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.errors import FlagError
@@ -21,6 +22,9 @@ from checker.core.partition import PARTITION_ENV
 from checker.core.server_args import SIZING_ARGS, SizingFlags
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.sizing import CapacityInputs, env_flag
+
+if TYPE_CHECKING:
+    from checker.launch.merge import LaunchInputs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +128,8 @@ class PreflightConfig:
     materialize_device: str = "auto"
     launch_command: str | None = None
     """The launch command's explicit sizing inputs, as read (its parser and release first)."""
+    launch: LaunchInputs | None = None
+    """The whole launch command as given and how it was read: rank 0's goes into the report whole."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -77,6 +77,19 @@ def test_every_check_verdict_validates(world):
     assert errors(check_report(world)) == []
 
 
+def test_a_report_with_the_whole_launch_command_validates(tmp_path):
+    """Rank 0's whole command and the per-rank digest groups, one rank started with another command."""
+    from test_report import LONG, SERVE, _launch_world, _model_dir
+
+    model, other = _model_dir(tmp_path), _model_dir(tmp_path, "other")
+    verdict, extra = _launch_world([[*SERVE, "--model-path", m, *LONG] for m in (model, model, other)])
+    doc = json.loads(json.dumps(to_json(verdict, extra={**CHECK_EXTRA, **extra})))
+    assert doc["launch_command"]["groups"][1]["ranks"] == [2]
+    assert errors(doc) == []
+    doc["launch_command"]["sha256"] = "not a digest"
+    assert errors(doc)
+
+
 def test_infrastructure_failure_without_rows_validates():
     v = infrastructure_failure(world_size=3, detail="rank 2 never joined", missing_ranks=[2])
     doc = json.loads(json.dumps(to_json(v, extra=CHECK_EXTRA)))

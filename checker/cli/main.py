@@ -239,7 +239,9 @@ def _error_report(message: str, argv: Sequence[str]) -> None:
     for flag, path in paths.items():
         try:
             check_output_path(flag, path)
-        except CheckerInputError:
+        except CheckerInputError as exc:  # a directory, a socket, ...: never replaced, and said once
+            if str(exc) not in message:
+                print(f"checker: warning: no error report: {exc}", file=sys.stderr)
             paths[flag] = None
     for problem in report.write_all(
         verdict,

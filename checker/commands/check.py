@@ -14,6 +14,7 @@ drift. torchrun turns any non-zero exit into 1: read ``status`` from --report.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -138,7 +139,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             "rank of the deployment (torchrun --nproc-per-node N -m checker ...), or pass "
             "--allow-single-rank for a single-rank deployment"
         )
-    for flag, path in (("--report", args.report), ("--junit", args.junit)):
+    step_summary = ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))
+    for flag, path in (("--report", args.report), ("--junit", args.junit), step_summary):
         check_output_path(flag, path)
     return PreflightConfig(
         model=ModelChoice.from_args(args),
@@ -158,6 +160,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         materialize=args.materialize,
         materialize_device=args.materialize_device,
         launch_command=launch_text(args),
+        launch=getattr(args, "launch", None),
     )
 
 
@@ -185,12 +188,15 @@ class Preflight:
 
     # -- publishing ------------------------------------------------------------------------------------
     def _extra(self) -> dict[str, object]:
+        from checker.outputs.report import launch_command_doc
+
         self.timings["total_s"] = self.session.elapsed_s()
         return {
             "checker_version": __version__,
             "torch_version": self.torch_version,
             "backend": self.session.backend,
             "timings": self.timings,
+            "launch_command": launch_command_doc(self.config.launch),
         }
 
     def publish(self, verdict) -> None:

@@ -34,6 +34,7 @@ from checker.config import GroupOptions
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import STORE_CALL_S, bounded, gone_ranks
 from checker.distributed.wire import Header
+from checker.outputs.files import write_file
 from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE
 
 GRACE_S = 3.0
@@ -271,9 +272,5 @@ def record_for_torchrun(line: str) -> None:
     if not path:
         return
     data = {"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}
-
-    def write() -> None:
-        with open(path, "w") as f:
-            json.dump(data, f)
-
-    bounded(write, STORE_CALL_S, None)
+    # Written as every output is: atomic for a file, never replacing a device or FIFO; bounded.
+    write_file(path, json.dumps(data), what="TORCHELASTIC_ERROR_FILE", seconds=STORE_CALL_S)

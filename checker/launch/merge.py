@@ -32,6 +32,14 @@ class LaunchInputs:
     release: str
     text: str
     """The explicit sizing inputs, canonical (``k=v`` sorted): digested across ranks."""
+    argv: tuple[str, ...] = ()
+    """The whole launch command as given (the words after ``--``): the report keeps it."""
+    form: str = ""
+
+    @property
+    def input(self) -> str:
+        """The ``launch_command`` input every rank sends: the sizing inputs, then which parser read them."""
+        return f"{self.text} (read by {self.parser})"
 
 
 def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -122,7 +130,9 @@ def apply_launch_command(
     # cause quotes the start of this text.
     items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
     text = " ".join(f"{k}={v}" for k, v in items if _explicit(cmd, k))
-    return args, LaunchInputs(parser=cmd.parser, release=cmd.release, text=text)
+    return args, LaunchInputs(
+        parser=cmd.parser, release=cmd.release, text=text, argv=tuple(launch), form=cmd.form
+    )
 
 
 def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
@@ -171,4 +181,4 @@ def _explicit(cmd, key: str) -> bool:
 def launch_text(args: argparse.Namespace) -> str | None:
     """The ``launch_command`` input: the explicit sizing flags, then which parser read them."""
     launch = getattr(args, "launch", None)
-    return f"{launch.text} (read by {launch.parser})" if launch else None
+    return launch.input if launch else None
