@@ -39,7 +39,16 @@ def check_output_path(flag: str, path: str | None) -> None:
 
 
 def _umask() -> int:
-    # Read without changing it for good (there is no getter); only this thread looks in between.
+    # Read, never set where it can be helped: os.umask has no getter, and setting it for a moment changes
+    # it for every thread (a file another thread creates then gets the wrong mode). Linux (4.7+) says it
+    # in /proc; elsewhere the set-and-restore is the only way.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
