@@ -173,3 +173,48 @@ def test_any_schemas_header_decodes_and_shows_its_schema():
 def test_a_header_of_another_length_is_a_wire_error(n):
     with pytest.raises(WireError, match=f"header of {n} ints"):
         Header.decode([0] * n)
+
+
+# -- waiting for rank 0's announcement ----------------------------------------------------------------
+
+
+def _session_on(store: FakeStore, rank: int = 1):
+    from types import SimpleNamespace
+
+    from checker.config import GroupOptions
+    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.session import Session
+
+    session = Session(RankEnv.from_environ({"RANK": str(rank), "WORLD_SIZE": "2"}), GroupOptions())
+    session.group = SimpleNamespace(store=store, heartbeat=None)  # type: ignore[assignment]
+    return session
+
+
+@pytest.mark.parametrize("rank0_alive", [True, False])
+def test_another_rank_waits_for_a_live_rank_0_to_finish_publishing(monkeypatch, rank0_alive):
+    """Rank 0 takes longer than the grace to publish (a dense sweep's plot): while its heartbeat
+    advances the others keep waiting and adopt its exit code; a rank 0 that stopped beating is given
+    up after the grace."""
+    from checker.distributed import session as session_module
+
+    monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.02)
+    store = FakeStore()
+    store.data["hb/0"] = 1
+    done = threading.Event()
+
+    def rank0() -> None:  # publishes for 0.4 s, beating
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.4 and not done.is_set():
+            if rank0_alive:
+                store.add("hb/0", 1)
+            time.sleep(0.005)
+        store.set("report_written", "2\nchecker sweep error: cannot write --plot")
+
+    threading.Thread(target=rank0, daemon=True).start()
+    t0 = time.monotonic()
+    heard = _session_on(store).await_announcement(0.1, while_alive_s=5)
+    done.set()
+    if rank0_alive:
+        assert heard == (2, "checker sweep error: cannot write --plot")
+    else:
+        assert heard is None and time.monotonic() - t0 < 0.35
