@@ -193,6 +193,7 @@ def test_the_watchdog_or_sigterm_publishes_a_lost_outcome_and_leaves_with_3(sigt
             run.abort("no verdict within --timeout-s 5 s + 10 s (watchdog)", sigterm)
         assert exited.value.code == 3
     assert js[0].published == [("lost", "no verdict within --timeout-s 5 s + 10 s (watchdog)", [1])]
+    assert world.announced == (3, "fake lost")  # ranks still waiting on rank 0 stop waiting
     assert js[1].fallbacks == ([] if sigterm else [js[0].published[0]])
     assert world.exiting == ({0: "sigterm", 1: "sigterm"} if sigterm else {})
 

@@ -111,11 +111,11 @@ def run_single_process(config: SweepConfig) -> int:
     from checker.commands.sweep_job import SweepFindings, SweepPlan, present
 
     plan = SweepPlan.build(config, config.sizing.pp_size or DEFAULT_PP_SIZE)  # before torch is imported
-    from checker.device.choice import resolve_device, use_one_cpu_thread
+    from checker.device.choice import sweep_device, use_one_cpu_thread
     from checker.device.sweep import stack_stages
     from checker.outputs.progress import Progress, progress_wanted
 
-    device = resolve_device(config.device)
+    device = sweep_device(config.device)
     use_one_cpu_thread(device)
     pp_size, grid = plan.inputs.pp_size, plan.grid
     progress = Progress(

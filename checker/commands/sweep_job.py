@@ -211,7 +211,7 @@ class SweepJob:
 
     def _derive(self, device: torch.device | None) -> SweepLocal:
         from checker.core.layout import layout
-        from checker.device.choice import resolve_device, use_one_cpu_thread
+        from checker.device.choice import sweep_device, use_one_cpu_thread
         from checker.device.sweep import local_sweep
         from checker.outputs.progress import Progress, progress_wanted
 
@@ -222,7 +222,7 @@ class SweepJob:
         )
         plan = self._plan = SweepPlan.build(config, pp_size)
         if device is None or device.type != "cuda":
-            device = resolve_device(config.device)
+            device = sweep_device(config.device)
         use_one_cpu_thread(device)
         # Rank 0 reports progress for its own stage (every rank derives one stage, in parallel).
         progress = Progress(

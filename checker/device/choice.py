@@ -1,4 +1,7 @@
-"""Which torch device a command derives on: the user's ``--device``, refused with one line if unusable."""
+"""Which torch device a sweep derives on: the user's ``--device``, refused with one line if unusable.
+
+(``--materialize-device``, which also spreads ranks over a node's GPUs, is
+:func:`checker.device.materialize.resolve_device`.)"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ if TYPE_CHECKING:  # torch is imported when a device is chosen, so --help and in
     import torch
 
 
-def resolve_device(name: str) -> torch.device:
+def sweep_device(name: str) -> torch.device:
     import torch
 
     try:

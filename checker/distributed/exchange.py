@@ -363,7 +363,10 @@ class _Run(Generic[L, O]):
                 box[0] = job.lost(abort.detail, abort.missing_ranks)
                 if s.is_rank0:
                     s.timings["total_s"] = s.elapsed_s()
-                    job.publish(box[0])
+                    try:
+                        job.publish(box[0])
+                    finally:  # ranks waiting for rank 0 (its heartbeat still beats) stop waiting
+                        s.announce(EXIT_INFRASTRUCTURE, job.one_line(box[0]))
                 else:
                     job.fallback(box[0])
 
