@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_single_process(config: SweepConfig) -> int:
-    from checker.commands.sweep_job import SweepFindings, SweepPlan, present
+    from checker.commands.sweep_plan import SweepFindings, SweepPlan, present
 
     plan = SweepPlan.build(config, config.sizing.pp_size or DEFAULT_PP_SIZE)  # before torch is imported
     from checker.device.choice import sweep_device, use_one_cpu_thread

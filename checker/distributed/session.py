@@ -328,4 +328,6 @@ def record_for_torchrun(line: str) -> None:
         with open(path, "w") as f:
             json.dump(data, f)
 
-    call_bounded(write, STORE_CALL_S, name="checker-error-file")
+    written = call_bounded(write, STORE_CALL_S, name="checker-error-file")
+    if written.error is not None and not isinstance(written.error, OSError):  # a bug, not a full disk
+        written.report("writing torchrun's error file")

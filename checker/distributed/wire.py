@@ -39,8 +39,6 @@ _HOST_INTS = HOST_BYTES // 8
 _ERROR_INTS = ERROR_BYTES // 8
 _VALUE_INTS = VALUE_BYTES // 8
 ROW_LEN = 3 + len(INT_FIELDS) + _HOST_INTS + _ERROR_INTS + len(INPUT_NAMES) * (1 + _VALUE_INTS)
-TEXT_LEN = _ERROR_INTS
-"""Ints of one rank's message in the text gather (the row's error field has the same width)."""
 PAYLOAD_PREFIX_LEN = 1 + _ERROR_INTS
 """Status + message in front of every payload: a rank whose payload failed still sends the agreed length."""
 
