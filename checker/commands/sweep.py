@@ -11,6 +11,10 @@ and bit-identical to the scalar core; then, per policy and value, the budgets wh
 are counted. A budget at which no stage can boot is a boot failure, not a divergence; one at which some
 stages boot and others do not is divergent. Exit 0 when every --require-consistent policy (default
 max-share) never diverges, 1 when one does, 2 on bad input.
+
+Under torchrun each rank derives only its own stage and the run protocol gathers them
+(:mod:`checker.commands.sweep_job`); it fails as check does: some rank's error or a lost rank is a line
+on rank 0 and a --report, and every rank leaves with the same exit code (3 for a lost rank).
 """
 
 from __future__ import annotations
