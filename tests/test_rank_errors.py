@@ -42,6 +42,7 @@ def test_a_bad_flag_on_one_rank_is_named_in_the_report_and_printed_once(tmp_path
     assert _stderr(res).count("unrecognized arguments: --polcy") == 1, _stderr(res)[-2000:]
 
 
+@pytest.mark.slow
 def test_a_sweep_rank_that_cannot_write_its_plot_fails_every_rank_alike(tmp_path):
     """Rank 0 cannot write --plot: it used to exit 2 while the others exited 0. Every rank now leaves
     with rank 0's code."""
