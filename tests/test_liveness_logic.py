@@ -218,3 +218,23 @@ def test_another_rank_waits_for_a_live_rank_0_to_finish_publishing(monkeypatch, 
         assert heard == (2, "checker sweep error: cannot write --plot")
     else:
         assert heard is None and time.monotonic() - t0 < 0.35
+
+
+def test_a_store_on_a_cut_link_ends_the_wait_for_rank_0_at_once(monkeypatch):
+    """Node 1 is cut off: its store calls block past any timeout. Waiting for rank 0's announcement
+    must end within one store-call bound (rank 0 cannot announce to it), not wait out the time a live
+    rank 0 would get to publish."""
+    from checker.distributed import liveness
+
+    monkeypatch.setattr(liveness, "STORE_CALL_S", 0.05)
+    release = threading.Event()
+
+    class CutStore(FakeStore):
+        def check(self, keys: list[str]) -> bool:
+            release.wait(30)
+            return False
+
+    t0 = time.monotonic()
+    assert _session_on(CutStore()).await_announcement(5, while_alive_s=60) is None
+    release.set()
+    assert time.monotonic() - t0 < 1

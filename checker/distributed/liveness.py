@@ -44,10 +44,11 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
 
 
-def store_call(fn: Callable[[], T], default: T, seconds: float = STORE_CALL_S) -> T:
-    """One store call, bounded; ``default`` when it fails or runs past the bound (a store that is gone
-    is an answer here, not a bug)."""
-    return call_bounded(fn, seconds, name="checker-store").get(default)
+def store_call(fn: Callable[[], T], default: T, seconds: float | None = None) -> T:
+    """One store call, bounded (by :data:`STORE_CALL_S` unless ``seconds``); ``default`` when it fails
+    or runs past the bound (a store that is gone is an answer here, not a bug)."""
+    bound = STORE_CALL_S if seconds is None else seconds
+    return call_bounded(fn, bound, name="checker-store").get(default)
 
 
 class Heartbeat:

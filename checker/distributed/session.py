@@ -262,27 +262,31 @@ class Session:
         if store is None:
             return None
         t0 = time.monotonic()
-        cap = t0 + max(wait_s, while_alive_s)
-
-        def poll() -> tuple[int, str] | None:
-            deadline, beat, sampled = t0 + wait_s, -1, t0
-            while True:
-                if store.check([ANNOUNCEMENT]):
-                    code, _, line = store.get(ANNOUNCEMENT).decode(errors="replace").partition("\n")
-                    return int(code), line
-                now = time.monotonic()
-                if now >= sampled + STALE_AFTER_S:  # is rank 0 still alive?
-                    latest, sampled = int(store.add("hb/0", 0)), now
-                    if latest > beat >= 0:
-                        deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
-                    beat = latest
-                if now >= deadline:
+        deadline, cap = t0 + wait_s, t0 + max(wait_s, while_alive_s)
+        beat, sampled = -1, t0
+        # Each store call bounded on its own: on a cut link one can block far past the store's timeout,
+        # and a store that does not answer means rank 0 cannot announce to this rank either.
+        while True:
+            announced = store_call(lambda: store.check([ANNOUNCEMENT]), None)
+            if announced is None:
+                return None
+            if announced:
+                value = store_call(lambda: store.get(ANNOUNCEMENT).decode(errors="replace"), None)
+                if value is None:
                     return None
-                time.sleep(0.05)
-
-        return call_bounded(poll, max(wait_s, while_alive_s) + STORE_CALL_S, name="checker-announcement").get(
-            None
-        )
+                code, _, line = value.partition("\n")
+                return (int(code), line) if code.strip().lstrip("-").isdigit() else None
+            now = time.monotonic()
+            if now >= sampled + STALE_AFTER_S:  # is rank 0 still alive?
+                latest = store_call(lambda: int(store.add("hb/0", 0)), None)
+                if latest is None:
+                    return None
+                if latest > beat >= 0:
+                    deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
+                beat, sampled = latest, now
+            if now >= deadline:
+                return None
+            time.sleep(0.05)
 
     # -- 5. leave ------------------------------------------------------------------------------------
     def close(self, exit_code: int, *, clean: bool) -> int:
