@@ -81,6 +81,27 @@ def test_a_sweep_that_loses_a_rank_writes_an_infrastructure_failure_report(tmp_p
     assert schema_errors(rep) == []
 
 
+@pytest.mark.slow
+def test_a_launch_command_one_node_cannot_read_is_named(tmp_path):
+    """Only rank 1's node has an SGLang release the checker has no flag table for, so only rank 1
+    cannot read the deployment's launch command: the report names rank 1 and why."""
+    site = tmp_path / "old-site" / "sglang-0.3.0.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.3.0\n")
+    path = os.pathsep.join(p for p in (str(site.parent), os.environ.get("PYTHONPATH", "")) if p)
+    model = Path(__file__).resolve().parent / "fixtures" / "launch-model"
+    launch = ["--", "python", "-m", "sglang.launch_server", "--model-path", str(model), "--pp-size", "2"]
+    res = run_world(
+        ["check", "--budget-gib", "8", "--timeout-s", "60", *launch],
+        world_size=2,
+        tmp_path=tmp_path,
+        rank_env={1: {"PYTHONPATH": path}},
+    )
+    assert res.codes == [2, 2], [r.stderr[-800:] for r in res.ranks]
+    (error,) = res.report()["errors"]
+    assert error.startswith("rank 1: checker check: error: SGLang 0.3.0: the checker has no table"), error
+
+
 # -- torchrun jobs where one rank differs --------------------------------------------------------------
 
 WRAPPER = """\

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 from checker.bounded import call_bounded
 from checker.core.errors import CheckerInputError
 from checker.distributed.faults import maybe_inject
+from checker.distributed.launch_env import RankEnv
 from checker.distributed.session import Abort, Gathered, SchemaMismatch, record_for_torchrun
 from checker.distributed.wire import Header, WireError
 from checker.status import ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_INTERNAL, ROW_OK
@@ -158,7 +159,7 @@ class SessionLike(Protocol):
     @property
     def has_store(self) -> bool: ...
 
-    env: Any
+    env: RankEnv
     timings: dict[str, float]
 
     def elapsed_s(self) -> float: ...
