@@ -180,7 +180,7 @@ class FakeSession:
         self.on_abort = on_abort
         return self
 
-    def stand_down(self) -> None:
+    def stand_down(self, finish_s: float) -> None:
         pass
 
     def make_group(self) -> None:

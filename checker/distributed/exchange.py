@@ -66,6 +66,8 @@ SIGTERM_BUDGET_S = 10.0
 """What rank 0 may spend publishing after SIGTERM: well inside torchrun's 30 s grace."""
 ABORT_BUDGET_S = GRACE_S + 2 * 2.0 + 2
 """What an abort from the watchdog may spend naming the gone ranks and publishing."""
+FINISH_S = PUBLISH_WAIT_S + ABORT_BUDGET_S + 10.0
+"""The backstop's bound on finishing: waiting for a live rank 0, printing, the group's teardown."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +166,7 @@ class SessionLike(Protocol):
 
     def elapsed_s(self) -> float: ...
     def start(self, on_abort: Callable[[str, bool], None]) -> Any: ...
-    def stand_down(self) -> None: ...
+    def stand_down(self, finish_s: float) -> None: ...
     def make_group(self) -> None: ...
     def connect(self) -> None: ...
     def exchange_headers(self, header: Header) -> list[Header]: ...
@@ -310,7 +312,7 @@ class _Run(Generic[L, O]):
         before the job ran (a command line, an environment): rank 0 prints them once and the report
         names them; torchrun would repeat the line once per rank."""
         s, job = self.session, self.job
-        s.stand_down()
+        s.stand_down(FINISH_S)
         if not self._lock.acquire(blocking=False):
             s.wait_for_exit(SIGTERM_BUDGET_S + ABORT_BUDGET_S)  # an abort is publishing; it ends the process
         if not clean:

@@ -164,11 +164,14 @@ class Session:
 
         threading.Thread(target=watch, daemon=True, name="checker-sigterm").start()
 
-    def stand_down(self) -> None:
-        """A verdict is being published: the Python watchdog stands down. The GIL-free backstop stays
-        armed until :meth:`close` is past the last unbounded call."""
+    def stand_down(self, finish_s: float) -> None:
+        """A verdict is being published: the Python watchdog stands down, and the GIL-free backstop is
+        re-armed for the finish (publishing, waiting for rank 0, the teardown), which may take longer
+        than what was left of the run's bound; it stays armed until :meth:`close` is past the last
+        unbounded call."""
         if self._timer is not None:
             self._timer.cancel()
+            faulthandler.dump_traceback_later(finish_s, exit=True)
 
     # -- 2. connect ----------------------------------------------------------------------------------
     def make_group(self) -> None:
