@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from checker import __version__
-from checker.config import GroupOptions
 from checker.core.errors import CheckerInputError
 from checker.status import ERROR, EXIT_USAGE
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported when a refusal happens: the CLI's own import stays small
+    from checker.config import GroupOptions
     from checker.distributed.launch_env import RankEnv
 
 EXCHANGE_COMMANDS = ("check", "sweep")
@@ -92,6 +92,7 @@ def _group_options(argv: Sequence[str]) -> GroupOptions | None:
     read takes its default); None when --init-method is given but unusable: there is no meeting
     the others then (and a FileStore on a missing directory would wait forever)."""
     from checker.cli.options import init_method, timeout_seconds
+    from checker.config import GroupOptions
 
     default = GroupOptions()
     backend = flag_value(argv, "--backend")
