@@ -238,3 +238,31 @@ def test_a_store_on_a_cut_link_ends_the_wait_for_rank_0_at_once(monkeypatch):
     assert _session_on(CutStore()).await_announcement(5, while_alive_s=60) is None
     release.set()
     assert time.monotonic() - t0 < 1
+
+
+@pytest.mark.parametrize("store_lost", [False, True])
+def test_a_rank_that_leaves_with_its_own_verdict_says_so_unless_its_store_is_gone(store_lost):
+    """A rank that printed its own verdict (rank 0 never announced) leaves without tearing the group
+    down, but first marks itself as leaving, so a rank 0 still naming the gone does not blame it; on a
+    store that stopped answering it does not spend another store call's bound on that."""
+    from types import SimpleNamespace
+
+    from checker.config import GroupOptions
+    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.session import Session
+
+    class Left(Exception):
+        pass
+
+    def leave(code: int):
+        raise Left(code)
+
+    store = FakeStore()
+    session = Session(
+        RankEnv.from_environ({"RANK": "2", "WORLD_SIZE": "4"}), GroupOptions(), exit_process=leave
+    )
+    session.group = SimpleNamespace(store=store, heartbeat=Heartbeat(store, 2))  # type: ignore[assignment]
+    session.store_lost = store_lost
+    with pytest.raises(Left):
+        session.close(3, clean=False)
+    assert ("exiting/2" in store.data) is not store_lost

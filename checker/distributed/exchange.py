@@ -355,8 +355,9 @@ class _Run(Generic[L, O]):
         if not self._lock.acquire(blocking=False):
             return  # finishing or aborting already: that path publishes and leaves
         s, job = self.session, self.job
-        if sigterm:
-            s.mark_exiting("sigterm")  # first: rank 0 must not blame a rank told to stop
+        # First: no rank may blame this one for stopping, whether told to stop or ending on its
+        # watchdog (it leaves with a verdict, it is not lost).
+        s.mark_exiting("sigterm" if sigterm else "watchdog")
         print(f"[rank {self.rank}] checker: {detail}", file=sys.stderr, flush=True)
         box: list[O] = [job.lost(detail, [])]
         if s.is_rank0 or not sigterm:

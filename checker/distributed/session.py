@@ -103,6 +103,9 @@ class Session:
         self._timer: threading.Timer | None = None
         self._steps = 0
         """Collectives this rank has entered (the liveness store's ``step/<rank>``)."""
+        self.store_lost = False
+        """The store stopped answering (a cut link): leave without the store calls that would each
+        cost their bound."""
 
     @property
     def is_rank0(self) -> bool:
@@ -266,27 +269,31 @@ class Session:
             return None
         t0 = time.monotonic()
         deadline, cap = t0 + wait_s, t0 + max(wait_s, while_alive_s)
-        beat, sampled = -1, t0
+        beat, sampled, unanswered = -1, t0, 0
         # Each store call bounded on its own: on a cut link one can block far past the store's timeout,
-        # and a store that does not answer means rank 0 cannot announce to this rank either.
+        # and a store that does not answer twice in a row means rank 0 cannot announce to this rank.
         while True:
+            answered = True
             announced = store_call(lambda: store.check([ANNOUNCEMENT]), None)
-            if announced is None:
-                return None
             if announced:
                 value = store_call(lambda: store.get(ANNOUNCEMENT).decode(errors="replace"), None)
-                if value is None:
-                    return None
-                code, _, line = value.partition("\n")
-                return (int(code), line) if code.strip().lstrip("-").isdigit() else None
+                code, _, line = (value or "").partition("\n")
+                if code.strip().lstrip("-").isdigit():
+                    return int(code), line
+            answered = announced is not None
             now = time.monotonic()
-            if now >= sampled + STALE_AFTER_S:  # is rank 0 still alive?
+            if answered and now >= sampled + STALE_AFTER_S:  # is rank 0 still alive?
                 latest = store_call(lambda: int(store.add("hb/0", 0)), None)
                 if latest is None:
-                    return None
-                if latest > beat >= 0:
-                    deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
-                beat, sampled = latest, now
+                    answered = False
+                else:
+                    if latest > beat >= 0:
+                        deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
+                    beat, sampled = latest, now
+            unanswered = 0 if answered else unanswered + 1
+            if unanswered >= 2:
+                self.store_lost = True
+                return None
             if now >= deadline:
                 return None
             time.sleep(0.05)
@@ -304,6 +311,8 @@ class Session:
             group.close()  # unbounded (destroy_process_group): the backstop still covers it
             faulthandler.cancel_dump_traceback_later()
             return exit_code
+        if not self.store_lost:
+            self.mark_exiting("done")  # bounded: a rank that printed its own verdict is not lost
         self.exit_now(exit_code)
 
     def exit_now(self, exit_code: int) -> NoReturn:
