@@ -266,3 +266,15 @@ def test_a_rank_that_leaves_with_its_own_verdict_says_so_unless_its_store_is_gon
     with pytest.raises(Left):
         session.close(3, clean=False)
     assert ("exiting/2" in store.data) is not store_lost
+
+
+def test_a_rank_ended_by_its_own_watchdog_is_named_only_if_it_never_reached_the_collective():
+    """Rank 1 waited in the collective and its watchdog ended it (its beat stopped): not blamed. Rank 2
+    hung before the collective and its watchdog ended it too: still the hung one."""
+    world = BeatingWorld()
+    world.rank(0, steps=1)
+    world.rank(1, steps=1, beating=False)
+    world.rank(2, steps=0, beating=False)
+    for r in (1, 2):
+        world.store.data[f"watchdog/{r}"] = "watchdog"
+    assert gone(world, 3, my_step=1) == [2]

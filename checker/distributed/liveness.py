@@ -6,7 +6,9 @@ merely stuck: a rank blocked in a collective (a gloo ring waits on its neighbour
 reached the collective that failed; a killed, frozen (SIGSTOP) or never-started rank does not beat;
 a hung rank (alive, its main thread stuck before the exchange) beats but never reaches the
 collective. A rank that leaves on purpose (a verdict reached, or SIGTERM from torchrun's agent) first
-sets ``exiting/<rank>``, so it is not blamed for stopping.
+sets ``exiting/<rank>``, so it is not blamed for stopping. A rank whose own watchdog ends it sets
+``watchdog/<rank>`` instead: its stopped heartbeat is not held against it, but if it never reached the
+collective the others failed in, it is still the hung one.
 
 Every store call is bounded (:func:`checker.bounded.call_bounded`): on a cut link a TCPStore call can
 block far past its own timeout. A store call that fails is retried by the heartbeat (a transient error
@@ -84,7 +86,9 @@ class Heartbeat:
         store_call(lambda: self.store.add(f"step/{self.rank}", 1), None)
 
     def mark_exiting(self, why: str) -> None:
-        store_call(lambda: self.store.set(f"exiting/{self.rank}", why), None)
+        """``why``: ``done``/``sigterm`` (never blamed), or ``watchdog`` (blamed only if behind)."""
+        key = "watchdog" if why == "watchdog" else "exiting"
+        store_call(lambda: self.store.set(f"{key}/{self.rank}", why), None)
 
     def stop(self, join_s: float = 1.0) -> None:
         """Stop beating and wait (bounded) for the thread: a daemon thread still inside a store call
@@ -100,8 +104,8 @@ def _counts(store: Store, world_size: int, key: str = "hb") -> list[int] | None:
     return store_call(lambda: [int(store.add(f"{key}/{r}", 0)) for r in range(world_size)], None)
 
 
-def _exiting(store: Store, world_size: int) -> set[int] | None:
-    return store_call(lambda: {r for r in range(world_size) if store.check([f"exiting/{r}"])}, None)
+def _marked(store: Store, world_size: int, key: str) -> set[int] | None:
+    return store_call(lambda: {r for r in range(world_size) if store.check([f"{key}/{r}"])}, None)
 
 
 def gone_ranks(
@@ -135,15 +139,19 @@ def gone_ranks(
     sleep(watch_s)
     second = _counts(store, world_size)
     steps = _counts(store, world_size, "step")
-    leaving = _exiting(store, world_size)
-    if second is None or steps is None or leaving is None:
+    leaving = _marked(store, world_size, "exiting")
+    ended = _marked(store, world_size, "watchdog")
+    if second is None or steps is None or leaving is None or ended is None:
         return []
     if stopping:
-        return [r for r in range(world_size) if r != me and r not in leaving and 0 < second[r] == first[r]]
+        quiet = leaving | ended
+        return [r for r in range(world_size) if r != me and r not in quiet and 0 < second[r] == first[r]]
     return [
         r
         for r in range(world_size)
-        if r != me and r not in leaving and (second[r] == first[r] or (behind_is_hung and steps[r] < my_step))
+        if r != me
+        and r not in leaving
+        and ((second[r] == first[r] and r not in ended) or (behind_is_hung and steps[r] < my_step))
     ]
 
 
