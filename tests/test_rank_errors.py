@@ -82,12 +82,15 @@ def test_a_sweep_that_loses_a_rank_writes_an_infrastructure_failure_report(tmp_p
 
 
 @pytest.mark.slow
-def test_a_launch_command_one_node_cannot_read_is_named(tmp_path):
-    """Only rank 1's node has an SGLang release the checker has no flag table for, so only rank 1
-    cannot read the deployment's launch command: the report names rank 1 and why."""
+@pytest.mark.parametrize("metadata", ["untabled release", "not utf-8"])
+def test_a_launch_command_one_node_cannot_read_is_named(tmp_path, metadata):
+    """Only rank 1's node has an SGLang the checker cannot read the launch command for (a release it
+    has no flag table for; a METADATA that is not UTF-8, which raises before any check): the report
+    names rank 1 and why, not an infrastructure failure."""
     site = tmp_path / "old-site" / "sglang-0.3.0.dist-info"
     site.mkdir(parents=True)
-    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.3.0\n")
+    summary = b"Summary: \xff\xfe\n" if metadata == "not utf-8" else b""
+    (site / "METADATA").write_bytes(b"Metadata-Version: 2.1\nName: sglang\nVersion: 0.3.0\n" + summary)
     path = os.pathsep.join(p for p in (str(site.parent), os.environ.get("PYTHONPATH", "")) if p)
     model = Path(__file__).resolve().parent / "fixtures" / "launch-model"
     launch = ["--", "python", "-m", "sglang.launch_server", "--model-path", str(model), "--pp-size", "2"]
@@ -99,7 +102,10 @@ def test_a_launch_command_one_node_cannot_read_is_named(tmp_path):
     )
     assert res.codes == [2, 2], [r.stderr[-800:] for r in res.ranks]
     (error,) = res.report()["errors"]
-    assert error.startswith("rank 1: checker check: error: SGLang 0.3.0: the checker has no table"), error
+    if metadata == "not utf-8":
+        assert error.startswith("rank 1: checker check: internal error: UnicodeDecodeError:"), error
+    else:
+        assert error.startswith("rank 1: checker check: error: SGLang 0.3.0: the checker has no table"), error
 
 
 # -- torchrun jobs where one rank differs --------------------------------------------------------------

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Sequence
 
 from checker import __version__
-from checker.cli.refusal import refuse, refuse_unexpected
+from checker.cli.refusal import protocol_runs, refuse, refuse_unexpected
 from checker.core.errors import CheckerInputError
 from checker.launch.merge import apply_launch_command, given_dests, split_launch_command
 from checker.status import EXIT_INTERRUPTED
@@ -193,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         return refuse(command, str(exc), words)
     args.launch = None
+    runs_before = protocol_runs()
     try:
         if launch is not None:
             sub = _subparser(parser, args.command)
@@ -208,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # this rank's environment is broken (or a bug): under torchrun, still report
-        code = refuse_unexpected(args.command, exc, words)
+        code = refuse_unexpected(args.command, exc, words, runs_before=runs_before)
         if code is None:
             raise
         return code

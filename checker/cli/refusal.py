@@ -49,15 +49,22 @@ def refuse(command: str, message: str, argv: Sequence[str]) -> int:
     return _alone(command, message, argv)
 
 
-def refuse_unexpected(command: str, exc: Exception, argv: Sequence[str]) -> int | None:
+def protocol_runs() -> int:
+    """How many runs of the protocol this process has begun (without importing it)."""
+    exchange = sys.modules.get("checker.distributed.exchange")
+    return int(getattr(exchange, "runs_begun", 0))
+
+
+def refuse_unexpected(command: str, exc: Exception, argv: Sequence[str], *, runs_before: int) -> int | None:
     """An exception no check caught, before this rank joined the run protocol (a metadata file it
     cannot decode, a launch command it cannot read, a bug): under torchrun the rank still joins as a
     failing rank, so the report names it rather than an infrastructure failure naming nobody. The
-    traceback goes to this rank's stderr. None where that does not apply (the caller re-raises)."""
+    traceback goes to this rank's stderr. None where that does not apply (the caller re-raises): no
+    torchrun, another command, or the protocol had already begun (``runs_before`` :func:`protocol_runs`
+    when the command started): a rank never runs it twice."""
     from checker.distributed.launch_env import RankEnv
 
-    exchange = sys.modules.get("checker.distributed.exchange")
-    began = exchange is not None and getattr(exchange, "runs_begun", 0) > 0
+    began = protocol_runs() > runs_before
     if command not in EXCHANGE_COMMANDS or RankEnv.from_environ().world_size <= 1 or began:
         return None
     import traceback
