@@ -74,10 +74,8 @@ def _env(rank: int, world: World) -> RankEnv:
         master_addr=None,
         master_port=None,
         use_agent_store=False,
-        run_id=None,
         restart_count=0,
         max_restarts=0,
-        under_torchrun=False,
     )
 
 

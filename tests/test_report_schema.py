@@ -35,7 +35,7 @@ Draft202012Validator = pytest.importorskip("jsonschema").Draft202012Validator
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.schema.json").read_text())
 VALIDATOR = Draft202012Validator(SCHEMA)
-# What check.py's publish passes as `extra` (checker/commands/check.py Preflight._extra).
+# What check's publish passes as `extra` (checker/commands/check_job.py CheckJob.publish).
 CHECK_EXTRA = {
     "checker_version": __version__,
     "torch_version": "x",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 
 from checker.core.errors import SHOWN_CHARS, shorten
 from checker.core.models import DEFAULT_MODEL, PRESETS
@@ -99,16 +98,11 @@ def gib_list(text: str) -> tuple[float, ...]:
 
 def init_method(text: str) -> str:
     """--init-method: file:///path (a fresh file in an existing directory) or env://."""
-    if text.startswith("file://"):
-        path = text.removeprefix("file://")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise argparse.ArgumentTypeError(f"{text}: directory {parent!r} does not exist")
-        if os.path.isdir(path):
-            raise argparse.ArgumentTypeError(f"{text} is a directory; name a fresh file path")
-        return text
-    if text != "env://":
-        raise argparse.ArgumentTypeError(f"{text!r} is not supported; use file:///path or env://")
+    from checker.distributed.rendezvous import init_method_problem
+
+    problem = init_method_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

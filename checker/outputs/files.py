@@ -22,10 +22,11 @@ import os
 import select
 import stat
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from checker.bounded import call_bounded
 from checker.core.errors import FlagError, printable
 
 WRITE_S = 5.0
@@ -96,7 +97,16 @@ def _short(path: str, limit: int = 200) -> str:
 
 
 def _umask() -> int:
-    # Read without changing it for good (there is no getter); only this thread looks in between.
+    # Read, never set where it can be helped: os.umask has no getter, and setting it for a moment changes
+    # it for every thread (a file another thread creates then gets the wrong mode). Linux (4.7+) says it
+    # in /proc; elsewhere the set-and-restore is the only way.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -165,23 +175,18 @@ def _write(path: str, data: bytes, *, append: bool, deadline: float) -> None:
     _write_in_place(target, data, append=append, deadline=deadline)
 
 
-def _bounded_io(fn, what: str, seconds: float) -> str | None:
-    """Run a write in a daemon thread; a problem line, or None when it succeeded in time."""
-    box: list[str | None] = [f"{what}: not written within {seconds:g} s (a hung filesystem or a FIFO?)"]
-
-    def target() -> None:
-        try:
-            fn()
-            box[0] = None
-        except OSError as exc:
-            box[0] = f"{what}: {exc.strerror or exc}"
-        except Exception as exc:  # never let a write take the verdict down
-            box[0] = f"{what}: {type(exc).__name__}: {exc}"
-
-    t = threading.Thread(target=target, daemon=True, name="checker-write")
-    t.start()
-    t.join(seconds)
-    return box[0]
+def _bounded_io(fn: Callable[[], None], what: str, seconds: float) -> str | None:
+    """Run a write with the package's time bound; a problem line, or None when it succeeded in time.
+    A write never takes the verdict down: any exception becomes the line."""
+    result = call_bounded(fn, seconds, name="checker-write")
+    if not result.done:
+        return f"{what}: not written within {seconds:g} s (a hung filesystem or a FIFO?)"
+    exc = result.error
+    if exc is None:
+        return None
+    if isinstance(exc, OSError):
+        return f"{what}: {exc.strerror or exc}"
+    return f"{what}: {type(exc).__name__}: {exc}"
 
 
 def _deadline(seconds: float) -> float:

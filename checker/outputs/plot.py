@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checker.core.errors import FlagError
-from checker.core.sizing import CHECKED_VALUES
-from checker.core.sweep import budget_runs
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs
+from checker.core.sweep import BudgetGrid, budget_runs
 from checker.outputs.files import write_file
 
 FIG_WIDTH_IN = 8.0
@@ -76,6 +76,16 @@ def _matplotlib():
             "--plot needs matplotlib, an optional extra: pip install 'pp-capacity-checker[plot]'"
         ) from None
     return Figure, FigureCanvasAgg
+
+
+def plot_title(inputs: CapacityInputs, grid: BudgetGrid) -> str:
+    """The figure's title: the model, the layout and what the sweep assumed."""
+    strategy = "no radix cache" if inputs.disable_radix_cache else inputs.resolved_strategy
+    return (
+        f"{inputs.geometry.name}, pp {inputs.pp_size} x tp {inputs.tp_size}, r = "
+        f"{inputs.mamba_full_memory_ratio:g}, {strategy} ({inputs.slots_per_request()} slots/request), "
+        f"budgets {grid.spec} ({len(grid):,})"
+    )
 
 
 def plot_sweep(
