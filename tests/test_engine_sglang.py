@@ -193,7 +193,7 @@ def _row(rank: int, status: int, error: str = "", sglang: str | None = "0.5.23")
         pp_max_micro_batch_size=2,
         host="h",
         error=error,
-        inputs={"sglang_version": sglang},
+        inputs={"sglang_installed": sglang},
     )
 
 
@@ -215,11 +215,11 @@ def test_drift_rows_make_a_model_drift_verdict_with_exit_4() -> None:
     assert v.status == "error"
 
 
-def test_sglang_version_is_an_input_digest() -> None:
+def test_sglang_installed_is_an_input_digest() -> None:
     """Ranks running different SGLang versions (or one without it) must be named as the root cause."""
     v = decide([_decoded(_row(0, STATUS_OK)), _decoded(_row(1, STATUS_OK, sglang=None))], world_size=2)
-    assert v.differing_inputs == ["sglang_version"]
-    assert v.root_causes[0].startswith("sglang_version") and "0.5.23" in v.root_causes[0]
+    assert v.differing_inputs == ["sglang_installed"]
+    assert v.root_causes[0].startswith("sglang_installed") and "0.5.23" in v.root_causes[0]
 
 
 # ---- everywhere: builtin fixes the engine comparison found (SGLang 0.5.23 behaviour) -----------------
@@ -504,7 +504,7 @@ def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: 
         cli, [*_fixture(family), "--pp-size", "4", "--tp-size", "2", "--budget-gib", "16", *FLAG_SETS[flags]]
     )
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
-    assert doc["engine"] == "both" and doc["inputs"]["sglang_version"] == sglang_engine.version
+    assert doc["engine"] == "both" and doc["inputs"]["sglang_installed"] == sglang_engine.version
 
 
 @pytest.mark.sglang
@@ -717,7 +717,7 @@ sizing.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) *
 @pytest.mark.sglang
 def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
     """The preflight on 2 gloo ranks: each rank derives with both engines locally. Agreement is
-    consistent (exit 0, sglang_version in the inputs); flags both engines refuse (an explicit no_buffer
+    consistent (exit 0, sglang_installed in the inputs); flags both engines refuse (an explicit no_buffer
     without --disable-overlap-schedule, SGLang 0.5.23's startup assert) are an input error, exit 2 on
     every rank, not drift; a drift on any one rank (rank 1's builtin broken by 1%) is model_drift,
     exit 4 on every rank."""

@@ -60,11 +60,11 @@ def assert_half_upgraded(rep: dict, release_of_host: dict[str, str]) -> None:
     by_node: dict[int, list[dict]] = defaultdict(list)
     for row in rep["ranks"]:
         release = release_of_host[row["host"]]
-        assert row["inputs"]["sglang_version"] == release, row  # read from this rank's own path
+        assert row["inputs"]["sglang_installed"] == release, row  # read from this rank's own path
         assert values(row) == EXPECTED[release], row
         by_node[row["node_rank"]].append(row)
     assert len(by_node) == 2, by_node
-    assert rep["differing_inputs"][0] == "sglang_version", rep["differing_inputs"]
+    assert rep["differing_inputs"][0] == "sglang_installed", rep["differing_inputs"]
     # The release each rank derived as follows from what is installed: one cause, not two.
     (cause,) = rep["root_causes"]
     parts = []
@@ -75,14 +75,14 @@ def assert_half_upgraded(rep: dict, release_of_host: dict[str, str]) -> None:
         parts.append(
             f"node {node} ({host}, ranks {ranks[0]}-{ranks[-1]}) runs SGLang {release_of_host[host]}"
         )
-    assert cause.startswith("sglang_version: " + "; ".join(parts) + " -- what changed: "), cause
+    assert cause.startswith("sglang_installed: " + "; ".join(parts) + " -- what changed: "), cause
     assert WHAT_CHANGED in cause and PADDING_SLOT in cause, cause
 
 
 def assert_one_release(rep: dict, release: str) -> None:
     """Every rank on ``release``: consistent, that release's values, nothing to root-cause."""
     assert (rep["status"], rep["exit_code"]) == ("consistent", 0), rep["root_causes"]
-    assert {r["inputs"]["sglang_version"] for r in rep["ranks"]} == {release}
+    assert {r["inputs"]["sglang_installed"] for r in rep["ranks"]} == {release}
     assert {values(r) for r in rep["ranks"]} == {EXPECTED[release]}
     assert rep["differing_inputs"] == [] and rep["root_causes"] == [] and rep["divergent"] == []
 
@@ -116,7 +116,7 @@ def test_half_upgraded_world_is_root_caused(tmp_path, run_checker):
         assert out.returncode == 0, out.stderr
         alone = json.loads(out.stdout)["ranks"]
         for row in rep["ranks"]:
-            if row["inputs"]["sglang_version"] == release:
+            if row["inputs"]["sglang_installed"] == release:
                 assert values(row) == values(alone[row["pp_rank"]]), (release, row["rank"])
 
 

@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             "command": "derive",
             **status_doc(status, code),
             "layout": json_layout(inputs),
-            "inputs": json_inputs(inputs, config.sizing, config.engine, **_budget(args, inputs)),
+            "inputs": json_inputs(inputs, config.sizing, config.release, **_budget(args, inputs)),
             "geometry": inputs.geometry.describe(),
             "ranks": [
                 stage_dict(s, inputs.tp_size, results[i] if results else None) for i, s in enumerate(stages)
@@ -197,7 +197,7 @@ def _budget(args: argparse.Namespace, inputs: CapacityInputs) -> dict[str, objec
 
 
 def _engine_doc(engines, drifts) -> dict[str, object]:
-    """Who derived (the installed SGLang's version is ``inputs.sglang_version``) and what drifted."""
+    """Who derived (the installed SGLang's version is ``inputs.sglang_installed``) and what drifted."""
     return {"engine": engines.mode, "drift": [vars(d) for d in drifts]}
 
 
@@ -205,7 +205,7 @@ def _engine_lines(engines, drifts) -> list[str]:
     if engines.mode == "builtin":
         return []
     if engines.mode == "sglang":
-        return [f"engine: SGLang {engines.sglang_version}'s own sizing code (on CPU, no server)"]
+        return [f"engine: {engines.who()} (on CPU, no server)"]
     if not drifts:
         return [
             f"engines agree: the builtin model and SGLang {engines.sglang_version} derive the same "
@@ -221,7 +221,7 @@ def _report_drift_only(args: argparse.Namespace, inputs: CapacityInputs, engines
             "command": "derive",
             **status_doc(MODEL_DRIFT, EXIT_CODES[MODEL_DRIFT]),
             "layout": json_layout(inputs),
-            "inputs": json_inputs(inputs, config.sizing, config.engine, **_budget(args, inputs)),
+            "inputs": json_inputs(inputs, config.sizing, config.release, **_budget(args, inputs)),
             "geometry": inputs.geometry.describe(),
             "ranks": None,
             "divergent": [],
@@ -276,7 +276,13 @@ def run_upgrade(args: argparse.Namespace, releases: list[str]) -> int:
             explanations += explain(a, b, UpgradeFacts.of(inputs_by_release[b]))
     if args.format == "json":
         first = inputs_by_release[releases[0]]
-        described = json_inputs(first, base.sizing, base.engine, **_budget(args, first), resolved=False)
+        described = json_inputs(
+            first,
+            base.sizing,
+            replace(base, engine=replace(base.engine, sglang_version=releases[0])).release,
+            **_budget(args, first),
+            resolved=False,
+        )
         described["derived_as"] = None  # one per release: by_release.<release>.derived_as
         doc = {
             "command": "derive",

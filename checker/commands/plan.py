@@ -108,6 +108,11 @@ def _config(args: argparse.Namespace) -> DeriveConfig:
     return DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB)
 
 
+def _engine(args: argparse.Namespace) -> str:
+    """Who derives: --engine, or sglang for an installed release the checker does not model."""
+    return _config(args).release.engine
+
+
 def header(inputs: CapacityInputs) -> str:
     g = inputs.geometry
     strategy = inputs.strategy_label
@@ -145,7 +150,7 @@ def run_target(args: argparse.Namespace) -> int:
     if args.partition_slack is not None:
         raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
     # SGLang ships max-share only: with its engine the default is that one policy, not all three.
-    policies = (args.policy,) if args.policy else POLICIES if args.engine == "builtin" else (None,)
+    policies = (args.policy,) if args.policy else POLICIES if _engine(args) == "builtin" else (None,)
     target = args.target_max_running_requests
     results = [min_budget(_config(args).inputs(os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(args, results)
@@ -153,7 +158,7 @@ def run_target(args: argparse.Namespace) -> int:
     fractions = {r.policy: _fraction_for(args, inputs, r.budget_gib) for r in results}
     if args.format == "json":
         config = _config(args)
-        described = json_inputs(inputs, config.sizing, config.engine, budget_source=None)
+        described = json_inputs(inputs, config.sizing, config.release, budget_source=None)
         del described["resolved_policy"]  # one per policy: the keys of `policies`
         doc = {
             "command": "plan",
@@ -281,7 +286,7 @@ def _engine_min_budgets(
     args: argparse.Namespace, results: list[MinBudget]
 ) -> tuple[list[MinBudget], list[Drift], str | None]:
     """--engine sglang: SGLang's own boundary replaces the builtin's; both: the differences."""
-    if args.engine == "builtin":
+    if _engine(args) == "builtin":
         return results, [], None
     from checker.engines.planning import engine_min_budget, min_budget_drift
 
@@ -292,7 +297,7 @@ def _engine_min_budgets(
         inputs = _config(args).inputs(os.environ, policy=r.policy)
         engines = _config(args).engines(inputs, os.environ)
         version = engines.sglang_version
-        if args.engine == "sglang":
+        if _engine(args) == "sglang":
             out.append(engine_min_budget(engines.primary, inputs.pp_size, r))
             continue
         out.append(r)
@@ -306,12 +311,12 @@ def _engine_min_budgets(
 
 
 def _engine_doc(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> dict[str, object]:
-    """Who derived (the installed SGLang's version is ``inputs.sglang_version``) and what drifted."""
-    return {"engine": args.engine, "drift": [vars(d) for d in drifts]}
+    """Who derived (the installed SGLang's version is ``inputs.sglang_installed``) and what drifted."""
+    return {"engine": _engine(args), "drift": [vars(d) for d in drifts]}
 
 
 def _print_engine(args: argparse.Namespace, version: str | None, drifts: list[Drift]) -> int:
-    mode = args.engine
+    mode = _engine(args)
     if mode == "sglang":
         print(f"\nengine: SGLang {version}'s own sizing code derived every value above")
     elif mode == "both" and not drifts:
@@ -393,7 +398,7 @@ def run_partition(args: argparse.Namespace) -> int:
         described = json_inputs(
             base,
             config.sizing,
-            config.engine,
+            config.release,
             budget_gib=float(base.budget_gib),
             budget_source="--budget-gib" if args.budget_gib is not None else "default",
         )
@@ -524,7 +529,13 @@ def run_upgrade_target(args: argparse.Namespace, releases: list[str]) -> int:
     differ = len(set(budgets.values())) > 1
     if args.format == "json":
         first = inputs_by[releases[0]]
-        described = json_inputs(first, base.sizing, base.engine, budget_source=None, resolved=False)
+        described = json_inputs(
+            first,
+            base.sizing,
+            replace(base, engine=replace(base.engine, sglang_version=releases[0])).release,
+            budget_source=None,
+            resolved=False,
+        )
         doc = {
             "command": "plan",
             **status_doc(DIVERGENT if differ else CONSISTENT, 0),

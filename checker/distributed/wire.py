@@ -22,7 +22,9 @@ from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 4  # 3: the row defined once in checker.preflight.row; 4: the launch command input
+# 3: the row defined once in checker.preflight.row; 4: the launch command input; 5: the installed release
+# is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``.
+SCHEMA_VERSION = 5
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

@@ -37,6 +37,9 @@ class ModelSource:
     """``--model-config PATH``: an HF config.json or a JSON model spec."""
     mamba_ssm_dtype: str | None = None
     """``--mamba-ssm-dtype`` exactly as typed (SGLang applies it by writing SGLANG_MAMBA_SSM_DTYPE)."""
+    mamba_full_memory_ratio: float | None = None
+    """``--mamba-full-memory-ratio`` as given; None: the release's own ``ServerArgs`` default decides (the
+    builtin takes its table's default, so under ``both`` a changed default shows as drift)."""
 
 
 class PreparedEngine(Protocol):
