@@ -223,9 +223,7 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
     v = Verdict(status=CONSISTENT, world_size=world_size, rows=list(rows))
     v.differing_inputs = differing_inputs(rows)
     # Installed releases that differ are the cause; the release each rank derived as follows from them.
-    causes = [
-        n for n in v.differing_inputs if not (n == "derived_as" and INSTALLED in v.differing_inputs)
-    ]
+    causes = [n for n in v.differing_inputs if not (n == "derived_as" and INSTALLED in v.differing_inputs)]
     v.root_causes = [explain_input(n, rows) for n in causes]
 
     failed = [r for r in rows if r.status not in (ROW_OK, ROW_DRIFT)]
