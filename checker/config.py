@@ -233,7 +233,7 @@ def model_source(model: ModelChoice, sizing: SizingFlags):
         model=model.model,
         model_config=model.model_config,
         mamba_ssm_dtype=sizing.mamba_ssm_dtype,
-        mamba_full_memory_ratio=sizing.mamba_full_memory_ratio,
+        release_default_ratio=sizing.mamba_full_memory_ratio is None,
     )
 
 
@@ -255,6 +255,11 @@ def capacity_inputs(
     if release is None:
         release = EngineChoice().choose(installed_sglang_version(), own_code=False)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
+    if release.modelled == release.derived_as:  # a release the checker models: its registry is known
+        from checker.core.model_support import check_architectures, model_architectures
+
+        archs = model_architectures(model=model.model, model_config=model.model_config)
+        check_architectures(release.derived_as, archs, model=model.label, env=env)
     geometry = resolve_dtypes(geometry, env=env, mamba_ssm_dtype=sizing.mamba_ssm_dtype)
     return CapacityInputs(
         geometry=geometry,

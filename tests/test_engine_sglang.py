@@ -28,7 +28,13 @@ from checker.core.geometry import resolve_dtypes
 from checker.core.models import load_geometry
 from checker.core.sizing import CapacityInputs, derive_stage, env_flag
 from checker.engines.drift import DRIFT_VALUES, Drift, Outcome, compare, drift_lines, drift_summary
-from checker.engines.sglang import SUPPORTED_VERSIONS, SglangUnavailable, check_version, installed_version
+from checker.engines.sglang import (
+    FIRST_SUPPORTED,
+    SUPPORTED_VERSIONS,
+    SglangUnavailable,
+    check_version,
+    installed_version,
+)
 from checker.preflight.row import RankRow
 from checker.preflight.verdict import decide
 from checker.status import EXIT_CODES
@@ -119,21 +125,24 @@ def test_engine_builtin_never_imports_sglang_or_torch() -> None:
     assert last == "RESULT 0 0 0 []", (last, proc.stderr[-400:])
 
 
-@pytest.mark.parametrize("version", ["0.5.15", "0.5.15.post1", "0.5.24", "0.6.0rc1"])
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.8.post1", "0.5.2", "0.4.10", "not-a-version"])
 def test_unsupported_version_names_the_supported_range(version: str) -> None:
-    """Another SGLang may size differently in ways the engine's adapters do not cover: a clear error
-    naming the supported range, unless the user opts into a best-effort attempt."""
+    """A release older than the first whose sizing methods the engine can call (0.5.9 computes the
+    request cap inline): a clear error naming the supported range, unless the user opts into a
+    best-effort attempt."""
     with pytest.raises(SglangUnavailable) as info:
         check_version(version, best_effort=False)
     msg = str(info.value)
-    assert version in msg and "0.5.16 to 0.5.23" in msg and "--sglang-best-effort" in msg
+    assert version in msg and f"{FIRST_SUPPORTED} and later" in msg and "--sglang-best-effort" in msg
     assert check_version(version, best_effort=True) == version
 
 
-@pytest.mark.parametrize("version", [f"0.5.{n}" for n in range(16, 24)])
-def test_every_release_from_0_5_16_to_0_5_23_is_supported(version: str) -> None:
-    assert version in SUPPORTED_VERSIONS
+@pytest.mark.parametrize("version", [*SUPPORTED_VERSIONS, "0.5.24", "0.6.0rc1", "0.5.23+cu130"])
+def test_every_release_from_the_first_supported_on_is_supported(version: str) -> None:
+    """Every modelled release from 0.5.10 and any later one (a release newer than the newest modelled
+    runs its own code through strict stand-ins) is accepted."""
     assert check_version(version, best_effort=False) == version
+    assert SUPPORTED_VERSIONS[0] == FIRST_SUPPORTED == "0.5.10" and SUPPORTED_VERSIONS[-1] == "0.5.23"
 
 
 # ---- everywhere: the drift comparison and its verdict ------------------------------------------------

@@ -155,7 +155,9 @@ def prepare_engines(
     is kept for the drift comparison."""
     if mode == "builtin":
         return EngineSet(mode, get_engine("builtin").prepare(inputs, source, env), release=release)
-    sglang = get_engine("sglang", best_effort=best_effort)  # raises SglangUnavailable
+    # A release the checker does not model runs its own code because of what it is, not a flag: say so.
+    reason = release.label if release is not None and release.own_code else None
+    sglang = get_engine("sglang", best_effort=best_effort, reason=reason)  # raises SglangUnavailable
     if mode == "sglang":
         return EngineSet(
             mode, sglang.prepare(inputs, source, env), sglang_version=sglang.version, release=release
