@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f'"""The releases whose {doc}."""')
     lines.append("# fmt: on")
     TARGET.write_text("\n".join(lines) + "\n")
-    print(f"wrote {TARGET.relative_to(REPO)}: {len(archs)} architectures over {len(MODELLED_RELEASES)} releases")
+    print(
+        f"wrote {TARGET.relative_to(REPO)}: {len(archs)} architectures over {len(MODELLED_RELEASES)} releases"
+    )
     return 0
 
 

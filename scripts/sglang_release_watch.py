@@ -121,7 +121,8 @@ def record(release: str, wheel: Path | None, workdir: Path) -> int:
         "release": release,
         "how": "scripts/sglang_release_watch.py --record (normalised sources, scripts/sglang_wheels.py)",
         "functions": {
-            name: {"path": s.path, "digest": s.digest, "source": s.source} for name, s in sorted(found.items())
+            name: {"path": s.path, "digest": s.digest, "source": s.source}
+            for name, s in sorted(found.items())
         },
     }
     path.write_text(json.dumps(doc, indent=1) + "\n")
@@ -131,7 +132,9 @@ def record(release: str, wheel: Path | None, workdir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wheel", type=Path, help="compare this wheel (or unpacked folder) instead of asking")
+    parser.add_argument(
+        "--wheel", type=Path, help="compare this wheel (or unpacked folder) instead of asking"
+    )
     parser.add_argument("--record", metavar="RELEASE", help="store RELEASE's sizing sources as the reference")
     parser.add_argument("--reference", default=NEWEST_MODELLED, help="the modelled release to compare with")
     args = parser.parse_args(argv)
@@ -151,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_UNREACHABLE
         newer = [v for v in published if wheels.release_key(v) > wheels.release_key(NEWEST_MODELLED)]
         if not newer:
-            print(f"no SGLang release newer than {NEWEST_MODELLED} is published ({published[-1]} is the newest)")
+            print(
+                f"no SGLang release newer than {NEWEST_MODELLED} is published ({published[-1]} is the newest)"
+            )
             return EXIT_NONE
         print(f"published, newer than the newest modelled {NEWEST_MODELLED}: {', '.join(newer)}")
         for release in newer:

@@ -93,7 +93,9 @@ def fetch_wheel(version: str, dest: Path, package: str = "sglang") -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     found = list(dest.glob(f"{package}-{version}-*.whl"))
     if not found:
-        _pip("download", "--no-deps", "--only-binary", ":all:", "-q", "-d", str(dest), f"{package}=={version}")
+        _pip(
+            "download", "--no-deps", "--only-binary", ":all:", "-q", "-d", str(dest), f"{package}=={version}"
+        )
         found = list(dest.glob(f"{package}-{version}-*.whl"))
     if not found:
         raise IndexUnreachable(f"pip download {package}=={version} left no wheel in {dest}")
@@ -264,7 +266,9 @@ def registry_fallbacks(wheel: Path) -> dict[str, bool]:
     """What the release's registry does for an architecture it has no class for (models/registry.py):
     ``transformers_fallback`` (``_normalize_archs`` appends TransformersForCausalLM), and
     ``external_package`` (SGLANG_EXTERNAL_MODEL_PACKAGE registers a package of the user's)."""
-    text = dict(python_sources(wheel, "sglang/srt/models/registry.py")).get("sglang/srt/models/registry.py", "")
+    text = dict(python_sources(wheel, "sglang/srt/models/registry.py")).get(
+        "sglang/srt/models/registry.py", ""
+    )
     return {
         "transformers_fallback": "TransformersForCausalLM" in text,
         "external_package": "SGLANG_EXTERNAL_MODEL_PACKAGE" in text,

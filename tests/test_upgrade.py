@@ -7,8 +7,11 @@ changed between them. Here the ranks meet through a FileStore (tests/harness.py)
 by GROUP_RANK and CHECKER_HOSTNAME; tests/test_two_node.py runs the same upgrade on two real nodes.
 
 The expected values are worked by hand from the released code (docs/sglang-releases.md says where each
-rule lives in the wheel), for kimi-k3 (the checker's preset of the upstream unit test's shape), 8 GiB,
---mamba-full-memory-ratio 0.5, no_buffer with --disable-overlap-schedule, pp 4:
+rule lives in the wheel), for the upstream unit test's Kimi-K3 shape as a JSON model spec
+(tests/fixtures/kimi_k3_shape_spec.json: the kimi-k3 preset's layers and shapes; as a spec it names no
+architecture, so both releases load it: the preset itself is KimiK3ForConditionalGeneration, which
+0.5.16 cannot load, see the last test), 8 GiB, --mamba-full-memory-ratio 0.5, no_buffer with
+--disable-overlap-schedule, pp 4:
 
 * 93 layers, full attention where (i + 1) % 4 == 0 and at 91 and 92: 69 linear layers. A layer's state
   is conv (4096, 3) bf16 = 24,576 B plus temporal (64, 128, 128) fp32 = 4,194,304 B = 4,218,880 B, so
@@ -31,12 +34,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import netns
 import pytest
 from harness import run_world
 
-KIMI = ["--model", "kimi-k3", "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
+SPEC = str(Path(__file__).resolve().parent / "fixtures" / "kimi_k3_shape_spec.json")
+KIMI = ["--model-config", SPEC, "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
 FLAGS = [*KIMI, "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
 FAST = ["--timeout-s", "60"]  # generous: ranks start slowly when the suite loads both cores
 VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
@@ -223,3 +228,28 @@ def test_derive_same_release_twice_is_refused(run_checker):
     assert res.returncode == 2 and res.stdout == ""
     (line,) = res.stderr.strip().splitlines()
     assert f"--sglang-version {OLD},{OLD} names a release twice" in line
+
+
+def test_a_node_whose_release_cannot_load_the_model_is_the_root_cause(tmp_path):
+    """The kimi-k3 preset is KimiK3ForConditionalGeneration, first registered by SGLang 0.5.17's
+    models/kimi_k3.py: node 0 on 0.5.16 cannot load it, so its ranks carry that error (not a pool size),
+    the verdict is error (exit 2), and the root cause names the installed release per node."""
+    sites = [netns.release_site(tmp_path / f"node{n}", v) for n, v in enumerate([OLD, NEW])]
+    rank_env = {
+        rank: {
+            "PYTHONPATH": netns.python_path(sites[rank // 2]),
+            "GROUP_RANK": str(rank // 2),
+            "CHECKER_HOSTNAME": f"node{rank // 2}",
+        }
+        for rank in range(4)
+    }
+    argv = ["check", "--model", "kimi-k3", "--budget-gib", "8", *FAST]
+    res = run_world(argv, world_size=4, tmp_path=tmp_path, rank_env=rank_env)
+    assert res.codes == [2] * 4, [r.stderr[-600:] for r in res.ranks]
+    rep = res.report()
+    assert rep["status"] == "error"
+    (error,) = rep["errors"]
+    assert error.startswith("ranks 0-1: ") and f"SGLang {OLD} cannot load kimi-k3" in error
+    assert "KimiK3ForConditionalGeneration" in error and "arrived in SGLang 0.5.17" in error
+    assert rep["root_causes"][0].startswith(f"sglang_installed: node 0 (node0, ranks 0-1) runs SGLang {OLD}")
+    assert [r["status"] for r in rep["ranks"]] == ["error", "error", "ok", "ok"]

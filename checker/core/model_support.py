@@ -11,7 +11,7 @@ through SGLang's attention; it has no SGLang linear-attention layers, so it neve
 mamba state pool this checker is about: a hybrid model there is not the deployment being checked, and
 a node on such a release cannot serve it as one. So a release that does not register any of the
 model's architectures is an error naming the release where the architecture arrived. Two ways the
-checker cannot see through: an external model package (SGLANG_EXTERNAL_MODEL_PACKAGE, 0.5.13+)
+checker cannot see through: an external model package (SGLANG_EXTERNAL_MODEL_PACKAGE, 0.5.6+)
 registers classes of the user's, so the check is skipped when it is set; and a JSON model spec names no
 architecture, so it is not checked.
 """

@@ -85,9 +85,9 @@ the checker does not hold is a StandInRead):
   ``pp_size``/``attn_dp_size`` from 0.5.21; ``server_args`` (0.5.16-0.5.17); ``hybrid_kda_config``
   (0.5.21+); ``extra_mamba_cache_bytes_per_req`` (0.5.22+).
 * where K is written: the schedule bag via ``get_context().override`` (0.5.17+),
-  ``server_args.override`` (0.5.16) or a plain ``server_args`` attribute (0.5.10-0.5.15). 0.5.16 charges every stage the whole model (no ``pp_layer_scale``
-  local) and no padding slot; whether the padding slot is charged is read from the remainder SGLang
-  returns.
+  ``server_args.override`` (0.5.16) or a plain ``server_args`` attribute (0.5.10-0.5.15). Up to 0.5.16
+  every stage is charged the whole model (no ``pp_layer_scale`` local) and no padding slot; whether the
+  padding slot is charged is read from the remainder SGLang returns.
 * the scheduler's micro-batch rule reads ``self.pp_size`` (0.5.10-0.5.12), ``self.ps.pp_size``
   (0.5.13-0.5.20), ``get_parallel().pp_size`` after.
 
