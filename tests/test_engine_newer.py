@@ -130,12 +130,14 @@ def test_mixed_nodes_are_compared_as_usual(sglang_engine, tmp_path: Path) -> Non
         rank_env={0: {"PYTHONPATH": _env(site)["PYTHONPATH"]}},
         kill_after_s=TIMEOUT_S,
     )
-    assert res.codes == [0, 0], [r.stderr[-600:] for r in res.ranks]
     rep = res.report()
+    assert res.codes == [0, 0], (rep.get("errors"), [r.stdout[-600:] for r in res.ranks])
     assert rep["status"] == "consistent"
     assert [r["inputs"]["sglang_installed"] for r in rep["ranks"]] == [NEWER, sglang_engine.version]
     assert rep["differing_inputs"][:2] == ["sglang_installed", "derived_as"], rep["differing_inputs"]
-    assert f"runs SGLang {NEWER}" in rep["root_causes"][0]
+    cause = rep["root_causes"][0]
+    assert cause.startswith("sglang_installed: ") and f"run SGLang {NEWER}" in cause, cause
+    assert f"run SGLang {sglang_engine.version}" in cause
     assert f"SGLang {NEWER}, newer than modelled: derived by its own code" in res.ranks[0].stdout
 
 

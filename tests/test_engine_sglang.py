@@ -460,7 +460,7 @@ def test_worked_example_kimi_k3_per_release(sglang_engine) -> None:
         (s.max_mamba_cache_size, s.max_running_requests, s.pp_max_micro_batch_size)
         for s in (prepared.derive(k) for k in range(8))
     }
-    expected = (9, 3, 1) if sglang_engine.version == "0.5.16" else (74, 24, 3)
+    expected = (9, 3, 1) if sglang_engine.policy == "whole-model" else (74, 24, 3)  # up to 0.5.16
     assert got == {expected}
     drifts, _ = _compare_release(sglang_engine, ModelSource(model="kimi-k3"), {}, tp_size=1, **flags)
     assert drifts == [], [str(d) for d in drifts]
@@ -512,6 +512,9 @@ def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: 
     rc, doc = _both(
         cli, [*_fixture(family), "--pp-size", "4", "--tp-size", "2", "--budget-gib", "16", *FLAG_SETS[flags]]
     )
+    if rc == 2:  # both refuse (e.g. a family the release gives no extra buffer): an input error, no drift
+        assert "drift" not in doc and "SGLang" in doc["error"], doc
+        return
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
     assert doc["engine"] == "both" and doc["inputs"]["sglang_installed"] == sglang_engine.version
 
@@ -522,9 +525,14 @@ def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: 
 def test_engines_agree_across_pp_sizes(sglang_engine, cli, pp: int, model: list[str]) -> None:
     """The default split (the LAST L % P stages get the extra layer) and max-share over it, as SGLang's
     get_pp_indices and _handle_max_mamba_cache compute them; the preset runs through SGLang's pool
-    sizing with the checker's geometry."""
+    sizing with the checker's geometry (before 0.5.17, which cannot load kimi-k3, its layers and
+    shapes as a JSON model spec)."""
+    from checker.core.model_support import registers
+
     if model[1] == "QWEN35":
         model = _fixture("qwen3_5_397b_a17b")
+    elif not registers(sglang_engine.version, "KimiK3ForConditionalGeneration"):
+        model = _fixture("kimi_k3_shape_spec")
     rc, doc = _both(cli, [*model, "--pp-size", str(pp), "--budget-gib", "12.34"])
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
 

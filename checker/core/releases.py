@@ -182,6 +182,14 @@ class ReleaseRules:
     ... disable_radix_cache = True``); KimiLinear 0.5.4.post2-0.5.13.post1 (server_args.py
     ``_handle_model_specific_adjustments`` "Disabling Radix Cache for {model_arch}"; from 0.5.9 via
     ``support_mamba_cache=False``)."""
+    no_extra_buffer_families: tuple[str, ...] = ()
+    """model_type values whose architecture the release does not give the extra_buffer strategy (so
+    ``auto`` stays no_buffer for them and an explicit extra_buffer is refused at startup), read per
+    release from server_args.py: the ``_handle_mamba_radix_cache(..., support_mamba_cache_extra_buffer=
+    False)`` call sites (0.5.9-0.5.13.post1: NemotronH 0.5.9-0.5.11, FalconH1 and GraniteMoeHybrid
+    0.5.9-0.5.12.post1) and the architecture list of ``_support_mamba_cache_extra_buffer`` (0.5.14) /
+    arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS`` (0.5.15+): KimiLinear is missing from it in
+    0.5.14-0.5.15.post1. Found by running each release's own code (``--engine both``)."""
     pp_hybrid: bool = True
     """False up to 0.5.4.post1: no hybrid model supports pipeline parallelism (models/qwen3_next.py and
     falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``; nemotron_h.py builds every layer on
@@ -217,6 +225,7 @@ _MR = "sglang/srt/model_executor/model_runner.py "
 _MIXIN = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py "
 _CONFIGURATOR = "sglang/srt/mem_cache/kv_cache_configurator.py KVCacheConfigurator._handle_max_mamba_cache"
 _KIMI = ("kimi_linear",)
+_NO_XBUF_0_5_9 = ("nemotron_h", "falcon_h1", "granitemoehybrid")
 
 _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
     (
@@ -322,13 +331,14 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             radix_rule="scheduler-spec",
             has_lazy=False,
             radix_off_families=_KIMI,
+            no_extra_buffer_families=_NO_XBUF_0_5_9,
             **_OLD,
         ),
     ),
     (
-        ("0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1"),
+        ("0.5.10", "0.5.10.post1", "0.5.11"),
         ReleaseRules(
-            group="0.5.10-0.5.12.post1",
+            group="0.5.10-0.5.11",
             sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
             pool_rule="branches",
             spec_reserve="up-front",
@@ -336,6 +346,22 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             radix_rule="scheduler",
             has_lazy=False,
             radix_off_families=_KIMI,
+            no_extra_buffer_families=_NO_XBUF_0_5_9,
+            **_OLD,
+        ),
+    ),
+    (
+        ("0.5.12", "0.5.12.post1"),
+        ReleaseRules(
+            group="0.5.12-0.5.12.post1",
+            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            pool_rule="branches",
+            spec_reserve="up-front",
+            request_cap="estimate",
+            radix_rule="scheduler",
+            has_lazy=False,
+            radix_off_families=_KIMI,
+            no_extra_buffer_families=("falcon_h1", "granitemoehybrid"),
             **_OLD,
         ),
     ),
@@ -355,6 +381,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
         ReleaseRules(
             group="0.5.14-0.5.15.post1",
             sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            no_extra_buffer_families=_KIMI,
             **_OLD,
         ),
     ),
@@ -800,6 +827,8 @@ _EXPLAIN: dict[str, str] = {
     "dp_split_families": "{old} and {new} split the pool over dp for different model families ({a} vs {b})",
     "radix_off_families": "{old} and {new} force the radix cache off for different model families "
     "({a} vs {b})",
+    "no_extra_buffer_families": "{old} and {new} give the extra_buffer strategy to different model families "
+    "(not to {a} vs not to {b})",
     "default_full_memory_ratio": "{old} and {new} default --mamba-full-memory-ratio differently ({a} vs {b})",
     "budget_rule": "{old} and {new} compute the memory handed to sizing differently ({a} vs {b}); the same "
     "device gives different budgets",
