@@ -15,7 +15,8 @@
 #                    5.6.0, 0.5.13-0.5.14 5.8.1, 0.5.15-0.5.21 5.12.1, 0.5.22+ 5.19.0; a later transformers
 #                    clashes with their config registry: "'qwen3_asr' is already used by a Transformers
 #                    config").
-# A release is used by putting its folder (after the stubs) first on PYTHONPATH:
+# A release is used by putting its folder (after the stubs) first on PYTHONPATH (0.5.10-0.5.12.post1 also
+# scripts/sglang_stubs/kernel first; SGLANG_ENV_ONLY=1 prints each release's line):
 #   PYTHONPATH=scripts/sglang_stubs:$SGLANG_CPU_HOME/releases/X  $SGLANG_CPU_HOME/venv/bin/python -m checker ...
 # Downloads go through pip's own cache (PIP_CACHE_DIR, default ~/.cache/pip), so a rebuild after the
 # folders are deleted does not download again; an existing, complete release folder is reused as is.
@@ -110,9 +111,18 @@ done
 t1=$(date +%s)
 echo "== environments ready in $((t1 - t0)) s ($(du -sm "$HOME_DIR" | cut -f1) MB under $HOME_DIR)"
 
+# The import path of a release: the stubs, then its folder; 0.5.10-0.5.12.post1 import sgl_kernel on the
+# way to ModelRunner, so they also get its import-only stub (scripts/sglang_stubs/kernel).
+release_path() {
+  case "$1" in
+    0.5.1[012] | 0.5.1[012].*) echo "$STUBS/kernel:$STUBS:$HOME_DIR/releases/$1" ;;
+    *) echo "$STUBS:$HOME_DIR/releases/$1" ;;
+  esac
+}
+
 status=0
 for v in "${RELEASES[@]}"; do
-  pp="$STUBS:$HOME_DIR/releases/$v"
+  pp="$(release_path "$v")"
   if [[ -n "${SGLANG_ENV_ONLY:-}" ]]; then
     if PYTHONPATH="$pp" "$VENV/bin/python" - "$v" <<'EOF'
 import sys, time
@@ -132,11 +142,12 @@ EOF
   fi
   # CHECKER_REQUIRE_SGLANG: the sglang tests fail (not skip) unless exactly this release imports.
   (cd "$REPO"
-   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser)  (SGLang $v)"
+   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser, a newer release)  (SGLang $v)"
    t2=$(date +%s)
    rc=0
    CHECKER_REQUIRE_SGLANG="$v" PYTHONPATH="$pp" "$VENV/bin/python" -m pytest tests/test_engine_sglang.py \
-     tests/test_engine_fixes.py tests/test_launch_command.py -m sglang -p no:cacheprovider -n 0 "$@" || rc=$?
+     tests/test_engine_fixes.py tests/test_launch_command.py tests/test_engine_newer.py -m sglang \
+     -p no:cacheprovider -n 0 "$@" || rc=$?
    echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s"
    exit $rc) || status=1
 done

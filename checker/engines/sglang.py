@@ -292,9 +292,9 @@ def _optional_module(name: str) -> types.ModuleType | None:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
+        if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
+            raise  # something it imports is missing: a broken install, not an older release
+        return None  # the module, or its package (sglang.srt.arg_groups before 0.5.13), is not there
 
 
 def _import_api() -> types.SimpleNamespace:
