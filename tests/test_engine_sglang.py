@@ -324,6 +324,20 @@ RELEASE_CASES: dict[str, dict[str, Any]] = {
 # does not run: see the engine's docstring), 0.5.21+ accept it; the pool sizing is the same either way.
 # Cases where SGLang itself must derive values (a refusal there would make the comparison vacuous).
 MUST_DERIVE = ("auto-fit", "no_buffer", "explicit-K", "no-radix-mrr", "spec", "dp2")
+# 0.5.10-0.5.13.post1 refuse spec decoding with no_buffer and the radix cache on in ServerArgs, keyed on
+# the speculative ALGORITHM, which the engine does not resolve (it would need a draft model; see the
+# engine's docstring): the builtin refuses, the engine sizes. A known gap of the engine, like the
+# PP + spec refusal of 0.5.10-0.5.20, not a model error.
+SPEC_STARTUP_REFUSAL = "is not compatible with radix cache when using --mamba-scheduler-strategy no_buffer"
+
+
+def _skip_engine_gap(engine: Any, texts: list[str]) -> None:
+    from checker.core.releases import release_model
+
+    if release_model(engine.version).rules.radix_rule == "scheduler" and any(
+        SPEC_STARTUP_REFUSAL in t for t in texts
+    ):
+        pytest.skip(f"SGLang {engine.version}'s spec + no_buffer startup refusal needs a real draft setup")
 
 
 def _compare_release(
@@ -402,6 +416,7 @@ def test_builtin_of_the_installed_release_matches_its_code(sglang_engine, family
     micro-batch, slice, stage_per_req, slots per request and padding-slot charge on every stage, or
     both refuse."""
     drifts, outs = _compare_release(sglang_engine, _family(family), {}, **RELEASE_CASES[case])
+    _skip_engine_gap(sglang_engine, [d.builtin for d in drifts])
     assert drifts == [], [str(d) for d in drifts]
     if case in MUST_DERIVE:
         assert all(o.stage is not None for o in outs), [str(o.error) for o in outs if o.error]
@@ -515,6 +530,7 @@ def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: 
     if rc == 2:  # both refuse (e.g. a family the release gives no extra buffer): an input error, no drift
         assert "drift" not in doc and "SGLang" in doc["error"], doc
         return
+    _skip_engine_gap(sglang_engine, [d["builtin"] for d in doc.get("drift", [])])
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
     assert doc["engine"] == "both" and doc["inputs"]["sglang_installed"] == sglang_engine.version
 
@@ -582,21 +598,22 @@ def test_engines_agree_on_env(sglang_engine, cli, family: str, env: dict[str, st
 
 @pytest.mark.sglang
 def test_auto_under_pp_resolves_as_the_builtin_says(sglang_engine) -> None:
-    """The builtin resolves ``auto`` before PP turns the overlap schedule off (extra_buffer, 4 slots).
-    SGLang's own resolution pipeline must agree; 3 slots here would mean reading auto as no_buffer
-    under PP is right."""
+    """The builtin resolves ``auto`` before PP turns the overlap schedule off (0.5.14+: extra_buffer, 4
+    slots; 0.5.10-0.5.13.post1 always no_buffer, 3). SGLang's own resolution pipeline must agree; 3
+    slots on 0.5.14+ would mean reading auto as no_buffer under PP is right."""
     from checker.engines import ModelSource
 
     g = resolve_dtypes(load_geometry(model="kimi-k3"), env={})
-    prepared = sglang_engine.prepare(
-        CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8), ModelSource(model="kimi-k3"), {}
-    )
+    inputs = CapacityInputs(geometry=g, budget_gib=8.0, pp_size=8, sglang_version=sglang_engine.version)
+    prepared = sglang_engine.prepare(inputs, ModelSource(model="kimi-k3"), {})
     described = prepared.describe()
     assert (described["mamba_radix_cache_strategy"], described["disable_overlap_schedule"]) == (
-        "extra_buffer",
+        inputs.resolved_strategy,
         True,
     )
-    assert prepared.derive(0).slots_per_request == 4
+    assert prepared.derive(0).slots_per_request == inputs.slots_per_request()
+    if inputs.release.rules.radix_rule == "strategies":
+        assert (inputs.resolved_strategy, inputs.slots_per_request()) == ("extra_buffer", 4)
 
 
 @pytest.mark.sglang
@@ -630,7 +647,12 @@ def test_engine_sglang_refuses_policies_sglang_does_not_have(sglang_engine, cli)
 
 @pytest.mark.sglang
 def test_engine_sglang_reports_sglang_refusals_as_input_errors(sglang_engine, cli) -> None:
-    """A page size SGLang's validation refuses (256 % 24 != 0) is one line, exit 2, quoting SGLang."""
+    """A page size SGLang's validation refuses (256 % 24 != 0) is one line, exit 2, quoting SGLang
+    (0.5.14+: before, auto is no_buffer and nothing checks the page size against the track interval)."""
+    from checker.core.releases import release_model
+
+    if release_model(sglang_engine.version).rules.radix_rule != "strategies":
+        pytest.skip(f"SGLang {sglang_engine.version} resolves auto to no_buffer: no extra-buffer page check")
     res = cli(["derive", "--engine", "sglang", "--pp-size", "2", "--page-size", "24"])
     assert res.rc == 2 and "SGLang rejects the flags" in res.err and "page_size" in res.err
 
@@ -677,6 +699,15 @@ def test_engines_refuse_the_same_cache_flags(sglang_engine, cli, flags: str) -> 
             *BOTH_REFUSE[flags],
         ]
     )
+    from checker.core.releases import release_model
+
+    if release_model(sglang_engine.version).rules.radix_rule != "strategies":
+        # 0.5.10-0.5.13.post1 have most of these asserts not (no_buffer turns the overlap schedule off, the
+        # page size is not checked against the track interval): both engines must then agree, deriving
+        # the same values or refusing alike (no drift).
+        _skip_engine_gap(sglang_engine, [res.out, res.err])
+        assert res.rc in (0, 2) and "MODEL DRIFT" not in res.out, (res.rc, res.err, res.out[-300:])
+        return
     lines = res.err.strip().splitlines()
     assert res.rc == 2 and len(lines) == 1, (res.rc, res.err)
     assert f"SGLang {sglang_engine.version} refuses" in lines[0], lines[0]
@@ -755,11 +786,14 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
     res = run_world(base, world_size=2, tmp_path=tmp_path)
     assert res.codes == [0, 0], [r.stderr[-400:] for r in res.ranks]
     assert res.report()["status"] == "consistent"
-    res = run_world([*base, "--mamba-radix-cache-strategy", "no_buffer"], world_size=2, tmp_path=tmp_path)
-    assert res.codes == [2, 2], [r.stderr[-400:] for r in res.ranks]
-    rep = res.report()
-    assert rep["status"] == "error" and len(rep["errors"]) == 1
-    assert "--disable-overlap-schedule" in rep["errors"][0]
+    from checker.core.releases import release_model
+
+    if release_model(sglang_engine.version).rules.radix_rule == "strategies":  # 0.5.14+: refused alike
+        res = run_world([*base, "--mamba-radix-cache-strategy", "no_buffer"], world_size=2, tmp_path=tmp_path)
+        assert res.codes == [2, 2], [r.stderr[-400:] for r in res.ranks]
+        rep = res.report()
+        assert rep["status"] == "error" and len(rep["errors"]) == 1
+        assert "--disable-overlap-schedule" in rep["errors"][0]
     broken = tmp_path / "broken_builtin"
     broken.mkdir()
     (broken / "sitecustomize.py").write_text(_BREAK_BUILTIN)
