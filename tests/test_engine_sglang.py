@@ -781,15 +781,20 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
         "--engine",
         "both",
         "--timeout-s",
-        "60",
+        "180",  # two ranks import SGLang (up to a minute each on a loaded 2-core machine)
     ]
-    res = run_world(base, world_size=2, tmp_path=tmp_path)
+    res = run_world(base, world_size=2, tmp_path=tmp_path, kill_after_s=300)
     assert res.codes == [0, 0], [r.stderr[-400:] for r in res.ranks]
     assert res.report()["status"] == "consistent"
     from checker.core.releases import release_model
 
     if release_model(sglang_engine.version).rules.radix_rule == "strategies":  # 0.5.14+: refused alike
-        res = run_world([*base, "--mamba-radix-cache-strategy", "no_buffer"], world_size=2, tmp_path=tmp_path)
+        res = run_world(
+            [*base, "--mamba-radix-cache-strategy", "no_buffer"],
+            world_size=2,
+            tmp_path=tmp_path,
+            kill_after_s=300,
+        )
         assert res.codes == [2, 2], [r.stderr[-400:] for r in res.ranks]
         rep = res.report()
         assert rep["status"] == "error" and len(rep["errors"]) == 1
@@ -798,7 +803,9 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
     broken.mkdir()
     (broken / "sitecustomize.py").write_text(_BREAK_BUILTIN)
     path = os.pathsep.join(p for p in (str(broken), os.environ.get("PYTHONPATH", "")) if p)
-    res = run_world(base, world_size=2, tmp_path=tmp_path, rank_env={1: {"PYTHONPATH": path}})
+    res = run_world(
+        base, world_size=2, tmp_path=tmp_path, kill_after_s=300, rank_env={1: {"PYTHONPATH": path}}
+    )
     assert res.codes == [4, 4], [r.stderr[-400:] for r in res.ranks]
     rep = res.report()
     assert rep["status"] == "model_drift"

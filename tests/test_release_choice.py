@@ -192,7 +192,7 @@ def test_an_installed_pre_release_is_derived_by_its_own_code_not_misread_as_a_fl
 def test_check_turns_a_bad_sglang_version_into_an_error_report(tmp_path: Path) -> None:
     from harness import run_world
 
-    argv = ["check", "--model", "kimi-k3", "--budget-gib", "8", "--allow-single-rank", "--timeout-s", "20"]
+    argv = ["check", "--model", "kimi-k3", "--budget-gib", "8", "--allow-single-rank", "--timeout-s", "60"]
     res = run_world([*argv, "--sglang-version", "9" * 5000], world_size=1, tmp_path=tmp_path)
     assert res.codes == [2], res.ranks[0].stderr[-400:]
     rep = res.report()
