@@ -132,8 +132,11 @@ def _same_release(a: str, b: str) -> bool:
         return a.strip() == b.strip()
 
 
-def _canonical(version: str) -> str:
-    a, b, c, post = _key(version)
+def _canonical(version: str, *, source: str = "--sglang-version") -> str:
+    """A final or post release number (what the flag tables are keyed by); FlagError naming ``source``."""
+    from checker.core.releases import parse_version
+
+    a, b, c, post = parse_version(version, source=source)
     return f"{a}.{b}.{c}" + (f".post{post}" if post else "")
 
 
@@ -529,6 +532,7 @@ def parse_launch_command(
     """
     tabled = tabled_releases()
     installed = _installed()
+    source = "--sglang-version" if release is not None else "the installed SGLang's version"
     if release is None:
         release = installed or tabled[-1]
     # The installed release reads its own command (a release without a table too: one newer than the
@@ -537,7 +541,7 @@ def parse_launch_command(
     if prefer_installed and installed is not None and _same_release(release, installed):
         with contextlib.suppress(_Unavailable):
             own = _own_parser(installed)
-    version = installed if own is not None and installed is not None else _canonical(release)
+    version = installed if own is not None and installed is not None else _canonical(release, source=source)
     if own is None and version not in tabled:
         raise FlagError(
             f"SGLang {version}: the checker has no table of that release's flags "
