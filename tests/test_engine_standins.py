@@ -90,3 +90,19 @@ def test_the_engines_own_stand_ins_are_strict() -> None:
         getattr(ps, "attn_cp_size", 1)
     with pytest.raises(StandInRead, match="mambaish_config.full_attention_layer_ids"):
         hasattr(_CheckerMambaConfig.__new__(_CheckerMambaConfig), "full_attention_layer_ids")
+
+
+def test_a_module_an_older_release_lacks_is_optional_a_broken_one_is_not(tmp_path, monkeypatch) -> None:
+    """0.5.10-0.5.12 have no ``sglang.srt.arg_groups`` package at all: asking for one of its modules is
+    "not there" (None), like a module missing from a package that exists; a module that exists but
+    fails importing something else is a broken install and must surface."""
+    from checker.engines.sglang import _optional_module
+
+    (tmp_path / "pkg_present").mkdir()
+    (tmp_path / "pkg_present" / "__init__.py").write_text("")
+    (tmp_path / "pkg_present" / "broken.py").write_text("import a_dependency_that_is_missing\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _optional_module("pkg_absent.mamba_hook") is None
+    assert _optional_module("pkg_present.not_there") is None
+    with pytest.raises(ModuleNotFoundError, match="a_dependency_that_is_missing"):
+        _optional_module("pkg_present.broken")
