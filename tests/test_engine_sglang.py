@@ -802,11 +802,13 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
     broken = tmp_path / "broken_builtin"
     broken.mkdir()
     (broken / "sitecustomize.py").write_text(_BREAK_BUILTIN)
-    path = os.pathsep.join(p for p in (str(broken), os.environ.get("PYTHONPATH", "")) if p)
+    # sitecustomize imports the checker before ``python -m`` puts the working directory on sys.path:
+    # this tree goes on PYTHONPATH explicitly, or an installed checker elsewhere would answer.
+    path = os.pathsep.join(p for p in (str(broken), str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     res = run_world(
         base, world_size=2, tmp_path=tmp_path, kill_after_s=300, rank_env={1: {"PYTHONPATH": path}}
     )
-    assert res.codes == [4, 4], [r.stderr[-400:] for r in res.ranks]
     rep = res.report()
+    assert res.codes == [4, 4], (rep.get("errors"), [r.stderr[-400:] for r in res.ranks])
     assert rep["status"] == "model_drift"
     assert [r["status"] for r in rep["ranks"]] == ["ok", "model_drift"], rep["ranks"]
