@@ -230,6 +230,7 @@ def test_derive_same_release_twice_is_refused(run_checker):
     assert f"--sglang-version {OLD},{OLD} names a release twice" in line
 
 
+@pytest.mark.slow  # a world of two ranks (~10 s); derive's side is in tests/test_model_support.py
 def test_a_node_whose_release_cannot_load_the_model_is_the_root_cause(tmp_path):
     """The kimi-k3 preset is KimiK3ForConditionalGeneration, first registered by SGLang 0.5.17's
     models/kimi_k3.py: node 0 on 0.5.16 cannot load it, so its rank carries that error (not a pool size),
