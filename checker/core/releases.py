@@ -186,9 +186,9 @@ class ReleaseRules:
     """model_type values whose architecture the release does not give the extra_buffer strategy (so
     ``auto`` stays no_buffer for them and an explicit extra_buffer is refused at startup), read per
     release from server_args.py: the ``_handle_mamba_radix_cache(..., support_mamba_cache_extra_buffer=
-    False)`` call sites (0.5.9-0.5.13.post1: NemotronH 0.5.9-0.5.11, FalconH1 and GraniteMoeHybrid
-    0.5.9-0.5.12.post1) and the architecture list of ``_support_mamba_cache_extra_buffer`` (0.5.14) /
-    arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS`` (0.5.15+): KimiLinear is missing from it in
+    False)`` call sites (NemotronH, FalconH1 and GraniteMoeHybrid 0.5.9-0.5.12.post1; for NemotronH in
+    arg_groups/nemotron_h_hook.py from 0.5.12) and the architecture list of
+    ``_support_mamba_cache_extra_buffer`` (0.5.14) / arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS`` (0.5.15+): KimiLinear is missing from it in
     0.5.14-0.5.15.post1. Found by running each release's own code (``--engine both``)."""
     pp_hybrid: bool = True
     """False up to 0.5.4.post1: no hybrid model supports pipeline parallelism (models/qwen3_next.py and
@@ -336,9 +336,9 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
         ),
     ),
     (
-        ("0.5.10", "0.5.10.post1", "0.5.11"),
+        ("0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1"),
         ReleaseRules(
-            group="0.5.10-0.5.11",
+            group="0.5.10-0.5.12.post1",
             sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
             pool_rule="branches",
             spec_reserve="up-front",
@@ -347,21 +347,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             has_lazy=False,
             radix_off_families=_KIMI,
             no_extra_buffer_families=_NO_XBUF_0_5_9,
-            **_OLD,
-        ),
-    ),
-    (
-        ("0.5.12", "0.5.12.post1"),
-        ReleaseRules(
-            group="0.5.12-0.5.12.post1",
-            sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
-            pool_rule="branches",
-            spec_reserve="up-front",
-            request_cap="estimate",
-            radix_rule="scheduler",
-            has_lazy=False,
-            radix_off_families=_KIMI,
-            no_extra_buffer_families=("falcon_h1", "granitemoehybrid"),
             **_OLD,
         ),
     ),
