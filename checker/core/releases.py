@@ -188,8 +188,9 @@ class ReleaseRules:
     release from server_args.py: the ``_handle_mamba_radix_cache(..., support_mamba_cache_extra_buffer=
     False)`` call sites (NemotronH, FalconH1 and GraniteMoeHybrid 0.5.9-0.5.12.post1; for NemotronH in
     arg_groups/nemotron_h_hook.py from 0.5.12) and the architecture list of
-    ``_support_mamba_cache_extra_buffer`` (0.5.14) / arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS`` (0.5.15+): KimiLinear is missing from it in
-    0.5.14-0.5.15.post1. Found by running each release's own code (``--engine both``)."""
+    ``_support_mamba_cache_extra_buffer`` (0.5.14) / arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS``
+    (0.5.15+), from which KimiLinear is missing in 0.5.14-0.5.15.post1. Found by running each release's
+    own code (``--engine both``)."""
     pp_hybrid: bool = True
     """False up to 0.5.4.post1: no hybrid model supports pipeline parallelism (models/qwen3_next.py and
     falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``; nemotron_h.py builds every layer on
