@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from checker.core.environ import SGLANG_ENV_VARS
@@ -24,6 +25,7 @@ from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # r
 from checker.core.sizing import CapacityInputs, env_flag
 
 if TYPE_CHECKING:
+    from checker.core.releases import ReleaseChoice
     from checker.launch.merge import LaunchInputs
 
 
@@ -58,13 +60,18 @@ class EngineChoice:
             engine=args.engine, best_effort=args.sglang_best_effort, sglang_version=args.sglang_version
         )
 
-    def release(self, installed: str | None) -> tuple[str | None, str]:
-        """The release to derive as, and where that choice came from (for the header and report)."""
-        if self.sglang_version:
-            return self.sglang_version, "--sglang-version"
-        if installed:
-            return installed, "installed"
-        return None, "newest modelled; SGLang not installed"
+    def choose(self, installed: str | None, *, own_code: bool = True) -> ReleaseChoice:
+        """The release to derive as and who derives it (:func:`checker.core.releases.choose_release`, the one
+        place this is decided); ``installed``: this rank's installed SGLang version (None: none)."""
+        from checker.core.releases import choose_release
+
+        return choose_release(
+            self.sglang_version,
+            installed,
+            engine=self.engine,
+            best_effort=self.best_effort,
+            own_code=own_code,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,21 +200,31 @@ class DeriveConfig:
         """This config, derived as SGLang ``version`` (one release of ``--sglang-version A,B``)."""
         return replace(self, engine=replace(self.engine, sglang_version=version))
 
+    @cached_property
+    def release(self) -> ReleaseChoice:
+        """The release derived as and who derives it, chosen once for this process (derive and plan run
+        as the installed SGLang, like one rank)."""
+        from checker.core.releases import installed_sglang_version
+
+        return self.engine.choose(installed_sglang_version())
+
     def inputs(self, env: Mapping[str, str], *, policy: str | None = None) -> CapacityInputs:
         return capacity_inputs(
-            self.model, self.sizing, budget_gib=self.budget_gib, policy=policy, env=env, engine=self.engine
+            self.model, self.sizing, budget_gib=self.budget_gib, policy=policy, env=env, release=self.release
         )
 
     def engines(self, inputs: CapacityInputs, env: Mapping[str, str]):
-        """The engines of ``--engine``, prepared for ``inputs`` (an ``EngineSet``)."""
+        """The engines of ``--engine`` (``sglang`` for a release the checker does not model), prepared for
+        ``inputs`` (an ``EngineSet``)."""
         from checker.engines.drift import prepare_engines
 
         return prepare_engines(
-            self.engine.engine,
+            self.release.engine,
             inputs,
             model_source(self.model, self.sizing),
             env,
             best_effort=self.engine.best_effort,
+            release=self.release,
         )
 
 
@@ -268,7 +285,10 @@ def model_source(model: ModelChoice, sizing: SizingFlags):
     from checker.engines import ModelSource
 
     return ModelSource(
-        model=model.model, model_config=model.model_config, mamba_ssm_dtype=sizing.mamba_ssm_dtype
+        model=model.model,
+        model_config=model.model_config,
+        mamba_ssm_dtype=sizing.mamba_ssm_dtype,
+        release_default_ratio=sizing.mamba_full_memory_ratio is None,
     )
 
 
@@ -280,19 +300,25 @@ def capacity_inputs(
     pp_size: int | None = None,
     policy: str | None = None,
     env: Mapping[str, str],
-    engine: EngineChoice | None = None,
+    release: ReleaseChoice | None = None,
 ) -> CapacityInputs:
-    """One rank's :class:`CapacityInputs`, derived as the release ``engine`` names (or the installed
-    one); raises CheckerInputError on anything invalid."""
+    """One rank's :class:`CapacityInputs`, derived as ``release`` (chosen by the caller, once; None: the
+    installed release's model, for commands that run the checker's model only); raises CheckerInputError
+    on anything invalid."""
     from checker.core.releases import installed_sglang_version, release_model
 
-    engine = engine or EngineChoice()
-    release, _ = engine.release(installed_sglang_version())
+    if release is None:
+        release = EngineChoice().choose(installed_sglang_version(), own_code=False)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
+    if release.modelled == release.derived_as:  # a release the checker models: its registry is known
+        from checker.core.model_support import check_architectures, model_architectures
+
+        archs = model_architectures(model=model.model, model_config=model.model_config)
+        check_architectures(release.derived_as, archs, model=model.label, env=env)
     geometry = resolve_dtypes(geometry, env=env, mamba_ssm_dtype=sizing.mamba_ssm_dtype)
     ratio = sizing.mamba_full_memory_ratio
     if ratio is None:
-        ratio = release_model(release, best_effort=engine.best_effort).rules.default_full_memory_ratio
+        ratio = release_model(release.modelled).rules.default_full_memory_ratio
     flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
     resolved = {
         "pp_size": pp_size or sizing.pp_size or 1,
@@ -305,8 +331,10 @@ def capacity_inputs(
         budget_gib=budget_gib,
         partition_env=env.get(PARTITION_ENV),
         skip_decode_lock=env_flag(env.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")),
-        sglang_version=release,
-        sglang_best_effort=engine.best_effort,
+        # The model the checker's own pieces apply: derived_as, or the newest one standing in for a
+        # release it does not model (the label, from ``release``, says which).
+        sglang_version=release.derived_as if release.best_effort else release.modelled,
+        sglang_best_effort=release.best_effort,
     )
 
 

@@ -138,6 +138,14 @@ def test_a_real_world_report_and_its_stdout_validate(tmp_path):
 # --- derive, plan, sweep: their real stdout -----------------------------------------------------------
 
 KIMI = ["--model", "kimi-k3", "--mamba-full-memory-ratio", "0.5"]
+# The kimi-k3 preset is KimiK3ForConditionalGeneration, which SGLang 0.5.16 cannot load (it arrived in
+# 0.5.17): an upgrade from 0.5.16 is shown on the same layers and shapes as a JSON model spec.
+KIMI_SHAPE = [
+    "--model-config",
+    str(Path(__file__).resolve().parent / "fixtures" / "kimi_k3_shape_spec.json"),
+    "--mamba-full-memory-ratio",
+    "0.5",
+]
 
 
 def run_json(cli, argv: list[str], env: dict[str, str] | None = None) -> dict:
@@ -153,7 +161,10 @@ DERIVE = {
     "own-share": (["--pp-size", "8", "--budget-gib", "8", "--policy", "own-share"], "divergent"),
     "partition-env": (["--pp-size", "2"], "consistent"),
     "default-budget-tp2": (["--pp-size", "4", "--tp-size", "2", "--disable-radix-cache"], "consistent"),
-    "upgrade": (["--pp-size", "4", "--budget-gib", "8", "--sglang-version", "0.5.16,0.5.23"], "divergent"),
+    "upgrade": (
+        [*KIMI_SHAPE, "--pp-size", "4", "--budget-gib", "8", "--sglang-version", "0.5.16,0.5.23"],
+        "divergent",
+    ),
     "materialize": (
         ["--pp-size", "2", "--budget-gib", "8", "--max-mamba-cache-size", "4", "--materialize"],
         "consistent",
@@ -164,7 +175,8 @@ DERIVE = {
 @pytest.mark.parametrize(("argv", "status"), DERIVE.values(), ids=DERIVE.keys())
 def test_derive_json_validates(cli, argv: list[str], status: str):
     env = {"SGLANG_PP_LAYER_PARTITION": "47,46", "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"}
-    doc = run_json(cli, ["derive", *KIMI, *argv], env if argv[:2] == ["--pp-size", "2"] else None)
+    model = [] if "--model-config" in argv else KIMI
+    doc = run_json(cli, ["derive", *model, *argv], env if argv[:2] == ["--pp-size", "2"] else None)
     assert errors(doc) == []
     assert (doc["command"], doc["status"]) == ("derive", status)
     assert doc["exit_code"] == 0  # derive answers a divergence, it does not fail on it
@@ -211,7 +223,7 @@ def test_plan_upgrade_json_validates_and_names_why(cli):
     9/69 of per_req: (72 + 1) x 291,102,720 x 9/69 x 3 (r 0.5 -> the pool is 1/3 of the budget) = 7.75
     GiB at 0.01 GiB steps; 0.5.16 (whole-model, no padding slot) 72 x per_req x 3 = 58.56 GiB."""
     argv = [
-        *KIMI,
+        *KIMI_SHAPE,
         "--pp-size",
         "8",
         "--target-max-running-requests",

@@ -142,7 +142,7 @@ def run_target(config: PlanConfig) -> int:
     derive, target = config.derive, config.target_max_running_requests
     assert target is not None
     chosen = derive.sizing.policy
-    policies = (chosen,) if chosen else POLICIES if derive.engine.engine == "builtin" else (None,)
+    policies = (chosen,) if chosen else POLICIES if derive.release.engine == "builtin" else (None,)
     results = [min_budget(derive.inputs(os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(derive, results)
     inputs = derive.inputs(os.environ, policy=policies[0])
@@ -174,7 +174,7 @@ def _engine_min_budgets(
     derive: DeriveConfig, results: list[MinBudget]
 ) -> tuple[list[MinBudget], list[Drift], str | None]:
     """--engine sglang: SGLang's own boundary replaces the builtin's; both: the differences."""
-    mode = derive.engine.engine
+    mode = derive.release.engine  # --engine, or sglang for a release the checker does not model
     if mode == "builtin":
         return results, [], None
     from checker.engines.planning import engine_min_budget, min_budget_drift

@@ -202,8 +202,24 @@ class CapacityInputs(SizingFlags):
         if self.release.rules.radix_rule.startswith("scheduler"):
             # 0.5.7-0.5.13.post1 server_args.py __post_init__: auto always becomes no_buffer.
             return "no_buffer"
+        if not self.extra_buffer_supported:  # the release gives this family no extra buffer
+            return "no_buffer"
         wants_overlap = not self.disable_overlap_schedule
         return "extra_buffer" if wants_overlap or self.page_size > 1 else "no_buffer"
+
+    @property
+    def extra_buffer_supported(self) -> bool:
+        """Whether the release gives this model family the extra_buffer strategy
+        (``ReleaseRules.no_extra_buffer_families``; a geometry without a family is given it)."""
+        return self.geometry.family not in self.release.rules.no_extra_buffer_families
+
+    def _refuse_unsupported_extra_buffer(self, strategy: str) -> None:
+        if strategy.startswith("extra_buffer") and not self.extra_buffer_supported:
+            raise FlagError(
+                f"--mamba-radix-cache-strategy {strategy} for a {self.geometry.family} model: "
+                f"{self.release.label} has no extra buffer for that architecture and refuses it at startup "
+                '("extra_buffer is not supported for ..."); use no_buffer'
+            )
 
     @property
     def strategy_label(self) -> str:
@@ -239,6 +255,7 @@ class CapacityInputs(SizingFlags):
             return 3  # model_runner.py MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, no strategies yet
         strategy = self.resolved_strategy
         D = self.speculative_num_draft_tokens
+        self._refuse_unsupported_extra_buffer(strategy)
         if radix in ("scheduler-v1", "scheduler-spec", "scheduler"):
             self._refuse_scheduler_asserts(strategy)
         if radix == "scheduler-v1":
@@ -302,8 +319,9 @@ class CapacityInputs(SizingFlags):
 
         arg_groups/mamba_hook.py runs ``validate_mamba_no_buffer`` / ``validate_mamba_extra_buffer`` on
         the user's flags BEFORE the pipeline-parallel pass turns overlap off, so an explicit no_buffer
-        without --disable-overlap-schedule is refused under pp > 1 too. ``auto`` only resolves to
-        no_buffer with overlap disabled and page size 1, so only an explicit no_buffer can fail those.
+        without --disable-overlap-schedule is refused under pp > 1 too. ``auto`` resolves to no_buffer
+        with overlap disabled and page size 1, or for a family the release gives no extra buffer (then
+        it turns overlap off itself, and a page size > 1 is refused as for an explicit no_buffer).
         The caller skips all of this under --disable-radix-cache, as SGLang's resolution does
         (overrides.py ``_mamba_radix_cache_resolution`` returns before any strategy is validated).
         """
@@ -311,12 +329,19 @@ class CapacityInputs(SizingFlags):
         sg = self.release.label
         if strategy == "no_buffer":
             if self.page_size != 1:
+                # auto resolves to no_buffer with a page size > 1 only where the release gives the
+                # family no extra buffer; SGLang then validates that no_buffer the same way.
+                named = (
+                    "no_buffer"
+                    if s != "auto"
+                    else f"auto (no_buffer: no extra buffer for {self.geometry.family})"
+                )
                 raise FlagError(
-                    f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, got {self.page_size}: "
+                    f"--mamba-radix-cache-strategy {named} needs --page-size 1, got {self.page_size}: "
                     f'{sg} refuses it at startup ("no_buffer only supports page_size=1"); use '
                     "--page-size 1, or extra_buffer for a paged KV cache"
                 )
-            if not self.disable_overlap_schedule:
+            if not self.disable_overlap_schedule and s != "auto":  # auto -> no_buffer turns it off itself
                 raise FlagError(
                     f"--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: {sg} "
                     'refuses no_buffer with the overlap schedule on ("no_buffer do not support '

@@ -54,6 +54,7 @@ _CONDITIONAL = {
     "pp_with_spec": lambda f: f.pp_size > 1 and f.speculative,
     "spec_reserve": lambda f: f.speculative,
     "has_lazy": lambda f: f.strategy == "extra_buffer_lazy",
+    "no_extra_buffer_families": lambda f: f.strategy != "no_buffer",
 }
 
 

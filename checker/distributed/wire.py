@@ -29,7 +29,8 @@ from checker.status import ROW_OK
 MAGIC = 0x50504348  # "PPCH"
 SCHEMA_VERSION = 5
 """3: the row defined once in checker.preflight.row; 4: the launch command input; 5: a rank's error
-travels in the header status and the text gather, the payload carries a status prefix."""
+travels in the header status and the text gather, the payload carries a status prefix, and the installed
+release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

@@ -123,15 +123,28 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.?post(\d+))?$")
 
 
-def _key(version: str) -> tuple[int, int, int, int]:
+def _key(version: str) -> tuple[int, ...]:
+    """A release's order (an installed pre-release or local build too: checker.core.releases)."""
+    from checker.core.releases import release_key
+
     m = _VERSION.match(version.strip())
     if m is None:
-        raise FlagError(f"{version!r} is not an SGLang release number like 0.5.23 or 0.5.15.post1")
-    return tuple(int(x or 0) for x in m.groups())  # type: ignore[return-value]
+        return release_key(version)  # raises a one-line FlagError for what is no release number
+    return tuple(int(x or 0) for x in m.groups())
 
 
-def _canonical(version: str) -> str:
-    a, b, c, post = _key(version)
+def _same_release(a: str, b: str) -> bool:
+    try:
+        return _key(a) == _key(b)
+    except FlagError:
+        return a.strip() == b.strip()
+
+
+def _canonical(version: str, *, source: str = "--sglang-version") -> str:
+    """A final or post release number (what the flag tables are keyed by); FlagError naming ``source``."""
+    from checker.core.releases import parse_version
+
+    a, b, c, post = parse_version(version, source=source)
     return f"{a}.{b}.{c}" + (f".post{post}" if post else "")
 
 
@@ -579,19 +592,23 @@ def parse_launch_command(
         )
     tabled = tabled_releases()
     installed = _installed()
+    source = "--sglang-version" if release is not None else "the installed SGLang's version"
     if release is None:
         release = installed or tabled[-1]
-    version = _canonical(release)
-    if version not in tabled:
+    # The installed release reads its own command (a release without a table too: one newer than the
+    # tabled ones, a pre-release, a local build); any other release needs the checker's table.
+    own = None
+    if prefer_installed and installed is not None and _same_release(release, installed):
+        with contextlib.suppress(_Unavailable):
+            own = _own_parser(installed)
+    version = installed if own is not None and installed is not None else _canonical(release, source=source)
+    if own is None and version not in tabled:
         raise FlagError(
             f"SGLang {version}: the checker has no table of that release's flags "
-            f"(tabled: {tabled[0]} to {tabled[-1]})"
+            f"(tabled: {tabled[0]} to {tabled[-1]}); only the installed release, with its own parser, "
+            "reads a command without one"
         )
     form, args = split_form(argv, version)
-    own = None
-    if prefer_installed and installed is not None and _canonical(installed) == version:
-        with contextlib.suppress(_Unavailable):
-            own = _own_parser(version)
     if own is not None:
         parser, merger = own
         label = OWN_PARSER.format(version=version)

@@ -30,6 +30,9 @@ class Derivation:
     """builtin, sglang or both (``--engine``)."""
     sglang_version: str | None
     """The SGLang whose own code ran (None for builtin)."""
+    who: str = ""
+    """Whose code derived, for the engine line (``EngineSet.who()``: says when a release is newer than
+    modelled and derived by its own code)."""
     status: str
     exit_code: int
     materialized: list | None = None
@@ -98,7 +101,7 @@ def engine_lines(d: Derivation) -> list[str]:
     if d.engine == "builtin":
         return []
     if d.engine == "sglang":
-        return [f"engine: SGLang {d.sglang_version}'s own sizing code (on CPU, no server)"]
+        return [f"engine: {d.who} (on CPU, no server)"]
     if not d.drifts:
         return [
             f"engines agree: the builtin model and SGLang {d.sglang_version} derive the same "
@@ -135,7 +138,7 @@ def _inputs_doc(config: DeriveConfig, inputs: CapacityInputs, **kwargs: object) 
     return json_inputs(
         inputs,
         config.sizing,
-        config.engine,
+        config.release,
         budget_gib=float(inputs.budget_gib),
         budget_source=config.budget_source,
         launch_command=config.launch_command,
@@ -156,7 +159,7 @@ def derivation_doc(d: Derivation) -> dict[str, object]:
         if d.stages is None
         else [stage_dict(s, d.inputs.tp_size, m[i] if m else None) for i, s in enumerate(d.stages)],
         "divergent": [] if d.stages is None else divergent_values(d.stages),
-        # Who derived (the installed SGLang's version is inputs.sglang_version) and what drifted.
+        # Who derived (the installed SGLang's version is inputs.sglang_installed) and what drifted.
         "engine": d.engine,
         "drift": [vars(x) for x in d.drifts],
     }
@@ -213,7 +216,7 @@ def comparison_text(c: ReleaseComparison) -> list[str]:
 
 def comparison_doc(c: ReleaseComparison, *, status: str) -> dict[str, object]:
     first = c.inputs[c.releases[0]]
-    described = _inputs_doc(c.config, first, resolved=False)
+    described = _inputs_doc(c.config.as_release(c.releases[0]), first, resolved=False)
     described["derived_as"] = None  # one per release: by_release.<release>.derived_as
     return {
         "command": "derive",

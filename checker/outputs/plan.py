@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checker.config import PlanConfig
+from checker.config import DeriveConfig, PlanConfig
 from checker.core.partition import PARTITION_ENV
 from checker.core.planning import MemFraction, MinBudget, SuggestedPartition
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
@@ -98,7 +98,7 @@ def fraction_doc(f: MemFraction | None) -> dict[str, object] | None:
 
 
 def engine_lines(config: PlanConfig, findings: _EngineFindings) -> list[str]:
-    mode, version = config.derive.engine.engine, findings.sglang_version
+    mode, version = config.derive.release.engine, findings.sglang_version
     if mode == "sglang":
         return ["", f"engine: SGLang {version}'s own sizing code derived every value above"]
     if mode == "both" and not findings.drifts:
@@ -109,13 +109,12 @@ def engine_lines(config: PlanConfig, findings: _EngineFindings) -> list[str]:
 
 
 def _engine_doc(config: PlanConfig, findings: _EngineFindings) -> dict[str, object]:
-    """Who derived (the installed SGLang's version is ``inputs.sglang_version``) and what drifted."""
-    return {"engine": config.derive.engine.engine, "drift": [vars(d) for d in findings.drifts]}
+    """Who derived (the installed SGLang's version is ``inputs.sglang_installed``) and what drifted."""
+    return {"engine": config.derive.release.engine, "drift": [vars(d) for d in findings.drifts]}
 
 
-def _inputs_doc(config: PlanConfig, inputs: CapacityInputs, **kwargs: object) -> dict[str, object]:
-    d = config.derive
-    return json_inputs(inputs, d.sizing, d.engine, launch_command=d.launch_command, **kwargs)  # type: ignore[arg-type]
+def _inputs_doc(d: DeriveConfig, inputs: CapacityInputs, **kwargs: object) -> dict[str, object]:
+    return json_inputs(inputs, d.sizing, d.release, launch_command=d.launch_command, **kwargs)  # type: ignore[arg-type]
 
 
 # -- the smallest budget for a target ------------------------------------------------------------------
@@ -160,7 +159,7 @@ def target_text(p: TargetPlan) -> list[str]:
 
 def target_doc(p: TargetPlan) -> dict[str, object]:
     inputs, tp = p.inputs, p.inputs.tp_size
-    described = _inputs_doc(p.config, inputs, budget_source=None)
+    described = _inputs_doc(p.config.derive, inputs, budget_source=None)
     del described["resolved_policy"]  # one per policy: the keys of `policies`
     return {
         "command": "plan",
@@ -219,7 +218,9 @@ def releases_doc(p: ReleaseTargets) -> dict[str, object]:
         "command": "plan",
         **status_doc(DIVERGENT if p.differ else CONSISTENT, 0),
         "layout": json_layout(first),
-        "inputs": _inputs_doc(p.config, first, budget_source=None, resolved=False),
+        "inputs": _inputs_doc(
+            p.config.derive.as_release(p.releases[0]), first, budget_source=None, resolved=False
+        ),
         "geometry": first.geometry.describe(),
         "target_max_running_requests": p.config.target_max_running_requests,
         "releases": list(p.releases),
@@ -313,7 +314,7 @@ def _split_doc(
 def partition_doc(p: PartitionPlan) -> dict[str, object]:
     base, plan, tp = p.inputs, p.partition, p.inputs.tp_size
     described = _inputs_doc(
-        p.config, base, budget_gib=float(base.budget_gib), budget_source=p.config.derive.budget_source
+        p.config.derive, base, budget_gib=float(base.budget_gib), budget_source=p.config.derive.budget_source
     )
     described[PARTITION_ENV] = p.user_env  # as set here; the comparison is with the default split
     return {

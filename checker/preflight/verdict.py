@@ -16,7 +16,7 @@ from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
 from checker.outputs.tables import is_split, outliers, rank_ranges
-from checker.preflight.row import VERSION_INPUTS, RankRow
+from checker.preflight.row import NOT_INSTALLED, VERSION_INPUTS, RankRow
 from checker.status import (
     CONSISTENT,
     DIVERGENT,
@@ -27,6 +27,9 @@ from checker.status import (
     ROW_DRIFT,
     ROW_OK,
 )
+
+INSTALLED = "sglang_installed"
+"""The input naming each rank's installed SGLang (the release it derives as is ``derived_as``)."""
 
 EFFICIENCY_WARN_BELOW = 0.5
 
@@ -93,13 +96,13 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
     the changes between them that can make the ranks derive differently."""
     by_version: dict[str, list[RankRow]] = defaultdict(list)
     for r in rows:
-        by_version[r.inputs.get("sglang_version") or "not installed"].append(r)
+        by_version[r.inputs.get(INSTALLED) or NOT_INSTALLED].append(r)
     nodes_of = defaultdict(set)
     for r in rows:
-        nodes_of[r.node_rank].add(r.inputs.get("sglang_version") or "not installed")
+        nodes_of[r.node_rank].add(r.inputs.get(INSTALLED) or NOT_INSTALLED)
     parts = []
     for version, members in sorted(by_version.items(), key=lambda kv: min(r.rank for r in kv[1])):
-        shown = "has no SGLang installed" if version == "not installed" else f"runs SGLang {version}"
+        shown = "has no SGLang installed" if version == NOT_INSTALLED else f"runs SGLang {version}"
         nodes = sorted({r.node_rank for r in members})
         hosts = ", ".join(sorted({r.host for r in members}))
         ranks = rank_ranges(r.rank for r in members)
@@ -108,8 +111,8 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
             parts.append(f"{where} ({hosts}, {ranks}) {shown}")
         else:
             parts.append(f"{ranks} (on {hosts}) {shown.replace('runs', 'run').replace('has', 'have')}")
-    line = "sglang_version: " + "; ".join(parts)
-    installed = sorted({r.inputs.get("sglang_version") for r in rows} - {None, "not installed"})
+    line = f"{INSTALLED}: " + "; ".join(parts)
+    installed = sorted({r.inputs.get(INSTALLED) for r in rows} - {None, NOT_INSTALLED})
     why: list[str] = []
     for a, b in zip(installed, installed[1:], strict=False):
         try:
@@ -123,7 +126,7 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
 
 def explain_input(name: str, rows: Sequence[RankRow]) -> str:
     """One line naming who differs in one input, e.g. the partition env set on some nodes only."""
-    if name == "sglang_version":
+    if name == INSTALLED:
         return explain_releases(rows)
     by_digest: dict[int, list[RankRow]] = defaultdict(list)
     for row in rows:
@@ -139,6 +142,8 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
             parts.append(f"{who} run {name.removesuffix('_version')} {_show(value)}")
         elif name == "model":
             parts.append(f"{who} load {_show(value)}")
+        elif name == "derived_as":
+            parts.append(f"{who} derive as {_show(value)}")
         elif name == "launch_command":
             parts.append(
                 f"{who} " + ("were started without one" if value is None else f"ran `{_show(value)}`")
@@ -218,9 +223,7 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
     v = Verdict(status=CONSISTENT, world_size=world_size, rows=list(rows))
     v.differing_inputs = differing_inputs(rows)
     # Installed releases that differ are the cause; the release each rank derived as follows from them.
-    causes = [
-        n for n in v.differing_inputs if not (n == "derived_as" and "sglang_version" in v.differing_inputs)
-    ]
+    causes = [n for n in v.differing_inputs if not (n == "derived_as" and INSTALLED in v.differing_inputs)]
     v.root_causes = [explain_input(n, rows) for n in causes]
 
     failed = [r for r in rows if r.status not in (ROW_OK, ROW_DRIFT)]
