@@ -127,7 +127,7 @@ def run_releases(config: DeriveConfig) -> int:
     preflight then names the releases per node); the explanation says which change in SGLang's code
     causes it."""
     releases = config.releases
-    if config.release.engine != "builtin" or config.materialize:
+    if config.engine.engine != "builtin" or config.materialize:
         raise FlagError(
             "--sglang-version A,B compares the builtin models of two releases; drop --engine "
             "and --materialize (or give one release)"
