@@ -296,6 +296,21 @@ def test_bad_input_is_one_line_and_exit_2(cli, argv: list[str]) -> None:
     assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
 
 
+@pytest.mark.parametrize("budget", ["0.000001", "8"])
+def test_derive_and_sweep_name_the_same_refusal_at_any_budget(cli, budget: str) -> None:
+    """Stage 1 holds no layer (SGLANG_PP_LAYER_PARTITION=93,0), so own-share charges it 0 bytes and
+    SGLang's auto-fit asserts on it at every budget; stage 0 merely lacks memory at 1e-6 GiB. derive at
+    either budget and the sweep over both print the same line (the layout, not "raise the budget", which
+    would not help). Issue 18: derive named stage 0's memory at the small budget."""
+    argv = ["--model", "kimi-k3", "--pp-size", "2", "--policy", "own-share"]
+    env = {"SGLANG_PP_LAYER_PARTITION": "93,0"}
+    derive = cli(["derive", *argv, "--budget-gib", budget], env=env)
+    sweep = cli(["sweep", *argv, "--budgets", "0.000001,8"], env=env)
+    assert (derive.rc, sweep.rc) == (2, 2)
+    assert "stage 1 holds no linear layers" in derive.err
+    assert derive.err.split("error: ", 1)[1] == sweep.err.split("error: ", 1)[1]
+
+
 def test_default_requirement_follows_the_policies_swept(cli) -> None:
     """Sweeping only own-share with no --require-consistent has nothing to require: exit 0 with the
     divergence still reported, rather than an error about max-share."""
