@@ -329,24 +329,39 @@ def test_long_sweep_reports_progress_on_stderr_only(cli) -> None:
     assert short.err == ""
 
 
-def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
-    """--plot writes a real PNG a person can open: PNG magic bytes, PIL decodes it, a screen-sized
-    image and a commit-sized file. A broken writer or an empty figure shows in one of these."""
+def _pixels_near(path: Path, rgb: tuple[int, int, int], tol: int = 3) -> int:
+    import numpy as np
     from PIL import Image
 
-    path = tmp_path / "sweep.png"
+    with Image.open(path) as img:
+        pixels = np.asarray(img.convert("RGB"), dtype=np.int64)
+    return int((np.abs(pixels - np.array(rgb)).max(axis=2) <= tol).sum())
+
+
+def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
+    """--plot writes a real PNG a person can open (magic bytes, PIL decodes it, screen-sized,
+    commit-sized) that shows the sweep it reports: the stages' lines (#1f77b4) in every plot, and the
+    pink "differs" band (#f4a3a8 at alpha 0.75 on white) exactly when the report finds a divergence
+    (own-share here; max-share alone never diverges). A blank canvas, a plot without lines, or a plot
+    whose bands disagree with the report fails here."""
+    from PIL import Image
+
+    path, agreeing = tmp_path / "sweep.png", tmp_path / "max-share.png"
     res = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--plot", str(path)])
     assert res.rc == 0, res.err
+    assert "own-share" in res.out and "DIVERGENT" in res.out
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(path) as img:
         img.verify()
     with Image.open(path) as img:
         w, h = img.size
-        colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
     assert 800 <= w <= 2000 and 600 <= h <= 2000
-    assert colours is None or len(colours) > 50  # lines and text drawn, not a blank canvas
     assert 10_000 < len(data) < 300_000
+    assert _pixels_near(path, (31, 119, 180)) > 2_000 and _pixels_near(path, (247, 186, 190)) > 20_000
+    res = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--policy", "max-share", "--plot", str(agreeing)])
+    assert res.rc == 0, res.err
+    assert _pixels_near(agreeing, (31, 119, 180)) > 1_000 and _pixels_near(agreeing, (247, 186, 190)) == 0
 
 
 def test_sweep_modules_import_without_torch_until_run() -> None:

@@ -225,7 +225,7 @@ def efficiency_warning(rows: Sequence[RankRow]) -> str | None:
     if overall >= EFFICIENCY_WARN_BELOW:
         return None
     return (
-        f"consistent, but stages allocate only about 1/{round(1 / overall)} of the state memory they "
+        f"stages allocate only about 1/{round(1 / overall)} of the state memory they "
         f"are charged for (worst stage {worst:.0%}); max-share charging gives a larger pool at the "
         "same budget"
     )
@@ -274,7 +274,8 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
             v.warnings.append(msg)
     eff = efficiency_warning(rows)
     if eff:
-        v.warnings.append(eff)
+        # "consistent" only where it is: a divergent verdict can be wasteful too.
+        v.warnings.append(f"consistent, but {eff}" if v.status == CONSISTENT else eff)
     return v
 
 
