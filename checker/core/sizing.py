@@ -28,7 +28,7 @@ from typing import TypeVar
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
-from checker.core.releases import ReleaseModel, release_model
+from checker.core.releases import ReleaseModel, ReleaseRules, release_model
 
 _T = TypeVar("_T")
 GIB = 2**30
@@ -165,7 +165,7 @@ class CapacityInputs:
         # Fail early on the layout: pp size vs layers, partition env.
         stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
 
-    def _refuse_family(self, rules, sg: str) -> None:  # noqa: ANN001 - ReleaseRules
+    def _refuse_family(self, rules: ReleaseRules, sg: str) -> None:
         """Old releases size the pool per model family (docs/sglang-releases.md): refuse a geometry that
         does not say its family where the answer depends on it, or a family the release has no pool for."""
         fam = self.geometry.family
@@ -588,7 +588,7 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
     elif pool_rule == "branches" and inputs.max_mamba_cache_size is not None:
         branch, K = "A", inputs.max_mamba_cache_size // dp
         joint = D and user is not None and rules.spec_reserve == "joint"
-        reserved = (min(user, K // ratio) + pad) if joint else 0
+        reserved = (min(user, K // ratio) + pad) if joint and user is not None else 0
     elif pool_rule == "branches" and no_radix and user is not None:
         branch, K = "B", user
         reserved = K + pad if D and rules.spec_reserve == "joint" else 0
