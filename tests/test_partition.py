@@ -167,3 +167,56 @@ def test_pp_size_outside_1_to_L_is_a_layout_error(pp_size: int) -> None:
     """L < P (and P < 1) has no valid slicing; the message names the pp size."""
     with pytest.raises(LayoutError, match=f"--pp-size {pp_size}"):
         stage_partition(93, pp_size)
+
+
+@pytest.mark.parametrize(
+    ("pp_size", "value", "parts"),
+    [
+        (2, "3,1", (3, 1)),  # honoured from pp 2 on, not only above it
+        (2, "4,0", (4, 0)),  # one stage may hold every layer: an entry equal to L is allowed
+        (2, "0,4", (0, 4)),
+        (3, "1,0,3", (1, 0, 3)),
+    ],
+)
+def test_partition_env_at_its_edges_is_honoured(pp_size: int, value: str, parts: tuple[int, ...]) -> None:
+    """SGLang's get_pp_indices applies the env at any pp size above 1 and takes any counts from 0 to L
+    that sum to L; refusing "4,0" or ignoring the env at pp 2 would call a deployment broken that boots,
+    or derive slices it does not use."""
+    assert stage_partition(4, pp_size, value) == parts
+
+
+def test_partition_entry_length_bound_is_32_characters() -> None:
+    """An entry is refused for its length only past 32 characters (padding and a sign included), so a
+    padded count SGLang's int() reads is still accepted at exactly 32."""
+    at_bound = " " * 30 + "12"
+    assert stage_partition(24, 2, f"{at_bound},12") == (12, 12)
+    with pytest.raises(LayoutError, match="entry 0 is 33 characters long"):
+        stage_partition(24, 2, f" {at_bound},12")
+
+
+@pytest.mark.parametrize("pp_size", [True, 2.0, "2"])
+def test_pp_size_must_be_an_int(pp_size: object) -> None:
+    """True is not a pp size of 1, nor 2.0 or "2" one of 2: a caller passing them gets the rule."""
+    with pytest.raises(LayoutError, match="must be a positive integer"):
+        stage_partition(93, pp_size)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "way_out"),
+    [
+        ("", "give 2 layer counts summing to 24, or unset it"),
+        ("x,24", "give 2 layer counts summing to 24, or unset it"),
+        ("25,0", "give 2 layer counts summing to 24, or unset it"),
+        ("1,2,21", "give one layer count per stage, or unset it"),
+    ],
+)
+def test_partition_refusals_say_the_way_out(value: str, way_out: str) -> None:
+    """Each refusal ends in what to do instead (the rule with the model's numbers filled in)."""
+    with pytest.raises(LayoutError) as info:
+        stage_partition(24, 2, value)
+    assert str(info.value).endswith(way_out), str(info.value)
+
+
+def test_a_partition_that_is_not_text_is_refused_naming_it() -> None:
+    with pytest.raises(LayoutError, match=r"SGLANG_PP_LAYER_PARTITION=\[12, 12\] must be a string"):
+        stage_partition(24, 2, [12, 12])  # type: ignore[arg-type]

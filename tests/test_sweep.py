@@ -57,6 +57,22 @@ def test_bad_grid_is_one_budget_error(spec: str) -> None:
         parse_budgets(spec)
 
 
+@pytest.mark.parametrize(("spec", "bad"), [("0,8", "0"), ("8, 0.0", "0.0"), ("-0,8", "-0")])
+def test_a_zero_budget_in_a_list_is_refused_naming_it(spec: str, bad: str) -> None:
+    """0 GiB is no budget (SGLang refuses rest_memory <= 0): a list holding it is refused, quoting the
+    --budgets text and the entry, rather than sweeping a budget no server starts with."""
+    with pytest.raises(BudgetError) as info:
+        parse_budgets(spec)
+    assert str(info.value) == f"--budgets {spec!r}: {bad} must be a positive number of GiB"
+
+
+def test_a_list_too_long_names_the_grid() -> None:
+    """Past MAX_BUDGETS the refusal quotes the --budgets text the user typed."""
+    spec = ",".join(["1"] * 1_000_001)
+    with pytest.raises(BudgetError, match=r"--budgets '1,1,1.*gives 1,000,001 budgets"):
+        parse_budgets(spec)
+
+
 # --- vectorised == scalar --------------------------------------------------------------------------
 
 
@@ -234,6 +250,22 @@ def test_analysis_separates_boot_failures_from_divergence(as_tensor: bool) -> No
     assert set(mx["divergent"].values()) == {0}
 
 
+@pytest.mark.parametrize(
+    "stack",
+    [
+        [[[OK] * 4]] * 3,  # one policy where two are named
+        [[[OK] * 3, [OK] * 3]] * 3,  # three budgets where four are given (stage 0 already)
+        [[[OK] * 4, [OK] * 4], [[OK] * 3, [OK] * 3], [[OK] * 4, [OK] * 4]],  # stage 1 short a budget
+    ],
+    ids=["policies", "budgets", "ragged-stage"],
+)
+def test_a_stack_of_the_wrong_shape_is_refused(stack: list) -> None:
+    """A stack gathered wrong (a policy or a budget missing, on any stage) is a ValueError, never an
+    analysis of the budgets that happen to line up (which could report a divergence as agreement)."""
+    with pytest.raises(ValueError):
+        analyse_lists(stack, [1.0, 2.0, 3.0, 4.0], ["own-share", "max-share"])
+
+
 # --- the command ------------------------------------------------------------------------------------
 
 
@@ -359,7 +391,7 @@ def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
     assert 800 <= w <= 2000 and 600 <= h <= 2000
     assert 10_000 < len(data) < 300_000
     assert _pixels_near(path, (31, 119, 180)) > 2_000 and _pixels_near(path, (247, 186, 190)) > 20_000
-    res = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--policy", "max-share", "--plot", str(agreeing)])
+    res = cli(["sweep", "--budgets", "4:40:1", *KIMI, "--policy", "max-share", "--plot", str(agreeing)])
     assert res.rc == 0, res.err
     assert _pixels_near(agreeing, (31, 119, 180)) > 1_000 and _pixels_near(agreeing, (247, 186, 190)) == 0
 
