@@ -19,7 +19,7 @@ from strategies import geometries
 from checker.core.errors import BudgetError, CheckerInputError
 from checker.core.models import load_geometry
 from checker.core.sizing import CHECKED_VALUES, GIB, POLICIES, STRATEGIES, CapacityInputs, plan_stage
-from checker.core.sweep import BOOT_FAILURE, parse_budgets, scalar_sweep
+from checker.core.sweep import BOOT_FAILURE, budget_runs, parse_budgets, scalar_sweep
 from checker.core.sweep import analyse as analyse_lists
 from checker.device.sweep import analyse, derive_sweep, local_sweep
 
@@ -264,6 +264,24 @@ def test_a_stack_of_the_wrong_shape_is_refused(stack: list) -> None:
     analysis of the budgets that happen to line up (which could report a divergence as agreement)."""
     with pytest.raises(ValueError):
         analyse_lists(stack, [1.0, 2.0, 3.0, 4.0], ["own-share", "max-share"])
+
+
+@pytest.mark.parametrize(
+    ("indices", "runs"),
+    [
+        ([], []),
+        ([3], [(3.0, 3.0)]),
+        ([0, 1, 2], [(0.0, 2.0)]),
+        ([0, 1, 2, 5, 7, 8], [(0.0, 2.0), (5.0, 5.0), (7.0, 8.0)]),
+        ([1, 3, 5], [(1.0, 1.0), (3.0, 3.0), (5.0, 5.0)]),
+        ([8], [(8.0, 8.0)]),
+    ],
+)
+def test_budget_runs_merge_consecutive_budgets_only(indices: list[int], runs: list) -> None:
+    """The short listings ("diverges at 4-6.5, 8 GiB") merge neighbouring grid points and nothing else:
+    a gap of one budget starts a new run, a lone budget is a run of one, and no budget is dropped."""
+    budgets = [float(i) for i in range(9)]
+    assert budget_runs(indices, budgets) == runs
 
 
 # --- the command ------------------------------------------------------------------------------------
