@@ -164,3 +164,68 @@ def test_pre_capture_activation_reserve_worked() -> None:
         )
         == 512 + 6144 + 128
     )
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"weights_gib": -1.0}, "--weights-gib -1.0 must be a finite number of GiB >= 0"),
+        ({"weights_gib": True}, "--weights-gib True must be a finite number of GiB >= 0"),
+        ({"free_before_gib": float("inf")}, "free memory inf must be a finite number of GiB >= 0"),
+        ({"mem_fraction_static": True}, "--mem-fraction-static True must be in (0, 1]"),
+        ({"mem_fraction_static": 1.0 + 2**-52}, "--mem-fraction-static 1.0000000000000002 must be in (0, 1]"),
+    ],
+)
+def test_bad_budget_inputs_name_the_value_and_the_rule(kw: dict, message: str) -> None:
+    """The refusal quotes which input, the value given and the rule; True is not a number of GiB."""
+    args = dict(free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=0.9) | kw
+    with pytest.raises(FlagError) as info:
+        sizing_budget(None, **args)
+    assert str(info.value) == message
+
+
+def test_budget_inputs_at_their_edges_are_accepted() -> None:
+    """No weights (0 GiB, e.g. a draft-free dry run) and --mem-fraction-static 1 are inputs SGLang
+    takes: 80 GiB free, nothing loaded, all of it static: 80 - 80 * 0 = 80 GiB."""
+    assert sizing_budget(None, free_before_gib=80.0, weights_gib=0.0, mem_fraction_static=1.0).gib == 80.0
+    assert sizing_budget(None, free_before_gib=8.0, weights_gib=0.5, mem_fraction_static=0.5).gib == 3.5
+
+
+def test_exactly_nothing_left_does_not_start() -> None:
+    """8 GiB free, 4 GiB of weights, --mem-fraction-static 0.5: 4 - 8 * 0.5 = 0 exactly, and SGLang's
+    ``if rest_memory <= 0`` refuses it (0 is not a KV budget); a hair more weights the same."""
+    with pytest.raises(BudgetError, match=r"= 0 GiB; SGLang refuses to start"):
+        sizing_budget(None, free_before_gib=8.0, weights_gib=4.0, mem_fraction_static=0.5)
+
+
+def test_the_release_a_refusal_names_is_the_one_derived_for() -> None:
+    """A pre-capture reserve on 0.5.15, or a multimodal reservation on 0.5.17, is refused naming that
+    release (not the newest), which is what the user must change."""
+    with pytest.raises(FlagError, match=r"^SGLang 0\.5\.15 has no pre-capture reserve"):
+        sizing_budget(
+            "0.5.15",
+            free_before_gib=80.0,
+            weights_gib=20.0,
+            mem_fraction_static=0.9,
+            pre_capture_reserve_mb=1,
+        )
+    with pytest.raises(FlagError, match=r"^SGLang 0\.5\.17 takes no multimodal reservation"):
+        sizing_budget(
+            "0.5.17", free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=0.9, mm_reservation_gb=1.5
+        )
+
+
+def test_the_formula_line_shows_every_term() -> None:
+    """The one-line formula a report prints carries every term taken off, with the numbers."""
+    b = sizing_budget(
+        "0.5.23",
+        free_before_gib=80.0,
+        weights_gib=20.0,
+        mem_fraction_static=0.9,
+        pre_capture_reserve_mb=10240,
+        mm_reservation_gb=1.5,
+    )
+    assert b.formula == (
+        "total_rest_memory = free_after 60 - max(free_before 80 * (1 - 0.9), pre-capture reserve 10240 MB "
+        "/ 1024) - multimodal reservation 1.5 = 48.5 GiB (0.5.23)"
+    )

@@ -6,6 +6,9 @@ A wrong slice shifts a stage's linear-layer count, and with it the share max-sha
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+
 import pytest
 
 from checker.core.errors import LayoutError
@@ -29,20 +32,48 @@ def test_spec_example_l93_p8_gives_the_last_five_ranks_the_extra_layer() -> None
     ]
 
 
-@pytest.mark.parametrize(("L", "P"), [(93, 8), (48, 4), (52, 3), (27, 5), (7, 7), (10, 1), (64, 6), (11, 4)])
-def test_default_rule_matches_the_spec_formula(L: int, P: int) -> None:
-    """Rank k < P-rem holds [k*base, (k+1)*base), rank k >= P-rem holds [k*(base+1)-(P-rem), +base+1);
-    any drift shows as a slice that differs from the formula written out here."""
-    base, rem = L // P, L % P
-    expected = []
-    for k in range(P):
-        if k < P - rem:
-            expected.append((k * base, (k + 1) * base))
-        else:
-            start = k * (base + 1) - (P - rem)
-            expected.append((start, start + base + 1))
-    assert stage_bounds(default_partition(L, P)) == expected
-    assert expected[-1][1] == L
+def _compositions(L: int, P: int) -> Iterator[tuple[int, ...]]:
+    """Every way to cut L layers into P contiguous, non-empty slices (slice sizes in stage order)."""
+    for cuts in itertools.combinations(range(1, L), P - 1):
+        edges = (0, *cuts, L)
+        yield tuple(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+
+@pytest.mark.parametrize("L", range(1, 15))
+def test_default_rule_is_the_one_even_split_with_the_extra_layers_last(L: int) -> None:
+    """Brute force over every way to cut L <= 14 layers into P slices: exactly one split is as even as
+    possible (sizes differ by at most 1) with the larger slices on the LAST ranks (sizes never shrink
+    towards the end), and the default rule gives that one. Extra layers on the first ranks, uneven
+    slices, or slices that overlap or leave a gap show as another split."""
+    for P in range(1, L + 1):
+        even_extra_last = [
+            sizes
+            for sizes in _compositions(L, P)
+            if max(sizes) - min(sizes) <= 1 and list(sizes) == sorted(sizes)
+        ]
+        assert len(even_extra_last) == 1, (L, P, even_extra_last)
+        assert default_partition(L, P) == even_extra_last[0]
+        bounds = stage_bounds(stage_partition(L, P))
+        assert bounds[0][0] == 0 and bounds[-1][1] == L
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))  # contiguous
+        assert tuple(e - s for s, e in bounds) == even_extra_last[0]
+
+
+@pytest.mark.parametrize(
+    ("L", "P", "bounds"),
+    [
+        # Worked by hand: base L // P, the last L % P ranks one more.
+        (48, 4, [(0, 12), (12, 24), (24, 36), (36, 48)]),
+        (52, 3, [(0, 17), (17, 34), (34, 52)]),  # two of 17, then 18
+        (27, 5, [(0, 5), (5, 10), (10, 15), (15, 21), (21, 27)]),  # 5 x 3, then two of 6
+        (64, 6, [(0, 10), (10, 20), (20, 31), (31, 42), (42, 53), (53, 64)]),  # 10 x 2, then four of 11
+        (11, 4, [(0, 2), (2, 5), (5, 8), (8, 11)]),  # 2, then three of 3
+        (7, 7, [(k, k + 1) for k in range(7)]),
+        (10, 1, [(0, 10)]),
+    ],
+)
+def test_default_rule_on_larger_models(L: int, P: int, bounds: list[tuple[int, int]]) -> None:
+    assert stage_bounds(stage_partition(L, P)) == bounds
 
 
 def test_partition_env_sets_the_slices() -> None:
@@ -136,3 +167,56 @@ def test_pp_size_outside_1_to_L_is_a_layout_error(pp_size: int) -> None:
     """L < P (and P < 1) has no valid slicing; the message names the pp size."""
     with pytest.raises(LayoutError, match=f"--pp-size {pp_size}"):
         stage_partition(93, pp_size)
+
+
+@pytest.mark.parametrize(
+    ("pp_size", "value", "parts"),
+    [
+        (2, "3,1", (3, 1)),  # honoured from pp 2 on, not only above it
+        (2, "4,0", (4, 0)),  # one stage may hold every layer: an entry equal to L is allowed
+        (2, "0,4", (0, 4)),
+        (3, "1,0,3", (1, 0, 3)),
+    ],
+)
+def test_partition_env_at_its_edges_is_honoured(pp_size: int, value: str, parts: tuple[int, ...]) -> None:
+    """SGLang's get_pp_indices applies the env at any pp size above 1 and takes any counts from 0 to L
+    that sum to L; refusing "4,0" or ignoring the env at pp 2 would call a deployment broken that boots,
+    or derive slices it does not use."""
+    assert stage_partition(4, pp_size, value) == parts
+
+
+def test_partition_entry_length_bound_is_32_characters() -> None:
+    """An entry is refused for its length only past 32 characters (padding and a sign included), so a
+    padded count SGLang's int() reads is still accepted at exactly 32."""
+    at_bound = " " * 30 + "12"
+    assert stage_partition(24, 2, f"{at_bound},12") == (12, 12)
+    with pytest.raises(LayoutError, match="entry 0 is 33 characters long"):
+        stage_partition(24, 2, f" {at_bound},12")
+
+
+@pytest.mark.parametrize("pp_size", [True, 2.0, "2"])
+def test_pp_size_must_be_an_int(pp_size: object) -> None:
+    """True is not a pp size of 1, nor 2.0 or "2" one of 2: a caller passing them gets the rule."""
+    with pytest.raises(LayoutError, match="must be a positive integer"):
+        stage_partition(93, pp_size)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "way_out"),
+    [
+        ("", "give 2 layer counts summing to 24, or unset it"),
+        ("x,24", "give 2 layer counts summing to 24, or unset it"),
+        ("25,0", "give 2 layer counts summing to 24, or unset it"),
+        ("1,2,21", "give one layer count per stage, or unset it"),
+    ],
+)
+def test_partition_refusals_say_the_way_out(value: str, way_out: str) -> None:
+    """Each refusal ends in what to do instead (the rule with the model's numbers filled in)."""
+    with pytest.raises(LayoutError) as info:
+        stage_partition(24, 2, value)
+    assert str(info.value).endswith(way_out), str(info.value)
+
+
+def test_a_partition_that_is_not_text_is_refused_naming_it() -> None:
+    with pytest.raises(LayoutError, match=r"SGLANG_PP_LAYER_PARTITION=\[12, 12\] must be a string"):
+        stage_partition(24, 2, [12, 12])  # type: ignore[arg-type]

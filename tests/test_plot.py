@@ -283,10 +283,24 @@ def test_headline_when_no_budget_boots() -> None:
 # --- legible at 800 px -------------------------------------------------------------------------------
 
 
+# What the sweep's marks look like on screen: the first group's line (#1f77b4) and the "differs" band
+# (#f4a3a8 at alpha 0.75 over the white axes: (247, 186, 190)).
+LINE_RGB = (31, 119, 180)
+DIFFERS_BAND_RGB = (247, 186, 190)
+
+
+def pixels_near(img: Image.Image, rgb: tuple[int, int, int], tol: int = 3) -> int:
+    """How many pixels are within ``tol`` of ``rgb`` in every channel."""
+    pixels = np.asarray(img.convert("RGB"), dtype=np.int64)
+    return int((np.abs(pixels - np.array(rgb)).max(axis=2) <= tol).sum())
+
+
 def test_png_reads_back_at_the_promised_size(readme_sweep: Sweep, tmp_path: Path) -> None:
-    """Read back from disk: a PNG PIL decodes, FIG_WIDTH_IN at SAVE_DPI wide, drawn (not blank), and
-    small enough to commit next to the README."""
-    path = tmp_path / "sweep.png"
+    """Read back from disk: a PNG PIL decodes, FIG_WIDTH_IN at SAVE_DPI wide, small enough to commit
+    next to the README, and showing the sweep: its lines, and the "differs" band own-share earns. The
+    same plot of max-share alone, which never diverges, has lines and no band pixel: a blank canvas, a
+    figure without its lines, or a band drawn where the stages agree fails here."""
+    path, agreeing = tmp_path / "sweep.png", tmp_path / "max-share.png"
     plot_sweep(
         path,
         budgets=readme_sweep.budgets,
@@ -294,13 +308,24 @@ def test_png_reads_back_at_the_promised_size(readme_sweep: Sweep, tmp_path: Path
         analysis=readme_sweep.analysis,
         title=readme_sweep.title,
     )
+    max_share = Sweep("4:40:0.25", policies=("max-share",))
+    plot_sweep(
+        agreeing,
+        budgets=max_share.budgets,
+        values=max_share.values,
+        analysis=max_share.analysis,
+        title=max_share.title,
+    )
     with Image.open(path) as img:
         img.verify()
     with Image.open(path) as img:
         w, h = img.size
-        colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert pixels_near(img, LINE_RGB) > 2_000
+        assert pixels_near(img, DIFFERS_BAND_RGB) > 20_000
+    with Image.open(agreeing) as img:
+        assert pixels_near(img, LINE_RGB) > 1_000
+        assert pixels_near(img, DIFFERS_BAND_RGB) == 0
     assert w == FIG_WIDTH_IN * SAVE_DPI and h <= 2000
-    assert colours is None or len(colours) > 50  # drawn, not a blank canvas
     assert path.stat().st_size < 300_000
 
 

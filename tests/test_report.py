@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from rank_rows import world
 
 from checker.config import (
     BudgetSource,
@@ -237,6 +238,52 @@ def test_differing_input_with_equal_values_warns_unless_strict():
 
 def test_whole_model_warns_that_stages_use_an_eighth():
     assert any("allocate only about 1/8 of the state memory" in w for w in decided(WHOLE_MODEL_8).warnings)
+
+
+def _charged(allocated: tuple[int, ...], k_of=lambda r: 74) -> Verdict:  # noqa: ANN001
+    """A world whose rank r allocates ``allocated[r]`` of the 1,000 bytes it is charged."""
+    rows = world(len(allocated), k_of=k_of)
+    for r, a in zip(rows, allocated, strict=True):
+        r.state_allocated_bytes, r.state_charged_bytes = a, 1_000
+    return decide(rows, world_size=len(rows))
+
+
+@pytest.mark.parametrize(
+    ("allocated", "warning"),
+    [
+        ((500, 500), None),  # exactly half: not below the line
+        ((501, 500), None),
+        ((500, 499), "1/2 of the state memory they are charged for (worst stage 50%)"),  # 999 / 2000
+        ((1_000, 0), None),  # the world's total counts, not the worst stage: 1000 / 2000
+        ((999, 0), "1/2 of the state memory they are charged for (worst stage 0%)"),
+        ((334, 333), "1/3 of the state memory they are charged for (worst stage 33%)"),
+        ((125, 125, 125, 125), "1/8 of the state memory they are charged for (worst stage 12%)"),
+    ],
+)
+def test_efficiency_warning_starts_just_below_half(allocated: tuple[int, ...], warning: str | None) -> None:
+    """Stages that allocate less than half the state they are charged for, summed over the world, get
+    the warning (rounded to 1/N, the worst stage in percent); exactly half or more gets none. Hand-made
+    rows on both sides of the line: a threshold moved, or < read as <=, shows here."""
+    v = _charged(allocated)
+    assert v.status == "consistent"
+    if warning is None:
+        assert v.warnings == []
+    else:
+        assert v.warnings == [
+            f"consistent, but stages allocate only about {warning}; max-share charging gives a larger "
+            "pool at the same budget"
+        ]
+
+
+def test_efficiency_warning_does_not_call_a_divergent_world_consistent():
+    """Whole-model charging on a world whose stages diverge (another budget on rank 0): the waste is
+    still worth saying, but not as "consistent, but ..."."""
+    v = _charged((125, 125), k_of=lambda r: 80 if r == 0 else 74)
+    assert v.status == "divergent"
+    assert v.warnings == [
+        "stages allocate only about 1/8 of the state memory they are charged for (worst stage 12%); "
+        "max-share charging gives a larger pool at the same budget"
+    ]
 
 
 # ---- JSON --------------------------------------------------------------------------------------------

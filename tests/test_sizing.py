@@ -138,6 +138,12 @@ def test_own_share_with_an_empty_stage_is_a_layout_error() -> None:
 # the env, so it stays 3).
 
 
+# Stage 0's auto-fit K at 8 GiB, r 0.5 (B = 2,863,311,530.67 bytes), K = (B - spr) // spr: pp 1 charges
+# per_req 291,102,720 (B // spr = 9, K = 8); pp 2 (stages of 35 and 34 linear layers) charges
+# int(per_req * 35 / 69) = 147,660,800 (B // spr = 19, K = 18); pp 8 charges SPR9 (K = 74).
+AUTO_FIT_K_8 = {1: 8, 2: 18, 8: 74}
+
+
 @pytest.mark.parametrize(
     ("pp", "strategy", "page", "no_overlap", "skip_lock", "no_radix", "resolved", "slots"),
     [
@@ -199,8 +205,11 @@ def test_slots_per_request(
         assert inp.resolved_strategy == resolved
     assert inp.describe()["resolved_strategy"] == resolved
     assert inp.describe()["overlap_schedule"] == (pp == 1 and not no_overlap)
+    # K does not depend on the slots: worked by hand at 8 GiB, r 0.5 (AUTO_FIT_K_8 below); the slots
+    # divide it into running requests, and nothing else caps them here (no token capacity, no flag).
+    K = AUTO_FIT_K_8[pp]
     s = derive_stage(inp, 0)
-    assert s.max_running_requests == min(4096, s.max_mamba_cache_size // slots)
+    assert (s.max_mamba_cache_size, s.max_running_requests) == (K, K // slots)
 
 
 @pytest.mark.parametrize(("pp", "no_overlap"), [(8, False), (2, False), (1, True)])
@@ -426,6 +435,19 @@ BRANCH_CASES = [
 ]
 
 
+# Bytes left for the KV cache by K + 1 charged slots of SPR9 = 37,969,920 bytes, out of 8 GiB =
+# 8,589,934,592 bytes, worked by hand: K = 74 -> 75 slots = 2,847,744,000 bytes -> 5,742,190,592 left.
+KV_BYTES_LEFT = {
+    106: 4_527_153_152,  # 107 slots = 4,062,781,440
+    74: 5_742_190_592,
+    40: 7_033_167_872,  # 41 slots = 1,556,766,720
+    20: 7_792_566_272,  # 21 slots = 797,368,320
+    13: 8_058_355_712,  # 14 slots = 531,578,880
+    6: 8_324_145_152,  # 7 slots = 265,789,440
+    1: 8_513_994_752,  # 2 slots = 75,939,840
+}
+
+
 @pytest.mark.parametrize(
     ("overrides", "branch", "K", "mrr", "micro"),
     [c[1:] for c in BRANCH_CASES],
@@ -444,7 +466,9 @@ def test_pool_sizing_branches(overrides: dict[str, Any], branch: str, K: int, mr
         micro,
     )
     assert s.intermediate_state_bytes == 0
-    assert s.kv_budget_gib == pytest.approx(8.0 - (K + 1) * SPR9 / GIB, abs=1e-12)
+    # To the byte (a multiple of 2**-30 GiB below 8 is exact in a double): forgetting the padding slot,
+    # charging own layers only, or rounding the GiB figure shows here.
+    assert s.kv_budget_gib * GIB == KV_BYTES_LEFT[K]
     assert not divergent_values(stages)
 
 
@@ -513,6 +537,17 @@ SPEC_CASES = [
 ]
 
 
+# 8 GiB less (K + 1 + reserved slots x D) x SPR9 bytes, worked by hand per case (branch, K):
+SPEC_KV_BYTES_LEFT = {
+    ("C", 35): 5_856_100_352,  # 36 + 12 x 3 = 72 x SPR9 = 2,733,834,240
+    ("C", 40): 5_780_160_512,  # 41 + 11 x 3 = 74 x SPR9
+    ("C", 48): 5_742_190_592,  # 49 + 13 x 2 = 75 x SPR9
+    ("A", 40): 6_349_709_312,  # 41 + 9 x 2 = 59 x SPR9
+    ("A", 20): 7_412_867_072,  # 21 + 5 x 2 = 31 x SPR9
+    ("B", 20): 6_197_829_632,  # 21 + 21 x 2 = 63 x SPR9
+}
+
+
 @pytest.mark.parametrize(
     ("overrides", "branch", "K", "reserved_slots", "mrr"),
     [c[1:] for c in SPEC_CASES],
@@ -527,8 +562,8 @@ def test_spec_decoding_branches(
     D = overrides["speculative_num_draft_tokens"]
     assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == (branch, K, mrr)
     assert s.intermediate_state_bytes == SPR9 * reserved_slots * D
-    expected_kv = 8.0 - (K + 1) * SPR9 / GIB - SPR9 * reserved_slots * D / GIB
-    assert s.kv_budget_gib == pytest.approx(expected_kv, abs=1e-12)
+    # To the byte: the pool's K + 1 slots and the intermediate state both come off the 8 GiB.
+    assert s.kv_budget_gib * GIB == SPEC_KV_BYTES_LEFT[branch, K]
 
 
 def test_spec_decoding_needs_max_running_requests() -> None:

@@ -19,7 +19,7 @@ from strategies import geometries
 from checker.core.errors import BudgetError, CheckerInputError
 from checker.core.models import load_geometry
 from checker.core.sizing import CHECKED_VALUES, GIB, POLICIES, STRATEGIES, CapacityInputs, plan_stage
-from checker.core.sweep import BOOT_FAILURE, parse_budgets, scalar_sweep
+from checker.core.sweep import BOOT_FAILURE, budget_runs, parse_budgets, scalar_sweep
 from checker.core.sweep import analyse as analyse_lists
 from checker.device.sweep import analyse, derive_sweep, local_sweep
 
@@ -54,6 +54,22 @@ def test_comma_list_is_sorted_and_distinct() -> None:
 def test_bad_grid_is_one_budget_error(spec: str) -> None:
     """Every malformed grid is a BudgetError naming --budgets, never a crash or a silent empty sweep."""
     with pytest.raises(BudgetError, match="--budgets"):
+        parse_budgets(spec)
+
+
+@pytest.mark.parametrize(("spec", "bad"), [("0,8", "0"), ("8, 0.0", "0.0"), ("-0,8", "-0")])
+def test_a_zero_budget_in_a_list_is_refused_naming_it(spec: str, bad: str) -> None:
+    """0 GiB is no budget (SGLang refuses rest_memory <= 0): a list holding it is refused, quoting the
+    --budgets text and the entry, rather than sweeping a budget no server starts with."""
+    with pytest.raises(BudgetError) as info:
+        parse_budgets(spec)
+    assert str(info.value) == f"--budgets {spec!r}: {bad} must be a positive number of GiB"
+
+
+def test_a_list_too_long_names_the_grid() -> None:
+    """Past MAX_BUDGETS the refusal quotes the --budgets text the user typed."""
+    spec = ",".join(["1"] * 1_000_001)
+    with pytest.raises(BudgetError, match=r"--budgets '1,1,1.*gives 1,000,001 budgets"):
         parse_budgets(spec)
 
 
@@ -234,6 +250,40 @@ def test_analysis_separates_boot_failures_from_divergence(as_tensor: bool) -> No
     assert set(mx["divergent"].values()) == {0}
 
 
+@pytest.mark.parametrize(
+    "stack",
+    [
+        [[[OK] * 4]] * 3,  # one policy where two are named
+        [[[OK] * 3, [OK] * 3]] * 3,  # three budgets where four are given (stage 0 already)
+        [[[OK] * 4, [OK] * 4], [[OK] * 3, [OK] * 3], [[OK] * 4, [OK] * 4]],  # stage 1 short a budget
+    ],
+    ids=["policies", "budgets", "ragged-stage"],
+)
+def test_a_stack_of_the_wrong_shape_is_refused(stack: list) -> None:
+    """A stack gathered wrong (a policy or a budget missing, on any stage) is a ValueError, never an
+    analysis of the budgets that happen to line up (which could report a divergence as agreement)."""
+    with pytest.raises(ValueError):
+        analyse_lists(stack, [1.0, 2.0, 3.0, 4.0], ["own-share", "max-share"])
+
+
+@pytest.mark.parametrize(
+    ("indices", "runs"),
+    [
+        ([], []),
+        ([3], [(3.0, 3.0)]),
+        ([0, 1, 2], [(0.0, 2.0)]),
+        ([0, 1, 2, 5, 7, 8], [(0.0, 2.0), (5.0, 5.0), (7.0, 8.0)]),
+        ([1, 3, 5], [(1.0, 1.0), (3.0, 3.0), (5.0, 5.0)]),
+        ([8], [(8.0, 8.0)]),
+    ],
+)
+def test_budget_runs_merge_consecutive_budgets_only(indices: list[int], runs: list) -> None:
+    """The short listings ("diverges at 4-6.5, 8 GiB") merge neighbouring grid points and nothing else:
+    a gap of one budget starts a new run, a lone budget is a run of one, and no budget is dropped."""
+    budgets = [float(i) for i in range(9)]
+    assert budget_runs(indices, budgets) == runs
+
+
 # --- the command ------------------------------------------------------------------------------------
 
 
@@ -296,6 +346,21 @@ def test_bad_input_is_one_line_and_exit_2(cli, argv: list[str]) -> None:
     assert len(res.err.strip().splitlines()) == 1 and "Traceback" not in res.err
 
 
+@pytest.mark.parametrize("budget", ["0.000001", "8"])
+def test_derive_and_sweep_name_the_same_refusal_at_any_budget(cli, budget: str) -> None:
+    """Stage 1 holds no layer (SGLANG_PP_LAYER_PARTITION=93,0), so own-share charges it 0 bytes and
+    SGLang's auto-fit asserts on it at every budget; stage 0 merely lacks memory at 1e-6 GiB. derive at
+    either budget and the sweep over both print the same line (the layout, not "raise the budget", which
+    would not help). Issue 18: derive named stage 0's memory at the small budget."""
+    argv = ["--model", "kimi-k3", "--pp-size", "2", "--policy", "own-share"]
+    env = {"SGLANG_PP_LAYER_PARTITION": "93,0"}
+    derive = cli(["derive", *argv, "--budget-gib", budget], env=env)
+    sweep = cli(["sweep", *argv, "--budgets", "0.000001,8"], env=env)
+    assert (derive.rc, sweep.rc) == (2, 2)
+    assert "stage 1 holds no linear layers" in derive.err
+    assert derive.err.split("error: ", 1)[1] == sweep.err.split("error: ", 1)[1]
+
+
 def test_default_requirement_follows_the_policies_swept(cli) -> None:
     """Sweeping only own-share with no --require-consistent has nothing to require: exit 0 with the
     divergence still reported, rather than an error about max-share."""
@@ -314,24 +379,39 @@ def test_long_sweep_reports_progress_on_stderr_only(cli) -> None:
     assert short.err == ""
 
 
-def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
-    """--plot writes a real PNG a person can open: PNG magic bytes, PIL decodes it, a screen-sized
-    image and a commit-sized file. A broken writer or an empty figure shows in one of these."""
+def _pixels_near(path: Path, rgb: tuple[int, int, int], tol: int = 3) -> int:
+    import numpy as np
     from PIL import Image
 
-    path = tmp_path / "sweep.png"
+    with Image.open(path) as img:
+        pixels = np.asarray(img.convert("RGB"), dtype=np.int64)
+    return int((np.abs(pixels - np.array(rgb)).max(axis=2) <= tol).sum())
+
+
+def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
+    """--plot writes a real PNG a person can open (magic bytes, PIL decodes it, screen-sized,
+    commit-sized) that shows the sweep it reports: the stages' lines (#1f77b4) in every plot, and the
+    pink "differs" band (#f4a3a8 at alpha 0.75 on white) exactly when the report finds a divergence
+    (own-share here; max-share alone never diverges). A blank canvas, a plot without lines, or a plot
+    whose bands disagree with the report fails here."""
+    from PIL import Image
+
+    path, agreeing = tmp_path / "sweep.png", tmp_path / "max-share.png"
     res = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--plot", str(path)])
     assert res.rc == 0, res.err
+    assert "own-share" in res.out and "DIVERGENT" in res.out
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(path) as img:
         img.verify()
     with Image.open(path) as img:
         w, h = img.size
-        colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
     assert 800 <= w <= 2000 and 600 <= h <= 2000
-    assert colours is None or len(colours) > 50  # lines and text drawn, not a blank canvas
     assert 10_000 < len(data) < 300_000
+    assert _pixels_near(path, (31, 119, 180)) > 2_000 and _pixels_near(path, (247, 186, 190)) > 20_000
+    res = cli(["sweep", "--budgets", "4:40:1", *KIMI, "--policy", "max-share", "--plot", str(agreeing)])
+    assert res.rc == 0, res.err
+    assert _pixels_near(agreeing, (31, 119, 180)) > 1_000 and _pixels_near(agreeing, (247, 186, 190)) == 0
 
 
 def test_sweep_modules_import_without_torch_until_run() -> None:

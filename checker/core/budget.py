@@ -35,7 +35,8 @@ MISSING = -1
 def float32(x: float) -> float:
     """``x`` rounded to the nearest IEEE float32 and back, as ``torch.tensor(x, dtype=torch.float32)
     .item()`` does (round to nearest, ties to even)."""
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    (rounded,) = struct.unpack("<f", struct.pack("<f", x))
+    return float(rounded)
 
 
 def agreed_free_gib(free_bytes: Sequence[int]) -> float:

@@ -323,7 +323,9 @@ def _nemotron_h(k: _Keys, tp: int) -> dict[str, Any]:
     )
 
 
-def _mamba2_block(k: _Keys, tp: int, intermediate: int, intermediate_name: str) -> tuple:
+def _mamba2_block(
+    k: _Keys, tp: int, intermediate: int, intermediate_name: str
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
     return mamba2_shapes(
         tp_size=tp,
         intermediate_size=intermediate,

@@ -16,6 +16,7 @@ import functools
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 from checker.core.errors import CheckerInputError, FlagError, shorten
 
@@ -211,7 +212,8 @@ class ReleaseRules:
         return self.charging
 
 
-_OLD = dict(
+# Any: the fields differ in type; ReleaseRules checks each one where the groups are built.
+_OLD: dict[str, Any] = dict(
     charging="whole-model",
     padding_slot=False,
     floor_requests=False,
@@ -221,7 +223,7 @@ _OLD = dict(
     pp_with_spec=False,
     lazy_with_spec=False,
 )
-_PRE_SCHEDULER = dict(_OLD, spec_reserve="none", has_lazy=False, request_cap="tp-worker")
+_PRE_SCHEDULER: dict[str, Any] = dict(_OLD, spec_reserve="none", has_lazy=False, request_cap="tp-worker")
 _MR = "sglang/srt/model_executor/model_runner.py "
 _MIXIN = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py "
 _CONFIGURATOR = "sglang/srt/mem_cache/kv_cache_configurator.py KVCacheConfigurator._handle_max_mamba_cache"

@@ -20,17 +20,20 @@ the numbers agree to the slot, not just approximately.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cached_property
+from typing import TypeVar
 
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
-from checker.core.releases import ReleaseModel, release_model
+from checker.core.releases import ReleaseModel, ReleaseRules, release_model
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
 from checker.core.server_args import STRATEGIES as STRATEGIES
 from checker.core.server_args import SizingFlags
 
+_T = TypeVar("_T")
 GIB = 2**30
 # The three values every stage must agree on; the preflight's verdict is about these.
 CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
@@ -127,7 +130,7 @@ class CapacityInputs(SizingFlags):
         # Fail early on the layout: pp size vs layers, partition env.
         stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
 
-    def _refuse_family(self, rules, sg: str) -> None:  # noqa: ANN001 - ReleaseRules
+    def _refuse_family(self, rules: ReleaseRules, sg: str) -> None:
         """Old releases size the pool per model family (docs/sglang-releases.md): refuse a geometry that
         does not say its family where the answer depends on it, or a family the release has no pool for."""
         fam = self.geometry.family
@@ -575,7 +578,7 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
     elif pool_rule == "branches" and inputs.max_mamba_cache_size is not None:
         branch, K = "A", inputs.max_mamba_cache_size // dp
         joint = D and user is not None and rules.spec_reserve == "joint"
-        reserved = (min(user, K // ratio) + pad) if joint else 0
+        reserved = (min(user, K // ratio) + pad) if joint and user is not None else 0
     elif pool_rule == "branches" and no_radix and user is not None:
         branch, K = "B", user
         reserved = K + pad if D and rules.spec_reserve == "joint" else 0
@@ -669,8 +672,33 @@ def derive_stage(inputs: CapacityInputs, pp_rank: int) -> StageCapacity:
     return size_pool(plan_stage(inputs, pp_rank), inputs)
 
 
+def derive_each_stage(derive: Callable[[int], _T], pp_size: int) -> list[_T]:
+    """``derive(k)`` for every stage k, or the refusal a user must act on first.
+
+    Each SGLang rank sizes its pool alone and fails alone, so there is no upstream order across
+    stages. Within a stage the order is SGLang's (``_handle_max_mamba_cache``: the auto-fit branch's
+    ``assert stage_per_req > 0``, then ``max_mamba_cache_size <= 0``, then ``_profile_available_bytes``'s
+    ``rest_memory <= 0``), which :func:`size_pool` keeps. Across stages a refusal no budget fixes (a
+    :class:`LayoutError` or :class:`FlagError` on any stage) is raised before a :class:`BudgetError`
+    on an earlier stage: raising the budget, as the memory error advises, would only reveal it. A sweep
+    (``checker.device.sweep``) refuses the same inputs the same way, at every budget.
+    """
+    results: list[_T] = []
+    short: BudgetError | None = None
+    for k in range(pp_size):
+        try:
+            results.append(derive(k))
+        except BudgetError as exc:
+            short = short or exc
+    if short is not None:
+        raise short
+    return results
+
+
 def derive_all(inputs: CapacityInputs) -> list[StageCapacity]:
-    return [derive_stage(inputs, k) for k in range(inputs.pp_size)]
+    """Every stage's derivation at ``inputs.budget_gib`` (see :func:`derive_each_stage` for which
+    refusal is raised when several stages refuse)."""
+    return derive_each_stage(lambda k: derive_stage(inputs, k), inputs.pp_size)
 
 
 def divergent_values(stages: list[StageCapacity], names: tuple[str, ...] = CHECKED_VALUES) -> list[str]:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import TypedDict
 
 from checker.core.errors import BudgetError
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, plan_stage, size_pool
@@ -74,11 +75,21 @@ def _decimal(text: str, spec: str) -> Decimal:
     return value
 
 
+def _exponent(value: Decimal) -> int:
+    """The decimal exponent of a finite Decimal (``_decimal`` refuses NaN and the infinities, whose
+    exponent is a letter)."""
+    exponent = value.as_tuple().exponent
+    assert isinstance(exponent, int), value
+    return exponent
+
+
 def _scaled(value: Decimal, e: int) -> int:
     """``value * 10**e`` as an exact int (Decimal arithmetic would round to its context precision)."""
-    sign, digits, exponent = value.as_tuple()
+    sign, digits, _ = value.as_tuple()
     mantissa = int("".join(map(str, digits))) * (-1 if sign else 1)
-    return mantissa * 10 ** (exponent + e)  # type: ignore[operator]
+    shift = _exponent(value) + e
+    assert shift >= 0, (value, e)  # e is at least every value's count of decimals
+    return mantissa * int(10**shift)  # int ** int is typed Any (a negative power is a float)
 
 
 def _check_count(n: int, spec: str) -> None:
@@ -100,7 +111,7 @@ def _range(spec: str) -> tuple[float, ...]:
     # Exact integer arithmetic at a common decimal scale: budget i is (s + i*t) / 10**e, and Python's
     # int / int is correctly rounded, so each budget is the float the user gets typing that decimal
     # (4 + 3*0.1 would drift; 4.3 does not). STOP is included when the grid lands on it.
-    e = max(0, *(-d.as_tuple().exponent for d in (start, stop, step)))  # type: ignore[operator]
+    e = max(0, *(-_exponent(d) for d in (start, stop, step)))
     scale = 10**e
     s, p, t = (_scaled(d, e) for d in (start, stop, step))
     n = (p - s) // t + 1
@@ -192,12 +203,33 @@ def flags_from_stack(stack: Stack, num_policies: int) -> list[PolicyFlags]:
     return flags
 
 
-def summarise(flags: Sequence[PolicyFlags], budgets: Sequence[float], policies: Sequence[str]) -> dict:
+class PolicySummary(TypedDict):
+    """One policy's findings over the grid (the ``--report`` schema's ``policies.<policy>``)."""
+
+    consistent: bool
+    divergent: dict[str, int]
+    divergent_budgets: dict[str, list[float]]
+    boot_failures: int
+    boot_failure_budgets: list[float]
+    partial_boot_failures: int
+    partial_boot_budgets: list[float]
+
+
+class SweepSummary(TypedDict):
+    """A sweep's findings, JSON-ready (a plain dict at run time)."""
+
+    num_budgets: int
+    policies: dict[str, PolicySummary]
+
+
+def summarise(
+    flags: Sequence[PolicyFlags], budgets: Sequence[float], policies: Sequence[str]
+) -> SweepSummary:
     """The sweep's findings as a JSON-ready dict (the ``--report`` schema's ``policies`` part)."""
     n = len(budgets)
-    out: dict[str, object] = {"num_budgets": n, "policies": {}}
+    out: SweepSummary = {"num_budgets": n, "policies": {}}
     for policy, f in zip(policies, flags, strict=True):
-        out["policies"][policy] = {  # type: ignore[index]
+        out["policies"][policy] = {
             "consistent": not any(f.divergent.values()),
             "divergent": {name: len(idx) for name, idx in f.divergent.items()},
             "divergent_budgets": {name: [budgets[i] for i in idx] for name, idx in f.divergent.items()},
@@ -209,7 +241,7 @@ def summarise(flags: Sequence[PolicyFlags], budgets: Sequence[float], policies: 
     return out
 
 
-def analyse(stack: Stack, budgets: Sequence[float], policies: Sequence[str]) -> dict:
+def analyse(stack: Stack, budgets: Sequence[float], policies: Sequence[str]) -> SweepSummary:
     """Count, per policy and checked value, the budgets where stages diverge, and which.
 
     ``stack[stage][policy][budget]`` is a triple in :data:`CHECKED_VALUES` order. A budget at which
@@ -224,14 +256,15 @@ def analyse(stack: Stack, budgets: Sequence[float], policies: Sequence[str]) -> 
 def budget_runs(indices: Sequence[int], budgets: Sequence[float]) -> list[tuple[float, float]]:
     """Consecutive grid indices merged into (first, last) budget runs, for short human listings."""
     runs: list[tuple[float, float]] = []
-    start = prev = None
+    start: int | None = None
+    prev = 0
     for i in indices:
-        if prev is not None and i == prev + 1:
+        if start is not None and i == prev + 1:
             prev = i
             continue
         if start is not None:
-            runs.append((budgets[start], budgets[prev]))  # type: ignore[index]
+            runs.append((budgets[start], budgets[prev]))
         start = prev = i
     if start is not None:
-        runs.append((budgets[start], budgets[prev]))  # type: ignore[index]
+        runs.append((budgets[start], budgets[prev]))
     return runs

@@ -27,7 +27,7 @@ from checker.core.sizing import (
     running_request_cap,
     size_pool,
 )
-from checker.core.sweep import BOOT_FAILURE, PolicyFlags, flags_from_stack, summarise
+from checker.core.sweep import BOOT_FAILURE, PolicyFlags, SweepSummary, flags_from_stack, summarise
 
 # Products below are formed in float64 from exact operands, so each is rounded once, exactly as
 # Python's int product followed by int / 2**30 (correctly rounded) is. That holds while the operands
@@ -230,7 +230,7 @@ def analyse(
     stack: torch.Tensor | Sequence[Sequence[Sequence[Sequence[int]]]],
     budgets: Sequence[float],
     policies: Sequence[str],
-) -> dict:
+) -> SweepSummary:
     """The sweep's findings from a (P, policies, budgets, 3) stack, a tensor or nested lists alike."""
     if isinstance(stack, torch.Tensor):
         expected = (len(policies), len(budgets), len(CHECKED_VALUES))

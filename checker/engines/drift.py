@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from checker.core.errors import CheckerInputError
 from checker.core.releases import ReleaseChoice
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, derive_each_stage
 from checker.engines import ModelSource, PreparedEngine, get_engine
 
 DRIFT_VALUES = (*CHECKED_VALUES, "stage_slice", "stage_per_req_bytes")
@@ -127,18 +127,13 @@ class EngineSet:
     def derive_all(
         self, pp_size: int, budget_gib: float | None = None
     ) -> tuple[list[StageCapacity] | None, list[Drift]]:
-        """Every stage; ``None`` stages when drift left the primary without values on some stage."""
-        stages: list[StageCapacity] = []
-        drifts: list[Drift] = []
-        complete = True
-        for k in range(pp_size):
-            stage, d = self.derive(k, budget_gib)
-            drifts += d
-            if stage is None:
-                complete = False
-            else:
-                stages.append(stage)
-        return (stages if complete else None), drifts
+        """Every stage; ``None`` stages when drift left the primary without values on some stage. Of
+        several refusals, the one no budget fixes is raised first (``derive_each_stage``), as the sweep
+        does."""
+        results = derive_each_stage(lambda k: self.derive(k, budget_gib), pp_size)
+        stages = [stage for stage, _ in results if stage is not None]
+        drifts = [d for _, found in results for d in found]
+        return (stages if len(stages) == pp_size else None), drifts
 
 
 def prepare_engines(

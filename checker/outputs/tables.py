@@ -49,11 +49,11 @@ def mark(value: str, is_outlier: bool) -> str:
     return f"{value} *" if is_outlier else value
 
 
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 5] -> 'ranks 0-3, 5'; [4] -> 'rank 4'."""
+def rank_ranges(ranks: Iterable[int], *, noun: str = "rank") -> str:
+    """[0, 1, 2, 3, 5] -> 'ranks 0-3, 5'; [4] -> 'rank 4' (``noun="node"``: 'nodes 0-3, 5')."""
     rs = sorted(set(ranks))
     if not rs:
-        return "no ranks"
+        return f"no {noun}s"
     parts, start, prev = [], rs[0], rs[0]
     for r in rs[1:] + [None]:
         if r is not None and r == prev + 1:
@@ -62,4 +62,4 @@ def rank_ranges(ranks: Iterable[int]) -> str:
         parts.append(f"{start}-{prev}" if prev > start else f"{start}")
         if r is not None:
             start = prev = r
-    return ("ranks " if len(rs) > 1 else "rank ") + ", ".join(parts)
+    return (f"{noun}s " if len(rs) > 1 else f"{noun} ") + ", ".join(parts)

@@ -91,9 +91,21 @@ def _upgrade_facts(rows: Sequence[RankRow]) -> UpgradeFacts:
     )
 
 
+def _odd_first_order(groups: Sequence[Sequence[RankRow]]) -> list[Sequence[RankRow]]:
+    """Groups of ranks largest first, equal sizes in rank order: a strict majority leads and the odd
+    ones follow it; in an even split (no majority) the ranks are read in order."""
+    return sorted(groups, key=lambda g: (-len(g), min(r.rank for r in g)))
+
+
+def _hosts(members: Sequence[RankRow]) -> str:
+    """The hosts of a group of ranks, at most four named (a large group would fill the line)."""
+    hosts = sorted({r.host for r in members})
+    return ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+
+
 def explain_releases(rows: Sequence[RankRow]) -> str:
-    """Installed SGLang releases that differ, per node ("node 0 runs 0.5.16; node 1 runs 0.5.23"), and
-    the changes between them that can make the ranks derive differently."""
+    """Installed SGLang releases that differ, per node ("nodes 0-2 run 0.5.23; node 3 runs 0.5.16"),
+    the majority first, and the changes between them that can make the ranks derive differently."""
     by_version: dict[str, list[RankRow]] = defaultdict(list)
     for r in rows:
         by_version[r.inputs.get(INSTALLED) or NOT_INSTALLED].append(r)
@@ -101,16 +113,20 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
     for r in rows:
         nodes_of[r.node_rank].add(r.inputs.get(INSTALLED) or NOT_INSTALLED)
     parts = []
-    for version, members in sorted(by_version.items(), key=lambda kv: min(r.rank for r in kv[1])):
-        shown = "has no SGLang installed" if version == NOT_INSTALLED else f"runs SGLang {version}"
+    for members in _odd_first_order(list(by_version.values())):
+        version = members[0].inputs.get(INSTALLED) or NOT_INSTALLED
         nodes = sorted({r.node_rank for r in members})
-        hosts = ", ".join(sorted({r.host for r in members}))
+        hosts = _hosts(members)
         ranks = rank_ranges(r.rank for r in members)
         if all(n >= 0 and len(nodes_of[n]) == 1 for n in nodes):  # whole nodes: name them
-            where = ", ".join(f"node {n}" for n in nodes)
-            parts.append(f"{where} ({hosts}, {ranks}) {shown}")
+            verb = "runs" if len(nodes) == 1 else "run"
+            shown = "has no SGLang installed" if version == NOT_INSTALLED else f"{verb} SGLang {version}"
+            if len(nodes) > 1:
+                shown = shown.replace("has no", "have no")
+            parts.append(f"{rank_ranges(nodes, noun='node')} ({hosts}, {ranks}) {shown}")
         else:
-            parts.append(f"{ranks} (on {hosts}) {shown.replace('runs', 'run').replace('has', 'have')}")
+            shown = "have no SGLang installed" if version == NOT_INSTALLED else f"run SGLang {version}"
+            parts.append(f"{ranks} (on {hosts}) {shown}")
     line = f"{INSTALLED}: " + "; ".join(parts)
     installed = sorted({r.inputs.get(INSTALLED) for r in rows} - {None, NOT_INSTALLED})
     why: list[str] = []
@@ -125,35 +141,37 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
 
 
 def explain_input(name: str, rows: Sequence[RankRow]) -> str:
-    """One line naming who differs in one input, e.g. the partition env set on some nodes only."""
+    """One line naming who differs in one input, e.g. the partition env set on some nodes only.
+
+    The largest group of ranks comes first; every other group is an odd one and is followed by its own
+    hosts, so with 3 ranks against 1 (or 5 against 3) the line names the smaller group and where it
+    runs. In an even split (2 against 2) there is no majority: the groups come in rank order and each
+    after the first names its hosts.
+    """
     if name == INSTALLED:
         return explain_releases(rows)
     by_digest: dict[int, list[RankRow]] = defaultdict(list)
     for row in rows:
         by_digest[row.input_digests[name]].append(row)
-    groups = sorted(by_digest.values(), key=lambda g: (-len(g), g[0].rank))
     parts = []
-    for g in groups:
+    for i, g in enumerate(_odd_first_order(list(by_digest.values()))):
         who = rank_ranges(r.rank for r in g)
         value = g[0].inputs.get(name)
         if name in SGLANG_ENV_VARS:
-            parts.append(f"{who} leave it unset" if value is None else f"{who} set {name}={_show(value)}")
+            part = f"{who} leave it unset" if value is None else f"{who} set {name}={_show(value)}"
         elif name in VERSION_INPUTS:
-            parts.append(f"{who} run {name.removesuffix('_version')} {_show(value)}")
+            part = f"{who} run {name.removesuffix('_version')} {_show(value)}"
         elif name == "model":
-            parts.append(f"{who} load {_show(value)}")
+            part = f"{who} load {_show(value)}"
         elif name == "derived_as":
-            parts.append(f"{who} derive as {_show(value)}")
+            part = f"{who} derive as {_show(value)}"
         elif name == "launch_command":
-            parts.append(
-                f"{who} " + ("were started without one" if value is None else f"ran `{_show(value)}`")
-            )
+            part = f"{who} " + ("were started without one" if value is None else f"ran `{_show(value)}`")
         else:
             flag = "--" + name.replace("_", "-")
-            parts.append(f"{who} have {flag}={_show(value)}")
-    hosts = sorted({r.host for g in groups[1:] for r in g})
-    where = f" (on {', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})" if hosts else ""
-    return f"{name}: " + "; ".join(parts) + where
+            part = f"{who} have {flag}={_show(value)}"
+        parts.append(part if i == 0 else f"{part} (on {_hosts(g)})")
+    return f"{name}: " + "; ".join(parts)
 
 
 def differing_inputs(rows: Sequence[RankRow]) -> list[str]:
@@ -212,7 +230,7 @@ def efficiency_warning(rows: Sequence[RankRow]) -> str | None:
     if overall >= EFFICIENCY_WARN_BELOW:
         return None
     return (
-        f"consistent, but stages allocate only about 1/{round(1 / overall)} of the state memory they "
+        f"stages allocate only about 1/{round(1 / overall)} of the state memory they "
         f"are charged for (worst stage {worst:.0%}); max-share charging gives a larger pool at the "
         "same budget"
     )
@@ -259,7 +277,8 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
             v.warnings.append(msg)
     eff = efficiency_warning(rows)
     if eff:
-        v.warnings.append(eff)
+        # "consistent" only where it is: a divergent verdict can be wasteful too.
+        v.warnings.append(f"consistent, but {eff}" if v.status == CONSISTENT else eff)
     return v
 
 
