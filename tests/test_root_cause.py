@@ -138,10 +138,10 @@ def test_installed_releases_put_the_majority_first(old: set[int], cause: str) ->
     root cause, the larger group first and the smaller one after it, "nodes 1-3 ... run" rather than
     "node 1, node 2, node 3 ... runs", at most four hosts a group."""
     n = 4 if len(old) == 1 else 8
-    rows = world(n, inputs_of=lambda r: {"sglang_version": "0.5.16" if r in old else "0.5.23"})
+    rows = world(n, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r in old else "0.5.23"})
     v = decide(rows, world_size=n)
-    assert v.differing_inputs[0] == "sglang_version"
-    assert v.root_causes[0].startswith(f"sglang_version: {cause} -- what changed: "), v.root_causes[0]
+    assert v.differing_inputs[0] == "sglang_installed"
+    assert v.root_causes[0].startswith(f"sglang_installed: {cause} -- what changed: "), v.root_causes[0]
 
 
 @pytest.mark.parametrize(
