@@ -31,7 +31,10 @@ def test_one_rank_without_allow_single_rank_is_refused(cli, monkeypatch):
     )
 
 
-@pytest.mark.parametrize(("world_size", "output"), [(1, "text"), (2, "json"), (4, "quiet")])
+@pytest.mark.parametrize(
+    ("world_size", "output"),
+    [(1, "text"), (2, "json"), pytest.param(4, "quiet", marks=pytest.mark.slow)],
+)
 def test_consistent_world(tmp_path, world_size, output):
     """max-share at pp = world: every rank exits 0 and rank 0 reports every rank. Default flags under PP:
     auto -> extra_buffer without overlap, 4 slots a request; at pp 1 no PP rules apply."""
@@ -62,6 +65,7 @@ def test_consistent_world(tmp_path, world_size, output):
     assert all(r.stdout == "" for r in res.ranks[1:])
 
 
+@pytest.mark.slow
 def test_divergence_end_to_end_with_ci_files(tmp_path):
     """own-share at pp 4: every rank exits 1; the report, the JUnit file and the step summary agree on
     which ranks derived what."""
@@ -98,6 +102,7 @@ def test_divergence_end_to_end_with_ci_files(tmp_path):
     assert [int(row[col][0].replace(",", "")) for row in per_rank[2]] == [by_rank[r] for r in range(4)]
 
 
+@pytest.mark.slow
 def test_partition_env_on_some_ranks_is_root_caused(tmp_path):
     """A partition env set on one node only: values diverge and the report names the env var."""
     part = {"SGLANG_PP_LAYER_PARTITION": "30,21,21,21"}
@@ -118,6 +123,7 @@ def test_partition_env_on_some_ranks_is_root_caused(tmp_path):
     assert out[2:4] == ["root cause:", f"  {cause}"]
 
 
+@pytest.mark.slow
 def test_rank_that_raises_is_reported_by_every_rank(tmp_path):
     """An unexpected exception on rank 1 still joins the exchange: every rank exits 2, one message."""
     res = run_world(
@@ -134,6 +140,7 @@ def test_rank_that_raises_is_reported_by_every_rank(tmp_path):
     assert "Traceback" not in "".join(r.stderr for r in res.ranks)
 
 
+@pytest.mark.slow
 def test_bad_input_on_every_rank_is_one_error(tmp_path):
     """A world that is not pp x tp: every rank reports the same usage error and exits 2."""
     res = run_world(["check", *KIMI, "--pp-size", "3", *FAST], world_size=2, tmp_path=tmp_path)
@@ -210,6 +217,7 @@ def test_rank_that_never_arrives(tmp_path):
     assert rep["status"] == "infrastructure_failure" and rep["missing_ranks"] == [2]
 
 
+@pytest.mark.slow
 def test_budget_from_device_agrees_by_min(tmp_path):
     """Free memory differs per rank and travels in the header gather; the MIN makes every stage use
     9.5 GiB x 0.8 (SGLang's all-reduce MIN)."""
@@ -276,6 +284,7 @@ def _torchrun(args, tmp_path, timeout=120):
     return proc, report
 
 
+@pytest.mark.slow
 def test_torchrun_console_script(tmp_path):
     """The real launcher with the console script: `torchrun --no-python pp-capacity-checker`."""
     proc, report = _torchrun(["--no-python", "pp-capacity-checker", *KIMI], tmp_path)
@@ -296,6 +305,7 @@ def test_torchrun_root_cause_names_the_verdict(tmp_path):
     assert "checker verdict divergent: max_mamba_cache_size" in proc.stderr
 
 
+@pytest.mark.slow
 def test_device_derivation_disagreeing_with_the_scalar_core_is_an_error(tmp_path):
     """Each rank derives its stage twice: the scalar core and the vectorised path on its device. A
     rank whose scalar core is off by half (patched through sitecustomize on rank 1 only) must be caught

@@ -180,6 +180,7 @@ def test_a_step_summary_nobody_reads_is_bounded(tmp_path):
 # ---- under torchrun: a usage error is one line and an error report --------------------------------------
 
 
+@pytest.mark.slow
 def test_usage_error_under_torchrun_writes_an_error_report_and_prints_once(tmp_path):
     """Every rank parses the same bad command line: rank 0 alone prints it and writes the report CI
     reads, so the job is `error` (exit 2), not an infrastructure failure without a report."""
@@ -217,6 +218,7 @@ def test_usage_error_under_torchrun_writes_an_error_report_and_prints_once(tmp_p
 # ---- a stale rendezvous store --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_store_left_by_an_earlier_run_is_refused(tmp_path):
     """A reused --init-method file holds an earlier run's keys (its liveness marks would name the wrong
     ranks): every rank refuses it with one line and exit 2."""

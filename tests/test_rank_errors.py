@@ -27,6 +27,7 @@ def _stderr(res) -> str:
     return "".join(r.stderr for r in res.ranks)
 
 
+@pytest.mark.slow
 def test_a_bad_flag_on_one_rank_is_named_in_the_report_and_printed_once(tmp_path):
     """Only rank 1 was started with a mistyped flag: every rank exits 2 and rank 0's report says
     `error`, naming rank 1 and its message (it used to print nothing and report an infrastructure

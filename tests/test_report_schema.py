@@ -117,6 +117,7 @@ def test_the_schema_rejects_what_a_consumer_could_not_rely_on(path, bad, why):
     assert errors(doc), why
 
 
+@pytest.mark.slow
 def test_a_real_world_report_and_its_stdout_validate(tmp_path):
     """Two gloo ranks, the partition env on rank 1 only: --report and --format json both validate, and
     the differing input has its per-rank view."""

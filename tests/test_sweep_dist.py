@@ -48,6 +48,7 @@ def test_four_ranks_count_what_one_process_counts(tmp_path):
     assert dist["policies"]["own-share"]["divergent_counts"]["max_mamba_cache_size"] > 0
 
 
+@pytest.mark.slow
 def test_require_consistent_own_share_fails_on_every_rank(tmp_path):
     res = run_world(
         [*ARGS, "--policy", "own-share", "--require-consistent", "own-share"], world_size=2, tmp_path=tmp_path
@@ -55,6 +56,7 @@ def test_require_consistent_own_share_fails_on_every_rank(tmp_path):
     assert res.codes == [1, 1]
 
 
+@pytest.mark.slow
 def test_input_error_on_one_rank_ends_every_rank_with_2(tmp_path):
     """A rank whose inputs are invalid still joins: no hang, exit 2 everywhere."""
     res = run_world(

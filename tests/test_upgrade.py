@@ -107,6 +107,7 @@ def _world(tmp_path, releases: list[str]):
     return res, res.report()
 
 
+@pytest.mark.slow
 def test_half_upgraded_world_is_root_caused(tmp_path, run_checker):
     """Node 0 on 0.5.16, node 1 on 0.5.23: every rank exits 1 with the releases per node named, and each
     node's values are what ``derive --sglang-version X`` gives for that release on its own."""
@@ -125,6 +126,7 @@ def test_half_upgraded_world_is_root_caused(tmp_path, run_checker):
                 assert values(row) == values(alone[row["pp_rank"]]), (release, row["rank"])
 
 
+@pytest.mark.slow
 def test_not_yet_upgraded_world_is_consistent(tmp_path):
     """Both nodes still on 0.5.16: whole-model charging on every stage, so they agree."""
     res, rep = _world(tmp_path, [OLD, OLD])
