@@ -103,7 +103,11 @@ def test_a_launch_command_one_node_cannot_read_is_named(tmp_path, metadata):
     assert res.codes == [2, 2], [r.stderr[-800:] for r in res.ranks]
     (error,) = res.report()["errors"]
     if metadata == "not utf-8":
-        assert error.startswith("rank 1: checker check: internal error: UnicodeDecodeError:"), error
+        # A usage error naming what cannot be read and the way out, not an internal error.
+        assert error.startswith(
+            "rank 1: checker check: error: the installed SGLang's package metadata cannot be read"
+        ), error
+        assert "UnicodeDecodeError" in error and "--sglang-version" in error, error
     else:
         assert error.startswith("rank 1: checker check: error: SGLang 0.3.0: the checker has no table"), error
 
