@@ -88,6 +88,7 @@ def test_help_examples_stand_one_a_line(command):
     lines = _help(command).splitlines()
     for example in examples:
         assert f"  {example}" in lines, example
+        assert len(example) + 2 <= HELP_WIDTH, example  # never wrapped by a terminal of the help's width
     assert any(" -- " in e for e in examples), "no example shows a launch command"
 
 
@@ -122,10 +123,13 @@ def _example_argv(example: str) -> list[str]:
     return words[words.index("checker") + 1 :]
 
 
-@pytest.mark.parametrize(
-    "example",
-    [e for c in COMMANDS for e in __import__(f"checker.commands.{c}", fromlist=["_"]).EXAMPLES if e[0] != "#"],
-)
+def _examples() -> list[str]:
+    from checker.cli.main import _command
+
+    return [e for c in COMMANDS for e in _command(c).EXAMPLES if not e.startswith("#")]
+
+
+@pytest.mark.parametrize("example", _examples())
 def test_help_examples_parse(example):
     """Every example a user copies from --help is accepted as written: the checker's flags by its own
     parser, the launch command after -- by the release's flag table (the model path need not exist)."""

@@ -145,7 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         "drift.\n\n" + examples_help(_command(DEFAULT_COMMAND).EXAMPLES) + "\n\n" + environment_help(None),
     )
     parser.add_argument("--version", action="version", version=f"checker {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub = parser.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        parser_class=OneLineParser,
+        prog=parser.prog,  # not the usage
+    )
     for name in COMMANDS:
         # The help a user reads (DESCRIPTION, EXAMPLES), not the module docstring an engineer reads.
         mod = _command(name)
