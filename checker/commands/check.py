@@ -97,7 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GIB[,GIB...]",
         help="with --budget-from-device: the model weights' footprint per rank (one value, or one per "
         "rank); SGLang sizes from free memory measured before and after loading them, as your release "
-        "does (default 0: free x --mem-fraction-static)",
+        "does. The figure: the largest 'mem usage=X GB' of the server's 'Load weight end.' log lines "
+        "(GiB). Default 0: free x --mem-fraction-static, a budget larger than the server's",
     )
     g.add_argument(
         "--no-agree-budget",

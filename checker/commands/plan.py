@@ -115,7 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="free device memory before the weights load (e.g. 139 on an idle H200)",
     )
     d.add_argument(
-        "--weights-gib", type=positive_gib, metavar="GIB", help="the weights' footprint on the busiest rank"
+        "--weights-gib",
+        type=positive_gib,
+        metavar="GIB",
+        help="the weights' footprint on the busiest rank: the largest 'mem usage=X GB' of the server's "
+        "'Load weight end.' log lines (GiB)",
     )
     add_engine_args(parser)
     add_output_args(parser, quiet="leave out the model and layout header")
