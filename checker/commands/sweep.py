@@ -71,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_args(
         parser,
         report="write the findings and every assumption as JSON",
-        quiet="print only the required-consistent line (and never progress)",
+        quiet="print only what diverges (one line per policy and value) and the required-consistent "
+        "line; never progress",
     )
     add_model_args(parser)
     add_layout_args(parser, pp_default=None)
@@ -109,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     env = RankEnv.from_environ()
+    if config.plot and env.rank == 0:  # the rank that plots: refused before any finding is printed
+        from checker.outputs.plot import require_matplotlib
+
+        require_matplotlib()
     if env.world_size > 1 or config.group.init_method:
         from checker.commands.sweep_job import SweepJob
         from checker.distributed.exchange import run as run_protocol
