@@ -165,7 +165,7 @@ def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
     assert rep["status"] == "divergent"
     assert {"max_running_requests", "launch_command"} <= set(rep["differing_inputs"])
     causes = "\n".join(rep["root_causes"])
-    assert "rank 1 have --max-running-requests=8" in causes and "launch_command:" in causes
+    assert "rank 1 has --max-running-requests=8" in causes and "launch_command:" in causes
     # The report keeps rank 0's whole command and names rank 1 by the digest of its own.
     assert rep["launch_command"]["argv"] == launch
     assert [g["ranks"] for g in rep["launch_command"]["groups"]] == [[0], [1]]

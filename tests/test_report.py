@@ -499,7 +499,7 @@ def test_junit_strict_inputs_fails_the_inputs_case(tmp_path):
     assert isinstance(failure, Failure)
     assert failure.message == (
         "inputs differ across ranks (--strict-inputs): SGLANG_MAMBA_CONV_DTYPE: "
-        "rank 0 leave it unset; rank 1 set SGLANG_MAMBA_CONV_DTYPE=bfloat16 "
+        "rank 0 leaves it unset; rank 1 sets SGLANG_MAMBA_CONV_DTYPE=bfloat16 "
         "(on node-0)"
     )
     assert suite.failures == 1
