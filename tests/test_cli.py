@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -55,6 +57,90 @@ def test_check_help_names_the_environment_it_reads():
         "CHECKER_HOSTNAME",
     ):
         assert name in text, name
+
+
+def _help(command: str | None) -> str:
+    return (build_parser() if command is None else _subparsers()[command]).format_help()
+
+
+HELP_PAGES = [None, *COMMANDS]
+
+
+@pytest.mark.parametrize("command", HELP_PAGES)
+def test_help_shows_the_launch_command_form(command):
+    """The CI pattern (the deployment's launch command after --) is in every usage line a user greps:
+    without it a new user never learns that the server's own command can be pasted."""
+    text = _help(command)
+    usage = text.split("\n\n")[0]
+    assert usage.startswith("usage: ")
+    assert "[checker options] -- <launch command>" in usage
+    assert "<launch command> is the deployment's" in " ".join(text.split())  # and says what it is
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_examples_stand_one_a_line(command):
+    """Every example is a line of its own, as written (the formatter re-wraps prose: examples that
+    were prose ran together into one paragraph)."""
+    from checker.cli.main import _command
+
+    examples = _command(command).EXAMPLES
+    assert len(examples) >= 2
+    lines = _help(command).splitlines()
+    for example in examples:
+        assert f"  {example}" in lines, example
+        assert len(example) + 2 <= HELP_WIDTH, example  # never wrapped by a terminal of the help's width
+    assert any(" -- " in e for e in examples), "no example shows a launch command"
+
+
+@pytest.mark.parametrize("command", HELP_PAGES)
+def test_help_has_no_markup_or_internal_notes(command):
+    """The help is for a user: no reStructuredText, no notes on the code's internals."""
+    text = _help(command)
+    for needle in ("``", ":mod:", ":func:", ":class:", ":data:", " -> ", "checker.commands", "checker.cli"):
+        assert needle not in text, needle
+
+
+@pytest.mark.parametrize("command", HELP_PAGES)
+def test_help_environment_is_one_table_then_one_note(command):
+    """The environment variables a command reads are a table of NAME  meaning rows; what check does
+    with them is said once, after the table, not as a row in its middle."""
+    text = _help(command)
+    block = text[text.index("environment variables read:") :].split("\n\n")
+    rows = block[0].splitlines()[1:]
+    assert rows and all(re.match(r"^  [A-Z][A-Z_, .]+ {2,}\S", row) for row in rows), rows
+    names = " ".join(row.split("  ")[1] for row in rows)
+    if command in (None, "check"):
+        assert "GITHUB_STEP_SUMMARY" in names and "compares every rank's" in block[1]
+    if command in ("derive", "plan"):  # one process: no torchrun, nothing compared across ranks
+        assert "RANK" not in names and "compares" not in text[text.index("environment variables read") :]
+
+
+def _example_argv(example: str) -> list[str]:
+    """An example as main() receives it: the shell's words after `-m checker`, $SGLANG_LAUNCH expanded
+    as the CI variable would be, the trailing comment dropped."""
+    launch = "python -m sglang.launch_server --model-path /models/M --pp-size 2 --tp-size 4"
+    words = shlex.split(example.replace("$SGLANG_LAUNCH", launch), comments=True)
+    return words[words.index("checker") + 1 :]
+
+
+def _examples() -> list[str]:
+    from checker.cli.main import _command
+
+    return [e for c in COMMANDS for e in _command(c).EXAMPLES if not e.startswith("#")]
+
+
+@pytest.mark.parametrize("example", _examples())
+def test_help_examples_parse(example):
+    """Every example a user copies from --help is accepted as written: the checker's flags by its own
+    parser, the launch command after -- by the release's flag table (the model path need not exist)."""
+    from checker.cli.main import join_negative_values, with_default_command
+    from checker.launch.command import parse_launch_command
+    from checker.launch.merge import split_launch_command
+
+    ours, launch = split_launch_command(_example_argv(example))
+    build_parser().parse_args(join_negative_values(with_default_command(ours)))
+    if launch is not None:
+        parse_launch_command(launch, release=None, prefer_installed=False, check_model_path=False)
 
 
 @pytest.mark.parametrize(

@@ -488,6 +488,31 @@ def test_a_mistyped_launch_flag_gets_did_you_mean_from_the_releases_own_flags(tm
     assert "(3,000 unknown flags)" in many and len(many) < 400
 
 
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("-pp-size", "--pp-size"),
+        ("--pp_size", "--pp-size"),
+        ("--PP-SIZE", "--pp-size"),
+        ("--tp-szie", "--tp-size"),
+    ],
+)
+def test_the_slips_difflib_scores_poorly_get_did_you_mean_too(tmp_path: Path, typed: str, meant: str) -> None:
+    """One dash (which argparse, not the flag index, reports), snake case and capitals: each names the
+    release's flag it meant; a word no flag is close to gets no guess."""
+    model = _model(tmp_path, "kimi_linear_48b_a3b.json")
+    with pytest.raises(FlagError) as info:
+        parse_launch_command(
+            [*LAUNCH, "--model-path", model, typed, "2"], release="0.5.23", prefer_installed=False
+        )
+    assert f"does not know {typed}" in str(info.value) and f"; did you mean {meant}? (" in str(info.value)
+    with pytest.raises(FlagError) as info:
+        parse_launch_command(
+            [*LAUNCH, "--model-path", model, "--zzzzzz"], release="0.5.23", prefer_installed=False
+        )
+    assert "did you mean" not in str(info.value)
+
+
 def test_a_mistyped_launch_flag_through_the_cli_is_one_line(cli, tmp_path: Path) -> None:
     model = _model(tmp_path, "kimi_linear_48b_a3b.json")
     res = cli(["derive", "--budget-gib", "8", "--", *LAUNCH, "--model-path", model, "--pp-szie", "2"])

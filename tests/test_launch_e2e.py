@@ -8,7 +8,9 @@ in the checker's own flags (the translation a user would otherwise make), derive
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -163,7 +165,31 @@ def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
     assert rep["status"] == "divergent"
     assert {"max_running_requests", "launch_command"} <= set(rep["differing_inputs"])
     causes = "\n".join(rep["root_causes"])
-    assert "rank 1 have --max-running-requests=8" in causes and "launch_command:" in causes
+    assert "rank 1 has --max-running-requests=8" in causes and "launch_command:" in causes
     # The report keeps rank 0's whole command and names rank 1 by the digest of its own.
     assert rep["launch_command"]["argv"] == launch
     assert [g["ranks"] for g in rep["launch_command"]["groups"]] == [[0], [1]]
+
+
+@pytest.mark.slow
+def test_check_on_real_ranks_keeps_a_long_launch_command_whole(tmp_path):
+    """A model path longer than the wire's 120 bytes (an organisation and a revision in it): the report
+    holds the command as given (argv, text, its sha256 as `printf %s "$CMD" | sha256sum` prints it) and
+    the model path whole, not the wire's cut text; the terminal shows the path whole too."""
+    deep = tmp_path / "an-organisation-with-a-long-name" / "models-mirrored-from-the-hub" / "qwen3-next"
+    deep.mkdir(parents=True)
+    model = _model_dir(deep, "qwen3_next_80b_a3b.json").rename(
+        deep / "Qwen3-Next-80B-A3B-Instruct-FP8-rev-2026"
+    )
+    assert len(str(model / "config.json")) > 120
+    launch = [*SERVE, "--model-path", str(model), "--pp-size", "2", *NOISE]
+    res = run_world(
+        ["check", "--budget-gib", "40", "--timeout-s", "30", "--", *launch], world_size=2, tmp_path=tmp_path
+    )
+    assert res.codes == [0, 0], [r.stderr[-400:] for r in res.ranks]
+    rep = res.report()
+    lc = rep["launch_command"]
+    assert lc["argv"] == launch and shlex.split(lc["text"]) == launch
+    assert lc["sha256"] == hashlib.sha256(shlex.join(launch).encode()).hexdigest()
+    assert rep["inputs"]["model"].startswith(f"{model}/config.json (qwen3_next) #")  # whole, not cut
+    assert str(model / "config.json") in res.ranks[0].stdout

@@ -355,6 +355,8 @@ def test_readme_ci_section_uses_the_launch_command():
         ns = parse_checker(args)
         assert ns.launch is not None and {"model_config", "pp_size", "tp_size"} <= ns.launch.explicit, args
         assert names_a_budget(args) and ns.report, args
+        # Without the weights' footprint the budget is the free memory's share, not the server's.
+        assert not ns.budget_from_device or ns.weights_gib, args
         assert re.search(rf"launchers/read-verdict\.sh {re.escape(ns.report)}\s*$", block), block
     assert "NNODES=" in blocks[1] or "--nnodes" in blocks[1], blocks[1]
 

@@ -7,6 +7,8 @@ scalar core (``checker.core.sweep.scalar_sweep``), stage by stage, budget by bud
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -29,9 +31,12 @@ from checker.outputs.plot import (
     SAVE_DPI,
     event_marks,
     headline_for,
+    install_hint,
     panel_note,
     plot_sweep,
+    plot_title,
     sweep_figure,
+    title_model,
 )
 
 GITHUB_WIDTH_PX = 800
@@ -387,9 +392,12 @@ def test_legible_at_800px_and_nothing_cut_off(which: str, request: pytest.Fixtur
 
 
 def test_missing_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """matplotlib is the optional 'plot' extra: without it, one FlagError naming the extra."""
+    """matplotlib is the optional 'plot' extra: without it, one FlagError naming the extra and how to
+    install it from here (the tests run from a clone)."""
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import raise ImportError
-    with pytest.raises(FlagError, match=r"pip install 'pp-capacity-checker\[plot\]'"):
+    with pytest.raises(
+        FlagError, match=rf"needs matplotlib \(the 'plot' extra\): {re.escape(install_hint())}$"
+    ):
         plot_sweep(
             tmp_path / "x.png",
             budgets=[1.0],
@@ -398,6 +406,62 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
             title="t",
         )
     assert not (tmp_path / "x.png").exists()
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_install_hint_works_from_where_the_user_stands(tmp_path: Path) -> None:
+    """From a clone: the clone's own extra ('.[plot]' at its root, its path elsewhere). From an installed
+    distribution: the extra's requirements. Never 'pp-capacity-checker[plot]': the name is not published."""
+    assert install_hint(cwd=REPO_ROOT) == "pip install '.[plot]'"
+    assert install_hint(cwd=tmp_path) == f"pip install {shlex.quote(f'{REPO_ROOT}[plot]')}"
+    installed = install_hint(source_root=tmp_path)  # no pyproject.toml next to the package
+    assert installed.startswith("pip install 'matplotlib") or installed == "pip install matplotlib"
+    for hint in (install_hint(cwd=REPO_ROOT), installed):
+        assert "pp-capacity-checker[" not in hint
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("kimi-k3", "kimi-k3"),
+        ("/models/Qwen3-Next-80B-A3B/config.json (qwen3_next)", "/models/Qwen3-Next-80B-A3B (qwen3_next)"),
+        (
+            "/mnt/shared/team-inference/checkpoints/mirrored/nvidia/Nemotron-H-8B-Base-8K/config.json "
+            "(nemotron_h)",
+            ".../nvidia/Nemotron-H-8B-Base-8K (nemotron_h)",
+        ),
+        # A path the config loader already cut in its middle (saying how long it was): its end is kept.
+        (
+            "/tmp/a/an-o...r-48B-A3B-Instruct-revision-2026-11-30/config.json (222 chars) (kimi_linear)",
+            "...3B-Instruct-revision-2026-11-30 (kimi_linear)",
+        ),
+    ],
+)
+def test_title_keeps_a_model_paths_last_components(name: str, shown: str) -> None:
+    """Whole components from the end while they fit (48 characters here), cut only on the left."""
+    assert title_model(name, limit=48) == shown
+    assert len(shown) <= 48
+
+
+def test_title_of_a_long_model_path_fits_the_figure(readme_sweep: Sweep) -> None:
+    """A real model path made the title run off both edges of the figure: the title keeps the path's
+    end, cut only on the left, and every line of it fits the figure."""
+    deep = "/" + "/".join(["a-directory-name-long-enough-to-matter"] * 6)
+    name = f"{deep}/Qwen3-Next-80B-A3B-Instruct-FP8-dynamic-revision-2026-11-30/config.json (qwen3_next)"
+    inputs = CapacityInputs(
+        geometry=load_geometry(model="kimi-k3"), budget_gib=8.0, pp_size=PP, mamba_full_memory_ratio=0.5
+    )
+    object.__setattr__(inputs.geometry, "name", name)  # a frozen geometry with a long path's name
+    title = plot_title(inputs, parse_budgets("4:40:0.25"))
+    assert "Qwen3-Next-80B-A3B-Instruct-FP8-dynamic-revision-2026-11-30 (qwen3_next)" in title
+    fig = sweep_figure(
+        budgets=readme_sweep.budgets, values=readme_sweep.values, analysis=readme_sweep.analysis, title=title
+    )
+    fig.canvas.draw()
+    box, fig_box = fig._suptitle.get_window_extent(), fig.bbox
+    assert fig_box.x0 <= box.x0 and box.x1 <= fig_box.x1, f"{title!r} is cut off"
 
 
 def test_unwritable_path_is_a_flag_error(readme_sweep: Sweep, tmp_path: Path) -> None:

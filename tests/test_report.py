@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -498,7 +499,7 @@ def test_junit_strict_inputs_fails_the_inputs_case(tmp_path):
     assert isinstance(failure, Failure)
     assert failure.message == (
         "inputs differ across ranks (--strict-inputs): SGLANG_MAMBA_CONV_DTYPE: "
-        "rank 0 leave it unset; rank 1 set SGLANG_MAMBA_CONV_DTYPE=bfloat16 "
+        "rank 0 leaves it unset; rank 1 sets SGLANG_MAMBA_CONV_DTYPE=bfloat16 "
         "(on node-0)"
     )
     assert suite.failures == 1
@@ -642,8 +643,8 @@ def _launch_world(commands: list[list[str]]) -> tuple[Verdict, dict]:
         all_free = [facts.device_free_bytes] * world.n
         row = derive_row(config, env, facts, all_free=all_free, torch_version="x", device=None, environ={})
         rows.append(decode_row(encode_row(row)))
-        if rank == 0:
-            extra = {"launch_command": launch_command_doc(config.launch)}
+        if rank == 0:  # what CheckJob.publish adds: the command and the inputs, whole
+            extra = {"launch_command": launch_command_doc(config.launch), "own_inputs": dict(row.inputs)}
     return decide(rows, world_size=world.n, strict_inputs=False), extra
 
 
@@ -676,6 +677,9 @@ def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_diff
     text = to_text(verdict, summary=SUMMARY, elapsed_s=ELAPSED_S)
     assert "launch_command: each rank sends the first 120 bytes, shown ending in '...'" in text
     assert "the JSON report (--report) keeps rank 0's whole launch command" in text
+    junit = to_junit(verdict, elapsed_s=ELAPSED_S)  # the failure's text says it too (GitLab, Jenkins)
+    (inputs,) = [c for c in ET.fromstring(junit).iter("testcase") if c.get("name") == "inputs"]
+    assert "keeps rank 0's whole launch command" in "".join(inputs.itertext())
 
 
 def test_agreeing_ranks_report_the_whole_launch_input(tmp_path):
@@ -685,6 +689,20 @@ def test_agreeing_ranks_report_the_whole_launch_input(tmp_path):
     assert doc["inputs"]["launch_command"] == doc["launch_command"]["input"]  # whole, not the wire's cut
     assert [g["ranks"] for g in doc["launch_command"]["groups"]] == [[0, 1]]
     assert "each rank sends the first" not in to_text(verdict, summary=SUMMARY, elapsed_s=ELAPSED_S)
+
+
+def test_agreeing_ranks_report_a_long_model_path_whole(tmp_path):
+    """A model path past the wire's 120 bytes: rank 0 reports its own whole where every rank sent the
+    same digest (the rows keep the wire's cut text, marked)."""
+    deep = tmp_path / "an-organisation-with-a-long-name"
+    deep.mkdir(parents=True)
+    model = _model_dir(deep, "Kimi-Linear-48B-A3B-Instruct-revision-2026-11-30")
+    verdict, extra = _launch_world([[*SERVE, "--model-path", model, "--pp-size", "2"]] * 2)
+    doc = to_json(verdict, extra=extra)
+    assert len(f"{model}/config.json") > 120
+    assert doc["inputs"]["model"].startswith(f"{model}/config.json (")
+    assert all(r["inputs"]["model"].endswith("...") for r in doc["ranks"])
+    assert "own_inputs" not in doc
 
 
 def test_no_launch_command_is_null():

@@ -35,12 +35,12 @@ def partition_on(ranks: Collection[int], n: int, per_node: int = 1) -> list[Rank
 @pytest.mark.parametrize(
     ("odd", "cause"),
     [
-        ({0}, f"{PARTITION}: ranks 1-3 leave it unset; rank 0 set {PARTITION}={SET} (on node-0)"),
-        ({1}, f"{PARTITION}: ranks 0, 2-3 leave it unset; rank 1 set {PARTITION}={SET} (on node-1)"),
-        ({3}, f"{PARTITION}: ranks 0-2 leave it unset; rank 3 set {PARTITION}={SET} (on node-3)"),
+        ({0}, f"{PARTITION}: ranks 1-3 leave it unset; rank 0 sets {PARTITION}={SET} (on node-0)"),
+        ({1}, f"{PARTITION}: ranks 0, 2-3 leave it unset; rank 1 sets {PARTITION}={SET} (on node-1)"),
+        ({3}, f"{PARTITION}: ranks 0-2 leave it unset; rank 3 sets {PARTITION}={SET} (on node-3)"),
         # The variable on every rank but one: the odd rank is the one that leaves it unset.
-        ({0, 1, 2}, f"{PARTITION}: ranks 0-2 set {PARTITION}={SET}; rank 3 leave it unset (on node-3)"),
-        ({1, 2, 3}, f"{PARTITION}: ranks 1-3 set {PARTITION}={SET}; rank 0 leave it unset (on node-0)"),
+        ({0, 1, 2}, f"{PARTITION}: ranks 0-2 set {PARTITION}={SET}; rank 3 leaves it unset (on node-3)"),
+        ({1, 2, 3}, f"{PARTITION}: ranks 1-3 set {PARTITION}={SET}; rank 0 leaves it unset (on node-0)"),
     ],
 )
 def test_three_ranks_against_one_name_the_one_and_its_host(odd: set[int], cause: str) -> None:
@@ -160,3 +160,37 @@ def test_installed_releases_put_the_majority_first(old: set[int], cause: str) ->
 def test_outliers_are_the_ranks_off_a_strict_majority(values: list[str], odd: set[int], split: bool) -> None:
     assert outliers(values) == odd
     assert is_split(values) == split
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "one", "many"),
+    [
+        ("page_size", "64", "has --page-size=64", "have --page-size=64"),
+        (PARTITION, SET, f"sets {PARTITION}={SET}", f"set {PARTITION}={SET}"),
+        ("torch_version", "2.5.1", "runs torch 2.5.1", "run torch 2.5.1"),
+        ("model", "m #1", "loads m #1", "load m #1"),
+        ("derived_as", "SGLang 0.5.16", "derives as SGLang 0.5.16", "derive as SGLang 0.5.16"),
+    ],
+)
+def test_a_per_rank_line_agrees_with_one_rank_and_with_many(
+    name: str, value: str, one: str, many: str
+) -> None:
+    """ "rank 3 has --page-size=64", "ranks 2-3 have --page-size=64" (it said "rank 3 have")."""
+    lone = explain_input(name, world(4, inputs_of=lambda r: {name: value} if r == 3 else {}))
+    assert f"; rank 3 {one} (on node-3)" in lone
+    pair = explain_input(name, world(4, inputs_of=lambda r: {name: value} if r >= 2 else {}))
+    assert f"ranks 2-3 {many}" in pair
+
+
+def test_a_rank_started_without_a_launch_command_is_singular() -> None:
+    rows = world(4, inputs_of=lambda r: {"launch_command": None if r == 3 else "pp_size=4"})
+    assert "; rank 3 was started without one (on node-3)" in explain_input("launch_command", rows)
+    rows = world(4, inputs_of=lambda r: {"launch_command": None if r == 0 else "pp_size=4"})
+    assert "ranks 1-3 ran `pp_size=4`" in explain_input("launch_command", rows)
+
+
+def test_one_rank_on_another_release_than_its_node_is_singular() -> None:
+    rows = world(4, per_node=2, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r == 3 else "0.5.23"})
+    assert "; rank 3 (on node-1) runs SGLang 0.5.16" in explain_input("sglang_installed", rows)
+    rows = world(4, per_node=2, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r else "0.5.23"})
+    assert "ranks 1-3 (on node-0, node-1) run SGLang 0.5.16" in explain_input("sglang_installed", rows)

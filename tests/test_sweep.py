@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -285,6 +286,54 @@ def test_budget_runs_merge_consecutive_budgets_only(indices: list[int], runs: li
 
 
 # --- the command ------------------------------------------------------------------------------------
+
+
+def test_quiet_names_every_value_that_diverges(cli, tmp_path: Path) -> None:
+    """-q is for a CI log: every policy and value that diverges, one line each, then the verdict line.
+    (It printed the verdict line alone: "max-share never diverges" hid that own-share diverges in all
+    three values.) The lines are the JSON report's findings, not a second opinion."""
+    report = tmp_path / "sweep.json"
+    res = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "-q", "--report", str(report)])
+    assert res.rc == 0 and not res.err, res.err
+    lines = res.out.strip().splitlines()
+    doc = json.loads(report.read_text())
+    diverging = [
+        (p, v) for p, info in doc["policies"].items() for v, n in info["divergent_counts"].items() if n
+    ]
+    assert {("own-share", v) for v in CHECKED_VALUES} <= set(diverging)
+    for policy, value in diverging:
+        assert sum(line.startswith(f"{policy}: {value} diverges at ") for line in lines) == 1, (policy, value)
+    assert lines[-1] == "required consistent: max-share never diverges -> exit 0"
+    full = cli(["sweep", "--budgets", "4:40:0.25", *KIMI, "--no-progress"]).out
+    assert all(f"  {line}" in full.splitlines() for line in lines[:-1])  # the same lines as the full text
+
+
+def test_plot_without_matplotlib_is_refused_before_any_verdict(tmp_path: Path) -> None:
+    """--plot where matplotlib cannot be imported: one line and exit 2 before the sweep prints anything
+    (it printed its findings and "-> exit 0", then exited 2), with an install hint that works from a
+    clone (the project's own extra, never an unpublished package name)."""
+    hidden = tmp_path / "hide" / "matplotlib"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('matplotlib hidden by the test')\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{hidden.parent}{os.pathsep}{root}"}
+    argv = [
+        sys.executable,
+        "-m",
+        "checker",
+        "sweep",
+        "--budgets",
+        "4:8:1",
+        *KIMI,
+        "--plot",
+        str(tmp_path / "s.png"),
+    ]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root, timeout=60)
+    assert res.returncode == 2 and res.stdout == "", res.stdout
+    assert res.stderr.strip().splitlines() == [
+        "checker sweep: error: --plot needs matplotlib (the 'plot' extra): pip install '.[plot]'"
+    ]
+    assert not (tmp_path / "s.png").exists()
 
 
 def test_own_share_fails_require_consistent_and_max_share_passes(cli, tmp_path: Path) -> None:

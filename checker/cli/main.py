@@ -29,16 +29,42 @@ COMMANDS = ("check", "derive", "plan", "sweep")
 DEFAULT_COMMAND = COMMANDS[0]
 HELP_WIDTH = 100
 """Descriptions and option help wrap at the same width whatever the terminal."""
-ENVIRONMENT = """\
-environment variables read:
-  SGLANG_PP_LAYER_PARTITION          the layer partition (as SGLang reads it); compared across ranks
-  SGLANG_MAMBA_CONV_DTYPE            conv state dtype (default bfloat16); compared across ranks
-  (compared: every rank's value joins the preflight's inputs; a difference is named as a root cause)
-  SGLANG_MAMBA_SSM_DTYPE             temporal state dtype (--mamba-ssm-dtype wins); compared
-  SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK  SGLang's decode-lock switch; compared across ranks
-  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...  set by torchrun
-  GITHUB_STEP_SUMMARY                check (rank 0) appends a markdown verdict there
-  CHECKER_HOSTNAME                   the host name a rank reports (default: the machine's)"""
+LAUNCH_FORM = "[checker options] -- <launch command>"
+"""How every command takes the deployment's launch command (checker.launch.merge); the usage line shows it."""
+
+# (variable, what it is, the commands that read it): each command's --help lists its own.
+_DERIVING = COMMANDS
+_GROUP = ("check", "sweep")
+ENVIRONMENT = (
+    ("SGLANG_PP_LAYER_PARTITION", "the layer partition, as SGLang reads it", _DERIVING),
+    ("SGLANG_MAMBA_CONV_DTYPE", "conv state dtype (default bfloat16)", _DERIVING),
+    ("SGLANG_MAMBA_SSM_DTYPE", "temporal state dtype (--mamba-ssm-dtype wins)", _DERIVING),
+    ("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "SGLang's decode-lock switch", _DERIVING),
+    ("RANK, WORLD_SIZE, MASTER_ADDR, ...", "set by torchrun", _GROUP),
+    ("CHECKER_HOSTNAME", "the host name a rank reports (default: the machine's)", _GROUP),
+    ("GITHUB_STEP_SUMMARY", "rank 0 appends a markdown verdict there", ("check",)),
+)
+_COMPARED = "check compares every rank's SGLANG_* values: a difference is named as a root cause."
+
+
+def environment_help(command: str | None) -> str:
+    """The environment variables ``command`` reads (None: every command's), a table then one note."""
+    rows = [(name, what) for name, what, commands in ENVIRONMENT if command is None or command in commands]
+    width = max(len(name) for name, _ in rows) + 2
+    table = "\n".join(f"  {name:<{width}}{what}" for name, what in rows)
+    note = f"\n\n{_COMPARED}" if command in (None, "check") else ""
+    return f"environment variables read:\n{table}{note}"
+
+
+def usage(forms: Sequence[str]) -> str:
+    """Each way to start the command, with and without a launch command (argparse adds "usage: ")."""
+    lines = [f"{form} {LAUNCH_FORM}" for form in forms] + [f"{form} [checker options]" for form in forms]
+    return "\n       ".join(lines)
+
+
+def examples_help(examples: Sequence[str]) -> str:
+    """One example a line, indented so the formatter keeps each line as written."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in examples)
 
 
 class UsageError(Exception):
@@ -72,7 +98,7 @@ class _Formatter(argparse.HelpFormatter):
         out = []
         for para in textwrap.dedent(text).strip("\n").split("\n\n"):
             lines = para.splitlines()
-            if any(line.startswith((" ", "\t")) for line in lines) or para.startswith(("environment",)):
+            if any(line.startswith((" ", "\t")) for line in lines):  # a list under its heading
                 out.append("\n".join(indent + line for line in lines))
             else:
                 out.append(
@@ -109,17 +135,32 @@ def _command(name: str):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="checker",
+        usage=usage(("torchrun [torchrun options] -m checker [COMMAND]", "python -m checker COMMAND")),
         description="Prove that every pipeline stage of an SGLang deployment derives the same "
-        "state-pool size, max_running_requests and pp_max_micro_batch_size.",
-        epilog=f"With no COMMAND, '{DEFAULT_COMMAND}' runs: torchrun --standalone --nproc-per-node 8 "
-        "-m checker --model kimi-k3 --budget-gib 8. Exit codes of check: 0 consistent, 1 divergent, "
-        "2 error, 3 infrastructure failure, 4 model drift.\n\n" + ENVIRONMENT,
+        "state-pool size, max_running_requests and pp_max_micro_batch_size. With no COMMAND, "
+        f"'{DEFAULT_COMMAND}' runs. <launch command> is the deployment's own SGLang command line "
+        "(python -m sglang.launch_server ARGS, sglang serve ARGS, or bare ARGS); every command reads the "
+        "model and sizing flags from it. Each command's --help shows its options and examples.",
+        epilog="Exit codes of check: 0 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model "
+        "drift.\n\n" + examples_help(_command(DEFAULT_COMMAND).EXAMPLES) + "\n\n" + environment_help(None),
     )
     parser.add_argument("--version", action="version", version=f"checker {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub = parser.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        parser_class=OneLineParser,
+        prog=parser.prog,  # not the usage
+    )
     for name in COMMANDS:
+        # The help a user reads (DESCRIPTION, EXAMPLES), not the module docstring an engineer reads.
         mod = _command(name)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.__doc__, epilog=ENVIRONMENT)
+        p = sub.add_parser(
+            name,
+            help=mod.HELP,
+            usage=usage(mod.USAGE),
+            description=mod.DESCRIPTION,
+            epilog=examples_help(mod.EXAMPLES) + "\n\n" + environment_help(name),
+        )
         mod.add_arguments(p)
     return parser
 

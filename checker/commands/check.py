@@ -1,15 +1,11 @@
 """``checker check`` (the default): the preflight, one verdict on every rank.
 
-    torchrun --standalone --nproc-per-node 8 -m checker --model kimi-k3 --budget-gib 8
-    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        -m checker --model-config /models/Qwen3-Next --tp-size 2 --budget-from-device \\
-        --report report.json
-
 flags -> config -> the run protocol (:mod:`checker.distributed.exchange`) with check's job
 (:mod:`checker.commands.check_job`): each rank derives its stage's capacity locally (no collective, as
 SGLang does), then every rank joins two fixed-size int64 all-gathers and decides the same verdict: exit 0
 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun turns any non-zero
-exit into 1: read ``status`` from --report.
+exit into 1: read ``status`` from --report. What a user reads in ``--help`` is :data:`DESCRIPTION` and
+:data:`EXAMPLES`.
 """
 
 from __future__ import annotations
@@ -42,6 +38,30 @@ from checker.launch.merge import launch_text
 from checker.outputs.files import check_output_path
 
 HELP = "the preflight under torchrun: every rank derives locally, all ranks agree or the job fails"
+USAGE = ("torchrun [torchrun options] -m checker [check]",)
+DESCRIPTION = """\
+The preflight, run under torchrun before the server starts, in the deployment's environment: every rank
+derives its pipeline stage's max_mamba_cache_size, max_running_requests and pp_max_micro_batch_size
+as its installed SGLang release does, then all ranks compare their inputs and results and agree on one
+verdict.
+
+<launch command> is the deployment's own SGLang command line, exactly as the server is started
+(python -m sglang.launch_server ARGS, sglang serve ARGS, or bare ARGS): the model path, layout and
+sizing flags are read from it by the release's own parser. The checker's options go before --; a
+budget source is required (--budget-gib, or --budget-from-device with --weights-gib). Without a launch
+command, the model and sizing options below describe the deployment.
+
+Exit codes: 0 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun turns
+any non-zero exit into 1: read the status from --report (launchers/read-verdict.sh). Several nodes:
+launchers/torchrun.sh (docs/launchers.md)."""
+EXAMPLES = (
+    "torchrun --standalone --nproc-per-node 8 -m checker --model kimi-k3 --budget-gib 8",
+    "torchrun --nproc-per-node 8 -m checker --budget-gib 20 -- --model-path /models/M --pp-size 8",
+    "# the launch command kept in one CI variable, which the step that starts the server uses too:",
+    "torchrun --nproc-per-node 8 -m checker --budget-from-device --weights-gib 40 -- $SGLANG_LAUNCH",
+)
+"""Shown one a line under "examples:" in --help (each fits its width; a line starting "#" says what the
+next one does). Tested: every command parses."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GIB[,GIB...]",
         help="with --budget-from-device: the model weights' footprint per rank (one value, or one per "
         "rank); SGLang sizes from free memory measured before and after loading them, as your release "
-        "does (default 0: free x --mem-fraction-static)",
+        "does. The figure: the largest 'mem usage=X GB' of the server's 'Load weight end.' log lines "
+        "(GiB). Default 0: free x --mem-fraction-static, a budget larger than the server's",
     )
     g.add_argument(
         "--no-agree-budget",

@@ -50,6 +50,7 @@ class CheckJob:
     ) -> None:
         self.config, self.env, self.session, self.output = config, env, session, output
         self.summary = f"world {env.world_size}"
+        self.own_inputs: dict[str, str | None] = {}
 
     # -- before and during the exchange ----------------------------------------------------------------
     def local(self, device: torch.device | None) -> LocalFacts:
@@ -83,6 +84,7 @@ class CheckJob:
         )
         session.timings["derive_s"] = time.monotonic() - t0
         self.summary = self._summary(row)
+        self.own_inputs = dict(row.inputs)  # whole: the wire cuts each text to its width
         return encode_row(row)
 
     def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> CheckOutcome:
@@ -131,6 +133,7 @@ class CheckJob:
             "backend": session.backend,
             "timings": {**session.timings, "total_s": elapsed},
             "launch_command": launch_command_doc(self.config.launch if self.config is not None else None),
+            "own_inputs": self.own_inputs,
         }
         problems = report.write_all(
             verdict,

@@ -1,9 +1,9 @@
 """``checker derive``: every stage's derivation in one process, for capacity planning.
 
-python -m checker derive --model kimi-k3 --pp-size 8 --budget-gib 8
-python -m checker derive --model-config config.json --pp-size 4 --tp-size 2 --format json
-python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize
-python -m checker derive --model-config config.json --pp-size 4 --engine both   # exit 4 on drift
+The config (:class:`checker.config.DeriveConfig`) -> the engines of --engine over every stage ->
+:mod:`checker.outputs.derive`; with several --sglang-version releases, each release's stages and the
+rule changes between them (:mod:`checker.core.upgrade`). What a user reads in ``--help`` is
+:data:`DESCRIPTION` and :data:`EXAMPLES`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,23 @@ from checker.outputs.stdout import show
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 
 HELP = "derive every stage's pool size and limits in one process (no torch needed)"
+USAGE = ("python -m checker derive",)
+DESCRIPTION = """\
+Every pipeline stage's derivation in one process, for capacity planning: the max_mamba_cache_size,
+max_running_requests and pp_max_micro_batch_size each stage derives, as the SGLang release does. No
+torch, GPU or process group is needed. <launch command> is the deployment's SGLang command line, as in
+check (python -m sglang.launch_server ARGS, sglang serve ARGS, or bare ARGS): the model and sizing
+flags are read from it. Several releases (--sglang-version A,B) show each one's values and the rule
+changes that explain a difference. Exit 0 whatever the stages derive (check is the gate), 2 on bad
+input, 4 on model drift with --engine both."""
+EXAMPLES = (
+    "python -m checker derive --model kimi-k3 --pp-size 8 --budget-gib 8",
+    "python -m checker derive --budget-gib 8 -- sglang serve --model-path /models/M --pp-size 4",
+    "python -m checker derive --model-config config.json --pp-size 4 --tp-size 2 --format json",
+    "python -m checker derive --model kimi-k3 --budget-gib 8 --sglang-version 0.5.16,0.5.23",
+    "python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize",
+    "python -m checker derive --model-config config.json --pp-size 4 --engine both  # 4 on drift",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,18 +1,9 @@
 """``checker plan``: capacity planning from the same core every rank runs (no torch needed).
 
-Two questions, one per mode:
-
-    # the smallest budget (to 0.01 GiB) at which every stage reaches 48 running requests, per policy
-    python -m checker plan --model kimi-k3 --pp-size 8 --target-max-running-requests 48
-
-    # the layer partition that minimises the busiest stage's linear layers (max-share's charge)
-    python -m checker plan --model-config config.json --pp-size 8 --budget-gib 20 \\
-        --suggest-partition
-
-The suggested partition is an env var that every node must set identically:
-``export SGLANG_PP_LAYER_PARTITION=...``; the preflight (``checker check``) verifies that they do.
-Without --policy, the budget search answers for all three policies and the partition is compared
-under max-share.
+Two modes: the smallest budget for a running-request target (:func:`checker.core.planning.min_budget`,
+and as a --mem-fraction-static with :func:`~checker.core.planning.min_mem_fraction`), or the layer
+partition with the largest pool (:func:`~checker.core.planning.suggest_partition`). What a user reads
+in ``--help`` is :data:`DESCRIPTION` and :data:`EXAMPLES`.
 """
 
 from __future__ import annotations
@@ -55,6 +46,23 @@ from checker.outputs.plan import (
 from checker.outputs.stdout import show
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
+USAGE = ("python -m checker plan",)
+DESCRIPTION = """\
+Capacity planning from the same derivation every rank runs (no torch needed). Two questions, one per
+mode. --target-max-running-requests N: the smallest budget (0.01 GiB steps) at which every stage
+reaches N running requests, per charging policy; with --gpu-free-gib and --weights-gib, also the
+--mem-fraction-static to start the server with. --suggest-partition: the SGLANG_PP_LAYER_PARTITION
+that leaves the busiest stage the fewest linear layers (a larger pool under max-share), to export
+identically on every node; check verifies that they do.
+
+<launch command> is the deployment's SGLang command line, as in check: the model and sizing flags are
+read from it."""
+EXAMPLES = (
+    "python -m checker plan --model kimi-k3 --pp-size 8 --target-max-running-requests 48",
+    "python -m checker plan --target-max-running-requests 48 --gpu-free-gib 139 --weights-gib 40",
+    "python -m checker plan --target-max-running-requests 48 -- sglang serve --model-path /models/M",
+    "python -m checker plan --model-config config.json --pp-size 8 --budget-gib 20 --suggest-partition",
+)
 DEFAULT_SLACK = 1
 
 
@@ -107,7 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="free device memory before the weights load (e.g. 139 on an idle H200)",
     )
     d.add_argument(
-        "--weights-gib", type=positive_gib, metavar="GIB", help="the weights' footprint on the busiest rank"
+        "--weights-gib",
+        type=positive_gib,
+        metavar="GIB",
+        help="the weights' footprint on the busiest rank: the largest 'mem usage=X GB' of the server's "
+        "'Load weight end.' log lines (GiB)",
     )
     add_engine_args(parser)
     add_output_args(parser, quiet="leave out the model and layout header")

@@ -1,20 +1,10 @@
 """``checker sweep``: where in budget space each charging policy makes the stages disagree.
 
-    python -m checker sweep --budgets 4:40:0.25 --mamba-full-memory-ratio 0.5
-    python -m checker sweep --budgets 4:40:0.25 --policy own-share --policy max-share \\
-        --report sweep.json --plot sweep.png
-    python -m checker sweep --budgets 8,16,24 --model-config config.json --pp-size 4 \\
-        --require-consistent max-share
-
-Every stage (pp_rank 0..P-1) derives its three checked values at every budget, vectorised with torch
-and bit-identical to the scalar core; then, per policy and value, the budgets where the stages diverge
-are counted. A budget at which no stage can boot is a boot failure, not a divergence; one at which some
-stages boot and others do not is divergent. Exit 0 when every --require-consistent policy (default
-max-share) never diverges, 1 when one does, 2 on bad input.
-
-Under torchrun each rank derives only its own stage and the run protocol gathers them
-(:mod:`checker.commands.sweep_job`); it fails as check does: some rank's error or a lost rank is a line
-on rank 0 and a --report, and every rank leaves with the same exit code (3 for a lost rank).
+One process derives every stage (:func:`run_single_process`, vectorised by :mod:`checker.device.sweep`,
+bit-identical to the scalar core); under torchrun each rank derives only its own stage and the run
+protocol gathers them (:mod:`checker.commands.sweep_job`): some rank's error or a lost rank is a line on
+rank 0 and a --report, and every rank leaves with the same exit code (3 for a lost rank). What a user
+reads in ``--help`` is :data:`DESCRIPTION` and :data:`EXAMPLES`.
 """
 
 from __future__ import annotations
@@ -36,6 +26,24 @@ from checker.outputs.files import check_output_path
 DEFAULT_PP_SIZE = 8
 """Without torchrun a sweep derives every stage of a pp 8 deployment unless --pp-size says otherwise."""
 HELP = "sweep budgets: where each policy makes pipeline stages diverge (text, JSON report, plot)"
+USAGE = ("python -m checker sweep", "torchrun [torchrun options] -m checker sweep")
+DESCRIPTION = """\
+Where in budget space each charging policy makes the pipeline stages disagree. Every stage derives its
+max_mamba_cache_size, max_running_requests and pp_max_micro_batch_size at every budget of the grid,
+exactly as check derives them; then, per policy and value, the budgets where the stages diverge are
+counted. A budget at which no stage can boot is a boot failure, not a divergence; one at which some
+stages boot and others do not is divergent. Under torchrun each rank derives its own stage and rank 0
+reports. <launch command> is the deployment's SGLang command line, as in check.
+
+Exit codes: 0 when every --require-consistent policy (default max-share) never diverges, 1 when one
+does, 2 on bad input, 3 when a rank is lost under torchrun."""
+EXAMPLES = (
+    "python -m checker sweep --budgets 4:40:0.25 --mamba-full-memory-ratio 0.5",
+    "python -m checker sweep --budgets 4:40:0.25 --report sweep.json --plot sweep.png",
+    "python -m checker sweep --budgets 8,16,24 --model-config config.json --policy own-share",
+    "python -m checker sweep --budgets 4:40:0.25 -- sglang serve --model-path /models/M --pp-size 4",
+    "torchrun --standalone --nproc-per-node 4 -m checker sweep --budgets 4:40:0.25",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_args(
         parser,
         report="write the findings and every assumption as JSON",
-        quiet="print only the required-consistent line (and never progress)",
+        quiet="print only what diverges (one line per policy and value) and the required-consistent "
+        "line; never progress",
     )
     add_model_args(parser)
     add_layout_args(parser, pp_default=None)
@@ -101,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     env = RankEnv.from_environ()
+    if config.plot and env.rank == 0:  # the rank that plots: refused before any finding is printed
+        from checker.outputs.plot import require_matplotlib
+
+        require_matplotlib()
     if env.world_size > 1 or config.group.init_method:
         from checker.commands.sweep_job import SweepJob
         from checker.distributed.exchange import run as run_protocol

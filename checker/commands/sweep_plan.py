@@ -97,7 +97,7 @@ def present(config: SweepConfig, findings: SweepFindings) -> int:
     """Print the findings, write --report and --plot (a file that cannot be written is the user's
     error: FlagError); the exit code."""
     from checker.outputs.sweep_report import build_report, to_json_text, write_report
-    from checker.outputs.sweep_text import header, text_report
+    from checker.outputs.sweep_text import header, quiet_report, text_report
 
     plan = findings.plan
     report = build_report(
@@ -113,7 +113,7 @@ def present(config: SweepConfig, findings: SweepFindings) -> int:
     if config.output.format == "json":
         print(to_json_text(report))
     elif config.output.quiet:
-        print(text_report(report, plan.grid).splitlines()[-1])
+        print(quiet_report(report, plan.grid))
     else:
         print(header(plan.inputs, plan.grid))
         print()

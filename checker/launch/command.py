@@ -417,17 +417,33 @@ class _UnknownFlags(Exception):
         shown = ", ".join(_printable(w) for w in self.words[:SHOW_UNKNOWN])
         if len(self.words) > SHOW_UNKNOWN:
             shown += f", ... ({len(self.words):,} unknown flags)"
-        close = []
-        for word in self.words[:SHOW_UNKNOWN]:
-            match = difflib.get_close_matches(word.split("=", 1)[0], self.index.long, n=1, cutoff=0.6)
-            if match:
-                close.append((word, match[0]))
-        hint = ""
-        if len(self.words) == 1 and close:
-            hint = f"; did you mean {close[0][1]}?"
-        elif close:
-            hint = "; did you mean " + ", ".join(f"{m} for {_printable(w)}" for w, m in close) + "?"
-        return f"SGLang {version} does not know {shown}{hint} ({label})"
+        return f"SGLang {version} does not know {shown}{did_you_mean(self.words, self.index.long)} ({label})"
+
+
+def close_flag(word: str, flags: Sequence[str]) -> str | None:
+    """The release's flag a mistyped ``word`` most likely meant (``--pp-szie``, ``-pp-size``,
+    ``--pp_size``, ``--PP-SIZE`` -> ``--pp-size``), or None. ``flags``: the release's long options."""
+    if not word.startswith("-") or word in ("-", "--"):
+        return None
+    name = word.split("=", 1)[0]
+    # The slips difflib scores poorly: one dash, snake case, capitals.
+    normal = "--" + name.lstrip("-").lower().replace("_", "-")
+    if normal in flags and normal != name:
+        return normal
+    match = difflib.get_close_matches(normal, flags, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def did_you_mean(words: Sequence[str], flags: Sequence[str]) -> str:
+    """``; did you mean --pp-size?`` for the unknown ``words`` of a launch command (the first
+    :data:`SHOW_UNKNOWN`), from the release's own flag table, as the checker's flags get it from the
+    checker's; "" when none is close."""
+    close = [(w, m) for w in words[:SHOW_UNKNOWN] if (m := close_flag(w, flags)) is not None]
+    if not close:
+        return ""
+    if len(close) == 1 and sum(w.startswith("-") for w in words) == 1:
+        return f"; did you mean {close[0][1]}?"
+    return "; did you mean " + ", ".join(f"{m} for {_printable(w)}" for w, m in close) + "?"
 
 
 SHOW_UNKNOWN = 5
@@ -619,7 +635,9 @@ def parse_launch_command(
         except _UnknownFlags as exc:
             raise FlagError(exc.line(version, label)) from None
         except _ArgparseError as exc:
-            raise FlagError(f"SGLang {version} refuses the launch command: {exc}") from None
+            m = re.match(r"unrecognized arguments: (.*)$", str(exc))
+            hint = did_you_mean(m.group(1).split(), OptionIndex(parser).long) if m else ""
+            raise FlagError(f"SGLang {version} refuses the launch command: {exc}{hint}") from None
     else:
         label = MODEL_PARSER.format(version=version)
         if any(a == "--config" or a.startswith("--config=") for a in args):
@@ -634,8 +652,9 @@ def parse_launch_command(
             raise FlagError(exc.line(version, label)) from None
         except _ArgparseError as exc:
             m = re.match(r"unrecognized arguments: (.*)$", str(exc))
-            if m:  # words argparse could not place (a value after `--`, a stray word)
-                raise FlagError(f"SGLang {version} does not know {m.group(1)} ({label})") from None
+            if m:  # words argparse could not place (a value after `--`, a stray word, `-pp-size`)
+                hint = did_you_mean(m.group(1).split(), OptionIndex(parser).long)
+                raise FlagError(f"SGLang {version} does not know {m.group(1)}{hint} ({label})") from None
             raise FlagError(f"SGLang {version} refuses the launch command: {exc} ({label})") from None
     raw, raw_explicit = _raw(ns, given)
     values, explicit = _checker_values(raw, raw_explicit, version, check_model_path=check_model_path)

@@ -10,13 +10,16 @@ budget out of hundreds still shows.
 The figure is laid out for GitHub's 800 px README column: 8 inches wide with fonts and lines sized for
 100 px per inch there, saved at :data:`SAVE_DPI` so it stays sharp on denser screens.
 
-matplotlib is an optional extra (``pip install 'pp-capacity-checker[plot]'``), imported only when a plot
-is asked for, so the checker itself needs nothing but torch.
+matplotlib is an optional extra (the ``plot`` extra; :func:`install_hint` says how to get it from where
+the checker runs), imported only when a plot is asked for, so the checker itself needs nothing but torch.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,24 +69,85 @@ class Mark:
     """The band's extent in GiB: the budgets' grid cells, widened to the minimum width."""
 
 
+DIST_NAME = "pp-capacity-checker"
+"""The project's distribution name (pyproject.toml). It is not published on PyPI, so a hint never says
+``pip install 'pp-capacity-checker[plot]'``: that only works where the name resolves."""
+TITLE_MODEL_CHARS = 72
+"""The longest model name a plot title shows: with the layout after it, one line of the 8 in figure at
+9.5 pt (about 110 characters; tested)."""
+
+
+def install_hint(*, source_root: Path | None = None, cwd: Path | None = None) -> str:
+    """How to install the 'plot' extra from where the user stands: from a clone (the package next to the
+    project's pyproject.toml), the clone with its extra (``'.[plot]'`` from its root); from an installed
+    distribution, the extra's own requirements (matplotlib), which need no package index to know the
+    checker's name."""
+    root = Path(__file__).resolve().parents[2] if source_root is None else source_root
+    pyproject = root / "pyproject.toml"
+    try:
+        clone = f'name = "{DIST_NAME}"' in pyproject.read_text(errors="replace")
+    except OSError:
+        clone = False
+    if clone:
+        here = (cwd or Path.cwd()).resolve()
+        target = "." if here == root.resolve() else str(root)
+        return f"pip install {shlex.quote(target + '[plot]')}"
+    try:
+        requires = importlib.metadata.requires(DIST_NAME) or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    extra = [r.split(";")[0].strip() for r in requires if re.search(r"""extra\s*==\s*['"]plot['"]""", r)]
+    return "pip install " + " ".join(shlex.quote(r) for r in extra or ["matplotlib"])
+
+
 def _matplotlib():
     try:
         # The Agg canvas directly, never pyplot: no window, no global backend state on headless nodes.
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise FlagError(
-            "--plot needs matplotlib, an optional extra: pip install 'pp-capacity-checker[plot]'"
-        ) from None
+        raise FlagError(f"--plot needs matplotlib (the 'plot' extra): {install_hint()}") from None
     return Figure, FigureCanvasAgg
 
 
+def require_matplotlib() -> None:
+    """Refuse --plot before the sweep runs (FlagError, one line) where matplotlib cannot be imported: a
+    refusal after the findings printed would contradict the verdict line above it."""
+    _matplotlib()
+
+
+def title_model(name: str, limit: int = TITLE_MODEL_CHARS) -> str:
+    """A model's name as a title shows it. A path keeps its last components, the ones that say which
+    model (``.../org/Qwen3-Next-80B-A3B (qwen3_next)``), without ``config.json``; it is only ever cut
+    on the left, at a ``/``, so the end the user recognises stays whole."""
+    m = re.fullmatch(r"(?P<path>.*?)(?P<notes>(?: \([^()]*\))*)", name)
+    path, notes = (m["path"], m["notes"]) if m else (name, "")
+    notes = re.sub(r" \([\d,]+ chars\)", "", notes)  # the length of a path cut earlier: not shown
+    if "/" not in path:
+        return name if len(name) <= limit else f"...{name[-(limit - 3) :]}"
+    parts = [p for p in path.split("/") if p]
+    if len(parts) > 1 and parts[-1] == "config.json":
+        parts.pop()
+    shown = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(f".../{part}/{shown}{notes}") > limit:
+            break
+        shown = f"{part}/{shown}"
+    if len(shown + notes) > limit:
+        shown = "..." + shown[-max(limit - len(notes) - 3, 8) :]
+    elif shown != "/".join(parts):
+        shown = f".../{shown}"
+    elif path.startswith("/"):
+        shown = "/" + shown
+    return shown + notes
+
+
 def plot_title(inputs: CapacityInputs, grid: BudgetGrid) -> str:
-    """The figure's title: the model, the layout and what the sweep assumed."""
+    """The figure's title, two lines: the model and layout, then what the sweep assumed."""
     strategy = "no radix cache" if inputs.disable_radix_cache else inputs.resolved_strategy
     return (
-        f"{inputs.geometry.name}, pp {inputs.pp_size} x tp {inputs.tp_size}, r = "
-        f"{inputs.mamba_full_memory_ratio:g}, {strategy} ({inputs.slots_per_request()} slots/request), "
+        f"{title_model(inputs.geometry.name)}, pp {inputs.pp_size} x tp {inputs.tp_size}\n"
+        f"r = {inputs.mamba_full_memory_ratio:g}, {strategy} ({inputs.slots_per_request()} slots/request), "
         f"budgets {grid.spec} ({len(grid):,})"
     )
 

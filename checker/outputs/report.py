@@ -216,11 +216,14 @@ def layout(verdict: Verdict) -> dict[str, int | None]:
 
 
 def to_json(verdict: Verdict, *, extra: Mapping[str, object]) -> dict[str, object]:
-    """``extra``: what the publishing rank adds (versions, timings, and its own ``launch_command`` from
-    :func:`launch_command_doc`)."""
+    """``extra``: what the publishing rank adds (versions, timings, its own ``launch_command`` from
+    :func:`launch_command_doc`, and ``own_inputs``: its inputs whole, before the wire cut them, shown in
+    ``inputs`` where every rank sent the same value: a long model path is kept whole)."""
     extra = dict(extra)
     own = extra.pop("launch_command", None)
-    whole = {"launch_command": own["input"]} if own else None
+    whole = dict(extra.pop("own_inputs", None) or {})
+    if own:
+        whole["launch_command"] = own["input"]
     return {
         "command": "check",
         "status": verdict.status,
@@ -437,12 +440,13 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
                     f"{name} per group of ranks:",
                     *_group_detail(name, groups),
                     *(["root cause:", *(f"  {c}" for c in causes)] if causes else []),
+                    *([f"({note})"] if (note := cut_note(verdict)) else []),
                 ]
             )
     case = ET.SubElement(suite, "testcase", classname="checker.consistency", name="inputs")
     if verdict.differing_inputs:
         strict = any("--strict-inputs" in e for e in verdict.errors)
-        body = "\n".join(verdict.root_causes)
+        body = "\n".join([*verdict.root_causes, *([f"({note})"] if (note := cut_note(verdict)) else [])])
         if strict:
             el = ET.SubElement(
                 case,

@@ -43,8 +43,6 @@ def header(inputs: CapacityInputs, grid: BudgetGrid) -> str:
 
 def text_report(report: dict, grid: BudgetGrid) -> str:
     n = report["num_budgets"]
-    budgets = grid.budgets
-    index = {b: i for i, b in enumerate(budgets)}
 
     def cell(count: int) -> str:
         return f"{count:,} ({100 * count / n:.1f}%)" if count else "0"
@@ -62,24 +60,48 @@ def text_report(report: dict, grid: BudgetGrid) -> str:
         f"budgets (of {n:,}) at which the stages diverge, per policy and value",
         format_table(["policy", *CHECKED_VALUES, "boot failures", "verdict"], rows),
     ]
+    details = finding_lines(report, grid)
+    if details:
+        lines += ["", *(f"  {line}" for line in details)]
+    required = required_line(report)
+    if required:
+        lines += ["", required]
+    return "\n".join(lines)
+
+
+def finding_lines(report: dict, grid: BudgetGrid) -> list[str]:
+    """One line per policy and value that diverges, and per policy with budgets where stages cannot boot:
+    where, in runs of budgets."""
+    budgets = grid.budgets
+    index = {b: i for i, b in enumerate(budgets)}
     details = []
     for policy, info in report["policies"].items():
         for v in CHECKED_VALUES:
             if info["divergent_counts"][v]:
                 idx = [index[b] for b in info["divergent_budgets"][v]]
-                details.append(f"  {policy}: {v} diverges at {fmt_runs(idx, budgets)}")
+                details.append(f"{policy}: {v} diverges at {fmt_runs(idx, budgets)}")
         if info["partial_boot_failures"]:
             idx = [index[b] for b in info["partial_boot_budgets"]]
-            details.append(f"  {policy}: some stages cannot boot at {fmt_runs(idx, budgets)}")
+            details.append(f"{policy}: some stages cannot boot at {fmt_runs(idx, budgets)}")
         if info["boot_failures"]:
             idx = [index[b] for b in info["boot_failure_budgets"]]
-            details.append(f"  {policy}: no stage can boot at {fmt_runs(idx, budgets)}")
-    if details:
-        lines += ["", *details]
+            details.append(f"{policy}: no stage can boot at {fmt_runs(idx, budgets)}")
+    return details
+
+
+def required_line(report: dict) -> str | None:
+    """The verdict line: each --require-consistent policy, and the exit code it gives."""
     required = report["require_consistent"]
-    if required:
-        failing = report["failing_required"]
-        state = "; ".join(f"{p} {'DIVERGES' if p in failing else 'never diverges'}" for p in required)
-        code = EXIT_CODES[DIVERGENT] if failing else 0
-        lines += ["", f"required consistent: {state} -> exit {code}"]
-    return "\n".join(lines)
+    if not required:
+        return None
+    failing = report["failing_required"]
+    state = "; ".join(f"{p} {'DIVERGES' if p in failing else 'never diverges'}" for p in required)
+    code = EXIT_CODES[DIVERGENT] if failing else 0
+    return f"required consistent: {state} -> exit {code}"
+
+
+def quiet_report(report: dict, grid: BudgetGrid) -> str:
+    """``--quiet``: what diverges, one line each (a summary line alone hid every other value that
+    diverges), then the verdict line."""
+    required = required_line(report)
+    return "\n".join([*finding_lines(report, grid), *([required] if required else [])])

@@ -63,3 +63,10 @@ def rank_ranges(ranks: Iterable[int], *, noun: str = "rank") -> str:
         if r is not None:
             start = prev = r
     return (f"{noun}s " if len(rs) > 1 else f"{noun} ") + ", ".join(parts)
+
+
+def ranks_do(ranks: Iterable[int], one: str, many: str, *, noun: str = "rank") -> str:
+    """The ranks and a verb that agrees with them: ``([3], "has", "have")`` -> 'rank 3 has',
+    ``([2, 3], ...)`` -> 'ranks 2-3 have'."""
+    rs = set(ranks)
+    return f"{rank_ranges(rs, noun=noun)} {one if len(rs) == 1 else many}"

@@ -15,7 +15,7 @@ from checker.core.errors import CheckerInputError
 from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
-from checker.outputs.tables import is_split, outliers, rank_ranges
+from checker.outputs.tables import is_split, outliers, rank_ranges, ranks_do
 from checker.preflight.row import NOT_INSTALLED, VERSION_INPUTS, RankRow
 from checker.status import (
     CONSISTENT,
@@ -125,7 +125,11 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
                 shown = shown.replace("has no", "have no")
             parts.append(f"{rank_ranges(nodes, noun='node')} ({hosts}, {ranks}) {shown}")
         else:
-            shown = "have no SGLang installed" if version == NOT_INSTALLED else f"run SGLang {version}"
+            one = len({r.rank for r in members}) == 1  # "rank 3 (on node-b) runs", "ranks 2-3 ... run"
+            if version == NOT_INSTALLED:
+                shown = f"{'has' if one else 'have'} no SGLang installed"
+            else:
+                shown = f"{'runs' if one else 'run'} SGLang {version}"
             parts.append(f"{ranks} (on {hosts}) {shown}")
     line = f"{INSTALLED}: " + "; ".join(parts)
     installed = sorted({r.inputs.get(INSTALLED) for r in rows} - {None, NOT_INSTALLED})
@@ -155,21 +159,26 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
         by_digest[row.input_digests[name]].append(row)
     parts = []
     for i, g in enumerate(_odd_first_order(list(by_digest.values()))):
-        who = rank_ranges(r.rank for r in g)
+        ranks = [r.rank for r in g]
         value = g[0].inputs.get(name)
         if name in SGLANG_ENV_VARS:
-            part = f"{who} leave it unset" if value is None else f"{who} set {name}={_show(value)}"
+            part = (
+                f"{ranks_do(ranks, 'leaves', 'leave')} it unset"
+                if value is None
+                else f"{ranks_do(ranks, 'sets', 'set')} {name}={_show(value)}"
+            )
         elif name in VERSION_INPUTS:
-            part = f"{who} run {name.removesuffix('_version')} {_show(value)}"
+            part = f"{ranks_do(ranks, 'runs', 'run')} {name.removesuffix('_version')} {_show(value)}"
         elif name == "model":
-            part = f"{who} load {_show(value)}"
+            part = f"{ranks_do(ranks, 'loads', 'load')} {_show(value)}"
         elif name == "derived_as":
-            part = f"{who} derive as {_show(value)}"
+            part = f"{ranks_do(ranks, 'derives', 'derive')} as {_show(value)}"
         elif name == "launch_command":
-            part = f"{who} " + ("were started without one" if value is None else f"ran `{_show(value)}`")
+            started = ranks_do(ranks, "was started", "were started")
+            part = f"{started} without one" if value is None else f"{rank_ranges(ranks)} ran `{_show(value)}`"
         else:
             flag = "--" + name.replace("_", "-")
-            part = f"{who} have {flag}={_show(value)}"
+            part = f"{ranks_do(ranks, 'has', 'have')} {flag}={_show(value)}"
         parts.append(part if i == 0 else f"{part} (on {_hosts(g)})")
     return f"{name}: " + "; ".join(parts)
 
