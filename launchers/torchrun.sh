@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run the pp-capacity preflight on this node: one torchrun agent, NPROC_PER_NODE ranks.
 #
-#   one node:   NPROC_PER_NODE=8 launchers/torchrun.sh --budget-from-device --report r.json \
+#   one node:   NPROC_PER_NODE=8 launchers/torchrun.sh --budget-from-device --weights-gib 19 --report r.json \
 #                 -- python -m sglang.launch_server --model-path /models/Qwen3-Next-80B-A3B --pp-size 2 \
 #                 --tp-size 4 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
 #   each node:  NNODES=2 NODE_RANK=$i RDZV_ENDPOINT=node0:29400 RDZV_ID=$CI_JOB_ID LOCAL_ADDR=$(hostname -i) \
-#                 launchers/torchrun.sh --budget-from-device --report r.json \
+#                 launchers/torchrun.sh --budget-from-device --weights-gib 10 --report r.json \
 #                 -- python -m sglang.launch_server --model-path /models/Qwen3-Next-80B-A3B --pp-size 2 \
 #                 --tp-size 8 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
 #

@@ -284,6 +284,9 @@ def test_recipes_name_model_and_budget_explicitly(name):
             continue  # e.g. slurm.sbatch's srun line: the model comes from sbatch's own arguments
         assert names_a_model(args), f"{name}: no {' or '.join(MODEL_FLAGS)} in {shlex.join(args)}"
         assert names_a_budget(args), f"{name}: no {' or '.join(BUDGET_FLAGS)} before -- in {shlex.join(args)}"
+        # Without the weights' footprint the budget from the device is the free memory's, not the server's.
+        ns = parse_checker(completed(args))
+        assert not ns.budget_from_device or ns.weights_gib, f"{name}: no --weights-gib in {shlex.join(args)}"
 
 
 def launch_forms(args: list[str]) -> list[str] | None:
