@@ -281,3 +281,24 @@ def test_a_start_up_timeout_says_how_many_ranks_joined_and_which_did_not(monkeyp
     for r in (5, 7):
         liveness.join(store, r)
     assert session.failed("exchange: timed out").detail == "exchange: timed out"
+
+
+def test_a_rank_waiting_for_rank_0_stops_waiting_once_rank_0_is_seen_stopped(monkeypatch):
+    """Rank 0 was killed after the gather failed: its beat is stopped, so the stand-in does not wait
+    out the whole grace before publishing in its place (it did: 5 s of the 5 s bound)."""
+    from types import SimpleNamespace
+
+    from checker.config import GroupOptions
+    from checker.distributed import session as session_module
+    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.session import Session
+
+    monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.05)
+    store = FakeStore()
+    liveness.join(store, 0)
+    store.add("hb/0", 7)
+    session = Session(RankEnv.from_environ({"RANK": "1", "WORLD_SIZE": "2"}), GroupOptions())
+    session.group = SimpleNamespace(store=store, heartbeat=None)  # type: ignore[assignment]
+    t0 = time.monotonic()
+    assert session.await_announcement(5, while_alive_s=60) is None
+    assert time.monotonic() - t0 < 1.0

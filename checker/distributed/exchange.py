@@ -48,6 +48,7 @@ from checker.core.errors import CheckerInputError
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.session import Abort, Gathered, SchemaMismatch, record_for_torchrun
+from checker.distributed.watcher import WATCHERS
 from checker.distributed.wire import Header, WireError
 from checker.status import ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_INTERNAL, ROW_OK
 
@@ -415,7 +416,9 @@ class _Run(Generic[L, O]):
         s.mark_exiting("sigterm" if sigterm else "done" if missing is not None else "watchdog")
         print(f"[rank {self.rank}] checker: {detail}", file=sys.stderr, flush=True)
         box: list[O] = [job.lost(detail, missing or [])]
-        if s.is_rank0 or not sigterm:
+        # Told to stop, a rank other than 0 only looks for the gone ranks if it may have to stand in
+        # for a lost rank 0 (torchrun stops every worker when rank 0 is killed): the watchers.
+        if s.is_rank0 or not sigterm or self.rank < WATCHERS:
 
             def publish() -> None:
                 abort = s.failed(detail, stopping=sigterm) if missing is None else None
@@ -427,7 +430,7 @@ class _Run(Generic[L, O]):
                         job.publish(box[0])
                     finally:  # ranks waiting for the verdict (its heartbeat still beats) stop waiting
                         s.announce(EXIT_INFRASTRUCTURE, job.one_line(box[0]))
-                else:
+                elif not sigterm:
                     job.fallback(box[0])
 
             budget = SIGTERM_BUDGET_S if sigterm else ABORT_BUDGET_S

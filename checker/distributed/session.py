@@ -305,13 +305,16 @@ class Session:
         """Another rank: rank 0's exit code and line once its report is written. After ``wait_s`` it
         keeps waiting while rank 0's heartbeat still advances (alive and still publishing: a dense
         sweep's plot takes seconds), up to ``while_alive_s`` in all; None when the announcement never
-        comes (rank 0 is gone, frozen or unreachable)."""
+        comes (rank 0 is gone, frozen or unreachable), as soon as rank 0's heartbeat is seen stopped
+        over :data:`STALE_AFTER_S`."""
         store = self.group.store if self.group is not None else None
         if store is None:
             return None
         t0 = time.monotonic()
         deadline, cap = t0 + wait_s, t0 + max(wait_s, while_alive_s)
-        beat, sampled, unanswered = -1, t0, 0
+        # Rank 0's beat is sampled at once and every STALE_AFTER_S: one that has not advanced over a
+        # window ends the wait early (rank 0 is gone; the stand-in need not wait out the grace).
+        beat, sampled, unanswered = -1, t0 - STALE_AFTER_S, 0
         # Each store call bounded on its own: on a cut link one can block far past the store's timeout,
         # and a store that does not answer twice in a row means rank 0 cannot announce to this rank.
         while True:
@@ -328,6 +331,8 @@ class Session:
                 latest = store_call(lambda: int(store.add("hb/0", 0)), None)
                 if latest is None:
                     answered = False
+                elif latest == beat:  # stopped beating and never announced: gone, frozen or cut off
+                    return None
                 else:
                     if latest > beat >= 0:
                         deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
