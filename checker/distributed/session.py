@@ -359,8 +359,8 @@ class Session:
         """Leave: on the clean path destroy the group and return ``exit_code``; otherwise end the
         process now (a store call may still hang in an abandoned thread, and a broken group's
         destructor can block)."""
-        if self.watcher is not None:
-            self.watcher.stop()
+        if self.watcher is not None:  # on the clean path, out of any store call before the teardown
+            self.watcher.stop(join_s=1.0 if clean else 0.0)
         group = self.group
         if clean and group is not None and group.store is not None:
             self.mark_exiting("done")

@@ -64,8 +64,12 @@ class Watcher:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, join_s: float = 1.0) -> None:
+        """Stop watching and wait (bounded) for the thread: a daemon thread still inside a store call
+        when the interpreter finalises the store can abort the process."""
         self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(join_s)
 
     def poll(self) -> bool:
         """One look; True when the watcher has handed something over and is done."""
