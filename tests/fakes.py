@@ -105,7 +105,8 @@ class BeatingWorld:
             liveness.join(self.store, r)
             self.store.data[f"hb/{r}"] = beats
             self.store.data[f"step/{r}"] = steps
-            self.store.data[f"mark/{r}"] = exiting
+        if exiting:
+            liveness.mark(self.store, r, exiting)
         if beating:
             self.beating.add(r)
 
@@ -118,7 +119,8 @@ class BeatingWorld:
                 1, int(seconds / self.interval_s)
             )
             if r not in joined:  # a rank that starts beating has joined
-                self.store.data.update({f"step/{r}": 0, f"mark/{r}": ""})
+                self.store.data.setdefault(f"step/{r}", 0)
+                self.store.data.setdefault(liveness.MARKS, "")
                 self.store.data[liveness.JOINED] = str(self.store.data.get(liveness.JOINED, "")) + f"{r},"
 
     def clock(self) -> float:
