@@ -9,9 +9,9 @@ exactly the store calls a rank of the checker makes, through the checker's own f
 is one (:func:`checker.distributed.liveness.join`, :func:`checker.distributed.liveness.read`):
 
 1. start-up: ``add arrivals``, ``join`` (a ``multi_set`` and an ``append``);
-2. waiting (``--wait-s``): every rank's heartbeat (``add hb/<rank>`` every 0.25 s), every rank's
-   look for a published verdict (one ``check`` per second), and the two watchers' reads of every
-   rank's state (three round trips every 0.5 s, on ranks 0 and 1);
+2. waiting (``--wait-s``): every rank's heartbeat (``add hb/<rank>`` every 0.25 s), every other
+   rank's look for a published verdict (one ``check`` per second, ranks 2 and up), and the two
+   watchers' reads of every rank's state (three round trips every 0.5 s, on ranks 0 and 1);
 3. a loss: two ranks stop beating; the watcher's time to name them, from the last beat they made;
 4. the exchange's steps (an ``add step/<rank>`` per collective, three of them) and the finish: rank 0
    claims the verdict and announces it, every other rank polls for the announcement (one ``check``
@@ -235,7 +235,7 @@ def one_size(world: int, procs: int, wait_s: float, conns_per_proc: int) -> dict
         "start_up_s": start_up_s,
         "join_s": max(r["joined_s"] for r in results),
         "ops_per_s": beat_ops / waited + watcher_reads_per_s * 3,
-        "keys_read_per_s": watcher_reads_per_s * 3 * world,
+        "keys_read_per_s": watcher_reads_per_s * (world + 2),  # joined + marks + one beat per rank
         "store_cpu": cpu_wait,
         "round_max_s": max(r["round_max_s"] for r in results),
         "read_med_ms": 1000 * statistics.median(reads),

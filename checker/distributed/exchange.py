@@ -19,8 +19,9 @@ The steps, the same on every rank whatever its inputs (a rank that returns early
 4. ``job.payload`` behind a status prefix, in one gather: a rank whose payload raised still sends the
    agreed length and its message -> ``error`` naming it. Otherwise ``job.decide`` -> the outcome.
 5. finish: rank 0 publishes, then announces its exit code in the store; every other rank waits for
-   that announcement (bounded) and leaves with the same code, or prints the outcome itself when rank 0
-   never announces. A non-zero code goes into torchrun's error file.
+   that announcement (bounded) and leaves with the same code; when rank 0 never announces, the lowest
+   surviving rank publishes in its place and the others print the outcome themselves. A non-zero code
+   goes into torchrun's error file.
 
 Failures: a collective that fails -> ``job.lost`` naming the gone ranks (rank 0 at once; the others only
 if rank 0 never announces); a stale store -> ``error``; the watchdog or SIGTERM -> :meth:`_Run.abort`,

@@ -8,11 +8,14 @@ does what it is told, each step bounded:
    every other worker when one dies, then SIGKILL after its grace period). The watchdog and the
    watcher call the protocol's abort.
 2. :meth:`Session.make_group` and :meth:`Session.connect` form the store and the process group
-   (``--timeout-s``) and start this rank's heartbeat (:mod:`checker.distributed.liveness`).
+   (``--timeout-s``); once this rank has joined the store, its heartbeat
+   (:mod:`checker.distributed.liveness`) and its watcher (:mod:`checker.distributed.watcher`) start,
+   so a rank lost during the rendezvous or any collective is named in seconds.
 3. :meth:`Session.exchange_headers`, :meth:`Session.gather_text` and :meth:`Session.gather_payload`:
    the int64 all-gathers, each bounded by ``--timeout-s``; each step is marked in the store first.
-4. :meth:`Session.announce` / :meth:`Session.await_announcement`: rank 0 says its report is written
-   and which exit code every rank leaves with; the others wait for that (bounded).
+4. :meth:`Session.announce` / :meth:`Session.await_announcement`: the publishing rank (rank 0, or its
+   stand-in, :meth:`Session.claim_publisher`) says its report is written and which exit code every rank
+   leaves with; the others wait for that (bounded).
 5. :meth:`Session.close`: on the clean path the group is destroyed and only then is the backstop
    disarmed; otherwise the process leaves at once (a broken group's destructor can block).
 """
