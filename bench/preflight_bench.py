@@ -2,11 +2,14 @@
 
     python bench/preflight_bench.py                 # 2, 4, 8 and 32 ranks, 5 rounds each
     python bench/preflight_bench.py --ranks 8 --rounds 3
+    python bench/preflight_bench.py --ranks 8 --against /tmp/base   # also another checkout's preflight
 
 Each round runs the bare job (bench/bare_allgather.py: init gloo, all-gather one int64, exit) and the
 preflight (``torchrun --standalone --nproc-per-node N -m checker``) back to back, alternating which goes
 first, so drift in machine load hits both alike. Reported: median wall seconds of each and their ratio
-(target: preflight <= 1.10 x bare).
+(target: preflight <= 1.10 x bare). ``--against DIR`` times a third command in each round, the
+preflight of the checkout in DIR (``PYTHONPATH=DIR``): a change's own cost, measured under the same
+load as the change, whatever else the machine is doing.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def wall(cmd: list[str], timeout_s: float) -> float:
+def wall(cmd: list[str], timeout_s: float, tree: Path | None = None) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = str(tree or HERE.parent)
     t0 = time.perf_counter()
     proc = subprocess.run(
         cmd,
@@ -45,6 +49,7 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8, 32])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--against", type=Path, help="another checkout whose preflight is timed too")
     args = ap.parse_args()
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     rows = []
@@ -63,11 +68,15 @@ def main() -> int:
             "1" if n == 1 else str(n if n <= 93 else 1),
             *(["--allow-single-rank"] if n == 1 else []),
         ]
-        bare, check = [], []
+        bare: list[float] = []
+        check: list[float] = []
+        other: list[float] = []
         for i in range(args.rounds):
-            order = [(bare_cmd, bare), (check_cmd, check)]
-            for cmd, sink in order if i % 2 == 0 else order[::-1]:
-                sink.append(wall(cmd, args.timeout_s))
+            order = [(bare_cmd, bare, None), (check_cmd, check, None)]
+            if args.against is not None:
+                order.append((check_cmd, other, args.against))
+            for cmd, sink, tree in order if i % 2 == 0 else order[::-1]:
+                sink.append(wall(cmd, args.timeout_s, tree))
         b, c = statistics.median(bare), statistics.median(check)
         rows.append((n, b, c, c / b))
         print(
@@ -75,6 +84,13 @@ def main() -> int:
             f"(bare {[round(x, 2) for x in bare]}, preflight {[round(x, 2) for x in check]})",
             flush=True,
         )
+        if other:
+            o = statistics.median(other)
+            print(
+                f"ranks {n:>3}: {args.against} preflight {o:6.2f} s  ratio {o / b:5.3f}; this checkout / "
+                f"that one {c / o:5.3f}  ({[round(x, 2) for x in other]})",
+                flush=True,
+            )
     print()
     print("| ranks | bare torchrun + gloo all-gather (s) | preflight (s) | ratio |")
     print("|---|---|---|---|")

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from checker.core.errors import FlagError, LayoutError
+from checker.distributed import liveness
 from checker.distributed.group import InfrastructureFailure, StaleStore
 from checker.distributed.session import Abort, Gathered, SchemaMismatch, schema_mismatch_message
 from checker.distributed.wire import Header
@@ -32,8 +33,9 @@ class StoreDown(RuntimeError):
 
 
 class FakeStore:
-    """``add``/``set``/``check``/``get`` of torch's Store. ``fail_calls``: the next N calls raise;
-    ``fail_methods``: calls of these methods always raise."""
+    """``add``/``set``/``check``/``get``/``append``/``multi_get``/``multi_set`` of torch's Store.
+    ``fail_calls``: the next N calls raise; ``fail_methods``: calls of these methods always raise.
+    ``calls``: round trips made (a ``multi_get`` is one)."""
 
     def __init__(self) -> None:
         self.data: dict[str, Any] = {}
@@ -69,6 +71,21 @@ class FakeStore:
             self._maybe_fail("get")
             return str(self.data[key]).encode()
 
+    def append(self, key: str, value: str) -> None:
+        with self._lock:
+            self._maybe_fail("append")
+            self.data[key] = str(self.data.get(key, "")) + value
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        with self._lock:
+            self._maybe_fail("multi_get")
+            return [str(self.data[k]).encode() for k in keys]  # KeyError: torch's would block
+
+    def multi_set(self, keys: list[str], values: list[str]) -> None:
+        with self._lock:
+            self._maybe_fail("multi_set")
+            self.data.update(zip(keys, values, strict=True))
+
 
 @dataclass
 class BeatingWorld:
@@ -83,17 +100,31 @@ class BeatingWorld:
     def rank(
         self, r: int, *, beats: int = 1, steps: int = 0, beating: bool = True, exiting: str = ""
     ) -> None:
-        self.store.data[f"hb/{r}"] = beats
-        self.store.data[f"step/{r}"] = steps
+        """Rank ``r`` as it would have written its keys (``beats`` 0: it never reached the store)."""
+        if beats > 0:
+            liveness.join(self.store, r)
+            self.store.data[f"hb/{r}"] = beats
+            self.store.data[f"step/{r}"] = steps
         if exiting:
-            self.store.data[f"exiting/{r}"] = exiting
+            liveness.mark(self.store, r, exiting)
         if beating:
             self.beating.add(r)
 
     def sleep(self, seconds: float) -> None:
+        """Straight on the data: the beats are the ranks' store calls, not the observer's."""
         self.now += seconds
+        joined = {int(w) for w in str(self.store.data.get(liveness.JOINED, "")).split(",") if w}
         for r in self.beating:
-            self.store.data[f"hb/{r}"] += max(1, int(seconds / self.interval_s))
+            self.store.data[f"hb/{r}"] = int(self.store.data.get(f"hb/{r}", 0)) + max(
+                1, int(seconds / self.interval_s)
+            )
+            if r not in joined:  # a rank that starts beating has joined
+                self.store.data.setdefault(f"step/{r}", 0)
+                self.store.data.setdefault(liveness.MARKS, "")
+                self.store.data[liveness.JOINED] = str(self.store.data.get(liveness.JOINED, "")) + f"{r},"
+
+    def clock(self) -> float:
+        return self.now
 
 
 # -- a world of ranks as threads ------------------------------------------------------------------------
@@ -125,9 +156,12 @@ class World:
 
     def __post_init__(self) -> None:
         self.barrier = threading.Barrier(self.size)
+        self.lock = threading.Lock()
         self.dropped = False
         self.slots: list[Any] = [None] * self.size
         self.announced: tuple[int, str] | None = None
+        self.publishers = 0
+        """Claims of the publisher counter (the first wins)."""
         self.exiting: dict[int, str] = {}
         self.sessions: list[FakeSession] = [FakeSession(self, r) for r in range(self.size)]
 
@@ -214,8 +248,19 @@ class FakeSession:
             statuses=[r[0] for r in rows], messages=[r[1] for r in rows], body=[r[2] for r in rows]
         )
 
+    def watch(self, on_lost: Callable[[Sequence[int]], None], on_announced: Callable[[], None]) -> None:
+        self.on_lost, self.on_announced = on_lost, on_announced
+
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
         return Abort(detail=detail, missing_ranks=list(self.world.missing))
+
+    def claim_publisher(self, *, default: bool) -> bool:
+        with self.world.lock:
+            self.world.publishers += 1
+            return self.world.publishers == 1
+
+    def announcement(self) -> tuple[int, str] | None:
+        return self.world.announced
 
     def shorten_store_timeout(self) -> None:
         pass

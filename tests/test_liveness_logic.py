@@ -13,7 +13,7 @@ import pytest
 from fakes import BeatingWorld, FakeStore
 
 from checker.bounded import call_bounded
-from checker.distributed.liveness import Heartbeat, gone_ranks
+from checker.distributed.liveness import Heartbeat, gone_ranks, mark
 from checker.distributed.wire import HEADER_LEN, MAGIC, ROW_LEN, SCHEMA_VERSION, Header, WireError
 
 
@@ -101,7 +101,7 @@ def test_the_heartbeat_beats_marks_its_steps_and_its_leaving_and_stops():
     after = store.data["hb/2"]
     time.sleep(0.02)
     assert after >= 3 and store.data["hb/2"] == after  # stopped for good
-    assert store.data["step/2"] == 2 and store.data["exiting/2"] == "done"
+    assert store.data["step/2"] == 2 and store.data["marks"] == "2:done,"
 
 
 def test_the_heartbeat_gives_up_only_on_a_store_that_stays_gone(monkeypatch):
@@ -265,7 +265,7 @@ def test_a_rank_that_leaves_with_its_own_verdict_says_so_unless_its_store_is_gon
     session.store_lost = store_lost
     with pytest.raises(Left):
         session.close(3, clean=False)
-    assert ("exiting/2" in store.data) is not store_lost
+    assert ("2:done," in store.data.get("marks", "")) is not store_lost
 
 
 def test_a_rank_ended_by_its_own_watchdog_is_named_only_if_it_never_reached_the_collective():
@@ -276,5 +276,5 @@ def test_a_rank_ended_by_its_own_watchdog_is_named_only_if_it_never_reached_the_
     world.rank(1, steps=1, beating=False)
     world.rank(2, steps=0, beating=False)
     for r in (1, 2):
-        world.store.data[f"watchdog/{r}"] = "watchdog"
+        mark(world.store, r, "watchdog")
     assert gone(world, 3, my_step=1) == [2]

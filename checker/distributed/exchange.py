@@ -19,18 +19,21 @@ The steps, the same on every rank whatever its inputs (a rank that returns early
 4. ``job.payload`` behind a status prefix, in one gather: a rank whose payload raised still sends the
    agreed length and its message -> ``error`` naming it. Otherwise ``job.decide`` -> the outcome.
 5. finish: rank 0 publishes, then announces its exit code in the store; every other rank waits for
-   that announcement (bounded) and leaves with the same code, or prints the outcome itself when rank 0
-   never announces. A non-zero code goes into torchrun's error file.
+   that announcement (bounded) and leaves with the same code; when rank 0 never announces, the lowest
+   surviving rank publishes in its place and the others print the outcome themselves. A non-zero code
+   goes into torchrun's error file.
 
 Failures: a collective that fails -> ``job.lost`` naming the gone ranks (rank 0 at once; the others only
 if rank 0 never announces); a stale store -> ``error``; the watchdog or SIGTERM -> :meth:`_Run.abort`,
 which publishes ``job.lost`` and leaves with 3. Finishing and aborting take one lock: whichever comes
 first publishes, the other never does.
 
-Where later work slots in: a watcher thread that names a lost rank while the others wait in a collective
-calls :meth:`_Run.abort` (it takes the same lock); a fallback writer (the lowest surviving rank publishes
-when rank 0 is lost) replaces ``job.fallback`` in :meth:`_Run.finish`'s branch where the announcement
-never comes.
+The watcher (:mod:`checker.distributed.watcher`) names a rank that stopped beating while the others
+still wait, in seconds: rank 0 ends the run through :meth:`_Run.abort` (the same lock); when rank 0 is
+the one lost, the lowest surviving rank publishes in its place (:meth:`_Run._stands_in`, also where
+rank 0's announcement never comes after a failed collective). Exactly one rank publishes: each claims
+the store's ``publisher`` counter first, and only the first claim wins. A rank that sees a verdict
+published while it still waits leaves with its exit code (:meth:`_Run.announced`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from checker.core.errors import CheckerInputError
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.session import Abort, Gathered, SchemaMismatch, record_for_torchrun
+from checker.distributed.watcher import WATCHERS
 from checker.distributed.wire import Header, WireError
 from checker.status import ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_INTERNAL, ROW_OK
 
@@ -172,7 +176,10 @@ class SessionLike(Protocol):
     def exchange_headers(self, header: Header) -> list[Header]: ...
     def gather_text(self, text: str) -> list[str]: ...
     def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered: ...
+    def watch(self, on_lost: Callable[[Sequence[int]], None], on_announced: Callable[[], None]) -> None: ...
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort: ...
+    def claim_publisher(self, *, default: bool) -> bool: ...
+    def announcement(self) -> tuple[int, str] | None: ...
     def shorten_store_timeout(self) -> None: ...
     def mark_exiting(self, why: str) -> None: ...
     def announce(self, exit_code: int, line: str) -> None: ...
@@ -208,6 +215,7 @@ class _Run(Generic[L, O]):
     def run(self) -> int:
         s, job = self.session, self.job
         s.start(self.abort)
+        s.watch(self.lost_seen, self.announced)
         maybe_inject(self.rank, "start")
         try:
             s.make_group()
@@ -287,12 +295,12 @@ class _Run(Generic[L, O]):
         # them only if rank 0's announcement never comes (on a cut link every store call costs its bound).
         detail, timed_out = str(exc), exc.timed_out
 
-        def lost() -> O:
+        def lost() -> tuple[O, list[int]]:
             abort: Abort = self.session.failed(detail, behind_is_hung=timed_out)
-            return self.job.lost(abort.detail, abort.missing_ranks)
+            return self.job.lost(abort.detail, abort.missing_ranks), abort.missing_ranks
 
         if self.session.is_rank0:
-            return self.finish(lost, clean=False)
+            return self.finish(lambda: lost()[0], clean=False)
         return self.finish(lambda: self.job.lost(detail, []), clean=False, fallback=lost)
 
     # -- the end -------------------------------------------------------------------------------------
@@ -301,12 +309,14 @@ class _Run(Generic[L, O]):
         decide: Callable[[], O],
         *,
         clean: bool = True,
-        fallback: Callable[[], O] | None = None,
+        fallback: Callable[[], tuple[O, list[int]]] | None = None,
         record: bool = True,
     ) -> int:
         """Rank 0 publishes, then announces the exit code every rank leaves with; the others adopt it,
-        or print their own outcome when it never comes (torchrun kills the rest on the first failure,
-        so no rank may leave non-zero before rank 0 has published).
+        or, when it never comes, the lowest surviving rank publishes in rank 0's place (``fallback``:
+        the outcome naming the gone ranks, and those ranks) and every other rank prints its own
+        outcome (torchrun kills the rest on the first failure, so no rank may leave non-zero before the
+        verdict is published).
 
         ``record``: put a failing outcome in torchrun's error file. Not for ranks' own errors gathered
         before the job ran (a command line, an environment): rank 0 prints them once and the report
@@ -319,7 +329,7 @@ class _Run(Generic[L, O]):
             s.shorten_store_timeout()  # a store on a lost node must not hold us
         decided = decide()  # under the lock: an abort can no longer publish another verdict
         code, line = job.exit_code(decided), job.one_line(decided)
-        if s.is_rank0:
+        if s.is_rank0 and s.claim_publisher(default=True):
             s.timings["total_s"] = s.elapsed_s()
             code, line = self._publish(decided, code, line)
             s.announce(code, line)
@@ -328,8 +338,12 @@ class _Run(Generic[L, O]):
             if heard is not None:
                 code, line = heard
             else:  # rank 0 is gone or unreachable: this rank's verdict must not be lost
-                shown = fallback() if fallback is not None else decided
-                call_bounded(lambda: job.fallback(shown), ABORT_BUDGET_S).report("printing the verdict")
+                shown, missing = fallback() if fallback is not None else (decided, [])
+                if self._stands_in(missing):
+                    code, line = self._publish(shown, job.exit_code(shown), job.one_line(shown))
+                    s.announce(code, line)
+                else:
+                    call_bounded(lambda: job.fallback(shown), ABORT_BUDGET_S).report("printing the verdict")
                 clean = False  # a store call may still hang in an abandoned thread
         if code and (record or line != job.one_line(decided)):
             record_for_torchrun(line)
@@ -349,29 +363,75 @@ class _Run(Generic[L, O]):
         failed = code or EXIT_CODES[ERROR]
         return failed, f"checker {self.job.name} error: {problem}"
 
-    def abort(self, detail: str, sigterm: bool) -> None:
-        """The watchdog or SIGTERM (another thread): publish an infrastructure failure (rank 0; another
-        rank prints its own unless it was merely told to stop), then leave with 3."""
+    def _stands_in(self, missing: Sequence[int]) -> bool:
+        """Rank 0 is gone and this is the lowest rank that is not: it publishes in rank 0's place, if
+        it is the first to claim that (exactly one writer, whatever each rank saw)."""
+        if 0 not in missing or not self._lowest_survivor(missing):
+            return False
+        return self.session.claim_publisher(default=False)
+
+    def _writes(self, missing: Sequence[int]) -> bool:
+        if self.session.is_rank0:
+            return self.session.claim_publisher(default=True)
+        return self._stands_in(missing)
+
+    def _lowest_survivor(self, missing: Sequence[int]) -> bool:
+        survivors = [r for r in range(self.session.env.world_size) if r not in missing]
+        return bool(survivors) and self.rank == min(survivors)
+
+    def lost_seen(self, ranks: Sequence[int]) -> None:
+        """The watcher (its thread): these ranks stopped beating while this one waits. Rank 0 ends the
+        run naming them; when rank 0 is among them, the lowest surviving rank does in its place; every
+        other rank waits for that verdict."""
+        if self.session.is_rank0 or (0 in ranks and self._lowest_survivor(ranks)):
+            from checker.distributed.liveness import LOST_AFTER_S, describe
+
+            detail = (
+                f"{describe(ranks)} stopped beating for {LOST_AFTER_S:g} s while the others waited "
+                "(killed, frozen or cut off)"
+            )
+            self.abort(detail, False, missing=list(ranks))
+
+    def announced(self) -> None:
+        """The watcher (its thread): a verdict was published while this rank still waits in a
+        collective; leave now with its exit code (not at --timeout-s)."""
+        if not self._lock.acquire(blocking=False):
+            return  # finishing or aborting already: that path adopts it
+        s = self.session
+        heard = s.announcement()
+        code, line = heard if heard is not None else (EXIT_INFRASTRUCTURE, "")
+        s.mark_exiting("done")
+        if code and line:
+            record_for_torchrun(line)
+        s.exit_now(code)
+
+    def abort(self, detail: str, sigterm: bool, *, missing: list[int] | None = None) -> None:
+        """The watchdog, SIGTERM or the watcher (another thread): publish an infrastructure failure
+        (rank 0, or the stand-in for a lost rank 0; another rank prints its own unless it was merely
+        told to stop), then leave with 3. ``missing``: the lost ranks, already known (the watcher)."""
         if not self._lock.acquire(blocking=False):
             return  # finishing or aborting already: that path publishes and leaves
         s, job = self.session, self.job
         # First: no rank may blame this one for stopping, whether told to stop or ending on its
         # watchdog (it leaves with a verdict, it is not lost).
-        s.mark_exiting("sigterm" if sigterm else "watchdog")
+        s.mark_exiting("sigterm" if sigterm else "done" if missing is not None else "watchdog")
         print(f"[rank {self.rank}] checker: {detail}", file=sys.stderr, flush=True)
-        box: list[O] = [job.lost(detail, [])]
-        if s.is_rank0 or not sigterm:
+        box: list[O] = [job.lost(detail, missing or [])]
+        # Told to stop, a rank other than 0 only looks for the gone ranks if it may have to stand in
+        # for a lost rank 0 (torchrun stops every worker when rank 0 is killed): the watchers.
+        if s.is_rank0 or not sigterm or self.rank < WATCHERS:
 
             def publish() -> None:
-                abort = s.failed(detail, stopping=sigterm)
-                box[0] = job.lost(abort.detail, abort.missing_ranks)
-                if s.is_rank0:
+                abort = s.failed(detail, stopping=sigterm) if missing is None else None
+                gone = abort.missing_ranks if abort is not None else list(missing or [])
+                box[0] = job.lost(abort.detail if abort is not None else detail, gone)
+                if self._writes(gone):
                     s.timings["total_s"] = s.elapsed_s()
                     try:
                         job.publish(box[0])
-                    finally:  # ranks waiting for rank 0 (its heartbeat still beats) stop waiting
+                    finally:  # ranks waiting for the verdict (its heartbeat still beats) stop waiting
                         s.announce(EXIT_INFRASTRUCTURE, job.one_line(box[0]))
-                else:
+                elif not sigterm:
                     job.fallback(box[0])
 
             budget = SIGTERM_BUDGET_S if sigterm else ABORT_BUDGET_S

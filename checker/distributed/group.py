@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
-from checker.distributed.liveness import Heartbeat
+from checker.distributed.liveness import Heartbeat, join
 
 
 class InfrastructureFailure(RuntimeError):
@@ -81,7 +81,9 @@ class Group:
             wait_for_workers=False,
         )
 
-    def connect(self) -> None:
+    def join(self) -> None:
+        """Connect to the rendezvous store, list this rank as joined (its liveness keys) and start its
+        heartbeat: from here on the watchers can see it, while it still waits for the others."""
         try:
             base = self._base_store()
             base.set_timeout(self.timeout)
@@ -96,8 +98,17 @@ class Group:
                     f"the rendezvous store already holds an earlier run ({arrivals - 1} arrivals for world "
                     f"size {self.env.world_size}); pass a fresh --init-method path"
                 )
-            self.store.set(f"arrived/{self.env.rank}", self.env.host)
+            join(self.store, self.env.rank)
             self.heartbeat = Heartbeat(self.store, self.env.rank).start()
+        except (InfrastructureFailure, StaleStore):
+            raise
+        except Exception as exc:  # torch raises several types (DistStoreError, RuntimeError, ...)
+            raise InfrastructureFailure("init", _one_line(exc)) from None
+
+    def init(self) -> None:
+        """The process group: waits (``--timeout-s``) until every rank has come."""
+        assert self.store is not None, "join first"
+        try:
             dist.init_process_group(
                 self.backend,
                 store=dist.PrefixStore("pg/", self.store),
@@ -106,10 +117,12 @@ class Group:
                 timeout=self.timeout,
                 device_id=self.device if self.backend == "nccl" else None,
             )
-        except (InfrastructureFailure, StaleStore):
-            raise
         except Exception as exc:  # torch raises several types (DistStoreError, RuntimeError, ...)
             raise InfrastructureFailure("init", _one_line(exc)) from None
+
+    def connect(self) -> None:
+        self.join()
+        self.init()
 
     # -- collectives -------------------------------------------------------------------------------
     def all_gather_int64(self, values: Sequence[int] | torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,26 @@
 """Which ranks are gone: heartbeats and exit marks in the rendezvous store (torch-free).
 
-A rank's heartbeat thread bumps ``hb/<rank>`` every :data:`HEARTBEAT_S`, and the rank bumps
-``step/<rank>`` as it enters each collective. After a failure, any rank can tell the gone from the
-merely stuck: a rank blocked in a collective (a gloo ring waits on its neighbour) still beats and has
-reached the collective that failed; a killed, frozen (SIGSTOP) or never-started rank does not beat;
-a hung rank (alive, its main thread stuck before the exchange) beats but never reaches the
-collective. A rank that leaves on purpose (a verdict reached, or SIGTERM from torchrun's agent) first
-sets ``exiting/<rank>``, so it is not blamed for stopping. A rank whose own watchdog ends it sets
-``watchdog/<rank>`` instead: its stopped heartbeat is not held against it, but if it never reached the
-collective the others failed in, it is still the hung one.
+Each rank joins by writing its keys, then appending its rank to ``joined`` (:func:`join`): a rank
+listed there has every key, so the whole world's state is read in three store round trips whatever
+the world size (:func:`read`: ``check``, one ``multi_get`` of ``joined`` and ``marks``, one
+``multi_get`` of the joined ranks' counters; ``multi_get`` blocks on a key that does not exist, so it
+only ever asks for joined ranks' keys).
+
+* ``hb/<rank>``: bumped by the rank's heartbeat thread every :data:`HEARTBEAT_S`;
+* ``step/<rank>``: bumped as the rank enters each collective (read only after a failure);
+* ``marks``: one key every rank appends ``<rank>:<why>,`` to when it leaves on purpose: ``done`` or
+  ``sigterm`` (a verdict reached, or torchrun's agent stopping it: never blamed) or ``watchdog`` (its
+  own watchdog ended it: its stopped heartbeat is not held against it, but if it never reached the
+  collective the others failed in, it is still the hung one). One key, not one per rank, so that a
+  watcher's read asks for one key per rank: TCPStore's ``multi_get`` grows faster than linearly with
+  its number of keys (measured: 3,072 keys 30-50 ms, 12,288 keys 240-1,000 ms on this machine).
+
+After a failure, any rank can tell the gone from the merely stuck (:func:`gone_ranks`): a rank
+blocked in a collective (a gloo ring waits on its neighbour) still beats and has reached the
+collective that failed; a killed, frozen (SIGSTOP) or never-started rank does not beat; a hung rank
+(alive, its main thread stuck before the exchange) beats but never reaches the collective. While the
+run is still waiting, :class:`Staleness` tells a watcher which ranks stopped beating
+(:mod:`checker.distributed.watcher`).
 
 Every store call is bounded (:func:`checker.bounded.call_bounded`): on a cut link a TCPStore call can
 block far past its own timeout. A store call that fails is retried by the heartbeat (a transient error
@@ -21,18 +33,32 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from checker.bounded import call_bounded
 
 HEARTBEAT_S = 0.25
 STALE_AFTER_S = 1.0
-"""A heartbeat that has not advanced for this long is stopped (4 missed beats)."""
+"""After a failed collective: a heartbeat that has not advanced over this window is stopped (4 missed
+beats). Also how often a rank waiting for rank 0's announcement asks whether rank 0 still beats."""
+LOST_AFTER_S = 3.0
+"""While the run still waits: a rank whose heartbeat has not advanced for this long, as seen by a
+watcher, is lost. Long enough that a live rank starved of CPU on a loaded machine is not (32 ranks
+starting on 2 cores delay a heartbeat thread by up to about a second; a C extension's import can hold
+the GIL for some hundreds of milliseconds), short enough that the loss is named within 5 s: the beat
+interval, this, one watcher poll and the report write add up to about 4 s."""
 STORE_CALL_S = 2.0
 """Bound on one liveness store call, whatever the store's own timeout."""
 GIVE_UP_AFTER_FAILED_BEATS = 120
 """Consecutive failed beats (30 s at :data:`HEARTBEAT_S`) after which the store is taken as gone for
 good (its host is down): nobody could read a beat any more, and the thread stops trying."""
+JOINED = "joined"
+"""Ranks that wrote their liveness keys, appended as ``"<rank>,"``."""
+MARKS = "marks"
+"""Ranks that leave on purpose, appended as ``"<rank>:<why>,"`` (a later mark of a rank wins)."""
+PUBLISHER = "publisher"
+"""Counter a rank bumps before it publishes a verdict: only the rank that bumps it to 1 publishes."""
 
 T = TypeVar("T")
 
@@ -44,6 +70,9 @@ class Store(Protocol):
     def set(self, key: str, value: str) -> None: ...
     def check(self, keys: list[str]) -> bool: ...
     def get(self, key: str) -> bytes: ...
+    def append(self, key: str, value: str) -> None: ...
+    def multi_get(self, keys: list[str]) -> list[bytes]: ...
+    def multi_set(self, keys: list[str], values: list[str]) -> None: ...
 
 
 def store_call(fn: Callable[[], T], default: T, seconds: float | None = None) -> T:
@@ -51,6 +80,121 @@ def store_call(fn: Callable[[], T], default: T, seconds: float | None = None) ->
     or runs past the bound (a store that is gone is an answer here, not a bug)."""
     bound = STORE_CALL_S if seconds is None else seconds
     return call_bounded(fn, bound, name="checker-store").get(default)
+
+
+def join(store: Store, rank: int) -> None:
+    """Write this rank's keys, then list it as joined (three round trips; the caller bounds them)."""
+    store.multi_set([f"hb/{rank}", f"step/{rank}"], ["0", "0"])
+    store.append(MARKS, "")  # the key exists once anyone joined: a read never waits for it
+    store.append(JOINED, f"{rank},")
+
+
+def mark(store: Store, rank: int, why: str) -> None:
+    """This rank leaves on purpose (``why``: ``done``, ``sigterm`` or ``watchdog``)."""
+    store.append(MARKS, f"{rank}:{why},")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """The liveness keys of every rank, read at once. A rank not (yet) joined reads as 0, 0, ""."""
+
+    world_size: int
+    joined: frozenset[int]
+    beats: dict[int, int] = field(default_factory=dict)
+    steps: dict[int, int] = field(default_factory=dict)
+    marks: dict[int, str] = field(default_factory=dict)
+
+    def beat(self, rank: int) -> int:
+        return self.beats.get(rank, 0)
+
+    def step(self, rank: int) -> int:
+        return self.steps.get(rank, 0)
+
+    def mark(self, rank: int) -> str:
+        return self.marks.get(rank, "")
+
+    def not_joined(self) -> list[int]:
+        return [r for r in range(self.world_size) if r not in self.joined]
+
+
+def _parse_joined(raw: bytes, world_size: int) -> frozenset[int]:
+    ranks = (int(w) for w in raw.decode(errors="replace").split(",") if w.strip().isdigit())
+    return frozenset(r for r in ranks if 0 <= r < world_size)
+
+
+def _parse_marks(raw: bytes) -> dict[int, str]:
+    marks: dict[int, str] = {}
+    for item in raw.decode(errors="replace").split(","):
+        rank, _, why = item.partition(":")
+        if rank.strip().isdigit() and why:
+            marks[int(rank)] = why
+    return marks
+
+
+def _read(store: Store, world_size: int, steps: bool) -> Snapshot:
+    if not store.check([JOINED]):  # nobody joined yet (a get would wait for the key)
+        return Snapshot(world_size=world_size, joined=frozenset())
+    raw_joined, raw_marks = store.multi_get([JOINED, MARKS])
+    joined = _parse_joined(raw_joined, world_size)
+    ranks = sorted(joined)
+    keys = [f"hb/{r}" for r in ranks] + ([f"step/{r}" for r in ranks] if steps else [])
+    text = [v.decode(errors="replace") for v in store.multi_get(keys)] if ranks else []
+    n = len(ranks)
+    return Snapshot(
+        world_size=world_size,
+        joined=joined,
+        beats={r: _int(text[i]) for i, r in enumerate(ranks)},
+        steps={r: _int(text[n + i]) for i, r in enumerate(ranks)} if steps else {},
+        marks=_parse_marks(raw_marks),
+    )
+
+
+def _int(text: str) -> int:
+    return int(text) if text.strip().lstrip("-").isdigit() else 0
+
+
+def read(
+    store: Store | None, world_size: int, *, steps: bool = False, seconds: float | None = None
+) -> Snapshot | None:
+    """Every rank's beat and mark (and with ``steps``, its step) in three store round trips whatever
+    ``world_size``; None when the store cannot be read in time."""
+    if store is None:
+        return None
+    return store_call(lambda: _read(store, world_size, steps), None, seconds)
+
+
+def claim_publisher(store: Store | None, *, default: bool) -> bool:
+    """Whether this rank is the one that publishes the verdict: the first to claim it is. ``default``
+    when the store cannot answer (rank 0 still writes its report; a stand-in does not)."""
+    if store is None:
+        return default
+    count = store_call(lambda: int(store.add(PUBLISHER, 1)), None)
+    return default if count is None else count == 1
+
+
+class Staleness:
+    """Which ranks stopped beating, from snapshots taken over time (a watcher's memory).
+
+    A rank is lost when it joined, has not said it is leaving, and its beat has not changed for
+    :data:`LOST_AFTER_S` of this observer's clock since the observer first saw it or last saw it
+    change. Measured on the observer's own clock and observations, so a watcher that was itself
+    starved and polls late sees advanced beats, not stale ones."""
+
+    def __init__(self, *, lost_after_s: float = LOST_AFTER_S) -> None:
+        self.lost_after_s = lost_after_s
+        self._beat: dict[int, int] = {}
+        self._since: dict[int, float] = {}
+
+    def observe(self, snapshot: Snapshot, now: float) -> list[int]:
+        """The ranks lost as of ``now`` (seconds, any monotonic clock)."""
+        lost = []
+        for r in sorted(snapshot.joined):
+            beat = snapshot.beat(r)
+            if self._beat.get(r) != beat:
+                self._beat[r], self._since[r] = beat, now
+            elif not snapshot.mark(r) and now - self._since[r] >= self.lost_after_s:
+                lost.append(r)
+        return lost
 
 
 class Heartbeat:
@@ -87,8 +231,7 @@ class Heartbeat:
 
     def mark_exiting(self, why: str) -> None:
         """``why``: ``done``/``sigterm`` (never blamed), or ``watchdog`` (blamed only if behind)."""
-        key = "watchdog" if why == "watchdog" else "exiting"
-        store_call(lambda: self.store.set(f"{key}/{self.rank}", why), None)
+        store_call(lambda: mark(self.store, self.rank, why), None)
 
     def stop(self, join_s: float = 1.0) -> None:
         """Stop beating and wait (bounded) for the thread: a daemon thread still inside a store call
@@ -97,15 +240,6 @@ class Heartbeat:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(join_s)
-
-
-def _counts(store: Store, world_size: int, key: str = "hb") -> list[int] | None:
-    # add(key, 0) reads a counter without blocking on a key that was never set (get would wait).
-    return store_call(lambda: [int(store.add(f"{key}/{r}", 0)) for r in range(world_size)], None)
-
-
-def _marked(store: Store, world_size: int, key: str) -> set[int] | None:
-    return store_call(lambda: {r for r in range(world_size) if store.check([f"{key}/{r}"])}, None)
 
 
 def gone_ranks(
@@ -120,7 +254,8 @@ def gone_ranks(
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[int]:
     """Ranks whose heartbeat does not advance over ``watch_s``, or that never reached the collective
-    this rank failed in (``my_step``), and that did not say they were leaving.
+    this rank failed in (``my_step``), and that did not say they were leaving. Two reads of the store
+    (:func:`read`), a constant number of round trips whatever ``world_size``.
 
     ``behind_is_hung``: a rank still before the failed collective is hung. True when the collective ran
     out its time (the rank never came); False when it failed at once because a peer dropped out: a live
@@ -131,28 +266,38 @@ def gone_ranks(
     Empty when the store cannot be read (then nobody can be named, rather than everybody).
     ``sleep``: how to let ``watch_s`` pass (tests hand a fake clock's).
     """
-    if store is None:
-        return []
-    first = _counts(store, world_size)
+    first = read(store, world_size)
     if first is None:
         return []
     sleep(watch_s)
-    second = _counts(store, world_size)
-    steps = _counts(store, world_size, "step")
-    leaving = _marked(store, world_size, "exiting")
-    ended = _marked(store, world_size, "watchdog")
-    if second is None or steps is None or leaving is None or ended is None:
+    second = read(store, world_size, steps=True)
+    if second is None:
         return []
-    if stopping:
-        quiet = leaving | ended
-        return [r for r in range(world_size) if r != me and r not in quiet and 0 < second[r] == first[r]]
-    return [
-        r
-        for r in range(world_size)
-        if r != me
-        and r not in leaving
-        and ((second[r] == first[r] and r not in ended) or (behind_is_hung and steps[r] < my_step))
-    ]
+    return named_gone(first, second, me=me, my_step=my_step, stopping=stopping, behind_is_hung=behind_is_hung)
+
+
+def named_gone(
+    first: Snapshot,
+    second: Snapshot,
+    *,
+    me: int,
+    my_step: int = 0,
+    stopping: bool = False,
+    behind_is_hung: bool = True,
+) -> list[int]:
+    """:func:`gone_ranks`'s decision from two snapshots ``watch_s`` apart."""
+    out = []
+    for r in range(second.world_size):
+        mark = second.mark(r)
+        if r == me or mark in ("done", "sigterm"):
+            continue
+        stopped = second.beat(r) == first.beat(r)
+        if stopping:
+            if not mark and 0 < second.beat(r) and stopped:
+                out.append(r)
+        elif (stopped and mark != "watchdog") or (behind_is_hung and second.step(r) < my_step):
+            out.append(r)
+    return out
 
 
 def describe(ranks: Sequence[int]) -> str:

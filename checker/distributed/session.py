@@ -8,11 +8,14 @@ does what it is told, each step bounded:
    every other worker when one dies, then SIGKILL after its grace period). The watchdog and the
    watcher call the protocol's abort.
 2. :meth:`Session.make_group` and :meth:`Session.connect` form the store and the process group
-   (``--timeout-s``) and start this rank's heartbeat (:mod:`checker.distributed.liveness`).
+   (``--timeout-s``); once this rank has joined the store, its heartbeat
+   (:mod:`checker.distributed.liveness`) and its watcher (:mod:`checker.distributed.watcher`) start,
+   so a rank lost during the rendezvous or any collective is named in seconds.
 3. :meth:`Session.exchange_headers`, :meth:`Session.gather_text` and :meth:`Session.gather_payload`:
    the int64 all-gathers, each bounded by ``--timeout-s``; each step is marked in the store first.
-4. :meth:`Session.announce` / :meth:`Session.await_announcement`: rank 0 says its report is written
-   and which exit code every rank leaves with; the others wait for that (bounded).
+4. :meth:`Session.announce` / :meth:`Session.await_announcement`: the publishing rank (rank 0, or its
+   stand-in, :meth:`Session.claim_publisher`) says its report is written and which exit code every rank
+   leaves with; the others wait for that (bounded).
 5. :meth:`Session.close`: on the clean path the group is destroyed and only then is the backstop
    disarmed; otherwise the process leaves at once (a broken group's destructor can block).
 """
@@ -32,7 +35,17 @@ from typing import TYPE_CHECKING, NoReturn
 
 from checker.config import GroupOptions
 from checker.distributed.launch_env import RankEnv
-from checker.distributed.liveness import HEARTBEAT_S, STALE_AFTER_S, STORE_CALL_S, gone_ranks, store_call
+from checker.distributed.liveness import (
+    HEARTBEAT_S,
+    STALE_AFTER_S,
+    STORE_CALL_S,
+    claim_publisher,
+    describe,
+    gone_ranks,
+    read,
+    store_call,
+)
+from checker.distributed.watcher import Watcher
 from checker.distributed.wire import ERROR_BYTES, PAYLOAD_PREFIX_LEN, Header, pack_text, unpack_text
 from checker.outputs.files import write_file
 from checker.status import ROW_OK
@@ -106,6 +119,9 @@ class Session:
         self.store_lost = False
         """The store stopped answering (a cut link): leave without the store calls that would each
         cost their bound."""
+        self._on_lost: Callable[[Sequence[int]], None] | None = None
+        self._on_announced: Callable[[], None] | None = None
+        self.watcher: Watcher | None = None
 
     @property
     def is_rank0(self) -> bool:
@@ -184,9 +200,27 @@ class Session:
         o = self.options
         self.group = Group(self.env, backend=o.backend, timeout_s=o.timeout_s, init_method=o.init_method)
 
+    def watch(self, on_lost: Callable[[Sequence[int]], None], on_announced: Callable[[], None]) -> None:
+        """Once this rank has joined, its watcher (:mod:`checker.distributed.watcher`) hands ranks that
+        stopped beating to ``on_lost`` and a verdict published while this rank waits to
+        ``on_announced`` (both from the watcher's thread)."""
+        self._on_lost, self._on_announced = on_lost, on_announced
+
     def connect(self) -> None:
-        assert self.group is not None
-        self.group.connect()
+        """Join the store, start the watcher, then form the group (the wait for every rank)."""
+        group = self.group
+        assert group is not None
+        group.join()
+        if group.store is not None and self._on_lost is not None and self._on_announced is not None:
+            self.watcher = Watcher(
+                group.store,
+                rank=self.env.rank,
+                world_size=self.env.world_size,
+                on_lost=self._on_lost,
+                on_announced=self._on_announced,
+                announcement=ANNOUNCEMENT,
+            ).start()
+        group.init()
 
     # -- 3. exchange ---------------------------------------------------------------------------------
     def _enter_step(self) -> Group:
@@ -225,7 +259,9 @@ class Session:
 
     # -- 4. after a failure, and the announcement ----------------------------------------------------
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
-        """After a failed collective (or SIGTERM: ``stopping``): which ranks are gone (this one is not)."""
+        """After a failed collective (or SIGTERM: ``stopping``): which ranks are gone (this one is not).
+        When not every rank has joined yet, the detail says how many did and which did not: at start-up
+        a slow start and a lost rank look alike, and the count is what the user can act on."""
         group = self.group
         missing: list[int] = []
         if group is not None and group.store is not None:
@@ -238,7 +274,16 @@ class Session:
                 stopping=stopping,
                 behind_is_hung=behind_is_hung,
             )
+            snapshot = read(group.store, self.env.world_size)
+            if snapshot is not None and len(snapshot.joined) < self.env.world_size:
+                detail += "; " + starting_line(len(snapshot.joined), snapshot.not_joined(), self.elapsed_s())
         return Abort(detail=detail, missing_ranks=missing)
+
+    def claim_publisher(self, *, default: bool) -> bool:
+        """Whether this rank publishes the verdict (the first rank to claim it does: exactly one
+        writer, rank 0 or the stand-in for a lost rank 0)."""
+        store = self.group.store if self.group is not None else None
+        return claim_publisher(store, default=default)
 
     def shorten_store_timeout(self) -> None:
         """After a failure: a store on a lost node must not block each call for --timeout-s."""
@@ -263,13 +308,16 @@ class Session:
         """Another rank: rank 0's exit code and line once its report is written. After ``wait_s`` it
         keeps waiting while rank 0's heartbeat still advances (alive and still publishing: a dense
         sweep's plot takes seconds), up to ``while_alive_s`` in all; None when the announcement never
-        comes (rank 0 is gone, frozen or unreachable)."""
+        comes (rank 0 is gone, frozen or unreachable), as soon as rank 0's heartbeat is seen stopped
+        over :data:`STALE_AFTER_S`."""
         store = self.group.store if self.group is not None else None
         if store is None:
             return None
         t0 = time.monotonic()
         deadline, cap = t0 + wait_s, t0 + max(wait_s, while_alive_s)
-        beat, sampled, unanswered = -1, t0, 0
+        # Rank 0's beat is sampled at once and every STALE_AFTER_S: one that has not advanced over a
+        # window ends the wait early (rank 0 is gone; the stand-in need not wait out the grace).
+        beat, sampled, unanswered = -1, t0 - STALE_AFTER_S, 0
         # Each store call bounded on its own: on a cut link one can block far past the store's timeout,
         # and a store that does not answer twice in a row means rank 0 cannot announce to this rank.
         while True:
@@ -286,6 +334,8 @@ class Session:
                 latest = store_call(lambda: int(store.add("hb/0", 0)), None)
                 if latest is None:
                     answered = False
+                elif latest == beat:  # stopped beating and never announced: gone, frozen or cut off
+                    return None
                 else:
                     if latest > beat >= 0:
                         deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
@@ -299,10 +349,21 @@ class Session:
             time.sleep(0.05)
 
     # -- 5. leave ------------------------------------------------------------------------------------
+    def announcement(self) -> tuple[int, str] | None:
+        """The published verdict's exit code and line, if one was published (one bounded read)."""
+        store = self.group.store if self.group is not None else None
+        if store is None:
+            return None
+        value = store_call(lambda: store.get(ANNOUNCEMENT).decode(errors="replace"), None)
+        code, _, line = (value or "").partition("\n")
+        return (int(code), line) if code.strip().lstrip("-").isdigit() else None
+
     def close(self, exit_code: int, *, clean: bool) -> int:
         """Leave: on the clean path destroy the group and return ``exit_code``; otherwise end the
         process now (a store call may still hang in an abandoned thread, and a broken group's
         destructor can block)."""
+        if self.watcher is not None:  # on the clean path, out of any store call before the teardown
+            self.watcher.stop(join_s=1.0 if clean else 0.0)
         group = self.group
         if clean and group is not None and group.store is not None:
             self.mark_exiting("done")
@@ -327,6 +388,16 @@ class Session:
 
         time.sleep(seconds)
         self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
+
+
+def starting_line(joined: int, not_joined: Sequence[int], elapsed_s: float) -> str:
+    """How far start-up got: ``ranks still starting: 30 of 32 joined after 10 s (not joined: ranks
+    7, 12)``."""
+    world = joined + len(not_joined)
+    return (
+        f"ranks still starting: {joined} of {world} joined after {elapsed_s:.0f} s "
+        f"(not joined: {describe(not_joined)})"
+    )
 
 
 def record_for_torchrun(line: str) -> None:
