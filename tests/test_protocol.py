@@ -125,7 +125,7 @@ def test_ranks_of_another_wire_schema_stop_at_the_header():
     assert (
         kind == "errors"
         and "ranks run different checker versions" in line
-        and "rank 1 speak wire schema 99" in line
+        and "rank 1 speaks wire schema 99" in line
     )
 
 

@@ -48,6 +48,7 @@ from checker.distributed.liveness import (
 from checker.distributed.watcher import Watcher
 from checker.distributed.wire import ERROR_BYTES, PAYLOAD_PREFIX_LEN, Header, pack_text, unpack_text
 from checker.outputs.files import write_file
+from checker.outputs.tables import ranks_do
 from checker.status import ROW_OK
 
 if TYPE_CHECKING:  # torch is imported when the group is made, so --help and input errors cost none
@@ -77,12 +78,10 @@ class SchemaMismatch(Exception):
 
 
 def schema_mismatch_message(headers: Sequence[Header]) -> str:
-    from checker.outputs.tables import rank_ranges
-
     by: dict[tuple[int, int], list[int]] = {}
     for r, h in enumerate(headers):
         by.setdefault((h.schema[1], h.schema[2]), []).append(r)
-    parts = [f"{rank_ranges(rs)} speak wire schema {k[0]} ({k[1]} ints)" for k, rs in by.items()]
+    parts = [f"{ranks_do(rs, 'speaks', 'speak')} wire schema {k[0]} ({k[1]} ints)" for k, rs in by.items()]
     return (
         "ranks run different checker versions: "
         + "; ".join(parts)
