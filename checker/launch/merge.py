@@ -31,15 +31,19 @@ class LaunchInputs:
     parser: str
     release: str
     text: str
-    """The explicit sizing inputs, canonical (``k=v`` sorted): digested across ranks."""
+    """The explicit sizing inputs no other input carries, canonical (``k=v`` sorted): digested across
+    ranks."""
     argv: tuple[str, ...] = ()
     """The whole launch command as given (the words after ``--``): the report keeps it."""
     form: str = ""
 
     @property
     def input(self) -> str:
-        """The ``launch_command`` input every rank sends: the sizing inputs, then which parser read them."""
-        return f"{self.text} (read by {self.parser})"
+        """The ``launch_command`` input every rank sends: how the server is started and the sizing inputs
+        only the launch command gives (the others are compared as inputs of their own). Which parser read
+        it is left out: it follows from the installed release and --sglang-version, compared apart."""
+        started = self.form.removesuffix(" ARGS") if self.form.endswith(" ARGS") else "server args"
+        return f"{started} {self.text}".strip()
 
 
 def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -126,13 +130,30 @@ def apply_launch_command(
                 )
             continue
         setattr(args, key, value)
-    # The model is an input of its own (with a digest of its shapes): the flags go first, as the root
-    # cause quotes the start of this text.
-    items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
-    text = " ".join(f"{k}={v}" for k, v in items if _explicit(cmd, k))
+    compared = _compared_apart(args)
+    items = sorted(cmd.sizing_text().items())
+    text = " ".join(f"{k}={v}" for k, v in items if _explicit(cmd, k) and k not in compared)
     return args, LaunchInputs(
         parser=cmd.parser, release=cmd.release, text=text, argv=tuple(launch), form=cmd.form
     )
+
+
+# The raw SGLang fields the checker's tp_size and dp_size are computed from and that they determine:
+# the whole TP group (attention TP x attention DP) and the attention DP size of 0.5.22+.
+_ATTENTION_FIELDS = ("sglang.tp_size", "sglang.attn_dp_size")
+
+
+def _compared_apart(args: argparse.Namespace) -> set[str]:
+    """The launch command's inputs that ranks compare as inputs of their own, left out of the
+    ``launch_command`` input so that one flag changed on some nodes is named once, as itself: every
+    sizing flag, the model (``model``, by its config's content), the TP layout, and
+    --mem-fraction-static where it makes the budget (``budget_source`` under --budget-from-device)."""
+    from checker.core.server_args import SIZING_FLAG_NAMES
+
+    out = {*SIZING_FLAG_NAMES, "model_config", *_ATTENTION_FIELDS}
+    if getattr(args, "budget_from_device", False):
+        out.add("mem_fraction_static")
+    return out
 
 
 def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
