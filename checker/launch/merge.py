@@ -138,9 +138,13 @@ def apply_launch_command(
     )
 
 
-# The raw SGLang fields the checker's tp_size and dp_size are computed from and that they determine:
-# the whole TP group (attention TP x attention DP) and the attention DP size of 0.5.22+.
-_ATTENTION_FIELDS = ("sglang.tp_size", "sglang.attn_dp_size")
+# The raw SGLang fields the checker's tp_size and dp_size (the attention layout a rank derives with) are
+# computed from (command._attention): a change to one shows as the attention TP and DP sizes it gives.
+# --dp-size without attention DP makes independent replicas, each sized with attention DP 1: nothing a
+# rank derives changes with it.
+_ATTENTION_FIELDS = tuple(
+    f"sglang.{name}" for name in ("tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "attn_cp_size")
+)
 
 
 def _compared_apart(args: argparse.Namespace) -> set[str]:
