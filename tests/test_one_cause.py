@@ -12,6 +12,7 @@ the launch command records): a new input without a case fails ``test_every_compa
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -346,3 +347,48 @@ def test_an_abbreviated_checker_flag_is_given(ours, launch, message, capsys) -> 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert message in err[0], err
+
+
+# -- end to end under torchrun ----------------------------------------------------------------------------
+
+WRAPPER = """\
+import os, sys
+name, _, value = os.environ.get("TEST_SET_ENV_RANK_" + os.environ["RANK"], "").partition("=")
+if name:
+    os.environ[name] = value  # this rank's node exports it (possibly empty)
+from checker.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "value"), [("SGLANG_MAMBA_SSM_DTYPE", "bfloat16"), ("SGLANG_MAMBA_CONV_DTYPE", "")]
+)
+def test_torchrun_an_env_var_on_ranks_2_3_is_the_one_cause(name: str, value: str, tmp_path) -> None:
+    """A real 4-rank torchrun job where the node of ranks 2-3 exports one state-dtype variable: the report
+    names that variable alone (not the model, whose files are the same), with the value as set."""
+    import os
+    import subprocess
+
+    wrapper = tmp_path / "rank_wrapper.py"
+    wrapper.write_text(WRAPPER)
+    report = tmp_path / "report.json"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+        "--max-restarts", "0", str(wrapper), *BASE, "--timeout-s", "60", "--report", str(report),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for k in SGLANG_ENV_VARS:
+        env.pop(k, None)
+    env.update({f"TEST_SET_ENV_RANK_{r}": f"{name}={value}" for r in (2, 3)})
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert report.exists(), proc.stderr[-2000:]
+    rep = json.loads(report.read_text())
+    assert rep["differing_inputs"] == [name], rep["root_causes"]
+    shown = value or "''"
+    host = rep["ranks"][2]["host"]
+    assert rep["root_causes"] == [
+        f"{name}: ranks 0-1 leave it unset; ranks 2-3 set {name}={shown} (on {host})"
+    ]
+    assert [r["inputs"]["model"] for r in rep["ranks"]].count(rep["ranks"][0]["inputs"]["model"]) == 4
