@@ -671,7 +671,7 @@ def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_diff
     assert lc["sha256"] == hashlib.sha256(lc["text"].encode()).hexdigest()
     assert (lc["form"], lc["release"]) == ("python -m sglang.launch_server ARGS", "0.5.23")
     assert lc["input"] == (
-        "python -m sglang.launch_server mem_fraction_static=0.85 sglang.chunked_prefill_size=8192 "
+        "python -m sglang.launch_server: mem_fraction_static=0.85 sglang.chunked_prefill_size=8192 "
         "sglang.max_prefill_tokens=16384 sglang.max_total_tokens=200000"
     )
     assert [g["ranks"] for g in lc["groups"]] == [[0, 1, 2], [3]]

@@ -43,7 +43,7 @@ class LaunchInputs:
         only the launch command gives (the others are compared as inputs of their own). Which parser read
         it is left out: it follows from the installed release and --sglang-version, compared apart."""
         started = self.form.removesuffix(" ARGS") if self.form.endswith(" ARGS") else "server args"
-        return f"{started} {self.text}".strip()
+        return f"{started}: {self.text}" if self.text else started
 
 
 def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:

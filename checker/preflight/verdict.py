@@ -173,7 +173,11 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
         elif name == "budget_source":
             part = f"{who} take the budget from {_show(value)}"
         elif name == "launch_command":
-            part = f"{who} " + ("were started without one" if value is None else f"ran `{_show(value)}`")
+            if value is None:
+                part = f"{who} were started without one"
+            else:  # "FORM: FLAGS" (launch.merge.LaunchInputs.input): the flags no other input compares
+                form, _, own = value.partition(": ")
+                part = f"{who} ran `{form} ...` with {_show(own) if own else 'no other sizing flag'}"
         else:
             flag = "--" + name.replace("_", "-")
             part = f"{who} have {flag}={_show(value)}"
