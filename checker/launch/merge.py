@@ -33,6 +33,9 @@ class LaunchInputs:
     text: str
     """The explicit sizing inputs no other input carries, canonical (``k=v`` sorted): digested across
     ranks."""
+    sizing: str = ""
+    """Every explicit sizing input, canonical (``k=v`` sorted, the model last): what a single-process
+    command (derive, plan) reports, as nothing is compared there."""
     argv: tuple[str, ...] = ()
     """The whole launch command as given (the words after ``--``): the report keeps it."""
     form: str = ""
@@ -42,8 +45,16 @@ class LaunchInputs:
         """The ``launch_command`` input every rank sends: how the server is started and the sizing inputs
         only the launch command gives (the others are compared as inputs of their own). Which parser read
         it is left out: it follows from the installed release and --sglang-version, compared apart."""
-        started = self.form.removesuffix(" ARGS") if self.form.endswith(" ARGS") else "server args"
-        return f"{started}: {self.text}" if self.text else started
+        return f"{self.started}: {self.text}" if self.text else self.started
+
+    @property
+    def started(self) -> str:
+        return self.form.removesuffix(" ARGS") if self.form.endswith(" ARGS") else "server args"
+
+    @property
+    def described(self) -> str:
+        """The whole reading, for derive and plan: every explicit sizing input, then the parser."""
+        return f"{self.started}: {self.sizing} (read by {self.parser})"
 
 
 def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -131,10 +142,15 @@ def apply_launch_command(
             continue
         setattr(args, key, value)
     compared = _compared_apart(args)
-    items = sorted(cmd.sizing_text().items())
-    text = " ".join(f"{k}={v}" for k, v in items if _explicit(cmd, k) and k not in compared)
+    items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
+    given_items = [(k, v) for k, v in items if _explicit(cmd, k)]
     return args, LaunchInputs(
-        parser=cmd.parser, release=cmd.release, text=text, argv=tuple(launch), form=cmd.form
+        parser=cmd.parser,
+        release=cmd.release,
+        text=" ".join(f"{k}={v}" for k, v in given_items if k not in compared),
+        sizing=" ".join(f"{k}={v}" for k, v in given_items),
+        argv=tuple(launch),
+        form=cmd.form,
     )
 
 
@@ -203,7 +219,10 @@ def _explicit(cmd, key: str) -> bool:
     return key in cmd.explicit
 
 
-def launch_text(args: argparse.Namespace) -> str | None:
-    """The ``launch_command`` input: the explicit sizing flags, then which parser read them."""
+def launch_text(args: argparse.Namespace, *, compared: bool = True) -> str | None:
+    """The ``launch_command`` input: as ranks compare it (``compared``: the flags no other input
+    carries), or as a single process reports it (every explicit sizing flag and the parser)."""
     launch = getattr(args, "launch", None)
-    return launch.input if launch else None
+    if launch is None:
+        return None
+    return launch.input if compared else launch.described
