@@ -122,8 +122,11 @@ def _rank_row(node: Node, rank: int, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def verdict_of(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Verdict:
-    rows = [_rank_row(case.same if r < 2 else case.odd, r, tmp_path, monkeypatch) for r in range(4)]
-    return decide(rows, world_size=4)
+    return decide(rows_of(case, tmp_path, monkeypatch), world_size=4)
+
+
+def rows_of(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+    return [_rank_row(case.same if r < 2 else case.odd, r, tmp_path, monkeypatch) for r in range(4)]
 
 
 # -- the cases ------------------------------------------------------------------------------------------
@@ -275,7 +278,8 @@ def test_every_compared_input_has_a_case() -> None:
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_one_input_changed_on_ranks_2_3_is_the_one_named(case_id: str, tmp_path, monkeypatch) -> None:
     case = _cases(str(tmp_path))[case_id]
-    v = verdict_of(case, tmp_path, monkeypatch)
+    rows = rows_of(case, tmp_path, monkeypatch)
+    v = decide(rows, world_size=4)
     detail = (v.status, v.differing_inputs, v.root_causes, v.errors)
     expected = ["tp_size", "dp_size"] if case_id == "launch dp_size" else [case.expected]
     assert v.differing_inputs == expected, detail
@@ -283,6 +287,11 @@ def test_one_input_changed_on_ranks_2_3_is_the_one_named(case_id: str, tmp_path,
     for name, cause in zip(expected, v.root_causes, strict=True):
         assert cause.startswith(f"{name}: "), detail
         assert "ranks 2-3" in cause and "ranks 0-1" in cause, cause
+    # Every line of every rendering of it is true as written (tests/test_output_words.py).
+    from test_output_words import problems, rendered
+
+    bad = problems(rendered(case, rows, v))
+    assert not bad, "\n".join(map(str, bad))
 
 
 # -- empty is not unset; the smaller group is the odd one ------------------------------------------------

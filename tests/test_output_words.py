@@ -1,7 +1,8 @@
 """Every line the user reads is true as written: no ``?`` standing in for a value, no doubled word, no
 flag that neither the checker nor the launch command's parser defines.
 
-A set of scenarios (each one-cause difference of tests/test_one_cause.py, plus the error shapes: a layout
+A set of scenarios (each one-cause difference of tests/test_one_cause.py, scanned there with
+:func:`problems`, plus the error shapes here: a layout
 that does not fit the world, a bad partition on some ranks or on all, a budget from the device, ranks
 that do not agree on it) is derived in-process through the real per-rank derivation; every rendering a
 run writes (the summary line, text, markdown, JSON, JUnit, the one-line status) is scanned.
@@ -9,15 +10,15 @@ run writes (the summary line, text, markdown, JSON, JUnit, the one-line status) 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_one_cause import BASE, KIMI, Case, Node, _cases, _env, _rank_row
+from test_one_cause import BASE, KIMI, Case, Node, _env, _rank_row
 
 from checker.outputs.report import one_line, to_json, to_junit, to_markdown, to_text
 from checker.preflight.verdict import decide
@@ -46,7 +47,8 @@ EXTRA: dict[str, Case] = {
 }  # fmt: skip
 
 
-def _known_flags() -> set[str]:
+@functools.cache
+def _known_flags() -> frozenset[str]:
     """Every option string of the checker's parsers, of every tabled release's server parser and of
     torchrun (the messages say how to launch the ranks)."""
     import argparse
@@ -68,7 +70,7 @@ def _known_flags() -> set[str]:
         flags.update(row[0].split())
     for a in get_args_parser()._actions:
         flags.update(a.option_strings)
-    return flags
+    return frozenset(flags)
 
 
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
@@ -94,15 +96,13 @@ def _junit_strings(xml: str) -> Iterator[str]:
             yield el.text
 
 
-def rendered(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
-    """Every line each rendering of ``case``'s verdict shows, by rendering."""
+def rendered(case: Case, rows: list, v) -> dict[str, list[str]]:  # noqa: ANN001 - a Verdict
+    """Every line each rendering of the verdict ``v`` on ``rows`` (``case``'s) shows, by rendering."""
     from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
     from checker.commands.check import config_from_args
     from checker.commands.check_job import CheckJob
     from checker.launch.merge import apply_launch_command, given_dests
 
-    rows = [_rank_row(case.same if r < 2 else case.odd, r, tmp_path, monkeypatch) for r in range(4)]
-    v = decide(rows, world_size=4)
     words = join_negative_values(with_default_command(list(case.same.argv)))
     parser = build_parser()
     args = parser.parse_args(words)
@@ -124,17 +124,11 @@ def rendered(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dic
     }
 
 
-SCENARIOS = {**{f"one cause: {k}": v for k, v in _cases("/tmp").items()}, **EXTRA}
-
-
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_no_placeholder_doubled_word_or_unknown_flag(scenario: str, tmp_path, monkeypatch) -> None:
-    case = SCENARIOS[scenario]
-    if scenario.startswith("one cause: "):
-        case = _cases(str(tmp_path))[scenario.removeprefix("one cause: ")]
+def problems(lines_by_rendering: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+    """(rendering, what, line) for every lone ``?``, doubled word and unknown flag."""
     known = _known_flags()
     bad = []
-    for where, lines in rendered(case, tmp_path, monkeypatch).items():
+    for where, lines in lines_by_rendering.items():
         for line in lines:
             if LONE_QUESTION.search(line):
                 bad.append((where, "placeholder ?", line))
@@ -143,6 +137,15 @@ def test_no_placeholder_doubled_word_or_unknown_flag(scenario: str, tmp_path, mo
             for flag in FLAG.findall(line):
                 if flag not in known:
                     bad.append((where, f"no such flag {flag}", line))
+    return bad
+
+
+@pytest.mark.parametrize("scenario", list(EXTRA))
+def test_no_placeholder_doubled_word_or_unknown_flag(scenario: str, tmp_path, monkeypatch) -> None:
+    """The error shapes here; every one-cause scenario is scanned by tests/test_one_cause.py's test."""
+    case = EXTRA[scenario]
+    rows = [_rank_row(case.same if r < 2 else case.odd, r, tmp_path, monkeypatch) for r in range(4)]
+    bad = problems(rendered(case, rows, decide(rows, world_size=4)))
     assert not bad, "\n".join(map(str, bad))
 
 
