@@ -42,7 +42,9 @@ class ModelChoice:
 
     @property
     def label(self) -> str:
-        return self.model_config or self.model or "?"
+        from checker.core.models import DEFAULT_MODEL
+
+        return self.model_config or self.model or DEFAULT_MODEL  # none named: the default preset
 
 
 @dataclass(frozen=True, kw_only=True)

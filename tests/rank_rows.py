@@ -20,7 +20,7 @@ def world(
     rows = []
     for r in range(n):
         inputs: dict[str, str | None] = {name: None for name in INPUT_NAMES}
-        inputs.update({"sglang_version": "0.5.23", "model": "kimi-k3 #56a8a0b3"} | inputs_of(r))
+        inputs.update({"sglang_installed": "0.5.23", "model": "kimi-k3 #56a8a0b3"} | inputs_of(r))
         k = k_of(r)
         rows.append(
             RankRow(

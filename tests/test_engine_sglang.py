@@ -35,7 +35,7 @@ from checker.engines.sglang import (
     check_version,
     installed_version,
 )
-from checker.preflight.row import RankRow
+from checker.preflight.row import NOT_INSTALLED, RankRow
 from checker.preflight.verdict import decide
 from checker.status import EXIT_CODES
 from checker.status import ROW_DRIFT as STATUS_DRIFT
@@ -226,7 +226,9 @@ def test_drift_rows_make_a_model_drift_verdict_with_exit_4() -> None:
 
 def test_sglang_installed_is_an_input_digest() -> None:
     """Ranks running different SGLang versions (or one without it) must be named as the root cause."""
-    v = decide([_decoded(_row(0, STATUS_OK)), _decoded(_row(1, STATUS_OK, sglang=None))], world_size=2)
+    # Without SGLang a rank sends "not installed" (None is a rank that failed before reading its metadata).
+    without = _row(1, STATUS_OK, sglang=NOT_INSTALLED)
+    v = decide([_decoded(_row(0, STATUS_OK)), _decoded(without)], world_size=2)
     assert v.differing_inputs == ["sglang_installed"]
     assert v.root_causes[0].startswith("sglang_installed") and "0.5.23" in v.root_causes[0]
 

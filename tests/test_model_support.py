@@ -30,6 +30,8 @@ WHEELS = Path(os.environ.get("CHECKER_SGLANG_WHEELS", Path.home() / ".cache" / "
     ("argv", "release", "arch", "first", "ok"),
     [
         (["--model", "kimi-k3"], "0.5.16", "KimiK3ForConditionalGeneration", "0.5.17", "0.5.17"),
+        # No model named: derive uses the default preset, and checks it the same (was accepted on 0.5.16).
+        ([], "0.5.16", "KimiK3ForConditionalGeneration", "0.5.17", "0.5.17"),
         (
             ["--model-config", str(FIXTURES / "granite_4_0_h_small.json")],
             "0.5.8.post1",
@@ -52,7 +54,7 @@ WHEELS = Path(os.environ.get("CHECKER_SGLANG_WHEELS", Path.home() / ".cache" / "
             "0.5.3.post2",
         ),
     ],
-    ids=["kimi-k3", "granite-4.0-h", "qwen3.5", "falcon-h1"],
+    ids=["kimi-k3", "default-model", "granite-4.0-h", "qwen3.5", "falcon-h1"],
 )
 def test_derive_on_a_release_without_the_models_class_names_where_it_arrived(
     cli, argv: list[str], release: str, arch: str, first: str, ok: str

@@ -648,29 +648,36 @@ def _launch_world(commands: list[list[str]]) -> tuple[Verdict, dict]:
     return decide(rows, world_size=world.n, strict_inputs=False), extra
 
 
-# Long enough that the explicit sizing flags run past the wire's 120 bytes before the flag rank 3 adds.
-LONG = ["--pp-size", "4", "--mem-fraction-static", "0.85", "--page-size", "64", "--host", "0.0.0.0"]
+# Long enough that the launch command's own sizing flags (those no other input carries) run past the
+# wire's 120 bytes before --max-total-tokens, where rank 3 differs.
+LONG = [
+    "--pp-size", "4", "--mem-fraction-static", "0.85", "--page-size", "64", "--host", "0.0.0.0",
+    "--chunked-prefill-size", "8192", "--max-prefill-tokens", "16384",
+]  # fmt: skip
 
 
 def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_differently(tmp_path):
-    """The rows carry the launch command's sizing flags cut to 120 bytes, where two commands can look
-    alike (here they differ only at the end of the model path): the report keeps rank 0's whole command
-    (argv, text, sha256) and groups every rank by the digest of its whole input, so rank 3 is named."""
-    model, copy = _model_dir(tmp_path), _model_dir(tmp_path, "Kimi-Linear-48B-A3B-Instruct-copy")
-    same = [*SERVE, "--model-path", model, *LONG, "--served-model-name", "a b"]
-    verdict, extra = _launch_world([same, same, same, [*SERVE, "--model-path", copy, *LONG]])
+    """The rows carry the launch command's own sizing flags cut to 120 bytes, where two commands can look
+    alike (here they differ only in --max-total-tokens, past the cut): the report keeps rank 0's whole
+    command (argv, text, sha256) and groups every rank by the digest of its whole input, so rank 3 is
+    named. The flags compared as inputs of their own (--pp-size, --page-size, the model) are not in it."""
+    model = _model_dir(tmp_path)
+    same = [*SERVE, "--model-path", model, *LONG, "--max-total-tokens", "200000", "--served-model-name"]
+    same.append("a b")
+    other = [*SERVE, "--model-path", model, *LONG, "--max-total-tokens", "100000"]
+    verdict, extra = _launch_world([same, same, same, other])
     doc = json.loads(json.dumps(to_json(verdict, extra=extra)))
     lc = doc["launch_command"]
     assert lc["argv"] == same and lc["text"] == " ".join(same[:-1]) + " 'a b'"
     assert lc["sha256"] == hashlib.sha256(lc["text"].encode()).hexdigest()
     assert (lc["form"], lc["release"]) == ("python -m sglang.launch_server ARGS", "0.5.23")
     assert lc["input"] == (
-        f"mem_fraction_static=0.85 page_size=64 pp_size=4 model_config={model} "
-        "(read by the checker's model of SGLang 0.5.23's flags)"
+        "python -m sglang.launch_server: mem_fraction_static=0.85 sglang.chunked_prefill_size=8192 "
+        "sglang.max_prefill_tokens=16384 sglang.max_total_tokens=200000"
     )
     assert [g["ranks"] for g in lc["groups"]] == [[0, 1, 2], [3]]
     assert lc["groups"][0]["input_digest"] == lc["input_digest"] != lc["groups"][1]["input_digest"]
-    assert "launch_command" in doc["differing_inputs"]
+    assert doc["differing_inputs"] == ["launch_command"]
     sent = doc["inputs"]["launch_command"]["by_rank"]
     assert len(set(sent)) == 1 and sent[0].endswith("...")  # cut where they differ, and it says so
     assert all(r["inputs"]["launch_command"] == sent[0] for r in doc["ranks"])

@@ -81,8 +81,9 @@ def test_a_report_with_the_whole_launch_command_validates(tmp_path):
     """Rank 0's whole command and the per-rank digest groups, one rank started with another command."""
     from test_report import LONG, SERVE, _launch_world, _model_dir
 
-    model, other = _model_dir(tmp_path), _model_dir(tmp_path, "other")
-    verdict, extra = _launch_world([[*SERVE, "--model-path", m, *LONG] for m in (model, model, other)])
+    model = _model_dir(tmp_path)
+    same = [*SERVE, "--model-path", model, *LONG]
+    verdict, extra = _launch_world([same, same, [*same, "--max-total-tokens", "100000"]])
     doc = json.loads(json.dumps(to_json(verdict, extra={**CHECK_EXTRA, **extra})))
     assert doc["launch_command"]["groups"][1]["ranks"] == [2]
     assert errors(doc) == []

@@ -176,17 +176,21 @@ def test_a_per_rank_line_agrees_with_one_rank_and_with_many(
     name: str, value: str, one: str, many: str
 ) -> None:
     """ "rank 3 has --page-size=64", "ranks 2-3 have --page-size=64" (it said "rank 3 have")."""
-    lone = explain_input(name, world(4, inputs_of=lambda r: {name: value} if r == 3 else {}))
+    # An input every rank resolves while deriving (derived_as) is compared only between ranks that did.
+    base = {"derived_as": {"derived_as": "SGLang 0.5.23"}}.get(name, {})
+    lone = explain_input(name, world(4, inputs_of=lambda r: {name: value} if r == 3 else base))
     assert f"; rank 3 {one} (on node-3)" in lone
-    pair = explain_input(name, world(4, inputs_of=lambda r: {name: value} if r >= 2 else {}))
+    pair = explain_input(name, world(4, inputs_of=lambda r: {name: value} if r >= 2 else base))
     assert f"ranks 2-3 {many}" in pair
 
 
 def test_a_rank_started_without_a_launch_command_is_singular() -> None:
-    rows = world(4, inputs_of=lambda r: {"launch_command": None if r == 3 else "pp_size=4"})
+    given = "python -m sglang.launch_server: --enable-mixed-chunk"  # FORM: the flags no other input compares
+    rows = world(4, inputs_of=lambda r: {"launch_command": None if r == 3 else given})
     assert "; rank 3 was started without one (on node-3)" in explain_input("launch_command", rows)
-    rows = world(4, inputs_of=lambda r: {"launch_command": None if r == 0 else "pp_size=4"})
-    assert "ranks 1-3 ran `pp_size=4`" in explain_input("launch_command", rows)
+    rows = world(4, inputs_of=lambda r: {"launch_command": None if r == 0 else given})
+    line = explain_input("launch_command", rows)
+    assert "ranks 1-3 ran `python -m sglang.launch_server ...` with --enable-mixed-chunk;" in line, line
 
 
 def test_one_rank_on_another_release_than_its_node_is_singular() -> None:

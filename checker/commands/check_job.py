@@ -180,14 +180,29 @@ class CheckJob:
     def _summary(self, row: RankRow) -> str:
         c = self.config
         assert c is not None
-        pp = row.pp_size if row.pp_size > 0 else "?"
-        budget = "?" if row.budget_gib is None else f"{row.budget_gib:.6g}"
-        return (
-            f"world {self.env.world_size} = pp {pp} x tp {c.sizing.tp_size}, {self.session.backend}; "
-            f"{row.inputs.get('model')}, budget {budget} GiB "
-            f"({c.budget.label}); {row.inputs.get('derived_as') or 'SGLang ?'}"
-            + (f", policy {c.sizing.policy}" if c.sizing.policy else "")
-        )
+        # Only what is known: a rank that failed before laying out the world or resolving its budget,
+        # model or release says what it was given instead (never a "?" for a value the user passed).
+        w, tp = self.env.world_size, c.sizing.tp_size
+        if row.pp_size > 0:
+            layout = f"world {w} = pp {row.pp_size} x tp {tp}"
+        elif c.sizing.pp_size:
+            layout = f"world {w}, --pp-size {c.sizing.pp_size} x --tp-size {tp} given"
+        else:
+            layout = f"world {w}, --tp-size {tp}"
+        if row.budget_gib is not None:
+            budget = f"budget {row.budget_gib:.6g} GiB ({c.budget.label})"
+        elif c.budget.budget_gib is not None:
+            budget = f"budget {c.budget.budget_gib:g} GiB ({c.budget.label})"
+        else:
+            budget = f"budget from {c.budget.label}"
+        model = row.inputs.get("model") or c.model.label
+        parts = [f"{layout}, {self.session.backend}", f"{model}, {budget}"]
+        release = row.inputs.get("derived_as")
+        if release:
+            parts.append(release + (f", policy {c.sizing.policy}" if c.sizing.policy else ""))
+        elif c.sizing.policy:
+            parts.append(f"policy {c.sizing.policy}")
+        return "; ".join(parts)
 
 
 def _torch_version() -> str:

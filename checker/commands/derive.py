@@ -81,7 +81,7 @@ def config_from_args(args: argparse.Namespace) -> DeriveConfig:
     return DeriveConfig.from_args(
         args,
         default_budget_gib=DEFAULT_BUDGET_GIB,
-        launch_command=launch_text(args),
+        launch_command=launch_text(args, compared=False),
         materialize=args.materialize,
         materialize_device=args.materialize_device,
     )

@@ -128,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> PlanConfig:
     """The typed config (it refuses flags that do not go together: PlanConfig.__post_init__)."""
     derive = DeriveConfig.from_args(
-        args, default_budget_gib=DEFAULT_BUDGET_GIB, launch_command=launch_text(args)
+        args, default_budget_gib=DEFAULT_BUDGET_GIB, launch_command=launch_text(args, compared=False)
     )
     return PlanConfig(
         derive=derive,

@@ -101,6 +101,11 @@ class ModelGeometry:
     """The model's own context length (max_position_embeddings) when the config says it."""
     config_ssm_dtype: str | None = field(default=None, compare=False)
     """The config's ``mamba_ssm_dtype`` for families whose SGLang code honours it."""
+    source_digest: str = field(default="", compare=False)
+    """A digest of the model's own definition (its config.json's content, or the preset's TP-1 shapes), set
+    by :func:`checker.core.models.load_geometry`: what ranks compare as the ``model`` input. It leaves out
+    the TP size and the resolved dtypes, which are inputs of their own (--tp-size, SGLANG_MAMBA_*_DTYPE,
+    --mamba-ssm-dtype), so a rank that sets one of them differs in that input, not in the model."""
     family: str | None = None
     """The model family as SGLang tells it apart: the HF config's ``model_type`` ("qwen3_next",
     "nemotron_h", ...), the preset's, or a model spec's optional ``model_type``; None when unknown. Old

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from checker.core.errors import FlagError
 from checker.core.model_registry import EXTERNAL_PACKAGE, REGISTERED
-from checker.core.models import read_json
+from checker.core.models import DEFAULT_MODEL, read_json
 from checker.core.releases import MODELLED_RELEASES
 
 EXTERNAL_PACKAGE_ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
@@ -83,8 +83,8 @@ def check_architectures(
 def model_architectures(*, model: str | None, model_config: str | None) -> tuple[str, ...]:
     """The architectures SGLang would look up for the model as the user named it: a preset's, an HF
     config's ``architectures`` list; none for a JSON model spec (it names none)."""
-    if model_config is None:
-        return PRESET_ARCHITECTURES.get(model or "", ())
+    if model_config is None:  # no model named: the default preset, which load_geometry derives
+        return PRESET_ARCHITECTURES.get(model or DEFAULT_MODEL, ())
     data = read_json(model_config)
     archs = data.get("architectures")
     if "linear_layer_ids" in data or not isinstance(archs, list):

@@ -7,6 +7,7 @@ The family rules mirror SGLang 0.5.23's ``mamba2_cache_params`` of each model co
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import math
 import os
@@ -15,7 +16,7 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -760,17 +761,26 @@ def load_geometry(
         data = read_json(path)
         source = shown_path(path)  # the geometry's name: in every report and log line
         if "linear_layer_ids" in data:
-            return geometry_from_model_spec(data, source=source)
-        if "model_type" not in data:
+            geometry = geometry_from_model_spec(data, source=source)
+        elif "model_type" not in data:
             raise ConfigError(
                 f"{source}: neither an HF config (no 'model_type') nor a model spec "
                 "(no 'linear_layer_ids'); see docs/preflight.md 'JSON model spec'"
             )
-        return geometry_from_hf_config(data, tp_size=tp_size, source=source)
+        else:
+            geometry = geometry_from_hf_config(data, tp_size=tp_size, source=source)
+        # The file's content as JSON reads it: two copies that differ only in whitespace or key order
+        # are one model to SGLang too.
+        return replace(geometry, source_digest=_digest(json.dumps(data, sort_keys=True)))
     name = model or DEFAULT_MODEL
     if name not in PRESETS:
         raise ConfigError(
             f"--model {shorten(name)} is not a built-in preset ({', '.join(PRESETS)}); "
             "pass --model-config PATH for anything else"
         )
-    return PRESETS[name](tp_size)
+    own = json.dumps(PRESETS[name](1).describe(), sort_keys=True)  # the preset's definition, before TP
+    return replace(PRESETS[name](tp_size), source_digest=_digest(own))
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()

@@ -27,10 +27,13 @@ from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """3: the row defined once in checker.preflight.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
-release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``."""
+release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
+slots, new meanings: ``model`` digests the model's own files (not resolved dtypes or TP), ``launch_command``
+carries only the flags no other input does, and an input a rank did not resolve is unset (a rank of
+schema 5 would differ from one of 6 in both without any difference in what they run)."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

@@ -31,15 +31,30 @@ class LaunchInputs:
     parser: str
     release: str
     text: str
-    """The explicit sizing inputs, canonical (``k=v`` sorted): digested across ranks."""
+    """The explicit sizing inputs no other input carries, canonical (``k=v`` sorted): digested across
+    ranks."""
+    sizing: str = ""
+    """Every explicit sizing input, canonical (``k=v`` sorted, the model last): what a single-process
+    command (derive, plan) reports, as nothing is compared there."""
     argv: tuple[str, ...] = ()
     """The whole launch command as given (the words after ``--``): the report keeps it."""
     form: str = ""
 
     @property
     def input(self) -> str:
-        """The ``launch_command`` input every rank sends: the sizing inputs, then which parser read them."""
-        return f"{self.text} (read by {self.parser})"
+        """The ``launch_command`` input every rank sends: how the server is started and the sizing inputs
+        only the launch command gives (the others are compared as inputs of their own). Which parser read
+        it is left out: it follows from the installed release and --sglang-version, compared apart."""
+        return f"{self.started}: {self.text}" if self.text else self.started
+
+    @property
+    def started(self) -> str:
+        return self.form.removesuffix(" ARGS") if self.form.endswith(" ARGS") else "server args"
+
+    @property
+    def described(self) -> str:
+        """The whole reading, for derive and plan: every explicit sizing input, then the parser."""
+        return f"{self.started}: {self.sizing} (read by {self.parser})"
 
 
 def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -126,13 +141,39 @@ def apply_launch_command(
                 )
             continue
         setattr(args, key, value)
-    # The model is an input of its own (with a digest of its shapes): the flags go first, as the root
-    # cause quotes the start of this text.
+    compared = _compared_apart(args)
     items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
-    text = " ".join(f"{k}={v}" for k, v in items if _explicit(cmd, k))
+    given_items = [(k, v) for k, v in items if _explicit(cmd, k)]
     return args, LaunchInputs(
-        parser=cmd.parser, release=cmd.release, text=text, argv=tuple(launch), form=cmd.form
+        parser=cmd.parser,
+        release=cmd.release,
+        text=" ".join(f"{k}={v}" for k, v in given_items if k not in compared),
+        sizing=" ".join(f"{k}={v}" for k, v in given_items),
+        argv=tuple(launch),
+        form=cmd.form,
     )
+
+
+# The raw SGLang fields the checker's tp_size and dp_size (the attention layout a rank derives with) are
+# computed from (command._attention): a change to one shows as the attention TP and DP sizes it gives.
+# --dp-size without attention DP makes independent replicas, each sized with attention DP 1: nothing a
+# rank derives changes with it.
+_ATTENTION_FIELDS = tuple(
+    f"sglang.{name}" for name in ("tp_size", "dp_size", "enable_dp_attention", "attn_dp_size", "attn_cp_size")
+)
+
+
+def _compared_apart(args: argparse.Namespace) -> set[str]:
+    """The launch command's inputs that ranks compare as inputs of their own, left out of the
+    ``launch_command`` input so that one flag changed on some nodes is named once, as itself: every
+    sizing flag, the model (``model``, by its config's content), the TP layout, and
+    --mem-fraction-static where it makes the budget (``budget_source`` under --budget-from-device)."""
+    from checker.core.server_args import SIZING_FLAG_NAMES
+
+    out = {*SIZING_FLAG_NAMES, "model_config", *_ATTENTION_FIELDS}
+    if getattr(args, "budget_from_device", False):
+        out.add("mem_fraction_static")
+    return out
 
 
 def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
@@ -178,7 +219,10 @@ def _explicit(cmd, key: str) -> bool:
     return key in cmd.explicit
 
 
-def launch_text(args: argparse.Namespace) -> str | None:
-    """The ``launch_command`` input: the explicit sizing flags, then which parser read them."""
+def launch_text(args: argparse.Namespace, *, compared: bool = True) -> str | None:
+    """The ``launch_command`` input: as ranks compare it (``compared``: the flags no other input
+    carries), or as a single process reports it (every explicit sizing flag and the parser)."""
     launch = getattr(args, "launch", None)
-    return launch.input if launch else None
+    if launch is None:
+        return None
+    return launch.input if compared else launch.described

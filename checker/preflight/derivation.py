@@ -140,13 +140,17 @@ def derive_row(
     )
     inputs: dict[str, str | None] = flag_inputs(sizing, local.pp_size)
     inputs.update(sglang_env(environ))
+    fixed_budget = None if config.budget.from_device else config.budget.budget_gib
+    # The inputs this rank resolves below (RESOLVED_INPUTS) stay None until it has: a rank that fails
+    # first is left out of their comparison instead of differing from every rank that got further. A
+    # fixed --budget-gib is known now, so ranks given different ones differ even when they fail.
     inputs.update(
         checker_version=__version__,
         torch_version=torch_version,
         sglang_installed=None,
-        model=config.model.label,
-        budget_source=config.budget.label,
-        budget_gib=None,
+        model=None,
+        budget_source=None if config.budget.from_device else config.budget.label,
+        budget_gib=None if fixed_budget is None else input_text(float(fixed_budget)),
         derived_as=None,
         launch_command=config.launch_command,
     )
@@ -201,7 +205,10 @@ def _derive_into(
     b = config.budget
     if b.from_device:
         budget, formula = device_budget(config, env, local, all_free, release=release.modelled)
-        row.inputs["budget_source"] = formula
+        # Agreed (MIN over ranks), the formula is every rank's and says how the budget was reached; not
+        # agreed, its numbers are this rank's own free memory, not an input: the flags are the source
+        # then, and each rank's budget_gib shows what its memory gave.
+        row.inputs["budget_source"] = formula if b.agree else b.label
     else:
         assert b.budget_gib is not None
         budget = b.budget_gib
@@ -216,7 +223,7 @@ def _derive_into(
         env=environ,
         release=release,
     )
-    # The model's digest covers the resolved shapes and dtypes, not just the path.
+    # The model's own definition (not the dtypes or TP size this rank resolved: inputs of their own).
     row.inputs["model"] = model_label(cap.geometry)
     source = model_source(config.model, config.sizing)
     engines = prepare_engines(

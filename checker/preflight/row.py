@@ -93,11 +93,26 @@ INPUT_NAMES = (
 """Every input whose value can make ranks derive differently: one digest and one value text each."""
 
 
+RESOLVED_INPUTS = ("sglang_installed", "derived_as", "model", "budget_gib", "budget_source")
+"""Inputs a rank resolves while it derives (its release, its model's files, its budget): None where it
+could not (its error says why), and such a rank is left out of the comparison of that input, since an
+input it never read cannot differ from anyone's."""
+
+FOLLOWS = {"derived_as": "sglang_installed", "budget_gib": "budget_source"}
+"""An input that follows from another: it differs whenever that one does, so the other is the cause
+(the installed release decides the release derived as; the budget source, e.g. --mem-fraction-static
+under --budget-from-device, decides the budget)."""
+
+
 def model_label(geometry) -> str:
-    """The ``model`` input: the model's name and a digest of its resolved shapes and dtypes, so two
-    ranks that load different configs under one name still differ."""
-    text = json.dumps(geometry.describe(), sort_keys=True)
-    return f"{geometry.name} #{hashlib.blake2b(text.encode(), digest_size=4).hexdigest()}"
+    """The ``model`` input: the model's name and a digest of the model's own definition (its config.json,
+    or the preset), so two ranks that load different configs under one name still differ, and a rank
+    that only sets a state dtype or another TP size does not differ in its model."""
+    digest = geometry.source_digest
+    if not digest:  # a geometry built without load_geometry (another engine's rebuild): its shapes
+        text = json.dumps(geometry.describe(), sort_keys=True)
+        digest = hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
+    return f"{geometry.name} #{digest}"
 
 
 def input_text(value: object) -> str | None:

@@ -16,7 +16,7 @@ from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
 from checker.outputs.tables import is_split, outliers, rank_ranges, ranks_do
-from checker.preflight.row import NOT_INSTALLED, VERSION_INPUTS, RankRow
+from checker.preflight.row import FOLLOWS, NOT_INSTALLED, RESOLVED_INPUTS, VERSION_INPUTS, RankRow
 from checker.status import (
     CONSISTENT,
     DIVERGENT,
@@ -74,6 +74,8 @@ class Verdict:
 def _show(value: str | None) -> str:
     if value is None:
         return "<unset>"
+    if value == "":  # set to the empty string, which is not unset: quoted so the reader sees it
+        return "''"
     return value + ("..." if len(value.encode()) >= VALUE_BYTES else "")
 
 
@@ -152,6 +154,7 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
     runs. In an even split (2 against 2) there is no majority: the groups come in rank order and each
     after the first names its hosts.
     """
+    rows = compared_rows(name, rows)
     if name == INSTALLED:
         return explain_releases(rows)
     by_digest: dict[int, list[RankRow]] = defaultdict(list)
@@ -173,9 +176,17 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
             part = f"{ranks_do(ranks, 'loads', 'load')} {_show(value)}"
         elif name == "derived_as":
             part = f"{ranks_do(ranks, 'derives', 'derive')} as {_show(value)}"
+        elif name == "budget_gib":
+            part = f"{ranks_do(ranks, 'derives', 'derive')} with a budget of {_show(value)} GiB"
+        elif name == "budget_source":
+            part = f"{ranks_do(ranks, 'takes', 'take')} the budget from {_show(value)}"
         elif name == "launch_command":
-            started = ranks_do(ranks, "was started", "were started")
-            part = f"{started} without one" if value is None else f"{rank_ranges(ranks)} ran `{_show(value)}`"
+            if value is None:
+                part = f"{ranks_do(ranks, 'was started', 'were started')} without one"
+            else:  # "FORM: FLAGS" (launch.merge.LaunchInputs.input): the flags no other input compares
+                form, _, own = value.partition(": ")
+                flags = _show(own) if own else "no other sizing flag"
+                part = f"{rank_ranges(ranks)} ran `{form} ...` with {flags}"
         else:
             flag = "--" + name.replace("_", "-")
             part = f"{ranks_do(ranks, 'has', 'have')} {flag}={_show(value)}"
@@ -183,11 +194,22 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
     return f"{name}: " + "; ".join(parts)
 
 
+def compared_rows(name: str, rows: Sequence[RankRow]) -> list[RankRow]:
+    """The rows whose value of input ``name`` is compared: every row, except, for an input a rank resolves
+    while deriving (RESOLVED_INPUTS), the rows of ranks that failed before resolving it."""
+    if name not in RESOLVED_INPUTS:
+        return list(rows)
+    return [r for r in rows if r.inputs.get(name) is not None]
+
+
 def differing_inputs(rows: Sequence[RankRow]) -> list[str]:
+    """The inputs that differ across ranks, each only where it is a cause: an input that follows from
+    another that differs too (FOLLOWS) is left out, as the other one is what the user changes."""
     if not rows:
         return []
     names = rows[0].input_digests.keys()
-    return [n for n in names if len({r.input_digests[n] for r in rows}) > 1]
+    differ = [n for n in names if len({r.input_digests[n] for r in compared_rows(n, rows)}) > 1]
+    return [n for n in differ if FOLLOWS.get(n) not in differ]
 
 
 def value_groups(name: str, rows: Sequence[RankRow]) -> list[ValueGroup]:
@@ -249,9 +271,7 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
     rows = sorted(rows, key=lambda r: r.rank)
     v = Verdict(status=CONSISTENT, world_size=world_size, rows=list(rows))
     v.differing_inputs = differing_inputs(rows)
-    # Installed releases that differ are the cause; the release each rank derived as follows from them.
-    causes = [n for n in v.differing_inputs if not (n == "derived_as" and INSTALLED in v.differing_inputs)]
-    v.root_causes = [explain_input(n, rows) for n in causes]
+    v.root_causes = [explain_input(n, rows) for n in v.differing_inputs]
 
     failed = [r for r in rows if r.status not in (ROW_OK, ROW_DRIFT)]
     drifted = [r for r in rows if r.status == ROW_DRIFT]
