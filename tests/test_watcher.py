@@ -276,7 +276,7 @@ def test_a_start_up_timeout_says_how_many_ranks_joined_and_which_did_not(monkeyp
         liveness.join(store, r)
     session = Session(RankEnv.from_environ({"RANK": "0", "WORLD_SIZE": "8"}), GroupOptions())
     session.group = SimpleNamespace(  # type: ignore[assignment]
-        store=store, heartbeat=None, shorten_store_timeout=lambda s: None
+        store=store, liveness_store=store, heartbeat=None, shorten_store_timeout=lambda s: None
     )
     abort = session.failed("init: timed out")
     assert abort.missing_ranks == [5, 7]
@@ -302,7 +302,9 @@ def test_a_rank_waiting_for_rank_0_stops_waiting_once_rank_0_is_seen_stopped(mon
     liveness.join(store, 0)
     store.add("hb/0", 7)
     session = Session(RankEnv.from_environ({"RANK": "1", "WORLD_SIZE": "2"}), GroupOptions())
-    session.group = SimpleNamespace(store=store, heartbeat=None)  # type: ignore[assignment]
+    session.group = SimpleNamespace(  # type: ignore[assignment]
+        store=store, liveness_store=store, heartbeat=None
+    )
     t0 = time.monotonic()
     assert session.await_announcement(5, while_alive_s=60) is None
     assert time.monotonic() - t0 < 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -17,6 +17,7 @@ import torch.distributed as dist
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import Heartbeat, join
+from checker.distributed.liveness import Store as LivenessStore
 
 
 class InfrastructureFailure(RuntimeError):
@@ -81,6 +82,12 @@ class Group:
             wait_for_workers=False,
         )
 
+    @property
+    def liveness_store(self) -> LivenessStore | None:
+        """The store as liveness uses it: torch 2.13's type stubs omit ``Store.append`` and
+        ``Store.multi_set``, which every store (File, TCP, Hash, Prefix) has at run time."""
+        return cast("LivenessStore | None", self.store)
+
     def join(self) -> None:
         """Connect to the rendezvous store, list this rank as joined (its liveness keys) and start its
         heartbeat: from here on the watchers can see it, while it still waits for the others."""
@@ -98,8 +105,10 @@ class Group:
                     f"the rendezvous store already holds an earlier run ({arrivals - 1} arrivals for world "
                     f"size {self.env.world_size}); pass a fresh --init-method path"
                 )
-            join(self.store, self.env.rank)
-            self.heartbeat = Heartbeat(self.store, self.env.rank).start()
+            live = self.liveness_store
+            assert live is not None
+            join(live, self.env.rank)
+            self.heartbeat = Heartbeat(live, self.env.rank).start()
         except (InfrastructureFailure, StaleStore):
             raise
         except Exception as exc:  # torch raises several types (DistStoreError, RuntimeError, ...)

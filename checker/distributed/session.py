@@ -210,9 +210,10 @@ class Session:
         group = self.group
         assert group is not None
         group.join()
-        if group.store is not None and self._on_lost is not None and self._on_announced is not None:
+        live = group.liveness_store
+        if live is not None and self._on_lost is not None and self._on_announced is not None:
             self.watcher = Watcher(
-                group.store,
+                live,
                 rank=self.env.rank,
                 world_size=self.env.world_size,
                 on_lost=self._on_lost,
@@ -266,14 +267,14 @@ class Session:
         if group is not None and group.store is not None:
             group.shorten_store_timeout(STORE_CALL_S)
             missing = gone_ranks(
-                group.store,
+                group.liveness_store,
                 self.env.world_size,
                 me=self.env.rank,
                 my_step=self._steps,
                 stopping=stopping,
                 behind_is_hung=behind_is_hung,
             )
-            snapshot = read(group.store, self.env.world_size)
+            snapshot = read(group.liveness_store, self.env.world_size)
             if snapshot is not None and len(snapshot.joined) < self.env.world_size:
                 detail += "; " + starting_line(len(snapshot.joined), snapshot.not_joined(), self.elapsed_s())
         return Abort(detail=detail, missing_ranks=missing)
@@ -281,7 +282,7 @@ class Session:
     def claim_publisher(self, *, default: bool) -> bool:
         """Whether this rank publishes the verdict (the first rank to claim it does: exactly one
         writer, rank 0 or the stand-in for a lost rank 0)."""
-        store = self.group.store if self.group is not None else None
+        store = self.group.liveness_store if self.group is not None else None
         return claim_publisher(store, default=default)
 
     def shorten_store_timeout(self) -> None:
