@@ -2,21 +2,31 @@
 
 Nothing below the command layer sees an ``argparse.Namespace``: the derivation reads
 :class:`SizingFlags` and :class:`ModelChoice`, the process group reads :class:`GroupOptions`, engines
-read :class:`EngineChoice`. Field names are SGLang's server-arg names, so the preflight's inputs (which
-ranks compare by digest) follow from :data:`SIZING_FLAG_NAMES` and need no list of their own.
+read :class:`EngineChoice`. :class:`SizingFlags` is the table of sizing inputs
+(:mod:`checker.core.server_args`): its field names are SGLang's server-arg names, so the preflight's
+inputs (which ranks compare by digest) follow from :data:`SIZING_FLAG_NAMES` and need no list of their own.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from checker.core.environ import SGLANG_ENV_VARS
+from checker.core.errors import FlagError
 from checker.core.geometry import resolve_dtypes
 from checker.core.models import load_geometry
 from checker.core.partition import PARTITION_ENV
+from checker.core.server_args import SIZING_ARGS, SizingFlags
+from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.sizing import CapacityInputs, env_flag
+
+if TYPE_CHECKING:
+    from checker.core.releases import ReleaseChoice
+    from checker.launch.merge import LaunchInputs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,36 +46,6 @@ class ModelChoice:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SizingFlags:
-    """Every flag a rank's derivation reads, by SGLang's name. Each one is a preflight input."""
-
-    pp_size: int | None = None
-    tp_size: int = 1
-    dp_size: int = 1
-    policy: str | None = None
-    mamba_full_memory_ratio: float | None = None
-    """None: the release's own default (0.9; 0.2 in SGLang 0.5.3.post2)."""
-    mamba_radix_cache_strategy: str = "auto"
-    page_size: int = 1
-    disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False
-    max_running_requests: int | None = None
-    max_mamba_cache_size: int | None = None
-    pp_max_micro_batch_size: int | None = None
-    speculative_num_draft_tokens: int | None = None
-    mamba_ssm_dtype: str | None = None
-    token_capacity: int | None = None
-    context_len: int | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> SizingFlags:
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
-
-
-SIZING_FLAG_NAMES = tuple(f.name for f in fields(SizingFlags))
-
-
-@dataclass(frozen=True, kw_only=True)
 class EngineChoice:
     """Who derives: the builtin model, the installed SGLang's own code, or both (drift check)."""
 
@@ -80,13 +60,18 @@ class EngineChoice:
             engine=args.engine, best_effort=args.sglang_best_effort, sglang_version=args.sglang_version
         )
 
-    def release(self, installed: str | None) -> tuple[str | None, str]:
-        """The release to derive as, and where that choice came from (for the header and report)."""
-        if self.sglang_version:
-            return self.sglang_version, "--sglang-version"
-        if installed:
-            return installed, "installed"
-        return None, "newest modelled; SGLang not installed"
+    def choose(self, installed: str | None, *, own_code: bool = True) -> ReleaseChoice:
+        """The release to derive as and who derives it (:func:`checker.core.releases.choose_release`, the one
+        place this is decided); ``installed``: this rank's installed SGLang version (None: none)."""
+        from checker.core.releases import choose_release
+
+        return choose_release(
+            self.sglang_version,
+            installed,
+            engine=self.engine,
+            best_effort=self.best_effort,
+            own_code=own_code,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +135,8 @@ class PreflightConfig:
     materialize_device: str = "auto"
     launch_command: str | None = None
     """The launch command's explicit sizing inputs, as read (its parser and release first)."""
+    launch: LaunchInputs | None = None
+    """The whole launch command as given and how it was read: rank 0's goes into the report whole."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,33 +163,121 @@ class DeriveConfig:
     sizing: SizingFlags
     engine: EngineChoice
     budget_gib: float
+    budget_given: bool = False
+    """Whether --budget-gib was given (else ``budget_gib`` is the command's default)."""
+    output: OutputOptions = field(default_factory=OutputOptions)
+    launch_command: str | None = None
+    """The launch command's explicit sizing inputs, as read (its parser and release first)."""
+    materialize: bool = False
+    materialize_device: str = "cpu"
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, *, default_budget_gib: float) -> DeriveConfig:
-        budget = args.budget_gib if getattr(args, "budget_gib", None) is not None else default_budget_gib
+    def from_args(
+        cls, args: argparse.Namespace, *, default_budget_gib: float, **given: object
+    ) -> DeriveConfig:
+        """The config of a parsed derive or plan command line; ``given`` sets the fields only one of
+        them has (``launch_command``, ``materialize``...)."""
         return cls(
             model=ModelChoice.from_args(args),
             sizing=SizingFlags.from_args(args),
             engine=EngineChoice.from_args(args),
-            budget_gib=budget,
+            budget_gib=default_budget_gib if args.budget_gib is None else args.budget_gib,
+            budget_given=args.budget_gib is not None,
+            output=OutputOptions(format=args.format, quiet=args.quiet),
+            **given,  # type: ignore[arg-type]
         )
+
+    @property
+    def budget_source(self) -> str:
+        return "--budget-gib" if self.budget_given else "default"
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """The releases of ``--sglang-version A,B[,...]`` (one, or none: a single derivation)."""
+        return tuple(v.strip() for v in (self.engine.sglang_version or "").split(",") if v.strip())
+
+    def as_release(self, version: str) -> DeriveConfig:
+        """This config, derived as SGLang ``version`` (one release of ``--sglang-version A,B``)."""
+        return replace(self, engine=replace(self.engine, sglang_version=version))
+
+    @cached_property
+    def release(self) -> ReleaseChoice:
+        """The release derived as and who derives it, chosen once for this process (derive and plan run
+        as the installed SGLang, like one rank)."""
+        from checker.core.releases import installed_sglang_version
+
+        return self.engine.choose(installed_sglang_version())
 
     def inputs(self, env: Mapping[str, str], *, policy: str | None = None) -> CapacityInputs:
         return capacity_inputs(
-            self.model, self.sizing, budget_gib=self.budget_gib, policy=policy, env=env, engine=self.engine
+            self.model, self.sizing, budget_gib=self.budget_gib, policy=policy, env=env, release=self.release
         )
 
     def engines(self, inputs: CapacityInputs, env: Mapping[str, str]):
-        """The engines of ``--engine``, prepared for ``inputs`` (an ``EngineSet``)."""
+        """The engines of ``--engine`` (``sglang`` for a release the checker does not model), prepared for
+        ``inputs`` (an ``EngineSet``)."""
         from checker.engines.drift import prepare_engines
 
         return prepare_engines(
-            self.engine.engine,
+            self.release.engine,
             inputs,
             model_source(self.model, self.sizing),
             env,
             best_effort=self.engine.best_effort,
+            release=self.release,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanConfig:
+    """``plan``: the smallest budget for a running-request target, or a partition with a larger pool."""
+
+    derive: DeriveConfig
+    """What every derivation of the plan starts from (``derive.sizing.policy``: plan's --policy)."""
+    target_max_running_requests: int | None = None
+    """The budget search's target (None: --suggest-partition)."""
+    partition_slack: int | None = None
+    """--suggest-partition: layers a stage may hold beyond the even split (None: the default)."""
+    gpu_free_gib: float | None = None
+    weights_gib: float | None = None
+    """Both or neither: the budget found is also given as the --mem-fraction-static that reaches it."""
+
+    def __post_init__(self) -> None:
+        """Flags that belong to another mode, one line each (the first that applies)."""
+        derive = self.derive
+        fraction_given = self.gpu_free_gib is not None or self.weights_gib is not None
+        if len(derive.releases) > 1:
+            if self.suggest_partition:
+                raise FlagError(
+                    "--sglang-version A,B compares the budget a target needs; use it with "
+                    "--target-max-running-requests (or give one release)"
+                )
+            if derive.engine.engine != "builtin":
+                raise FlagError(
+                    "--sglang-version A,B compares the builtin models of two releases; drop --engine"
+                )
+            if len(set(derive.releases)) != len(derive.releases):
+                raise FlagError(f"--sglang-version {','.join(derive.releases)} names a release twice")
+            if derive.budget_given or self.partition_slack is not None:
+                raise FlagError("plan searches the budget: drop --budget-gib and --partition-slack")
+        elif self.suggest_partition:
+            if fraction_given:
+                raise FlagError(
+                    "--gpu-free-gib and --weights-gib apply to --target-max-running-requests; drop them"
+                )
+        elif derive.budget_given:
+            raise FlagError(
+                "--budget-gib has no meaning with --target-max-running-requests: plan searches the budget; "
+                "drop it (or use derive at a budget)"
+            )
+        elif self.partition_slack is not None:
+            raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
+        if fraction_given and (self.gpu_free_gib is None or self.weights_gib is None):
+            raise FlagError("give both --gpu-free-gib and --weights-gib to get the --mem-fraction-static")
+
+    @property
+    def suggest_partition(self) -> bool:
+        return self.target_max_running_requests is None
 
 
 def model_source(model: ModelChoice, sizing: SizingFlags):
@@ -210,7 +285,10 @@ def model_source(model: ModelChoice, sizing: SizingFlags):
     from checker.engines import ModelSource
 
     return ModelSource(
-        model=model.model, model_config=model.model_config, mamba_ssm_dtype=sizing.mamba_ssm_dtype
+        model=model.model,
+        model_config=model.model_config,
+        mamba_ssm_dtype=sizing.mamba_ssm_dtype,
+        release_default_ratio=sizing.mamba_full_memory_ratio is None,
     )
 
 
@@ -222,42 +300,41 @@ def capacity_inputs(
     pp_size: int | None = None,
     policy: str | None = None,
     env: Mapping[str, str],
-    engine: EngineChoice | None = None,
+    release: ReleaseChoice | None = None,
 ) -> CapacityInputs:
-    """One rank's :class:`CapacityInputs`, derived as the release ``engine`` names (or the installed
-    one); raises CheckerInputError on anything invalid."""
+    """One rank's :class:`CapacityInputs`, derived as ``release`` (chosen by the caller, once; None: the
+    installed release's model, for commands that run the checker's model only); raises CheckerInputError
+    on anything invalid."""
     from checker.core.releases import installed_sglang_version, release_model
 
-    engine = engine or EngineChoice()
-    release, _ = engine.release(installed_sglang_version())
+    if release is None:
+        release = EngineChoice().choose(installed_sglang_version(), own_code=False)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
+    if release.modelled == release.derived_as:  # a release the checker models: its registry is known
+        from checker.core.model_support import check_architectures, model_architectures
+
+        archs = model_architectures(model=model.model, model_config=model.model_config)
+        check_architectures(release.derived_as, archs, model=model.label, env=env)
     geometry = resolve_dtypes(geometry, env=env, mamba_ssm_dtype=sizing.mamba_ssm_dtype)
+    ratio = sizing.mamba_full_memory_ratio
+    if ratio is None:
+        ratio = release_model(release.modelled).rules.default_full_memory_ratio
+    flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
+    resolved = {
+        "pp_size": pp_size or sizing.pp_size or 1,
+        "mamba_full_memory_ratio": ratio,
+        "policy": policy or sizing.policy,
+    }
     return CapacityInputs(
+        **{**flags, **resolved},
         geometry=geometry,
         budget_gib=budget_gib,
-        pp_size=pp_size or sizing.pp_size or 1,
-        tp_size=sizing.tp_size,
-        dp_size=sizing.dp_size,
-        mamba_full_memory_ratio=(
-            sizing.mamba_full_memory_ratio
-            if sizing.mamba_full_memory_ratio is not None
-            else release_model(release, best_effort=engine.best_effort).rules.default_full_memory_ratio
-        ),
-        mamba_radix_cache_strategy=sizing.mamba_radix_cache_strategy,
-        page_size=sizing.page_size,
-        disable_radix_cache=sizing.disable_radix_cache,
-        disable_overlap_schedule=sizing.disable_overlap_schedule,
-        max_running_requests=sizing.max_running_requests,
-        max_mamba_cache_size=sizing.max_mamba_cache_size,
-        speculative_num_draft_tokens=sizing.speculative_num_draft_tokens,
-        pp_max_micro_batch_size=sizing.pp_max_micro_batch_size,
-        token_capacity=sizing.token_capacity,
-        context_len=sizing.context_len,
         partition_env=env.get(PARTITION_ENV),
         skip_decode_lock=env_flag(env.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")),
-        policy=policy or sizing.policy,
-        sglang_version=release,
-        sglang_best_effort=engine.best_effort,
+        # The model the checker's own pieces apply: derived_as, or the newest one standing in for a
+        # release it does not model (the label, from ``release``, says which).
+        sglang_version=release.derived_as if release.best_effort else release.modelled,
+        sglang_best_effort=release.best_effort,
     )
 
 

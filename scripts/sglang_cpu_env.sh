@@ -2,8 +2,8 @@
 # Build CPU-only environments in which the installed-SGLang engine (--engine sglang|both) runs the code of
 # several SGLang releases, then run the engine comparison tests (pytest -m sglang) against each release.
 #
-#   scripts/sglang_cpu_env.sh                          # releases 0.5.16 0.5.20 0.5.23; test each
-#   SGLANG_RELEASES=all scripts/sglang_cpu_env.sh       # every supported release, 0.5.16 .. 0.5.23
+#   scripts/sglang_cpu_env.sh                          # one release per sizing group (CI); test each
+#   SGLANG_RELEASES=all scripts/sglang_cpu_env.sh       # every supported release, 0.5.10 .. 0.5.23
 #   SGLANG_RELEASES="0.5.18" scripts/sglang_cpu_env.sh -x -q   # extra args go to pytest
 #   SGLANG_ENV_ONLY=1 scripts/sglang_cpu_env.sh         # build only; prints how to use each release
 #
@@ -11,9 +11,12 @@
 #   venv/            ONE venv (system site-packages visible, for torch) with the import-time packages every
 #                    release shares, installed --no-deps and pinned;
 #   releases/X/      `pip install --no-deps --target` of sglang==X plus the transformers/tokenizers that
-#                    release pins (0.5.16-0.5.21 pin transformers 5.12.1; their config registry clashes
-#                    with later transformers: "'qwen3_asr' is already used by a Transformers config").
-# A release is used by putting its folder (after the stubs) first on PYTHONPATH:
+#                    release pins (each wheel's Requires-Dist: 0.5.10 transformers 5.3.0, 0.5.11-0.5.12.post1
+#                    5.6.0, 0.5.13-0.5.14 5.8.1, 0.5.15-0.5.21 5.12.1, 0.5.22+ 5.19.0; a later transformers
+#                    clashes with their config registry: "'qwen3_asr' is already used by a Transformers
+#                    config").
+# A release is used by putting its folder (after the stubs) first on PYTHONPATH (0.5.10-0.5.12.post1 also
+# scripts/sglang_stubs/kernel first; SGLANG_ENV_ONLY=1 prints each release's line):
 #   PYTHONPATH=scripts/sglang_stubs:$SGLANG_CPU_HOME/releases/X  $SGLANG_CPU_HOME/venv/bin/python -m checker ...
 # Downloads go through pip's own cache (PIP_CACHE_DIR, default ~/.cache/pip), so a rebuild after the
 # folders are deleted does not download again; an existing, complete release folder is reused as is.
@@ -30,17 +33,31 @@ PYTHON="${PYTHON:-python3}"
 HOME_DIR="${SGLANG_CPU_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/pp-checker/sglang-cpu}"
 VENV="$HOME_DIR/venv"
 STUBS="$REPO/scripts/sglang_stubs"
-ALL_RELEASES=(0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
+# Every release the engine runs (checker/engines/sglang.py FIRST_SUPPORTED onward; 0.5.9 and older compute
+# the slots per request and the request cap inline in init_memory_pool, which the engine cannot call).
+ALL_RELEASES=(0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 0.5.15.post1
+              0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
+# CI: one release of each sizing group whose code differs (checker/core/releases.py groups; the engine's
+# adapters in checker/engines/sglang.py): 0.5.10-0.5.12.post1 (ModelRunner mixin, self.pp_size), 0.5.13
+# (joint spec solve, lazy strategy, self.ps.pp_size), 0.5.14-0.5.15.post1 (last mixin, both strategy
+# names), 0.5.16 (KVCacheConfigurator, budget pre-capture), 0.5.17 (max-share, padding slot), 0.5.18-0.5.21
+# (resolve_once and the published context: 0.5.20), 0.5.22 (per-slot extra state, create_context),
+# 0.5.23 (the max(1, ...) floors). docs/engine.md gives the cold and warm cost.
+DEFAULT_RELEASES=(0.5.10 0.5.13 0.5.15 0.5.16 0.5.17 0.5.20 0.5.22 0.5.23)
 case "${SGLANG_RELEASES:-}" in
-  "") RELEASES=(0.5.16 0.5.20 0.5.23) ;;     # CI: the first, one in the middle, the newest
+  "") RELEASES=("${DEFAULT_RELEASES[@]}") ;;
   all) RELEASES=("${ALL_RELEASES[@]}") ;;
   *) read -r -a RELEASES <<<"$SGLANG_RELEASES" ;;
 esac
 
 # What a release pins that differs between releases (from each wheel's Requires-Dist); --target folder.
 release_pins() {
+  local hub="tokenizers==0.22.2 huggingface_hub==1.16.0"
   case "$1" in
-    0.5.1[6-9] | 0.5.2[01]) echo "transformers==5.12.1 tokenizers==0.22.2 huggingface_hub==1.16.0" ;;
+    0.5.10*) echo "transformers==5.3.0 $hub" ;;
+    0.5.11* | 0.5.12*) echo "transformers==5.6.0 $hub" ;;
+    0.5.13* | 0.5.14*) echo "transformers==5.8.1 $hub" ;;
+    0.5.15* | 0.5.1[6-9] | 0.5.2[01]) echo "transformers==5.12.1 $hub" ;;
     *) echo "transformers==5.19.0 tokenizers==0.23.3 huggingface_hub==2.4.0" ;;
   esac
 }
@@ -94,9 +111,18 @@ done
 t1=$(date +%s)
 echo "== environments ready in $((t1 - t0)) s ($(du -sm "$HOME_DIR" | cut -f1) MB under $HOME_DIR)"
 
+# The import path of a release: the stubs, then its folder; 0.5.10-0.5.12.post1 import sgl_kernel on the
+# way to ModelRunner, so they also get its import-only stub (scripts/sglang_stubs/kernel).
+release_path() {
+  case "$1" in
+    0.5.1[012] | 0.5.1[012].*) echo "$STUBS/kernel:$STUBS:$HOME_DIR/releases/$1" ;;
+    *) echo "$STUBS:$HOME_DIR/releases/$1" ;;
+  esac
+}
+
 status=0
 for v in "${RELEASES[@]}"; do
-  pp="$STUBS:$HOME_DIR/releases/$v"
+  pp="$(release_path "$v")"
   if [[ -n "${SGLANG_ENV_ONLY:-}" ]]; then
     if PYTHONPATH="$pp" "$VENV/bin/python" - "$v" <<'EOF'
 import sys, time
@@ -116,11 +142,17 @@ EOF
   fi
   # CHECKER_REQUIRE_SGLANG: the sglang tests fail (not skip) unless exactly this release imports.
   (cd "$REPO"
-   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser)  (SGLang $v)"
+   # The newer-release tests (a release under a higher version number, derived by its own code) start
+   # their own SGLang processes: run on the last release of the list only (the newest by default).
+   newer="" what=""
+   if [[ "$v" == "${RELEASES[${#RELEASES[@]}-1]}" ]]; then newer=tests/test_engine_newer.py what=", a newer release"; fi
+   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser$what)  (SGLang $v)"
    t2=$(date +%s)
    rc=0
+   # shellcheck disable=SC2086  # $newer: no word or one
    CHECKER_REQUIRE_SGLANG="$v" PYTHONPATH="$pp" "$VENV/bin/python" -m pytest tests/test_engine_sglang.py \
-     tests/test_engine_fixes.py tests/test_launch_command.py -m sglang -p no:cacheprovider -n 0 "$@" || rc=$?
+     tests/test_engine_fixes.py tests/test_launch_command.py $newer -m sglang \
+     -p no:cacheprovider -n 0 "$@" || rc=$?
    echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s"
    exit $rc) || status=1
 done

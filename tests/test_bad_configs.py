@@ -13,6 +13,7 @@ tests below show they leave a valid 10,000-layer model deriving in milliseconds.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -156,6 +157,20 @@ CASES: list[tuple[str, str, Any, Any, str]] = [
     ("spec-conv-states", "spec", _set("conv_shapes", [[8, 3]] * 17), None, "conv_shapes="),
     ("spec-extra-neg", "spec", _set("extra_per_slot_bytes", -1), None, "extra_per_slot_bytes=-1"),
     ("spec-name-empty", "spec", _set("name", ""), None, "name=''"),
+    # SGLang gives each key head num_v_heads // num_k_heads value heads (qwen3_next.py): 33 / 16 cannot load.
+    ("qwen-value-heads-not-multiple", "qwen3_next_80b_a3b", _set("linear_num_value_heads", 33), None,
+     "linear_num_value_heads=33 must be a multiple of linear_num_key_heads=16"),
+    ("qwen35-value-heads-not-multiple", "qwen3_5_397b_a17b", _set("text_config.linear_num_value_heads", 63),
+     None, "text_config.linear_num_value_heads=63 must be a multiple of text_config.linear_num_key_heads"),
+    # transformers reads config.json with json.loads, which refuses a byte-order mark: SGLang cannot load it.
+    ("qwen-bom", "qwen3_next_80b_a3b", None, lambda t: "\ufeff" + t, "starts with a UTF-8 byte-order mark"),
+    # Names are printed in every report and log line: no line breaks, NUL or right-to-left overrides.
+    ("spec-name-newline", "spec", _set("name", "toy\nchecker: CONSISTENT"), None,
+     "name='toy\\nchecker: CONSISTENT' must be printable text"),
+    ("spec-name-nul", "spec", _set("name", "toy\x00"), None, "name='toy\\x00' must be printable text"),
+    ("spec-name-rlo", "spec", _set("name", "toy\u202etxt.exe"), None, "must be printable text"),
+    ("spec-model-type-newline", "spec", _set("model_type", "qwen3_next\n"), None,
+     "model_type='qwen3_next\\n' must be printable text"),
     # ---- nesting: within the parser's reach the path is named, past it the rule is ----
     ("nest-65", "qwen3_next_80b_a3b", _set("deep", json.loads("[" * 65 + "]" * 65)), None, "deep[0][0]"),
     ("nest-100000", "qwen3_next_80b_a3b", None,
@@ -369,3 +384,108 @@ def test_derive_cli_exits_2_with_one_line(
     assert "Traceback" not in res.stderr
     assert needle in lines[0]
     assert res.stdout == ""
+
+
+# ---- models the check does not apply to, and paths and files that are not a config ----------------------
+
+# Meta-Llama-3.1-8B-Instruct's config.json (abridged to the keys that tell a model's kind).
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_a_model_without_a_state_pool_is_told_the_check_does_not_apply(tmp_path: Path) -> None:
+    """A Llama has no state pool: "describe it with a JSON model spec" would send the user to describe
+    layers that do not exist. A hybrid family the checker does not read still gets that advice."""
+    with pytest.raises(ConfigError) as info:
+        load_geometry(model_config=_write(tmp_path, json.dumps(LLAMA)))
+    msg = str(info.value)
+    assert "model_type='llama' has no linear-attention (mamba) layers" in msg
+    assert "nothing for this check to compare" in msg and "model spec" not in msg
+    for hybrid in (
+        {**LLAMA, "model_type": "lfm2"},
+        {**LLAMA, "model_type": "newhybrid", "mamba_d_state": 128},
+    ):
+        with pytest.raises(ConfigError, match="describe it with a JSON model spec"):
+            load_geometry(model_config=_write(tmp_path, json.dumps(hybrid)))
+
+
+def test_a_model_spec_may_carry_a_byte_order_mark(tmp_path: Path) -> None:
+    """The spec is the checker's own file (SGLang never reads it): a BOM there is harmless."""
+    path = _write(tmp_path, "\ufeff" + json.dumps(TOY_SPEC))
+    assert load_geometry(model_config=path).name == "toy"
+
+
+@pytest.mark.parametrize("flag", ["--model-config", "--model-path"])
+def test_a_path_longer_than_the_system_allows_is_one_line(cli, flag: str) -> None:
+    """Path.is_dir() raised OSError "File name too long" (under torchrun: no report at all)."""
+    path = "/tmp/" + "m" * 5000
+    argv = (
+        ["derive", "--model-config", path]
+        if flag == "--model-config"
+        else ["derive", "--", "python", "-m", "sglang.launch_server", "--model-path", path]
+    )
+    res = cli(argv)
+    (line,) = res.err.splitlines()
+    assert res.rc == 2 and f"{flag} /tmp/mmm" in line and "File name too long" in line, res
+    assert "(5,005 chars)" in line and len(line) < MAX_MESSAGE_CHARS
+
+
+def test_a_fifo_nobody_writes_is_bounded_and_one_that_is_written_is_read(
+    cli, fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`derive --model-config FIFO` hung for ever; `--model-config <(cat config.json)` (a pipe someone
+    writes) is a real way to pass a config, so it still works."""
+    import threading
+
+    from checker.core import models
+
+    monkeypatch.setattr(models, "READ_S", 0.5)
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    res = cli(["derive", "--model-config", str(fifo)])
+    (line,) = res.err.splitlines()
+    assert res.rc == 2 and "nothing to read within 0.5 s" in line, res
+    assert time.monotonic() - t0 < 3
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            f.write((fixtures_dir / "qwen3_next_80b_a3b.json").read_text())
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert load_geometry(model_config=fifo).family == "qwen3_next"
+    writer.join(5)
+
+
+def test_a_socket_given_as_the_model_config_is_refused(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "s"
+    if len(str(path)) > 100:
+        pytest.skip("tmp_path too long for a unix socket name")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        with pytest.raises(ConfigError, match=r"is a socket; pass the model's config.json"):
+            load_geometry(model_config=path)
+
+
+def test_a_config_path_with_control_characters_is_shown_escaped(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The geometry's name (every report line) and every message show a path's newline as \\n."""
+    d = tmp_path / "bad\nname"
+    d.mkdir()
+    (d / "config.json").write_text((fixtures_dir / "qwen3_next_80b_a3b.json").read_text())
+    name = load_geometry(model_config=d).name
+    assert "\n" not in name and "bad\\nname" in name
+    with pytest.raises(ConfigError) as info:
+        load_geometry(model_config=tmp_path / "gone\u202e")
+    assert "\u202e" not in str(info.value) and "gone\\u202e" in str(info.value)

@@ -56,6 +56,11 @@ UNBOUNDED_TOKENS = 1 << 60
 
 @pytest.fixture(scope="module")
 def kv_module(sglang_engine) -> types.ModuleType:
+    if sglang_engine.api.host != "configurator":
+        pytest.skip(
+            f"SGLang {sglang_engine.version} has no KVCacheConfigurator._profile_available_bytes (0.5.16+); "
+            "its refusal lives in ModelRunner's profile_max_num_token, not driven here"
+        )
     return importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
 
 
@@ -73,13 +78,14 @@ def _prepare(engine: Any, **flags: Any) -> Any:
 
 
 def _pool(prepared: Any, rest_gib: float) -> tuple[int, float, int]:
-    """The release's ``_handle_max_mamba_cache(rest)`` on the prepared configurator: (K it wrote, the
-    GiB it returns for the KV cache, ``resolve_max_num_reqs`` with an unbounded KV pool). K is put back
-    afterwards, so the next call starts from the user's flags again."""
-    c = prepared.configurator
+    """The release's ``_handle_max_mamba_cache(rest)`` on the prepared configurator (0.5.10-0.5.15: the
+    model runner's ``handle_max_mamba_cache``): (K it wrote, the GiB it returns for the KV cache, the
+    request cap with an unbounded KV pool). K is put back afterwards, so the next call starts from the
+    user's flags again."""
+    c, api = prepared.host, prepared.api
     with prepared._scope(), prepared._pool_size_slot() as (read_k, _):
-        left = c._handle_max_mamba_cache(rest_gib)
-        return int(read_k()), float(left), int(c.resolve_max_num_reqs(UNBOUNDED_TOKENS))
+        left = getattr(c, api.pool_method)(rest_gib)
+        return int(read_k()), float(left), int(getattr(c, api.requests_method)(UNBOUNDED_TOKENS))
 
 
 def _charged_bytes(prepared: Any) -> int:
@@ -140,7 +146,7 @@ def _profile(
     no post-capture KV, 0.5.16's server_args); ``_handle_max_mamba_cache`` is the real configurator's,
     recording its argument. The device reports ``rest_gib + SLACK_GB`` free (no multimodal reservation).
     """
-    c = prepared.configurator
+    c = prepared.host
     seen: list[float] = []
 
     def handle(total_rest_memory: float) -> float:
@@ -227,9 +233,9 @@ BUDGET_GIB = 8.0
 
 @contextlib.contextmanager
 def _zero_charge(prepared: Any) -> Iterator[None]:
-    """The real configurator, its model's linear-state params holding no layers (SGLang's
-    ``mamba_cache_per_req`` of them is 0, so is every stage's share)."""
-    c = prepared.configurator
+    """The real configurator (or model runner), its model's linear-state params holding no layers
+    (SGLang's ``mamba_cache_per_req`` of them is 0, so is every stage's share)."""
+    c = prepared.host
     real = c.mambaish_config
     params = dataclasses.replace(prepared.params, layers=[])  # the params SGLang built for this model
     assert params.mamba_cache_per_req == 0

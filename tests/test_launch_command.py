@@ -9,11 +9,15 @@ Run the ``sglang`` tests per release with ``scripts/sglang_cpu_env.sh`` (PYTHONP
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from checker.core.errors import FlagError
 from checker.launch.command import FORMS, parse_launch_command, parser_rows, split_form, tabled_releases
@@ -339,7 +343,8 @@ def test_unknown_flags_and_bad_values_are_one_line(tmp_path: Path) -> None:
             [*LAUNCH, "--model-path", model, "--tp-sise", "8"], release="0.5.18", prefer_installed=False
         )
     assert str(info.value) == (
-        "SGLang 0.5.18 does not know --tp-sise 8 (the checker's model of SGLang 0.5.18's flags)"
+        "SGLang 0.5.18 does not know --tp-sise; did you mean --tp-size? "
+        "(the checker's model of SGLang 0.5.18's flags)"
     )
     for args, fragment in [
         (["--tp-size", "eight"], "argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
@@ -422,8 +427,8 @@ COMMANDS = [
 def _outcome(argv: list[str], prefer_installed: bool):
     try:
         c = parse_launch_command(argv, release=INSTALLED, prefer_installed=prefer_installed)
-    except FlagError as exc:
-        return ("refused", str(exc).split(" (the checker's model")[0])
+    except FlagError as exc:  # the same refusal from either parser, less the name of the parser
+        return ("refused", re.sub(r" \((the checker's model of )?SGLang [^()]*\)$", "", str(exc)))
     return (c.values, c.explicit, c.sglang_values, c.sglang_explicit)
 
 
@@ -453,3 +458,137 @@ def test_every_release_table_lists_releases_in_order() -> None:
     from checker.launch.command import _key
 
     assert list(RELEASES) == sorted(RELEASES, key=_key)
+
+
+# ---- "did you mean", and a length the parse is linear in ----------------------------------------------
+
+
+def test_a_mistyped_launch_flag_gets_did_you_mean_from_the_releases_own_flags(tmp_path: Path) -> None:
+    """As the checker's own flags do (``--polcy`` -> ``--policy``), from the flags of the release that
+    reads the command: under 0.5.13 the pool strategy is spelled --mamba-scheduler-strategy."""
+    model = _model(tmp_path, "kimi_linear_48b_a3b.json")
+
+    def refusal(release: str, *args: str) -> str:
+        with pytest.raises(FlagError) as info:
+            parse_launch_command(
+                [*LAUNCH, "--model-path", model, *args], release=release, prefer_installed=False
+            )
+        return str(info.value)
+
+    assert refusal("0.5.23", "--pp-szie", "2").startswith(
+        "SGLang 0.5.23 does not know --pp-szie; did you mean --pp-size?"
+    )
+    old = refusal("0.5.13", "--mamba-radix-cache-strategy", "auto")
+    assert "did you mean --mamba-scheduler-strategy?" in old
+    assert "--mamba-radix-cache-strategy" in {o for row in release_rows("0.5.23") for o in row[0].split()}
+    both = refusal("0.5.23", "--pp-szie", "2", "--tp-sise=4", "--zzzzzz")
+    assert "does not know --pp-szie, --tp-sise=4, --zzzzzz; did you mean --pp-size for --pp-szie, " in both
+    assert "--tp-size for --tp-sise=4?" in both
+    many = refusal("0.5.23", *[f"--no-such-{i}" for i in range(3000)])
+    assert "(3,000 unknown flags)" in many and len(many) < 400
+
+
+def test_a_mistyped_launch_flag_through_the_cli_is_one_line(cli, tmp_path: Path) -> None:
+    model = _model(tmp_path, "kimi_linear_48b_a3b.json")
+    res = cli(["derive", "--budget-gib", "8", "--", *LAUNCH, "--model-path", model, "--pp-szie", "2"])
+    (line,) = res.err.splitlines()
+    assert res.rc == 2 and "does not know --pp-szie; did you mean --pp-size?" in line, res
+
+
+def test_a_launch_command_longer_than_any_real_one_is_one_line(cli) -> None:
+    """10,000 repetitions of --host x took 8.9 s in argparse before any bound was armed."""
+    from checker.launch.command import MAX_LAUNCH_WORDS
+
+    res = cli(["derive", "--budget-gib", "8", "--", *LAUNCH, "--model-path", "m", *["--host", "x"] * 10_000])
+    (line,) = res.err.splitlines()
+    assert res.rc == 2 and "has 20,005 words, more than any real one" in line
+    assert f"reads at most {MAX_LAUNCH_WORDS:,}" in line
+    # Every flag of the newest release once, with a value each, fits well inside the limit.
+    assert 2 * len(release_rows(RELEASES_NEWEST)) + 8 < MAX_LAUNCH_WORDS
+
+
+RELEASES_NEWEST = list(RELEASES)[-1]
+
+
+def test_repeated_flags_reach_argparse_once(tmp_path: Path) -> None:
+    """What makes the parse linear: a flag repeated n times is one unit by the time argparse (quadratic in
+    the number of options) sees it, whatever n; the last occurrence wins, as argparse has it."""
+    from checker.launch.command import table_parser
+    from checker.launch.repeats import OptionIndex, collapse_repeats
+
+    index = OptionIndex(table_parser(RELEASES_NEWEST))
+    for n in (10, 1000, 20_000):
+        words = ["--model-path", "m", *["--host", "x", "--hos", "y", "--enable-metrics", "--port=1"] * n]
+        out = collapse_repeats(index, [*words, "--host", "last"])
+        assert out == ["--model-path", "m", "--enable-metrics", "--port=1", "--host", "last"]
+    model = _model(tmp_path, "kimi_linear_48b_a3b.json")
+    cmd = parse_launch_command(
+        [*LAUNCH, "--model-path", model, *["--pp-size", "4", "--page-size", "1"] * 900, "--pp-size", "2"],
+        release=RELEASES_NEWEST,
+        prefer_installed=False,
+    )
+    assert (cmd.values["pp_size"], cmd.values["page_size"]) == (2, 1)
+    with pytest.raises(
+        FlagError, match="argument --pp-size/--pipeline-parallel-size: invalid int value: 'x'"
+    ):
+        # a bad value among the dropped repeats is still argparse's error
+        parse_launch_command(
+            [*LAUNCH, "--model-path", model, "--pp-size", "x", "--pp-size", "2"],
+            release=RELEASES_NEWEST,
+            prefer_installed=False,
+        )
+
+
+# Words a launch command is made of, every kind the collapse must leave exactly as argparse reads it:
+# value flags (int, str, choices), their abbreviations and --flag=value, switches (also given a value),
+# list and optional-value flags, an unknown flag, the separator, values that look like flags.
+_WORDS = [
+    *["--pp-size", "--pp-size=3", "--tp", "--host", "--hos", "--host=h", "--mamba-ssm-dtype", "--page-size"],
+    *["--enable-metrics", "--enable-metrics=1", "--disable-radix-cache", "--lora-paths", "--numa-node"],
+    *["--hybrid-kvcache-ratio", "--zz", "--", "1", "2", "x", "-1", "-x", "float32", "", "a b"],
+]
+
+
+def _same_reading(parser, words: list[str]) -> None:
+    from checker.launch.command import _ArgparseError
+    from checker.launch.repeats import OptionIndex, collapse_repeats
+
+    def outcome(args: list[str]) -> object:
+        try:
+            return vars(parser.parse_args(args))
+        except _ArgparseError as exc:
+            return str(exc)
+
+    full = ["--model-path", "m", *words]
+    assert outcome(collapse_repeats(OptionIndex(parser), full)) == outcome(full)
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.sampled_from(_WORDS), max_size=14))
+def test_collapsing_repeats_never_changes_what_argparse_reads(words: list[str]) -> None:
+    """The oracle is argparse itself: the collapsed command parses to the same namespace, or fails with
+    the same message, as the whole command (the table parser of the newest release)."""
+    _same_reading(_table_parser(), words)
+
+
+@functools.cache
+def _table_parser():
+    from checker.launch.command import table_parser
+
+    return table_parser(RELEASES_NEWEST)  # parse_args leaves a parser as it was: one serves every example
+
+
+@pytest.mark.sglang
+@pytest.mark.skipif(INSTALLED is None, reason="sglang does not import here")
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.sampled_from(_WORDS), max_size=14))
+def test_collapsing_repeats_never_changes_what_sglangs_own_parser_reads(words: list[str]) -> None:
+    """The same with the installed release's own parser (its custom actions are left to argparse)."""
+    _same_reading(_own_release_parser(), words)
+
+
+@functools.cache
+def _own_release_parser():
+    from checker.launch.command import _own_parser
+
+    return _own_parser(INSTALLED)[0]

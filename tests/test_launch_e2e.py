@@ -153,6 +153,8 @@ def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
     rep = same.report()
     assert rep["status"] == "consistent"
     assert "pp_size=2" in rep["inputs"]["launch_command"]
+    launch = base[base.index("--") + 1 :]
+    assert rep["launch_command"]["argv"] == launch and rep["launch_command"]["groups"][0]["ranks"] == [0, 1]
     other = run_world(
         base, world_size=2, tmp_path=tmp_path, rank_argv={1: [*base, "--max-running-requests", "8"]}
     )
@@ -162,3 +164,6 @@ def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
     assert {"max_running_requests", "launch_command"} <= set(rep["differing_inputs"])
     causes = "\n".join(rep["root_causes"])
     assert "rank 1 have --max-running-requests=8" in causes and "launch_command:" in causes
+    # The report keeps rank 0's whole command and names rank 1 by the digest of its own.
+    assert rep["launch_command"]["argv"] == launch
+    assert [g["ranks"] for g in rep["launch_command"]["groups"]] == [[0], [1]]

@@ -401,10 +401,13 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_unwritable_path_is_a_flag_error(readme_sweep: Sweep, tmp_path: Path) -> None:
-    """A --plot path in a missing folder is a one-line FlagError naming --plot, not a traceback."""
-    with pytest.raises(FlagError, match=r"--plot .*cannot write it"):
+    """A --plot path that cannot be written (here under a regular file) is a one-line FlagError naming
+    --plot, not a traceback. (A missing folder is made, as for --report: the plot is written as every
+    output is, checker/outputs/files.py.)"""
+    (tmp_path / "file.txt").write_text("")
+    with pytest.raises(FlagError, match=r"cannot write --plot .*file.txt/dir.png"):
         plot_sweep(
-            tmp_path / "no" / "such" / "dir.png",
+            tmp_path / "file.txt" / "dir.png",
             budgets=readme_sweep.budgets,
             values=readme_sweep.values,
             analysis=readme_sweep.analysis,

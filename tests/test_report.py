@@ -14,9 +14,11 @@ slots a request (the default strategy under PP) 74 -> 18 running requests, 18 //
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 
 import pytest
 from rank_rows import world
@@ -43,6 +45,7 @@ junitparser = pytest.importorskip("junitparser")
 MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
 Error, Failure, JUnitXml = junitparser.Error, junitparser.Failure, junitparser.JUnitXml
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PARTITION = "SGLANG_PP_LAYER_PARTITION"
 SUMMARY = "world N (test)"
 ELAPSED_S = 3.25
@@ -72,10 +75,8 @@ def _env(rank: int, world: World) -> RankEnv:
         master_addr=None,
         master_port=None,
         use_agent_store=False,
-        run_id=None,
         restart_count=0,
         max_restarts=0,
-        under_torchrun=False,
     )
 
 
@@ -604,3 +605,87 @@ def test_markdown_consistent_and_infrastructure():
     blocks = md_blocks(to_markdown(v, summary=SUMMARY))
     assert ("list", ["infrastructure failure: rank 2 hung; missing: rank 2"]) in blocks
     assert not any(b[0] == "table" for b in blocks)
+
+
+# ---- the launch command, whole ------------------------------------------------------------------------
+
+SERVE = ["python", "-m", "sglang.launch_server"]
+
+
+def _model_dir(tmp_path: Path, name: str = "Kimi-Linear-48B-A3B-Instruct") -> str:
+    model = tmp_path / name
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text((FIXTURES / "kimi_linear_48b_a3b.json").read_text())
+    return str(model)
+
+
+def _launch_world(commands: list[list[str]]) -> tuple[Verdict, dict]:
+    """Each rank's launch command through the real CLI path (the check parser, the launch-command merge,
+    config_from_args), derived and sent through the wire; returns the verdict and rank 0's report extra."""
+    from checker.cli.main import _subparser, build_parser
+    from checker.commands.check import config_from_args
+    from checker.launch.merge import apply_launch_command, given_dests
+    from checker.outputs.report import launch_command_doc
+
+    world = World(len(commands))
+    parser = build_parser()
+    rows, extra = [], {}
+    for rank, launch in enumerate(commands):
+        words = ["check", "--budget-gib", "8"]
+        ns = parser.parse_args(words)
+        ns, ns.launch = apply_launch_command(
+            ns, launch, given=given_dests(_subparser(parser, "check"), words[1:])
+        )
+        env = _env(rank, world)
+        config = config_from_args(ns, env)
+        facts = local_facts(config, env, None)
+        all_free = [facts.device_free_bytes] * world.n
+        row = derive_row(config, env, facts, all_free=all_free, torch_version="x", device=None, environ={})
+        rows.append(decode_row(encode_row(row)))
+        if rank == 0:
+            extra = {"launch_command": launch_command_doc(config.launch)}
+    return decide(rows, world_size=world.n, strict_inputs=False), extra
+
+
+# Long enough that the explicit sizing flags run past the wire's 120 bytes before the flag rank 3 adds.
+LONG = ["--pp-size", "4", "--mem-fraction-static", "0.85", "--page-size", "64", "--host", "0.0.0.0"]
+
+
+def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_differently(tmp_path):
+    """The rows carry the launch command's sizing flags cut to 120 bytes, where two commands can look
+    alike (here they differ only at the end of the model path): the report keeps rank 0's whole command
+    (argv, text, sha256) and groups every rank by the digest of its whole input, so rank 3 is named."""
+    model, copy = _model_dir(tmp_path), _model_dir(tmp_path, "Kimi-Linear-48B-A3B-Instruct-copy")
+    same = [*SERVE, "--model-path", model, *LONG, "--served-model-name", "a b"]
+    verdict, extra = _launch_world([same, same, same, [*SERVE, "--model-path", copy, *LONG]])
+    doc = json.loads(json.dumps(to_json(verdict, extra=extra)))
+    lc = doc["launch_command"]
+    assert lc["argv"] == same and lc["text"] == " ".join(same[:-1]) + " 'a b'"
+    assert lc["sha256"] == hashlib.sha256(lc["text"].encode()).hexdigest()
+    assert (lc["form"], lc["release"]) == ("python -m sglang.launch_server ARGS", "0.5.23")
+    assert lc["input"] == (
+        f"mem_fraction_static=0.85 page_size=64 pp_size=4 model_config={model} "
+        "(read by the checker's model of SGLang 0.5.23's flags)"
+    )
+    assert [g["ranks"] for g in lc["groups"]] == [[0, 1, 2], [3]]
+    assert lc["groups"][0]["input_digest"] == lc["input_digest"] != lc["groups"][1]["input_digest"]
+    assert "launch_command" in doc["differing_inputs"]
+    sent = doc["inputs"]["launch_command"]["by_rank"]
+    assert len(set(sent)) == 1 and sent[0].endswith("...")  # cut where they differ, and it says so
+    assert all(r["inputs"]["launch_command"] == sent[0] for r in doc["ranks"])
+    text = to_text(verdict, summary=SUMMARY, elapsed_s=ELAPSED_S)
+    assert "launch_command: each rank sends the first 120 bytes, shown ending in '...'" in text
+    assert "the JSON report (--report) keeps rank 0's whole launch command" in text
+
+
+def test_agreeing_ranks_report_the_whole_launch_input(tmp_path):
+    command = [*SERVE, "--model-path", _model_dir(tmp_path), *LONG]
+    verdict, extra = _launch_world([command, command])
+    doc = to_json(verdict, extra=extra)
+    assert doc["inputs"]["launch_command"] == doc["launch_command"]["input"]  # whole, not the wire's cut
+    assert [g["ranks"] for g in doc["launch_command"]["groups"]] == [[0, 1]]
+    assert "each rank sends the first" not in to_text(verdict, summary=SUMMARY, elapsed_s=ELAPSED_S)
+
+
+def test_no_launch_command_is_null():
+    assert report(MAX_SHARE_8)["launch_command"] is None

@@ -35,7 +35,7 @@ Draft202012Validator = pytest.importorskip("jsonschema").Draft202012Validator
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.schema.json").read_text())
 VALIDATOR = Draft202012Validator(SCHEMA)
-# What check.py's publish passes as `extra` (checker/commands/check.py Preflight._extra).
+# What check's publish passes as `extra` (checker/commands/check_job.py CheckJob.publish).
 CHECK_EXTRA = {
     "checker_version": __version__,
     "torch_version": "x",
@@ -75,6 +75,19 @@ WORLDS = {
 @pytest.mark.parametrize("world", WORLDS.values(), ids=WORLDS.keys())
 def test_every_check_verdict_validates(world):
     assert errors(check_report(world)) == []
+
+
+def test_a_report_with_the_whole_launch_command_validates(tmp_path):
+    """Rank 0's whole command and the per-rank digest groups, one rank started with another command."""
+    from test_report import LONG, SERVE, _launch_world, _model_dir
+
+    model, other = _model_dir(tmp_path), _model_dir(tmp_path, "other")
+    verdict, extra = _launch_world([[*SERVE, "--model-path", m, *LONG] for m in (model, model, other)])
+    doc = json.loads(json.dumps(to_json(verdict, extra={**CHECK_EXTRA, **extra})))
+    assert doc["launch_command"]["groups"][1]["ranks"] == [2]
+    assert errors(doc) == []
+    doc["launch_command"]["sha256"] = "not a digest"
+    assert errors(doc)
 
 
 def test_infrastructure_failure_without_rows_validates():
@@ -125,6 +138,14 @@ def test_a_real_world_report_and_its_stdout_validate(tmp_path):
 # --- derive, plan, sweep: their real stdout -----------------------------------------------------------
 
 KIMI = ["--model", "kimi-k3", "--mamba-full-memory-ratio", "0.5"]
+# The kimi-k3 preset is KimiK3ForConditionalGeneration, which SGLang 0.5.16 cannot load (it arrived in
+# 0.5.17): an upgrade from 0.5.16 is shown on the same layers and shapes as a JSON model spec.
+KIMI_SHAPE = [
+    "--model-config",
+    str(Path(__file__).resolve().parent / "fixtures" / "kimi_k3_shape_spec.json"),
+    "--mamba-full-memory-ratio",
+    "0.5",
+]
 
 
 def run_json(cli, argv: list[str], env: dict[str, str] | None = None) -> dict:
@@ -140,7 +161,10 @@ DERIVE = {
     "own-share": (["--pp-size", "8", "--budget-gib", "8", "--policy", "own-share"], "divergent"),
     "partition-env": (["--pp-size", "2"], "consistent"),
     "default-budget-tp2": (["--pp-size", "4", "--tp-size", "2", "--disable-radix-cache"], "consistent"),
-    "upgrade": (["--pp-size", "4", "--budget-gib", "8", "--sglang-version", "0.5.16,0.5.23"], "divergent"),
+    "upgrade": (
+        [*KIMI_SHAPE, "--pp-size", "4", "--budget-gib", "8", "--sglang-version", "0.5.16,0.5.23"],
+        "divergent",
+    ),
     "materialize": (
         ["--pp-size", "2", "--budget-gib", "8", "--max-mamba-cache-size", "4", "--materialize"],
         "consistent",
@@ -151,7 +175,8 @@ DERIVE = {
 @pytest.mark.parametrize(("argv", "status"), DERIVE.values(), ids=DERIVE.keys())
 def test_derive_json_validates(cli, argv: list[str], status: str):
     env = {"SGLANG_PP_LAYER_PARTITION": "47,46", "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"}
-    doc = run_json(cli, ["derive", *KIMI, *argv], env if argv[:2] == ["--pp-size", "2"] else None)
+    model = [] if "--model-config" in argv else KIMI
+    doc = run_json(cli, ["derive", *model, *argv], env if argv[:2] == ["--pp-size", "2"] else None)
     assert errors(doc) == []
     assert (doc["command"], doc["status"]) == ("derive", status)
     assert doc["exit_code"] == 0  # derive answers a divergence, it does not fail on it
@@ -198,7 +223,7 @@ def test_plan_upgrade_json_validates_and_names_why(cli):
     9/69 of per_req: (72 + 1) x 291,102,720 x 9/69 x 3 (r 0.5 -> the pool is 1/3 of the budget) = 7.75
     GiB at 0.01 GiB steps; 0.5.16 (whole-model, no padding slot) 72 x per_req x 3 = 58.56 GiB."""
     argv = [
-        *KIMI,
+        *KIMI_SHAPE,
         "--pp-size",
         "8",
         "--target-max-running-requests",

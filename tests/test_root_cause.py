@@ -139,10 +139,10 @@ def test_installed_releases_put_the_majority_first(old: set[int], cause: str) ->
     root cause, the larger group first and the smaller one after it, "nodes 1-3 ... run" rather than
     "node 1, node 2, node 3 ... runs", at most four hosts a group."""
     n = 4 if len(old) == 1 else 8
-    rows = world(n, inputs_of=lambda r: {"sglang_version": "0.5.16" if r in old else "0.5.23"})
+    rows = world(n, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r in old else "0.5.23"})
     v = decide(rows, world_size=n)
-    assert v.differing_inputs[0] == "sglang_version"
-    assert v.root_causes[0].startswith(f"sglang_version: {cause} -- what changed: "), v.root_causes[0]
+    assert v.differing_inputs[0] == "sglang_installed"
+    assert v.root_causes[0].startswith(f"sglang_installed: {cause} -- what changed: "), v.root_causes[0]
 
 
 @pytest.mark.parametrize(
@@ -193,7 +193,7 @@ def test_the_release_line_names_only_the_changes_that_matter_here(
 ) -> None:
     """Half the ranks on each release; what the ranks exchanged (the flags, the budget source) decides
     which release changes can explain the difference: the line says those, and nothing when none can."""
-    rows = world(4, inputs_of=lambda r: {"sglang_version": old if r < 2 else new, **inputs})
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": old if r < 2 else new, **inputs})
     cause = decide(rows, world_size=4).root_causes[0]
     if changed is None:
         assert " -- what changed" not in cause, cause
@@ -208,13 +208,13 @@ def test_the_decode_lock_change_is_named_when_any_rank_sets_the_switch() -> None
     rows = world(
         4,
         inputs_of=lambda r: {
-            "sglang_version": "0.5.16" if r < 2 else "0.5.17",
+            "sglang_installed": "0.5.16" if r < 2 else "0.5.17",
             **({lock: "1"} if r == 3 else {}),
         },
     )
-    release_line = next(c for c in decide(rows, world_size=4).root_causes if c.startswith("sglang_version"))
+    release_line = next(c for c in decide(rows, world_size=4).root_causes if c.startswith("sglang_installed"))
     assert SKIP_LOCK in release_line
-    plain = world(4, inputs_of=lambda r: {"sglang_version": "0.5.16" if r < 2 else "0.5.17"})
+    plain = world(4, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r < 2 else "0.5.17"})
     assert SKIP_LOCK not in decide(plain, world_size=4).root_causes[0]
 
 
@@ -230,7 +230,7 @@ LAZY_SPEC = "0.5.17 and later accept extra_buffer_lazy with speculative decoding
     ],
 )
 def test_the_lazy_with_spec_change_needs_both(inputs: dict[str, str], pp_size: int, named: bool) -> None:
-    rows = world(2, inputs_of=lambda r: {"sglang_version": "0.5.16" if r == 0 else "0.5.17", **inputs})
+    rows = world(2, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r == 0 else "0.5.17", **inputs})
     for r in rows:
         r.pp_size = pp_size
     assert (LAZY_SPEC in decide(rows, world_size=2).root_causes[0]) == named
@@ -242,7 +242,7 @@ def test_spec_under_pp_matters_only_under_pp() -> None:
     rows = world(
         2,
         inputs_of=lambda r: {
-            "sglang_version": "0.5.20" if r == 0 else "0.5.21",
+            "sglang_installed": "0.5.20" if r == 0 else "0.5.21",
             "speculative_num_draft_tokens": "2",
         },
     )
@@ -256,9 +256,9 @@ def test_three_releases_explain_each_step_and_skip_an_unknown_one() -> None:
     is explained (the floor of 0.5.23), the unknown release is named but explains nothing, and it does
     not stop the explanation of the others."""
     version = {0: "0.4.0", 1: "0.5.22", 2: "0.5.23", 3: "0.5.23"}
-    rows = world(4, inputs_of=lambda r: {"sglang_version": version[r], "max_running_requests": "8"})
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": version[r], "max_running_requests": "8"})
     cause = decide(rows, world_size=4).root_causes[0]
-    assert cause.startswith("sglang_version: nodes 2-3 (node-2, node-3, ranks 2-3) run SGLang 0.5.23; ")
+    assert cause.startswith("sglang_installed: nodes 2-3 (node-2, node-3, ranks 2-3) run SGLang 0.5.23; ")
     assert (
         "node 0 (node-0, rank 0) runs SGLang 0.4.0" in cause
         and "node 1 (node-1, rank 1) runs SGLang 0.5.22" in cause
@@ -270,7 +270,7 @@ def test_two_release_steps_are_both_explained() -> None:
     """0.5.16, 0.5.17 and 0.5.23 side by side: the what-changed part holds the steps 0.5.16 -> 0.5.17
     (the charge, among others) and 0.5.17 -> 0.5.23 (the floor), in release order."""
     version = {0: "0.5.16", 1: "0.5.17", 2: "0.5.23"}
-    rows = world(3, inputs_of=lambda r: {"sglang_version": version[r], "max_running_requests": "8"})
+    rows = world(3, inputs_of=lambda r: {"sglang_installed": version[r], "max_running_requests": "8"})
     why = decide(rows, world_size=3).root_causes[0].split(" -- what changed: ")[1]
     assert why.startswith("0.5.16 charges each stage for the whole model's state; 0.5.17 and later charge")
     assert why.endswith(
@@ -282,12 +282,12 @@ def test_two_release_steps_are_both_explained() -> None:
 def test_ranks_without_sglang_are_named_as_such() -> None:
     """A node with no SGLang installed is "has no SGLang installed" (several: "have"), never a release
     called "not installed"; nothing is explained for it."""
-    rows = world(4, inputs_of=lambda r: {"sglang_version": "not installed" if r < 3 else "0.5.23"})
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": "not installed" if r < 3 else "0.5.23"})
     assert decide(rows, world_size=4).root_causes[0] == (
-        "sglang_version: nodes 0-2 (node-0, node-1, node-2, ranks 0-2) have no SGLang installed; node 3 "
+        "sglang_installed: nodes 0-2 (node-0, node-1, node-2, ranks 0-2) have no SGLang installed; node 3 "
         "(node-3, rank 3) runs SGLang 0.5.23"
     )
-    rows = world(4, inputs_of=lambda r: {"sglang_version": "not installed" if r == 3 else "0.5.23"})
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": "not installed" if r == 3 else "0.5.23"})
     assert (
         decide(rows, world_size=4)
         .root_causes[0]
@@ -299,12 +299,12 @@ def test_a_node_with_two_releases_is_described_by_ranks() -> None:
     """Two ranks to a host and node 1 mixed (rank 2 on 0.5.16, rank 3 without SGLang): node 0 is still
     named whole, node 1's ranks are named one by one with their host ("runs" / "has no" for one rank)."""
     version = {0: "0.5.23", 1: "0.5.23", 2: "0.5.16", 3: "not installed"}
-    rows = world(4, per_node=2, inputs_of=lambda r: {"sglang_version": version[r]})
+    rows = world(4, per_node=2, inputs_of=lambda r: {"sglang_installed": version[r]})
     assert (
         decide(rows, world_size=4)
         .root_causes[0]
         .startswith(
-            "sglang_version: node 0 (node-0, ranks 0-1) runs SGLang 0.5.23; rank 2 (on node-1) runs SGLang "
+            "sglang_installed: node 0 (node-0, ranks 0-1) runs SGLang 0.5.23; rank 2 (on node-1) runs SGLang "
             "0.5.16; rank 3 (on node-1) has no SGLang installed -- what changed: "
         )
     )
@@ -313,12 +313,12 @@ def test_a_node_with_two_releases_is_described_by_ranks() -> None:
 def test_ranks_whose_node_is_unknown_are_described_by_ranks() -> None:
     """A row without a node rank (MISSING, -1: a rank that could not read its environment) is not a
     "node -1"."""
-    rows = world(3, inputs_of=lambda r: {"sglang_version": "0.5.16" if r == 0 else "0.5.23"})
+    rows = world(3, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r == 0 else "0.5.23"})
     for r in rows:
         r.node_rank = -1
     cause = decide(rows, world_size=3).root_causes[0]
     assert cause.startswith(
-        "sglang_version: ranks 1-2 (on node-1, node-2) run SGLang 0.5.23; rank 0 (on node-0) runs SGLang "
+        "sglang_installed: ranks 1-2 (on node-1, node-2) run SGLang 0.5.23; rank 0 (on node-0) runs SGLang "
         "0.5.16"
     )
     assert "node -1" not in cause
@@ -328,7 +328,7 @@ def test_releases_past_0_5_9_are_explained_in_release_order() -> None:
     """0.5.9, 0.5.10 and 0.5.23 side by side: the steps explained are 0.5.9 -> 0.5.10 and 0.5.10 ->
     0.5.23, as the release numbers go ("0.5.10" sorts before "0.5.9" as text)."""
     version = {0: "0.5.9", 1: "0.5.10", 2: "0.5.23"}
-    rows = world(3, inputs_of=lambda r: {"sglang_version": version[r]})
+    rows = world(3, inputs_of=lambda r: {"sglang_installed": version[r]})
     why = decide(rows, world_size=3).root_causes[0].split(" -- what changed: ")[1]
     assert why.startswith("0.5.9 and 0.5.10 cap max_running_requests differently (tp-worker vs estimate)")
     assert "0.5.23 and 0.5.9" not in why and "0.5.9 and 0.5.23" not in why

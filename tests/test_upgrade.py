@@ -7,8 +7,11 @@ changed between them. Here the ranks meet through a FileStore (tests/harness.py)
 by GROUP_RANK and CHECKER_HOSTNAME; tests/test_two_node.py runs the same upgrade on two real nodes.
 
 The expected values are worked by hand from the released code (docs/sglang-releases.md says where each
-rule lives in the wheel), for kimi-k3 (the checker's preset of the upstream unit test's shape), 8 GiB,
---mamba-full-memory-ratio 0.5, no_buffer with --disable-overlap-schedule, pp 4:
+rule lives in the wheel), for the upstream unit test's Kimi-K3 shape as a JSON model spec
+(tests/fixtures/kimi_k3_shape_spec.json: the kimi-k3 preset's layers and shapes; as a spec it names no
+architecture, so both releases load it: the preset itself is KimiK3ForConditionalGeneration, which
+0.5.16 cannot load, see the last test), 8 GiB, --mamba-full-memory-ratio 0.5, no_buffer with
+--disable-overlap-schedule, pp 4:
 
 * 93 layers, full attention where (i + 1) % 4 == 0 and at 91 and 92: 69 linear layers. A layer's state
   is conv (4096, 3) bf16 = 24,576 B plus temporal (64, 128, 128) fp32 = 4,194,304 B = 4,218,880 B, so
@@ -31,12 +34,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import netns
 import pytest
 from harness import run_world
 
-KIMI = ["--model", "kimi-k3", "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
+SPEC = str(Path(__file__).resolve().parent / "fixtures" / "kimi_k3_shape_spec.json")
+KIMI = ["--model-config", SPEC, "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
 FLAGS = [*KIMI, "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
 FAST = ["--timeout-s", "60"]  # generous: ranks start slowly when the suite loads both cores
 VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
@@ -60,11 +65,11 @@ def assert_half_upgraded(rep: dict, release_of_host: dict[str, str]) -> None:
     by_node: dict[int, list[dict]] = defaultdict(list)
     for row in rep["ranks"]:
         release = release_of_host[row["host"]]
-        assert row["inputs"]["sglang_version"] == release, row  # read from this rank's own path
+        assert row["inputs"]["sglang_installed"] == release, row  # read from this rank's own path
         assert values(row) == EXPECTED[release], row
         by_node[row["node_rank"]].append(row)
     assert len(by_node) == 2, by_node
-    assert rep["differing_inputs"][0] == "sglang_version", rep["differing_inputs"]
+    assert rep["differing_inputs"][0] == "sglang_installed", rep["differing_inputs"]
     # The release each rank derived as follows from what is installed: one cause, not two.
     (cause,) = rep["root_causes"]
     parts = []
@@ -75,14 +80,14 @@ def assert_half_upgraded(rep: dict, release_of_host: dict[str, str]) -> None:
         parts.append(
             f"node {node} ({host}, ranks {ranks[0]}-{ranks[-1]}) runs SGLang {release_of_host[host]}"
         )
-    assert cause.startswith("sglang_version: " + "; ".join(parts) + " -- what changed: "), cause
+    assert cause.startswith("sglang_installed: " + "; ".join(parts) + " -- what changed: "), cause
     assert WHAT_CHANGED in cause and PADDING_SLOT in cause, cause
 
 
 def assert_one_release(rep: dict, release: str) -> None:
     """Every rank on ``release``: consistent, that release's values, nothing to root-cause."""
     assert (rep["status"], rep["exit_code"]) == ("consistent", 0), rep["root_causes"]
-    assert {r["inputs"]["sglang_version"] for r in rep["ranks"]} == {release}
+    assert {r["inputs"]["sglang_installed"] for r in rep["ranks"]} == {release}
     assert {values(r) for r in rep["ranks"]} == {EXPECTED[release]}
     assert rep["differing_inputs"] == [] and rep["root_causes"] == [] and rep["divergent"] == []
 
@@ -116,7 +121,7 @@ def test_half_upgraded_world_is_root_caused(tmp_path, run_checker):
         assert out.returncode == 0, out.stderr
         alone = json.loads(out.stdout)["ranks"]
         for row in rep["ranks"]:
-            if row["inputs"]["sglang_version"] == release:
+            if row["inputs"]["sglang_installed"] == release:
                 assert values(row) == values(alone[row["pp_rank"]]), (release, row["rank"])
 
 
@@ -223,3 +228,29 @@ def test_derive_same_release_twice_is_refused(run_checker):
     assert res.returncode == 2 and res.stdout == ""
     (line,) = res.stderr.strip().splitlines()
     assert f"--sglang-version {OLD},{OLD} names a release twice" in line
+
+
+@pytest.mark.slow  # a world of two ranks (~10 s); derive's side is in tests/test_model_support.py
+def test_a_node_whose_release_cannot_load_the_model_is_the_root_cause(tmp_path):
+    """The kimi-k3 preset is KimiK3ForConditionalGeneration, first registered by SGLang 0.5.17's
+    models/kimi_k3.py: node 0 on 0.5.16 cannot load it, so its rank carries that error (not a pool size),
+    the verdict is error (exit 2), and the root cause names the installed release per node."""
+    sites = [netns.release_site(tmp_path / f"node{n}", v) for n, v in enumerate([OLD, NEW])]
+    rank_env = {
+        rank: {
+            "PYTHONPATH": netns.python_path(sites[rank]),
+            "GROUP_RANK": str(rank),
+            "CHECKER_HOSTNAME": f"node{rank}",
+        }
+        for rank in range(2)
+    }
+    argv = ["check", "--model", "kimi-k3", "--budget-gib", "8", *FAST]
+    res = run_world(argv, world_size=2, tmp_path=tmp_path, rank_env=rank_env)
+    assert res.codes == [2] * 2, [r.stderr[-600:] for r in res.ranks]
+    rep = res.report()
+    assert rep["status"] == "error"
+    (error,) = rep["errors"]
+    assert error.startswith("rank 0: ") and f"SGLang {OLD} cannot load kimi-k3" in error
+    assert "KimiK3ForConditionalGeneration" in error and "arrived in SGLang 0.5.17" in error
+    assert rep["root_causes"][0].startswith(f"sglang_installed: node 0 (node0, rank 0) runs SGLang {OLD}")
+    assert [r["status"] for r in rep["ranks"]] == ["error", "ok"]

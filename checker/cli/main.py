@@ -1,8 +1,9 @@
 """Command line: ``build_parser()`` and ``main(argv) -> int``. Subcommands live in ``checker.commands``.
 
-Bad input of any kind ends in one line on stderr and exit code 2, never a traceback. Under torchrun
-every rank parses the same command line, so only rank 0 prints it, and it writes an ``error`` report
-when a ``--report`` path can be read from the command line (CI reads the report, not torchrun's code).
+Bad input of any kind ends in one line on stderr and exit code 2, never a traceback
+(:mod:`checker.cli.refusal`). Under torchrun, a rank of ``check`` or ``sweep`` whose command line fails
+still joins the exchange, so rank 0's ``error`` report names it (CI reads the report, not torchrun's
+code), and the line is printed once.
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ import difflib
 import importlib
 import os
 import re
-import signal
 import sys
 import textwrap
-import time
 import warnings
 from collections.abc import Sequence
 
 from checker import __version__
+from checker.cli.refusal import protocol_runs, refuse, refuse_unexpected
 from checker.core.errors import CheckerInputError
 from checker.launch.merge import apply_launch_command, given_dests, split_launch_command
-from checker.status import ERROR, EXIT_INTERRUPTED, EXIT_USAGE
+from checker.status import EXIT_INTERRUPTED
 
 # name -> module under checker.commands; the first is the default subcommand.
 COMMANDS = ("check", "derive", "plan", "sweep")
@@ -174,85 +174,6 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     return action.choices[name]
 
 
-def _rank() -> int | None:
-    """This process's rank under torchrun (None when not launched by it)."""
-    value = os.environ.get("RANK")
-    return int(value) if value is not None and value.isdigit() else None
-
-
-def _flag_value(argv: Sequence[str], flag: str) -> str | None:
-    for i, word in enumerate(argv):
-        if word == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if word.startswith(flag + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
-REPORT_WAIT_S = 10.0
-"""Under torchrun, how long another rank waits for rank 0's error report before leaving (see _refuse)."""
-
-
-def _refuse(command: str, message: str, argv: Sequence[str]) -> int:
-    """One line on stderr (rank 0 only under torchrun) and, for check, an ``error`` report.
-
-    torchrun SIGTERMs every worker as soon as one exits non-zero: rank 0 ignores SIGTERM while it writes
-    the report, and the other ranks leave only once the report is there (or after REPORT_WAIT_S), so
-    the first rank to fail cannot take rank 0's report with it."""
-    rank = _rank()
-    report = _flag_value(argv, "--report") if command == DEFAULT_COMMAND else None
-    if rank not in (None, 0):
-        _wait_for_file(report, since=time.time() - 10, seconds=REPORT_WAIT_S)
-        return EXIT_USAGE
-    if rank == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun's SIGKILL still ends us after its grace
-    print(message, file=sys.stderr, flush=True)
-    if command == DEFAULT_COMMAND:
-        _error_report(message, argv)
-    return EXIT_USAGE
-
-
-def _wait_for_file(path: str | None, *, since: float, seconds: float) -> None:
-    if not path:
-        return
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if os.stat(path).st_mtime >= since:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-
-
-def _error_report(message: str, argv: Sequence[str]) -> None:
-    """A usage error still leaves the report CI reads, when the command line names one."""
-    paths = {flag: _flag_value(argv, flag) for flag in ("--report", "--junit")}
-    if not any(paths.values()):
-        return
-    from checker.outputs import report
-    from checker.outputs.files import check_output_path
-    from checker.preflight.verdict import Verdict
-
-    world = int(os.environ.get("WORLD_SIZE", "1")) if os.environ.get("WORLD_SIZE", "1").isdigit() else 1
-    verdict = Verdict(status=ERROR, world_size=world, errors=[message])
-    for flag, path in paths.items():
-        try:
-            check_output_path(flag, path)
-        except CheckerInputError:
-            paths[flag] = None
-    for problem in report.write_all(
-        verdict,
-        report=paths["--report"],
-        junit=paths["--junit"],
-        summary="usage error",
-        elapsed_s=0.0,
-        extra={"checker_version": __version__},
-        step_summary=False,
-    ):
-        print(f"checker: warning: {problem}", file=sys.stderr)
-
-
 def quiet_torch_import() -> None:
     """A CPU torch without numpy warns "Failed to initialize NumPy" at import, once per rank: noise in
     every log line count, and nothing the checker uses (its rows are plain int64 tensors)."""
@@ -270,15 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _refuse_unknown_flags(parser, words)
         args = parser.parse_args(words)
     except UsageError as exc:
-        return _refuse(command, str(exc), words)
+        return refuse(command, str(exc), words)
     args.launch = None
+    runs_before = protocol_runs()
     try:
         if launch is not None:
             sub = _subparser(parser, args.command)
             args, args.launch = apply_launch_command(args, launch, given=given_dests(sub, words[1:]))
         return _command(args.command).run(args)
     except CheckerInputError as exc:
-        return _refuse(args.command, f"checker {args.command}: error: {exc}", words)
+        return refuse(args.command, f"checker {args.command}: error: {exc}", words)
     except KeyboardInterrupt:
         print(f"checker {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -286,3 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `checker derive | head`: the reader left; end quietly, as CLI tools do (Python docs' recipe).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as exc:  # this rank's environment is broken (or a bug): under torchrun, still report
+        code = refuse_unexpected(args.command, exc, words, runs_before=runs_before)
+        if code is None:
+            raise
+        return code

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 
+from checker.core.errors import SHOWN_CHARS, shorten
 from checker.core.models import DEFAULT_MODEL, PRESETS
-from checker.core.sizing import POLICIES, STRATEGIES
+from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.core.sweep import MAX_BUDGET_GIB
 
 DEFAULT_BUDGET_GIB = 8.0
@@ -18,18 +18,20 @@ DEFAULT_BUDGET_GIB = 8.0
 MAX_GIB = MAX_BUDGET_GIB
 """1 PiB: far above any device or host, low enough that bytes = GiB * 2**30 stay exact in an int64."""
 MAX_TIMEOUT_S = 86_400.0
-MAX_MEMORY_RATIO = 1000.0
-"""--mamba-full-memory-ratio above this leaves the KV pool under 0.1% of the budget: not a setting."""
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # also past Python's 4,300-digit limit; shorten: the line stays one short line
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not an integer") from None
 
 
 def int_at_least(minimum: int):
     """An argparse type: an integer >= ``minimum``, with a one-line reason otherwise."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        value = integer(text)
         if value < minimum:
             what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
             raise argparse.ArgumentTypeError(f"{value} must be {what}")
@@ -39,24 +41,15 @@ def int_at_least(minimum: int):
 
 
 positive_int = int_at_least(1)
-MAX_PARALLEL = 1024
-"""--pp/--tp/--dp sizes above this are no deployment (and a single-process derive walks every stage)."""
-
-
-def parallel_size(text: str) -> int:
-    value = positive_int(text)
-    if value > MAX_PARALLEL:
-        raise argparse.ArgumentTypeError(f"{value} must be at most {MAX_PARALLEL:,}")
-    return value
 
 
 def finite_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a number") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number")
+        raise argparse.ArgumentTypeError(f"{shorten(text)} must be a finite number")
     return value
 
 
@@ -74,10 +67,27 @@ def bounded_float(*, low: float, high: float, low_inclusive: bool = False, what:
     return parse
 
 
+def row_type(row: ServerArg):
+    """An argparse type for a sizing input: the text read as the row's kind, then checked by the row
+    (:mod:`checker.core.server_args`), so the flag refuses exactly what the typed config refuses."""
+
+    def parse(text: str) -> object:
+        value: object = text
+        if row.kind is int:
+            value = integer(text)
+        elif row.kind is float:
+            value = finite_float(text)
+        problem = row.refusal(value, shown=text if len(text) <= SHOWN_CHARS else shorten(text))
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return parse
+
+
 positive_gib = bounded_float(low=0, high=MAX_GIB, what=" GiB")
-unit_fraction = bounded_float(low=0, high=1.0, what=" (a fraction of free memory)")
+unit_fraction = row_type(MEM_FRACTION_STATIC)
 timeout_seconds = bounded_float(low=0, high=MAX_TIMEOUT_S, what=" seconds")
-memory_ratio = bounded_float(low=0, high=MAX_MEMORY_RATIO)
 
 
 def gib_list(text: str) -> tuple[float, ...]:
@@ -86,30 +96,13 @@ def gib_list(text: str) -> tuple[float, ...]:
     return values
 
 
-def dtype_name(text: str) -> str:
-    """--mamba-ssm-dtype: a dtype SGLang knows, checked where it is typed (empty is not unset)."""
-    from checker.core.errors import CheckerInputError
-    from checker.core.geometry import canonical_dtype
-
-    try:
-        canonical_dtype(text, source="value")
-    except CheckerInputError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("value=", "", 1)) from None
-    return text
-
-
 def init_method(text: str) -> str:
     """--init-method: file:///path (a fresh file in an existing directory) or env://."""
-    if text.startswith("file://"):
-        path = text.removeprefix("file://")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise argparse.ArgumentTypeError(f"{text}: directory {parent!r} does not exist")
-        if os.path.isdir(path):
-            raise argparse.ArgumentTypeError(f"{text} is a directory; name a fresh file path")
-        return text
-    if text != "env://":
-        raise argparse.ArgumentTypeError(f"{text!r} is not supported; use file:///path or env://")
+    from checker.distributed.rendezvous import init_method_problem
+
+    problem = init_method_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -131,17 +124,34 @@ def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -
     )
 
 
+def add_sizing_flag(group: argparse._ActionsContainer, name: str, **override: object) -> None:
+    """One sizing input's flag where a command gives it its own meaning (plan's --policy): the row's
+    type and choices, ``override``'s help or default."""
+    _add_row(group, SIZING_ARG[name], **override)
+
+
+def _add_row(group: argparse._ActionsContainer, row: ServerArg, **override: object) -> None:
+    """One sizing input's flag, as its row defines it (``override``: the command's default and help)."""
+    kwargs: dict[str, object] = {"default": row.default, "help": row.help}
+    if row.kind is bool:
+        kwargs["action"] = "store_true"
+    elif row.choices is not None:
+        kwargs["choices"] = row.choices
+    else:
+        kwargs.update(type=row_type(row), metavar=row.metavar)
+    group.add_argument(row.flag, **{**kwargs, **override})  # type: ignore[arg-type]
+
+
 def add_layout_args(parser: argparse.ArgumentParser, *, pp_default: int | None) -> None:
     g = parser.add_argument_group("parallel layout")
-    g.add_argument(
-        "--pp-size",
-        type=parallel_size,
-        default=pp_default,
-        help="pipeline-parallel size P"
-        + (f" (default {pp_default})" if pp_default else " (default: world_size // tp_size)"),
-    )
-    g.add_argument("--tp-size", type=parallel_size, default=1, help="attention TP size (default 1)")
-    g.add_argument("--dp-size", type=parallel_size, default=1, help="attention DP size (default 1)")
+    for row in SIZING_ARGS:
+        if not row.layout:
+            continue
+        if row.name == "pp_size":
+            default = f" (default {pp_default})" if pp_default else " (default: world_size // tp_size)"
+            _add_row(g, row, default=pp_default, help=row.help + default)
+        else:
+            _add_row(g, row)
 
 
 def add_flag_args(
@@ -151,7 +161,8 @@ def add_flag_args(
     with_policy: bool = True,
     budget_required_hint: bool = False,
 ) -> None:
-    """``with_policy=False``: the command adds its own --policy (a sweep takes it repeatable)."""
+    """Every sizing input of the table but the layout's; ``with_policy=False``: the command adds its own
+    --policy (a sweep takes it repeatable, plan with its own meaning of unset)."""
     g = parser.add_argument_group("sizing flags (SGLang server-arg names)")
     if with_budget:
         default = (
@@ -166,84 +177,9 @@ def add_flag_args(
             metavar="GIB",
             help=f"total_rest_memory handed to pool sizing: GiB left for the KV and state pools ({default})",
         )
-    if with_policy:
-        g.add_argument(
-            "--policy",
-            choices=POLICIES,
-            default=None,
-            help="how a stage is charged for state (default: the release's own: whole-model up to "
-            "SGLang 0.5.16, max-share from 0.5.17); own-share is the rejected alternative, for what-ifs",
-        )
-    g.add_argument(
-        "--mamba-full-memory-ratio",
-        type=memory_ratio,
-        default=None,
-        metavar="R",
-        help="r: the state pool's share is r/(1+r) of the budget (default: the release's, 0.9)",
-    )
-    g.add_argument(
-        "--mamba-radix-cache-strategy",
-        choices=STRATEGIES,
-        default="auto",
-        help="default auto: extra_buffer unless --disable-overlap-schedule with page_size 1 "
-        "(then no_buffer); under pp > 1 extra_buffer runs without overlap: 4 slots. "
-        "An explicit no_buffer needs --disable-overlap-schedule and page_size 1, as in SGLang",
-    )
-    g.add_argument(
-        "--page-size",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="KV cache page size in tokens (default 1)",
-    )
-    g.add_argument(
-        "--disable-radix-cache", action="store_true", help="no prefix cache: 1 state slot per request"
-    )
-    g.add_argument(
-        "--disable-overlap-schedule", action="store_true", help="(forced on by SGLang whenever pp size > 1)"
-    )
-    g.add_argument(
-        "--max-running-requests",
-        type=positive_int,
-        metavar="N",
-        help="cap on running requests (SGLang's flag); with --disable-radix-cache it sizes the pool",
-    )
-    g.add_argument(
-        "--max-mamba-cache-size",
-        type=positive_int,
-        metavar="K",
-        help="an explicit state pool size K (skips the auto-fit)",
-    )
-    g.add_argument(
-        "--pp-max-micro-batch-size",
-        type=positive_int,
-        metavar="N",
-        help="cap on the micro-batch size under pp (default: max_running_requests // pp_size)",
-    )
-    g.add_argument(
-        "--speculative-num-draft-tokens",
-        type=positive_int,
-        metavar="D",
-        help="spec decoding draft tokens (needs --max-running-requests)",
-    )
-    g.add_argument(
-        "--mamba-ssm-dtype",
-        type=dtype_name,
-        metavar="DTYPE",
-        help="temporal state dtype (float32, bfloat16, float16); sets SGLANG_MAMBA_SSM_DTYPE",
-    )
-    g.add_argument(
-        "--token-capacity",
-        type=positive_int,
-        metavar="T",
-        help="KV token capacity; unset means it does not bind",
-    )
-    g.add_argument(
-        "--context-len",
-        type=positive_int,
-        metavar="N",
-        help="context length for the running-request estimate (default: the config's)",
-    )
+    for row in SIZING_ARGS:
+        if not row.layout and (with_policy or row.name != "policy"):
+            _add_row(g, row)
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:

@@ -5,19 +5,18 @@
         -m checker --model-config /models/Qwen3-Next --tp-size 2 --budget-from-device \\
         --report report.json
 
-config -> session -> local facts -> exchange -> decide -> report: each rank derives its stage's capacity
-locally (no collective, as SGLang does), then every rank joins two fixed-size int64 all-gathers and
-decides the same verdict: exit 0 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model
-drift. torchrun turns any non-zero exit into 1: read ``status`` from --report.
+flags -> config -> the run protocol (:mod:`checker.distributed.exchange`) with check's job
+(:mod:`checker.commands.check_job`): each rank derives its stage's capacity locally (no collective, as
+SGLang does), then every rank joins two fixed-size int64 all-gathers and decides the same verdict: exit 0
+consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun turns any non-zero
+exit into 1: read ``status`` from --report.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
+import os
 
-from checker import __version__
 from checker.cli.options import (
     add_engine_args,
     add_flag_args,
@@ -37,11 +36,10 @@ from checker.config import (
     PreflightConfig,
     SizingFlags,
 )
-from checker.core.errors import CheckerInputError, FlagError
+from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
 from checker.launch.merge import launch_text
 from checker.outputs.files import check_output_path
-from checker.status import ERROR
 
 HELP = "the preflight under torchrun: every rank derives locally, all ranks agree or the job fails"
 
@@ -138,7 +136,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             "rank of the deployment (torchrun --nproc-per-node N -m checker ...), or pass "
             "--allow-single-rank for a single-rank deployment"
         )
-    for flag, path in (("--report", args.report), ("--junit", args.junit)):
+    step_summary = ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))
+    for flag, path in (("--report", args.report), ("--junit", args.junit), step_summary):
         check_output_path(flag, path)
     return PreflightConfig(
         model=ModelChoice.from_args(args),
@@ -158,190 +157,16 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         materialize=args.materialize,
         materialize_device=args.materialize_device,
         launch_command=launch_text(args),
+        launch=getattr(args, "launch", None),
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    from checker.commands.check_job import CheckJob
+    from checker.distributed.exchange import run as run_protocol
+    from checker.distributed.session import Session
+
     env = RankEnv.from_environ()
     config = config_from_args(args, env)
-    return Preflight(config, env).run()
-
-
-def _gib(value: float | None) -> str:
-    return "?" if value is None else f"{value:.6g}"
-
-
-class Preflight:
-    """One rank's preflight: config -> session -> local facts -> exchange -> decide -> report."""
-
-    def __init__(self, config: PreflightConfig, env: RankEnv) -> None:
-        from checker.distributed.session import Session
-
-        self.config, self.env = config, env
-        self.session = Session(env, config.group)
-        self.timings: dict[str, float] = {}
-        self.summary = f"world {env.world_size}"
-        self.torch_version = "?"
-
-    # -- publishing ------------------------------------------------------------------------------------
-    def _extra(self) -> dict[str, object]:
-        self.timings["total_s"] = self.session.elapsed_s()
-        return {
-            "checker_version": __version__,
-            "torch_version": self.torch_version,
-            "backend": self.session.backend,
-            "timings": self.timings,
-        }
-
-    def publish(self, verdict) -> None:
-        """Rank 0: print the verdict, write every artefact (each write bounded)."""
-        from checker.outputs import report
-
-        out = self.config.output
-        extra = self._extra()
-        problems = report.write_all(
-            verdict,
-            report=out.report,
-            junit=out.junit,
-            summary=self.summary,
-            elapsed_s=self.timings["total_s"],
-            extra=extra,
-        )
-        report.print_verdict(
-            verdict,
-            summary=self.summary,
-            elapsed_s=self.timings["total_s"],
-            format=out.format,
-            quiet=out.quiet,
-            extra=extra,
-        )
-        for p in problems:
-            print(f"checker: warning: {p}", file=sys.stderr, flush=True)
-
-    def fallback(self, verdict) -> None:
-        from checker.outputs import report
-
-        text = report.to_text(verdict, summary=self.summary, elapsed_s=self.session.elapsed_s())
-        print(f"[rank {self.env.rank}] " + text, file=sys.stderr, flush=True)
-
-    def finish(self, verdict, *, clean: bool = True) -> int:
-        from checker.outputs.report import one_line
-
-        return self.session.finish(
-            verdict.exit_code,
-            publish=lambda: self.publish(verdict),
-            fallback=lambda: self.fallback(verdict),
-            one_line=one_line(verdict),
-            clean=clean,
-        )
-
-    def on_abort(self, abort) -> None:
-        """The watchdog or SIGTERM: an infrastructure failure, published by rank 0 (others print)."""
-        from checker.preflight.verdict import infrastructure_failure
-
-        v = infrastructure_failure(
-            world_size=self.env.world_size, detail=abort.detail, missing_ranks=abort.missing_ranks
-        )
-        if self.env.rank == 0:
-            self.publish(v)
-        else:
-            self.fallback(v)
-
-    # -- the run ---------------------------------------------------------------------------------------
-    def run(self) -> int:
-        from checker.distributed.faults import maybe_inject
-        from checker.preflight.verdict import Verdict
-
-        session = self.session
-        session.start(self.on_abort)
-        maybe_inject(self.env.rank, "start")
-        try:
-            session.make_group()
-        except CheckerInputError as exc:  # --backend / --init-method: the same on every rank
-            return self.finish(
-                Verdict(status=ERROR, world_size=self.env.world_size, errors=[str(exc)]), clean=False
-            )
-        import torch
-
-        self.torch_version = torch.__version__
-        return self._exchange()
-
-    def _exchange(self) -> int:
-        from checker.distributed.faults import maybe_inject
-        from checker.distributed.group import InfrastructureFailure
-        from checker.distributed.session import SchemaMismatch
-        from checker.distributed.wire import Header, WireError, decode_row, encode_row
-        from checker.preflight.derivation import derive_row, local_facts
-        from checker.preflight.verdict import Verdict, decide
-
-        env, session, config, t = self.env, self.session, self.config, self.timings
-        local = local_facts(config, env, session.device)  # no collective
-        try:
-            session.connect()
-            t["init_s"] = session.elapsed_s()
-            maybe_inject(env.rank, "exchange")
-            headers = session.exchange_headers(
-                Header(rank=env.rank, device_free_bytes=local.device_free_bytes, checker_version=__version__)
-            )
-            t_derive = time.monotonic()
-            row = derive_row(
-                config,
-                env,
-                local,
-                all_free=[h.device_free_bytes for h in headers],
-                torch_version=self.torch_version,
-                device=session.device,
-                deadline=session.t0 + config.group.timeout_s,
-                timings=t,
-            )
-            t["derive_s"] = time.monotonic() - t_derive
-            self.summary = self._summary(row)
-            t_x = time.monotonic()
-            rows = [decode_row(r) for r in session.all_gather(encode_row(row)).tolist()]
-            t["exchange_s"] = time.monotonic() - t_x
-            verdict = decide(rows, world_size=env.world_size, strict_inputs=config.strict_inputs)
-            maybe_inject(env.rank, "verdict")
-        except (SchemaMismatch, WireError) as exc:
-            verdict = Verdict(status=ERROR, world_size=env.world_size, errors=[str(exc)])
-        except CheckerInputError as exc:  # a stale rendezvous store
-            return self.finish(
-                Verdict(status=ERROR, world_size=env.world_size, errors=[str(exc)]), clean=False
-            )
-        except InfrastructureFailure as exc:
-            return self._failed(str(exc))
-        return self.finish(verdict)
-
-    def _failed(self, detail: str) -> int:
-        """A collective failed. Rank 0 names the gone ranks and publishes at once; the others look for
-        them only if rank 0's report never comes (on a cut link every store call costs its bound)."""
-        from checker.outputs.report import one_line
-        from checker.preflight.verdict import infrastructure_failure
-
-        env = self.env
-
-        def verdict():
-            abort = self.session.failed(detail)
-            return infrastructure_failure(
-                world_size=env.world_size, detail=abort.detail, missing_ranks=abort.missing_ranks
-            )
-
-        if env.rank == 0:
-            return self.finish(verdict(), clean=False)
-        bare = infrastructure_failure(world_size=env.world_size, detail=detail, missing_ranks=[])
-        return self.session.finish(
-            bare.exit_code,
-            publish=lambda: None,
-            fallback=lambda: self.fallback(verdict()),
-            one_line=one_line(bare),
-            clean=False,
-        )
-
-    def _summary(self, row) -> str:
-        c = self.config
-        pp = row.pp_size if row.pp_size > 0 else "?"
-        return (
-            f"world {self.env.world_size} = pp {pp} x tp {c.sizing.tp_size}, {self.session.backend}; "
-            f"{row.inputs.get('model')}, budget {_gib(row.budget_gib)} GiB "
-            f"({c.budget.label}); {row.inputs.get('derived_as') or 'SGLang ?'}"
-            + (f", policy {c.sizing.policy}" if c.sizing.policy else "")
-        )
+    session = Session(env, config.group)
+    return run_protocol(session, CheckJob(config=config, env=env, session=session, output=config.output))

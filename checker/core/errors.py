@@ -29,6 +29,15 @@ def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
     return text
 
 
+def printable(text: str) -> str:
+    """``text`` as a terminal or CI log line may show it: control and format characters (a newline, NUL,
+    a right-to-left override U+202E) escaped as Python writes them, so a user-given name can neither break
+    the line nor reorder what is printed after it. Printable text is returned unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class CheckerInputError(ValueError):
     """A user-fixable input problem. The message is one line: the value seen, the rule, the way out.
 

@@ -6,15 +6,20 @@ The family rules mirror SGLang 0.5.23's ``mamba2_cache_params`` of each model co
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
+import os
+import select
+import stat
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checker.core.errors import ConfigError, LayoutError, shorten
+from checker.core.errors import ConfigError, LayoutError, printable, shorten
 from checker.core.geometry import (
     MAX_CONTEXT_LEN,
     MAX_CONV_STATES,
@@ -45,6 +50,10 @@ MAX_JSON_DEPTH = 64
 # Python's int() refuses strings past 4,300 digits with a ValueError json does not turn into its own error.
 MAX_INT_DIGITS = 40
 MAX_NAME_CHARS = 200
+READ_S = 5.0
+"""How long a model config that is not a regular file (a FIFO, ``<(cat config.json)``, /dev/stdin) may take
+to arrive: a FIFO nobody writes to is an error after this, not a hang."""
+MAX_PATH_SHOWN = 200
 # A short conv's window: 4 in every supported family. 1,024 keeps a conv state (conv_dim x (kernel - 1))
 # inside MAX_STATE_ELEMENTS for any conv_dim the limits accept.
 MAX_CONV_KERNEL = 1024
@@ -193,6 +202,15 @@ def _qwen3_next(k: _Keys, tp: int) -> dict[str, Any]:
     interval = k.integer("full_attention_interval", maximum=MAX_LAYERS)
     value_heads = k.integer("linear_num_value_heads")
     value_dim = k.integer("linear_value_head_dim")
+    key_heads = k.integer("linear_num_key_heads")
+    if value_heads % key_heads:
+        # SGLang's gated delta net gives each key head num_v_heads // num_k_heads value heads
+        # (models/qwen3_next.py fix_query_key_value_ordering): any other count cannot load.
+        raise ConfigError(
+            f"{k.source}: {k.name('linear_num_value_heads')}={value_heads} must be a multiple of "
+            f"{k.name('linear_num_key_heads')}={key_heads} (SGLang splits the value heads evenly among the "
+            f"key heads, and cannot load this model); {FIX}"
+        )
     names = {
         "intermediate_size": f"{k.name('linear_num_value_heads')} * {k.name('linear_value_head_dim')}",
         "n_groups": k.name("linear_num_key_heads"),
@@ -203,7 +221,7 @@ def _qwen3_next(k: _Keys, tp: int) -> dict[str, Any]:
     conv, temporal = mamba2_shapes(
         tp_size=tp,
         intermediate_size=value_heads * value_dim,
-        n_groups=k.integer("linear_num_key_heads"),
+        n_groups=key_heads,
         num_heads=value_heads,
         head_dim=value_dim,
         state_size=k.integer("linear_key_head_dim"),
@@ -371,6 +389,37 @@ def _granite_h(k: _Keys, tp: int) -> dict[str, Any]:
     return dict(num_hidden_layers=L, linear_layer_ids=ids, conv_shapes=conv, temporal_shape=temporal)
 
 
+# Model types SGLang 0.5.23 gives a state pool (srt/configs/hybrid_arch.py mambaish_config) that the checker
+# does not read: a config of one of these is a hybrid model to describe with a JSON model spec.
+STATE_POOL_FAMILIES = frozenset(
+    {
+        "bailing_hybrid",
+        "falcon_mamba",
+        "glm5_next",
+        "inkling_mm_model",
+        "inkling_model",
+        "intern_s2_preview",
+        "jet_nemotron",
+        "jet_vlm",
+        "lfm2",
+        "lfm2_moe",
+        "lfm2_vl",
+        "mamba",
+        "mamba2",
+        "minicpm_sala",
+        "NemotronH_Nano_VL_V2",
+        "zaya",
+    }
+)
+# Config keys of a model with recurrent or linear-attention state (a family newer than the list above).
+_STATE_KEY_WORDS = ("mamba", "ssm", "linear_attn", "linear_num", "linear_conv", "kda", "lightning")
+
+
+def _looks_hybrid(data: Mapping[str, Any]) -> bool:
+    """Whether a config's keys speak of a recurrent state (then a model spec can describe it)."""
+    return any(isinstance(key, str) and any(w in key.lower() for w in _STATE_KEY_WORDS) for key in data)
+
+
 FAMILIES: dict[str, Callable[[_Keys, int], dict[str, Any]]] = {
     "qwen3_next": _qwen3_next,
     "qwen3_5": _qwen3_next,
@@ -395,9 +444,16 @@ def geometry_from_hf_config(cfg: Mapping[str, Any], *, tp_size: int, source: str
         text = keys.section("text_config")
         keys = _Keys({**text.data, "model_type": model_type}, source, text.prefix)
     if model_type not in FAMILIES:
+        supported = ", ".join(sorted(FAMILIES))
+        if model_type in STATE_POOL_FAMILIES or _looks_hybrid(keys.data):
+            raise ConfigError(
+                f"{source}: model_type={shorten(model_type)} is not a hybrid family the checker reads "
+                f"({supported}); describe it with a JSON model spec instead (docs/preflight.md)"
+            )
         raise ConfigError(
-            f"{source}: model_type={shorten(model_type)} is not a supported hybrid family "
-            f"({', '.join(sorted(FAMILIES))}); describe it with a JSON model spec instead"
+            f"{source}: model_type={shorten(model_type)} has no linear-attention (mamba) layers, so SGLang "
+            "gives it no state pool and there is nothing for this check to compare (SGLang sizes only its "
+            f"KV cache); the check applies to hybrid models ({supported})"
         )
     fields = FAMILIES[model_type](keys, tp_size)
     context = None
@@ -450,6 +506,15 @@ def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGe
     name = spec.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS):
         raise k.error("name", name, f"must be a non-empty string of at most {MAX_NAME_CHARS} characters")
+    for key, text in (("model_type", family), ("name", name)):
+        # Printed in every report and log line: a newline would forge a line, U+202E reorder one.
+        if text is not None and not text.isprintable():
+            raise k.error(
+                key,
+                text,
+                "must be printable text: no control or format characters (a newline, NUL, a right-to-left "
+                "override); rename it in the model spec",
+            )
 
     def dtype(key: str, default: str) -> str:
         value = dtypes.get(key)
@@ -556,37 +621,95 @@ def _check_tree(data: Any, label: str) -> None:
     raise AssertionError("_tree_is_clean and _check_tree disagree")  # our invariant, not user input
 
 
+def shown_path(path: str | Path) -> str:
+    """A path as a message line shows it: control characters escaped, a very long one cut."""
+    return printable(_cut(str(path), MAX_PATH_SHOWN))
+
+
+def path_stat(path: str | Path, label: str) -> os.stat_result | None:
+    """``path``'s stat (None: nothing there), or one line for a path the system refuses outright (a name
+    too long, a NUL byte, a loop of symlinks), instead of the OSError ``Path.is_dir`` raises."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:  # an embedded NUL byte
+        raise ConfigError(f"{label}: a path cannot hold a NUL byte") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: {exc.strerror or exc}") from None
+
+
 def resolve_config_path(path: str | Path) -> Path:
     """``--model-config PATH``: a config file, or a model directory holding ``config.json``."""
     if not str(path).strip():
         # Path("") is ".", which would quietly read ./config.json.
         raise ConfigError(f"--model-config {str(path)!r} is empty; pass a config.json or a model directory")
     p = Path(path)
-    if not p.is_dir():
+    st = path_stat(p, f"--model-config {shown_path(path)}")
+    if st is None or not stat.S_ISDIR(st.st_mode):
         return p
     config = p / CONFIG_NAME
-    if not config.exists():
+    if path_stat(config, f"--model-config {shown_path(config)}") is None:
         raise ConfigError(
-            f"--model-config {path} is a directory without {CONFIG_NAME}; pass the model directory that "
-            f"holds {CONFIG_NAME} (as for SGLang's --model-path), or the config file itself"
+            f"--model-config {shown_path(path)} is a directory without {CONFIG_NAME}; pass the model "
+            f"directory that holds {CONFIG_NAME} (as for SGLang's --model-path), or the config file itself"
         )
     return config
+
+
+def _read_stream(p: Path, label: str) -> bytes:
+    """A FIFO or character device (``<(cat config.json)``, /dev/stdin): read without blocking past
+    READ_S, and at most MAX_CONFIG_BYTES + 1 bytes (/dev/zero never ends)."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    deadline = time.monotonic() + READ_S
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= MAX_CONFIG_BYTES:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise ConfigError(
+                    f"{label}: nothing to read within {READ_S:g} s (a FIFO or device nobody writes to); "
+                    "pass the model's config.json file"
+                )
+            try:
+                chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _read_bytes(p: Path, label: str) -> bytes:
+    st = path_stat(p, label)
+    if st is None:
+        raise ConfigError(f"{label}: no such file; pass the path to config.json or the model directory")
+    mode = st.st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        what = "a socket" if stat.S_ISSOCK(mode) else "a block device" if stat.S_ISBLK(mode) else "not a file"
+        raise ConfigError(f"{label} is {what}; pass the model's config.json or its directory")
+    try:
+        if stat.S_ISREG(mode):
+            with open(p, "rb") as f:
+                return f.read(MAX_CONFIG_BYTES + 1)
+        return _read_stream(p, label)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise ConfigError(f"{label}: cannot read it ({reason})") from None
 
 
 def read_json(path: str | Path) -> dict[str, Any]:
     """Read ``--model-config`` (file or model directory) as one JSON object, in bounded time and memory."""
     p = resolve_config_path(path)
-    label = f"--model-config {p}"
-    try:
-        with open(p, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{label}: no such file; pass the path to config.json or the model directory"
-        ) from None
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise ConfigError(f"{label}: cannot read it ({reason})") from None
+    label = f"--model-config {shown_path(p)}"
+    raw = _read_bytes(p, label)
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(
             f"{label}: larger than {MAX_CONFIG_BYTES // 2**20} MiB, and a model config.json is a few KiB; "
@@ -613,6 +736,14 @@ def read_json(path: str | Path) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a JSON object, got {_kind(data)}")
+    if raw.startswith(codecs.BOM_UTF8) and "linear_layer_ids" not in data:
+        # SGLang loads config.json through transformers' PretrainedConfig._dict_from_json_file: open(...,
+        # encoding="utf-8") and json.loads, which refuses a BOM ("not a valid JSON file"). A model spec is
+        # the checker's own file: its BOM is harmless.
+        raise ConfigError(
+            f"{label}: starts with a UTF-8 byte-order mark, and SGLang cannot load such a config.json "
+            '(transformers reads it with json.loads: "not a valid JSON file"); save it as UTF-8 without BOM'
+        )
     _check_tree(data, label)
     return data
 
@@ -627,7 +758,7 @@ def load_geometry(
     if model_config is not None:
         path = resolve_config_path(model_config)
         data = read_json(path)
-        source = str(path)
+        source = shown_path(path)  # the geometry's name: in every report and log line
         if "linear_layer_ids" in data:
             return geometry_from_model_spec(data, source=source)
         if "model_type" not in data:

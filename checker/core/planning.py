@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, LayoutError
 from checker.core.partition import default_partition, stage_bounds, stage_partition
 from checker.core.sizing import (
@@ -373,3 +374,61 @@ def suggest_partition(
         default_stage_linear_layers=stage_linear_counts(linear_layer_ids, default),
         bounds=bounds,
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The --mem-fraction-static that reaches a budget
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemFraction:
+    """The smallest --mem-fraction-static (to 0.001) whose total_rest_memory reaches a budget."""
+
+    value: float | None
+    """None: not even 1.0 reaches the budget."""
+    formula: str
+    """How the release computes total_rest_memory at ``value`` (or what 1.0 leaves, when none reaches)."""
+    budget_gib: float
+
+
+def min_mem_fraction(
+    sglang_version: str | None, *, free_before_gib: float, weights_gib: float, budget_gib: float
+) -> MemFraction:
+    """Solve SGLang's ``total_rest_memory(f) >= budget`` for f in 0.001 steps, each step checked with the
+    release's own formula (:func:`checker.core.budget.sizing_budget`)."""
+
+    def rest(thousandths: int) -> float | None:
+        try:
+            return sizing_budget(
+                sglang_version,
+                free_before_gib=free_before_gib,
+                weights_gib=weights_gib,
+                mem_fraction_static=thousandths / 1000,
+            ).gib
+        except BudgetError:
+            return None
+
+    lo, hi = 1, 1000  # rest grows with f: bisect for the first f whose rest reaches the budget
+    top = rest(hi)
+    if top is None or top < budget_gib:
+        avail = free_before_gib - weights_gib
+        return MemFraction(
+            value=None,
+            formula=f"even 1.0 leaves {top or 0:.2f} GiB ({avail:.2f} GiB free after the weights)",
+            budget_gib=budget_gib,
+        )
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = rest(mid)
+        if r is not None and r >= budget_gib:
+            hi = mid
+        else:
+            lo = mid + 1
+    formula = sizing_budget(
+        sglang_version,
+        free_before_gib=free_before_gib,
+        weights_gib=weights_gib,
+        mem_fraction_static=hi / 1000,
+    ).formula
+    return MemFraction(value=hi / 1000, formula=formula, budget_gib=budget_gib)

@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from checker.core.errors import FlagError
+from checker.core.errors import CheckerInputError, FlagError, shorten
 
 # Every release the builtin model covers, oldest first (post releases included: PyPI ships them as
 # separate wheels, and a deployment pins one).
@@ -183,6 +183,15 @@ class ReleaseRules:
     ... disable_radix_cache = True``); KimiLinear 0.5.4.post2-0.5.13.post1 (server_args.py
     ``_handle_model_specific_adjustments`` "Disabling Radix Cache for {model_arch}"; from 0.5.9 via
     ``support_mamba_cache=False``)."""
+    no_extra_buffer_families: tuple[str, ...] = ()
+    """model_type values whose architecture the release does not give the extra_buffer strategy (so
+    ``auto`` stays no_buffer for them and an explicit extra_buffer is refused at startup), read per
+    release from server_args.py: the ``_handle_mamba_radix_cache(..., support_mamba_cache_extra_buffer=
+    False)`` call sites (NemotronH, FalconH1 and GraniteMoeHybrid 0.5.9-0.5.12.post1; for NemotronH in
+    arg_groups/nemotron_h_hook.py from 0.5.12) and the architecture list of
+    ``_support_mamba_cache_extra_buffer`` (0.5.14) / arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS``
+    (0.5.15+), from which KimiLinear is missing in 0.5.14-0.5.15.post1. Found by running each release's
+    own code (``--engine both``)."""
     pp_hybrid: bool = True
     """False up to 0.5.4.post1: no hybrid model supports pipeline parallelism (models/qwen3_next.py and
     falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``; nemotron_h.py builds every layer on
@@ -219,6 +228,7 @@ _MR = "sglang/srt/model_executor/model_runner.py "
 _MIXIN = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py "
 _CONFIGURATOR = "sglang/srt/mem_cache/kv_cache_configurator.py KVCacheConfigurator._handle_max_mamba_cache"
 _KIMI = ("kimi_linear",)
+_NO_XBUF_0_5_9 = ("nemotron_h", "falcon_h1", "granitemoehybrid")
 
 _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
     (
@@ -324,6 +334,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             radix_rule="scheduler-spec",
             has_lazy=False,
             radix_off_families=_KIMI,
+            no_extra_buffer_families=_NO_XBUF_0_5_9,
             **_OLD,
         ),
     ),
@@ -338,6 +349,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             radix_rule="scheduler",
             has_lazy=False,
             radix_off_families=_KIMI,
+            no_extra_buffer_families=_NO_XBUF_0_5_9,
             **_OLD,
         ),
     ),
@@ -357,6 +369,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
         ReleaseRules(
             group="0.5.14-0.5.15.post1",
             sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+            no_extra_buffer_families=_KIMI,
             **_OLD,
         ),
     ),
@@ -465,24 +478,85 @@ class ReleaseModel:
         return f"SGLang {self.version}"
 
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.?post(\d+))?$")
+# A release number as the checker reads one from --sglang-version: a final or a post release. ASCII digits
+# only, at most six per part: Python's ``int()`` also reads full-width digits ("０.５.２３") and refuses a
+# number of thousands of digits with a traceback.
+_VERSION = re.compile(r"^([0-9]{1,6})\.([0-9]{1,6})\.([0-9]{1,6})(?:\.?post([0-9]{1,6}))?$", re.ASCII)
+# What pip may report as an INSTALLED release (the PEP 440 forms SGLang's wheels and source builds take):
+# a final or post release, a pre-release (a, b, rc), a dev release, a local build label ("+cu130").
+_INSTALLED = re.compile(
+    r"^v?([0-9]{1,6})\.([0-9]{1,6})\.([0-9]{1,6})"
+    r"(?:[-_.]?(a|b|rc)[-_.]?([0-9]{1,6}))?(?:[-_.]?post[-_.]?([0-9]{1,6}))?"
+    r"(?:[-_.]?dev[-_.]?([0-9]{1,6}))?(?:\+([a-z0-9]+(?:[-_.][a-z0-9]+)*))?$",
+    re.ASCII | re.IGNORECASE,
+)
+MAX_VERSION_CHARS = 64
+"""A release number is short; a longer value is quoted cut (``shorten``), never echoed whole."""
 
 
-def parse_version(version: str) -> tuple[int, int, int, int]:
-    """``"0.5.15.post1"`` -> (0, 5, 15, 1); anything that is not a final release -> FlagError."""
-    m = _VERSION.match(version.strip()) if isinstance(version, str) else None
+def parse_version(version: str, *, source: str = "--sglang-version") -> tuple[int, int, int, int]:
+    """``"0.5.15.post1"`` -> (0, 5, 15, 1); anything that is not a final or post release -> FlagError
+    naming ``source`` (the flag the value came from, or where an installed version was read)."""
+    text = version.strip() if isinstance(version, str) else None
+    m = _VERSION.match(text) if text is not None and len(text) <= MAX_VERSION_CHARS else None
     if m is None:
         raise FlagError(
-            f"--sglang-version {version!r} is not a release number like {NEWEST_MODELLED} or 0.5.15.post1; "
+            f"{source} {shorten(version)} is not a release number like {NEWEST_MODELLED} or 0.5.15.post1; "
             f"modelled releases: {FIRST_MODELLED} to {NEWEST_MODELLED}"
         )
     major, minor, patch, post = m.groups()
     return int(major), int(minor), int(patch), int(post or 0)
 
 
-def _canonical(version: str) -> str:
-    major, minor, patch, post = parse_version(version)
+def _canonical(version: str, *, source: str = "--sglang-version") -> str:
+    major, minor, patch, post = parse_version(version, source=source)
     return f"{major}.{minor}.{patch}" + (f".post{post}" if post else "")
+
+
+@dataclass(frozen=True)
+class InstalledRelease:
+    """An installed version string read as PEP 440 orders it (the subset pip reports for SGLang)."""
+
+    text: str
+    key: tuple[int, ...]
+    """Orders releases: X.Y.Z.devN < X.Y.ZaN < X.Y.ZbN < X.Y.ZrcN < X.Y.Z < X.Y.Z.postN."""
+    final: str | None
+    """The canonical final/post release number when it is one (what the model tables are keyed by)."""
+    kind: str
+    """``release`` (final or post), ``pre-release``, ``dev release`` or ``local build``."""
+
+
+def read_installed(version: str) -> InstalledRelease:
+    """An installed SGLang's version, or FlagError saying it is not a release number pip would write."""
+    m = _INSTALLED.match(version.strip()) if len(version) <= MAX_VERSION_CHARS else None
+    if m is None:
+        raise FlagError(
+            f"the installed SGLang reports version {shorten(version)} (its dist-info METADATA), which is not "
+            f"a release number; reinstall a published release, or pass --sglang-version {NEWEST_MODELLED} "
+            "to derive as a modelled one"
+        )
+    major, minor, patch, pre, pre_n, post, dev, local = m.groups()
+    pre_key = (-1, 0) if pre is None and dev is not None and post is None else (3, 0)
+    if pre is not None:
+        pre_key = ({"a": 0, "b": 1, "rc": 2}[pre.lower()], int(pre_n))
+    key = (
+        int(major),
+        int(minor),
+        int(patch),
+        *pre_key,
+        -1 if post is None else int(post),
+        1 << 30 if dev is None else int(dev),
+    )
+    base = f"{int(major)}.{int(minor)}.{int(patch)}" + (f".post{int(post)}" if post is not None else "")
+    if pre is None and dev is None and local is None:
+        return InstalledRelease(text=version.strip(), key=key, final=base, kind="release")
+    kind = "pre-release" if pre is not None else "dev release" if dev is not None else "local build"
+    return InstalledRelease(text=version.strip(), key=key, final=None, kind=kind)
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """The PEP 440 order of a release number (final, post, pre, dev, local): newest compares greatest."""
+    return read_installed(version).key
 
 
 def release_model(version: str | None, *, best_effort: bool = False) -> ReleaseModel:
@@ -522,6 +596,150 @@ def release_model(version: str | None, *, best_effort: bool = False) -> ReleaseM
     )
 
 
+# Where the release a rank derives as came from (the text in brackets after it in every report).
+FROM_FLAG = "--sglang-version"
+FROM_INSTALLED = "installed"
+FROM_DEFAULT = "newest modelled; SGLang not installed"
+ENGINES = ("builtin", "sglang", "both")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseChoice:
+    """Which SGLang release one rank derives as, and who derives it: the answer of :func:`choose_release`,
+    made once per rank. Two names, never one: ``installed`` (what the package metadata says is
+    installed here) and ``derived_as`` (whose sizing the values follow)."""
+
+    installed: str | None
+    """The installed SGLang's version as its metadata writes it; None: not installed."""
+    derived_as: str
+    """The release whose sizing this rank derives: a modelled release, or (``own_code``) the installed
+    one that the checker does not model."""
+    source: str
+    """:data:`FROM_FLAG`, :data:`FROM_INSTALLED` or :data:`FROM_DEFAULT`."""
+    engine: str = "builtin"
+    """Who derives (``builtin``, ``sglang``, ``both``): ``sglang`` for a release the checker does not model,
+    whatever the default engine, since only its own code knows its sizing."""
+    own_code: bool = False
+    """The installed release is not modelled (newer than the newest modelled, a pre-release, a dev or local
+    build): its own code derives, through the engine's strict stand-ins."""
+    best_effort: bool = False
+    """--sglang-best-effort with ``--engine builtin``: a release newer than the newest modelled derived with
+    the newest modelled rules (the label says so)."""
+    why_unmodelled: str = ""
+    """How an ``own_code`` release relates to the modelled ones: "newer than modelled", "a pre-release the
+    checker does not model", ..."""
+
+    @property
+    def modelled(self) -> str:
+        """The modelled release whose rules the checker's own pieces apply (the builtin engine, the input
+        checks, the budget formula): ``derived_as`` itself, or the newest modelled one standing in."""
+        return NEWEST_MODELLED if self.own_code or self.best_effort else self.derived_as
+
+    @property
+    def label(self) -> str:
+        """``derived_as`` as every report prints it, with where it came from."""
+        if self.own_code:
+            text = f"SGLang {self.derived_as}, {self.why_unmodelled}: derived by its own code"
+            if self.engine == "both":
+                text += f", compared with {NEWEST_MODELLED}'s model"
+        elif self.best_effort:
+            text = f"SGLang {self.derived_as} (modelled as {NEWEST_MODELLED}, the newest modelled release)"
+        else:
+            text = f"SGLang {self.derived_as}"
+        return f"{text} ({self.source})"
+
+
+def choose_release(
+    requested: str | None,
+    installed: str | None,
+    *,
+    engine: str = "builtin",
+    best_effort: bool = False,
+    own_code: bool = True,
+) -> ReleaseChoice:
+    """THE choice of the release a rank derives as (every command and every report asks this, once).
+
+    ``requested``: --sglang-version (one release); ``installed``: the installed SGLang's version (None:
+    not installed); ``engine``: --engine; ``own_code``: whether the caller can run an installed release's
+    own code (False for the builtin-only sweep).
+
+    * --sglang-version X: X's model (a modelled release; newer ones only with --sglang-best-effort). With
+      ``--engine sglang|both`` X must be the installed release: the engine runs the installed code.
+    * else the installed release: its model where the checker has one; otherwise (newer than modelled, a
+      pre-release, a dev or local build) its own code by default, unless ``--engine builtin
+      --sglang-best-effort`` asks for the newest modelled rules instead;
+    * nothing installed: the newest modelled release.
+    """
+    if engine not in ENGINES:
+        raise FlagError(f"--engine {shorten(engine)} is not one of {', '.join(ENGINES)}")
+    if requested is not None:
+        if not requested.strip():
+            raise FlagError(
+                f"--sglang-version is empty; give a release like {NEWEST_MODELLED}, or leave the flag out to "
+                "derive as the installed release"
+            )
+        canon = _canonical(requested)
+        here = read_installed(installed) if installed is not None else None
+        if here is not None and engine != "builtin" and here.final != canon:
+            raise FlagError(
+                f"--engine {engine} runs the installed SGLang {here.text}'s own code, but --sglang-version "
+                f"{canon} names another release; drop --sglang-version, or use --engine builtin to "
+                f"derive as {canon}"
+            )
+        if here is not None and here.final == canon and canon not in _RULES_BY_RELEASE and not best_effort:
+            return _own(here, FROM_FLAG, engine)  # the installed release itself, which is not modelled
+        model = release_model(canon, best_effort=best_effort)  # refuses unknown, older, newer releases
+        return ReleaseChoice(
+            installed=installed,
+            derived_as=canon,
+            source=FROM_FLAG,
+            engine=engine,
+            best_effort=model.best_effort,
+        )
+    if installed is None:
+        return ReleaseChoice(installed=None, derived_as=NEWEST_MODELLED, source=FROM_DEFAULT, engine=engine)
+    here = read_installed(installed)
+    if here.final in _RULES_BY_RELEASE:
+        return ReleaseChoice(installed=installed, derived_as=here.final, source=FROM_INSTALLED, engine=engine)
+    if here.key < read_installed(FIRST_MODELLED).key:
+        raise FlagError(
+            f"the installed SGLang {here.text} is older than the first modelled release {FIRST_MODELLED}: it "
+            f"has no mamba state pool at all; modelled releases: {FIRST_MODELLED} to {NEWEST_MODELLED}"
+        )
+    newer = here.key > read_installed(NEWEST_MODELLED).key
+    if engine == "builtin" and best_effort and newer and here.final is not None:
+        return ReleaseChoice(
+            installed=installed, derived_as=here.final, source=FROM_INSTALLED, best_effort=True
+        )
+    if not own_code:
+        raise FlagError(
+            f"the installed SGLang {here.text} is {_unmodelled(here)}, and this command derives with the "
+            "checker's model only; derive and check run that release's own code"
+        )
+    return _own(here, FROM_INSTALLED, engine)
+
+
+def _unmodelled(here: InstalledRelease) -> str:
+    if here.key > read_installed(NEWEST_MODELLED).key:
+        return "newer than modelled" if here.final is not None else f"a {here.kind} newer than modelled"
+    if here.final is None:
+        return f"a {here.kind} the checker does not model"
+    return "not a release the checker models"
+
+
+def _own(here: InstalledRelease, source: str, engine: str) -> ReleaseChoice:
+    """An installed release the checker has no model of: its own code derives (``both``: also compared
+    with the newest model, which stands in as the builtin)."""
+    return ReleaseChoice(
+        installed=here.text,
+        derived_as=here.text,
+        source=source,
+        engine="sglang" if engine == "builtin" else engine,
+        own_code=True,
+        why_unmodelled=_unmodelled(here),
+    )
+
+
 @functools.lru_cache(maxsize=1)
 def _installed_on_sys_path() -> str | None:
     """Read once per process: a metadata scan walks every sys.path entry, and a rank asks several times.
@@ -529,22 +747,47 @@ def _installed_on_sys_path() -> str | None:
     from importlib import metadata
 
     try:
-        return metadata.version("sglang")
+        return _checked(metadata.version("sglang"))
     except metadata.PackageNotFoundError:
         return None
+    except CheckerInputError:
+        raise
+    except Exception as exc:  # a damaged dist-info (non-UTF-8 METADATA, unreadable file): one line
+        raise FlagError(
+            f"the installed SGLang's package metadata cannot be read ({type(exc).__name__}: "
+            f"{shorten(str(exc), 120)}); reinstall it, or pass --sglang-version X to derive as a release"
+        ) from None
+
+
+def _checked(version: object) -> str:
+    if not isinstance(version, str) or not version.strip():
+        raise FlagError(
+            f"the installed SGLang's package metadata has no version ({shorten(version)}); reinstall it, or "
+            "pass --sglang-version X to derive as a release"
+        )
+    return version
 
 
 def installed_sglang_version(paths: Sequence[str] | None = None) -> str | None:
     """The installed SGLang's version from its package metadata, without importing it (None: not
-    installed). ``paths``: where to look instead of ``sys.path`` (another environment's site-packages)."""
+    installed). ``paths``: where to look instead of ``sys.path`` (another environment's site-packages).
+    Metadata that cannot be read is a FlagError (one line), not a traceback."""
     from importlib import metadata
 
     if paths is None:
         return _installed_on_sys_path()
-    for dist in metadata.distributions(path=list(paths)):
-        name = dist.metadata["Name"] if dist.metadata else None
-        if name is not None and re.sub(r"[-_.]+", "-", name).lower() == "sglang":
-            return dist.version
+    try:
+        for dist in metadata.distributions(path=list(paths)):
+            name = dist.metadata["Name"] if dist.metadata else None
+            if name is not None and re.sub(r"[-_.]+", "-", name).lower() == "sglang":
+                return _checked(dist.version)
+    except CheckerInputError:
+        raise
+    except Exception as exc:
+        raise FlagError(
+            f"an SGLang package metadata under {', '.join(paths)} cannot be read ({type(exc).__name__}: "
+            f"{shorten(str(exc), 120)})"
+        ) from None
     return None
 
 
@@ -572,6 +815,8 @@ _EXPLAIN: dict[str, str] = {
     "dp_split_families": "{old} and {new} split the pool over dp for different model families ({a} vs {b})",
     "radix_off_families": "{old} and {new} force the radix cache off for different model families "
     "({a} vs {b})",
+    "no_extra_buffer_families": "{old} and {new} give the extra_buffer strategy to different model families "
+    "(not to {a} vs not to {b})",
     "default_full_memory_ratio": "{old} and {new} default --mamba-full-memory-ratio differently ({a} vs {b})",
     "budget_rule": "{old} and {new} compute the memory handed to sizing differently ({a} vs {b}); the same "
     "device gives different budgets",

@@ -29,11 +29,12 @@ from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
 from checker.core.releases import ReleaseModel, ReleaseRules, release_model
+from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
+from checker.core.server_args import STRATEGIES as STRATEGIES
+from checker.core.server_args import SizingFlags
 
 _T = TypeVar("_T")
 GIB = 2**30
-POLICIES = ("max-share", "own-share", "whole-model")
-STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 # The three values every stage must agree on; the preflight's verdict is about these.
 CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
 # SGLang (0.5.17+) reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (srt/environ.py): lower-cased, NOT
@@ -51,54 +52,39 @@ def env_flag(value: str | None) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CapacityInputs:
-    """Everything one rank's derivation reads. SGLang server-arg names throughout."""
+class CapacityInputs(SizingFlags):
+    """Everything one rank's derivation reads: the sizing flags (:class:`SizingFlags`, the table of
+    :mod:`checker.core.server_args`, checked by it), resolved, and what the rank knows: the model, the
+    budget, the release to derive as and the environment. SGLang server-arg names throughout."""
 
     geometry: ModelGeometry
     """Model layout with state dtypes already resolved (see ``geometry.resolve_dtypes``)."""
     budget_gib: float
     """``total_rest_memory``: GiB left for the KV pool and the state pool together."""
     pp_size: int = 1
-    tp_size: int = 1
-    dp_size: int = 1
-    """Attention data-parallel size: K and max_running_requests are per dp worker."""
-    policy: str | None = None
-    """Charging policy; None: the release's own (whole-model up to 0.5.16, max-share from 0.5.17). The
-    three policies stay available as what-if options on any release."""
+    """Resolved: the flag, else world_size // tp_size (never None here)."""
+    mamba_full_memory_ratio: float = 0.9
+    """Resolved: the flag, else the release's default (never None here)."""
     sglang_version: str | None = None
     """The SGLang release whose rules the derivation follows; None: the newest modelled release."""
     sglang_best_effort: bool = False
     """Derive a release newer than the newest modelled one with the newest modelled rules."""
-    mamba_full_memory_ratio: float = 0.9
-    """r: the state pool gets r / (1 + r) of the budget in the auto-fit branch."""
-    mamba_radix_cache_strategy: str = "auto"
-    page_size: int = 1
-    disable_radix_cache: bool = False
-    disable_overlap_schedule: bool = False
-    max_running_requests: int | None = None
-    max_mamba_cache_size: int | None = None
-    speculative_num_draft_tokens: int | None = None
-    pp_max_micro_batch_size: int | None = None
-    token_capacity: int | None = None
-    """KV token capacity T; None means the KV pool does not bind."""
-    context_len: int | None = None
     partition_env: str | None = None
     """The value of SGLANG_PP_LAYER_PARTITION on this rank (None when unset)."""
     skip_decode_lock: bool = False
     """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK set truthy."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # every flag as its row says (type, range, choices)
+        for name in ("pp_size", "mamba_full_memory_ratio"):
+            if getattr(self, name) is None:
+                raise TypeError(f"CapacityInputs.{name} is resolved before sizing; got None")
         b = self.budget_gib
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
             raise BudgetError(
                 f"--budget-gib {b} must be a positive, finite number of GiB "
                 "(the memory left for the KV and state pools)"
             )
-        r = self.mamba_full_memory_ratio
-        if not math.isfinite(r) or r <= 0:
-            raise FlagError(f"--mamba-full-memory-ratio {r} must be a positive number (server default 0.9)")
-        if self.policy is not None and self.policy not in POLICIES:
-            raise FlagError(f"--policy {self.policy!r} is not one of {', '.join(POLICIES)}")
         rules = self.release.rules  # refuses an unknown or unmodelled release
         if self.geometry.extra_per_slot_bytes and not rules.extra_per_slot:
             raise FlagError(
@@ -106,27 +92,6 @@ class CapacityInputs:
                 f"{self.release.label} charges no per-slot extra state (extra_mamba_cache_bytes_per_req "
                 "arrived in 0.5.22); drop it from the model spec or derive for 0.5.22 or later"
             )
-        if self.mamba_radix_cache_strategy not in STRATEGIES:
-            raise FlagError(
-                f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy!r} is not one of "
-                f"{', '.join(STRATEGIES)}"
-            )
-        for name in ("pp_size", "tp_size", "dp_size", "page_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                cls = LayoutError if name != "page_size" else FlagError
-                raise cls(f"--{name.replace('_', '-')} {v} must be a positive integer")
-        for name in (
-            "max_running_requests",
-            "max_mamba_cache_size",
-            "speculative_num_draft_tokens",
-            "pp_max_micro_batch_size",
-            "token_capacity",
-            "context_len",
-        ):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise FlagError(f"--{name.replace('_', '-')} {v} must be a positive integer")
         if self.speculative_num_draft_tokens and self.max_running_requests is None:
             raise FlagError(
                 "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the "
@@ -240,8 +205,24 @@ class CapacityInputs:
         if self.release.rules.radix_rule.startswith("scheduler"):
             # 0.5.7-0.5.13.post1 server_args.py __post_init__: auto always becomes no_buffer.
             return "no_buffer"
+        if not self.extra_buffer_supported:  # the release gives this family no extra buffer
+            return "no_buffer"
         wants_overlap = not self.disable_overlap_schedule
         return "extra_buffer" if wants_overlap or self.page_size > 1 else "no_buffer"
+
+    @property
+    def extra_buffer_supported(self) -> bool:
+        """Whether the release gives this model family the extra_buffer strategy
+        (``ReleaseRules.no_extra_buffer_families``; a geometry without a family is given it)."""
+        return self.geometry.family not in self.release.rules.no_extra_buffer_families
+
+    def _refuse_unsupported_extra_buffer(self, strategy: str) -> None:
+        if strategy.startswith("extra_buffer") and not self.extra_buffer_supported:
+            raise FlagError(
+                f"--mamba-radix-cache-strategy {strategy} for a {self.geometry.family} model: "
+                f"{self.release.label} has no extra buffer for that architecture and refuses it at startup "
+                '("extra_buffer is not supported for ..."); use no_buffer'
+            )
 
     @property
     def strategy_label(self) -> str:
@@ -277,6 +258,7 @@ class CapacityInputs:
             return 3  # model_runner.py MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, no strategies yet
         strategy = self.resolved_strategy
         D = self.speculative_num_draft_tokens
+        self._refuse_unsupported_extra_buffer(strategy)
         if radix in ("scheduler-v1", "scheduler-spec", "scheduler"):
             self._refuse_scheduler_asserts(strategy)
         if radix == "scheduler-v1":
@@ -340,8 +322,9 @@ class CapacityInputs:
 
         arg_groups/mamba_hook.py runs ``validate_mamba_no_buffer`` / ``validate_mamba_extra_buffer`` on
         the user's flags BEFORE the pipeline-parallel pass turns overlap off, so an explicit no_buffer
-        without --disable-overlap-schedule is refused under pp > 1 too. ``auto`` only resolves to
-        no_buffer with overlap disabled and page size 1, so only an explicit no_buffer can fail those.
+        without --disable-overlap-schedule is refused under pp > 1 too. ``auto`` resolves to no_buffer
+        with overlap disabled and page size 1, or for a family the release gives no extra buffer (then
+        it turns overlap off itself, and a page size > 1 is refused as for an explicit no_buffer).
         The caller skips all of this under --disable-radix-cache, as SGLang's resolution does
         (overrides.py ``_mamba_radix_cache_resolution`` returns before any strategy is validated).
         """
@@ -349,12 +332,19 @@ class CapacityInputs:
         sg = self.release.label
         if strategy == "no_buffer":
             if self.page_size != 1:
+                # auto resolves to no_buffer with a page size > 1 only where the release gives the
+                # family no extra buffer; SGLang then validates that no_buffer the same way.
+                named = (
+                    "no_buffer"
+                    if s != "auto"
+                    else f"auto (no_buffer: no extra buffer for {self.geometry.family})"
+                )
                 raise FlagError(
-                    f"--mamba-radix-cache-strategy no_buffer needs --page-size 1, got {self.page_size}: "
+                    f"--mamba-radix-cache-strategy {named} needs --page-size 1, got {self.page_size}: "
                     f'{sg} refuses it at startup ("no_buffer only supports page_size=1"); use '
                     "--page-size 1, or extra_buffer for a paged KV cache"
                 )
-            if not self.disable_overlap_schedule:
+            if not self.disable_overlap_schedule and s != "auto":  # auto -> no_buffer turns it off itself
                 raise FlagError(
                     f"--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: {sg} "
                     'refuses no_buffer with the overlap schedule on ("no_buffer do not support '

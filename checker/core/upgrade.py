@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from checker.core.releases import ReleaseRules, explain_release_difference
-from checker.core.sizing import CapacityInputs
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +54,7 @@ _CONDITIONAL = {
     "pp_with_spec": lambda f: f.pp_size > 1 and f.speculative,
     "spec_reserve": lambda f: f.speculative,
     "has_lazy": lambda f: f.strategy == "extra_buffer_lazy",
+    "no_extra_buffer_families": lambda f: f.strategy != "no_buffer",
 }
 
 
@@ -65,3 +66,16 @@ def rules_that_matter(facts: UpgradeFacts) -> set[str]:
 def explain(a: str, b: str, facts: UpgradeFacts) -> list[str]:
     """The changes between releases ``a`` and ``b`` that can make them derive differently here."""
     return explain_release_difference(a, b, only=rules_that_matter(facts))
+
+
+def release_differences(by_release: dict[str, list[StageCapacity]]) -> list[dict[str, object]]:
+    """Each checked value on each stage that differs between releases (every stage under each release,
+    in release order): ``{"value", "pp_rank", "by_release": {release: value}}``."""
+    versions = list(by_release)
+    out = []
+    for name in CHECKED_VALUES:
+        for k in range(len(next(iter(by_release.values()), []))):
+            values = {v: getattr(by_release[v][k], name) for v in versions}
+            if len(set(values.values())) > 1:
+                out.append({"value": name, "pp_rank": k, "by_release": values})
+    return out

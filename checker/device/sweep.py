@@ -13,7 +13,7 @@ stages, however it was gathered, and :func:`analyse` reads it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -182,6 +182,26 @@ def local_sweep(
     """
     rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
     return torch.stack([derive_sweep(inp, pp_rank, rest, device) for inp in inputs_by_policy.values()])
+
+
+def stack_stages(
+    inputs_by_policy: Mapping[str, CapacityInputs],
+    budgets: Sequence[float],
+    device: torch.device,
+    on_stage: Callable[[], None] = lambda: None,
+) -> torch.Tensor:
+    """Every stage's :func:`local_sweep` in this process: int64 (P, policies, budgets, 3), on CPU.
+
+    A distributed sweep replaces this with one all-gather of each rank's own ``local_sweep``.
+    ``on_stage`` is called after each stage (a progress line).
+    """
+    pp_size = next(iter(inputs_by_policy.values())).pp_size
+    rest = torch.tensor(budgets, dtype=torch.float64, device=device)
+    stages = []
+    for k in range(pp_size):
+        stages.append(local_sweep(inputs_by_policy, k, rest, device))
+        on_stage()
+    return torch.stack(stages).cpu()
 
 
 def flags_from_tensor(stack: torch.Tensor) -> list[PolicyFlags]:

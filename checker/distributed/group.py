@@ -6,26 +6,29 @@ into the ``infrastructure_failure`` verdict instead of a traceback or a hang.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
-from checker.distributed.liveness import STORE_CALL_S, Heartbeat, bounded
+from checker.distributed.liveness import Heartbeat
 
 
 class InfrastructureFailure(RuntimeError):
     """The process group could not be formed or a collective failed: a lost, hung or unreachable rank."""
 
-    def __init__(self, phase: str, detail: str) -> None:
+    def __init__(self, phase: str, detail: str, *, timed_out: bool = True) -> None:
         super().__init__(f"{phase}: {detail}")
         self.phase = phase
         self.detail = detail
+        self.timed_out = timed_out
+        """The wait ran out its time (a rank never came), rather than failing at once because a peer
+        dropped out (then a rank still behind is merely slower, not hung)."""
 
 
 class StaleStore(FlagError):
@@ -44,6 +47,7 @@ class Group:
     """One run's store and process group. ``connect`` -> collectives -> ``close``."""
 
     def __init__(self, env: RankEnv, *, backend: str, timeout_s: float, init_method: str | None) -> None:
+        """``init_method``: checked where the flag was read (:mod:`checker.distributed.rendezvous`)."""
         self.env = env
         self.backend = resolve_backend(backend)
         self.timeout = timedelta(seconds=timeout_s)
@@ -51,7 +55,6 @@ class Group:
         self.store: dist.Store | None = None
         self._base: dist.Store | None = None
         self.heartbeat: Heartbeat | None = None
-        self._check_init_method()
         self.device = torch.device("cpu")
         if self.backend == "nccl":
             torch.cuda.set_device(env.local_rank)
@@ -78,19 +81,6 @@ class Group:
             wait_for_workers=False,
         )
 
-    def _check_init_method(self) -> None:
-        """A bad --init-method is the user's error (exit 2), found before any wait."""
-        method = self.init_method
-        if method and method.startswith("file://"):
-            path = method.removeprefix("file://")
-            # FileStore retries a missing directory forever while holding the GIL: refuse it up front.
-            if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-                raise FlagError(f"--init-method {method}: directory {os.path.dirname(path)!r} does not exist")
-            if os.path.isdir(path):
-                raise FlagError(f"--init-method {method} is a directory; name a fresh file path")
-        elif method and method != "env://":
-            raise FlagError(f"--init-method {method!r} is not supported; use file:///path or env://")
-
     def connect(self) -> None:
         try:
             base = self._base_store()
@@ -108,16 +98,13 @@ class Group:
                 )
             self.store.set(f"arrived/{self.env.rank}", self.env.host)
             self.heartbeat = Heartbeat(self.store, self.env.rank).start()
-            kwargs = {}
-            if self.backend == "nccl":
-                kwargs["device_id"] = self.device
             dist.init_process_group(
                 self.backend,
                 store=dist.PrefixStore("pg/", self.store),
                 rank=self.env.rank,
                 world_size=self.env.world_size,
                 timeout=self.timeout,
-                **kwargs,
+                device_id=self.device if self.backend == "nccl" else None,
             )
         except (InfrastructureFailure, StaleStore):
             raise
@@ -131,12 +118,15 @@ class Group:
         t = t.to(device=self.device, dtype=torch.int64).contiguous()
         out = torch.empty(self.env.world_size * t.numel(), dtype=torch.int64, device=self.device)
         # torch >= 2.12 renamed all_gather_into_tensor to all_gather_single.
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather: Any = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        t0 = time.monotonic()
         try:
             work = gather(out, t, async_op=True)
             work.wait(self.timeout)
         except Exception as exc:
-            raise InfrastructureFailure("exchange", _one_line(exc)) from None
+            # Within a second of the bound: it ran out its time; well before: a peer dropped out.
+            timed_out = time.monotonic() - t0 >= self.timeout.total_seconds() - 1.0
+            raise InfrastructureFailure("exchange", _one_line(exc), timed_out=timed_out) from None
         return out.view(self.env.world_size, -1).cpu()
 
     # -- liveness through the store ----------------------------------------------------------------
@@ -148,27 +138,6 @@ class Group:
                     store.set_timeout(timedelta(seconds=seconds))
                 except Exception:
                     pass
-
-    def announce(self, key: str) -> None:
-        store = self.store
-        if store is not None:
-            bounded(lambda: store.set(key, "1"), STORE_CALL_S, None)
-
-    def wait_for(self, key: str, *, wait_s: float) -> bool:
-        """Wait (bounded) for a key another rank sets, e.g. rank 0's "report written"."""
-        store = self.store
-        if store is None:
-            return False
-        deadline = time.monotonic() + wait_s
-
-        def poll() -> bool:
-            while time.monotonic() < deadline:
-                if store.check([key]):
-                    return True
-                time.sleep(0.05)
-            return False
-
-        return bool(bounded(poll, wait_s + 0.2, False))
 
     def close(self) -> None:
         """Clean path only: destroying a group while a peer is stuck in a collective can deadlock."""

@@ -21,10 +21,9 @@ class RankEnv:
     master_port: int | None
     use_agent_store: bool
     """torchrun's agent hosts the TCPStore (workers connect as clients)."""
-    run_id: str | None
     restart_count: int
+    """Keys of an earlier attempt must not be read as this one's (the store's prefix)."""
     max_restarts: int
-    under_torchrun: bool
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> RankEnv:
@@ -47,8 +46,6 @@ class RankEnv:
             master_addr=env.get("MASTER_ADDR"),
             master_port=int(port) if port and port.isdigit() else None,
             use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
-            run_id=env.get("TORCHELASTIC_RUN_ID"),
             restart_count=num("TORCHELASTIC_RESTART_COUNT", 0),
             max_restarts=num("TORCHELASTIC_MAX_RESTARTS", 0),
-            under_torchrun="TORCHELASTIC_RUN_ID" in env,
         )

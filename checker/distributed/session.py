@@ -1,21 +1,20 @@
-"""One rank's whole run over a process group, shared by ``check`` and ``sweep``.
+"""One rank's process group, liveness, timers and way out: the mechanics the run protocol drives.
 
-The lifecycle, in order, and what bounds each step:
+:mod:`checker.distributed.exchange` owns the order of steps and every decision; a :class:`Session` only
+does what it is told, each step bounded:
 
 1. :meth:`Session.start` arms a Python watchdog (``--timeout-s`` + :data:`WATCHDOG_EXTRA_S`), a
    GIL-free faulthandler backstop behind it, and a SIGTERM watcher (torchrun's agent sends SIGTERM to
-   every other worker when one dies, then SIGKILL after its grace period).
-2. :meth:`Session.connect` forms the store and the process group (``--timeout-s``), and starts this
-   rank's heartbeat (:mod:`checker.distributed.liveness`).
-3. :meth:`Session.exchange_headers` all-gathers the fixed header; ranks that speak another wire
-   schema stop here with an error instead of a mismatched gather. :meth:`Session.all_gather` carries
-   the rows (or a sweep's payload), each gather bounded by ``--timeout-s``.
-4. :meth:`Session.finish`: rank 0 publishes (prints, writes the report) and announces it; the others
-   wait for that announcement (bounded) and print their own verdict only when rank 0 is gone. A
-   failing verdict goes into torchrun's error file, so its "Root Cause" names it.
-
-Whatever goes wrong, the rank leaves with a verdict: a failed collective, the watchdog and SIGTERM all
-end in :meth:`Session.abort`, which names the ranks whose heartbeat stopped.
+   every other worker when one dies, then SIGKILL after its grace period). The watchdog and the
+   watcher call the protocol's abort.
+2. :meth:`Session.make_group` and :meth:`Session.connect` form the store and the process group
+   (``--timeout-s``) and start this rank's heartbeat (:mod:`checker.distributed.liveness`).
+3. :meth:`Session.exchange_headers`, :meth:`Session.gather_text` and :meth:`Session.gather_payload`:
+   the int64 all-gathers, each bounded by ``--timeout-s``; each step is marked in the store first.
+4. :meth:`Session.announce` / :meth:`Session.await_announcement`: rank 0 says its report is written
+   and which exit code every rank leaves with; the others wait for that (bounded).
+5. :meth:`Session.close`: on the clean path the group is destroyed and only then is the backstop
+   disarmed; otherwise the process leaves at once (a broken group's destructor can block).
 """
 
 from __future__ import annotations
@@ -29,22 +28,30 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 from checker.config import GroupOptions
 from checker.distributed.launch_env import RankEnv
-from checker.distributed.liveness import STORE_CALL_S, bounded, gone_ranks
-from checker.distributed.wire import Header
-from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE
+from checker.distributed.liveness import HEARTBEAT_S, STALE_AFTER_S, STORE_CALL_S, gone_ranks, store_call
+from checker.distributed.wire import ERROR_BYTES, PAYLOAD_PREFIX_LEN, Header, pack_text, unpack_text
+from checker.outputs.files import write_file
+from checker.status import ROW_OK
 
-GRACE_S = 3.0
-"""How long the other ranks wait for rank 0's "report written" after a verdict."""
+if TYPE_CHECKING:  # torch is imported when the group is made, so --help and input errors cost none
+    import torch
+
+    from checker.distributed.group import Group
+
 WATCHDOG_EXTRA_S = 10.0
 """The watchdog fires this long after --timeout-s; the faulthandler backstop twice as long after."""
-SIGTERM_BUDGET_S = 10.0
-"""What rank 0 may spend writing its report after SIGTERM: well inside torchrun's 30 s grace."""
+ANNOUNCEMENT = "report_written"
+"""The store key rank 0 sets once it has published: its value is the exit code and one line."""
+SIGTERM_DETAIL = (
+    "terminated by SIGTERM (torchrun's agent stops every worker when one fails, or the job was cancelled)"
+)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Abort:
     """Why a run ended without a verdict from the exchange: the detail, and the ranks that are gone."""
 
@@ -70,20 +77,35 @@ def schema_mismatch_message(headers: Sequence[Header]) -> str:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Gathered:
+    """The payload gather, split: each rank's prefix (status and message) and the job's ints."""
+
+    statuses: list[int]
+    messages: list[str]
+    body: torch.Tensor
+    """(world_size, payload_len) int64 on CPU."""
+
+
 class Session:
     """This rank's process group, liveness, watchdog and exit path. See the module docstring."""
 
-    def __init__(self, env: RankEnv, options: GroupOptions) -> None:
+    def __init__(
+        self, env: RankEnv, options: GroupOptions, *, exit_process: Callable[[int], NoReturn] = os._exit
+    ) -> None:
         self.env = env
         self.options = options
-        self.group = None
+        self.group: Group | None = None
         self.t0 = time.monotonic()
-        self._finishing = threading.Event()
-        self._abort_lock = threading.Lock()
-        self._on_abort: Callable[[Abort], None] | None = None
+        self.timings: dict[str, float] = {}
+        """Seconds from this rank's start: init_s, exchange_s (the protocol), derive_s (a job), total_s."""
+        self._exit_process = exit_process
         self._timer: threading.Timer | None = None
         self._steps = 0
         """Collectives this rank has entered (the liveness store's ``step/<rank>``)."""
+        self.store_lost = False
+        """The store stopped answering (a cut link): leave without the store calls that would each
+        cost their bound."""
 
     @property
     def is_rank0(self) -> bool:
@@ -94,22 +116,29 @@ class Session:
         return self.group.backend if self.group is not None else self.options.backend
 
     @property
-    def device(self):
+    def device(self) -> torch.device | None:
         return self.group.device if self.group is not None else None
 
+    @property
+    def has_store(self) -> bool:
+        return self.group is not None and self.group.store is not None
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.t0
+
     # -- 1. start ------------------------------------------------------------------------------------
-    def start(self, on_abort: Callable[[Abort], None]) -> Session:
-        """Arm the watchdog, the backstop and the SIGTERM watcher; ``on_abort`` publishes a verdict
-        (rank 0 writes its report) before the rank exits with code 3."""
-        self._on_abort = on_abort
+    def start(self, on_abort: Callable[[str, bool], None]) -> Session:
+        """Arm the watchdog, the backstop and the SIGTERM watcher; each calls ``on_abort(detail,
+        sigterm)``, which publishes a verdict and leaves the process."""
         timeout = self.options.timeout_s
-        self._timer = threading.Timer(timeout + WATCHDOG_EXTRA_S, self._watchdog_fired)
+        detail = f"no verdict within --timeout-s {timeout:g} s + {WATCHDOG_EXTRA_S:g} s (watchdog)"
+        self._timer = threading.Timer(timeout + WATCHDOG_EXTRA_S, on_abort, args=(detail, False))
         self._timer.daemon = True
         self._timer.start()
         # A C++ call that blocks holding the GIL stalls every Python thread: faulthandler's own
         # thread dumps the stacks and exits a little later, whatever holds the GIL.
         faulthandler.dump_traceback_later(timeout + 2 * WATCHDOG_EXTRA_S, exit=True)
-        self._watch_sigterm()
+        self._watch_sigterm(on_abort)
         if self.env.max_restarts > 0 and self.is_rank0:
             print(
                 f"checker: warning: torchrun --max-restarts {self.env.max_restarts} only repeats a "
@@ -118,12 +147,7 @@ class Session:
             )
         return self
 
-    def _watchdog_fired(self) -> None:
-        if not self._finishing.is_set():
-            t = self.options.timeout_s
-            self.abort(f"no verdict within --timeout-s {t:g} s + {WATCHDOG_EXTRA_S:g} s (watchdog)")
-
-    def _watch_sigterm(self) -> None:
+    def _watch_sigterm(self, on_abort: Callable[[str, bool], None]) -> None:
         """SIGTERM may arrive while the main thread blocks inside a collective, where a Python signal
         handler would not run until it returns. The C-level handler writes to a wakeup pipe at once;
         a thread reading that pipe publishes the verdict."""
@@ -138,18 +162,23 @@ class Session:
             while True:
                 data = os.read(r, 16)
                 if signal.SIGTERM in data:
-                    self.abort(
-                        "terminated by SIGTERM (torchrun's agent stops every worker when one "
-                        "fails, or the job was cancelled)",
-                        sigterm=True,
-                    )
+                    on_abort(SIGTERM_DETAIL, True)
                     return
 
         threading.Thread(target=watch, daemon=True, name="checker-sigterm").start()
 
+    def stand_down(self, finish_s: float) -> None:
+        """A verdict is being published: the Python watchdog stands down, and the GIL-free backstop is
+        re-armed for the finish (publishing, waiting for rank 0, the teardown), which may take longer
+        than what was left of the run's bound; it stays armed until :meth:`close` is past the last
+        unbounded call."""
+        if self._timer is not None:
+            self._timer.cancel()
+            faulthandler.dump_traceback_later(finish_s, exit=True)
+
     # -- 2. connect ----------------------------------------------------------------------------------
     def make_group(self) -> None:
-        """The group object (no waiting yet): raises the user's errors (--backend, --init-method)."""
+        """The group object (no waiting yet): raises the user's errors (--backend)."""
         from checker.distributed.group import Group
 
         o = self.options
@@ -160,105 +189,144 @@ class Session:
         self.group.connect()
 
     # -- 3. exchange ---------------------------------------------------------------------------------
-    def _enter_step(self) -> None:
+    def _enter_step(self) -> Group:
         self._steps += 1
         assert self.group is not None
         if self.group.heartbeat is not None:
             self.group.heartbeat.enter_step()
+        return self.group
 
     def exchange_headers(self, header: Header) -> list[Header]:
-        assert self.group is not None
-        self._enter_step()
-        headers = [Header.decode(h) for h in self.group.all_gather_int64(header.encode()).tolist()]
+        rows = self._enter_step().all_gather_int64(header.encode()).tolist()
+        headers = [Header.decode(h) for h in rows]
         if len({h.schema for h in headers}) > 1:
             raise SchemaMismatch(schema_mismatch_message(headers))
         return headers
 
-    def all_gather(self, values):
-        assert self.group is not None
-        self._enter_step()
-        return self.group.all_gather_int64(values)
+    def gather_text(self, text: str) -> list[str]:
+        """Every rank's message (fixed width, cut at ``ERROR_BYTES``): one gather."""
+        rows = self._enter_step().all_gather_int64(pack_text(text, ERROR_BYTES)).tolist()
+        return [unpack_text(r) for r in rows]
 
-    # -- 4. finish -----------------------------------------------------------------------------------
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self.t0
+    def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered:
+        """The job's payload behind a status and message prefix, in one gather."""
+        import torch
 
-    def finish(
-        self,
-        exit_code: int,
-        *,
-        publish: Callable[[], None],
-        fallback: Callable[[], None],
-        one_line: str,
-        clean: bool = True,
-    ) -> int:
-        """Rank 0 publishes before anyone exits non-zero (torchrun kills the rest on the first failure);
-        the others print their own verdict only when rank 0's announcement never comes."""
-        self._finishing.set()  # the watchdog stands down; the GIL-free backstop stays armed
-        # From here a SIGTERM or the watchdog must not overwrite the verdict being published: abort
-        # finds the lock taken and leaves that to this thread (torchrun's SIGKILL bounds the rest).
-        self._abort_lock.acquire(blocking=False)
-        group = self.group
-        if not clean and group is not None:
-            group.shorten_store_timeout(STORE_CALL_S)  # a store on a lost node must not hold us
-        if self.is_rank0:
-            publish()
-            if group is not None:
-                group.announce("report_written")
-        elif group is None or group.store is None or not group.wait_for("report_written", wait_s=GRACE_S + 2):
-            fallback()  # rank 0 is gone or unreachable: this rank's verdict must not be lost
-            # A store call may still hang in an abandoned thread: leave without finalising the store.
-            clean = False
-        if exit_code:
-            record_for_torchrun(one_line)
-        self._disarm()
-        if clean and group is not None and group.store is not None:
-            self._mark_exiting("done")  # leaving on purpose: a later failure must not blame this rank
-            if group.heartbeat is not None:
-                group.heartbeat.stop()
-            group.close()
-            return exit_code
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_code)  # a broken group's destructor can block; leave now
+        prefix = torch.tensor([status, *pack_text(text, ERROR_BYTES)], dtype=torch.int64)
+        values = body if isinstance(body, torch.Tensor) else torch.tensor(list(body), dtype=torch.int64)
+        values = torch.cat([prefix, values.reshape(-1).to(device="cpu", dtype=torch.int64)])
+        out = self._enter_step().all_gather_int64(values)
+        head = out[:, :PAYLOAD_PREFIX_LEN].tolist()
+        return Gathered(
+            statuses=[int(h[0]) for h in head],
+            messages=[unpack_text(h[1:]) if h[0] != ROW_OK else "" for h in head],
+            body=out[:, PAYLOAD_PREFIX_LEN:],
+        )
 
-    def failed(self, detail: str, *, stopping: bool = False) -> Abort:
+    # -- 4. after a failure, and the announcement ----------------------------------------------------
+    def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
         """After a failed collective (or SIGTERM: ``stopping``): which ranks are gone (this one is not)."""
         group = self.group
         missing: list[int] = []
         if group is not None and group.store is not None:
             group.shorten_store_timeout(STORE_CALL_S)
             missing = gone_ranks(
-                group.store, self.env.world_size, me=self.env.rank, my_step=self._steps, stopping=stopping
+                group.store,
+                self.env.world_size,
+                me=self.env.rank,
+                my_step=self._steps,
+                stopping=stopping,
+                behind_is_hung=behind_is_hung,
             )
         return Abort(detail=detail, missing_ranks=missing)
 
-    def abort(self, detail: str, *, sigterm: bool = False) -> None:
-        """The watchdog or SIGTERM: publish an infrastructure failure (rank 0), then leave with 3."""
-        if not self._abort_lock.acquire(blocking=False):
-            return  # one abort at a time; the first one exits the process
-        self._finishing.set()
-        if sigterm:
-            self._mark_exiting("sigterm")  # first: rank 0 must not blame a rank told to stop
-        code = EXIT_CODES[INFRASTRUCTURE_FAILURE]
-        print(f"[rank {self.env.rank}] checker: {detail}", file=sys.stderr, flush=True)
-        if self._on_abort is not None and (self.is_rank0 or not sigterm):
-            budget = SIGTERM_BUDGET_S if sigterm else GRACE_S + 2 * STORE_CALL_S + 2
-            bounded(lambda: self._on_abort(self.failed(detail, stopping=sigterm)), budget, None)
-        record_for_torchrun(f"checker verdict {INFRASTRUCTURE_FAILURE}: {detail}")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    def shorten_store_timeout(self) -> None:
+        """After a failure: a store on a lost node must not block each call for --timeout-s."""
+        if self.group is not None:
+            self.group.shorten_store_timeout(STORE_CALL_S)
 
-    def _mark_exiting(self, why: str) -> None:
+    def mark_exiting(self, why: str) -> None:
+        """Leaving on purpose: a later failure must not blame this rank."""
         group = self.group
         if group is not None and group.heartbeat is not None:
             group.heartbeat.mark_exiting(why)
 
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        faulthandler.cancel_dump_traceback_later()
+    def announce(self, exit_code: int, line: str) -> None:
+        """Rank 0: the report is written, and every rank leaves with ``exit_code`` (``line`` for
+        torchrun's error file)."""
+        store = self.group.store if self.group is not None else None
+        if store is not None:
+            value = f"{exit_code}\n{line}"
+            store_call(lambda: store.set(ANNOUNCEMENT, value), None)
+
+    def await_announcement(self, wait_s: float, *, while_alive_s: float = 0.0) -> tuple[int, str] | None:
+        """Another rank: rank 0's exit code and line once its report is written. After ``wait_s`` it
+        keeps waiting while rank 0's heartbeat still advances (alive and still publishing: a dense
+        sweep's plot takes seconds), up to ``while_alive_s`` in all; None when the announcement never
+        comes (rank 0 is gone, frozen or unreachable)."""
+        store = self.group.store if self.group is not None else None
+        if store is None:
+            return None
+        t0 = time.monotonic()
+        deadline, cap = t0 + wait_s, t0 + max(wait_s, while_alive_s)
+        beat, sampled, unanswered = -1, t0, 0
+        # Each store call bounded on its own: on a cut link one can block far past the store's timeout,
+        # and a store that does not answer twice in a row means rank 0 cannot announce to this rank.
+        while True:
+            answered = True
+            announced = store_call(lambda: store.check([ANNOUNCEMENT]), None)
+            if announced:
+                value = store_call(lambda: store.get(ANNOUNCEMENT).decode(errors="replace"), None)
+                code, _, line = (value or "").partition("\n")
+                if code.strip().lstrip("-").isdigit():
+                    return int(code), line
+            answered = announced is not None
+            now = time.monotonic()
+            if answered and now >= sampled + STALE_AFTER_S:  # is rank 0 still alive?
+                latest = store_call(lambda: int(store.add("hb/0", 0)), None)
+                if latest is None:
+                    answered = False
+                else:
+                    if latest > beat >= 0:
+                        deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
+                    beat, sampled = latest, now
+            unanswered = 0 if answered else unanswered + 1
+            if unanswered >= 2:
+                self.store_lost = True
+                return None
+            if now >= deadline:
+                return None
+            time.sleep(0.05)
+
+    # -- 5. leave ------------------------------------------------------------------------------------
+    def close(self, exit_code: int, *, clean: bool) -> int:
+        """Leave: on the clean path destroy the group and return ``exit_code``; otherwise end the
+        process now (a store call may still hang in an abandoned thread, and a broken group's
+        destructor can block)."""
+        group = self.group
+        if clean and group is not None and group.store is not None:
+            self.mark_exiting("done")
+            if group.heartbeat is not None:
+                group.heartbeat.stop()
+            group.close()  # unbounded (destroy_process_group): the backstop still covers it
+            faulthandler.cancel_dump_traceback_later()
+            return exit_code
+        if not self.store_lost:
+            self.mark_exiting("done")  # bounded: a rank that printed its own verdict is not lost
+        self.exit_now(exit_code)
+
+    def exit_now(self, exit_code: int) -> NoReturn:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._exit_process(exit_code)
+
+    def wait_for_exit(self, seconds: float) -> NoReturn:
+        """Another thread is publishing an abort and ends the process; if it does not within
+        ``seconds``, leave with its exit code anyway."""
+        from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE
+
+        time.sleep(seconds)
+        self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
 
 
 def record_for_torchrun(line: str) -> None:
@@ -271,9 +339,7 @@ def record_for_torchrun(line: str) -> None:
     if not path:
         return
     data = {"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}
-
-    def write() -> None:
-        with open(path, "w") as f:
-            json.dump(data, f)
-
-    bounded(write, STORE_CALL_S, None)
+    # Written as every output is: atomic for a file, never replacing a device or FIFO; bounded.
+    problem = write_file(path, json.dumps(data), what="TORCHELASTIC_ERROR_FILE", seconds=STORE_CALL_S)
+    if problem:  # torchrun then shows "exitcode N" only; the verdict itself is on stdout and the report
+        print(f"checker: warning: {problem}", file=sys.stderr, flush=True)

@@ -4,12 +4,17 @@ A peer can only send integers in known slots, so nothing it sends can run code o
 Text a report must show (host, error message, input values) travels as UTF-8 bytes packed eight to an
 int64, truncated to a fixed width; a digest of the full text decides equality.
 
-Two gathers per run, always in this order and always of these sizes, so ranks whose arguments differ
-still run the same collectives:
+Every run gathers in this order (:mod:`checker.distributed.exchange` runs it), so ranks whose arguments
+differ still run the same collectives:
 
-1. the header (``HEADER_LEN`` ints, fixed forever): schema version and row length, device free memory;
-   ranks whose schema differs stop here with a clear error instead of a mismatched gather.
-2. the row (``ROW_LEN`` ints): status, derived values, one digest + value text per input.
+1. the header (``HEADER_LEN`` ints, fixed forever): schema version and row length, this rank's status
+   before the exchange, the length of its payload, device free memory; ranks whose schema differs stop
+   here with a clear error instead of a mismatched gather.
+2. if some rank's header status is not ok (its command line, environment or local facts failed): one
+   text gather (``ERROR_BYTES`` of each rank's message), and the run ends with every such rank named.
+3. otherwise the payload: a ``PAYLOAD_PREFIX_LEN`` prefix (status and message, for a rank whose payload
+   itself could not be computed), then the job's ints (check: the row of ``ROW_LEN`` ints: status,
+   derived values, one digest + value text per input; sweep: its stage's whole sweep).
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 4  # 3: the row defined once in checker.preflight.row; 4: the launch command input
+SCHEMA_VERSION = 5
+"""3: the row defined once in checker.preflight.row; 4: the launch command input; 5: a rank's error
+travels in the header status and the text gather, the payload carries a status prefix, and the installed
+release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384
@@ -32,6 +40,8 @@ _HOST_INTS = HOST_BYTES // 8
 _ERROR_INTS = ERROR_BYTES // 8
 _VALUE_INTS = VALUE_BYTES // 8
 ROW_LEN = 3 + len(INT_FIELDS) + _HOST_INTS + _ERROR_INTS + len(INPUT_NAMES) * (1 + _VALUE_INTS)
+PAYLOAD_PREFIX_LEN = 1 + _ERROR_INTS
+"""Status + message in front of every payload: a rank whose payload failed still sends the agreed length."""
 
 
 class WireError(ValueError):
@@ -55,27 +65,24 @@ def unpack_text(ints: Sequence[int]) -> str:
     return raw.rstrip(b"\x00").decode(errors="replace")
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Header:
+    """What every rank says before the exchange (``HEADER_LEN`` ints). Slot 6 is unused: it carried a
+    digest of the checker version that no rank compared (the row's ``checker_version`` input names a
+    version difference by rank, with its text)."""
+
     rank: int
     device_free_bytes: int = MISSING
     payload_len: int = 0
-    """Length of an optional third gather (sweeps); every rank must agree on it."""
-    checker_version: str = ""
+    """Length of this rank's payload (the second gather); every rank must agree on it."""
     status: int = ROW_OK
-    """A rank's local status before the exchange (sweeps: an input error ends the run early)."""
+    """This rank's status before the exchange: ok, or why it cannot take part (then its message follows
+    in the text gather)."""
+    schema: tuple[int, int, int] = (MAGIC, SCHEMA_VERSION, ROW_LEN)
+    """What the sender speaks: magic, schema version, row length."""
 
     def encode(self) -> list[int]:
-        return [
-            MAGIC,
-            SCHEMA_VERSION,
-            ROW_LEN,
-            self.rank,
-            self.device_free_bytes,
-            self.payload_len,
-            digest(self.checker_version),
-            self.status,
-        ]
+        return [*self.schema, self.rank, self.device_free_bytes, self.payload_len, 0, self.status]
 
     @classmethod
     def decode(cls, ints: Sequence[int]) -> Header:
@@ -83,13 +90,13 @@ class Header:
         ints = [int(i) for i in ints]
         if len(ints) != HEADER_LEN:
             raise WireError(f"header of {len(ints)} ints, expected {HEADER_LEN}")
-        h = cls(rank=ints[3], device_free_bytes=ints[4], payload_len=ints[5], status=ints[7])
-        h.schema = (ints[0], ints[1], ints[2])
-        h.version_digest = ints[6]
-        return h
-
-    schema: tuple[int, int, int] = (MAGIC, SCHEMA_VERSION, 0)
-    version_digest: int = 0
+        return cls(
+            schema=(ints[0], ints[1], ints[2]),
+            rank=ints[3],
+            device_free_bytes=ints[4],
+            payload_len=ints[5],
+            status=ints[7],
+        )
 
 
 def encode_row(row: RankRow) -> list[int]:

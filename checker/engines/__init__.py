@@ -37,6 +37,10 @@ class ModelSource:
     """``--model-config PATH``: an HF config.json or a JSON model spec."""
     mamba_ssm_dtype: str | None = None
     """``--mamba-ssm-dtype`` exactly as typed (SGLang applies it by writing SGLANG_MAMBA_SSM_DTYPE)."""
+    release_default_ratio: bool = False
+    """``--mamba-full-memory-ratio`` was not given: the installed release's own ``ServerArgs`` default
+    decides in the sglang engine (the builtin takes its table's default for the release, so under
+    ``both`` a changed default shows as drift, and a release the checker does not model keeps its own)."""
 
 
 class PreparedEngine(Protocol):
@@ -55,8 +59,9 @@ class Engine(Protocol):
     ) -> PreparedEngine: ...
 
 
-def get_engine(name: str, *, best_effort: bool = False) -> Engine:
-    """``builtin`` or ``sglang`` (``both`` is two engines: ask for each)."""
+def get_engine(name: str, *, best_effort: bool = False, reason: str | None = None) -> Engine:
+    """``builtin`` or ``sglang`` (``both`` is two engines: ask for each). ``reason``: why SGLang's code
+    runs, for its messages (default: --engine sglang/both)."""
     if name == "builtin":
         from checker.engines.builtin import BuiltinEngine
 
@@ -64,7 +69,9 @@ def get_engine(name: str, *, best_effort: bool = False) -> Engine:
     if name == "sglang":
         from checker.engines.sglang import SglangEngine
 
-        return SglangEngine(best_effort=best_effort)
+        if reason is None:
+            return SglangEngine(best_effort=best_effort)
+        return SglangEngine(best_effort=best_effort, reason=reason)
     raise ValueError(f"unknown engine {name!r}")  # argparse choices keep users away from this
 
 

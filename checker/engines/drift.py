@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from checker.core.errors import CheckerInputError
+from checker.core.releases import ReleaseChoice
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, derive_each_stage
 from checker.engines import ModelSource, PreparedEngine, get_engine
 
@@ -95,10 +96,21 @@ class EngineSet:
     """The SGLang engine under ``both`` (None when it refused to prepare: see shadow_error)."""
     shadow_error: CheckerInputError | None = None
     sglang_version: str | None = None
+    """The installed SGLang whose code ran (None: builtin only)."""
+    release: ReleaseChoice | None = None
+    """The release derived as, when the caller chose it (its ``label`` says whose code derived)."""
 
     @property
     def compares(self) -> bool:
         return self.mode == "both"
+
+    def who(self) -> str:
+        """Whose code derived, for a report line: "SGLang 0.5.23's own sizing code", or the release's label
+        when the checker does not model it ("SGLang 0.5.24, newer than modelled: derived by its own code
+        (installed)")."""
+        if self.release is not None and self.release.own_code:
+            return self.release.label
+        return f"SGLang {self.sglang_version}'s own sizing code"
 
     def derive(self, pp_rank: int, budget_gib: float | None = None) -> tuple[StageCapacity, list[Drift]]:
         """The primary engine's stage; under ``both`` also every drift. Raises the primary's input error
@@ -131,14 +143,20 @@ def prepare_engines(
     env: Mapping[str, str],
     *,
     best_effort: bool = False,
+    release: ReleaseChoice | None = None,
 ) -> EngineSet:
-    """Prepare the engines of ``mode``. SGLang being unavailable is an input error (exit 2) in every mode
-    that asks for it; its refusing THESE inputs under ``both`` is kept for the drift comparison."""
+    """Prepare the engines of ``mode`` (the effective one: ``release.engine``). SGLang being unavailable
+    is an input error (exit 2) in every mode that asks for it; its refusing THESE inputs under ``both``
+    is kept for the drift comparison."""
     if mode == "builtin":
-        return EngineSet(mode, get_engine("builtin").prepare(inputs, source, env))
-    sglang = get_engine("sglang", best_effort=best_effort)  # raises SglangUnavailable
+        return EngineSet(mode, get_engine("builtin").prepare(inputs, source, env), release=release)
+    # A release the checker does not model runs its own code because of what it is, not a flag: say so.
+    reason = release.label if release is not None and release.own_code else None
+    sglang = get_engine("sglang", best_effort=best_effort, reason=reason)  # raises SglangUnavailable
     if mode == "sglang":
-        return EngineSet(mode, sglang.prepare(inputs, source, env), sglang_version=sglang.version)
+        return EngineSet(
+            mode, sglang.prepare(inputs, source, env), sglang_version=sglang.version, release=release
+        )
     builtin = get_engine("builtin").prepare(inputs, source, env)
     if inputs.policy is not None and inputs.resolved_policy != inputs.release.rules.policy:
         # Not drift: SGLang has no such policy. Say so instead of comparing apples and pears.
@@ -147,7 +165,14 @@ def prepare_engines(
         shadow, shadow_error = sglang.prepare(inputs, source, env), None
     except CheckerInputError as exc:
         shadow, shadow_error = None, exc
-    return EngineSet(mode, builtin, shadow=shadow, shadow_error=shadow_error, sglang_version=sglang.version)
+    return EngineSet(
+        mode,
+        builtin,
+        shadow=shadow,
+        shadow_error=shadow_error,
+        sglang_version=sglang.version,
+        release=release,
+    )
 
 
 def drift_lines(drifts: Iterable[Drift], *, sglang_version: str | None) -> list[str]:

@@ -13,16 +13,22 @@ What runs is SGLang's, called exactly as the server calls it; only the objects i
 3. **Model config and state geometry** - ``ModelConfig`` is built by SGLang from the config.json, and
    ``hybrid_arch.mambaish_config(model_config).mamba2_cache_params`` gives the linear layer ids, state
    shapes and dtypes (inside the published parallel context: attention-TP width from the resolution).
-4. **Pool sizing** - ``KVCacheConfigurator._handle_max_mamba_cache`` (max-share scale, the three
-   branches, the spec-decoding reservation), ``_calculate_mamba_ratio`` (slots per request, via
-   ``get_mamba_tracking_slots``) and ``resolve_max_num_reqs`` run as the real methods of a
-   ``KVCacheConfigurator`` instance made with ``object.__new__`` whose slots hold only what those three
-   methods read: ``model_config``/``mambaish_config``/``hybrid_*_config`` (real SGLang objects),
-   ``pp_size``, ``attn_dp_size`` (from the resolved parallel config), ``spec_algorithm``,
-   ``extra_mamba_cache_bytes_per_req``, ``spec_aux_config``, ``is_hybrid_swa``, ``is_draft_worker``.
-   Any other attribute read raises (unset slot), so a new dependency in a later SGLang shows up as an
-   error, not as a silent default. ``stage_per_req`` and the max-share scale are read from the method's
-   own frame when it returns (it computes them as locals and does not return them).
+4. **Pool sizing** - the release's three sizing methods, as the real methods of an instance of the
+   real class made without its constructor, holding only what they read (:func:`strict_instance`):
+   0.5.16+ ``KVCacheConfigurator._handle_max_mamba_cache`` (max-share scale, the three branches, the
+   spec-decoding reservation), ``_calculate_mamba_ratio`` (slots per request) and
+   ``resolve_max_num_reqs``, on a configurator holding ``model_config``/``mambaish_config``/
+   ``hybrid_*_config`` (real SGLang objects), the widths, ``spec_algorithm``,
+   ``extra_mamba_cache_bytes_per_req``, ``spec_aux_config``, ``is_hybrid_swa``, ``is_draft_worker``;
+   0.5.10-0.5.15 ``ModelRunner.handle_max_mamba_cache``, ``_calculate_mamba_ratio`` and
+   ``_resolve_max_num_reqs`` (the KV-cache mixin) on a model runner holding ``server_args``,
+   ``model_config``, ``mambaish_config`` (its own property's answer), ``dp_size``, ``spec_algorithm``.
+   **Strict stand-ins**: reading anything a stand-in does not hold raises :class:`StandInRead` (not an
+   AttributeError, so ``getattr(x, name, default)`` and ``hasattr`` cannot answer for the release): a
+   release that sizes from a new input fails in one line naming it, never with a silent default. That
+   is what lets a release newer than the newest modelled one run here by default.
+   ``stage_per_req`` and the max-share scale are read from the method's own frame when it returns (it
+   computes them as locals and does not return them).
 5. **Stage slice** - ``distributed.utils.get_pp_indices`` with the rank's SGLANG_PP_LAYER_PARTITION.
 
 Not callable standalone, so reproduced here (each one says where the SGLang code lives):
@@ -52,28 +58,38 @@ refuses never reaches SGLang), and ``--mamba-ssm-dtype`` spelling (``bf16`` is p
 SGLang's own flag has argparse choices, so no deployment runs another spelling). Only ``--policy
 max-share`` exists in SGLang; the other policies are the checker's what-ifs.
 
-Releases (0.5.16 to 0.5.23; each adapter is a feature test on the installed code, not a version switch):
+Releases (0.5.10 to 0.5.23 and any later one; each adapter is a feature test on the installed code, not
+a version switch, so a later release takes the newest path it still matches, and anything it reads that
+the checker does not hold is a StandInRead):
 
-* argument resolution: 0.5.19+ ``ServerArgs.resolve_once()``; 0.5.16-0.5.18 resolve in
-  ``ServerArgs.__post_init__`` (construction). Attention DP: ``attn_dp_size`` (0.5.22+) or
+* where the sizing lives: ``mem_cache/kv_cache_configurator.py`` (0.5.16+) or ModelRunner's KV-cache
+  mixin (``model_executor/model_runner_kv_cache_mixin.py``, 0.5.10-0.5.15). 0.5.9 and older compute the
+  slots per request and the request cap inline in ``init_memory_pool`` (which allocates the pools) and
+  ``ModelRunner.__init__``: not callable, so not supported (the builtin models them).
+* argument resolution: 0.5.19+ ``ServerArgs.resolve_once()``; 0.5.10-0.5.18 resolve in
+  ``ServerArgs.__post_init__`` (construction). The strategy flag is ``mamba_scheduler_strategy`` up to
+  0.5.13.post1. Attention DP: ``attn_dp_size`` (0.5.22+) or
   ``enable_dp_attention`` + ``dp_size`` (before). Model config: ``arg_groups.overrides.model_config_of``
   (0.5.19+) or ``ModelConfig.from_server_args``.
 * extra-buffer platform predicate (CPU stand-in): ``mamba_hook._platform_supports_mamba_cache_extra_buffer``
   (0.5.22+), ``mamba_hook.get_platform`` inside ``validate_mamba_extra_buffer`` (0.5.19-0.5.21),
-  ``server_args.is_cuda`` inside ``ServerArgs._validate_mamba_extra_buffer`` (0.5.16-0.5.18).
+  ``server_args.is_cuda`` inside ``ServerArgs._validate_mamba_extra_buffer`` (0.5.15-0.5.18) or
+  ``ServerArgs._handle_mamba_radix_cache`` (0.5.10-0.5.14).
 * published config: ``runtime_context.create_context``/``use_context`` (0.5.22+); before, the single
   process-wide context, ``publish(server_args, role=...)`` (0.5.17-0.5.21) or
   ``get_context().set_server_args`` (0.5.16). Where ``get_parallel()`` reads live process groups
-  (0.5.16-0.5.18) the widths go in through its ``override`` hook.
-* ``KVCacheConfigurator`` slots: ``ps`` (a ParallelState: pp_size, attn_dp_size) up to 0.5.20, plain
+  (0.5.16-0.5.18) the widths go in through its ``override`` hook. 0.5.10-0.5.15 publish nothing the
+  sizing reads: the model configs' ``mamba2_cache_params`` read the attention-TP width from
+  ``layers.dp_attention.get_attention_tp_size``, answered with the resolved width.
+* ``KVCacheConfigurator`` fields: ``ps`` (a ParallelState: pp_size, attn_dp_size) up to 0.5.20, plain
   ``pp_size``/``attn_dp_size`` from 0.5.21; ``server_args`` (0.5.16-0.5.17); ``hybrid_kda_config``
   (0.5.21+); ``extra_mamba_cache_bytes_per_req`` (0.5.22+).
-* where K is written: the schedule bag via ``get_context().override`` (0.5.17+) or
-  ``server_args.override`` (0.5.16). 0.5.16 charges every stage the whole model (no ``pp_layer_scale``
-  local) and no padding slot; whether the padding slot is charged is read from the remainder SGLang
-  returns.
-* the scheduler's micro-batch rule reads ``self.ps.pp_size`` up to 0.5.20, ``get_parallel().pp_size``
-  after.
+* where K is written: the schedule bag via ``get_context().override`` (0.5.17+),
+  ``server_args.override`` (0.5.16) or a plain ``server_args`` attribute (0.5.10-0.5.15). Up to 0.5.16
+  every stage is charged the whole model (no ``pp_layer_scale`` local) and no padding slot; whether the
+  padding slot is charged is read from the remainder SGLang returns.
+* the scheduler's micro-batch rule reads ``self.pp_size`` (0.5.10-0.5.12), ``self.ps.pp_size``
+  (0.5.13-0.5.20), ``get_parallel().pp_size`` after.
 
 Process hygiene: the env vars SGLang's import sets (kernel-cache folders) are taken back out, the rank's
 SGLANG_* vars are set only while SGLang runs, and what SGLang's resolution writes to the environment
@@ -103,24 +119,35 @@ from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import canonical_dtype
 from checker.core.models import read_json
+from checker.core.releases import MODELLED_RELEASES, release_key
 from checker.core.sizing import CapacityInputs, StageCapacity
 from checker.engines import ModelSource, quiet_sglang
 
-SUPPORTED_VERSIONS = ("0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
-SUPPORTED_RANGE = f"{SUPPORTED_VERSIONS[0]} to {SUPPORTED_VERSIONS[-1]}"
+FIRST_SUPPORTED = "0.5.10"
+"""The first release whose three sizing steps (pool size, slots per request, request cap) are methods the
+engine can call: 0.5.9 computes the last two inline in ``init_memory_pool`` (which allocates the pools)
+and ``ModelRunner.__init__``, so running them would mean re-typing them (the builtin model, not SGLang's
+code). Every later release runs, a release newer than the newest modelled one included (strict
+stand-ins: see :class:`StandInRead`)."""
+SUPPORTED_VERSIONS = MODELLED_RELEASES[MODELLED_RELEASES.index(FIRST_SUPPORTED) :]
+"""The modelled releases whose own code the engine runs (and any later release, modelled or not)."""
+SUPPORTED_RANGE = f"{FIRST_SUPPORTED} and later"
 INSTALL_HINT = (
     "run where the deployment's SGLang is installed, or build a CPU environment with "
-    f"scripts/sglang_cpu_env.sh (sglang {SUPPORTED_RANGE} --no-deps plus its few import-time packages)"
+    f"scripts/sglang_cpu_env.sh (sglang {SUPPORTED_RANGE}, --no-deps, plus its few import-time packages)"
 )
+ENGINE_FLAG = "--engine sglang/both"
+"""Who asked for SGLang's code, in messages (unless the release did: one the checker does not model)."""
 # Env vars the derivation reads; set from the rank's env for the duration of a derivation only.
 ENGINE_ENV = SGLANG_ENV_VARS
 # Large enough that neither the 2048..4096 estimate nor T // 2 binds: "the KV pool is not modelled".
 UNBOUNDED_TOKENS = 1 << 60
 GIB = 1 << 30
 # The pp_max_micro_batch_size rule as the scheduler writes it (see module docstring).
-# 0.5.16-0.5.20 spell the pp size ``self.ps.pp_size``, 0.5.21+ ``get_parallel().pp_size``.
+# 0.5.10-0.5.12 spell the pp size ``self.pp_size``, 0.5.13-0.5.20 ``self.ps.pp_size``, 0.5.21+
+# ``get_parallel().pp_size``.
 MICRO_BATCH_RULE = re.compile(
-    r"max\(\s*self\.max_running_requests\s*//\s*(?:get_parallel\(\)|self\.ps)\.pp_size\s*,\s*1\s*\)"
+    r"max\(\s*self\.max_running_requests\s*//\s*(?:get_parallel\(\)\.|self\.ps\.|self\.)pp_size\s*,\s*1\s*\)"
 )
 # KVCacheConfigurator override sources -> the branch letters (A: --max-mamba-cache-size, B: radix off +
 # --max-running-requests, C: auto-fit) of KVCacheConfigurator._handle_max_mamba_cache
@@ -137,6 +164,70 @@ class SglangUnavailable(CheckerInputError):
     """SGLang is not installed, not importable, or a version the checker does not support."""
 
 
+class StandInRead(SglangUnavailable):
+    """SGLang's sizing code read an input that a stand-in the engine hands it does not hold.
+
+    The engine runs the release's own methods on objects made without their constructors (a
+    configurator, a model runner, parallel widths, a preset's state shapes) holding exactly the inputs
+    the checker knows. A release that reads anything else (a new field, a renamed one) must not get a
+    silent default, so this is NOT an AttributeError: ``getattr(obj, name, default)`` and ``hasattr``
+    let it through instead of answering for the release. One line, exit 2.
+    """
+
+
+def _stand_in_read(owner: str, name: str, version: str | None, detail: str = "") -> StandInRead:
+    return StandInRead(
+        f"SGLang {version or '?'}'s sizing code reads {owner}.{name}{detail}, an input the checker does not "
+        "know (its stand-in holds only what the modelled releases read); this release sizes from something "
+        "new: run a checker that knows it, or report the release and this line"
+    )
+
+
+def strict_instance(cls: type, values: dict[str, Any], *, version: str | None) -> Any:
+    """An instance of SGLang's ``cls`` made without its constructor that holds ``values`` only.
+
+    Methods, properties and class constants of ``cls`` work as usual (they are SGLang's code); reading a
+    dataclass field or an attribute that is not in ``values`` raises :class:`StandInRead`, even through
+    ``getattr(obj, name, default)`` or ``hasattr``. What SGLang's code writes to the instance is kept
+    (it is read back, e.g. a pool size written as an attribute).
+    """
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    held = dict(values)
+    owner = cls.__name__
+
+    def __getattribute__(self: Any, name: str) -> Any:
+        if name in held:
+            return held[name]
+        if name.startswith("__") or name not in fields:
+            try:
+                return object.__getattribute__(self, name)  # methods, properties, class constants
+            except AttributeError as exc:
+                if name.startswith("__"):
+                    raise
+                raise _stand_in_read(owner, name, version, f" ({exc})" if str(exc) else "") from None
+        raise _stand_in_read(owner, name, version)
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        held[name] = value
+
+    strict = type(
+        f"Strict{owner}", (cls,), {"__getattribute__": __getattribute__, "__setattr__": __setattr__}
+    )
+    return object.__new__(strict)
+
+
+class _StandIn:
+    """The engine's own stand-ins: an attribute they do not define is :class:`StandInRead`."""
+
+    _owner = "a stand-in"
+    _version: str | None = None
+
+    def __getattr__(self, name: str) -> Any:  # only reached when normal lookup fails
+        if name.startswith("__"):
+            raise AttributeError(name)  # Python protocols (copy, pickle) probe dunders
+        raise _stand_in_read(self._owner, name, self._version)
+
+
 def installed_version() -> str | None:
     """The installed SGLang's version from its metadata, without importing it (None: not installed)."""
     try:
@@ -145,17 +236,22 @@ def installed_version() -> str | None:
         return None
 
 
-def check_version(version: str | None, *, best_effort: bool) -> str:
+def check_version(version: str | None, *, best_effort: bool, reason: str = ENGINE_FLAG) -> str:
+    """The installed release, if the engine runs its code: every release from FIRST_SUPPORTED on, a
+    release newer than the newest modelled one included. ``reason``: who asked (for the message)."""
     if version is None:
         raise SglangUnavailable(
-            f"SGLang is not installed in this Python ({sys.executable}), and --engine sglang/both "
-            f"runs its code; {INSTALL_HINT}"
+            f"SGLang is not installed in this Python ({sys.executable}), and {reason} runs its code; "
+            f"{INSTALL_HINT}"
         )
-    if version not in SUPPORTED_VERSIONS and not best_effort:
+    try:
+        older = release_key(version) < release_key(FIRST_SUPPORTED)
+    except CheckerInputError:
+        older = True  # no release number: nothing says its code is one the engine can drive
+    if older and not best_effort:
         raise SglangUnavailable(
-            f"--engine sglang/both: installed SGLang {version} is not a supported version "
-            f"(supported: {SUPPORTED_RANGE}); install one of those, or pass --sglang-best-effort to "
-            "try its code anyway"
+            f"{reason}: installed SGLang {version} is not a supported version (supported: "
+            f"{SUPPORTED_RANGE}); install one of those, or pass --sglang-best-effort to try its code anyway"
         )
     return version
 
@@ -196,9 +292,9 @@ def _optional_module(name: str) -> types.ModuleType | None:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
+        if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
+            raise  # something it imports is missing: a broken install, not an older release
+        return None  # the module, or its package (sglang.srt.arg_groups before 0.5.13), is not there
 
 
 def _import_api() -> types.SimpleNamespace:
@@ -206,36 +302,53 @@ def _import_api() -> types.SimpleNamespace:
 
     SGLang's import sets kernel-cache env vars (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, ...) for a
     server process; this process is not one, so they are taken back out. Pieces only some supported
-    releases have are ``None`` in the others (see "Releases" in the module docstring).
+    releases have are ``None`` in the others (see "Releases" in the module docstring). Where the three
+    sizing methods live decides the ``host``: ``configurator`` (0.5.16+, ``KVCacheConfigurator``) or
+    ``runner`` (0.5.10-0.5.15, ``ModelRunner``'s KV-cache mixin).
     """
     saved = dict(os.environ)
     try:
         with quiet_sglang():
             server_args = importlib.import_module("sglang.srt.server_args")
-            runtime = importlib.import_module("sglang.srt.runtime_context")
             dist_utils = importlib.import_module("sglang.srt.distributed.utils")
-            hybrid_arch = importlib.import_module("sglang.srt.configs.hybrid_arch")
             mamba_utils = importlib.import_module("sglang.srt.configs.mamba_utils")
             model_config = importlib.import_module("sglang.srt.configs.model_config")
-            kv = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
             spec_info = importlib.import_module("sglang.srt.speculative.spec_info")
-            platforms = importlib.import_module("sglang.srt.platforms")
+            runtime = _optional_module("sglang.srt.runtime_context")  # 0.5.15+
+            hybrid_arch = _optional_module("sglang.srt.configs.hybrid_arch")  # 0.5.16+
+            kv = _optional_module("sglang.srt.mem_cache.kv_cache_configurator")  # 0.5.16+
+            platforms = _optional_module("sglang.srt.platforms")  # 0.5.13+
             mamba_hook = _optional_module("sglang.srt.arg_groups.mamba_hook")  # 0.5.19+
             overrides = _optional_module("sglang.srt.arg_groups.overrides")
+            runner = dp_attention = None
+            if kv is None:  # 0.5.10-0.5.15: the sizing methods are ModelRunner's
+                runner = importlib.import_module("sglang.srt.model_executor.model_runner")
+                dp_attention = importlib.import_module("sglang.srt.layers.dp_attention")
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         raise SglangUnavailable(
-            f"--engine sglang/both: SGLang is installed but does not import here (missing {missing!r}); "
-            f"{INSTALL_HINT}"
+            f"SGLang is installed but does not import here (missing {missing!r}); {INSTALL_HINT}"
         ) from None
     except Exception as exc:  # a broken install: still one line, never a traceback
         raise SglangUnavailable(
-            f"--engine sglang/both: importing SGLang failed ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+            f"importing SGLang failed ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
         ) from None
     finally:
         os.environ.clear()
         os.environ.update(saved)
     ServerArgs = server_args.ServerArgs
+    if kv is not None:
+        host, host_cls = "configurator", kv.KVCacheConfigurator
+        methods = ("_handle_max_mamba_cache", "_calculate_mamba_ratio", "resolve_max_num_reqs")
+    else:
+        host, host_cls = "runner", runner.ModelRunner
+        methods = ("handle_max_mamba_cache", "_calculate_mamba_ratio", "_resolve_max_num_reqs")
+    missing_methods = [m for m in methods if not callable(getattr(host_cls, m, None))]
+    if missing_methods:
+        raise SglangUnavailable(
+            f"this SGLang's {host_cls.__name__} has no {', '.join(missing_methods)}: its pool sizing is not "
+            f"where the engine calls it (supported: {SUPPORTED_RANGE})"
+        )
     return types.SimpleNamespace(
         server_args_module=server_args,
         mamba_hook=mamba_hook,
@@ -244,15 +357,23 @@ def _import_api() -> types.SimpleNamespace:
         resolution_result=getattr(overrides, "resolution_result", None),  # 0.5.19+
         model_config_of=getattr(overrides, "model_config_of", None),  # 0.5.19+
         ModelConfig=model_config.ModelConfig,
-        runtime=runtime,
+        runtime=runtime if kv is not None else None,  # the runner host reads no published context
         get_pp_indices=dist_utils.get_pp_indices,
-        mambaish_config=hybrid_arch.mambaish_config,
-        hybrid_gdn_config=hybrid_arch.hybrid_gdn_config,
+        mambaish_config=getattr(hybrid_arch, "mambaish_config", None),  # 0.5.16+ (else a runner property)
+        hybrid_gdn_config=getattr(hybrid_arch, "hybrid_gdn_config", None),
         hybrid_kda_config=getattr(hybrid_arch, "hybrid_kda_config", None),  # 0.5.21+
         BaseLinearStateParams=mamba_utils.BaseLinearStateParams,
         Mamba2StateDType=mamba_utils.Mamba2StateDType,
-        KVCacheConfigurator=kv.KVCacheConfigurator,
-        configurator_fields=frozenset(f.name for f in dataclasses.fields(kv.KVCacheConfigurator)),
+        host=host,
+        host_cls=host_cls,
+        pool_method=methods[0],
+        ratio_method=methods[1],
+        requests_method=methods[2],
+        configurator_fields=frozenset(f.name for f in dataclasses.fields(host_cls))
+        if dataclasses.is_dataclass(host_cls)
+        else frozenset(),
+        runner_module=runner,
+        dp_attention=dp_attention,
         pp_local_per_request_bytes=getattr(kv, "_pp_local_per_request_bytes", None),  # 0.5.19+
         SpeculativeAlgorithm=spec_info.SpeculativeAlgorithm,
         get_platform=getattr(platforms, "get_platform", None),
@@ -293,29 +414,33 @@ class _CudaPlatform:
         return getattr(self._real, name)
 
 
-class _ParallelState:
+class _ParallelState(_StandIn):
     """``KVCacheConfigurator.ps`` (0.5.16-0.5.20): the two widths the sizing reads, nothing else."""
 
-    __slots__ = ("pp_size", "attn_dp_size")
+    _owner = "KVCacheConfigurator.ps"
 
-    def __init__(self, pp_size: int, attn_dp_size: int) -> None:
-        self.pp_size, self.attn_dp_size = pp_size, attn_dp_size
+    def __init__(self, pp_size: int, attn_dp_size: int, version: str | None) -> None:
+        self.pp_size, self.attn_dp_size, self._version = pp_size, attn_dp_size, version
 
 
 class SglangEngine:
     name = "sglang"
 
-    def __init__(self, *, best_effort: bool = False) -> None:
-        self.version: str | None = check_version(installed_version(), best_effort=best_effort)
-        self.api = _import_api()
+    def __init__(self, *, best_effort: bool = False, reason: str = ENGINE_FLAG) -> None:
+        self.version: str | None = check_version(installed_version(), best_effort=best_effort, reason=reason)
+        self.reason = reason
+        try:
+            self.api = _import_api()
+        except SglangUnavailable as exc:  # say who asked for SGLang's code: a flag, or the release itself
+            raise SglangUnavailable(f"{reason}: {exc}") from None
         _check_micro_batch_rule()
         self._platform_is_gpu = self._detect_gpu_platform()
 
     @property
     def policy(self) -> str:
-        """The charging the installed release's sizing code does: max-share where
-        ``_handle_max_mamba_cache`` computes ``pp_layer_scale`` (0.5.17+), whole-model before."""
-        code = self.api.KVCacheConfigurator._handle_max_mamba_cache.__code__
+        """The charging the installed release's sizing code does: max-share where its pool sizing
+        computes ``pp_layer_scale`` (0.5.17+), whole-model before."""
+        code = getattr(self.api.host_cls, self.api.pool_method).__code__
         return "max-share" if "pp_layer_scale" in code.co_varnames else "whole-model"
 
     def _detect_gpu_platform(self) -> bool:
@@ -331,8 +456,9 @@ class SglangEngine:
 
         Only that one predicate, wherever the release asks it (see "Releases" in the module docstring):
         0.5.22+ ``mamba_hook._platform_supports_mamba_cache_extra_buffer``; 0.5.19-0.5.21 the
-        ``get_platform()`` that ``mamba_hook.validate_mamba_extra_buffer`` reads; 0.5.16-0.5.18 the
-        ``is_cuda()`` that ``ServerArgs._validate_mamba_extra_buffer`` reads (during that call only).
+        ``get_platform()`` that ``mamba_hook.validate_mamba_extra_buffer`` reads; 0.5.15-0.5.18 the
+        ``is_cuda()`` that ``ServerArgs._validate_mamba_extra_buffer`` reads, 0.5.10-0.5.14 the one
+        ``ServerArgs._handle_mamba_radix_cache`` reads (during that call only).
         """
         if self._platform_is_gpu:
             yield
@@ -348,22 +474,30 @@ class SglangEngine:
                 stack.enter_context(_patched(hook, "get_platform", lambda: _CudaPlatform(real())))
             else:
                 cls, module = self.api.ServerArgs, self.api.server_args_module
-                validate = cls.__dict__.get("_validate_mamba_extra_buffer")
-                if validate is not None and hasattr(module, "is_cuda"):
+                name = next(
+                    (
+                        n
+                        for n in ("_validate_mamba_extra_buffer", "_handle_mamba_radix_cache")
+                        if n in cls.__dict__
+                    ),
+                    None,
+                )
+                if name is not None and hasattr(module, "is_cuda"):
+                    validate = cls.__dict__[name]
 
                     def on_cuda(*args: Any, **kwargs: Any) -> Any:
                         with _patched(module, "is_cuda", lambda: True):
                             return validate(*args, **kwargs)
 
-                    stack.enter_context(_patched(cls, "_validate_mamba_extra_buffer", on_cuda))
+                    stack.enter_context(_patched(cls, name, on_cuda))
             yield
 
     def prepare(self, inputs: CapacityInputs, source: ModelSource, env: Mapping[str, str]) -> PreparedSglang:
         policy = self.policy
         if inputs.policy not in (None, policy):
             raise FlagError(
-                f"--engine sglang runs SGLang {self.version}'s own code, which charges {policy} only; "
-                f"--policy {inputs.policy} is a checker what-if (use --engine builtin for it)"
+                f"SGLang {self.version}'s own code derives here ({self.reason}), and it charges {policy} "
+                f"only; --policy {inputs.policy} is a checker what-if (use --engine builtin for it)"
             )
         env = dict(env)
         # The slices follow the inputs (plan compares partitions by changing them), like the builtin's.
@@ -393,17 +527,27 @@ def _carrier_config(inputs: CapacityInputs) -> dict[str, Any]:
     return cfg
 
 
-class _CheckerStateParams:
+class _Shape(_StandIn):
+    """A preset's per-rank state shapes, as SGLang's ``mamba_cache_per_req`` reads them."""
+
+    _owner = "mamba2_cache_params.shape"
+
+    def __init__(self, conv: list[tuple[int, ...]], temporal: tuple[int, ...], version: str | None) -> None:
+        self.conv, self.temporal, self._version = conv, temporal, version
+
+
+class _CheckerStateParams(_StandIn):
     """The checker's geometry with SGLang's own ``mamba_cache_per_req`` arithmetic (presets, specs)."""
 
-    def __init__(self, api: types.SimpleNamespace, inputs: CapacityInputs) -> None:
+    _owner = "mamba2_cache_params"
+
+    def __init__(self, api: types.SimpleNamespace, inputs: CapacityInputs, version: str | None) -> None:
         import torch
 
         g = inputs.geometry
+        self._version = version
         self.layers = list(g.linear_layer_ids)
-        self.shape = types.SimpleNamespace(
-            conv=[tuple(s) for s in g.conv_shapes], temporal=tuple(g.temporal_shape)
-        )
+        self.shape = _Shape([tuple(s) for s in g.conv_shapes], tuple(g.temporal_shape), version)
         self.dtype = api.Mamba2StateDType(
             conv=getattr(torch, g.conv_dtype), temporal=getattr(torch, g.temporal_dtype)
         )
@@ -414,11 +558,14 @@ class _CheckerStateParams:
         return self._per_req(self)
 
 
-class _CheckerMambaConfig:
+class _CheckerMambaConfig(_StandIn):
     """Stand-in for a model config class: only ``mamba2_cache_params`` is read by the sizing."""
+
+    _owner = "mambaish_config"
 
     def __init__(self, params: _CheckerStateParams) -> None:
         self.mamba2_cache_params = params
+        self._version = params._version
 
 
 def _map_error(phase: str, exc: BaseException) -> CheckerInputError:
@@ -473,6 +620,7 @@ class PreparedSglang:
         self, engine: SglangEngine, inputs: CapacityInputs, source: ModelSource, env: dict[str, str]
     ) -> None:
         self.engine, self.api, self.inputs, self.env = engine, engine.api, inputs, env
+        self.version = engine.version
         self.written_env: dict[str, str | None] = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="checker-sglang-")
         hf = self._hf_config(source)
@@ -480,10 +628,13 @@ class PreparedSglang:
         Path(self._tmp.name, "config.json").write_text(json.dumps(hf or _carrier_config(inputs)))
         rt = self.api.runtime
         self._parallel_widths: dict[str, int] | None = None
+        self.context = None
         with self._scope(activate=False):
             self.server_args = self._resolve(source)
             try:
-                if hasattr(rt, "create_context"):  # 0.5.22+: a context of our own
+                if rt is None:  # 0.5.10-0.5.15: the sizing reads the ServerArgs itself
+                    pass
+                elif hasattr(rt, "create_context"):  # 0.5.22+: a context of our own
                     self.context = rt.create_context(self.server_args, role="scheduler")
                 else:  # 0.5.16-0.5.21: the one process-wide context, published in _activate
                     self.context = rt.get_context()
@@ -517,12 +668,22 @@ class PreparedSglang:
     def _activate(self) -> Iterator[None]:
         """Our resolved configuration as the one SGLang's code reads while it runs.
 
-        0.5.22+: ``use_context`` swaps our own context in. Before, there is one process-wide context:
+        0.5.22+: ``use_context`` swaps our own context in. 0.5.16-0.5.21 have one process-wide context:
         ours is (re)published when another derivation's is in it. Releases whose ``get_parallel()``
         reads live process groups (none exist here) get the resolved widths through its own
-        ``override`` hook (``_parallel_widths``, set by :meth:`_build_model`).
+        ``override`` hook (``_parallel_widths``, set by :meth:`_widths_if_unpublished`). 0.5.10-0.5.15
+        (the runner host) publish nothing: their model configs read the attention-TP width from
+        ``layers.dp_attention.get_attention_tp_size``, answered with the resolved width.
         """
         rt = self.api.runtime
+        if rt is None:
+            widths = self._parallel_widths
+            if widths is None or self.api.dp_attention is None:
+                yield
+                return
+            with _patched(self.api.dp_attention, "get_attention_tp_size", lambda: widths["attn_tp_size"]):
+                yield
+            return
         if hasattr(rt, "use_context"):
             with rt.use_context(self.context):
                 yield
@@ -546,6 +707,9 @@ class PreparedSglang:
 
     def _resolve(self, source: ModelSource):
         i = self.inputs
+        fields = self.api.server_arg_fields
+        # The strategy flag's name up to 0.5.13.post1 is --mamba-scheduler-strategy.
+        strategy = next(n for n in ("mamba_radix_cache_strategy", "mamba_scheduler_strategy") if n in fields)
         kwargs: dict[str, Any] = dict(
             model_path=self._tmp.name,
             device="cuda",  # the deployment's device; nothing is allocated
@@ -553,8 +717,6 @@ class PreparedSglang:
             tp_size=i.tp_size * i.dp_size,  # the checker's tp is the attention-TP width
             pp_size=i.pp_size,
             page_size=i.page_size,
-            mamba_full_memory_ratio=i.mamba_full_memory_ratio,
-            mamba_radix_cache_strategy=i.mamba_radix_cache_strategy,
             disable_radix_cache=i.disable_radix_cache,
             disable_overlap_schedule=i.disable_overlap_schedule,
             max_running_requests=i.max_running_requests,
@@ -563,18 +725,29 @@ class PreparedSglang:
             pp_max_micro_batch_size=i.pp_max_micro_batch_size,
             context_length=i.context_len,
         )
-        if "attn_dp_size" in self.api.server_arg_fields:  # 0.5.22+
+        kwargs[strategy] = i.mamba_radix_cache_strategy
+        if not source.release_default_ratio:  # not given: the release's own ServerArgs default decides
+            kwargs["mamba_full_memory_ratio"] = i.mamba_full_memory_ratio
+        if "attn_dp_size" in fields:  # 0.5.22+
             kwargs["attn_dp_size"] = i.dp_size
-        elif i.dp_size > 1:  # 0.5.16-0.5.21: DP attention is a switch plus --dp-size
+        elif i.dp_size > 1:  # 0.5.10-0.5.21: DP attention is a switch plus --dp-size
             kwargs.update(enable_dp_attention=True, dp_size=i.dp_size)
         if source.mamba_ssm_dtype is not None:
             # The checker's flag takes short spellings (bf16); SGLang's own flag would refuse them in
             # argparse, so what a deployment can run is the canonical name.
             kwargs["mamba_ssm_dtype"] = canonical_dtype(source.mamba_ssm_dtype, source="--mamba-ssm-dtype")
+        unknown = sorted(k for k in kwargs if k not in fields)
+        if unknown:  # a release that renamed or dropped a flag the sizing needs: not a silent default
+            raise SglangUnavailable(
+                f"SGLang {self.version}'s ServerArgs has no {', '.join(unknown)}: the flags the checker "
+                "derives from are not this release's"
+            )
         try:
-            server_args = self.api.ServerArgs(**kwargs)  # 0.5.16-0.5.18 resolve here (__post_init__)
+            server_args = self.api.ServerArgs(**kwargs)  # 0.5.10-0.5.18 resolve here (__post_init__)
             if hasattr(server_args, "resolve_once"):  # 0.5.19+
                 server_args.resolve_once()
+        except CheckerInputError:
+            raise
         except Exception as exc:
             raise _map_error("resolve", exc) from None
         return server_args
@@ -582,40 +755,90 @@ class PreparedSglang:
     def _widths_if_unpublished(self) -> dict[str, int] | None:
         """None when ``get_parallel()`` serves the widths from the published config (0.5.19+).
 
-        0.5.16-0.5.18 read them from live process groups (none here): the widths as their resolution
+        0.5.10-0.5.18 read them from live process groups (none here): the widths as their resolution
         defines them instead, attention DP only with --enable-dp-attention, attention TP = tp / dp.
         """
-        try:
-            int(self.api.runtime.get_parallel().attn_tp_size)
-            return None
-        except Exception:
-            sa = self.server_args
-            attn_dp = int(sa.dp_size) if getattr(sa, "enable_dp_attention", False) else 1
-            return dict(
-                pp_size=int(sa.pp_size),
-                tp_size=int(sa.tp_size),
-                attn_tp_size=int(sa.tp_size) // attn_dp,
-                attn_dp_size=attn_dp,
-            )
+        rt = self.api.runtime
+        if rt is not None:
+            try:
+                int(rt.get_parallel().attn_tp_size)
+                return None
+            except Exception:
+                pass
+        sa = self.server_args
+        attn_dp = int(sa.dp_size) if getattr(sa, "enable_dp_attention", False) else 1
+        return dict(
+            pp_size=int(sa.pp_size),
+            tp_size=int(sa.tp_size),
+            attn_tp_size=int(sa.tp_size) // attn_dp,
+            attn_dp_size=attn_dp,
+        )
+
+    def _model_config(self) -> Any:
+        api = self.api
+        if api.model_config_of is not None:  # 0.5.19+
+            return api.model_config_of(self.server_args)
+        return api.ModelConfig.from_server_args(self.server_args)
 
     def _build_model(self) -> None:
         api = self.api
         try:
-            if api.model_config_of is not None:  # 0.5.19+
-                self.model_config = api.model_config_of(self.server_args)
+            self.model_config = self._model_config()
+            if api.host == "runner":
+                self._build_runner()
             else:
-                self.model_config = api.ModelConfig.from_server_args(self.server_args)
-            mamba = api.mambaish_config(self.model_config)
-            if mamba is None:
-                raise ValueError("SGLang does not treat this model as a hybrid (mamba-ish) model")
-            if not self.from_config:
-                mamba = _CheckerMambaConfig(_CheckerStateParams(api, self.inputs))
-            self.mamba = mamba
-            self.params = mamba.mamba2_cache_params  # reads the published attention-TP width
+                self._build_configurator()
+            self.params = self.mamba.mamba2_cache_params  # reads the attention-TP width
         except CheckerInputError:
             raise
         except Exception as exc:
             raise _map_error("config", exc) from None
+
+    def _checker_mamba(self) -> _CheckerMambaConfig:
+        return _CheckerMambaConfig(_CheckerStateParams(self.api, self.inputs, self.version))
+
+    def _spec_algorithm(self) -> Any:
+        algo = self.api.SpeculativeAlgorithm
+        return algo.EAGLE if self.draft_tokens else algo.NONE
+
+    def _build_runner(self) -> None:
+        """0.5.10-0.5.15: a ``ModelRunner`` holding what its KV-cache mixin's sizing methods read."""
+        sa = self.server_args
+        self.pp_size = int(sa.pp_size)
+        self.attn_dp_size = int(sa.dp_size) if getattr(sa, "enable_dp_attention", False) else 1
+        self.user_micro = sa.pp_max_micro_batch_size
+        self.draft_tokens = sa.speculative_num_draft_tokens
+        held: dict[str, Any] = dict(
+            server_args=sa,
+            model_config=self.model_config,
+            # ModelRunner.__init__: ``self.dp_size = server_args.dp_size if enable_dp_attention else 1``
+            dp_size=self.attn_dp_size,
+            spec_algorithm=self._spec_algorithm(),
+            is_draft_worker=False,
+        )
+        unset = getattr(self.api.runner_module, "_UNSET", None)
+        if unset is not None:  # 0.5.15: the linear-attention registry's "not looked up yet"
+            held["_linear_attn_registry_cache"] = unset
+        runner = strict_instance(self.api.host_cls, held, version=self.version)
+        if self.from_config:
+            mamba = runner.mambaish_config  # ModelRunner's own property, on SGLang's config classes
+            if mamba is None:
+                raise ValueError("SGLang does not treat this model as a hybrid (mamba-ish) model")
+        else:
+            mamba = self._checker_mamba()
+        runner.mambaish_config = mamba  # held from now on: the property is not re-run
+        self.mamba = mamba
+        self.host = runner
+
+    def _build_configurator(self) -> None:
+        """0.5.16+: a ``KVCacheConfigurator`` holding what its three sizing methods read."""
+        api = self.api
+        mamba = api.mambaish_config(self.model_config)
+        if mamba is None:
+            raise ValueError("SGLang does not treat this model as a hybrid (mamba-ish) model")
+        if not self.from_config:
+            mamba = self._checker_mamba()
+        self.mamba = mamba
         rt = api.runtime
         sa = self.server_args
         parallel = rt.get_parallel()
@@ -626,68 +849,72 @@ class PreparedSglang:
             self.user_micro = sa.pp_max_micro_batch_size
         spec = rt.get_spec() if hasattr(rt, "get_spec") else sa  # the spec bag is 0.5.17+
         self.draft_tokens = spec.speculative_num_draft_tokens
-        cls = api.KVCacheConfigurator
+        cls = api.host_cls
         fields = api.configurator_fields
-        c = object.__new__(cls)  # the real class; only the slots its sizing methods read are filled
-        c.model_config = self.model_config
-        c.mambaish_config = mamba
-        c.hybrid_gdn_config = api.hybrid_gdn_config(self.model_config) if self.from_config else None
+        held: dict[str, Any] = dict(
+            model_config=self.model_config,
+            mambaish_config=mamba,
+            hybrid_gdn_config=api.hybrid_gdn_config(self.model_config) if self.from_config else None,
+            spec_algorithm=self._spec_algorithm(),
+            spec_aux_config=None,
+            is_hybrid_swa=bool(self.model_config.is_hybrid_swa),
+            is_draft_worker=False,
+        )
         if "hybrid_kda_config" in fields:  # 0.5.21+
-            c.hybrid_kda_config = api.hybrid_kda_config(self.model_config) if self.from_config else None
+            held["hybrid_kda_config"] = api.hybrid_kda_config(self.model_config) if self.from_config else None
         if "pp_size" in fields:  # 0.5.21+
-            c.pp_size = self.pp_size
-            c.attn_dp_size = self.attn_dp_size
+            held.update(pp_size=self.pp_size, attn_dp_size=self.attn_dp_size)
         else:  # 0.5.16-0.5.20 read both through a ParallelState
-            c.ps = _ParallelState(self.pp_size, self.attn_dp_size)
+            held["ps"] = _ParallelState(self.pp_size, self.attn_dp_size, self.version)
         if "server_args" in fields:  # 0.5.16-0.5.17 read some flags from it directly
-            c.server_args = sa
-        algo = api.SpeculativeAlgorithm
-        c.spec_algorithm = algo.EAGLE if self.draft_tokens else algo.NONE
+            held["server_args"] = sa
         if "extra_mamba_cache_bytes_per_req" in fields:  # 0.5.22+
-            c.extra_mamba_cache_bytes_per_req = (
+            held["extra_mamba_cache_bytes_per_req"] = (
                 self.inputs.geometry.extra_per_slot_bytes
                 if not self.from_config
                 else _field_default(cls, "extra_mamba_cache_bytes_per_req")
             )
-        c.spec_aux_config = None
-        c.is_hybrid_swa = bool(self.model_config.is_hybrid_swa)
-        c.is_draft_worker = False
-        self.configurator = c
+        # The real class, made without its constructor; only the fields its sizing methods read are held.
+        self.host = strict_instance(cls, held, version=self.version)
 
     # -- deriving ----------------------------------------------------------------------------------------
 
     def derive(self, pp_rank: int, budget_gib: float | None = None) -> StageCapacity:
         i = self.inputs
         rest = i.budget_gib if budget_gib is None else budget_gib
-        api, c = self.api, self.configurator
+        api, c = self.api, self.host
         L = int(self.model_config.num_hidden_layers)
         with self._scope():
             try:
                 start, end = api.get_pp_indices(L, pp_rank, self.pp_size)
+            except CheckerInputError:
+                raise
             except Exception as exc:
                 raise _map_error("layout", exc) from None
-            # SGLang writes K into the published config; it is put back afterwards so the next
-            # derivation (another stage, another budget) starts from the user's value.
+            # SGLang writes K into the published config (or the ServerArgs); it is put back afterwards
+            # so the next derivation (another stage, another budget) starts from the user's value.
             with self._pool_size_slot() as (read_k, new_sources):
-                handle = type(c)._handle_max_mamba_cache
+                handle = getattr(api.host_cls, api.pool_method)
                 try:
                     with _capture_locals(handle.__code__) as frame:
-                        kv_left = c._handle_max_mamba_cache(rest)
+                        kv_left = getattr(c, api.pool_method)(rest)
                     K = int(read_k())
-                    ratio = int(c._calculate_mamba_ratio())
+                    ratio = int(getattr(c, api.ratio_method)())
                     if kv_left <= 0:  # _profile_available_bytes refuses this next (see docstring)
                         raise RuntimeError(
                             f"the state pool leaves {kv_left:.3f} GB for the KV cache (rest <= 0)"
                         )
                     T = i.token_capacity if i.token_capacity is not None else UNBOUNDED_TOKENS
-                    n = int(c.resolve_max_num_reqs(T))
+                    n = int(getattr(c, api.requests_method)(T))
+                except CheckerInputError:
+                    raise
                 except AssertionError as exc:
                     raise _map_error("resolve", exc) from None
                 except Exception as exc:
                     raise _map_error("pool", exc) from None
                 sources = new_sources()
         loc = frame.values
-        branch = next((BRANCHES[s] for s in reversed(sources) if s in BRANCHES), "?")
+        branch = next((BRANCHES[s] for s in reversed(sources) if s in BRANCHES), None) or self._branch(loc)
         micro = self.user_micro or max(n // self.pp_size, 1)
         layers = list(self.params.layers)
         per_req = int(self.params.mamba_cache_per_req)
@@ -698,10 +925,13 @@ class PreparedSglang:
                 int(loc["max_stage_mamba_layers"]),
                 float(loc["pp_layer_scale"]),
             )
-        else:  # 0.5.16 charges every stage the whole model's state
+        else:  # up to 0.5.16 every stage is charged the whole model's state
             spr, max_stage, scale = per_req, len(layers), 1.0
-        # Only the spec-decoding paths bind ``intermediate_size`` (the reservation taken from ``rest``).
-        intermediate = int(loc.get("intermediate_size", 0)) if self.draft_tokens else 0
+        # Only the spec-decoding paths bind the reservation taken from ``rest`` (``intermediate_size``;
+        # 0.5.10-0.5.12 ``mamba_state_intermediate_size``).
+        intermediate = 0
+        if self.draft_tokens:
+            intermediate = int(loc.get("intermediate_size", loc.get("mamba_state_intermediate_size", 0)))
         per_layer = per_req // len(layers) if layers else 0
         extra = int(loc.get("extra_per_slot", 0))
         # How many slots SGLang took off the budget for the state pool: K, or K + 1 where the release
@@ -731,16 +961,24 @@ class PreparedSglang:
             pp_max_micro_batch_size=int(micro),
         )
 
+    def _branch(self, loc: dict[str, Any]) -> str:
+        """The branch the runner host's pool sizing took (it logs no override source): the auto-fit
+        branch binds the memory budget as a local; of the explicit ones, A is --max-mamba-cache-size."""
+        if any(k in loc for k in ("mamba_budget", "mamba_state_memory_raw", "mamba_budget_bytes")):
+            return "C"
+        return "A" if self.inputs.max_mamba_cache_size is not None else "B"
+
     @contextlib.contextmanager
     def _pool_size_slot(self) -> Iterator[tuple[Any, Any]]:
         """Where SGLang writes K, read back and restored: (read K, override sources written since).
 
         0.5.17+: the published schedule bag (``get_context().override``, logged in ``overrides_log``);
         0.5.16: the ``ServerArgs`` itself (``server_args.override``, logged in its declaration stash
-        ``_resolved_overrides`` or ``_runtime_mutations``).
+        ``_resolved_overrides`` or ``_runtime_mutations``); 0.5.10-0.5.15: the ``ServerArgs`` attribute,
+        assigned (no log).
         """
         rt = self.api.runtime
-        if hasattr(rt, "get_schedule"):
+        if rt is not None and hasattr(rt, "get_schedule"):
             schedule = rt.get_schedule()
             with schedule.override(max_mamba_cache_size=schedule.max_mamba_cache_size):
                 before = len(self.context.overrides_log())
@@ -773,11 +1011,12 @@ class PreparedSglang:
         sa = self.server_args
         r = self.api.resolution_result or (lambda args, name, default: getattr(args, name, default))
         p = self.params
+        strategy = r(sa, "mamba_radix_cache_strategy", None) or r(sa, "mamba_scheduler_strategy", None)
         return {
             "sglang_version": self.engine.version,
             "geometry_from": "sglang config class" if self.from_config else "checker (preset/spec)",
             "platform_stand_in": not self.engine._platform_is_gpu,
-            "mamba_radix_cache_strategy": r(sa, "mamba_radix_cache_strategy", None),
+            "mamba_radix_cache_strategy": strategy,
             "disable_overlap_schedule": r(sa, "disable_overlap_schedule", None),
             "page_size": r(sa, "page_size", None),
             "num_hidden_layers": int(self.model_config.num_hidden_layers),

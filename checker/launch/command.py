@@ -29,16 +29,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from checker.core.errors import FlagError
+from checker.core.errors import FlagError, printable
+from checker.core.models import path_stat, shown_path
 from checker.engines import quiet_sglang
+from checker.launch.repeats import OptionIndex, collapse_repeats
 
 # ServerArgs dests sizing reads (raw, by the release's own dest name). Every other flag is only named.
 SIZING_DESTS = frozenset(
@@ -111,19 +115,36 @@ FORMS = (
     "sglang serve ARGS",
     "ARGS (starting with --)",
 )
+MAX_LAUNCH_WORDS = 4096
+"""The longest launch command read. Parsing is linear in the command's length (:mod:`~checker.launch.
+repeats`) except where argparse itself is not (a release's custom actions, repeated); this bounds those,
+before any bound of the run is armed."""
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.?post(\d+))?$")
 
 
-def _key(version: str) -> tuple[int, int, int, int]:
+def _key(version: str) -> tuple[int, ...]:
+    """A release's order (an installed pre-release or local build too: checker.core.releases)."""
+    from checker.core.releases import release_key
+
     m = _VERSION.match(version.strip())
     if m is None:
-        raise FlagError(f"{version!r} is not an SGLang release number like 0.5.23 or 0.5.15.post1")
-    return tuple(int(x or 0) for x in m.groups())  # type: ignore[return-value]
+        return release_key(version)  # raises a one-line FlagError for what is no release number
+    return tuple(int(x or 0) for x in m.groups())
 
 
-def _canonical(version: str) -> str:
-    a, b, c, post = _key(version)
+def _same_release(a: str, b: str) -> bool:
+    try:
+        return _key(a) == _key(b)
+    except FlagError:
+        return a.strip() == b.strip()
+
+
+def _canonical(version: str, *, source: str = "--sglang-version") -> str:
+    """A final or post release number (what the flag tables are keyed by); FlagError naming ``source``."""
+    from checker.core.releases import parse_version
+
+    a, b, c, post = parse_version(version, source=source)
     return f"{a}.{b}.{c}" + (f".post{post}" if post else "")
 
 
@@ -169,7 +190,7 @@ def _text(value: object) -> str:
         return {True: "true", False: "false", None: "none"}[value]
     if isinstance(value, float):
         return repr(value)
-    return str(value)
+    return printable(str(value))  # quoted in root causes and logs: a newline in a path must not break them
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -385,9 +406,53 @@ def _merge_config(parser: argparse.ArgumentParser, merger: Any, args: list[str])
         raise FlagError(f"--config: SGLang refuses the config file: {type(exc).__name__}: {exc}") from None
 
 
+class _UnknownFlags(Exception):
+    def __init__(self, words: list[str], index: OptionIndex) -> None:
+        super().__init__(words)
+        self.words, self.index = words, index
+
+    def line(self, version: str, label: str) -> str:
+        """``SGLang 0.5.23 does not know --pp-szie; did you mean --pp-size? (...)``: the release's own
+        flags are the vocabulary, as the checker's flags get "did you mean" from the checker's."""
+        shown = ", ".join(_printable(w) for w in self.words[:SHOW_UNKNOWN])
+        if len(self.words) > SHOW_UNKNOWN:
+            shown += f", ... ({len(self.words):,} unknown flags)"
+        close = []
+        for word in self.words[:SHOW_UNKNOWN]:
+            match = difflib.get_close_matches(word.split("=", 1)[0], self.index.long, n=1, cutoff=0.6)
+            if match:
+                close.append((word, match[0]))
+        hint = ""
+        if len(self.words) == 1 and close:
+            hint = f"; did you mean {close[0][1]}?"
+        elif close:
+            hint = "; did you mean " + ", ".join(f"{m} for {_printable(w)}" for w, m in close) + "?"
+        return f"SGLang {version} does not know {shown}{hint} ({label})"
+
+
+SHOW_UNKNOWN = 5
+"""Unknown launch-command flags named in the refusal (and given a "did you mean"); the rest are counted."""
+
+
+def _printable(word: str, limit: int = 80) -> str:
+    """A word of the command as one line shows it: control characters escaped, a long one cut."""
+    text = word if word.isprintable() else repr(word)[1:-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _parse(parser: argparse.ArgumentParser, args: list[str]) -> tuple[dict[str, Any], set[str]]:
     """(every dest's value, the dests the command gave): a second parse with every default suppressed
-    tells given from defaulted (a store_true flag given and a default of True read the same)."""
+    tells given from defaulted (a store_true flag given and a default of True read the same).
+
+    Linear in the command's length (:mod:`checker.launch.repeats`): unknown flags are named before
+    argparse runs (as the checker's own flags are, cli/main.py), repeats of a last-wins flag collapsed."""
+    index = OptionIndex(parser)
+    if index.simple:
+        end = args.index("--") if "--" in args else len(args)
+        unknown = [w for w in args[:end] if index.unknown(w)]
+        if unknown:
+            raise _UnknownFlags(unknown, index)
+    args = collapse_repeats(index, args)
     with quiet_sglang(stderr=True):
         ns = parser.parse_args(args)
         for a in parser._actions:
@@ -448,17 +513,20 @@ def _attention(raw: dict[str, Any], given: set[str], version: str) -> tuple[int,
 
 def _model_config(path: str) -> str:
     p = Path(path)
-    if p.is_dir():
-        if not (p / "config.json").is_file():
+    shown = shown_path(path)
+    st = path_stat(p, f"--model-path {shown}")  # a name too long or a NUL byte: one line, not an OSError
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        config = path_stat(p / "config.json", f"--model-path {shown}")
+        if config is None or stat.S_ISDIR(config.st_mode):
             raise FlagError(
-                f"--model-path {path}: no config.json in that directory (the checker reads the model's "
+                f"--model-path {shown}: no config.json in that directory (the checker reads the model's "
                 "config.json; download a hub model first)"
             )
         return str(p)
-    if p.is_file():
-        return str(p)
+    if st is not None:
+        return str(p)  # a file (read_json says what else it may be)
     raise FlagError(
-        f"--model-path {path}: not a directory or file here (the checker reads the model's config.json; "
+        f"--model-path {shown}: not a directory or file here (the checker reads the model's config.json; "
         "a hub id must be downloaded first)"
     )
 
@@ -517,21 +585,30 @@ def parse_launch_command(
     release does not have, a flag it does not know, or a value its parser refuses.
     ``check_model_path``: require ``--model-path`` to be a local directory holding config.json, or a file.
     """
+    if len(argv) > MAX_LAUNCH_WORDS:
+        raise FlagError(
+            f"the launch command after -- has {len(argv):,} words, more than any real one (every flag of "
+            f"the newest release once is about 900); the checker reads at most {MAX_LAUNCH_WORDS:,}"
+        )
     tabled = tabled_releases()
     installed = _installed()
+    source = "--sglang-version" if release is not None else "the installed SGLang's version"
     if release is None:
         release = installed or tabled[-1]
-    version = _canonical(release)
-    if version not in tabled:
+    # The installed release reads its own command (a release without a table too: one newer than the
+    # tabled ones, a pre-release, a local build); any other release needs the checker's table.
+    own = None
+    if prefer_installed and installed is not None and _same_release(release, installed):
+        with contextlib.suppress(_Unavailable):
+            own = _own_parser(installed)
+    version = installed if own is not None and installed is not None else _canonical(release, source=source)
+    if own is None and version not in tabled:
         raise FlagError(
             f"SGLang {version}: the checker has no table of that release's flags "
-            f"(tabled: {tabled[0]} to {tabled[-1]})"
+            f"(tabled: {tabled[0]} to {tabled[-1]}); only the installed release, with its own parser, "
+            "reads a command without one"
         )
     form, args = split_form(argv, version)
-    own = None
-    if prefer_installed and installed is not None and _canonical(installed) == version:
-        with contextlib.suppress(_Unavailable):
-            own = _own_parser(version)
     if own is not None:
         parser, merger = own
         label = OWN_PARSER.format(version=version)
@@ -539,6 +616,8 @@ def parse_launch_command(
             args = _merge_config(parser, merger, args)
         try:
             ns, given = _parse(parser, args)
+        except _UnknownFlags as exc:
+            raise FlagError(exc.line(version, label)) from None
         except _ArgparseError as exc:
             raise FlagError(f"SGLang {version} refuses the launch command: {exc}") from None
     else:
@@ -551,9 +630,11 @@ def parse_launch_command(
         parser = table_parser(version)
         try:
             ns, given = _parse(parser, args)
+        except _UnknownFlags as exc:
+            raise FlagError(exc.line(version, label)) from None
         except _ArgparseError as exc:
             m = re.match(r"unrecognized arguments: (.*)$", str(exc))
-            if m:
+            if m:  # words argparse could not place (a value after `--`, a stray word)
                 raise FlagError(f"SGLang {version} does not know {m.group(1)} ({label})") from None
             raise FlagError(f"SGLang {version} refuses the launch command: {exc} ({label})") from None
     raw, raw_explicit = _raw(ns, given)

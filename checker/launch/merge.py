@@ -9,35 +9,19 @@ other than what runs is the drift this tool exists to catch.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checker.core.errors import FlagError
 from checker.core.releases import installed_sglang_version
+from checker.core.server_args import LAUNCH_ARGS
 
-# The checker's flag for each launch-command value (checker names, as LaunchCommand.values has them).
-CHECKER_FLAG = {
-    "model_config": "--model-config",
-    "pp_size": "--pp-size",
-    "tp_size": "--tp-size",
-    "dp_size": "--dp-size",
-    "page_size": "--page-size",
-    "disable_radix_cache": "--disable-radix-cache",
-    "disable_overlap_schedule": "--disable-overlap-schedule",
-    "mamba_radix_cache_strategy": "--mamba-radix-cache-strategy",
-    "mem_fraction_static": "--mem-fraction-static",
-    "max_running_requests": "--max-running-requests",
-    "max_mamba_cache_size": "--max-mamba-cache-size",
-    "mamba_full_memory_ratio": "--mamba-full-memory-ratio",
-    "mamba_ssm_dtype": "--mamba-ssm-dtype",
-    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
-    "context_len": "--context-len",
-    "pp_max_micro_batch_size": "--pp-max-micro-batch-size",
-}
-# How the launch command spells the same input (for the conflict message).
-SGLANG_FLAG = {"model_config": "--model-path", "context_len": "--context-length"}
+# The launch command's inputs by the checker's name (LaunchCommand.values' keys): the rows of the table of
+# sizing inputs with an SGLang spelling, plus the model and --mem-fraction-static.
+CHECKER_FLAG = {name: row.flag for name, row in LAUNCH_ARGS.items()}
+# How the launch command spells an input where its flag differs from the checker's (for the messages).
+SGLANG_FLAG = {name: row.sglang_flag for name, row in LAUNCH_ARGS.items() if row.sglang_flag != row.flag}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +32,14 @@ class LaunchInputs:
     release: str
     text: str
     """The explicit sizing inputs, canonical (``k=v`` sorted): digested across ranks."""
+    argv: tuple[str, ...] = ()
+    """The whole launch command as given (the words after ``--``): the report keeps it."""
+    form: str = ""
+
+    @property
+    def input(self) -> str:
+        """The ``launch_command`` input every rank sends: the sizing inputs, then which parser read them."""
+        return f"{self.text} (read by {self.parser})"
 
 
 def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -60,17 +52,20 @@ def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | No
 
 
 def given_dests(parser: argparse.ArgumentParser, words: Sequence[str]) -> set[str]:
-    """The dests of the checker flags the user typed (argparse cannot tell "given" from "defaulted")."""
-    options = {o: a.dest for a in parser._actions for o in a.option_strings}
-    out = set()
-    for word in words:
-        if not word.startswith("--"):
-            continue
-        flag = word.split("=", 1)[0]
-        matches = [o for o in options if o == flag] or [o for o in options if o.startswith(flag)]
-        if len(matches) == 1:
-            out.add(options[matches[0]])
-    return out
+    """The dests of the checker flags the user gave, in any spelling argparse accepts (``--tp 2``,
+    ``--tp-size=2``, an alias): ``words`` parsed again with every default suppressed, so a dest is
+    present exactly when a word set it (argparse cannot tell "given" from "defaulted" otherwise)."""
+    saved = [(a, a.default, a.required) for a in parser._actions]
+    saved_defaults = dict(parser._defaults)
+    try:
+        for action in parser._actions:
+            action.default, action.required = argparse.SUPPRESS, False
+        parser._defaults.clear()
+        return set(vars(parser.parse_args(list(words))))
+    finally:
+        for action, default, required in saved:
+            action.default, action.required = default, required
+        parser._defaults.update(saved_defaults)
 
 
 def _config_file(path: object) -> str:
@@ -79,11 +74,14 @@ def _config_file(path: object) -> str:
 
 
 def _same(a: object, b: object, key: str = "") -> bool:
+    """Whether the checker's value and the launch command's are one input: the same config.json, or the
+    same number. Exactly the same: both sides are read from text by float()/int(), so "0.9" and "0.90"
+    agree, and any other difference is a difference in what the server runs."""
     if key == "model_config":
         return _config_file(a) == _config_file(b)
     if isinstance(a, float) or isinstance(b, float):
         try:
-            return math.isclose(float(a), float(b), rel_tol=0, abs_tol=1e-12)  # type: ignore[arg-type]
+            return float(a) == float(b)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return False
     return a == b
@@ -108,8 +106,10 @@ def apply_launch_command(
     cmd = parse_launch_command(
         launch, release=release, prefer_installed=release is None or release == installed
     )
-    for key, value in cmd.values.items():
-        if key not in CHECKER_FLAG or not hasattr(args, key):
+    _refuse_unread_config(cmd, launch)
+    values = _checked_values(cmd)
+    for key, value in values.items():
+        if not hasattr(args, key):
             continue  # an input this command does not use (e.g. --mem-fraction-static for derive)
         if key == "model_config" and getattr(args, "model", None):
             raise FlagError(
@@ -130,7 +130,45 @@ def apply_launch_command(
     # cause quotes the start of this text.
     items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
     text = " ".join(f"{k}={v}" for k, v in items if _explicit(cmd, k))
-    return args, LaunchInputs(parser=cmd.parser, release=cmd.release, text=text)
+    return args, LaunchInputs(
+        parser=cmd.parser, release=cmd.release, text=text, argv=tuple(launch), form=cmd.form
+    )
+
+
+def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
+    """The launch command's inputs, each checked by its row of the table as the checker's own flag is
+    (exit 2 naming the launch command's flag) and read as SGLang reads it (0 is unset where SGLang says
+    so). What the command typed is checked too where the checker's value is derived from it: --tp-size 4
+    with attention DP 2 is an attention TP of 2, and --tp-size 0 is no TP size at all."""
+    out: dict[str, object] = {}
+    for key, value in cmd.values.items():
+        row = LAUNCH_ARGS.get(key)
+        if row is None:
+            continue
+        typed = cmd.sglang_values.get(row.sglang)
+        if typed is not None and row.sglang in cmd.sglang_explicit:
+            row.launch_value(typed)
+        out[key] = row.launch_value(value)
+    return out
+
+
+def _refuse_unread_config(cmd, launch: Sequence[str]) -> None:  # noqa: ANN001 - a LaunchCommand
+    """SGLang reads a config file only for the exact word ``--config`` (server_args.py
+    ``prepare_server_args``: ``if "--config" in argv``, in every release that has the flag); argparse
+    still accepts ``--conf FILE`` or ``--config=FILE`` and stores a path nothing reads. The server would
+    start without the file, so the check would check something other than what the user meant."""
+    if "config" not in cmd.sglang_explicit:
+        return
+    path = cmd.sglang_values.get("config")
+    spelling = next(
+        (w.split("=", 1)[0] for w in launch if w.startswith("--") and "--config".startswith(w.split("=")[0])),
+        "--config",
+    )
+    raise FlagError(
+        f"{spelling} {path} in the launch command: SGLang {cmd.release} reads a config file only when it "
+        f"is spelled exactly `--config {path}` (as its own word, not abbreviated, not with =); as given, "
+        "the server would start without it"
+    )
 
 
 def _explicit(cmd, key: str) -> bool:
@@ -143,4 +181,4 @@ def _explicit(cmd, key: str) -> bool:
 def launch_text(args: argparse.Namespace) -> str | None:
     """The ``launch_command`` input: the explicit sizing flags, then which parser read them."""
     launch = getattr(args, "launch", None)
-    return f"{launch.text} (read by {launch.parser})" if launch else None
+    return launch.input if launch else None

@@ -10,18 +10,18 @@ import os
 from dataclasses import fields
 
 from checker import __version__
-from checker.config import EngineChoice, SizingFlags, sglang_env
-from checker.core.releases import installed_sglang_version
+from checker.config import SizingFlags, sglang_env
+from checker.core.releases import ReleaseChoice
 from checker.core.sizing import CapacityInputs, StageCapacity
 from checker.device.materialize import MATERIALIZE_STATUS_NAMES
-from checker.preflight.row import model_label
+from checker.preflight.row import NOT_INSTALLED, model_label
 from checker.status import ERROR
 
 
 def json_inputs(
     inputs: CapacityInputs,
     sizing: SizingFlags,
-    engine: EngineChoice | None,
+    release: ReleaseChoice | None,
     *,
     budget_source: str | None,
     budget_gib: float | None = None,
@@ -29,14 +29,18 @@ def json_inputs(
     launch_command: str | None = None,
 ) -> dict[str, object]:
     """Every input under check's report's name: the flags as given (``policy`` null: the release's
-    own), the SGLang env vars as set, ``sglang_version`` the INSTALLED release and ``derived_as`` the
-    release derived as; then what the flags resolve to (``resolved_*``), as derive/plan/sweep add."""
-    installed = installed_sglang_version()
-    _, why = (engine or EngineChoice()).release(installed)
+    own), the SGLang env vars as set, ``sglang_installed`` the INSTALLED release and ``derived_as`` the
+    release derived as (``release``: the command's one choice); then what the flags resolve to
+    (``resolved_*``), as derive/plan/sweep add. ``release`` None: the installed release's model (sweep)."""
+    if release is None:
+        from checker.config import EngineChoice
+        from checker.core.releases import installed_sglang_version
+
+        release = EngineChoice().choose(installed_sglang_version(), own_code=False)
     d: dict[str, object] = {
         "checker_version": __version__,
-        "sglang_version": installed or "not installed",
-        "derived_as": f"{inputs.release.label} ({why})",
+        "sglang_installed": release.installed or NOT_INSTALLED,
+        "derived_as": release.label,
         "model": model_label(inputs.geometry),
         "budget_gib": budget_gib,
         "budget_source": budget_source,

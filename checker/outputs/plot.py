@@ -16,13 +16,15 @@ is asked for, so the checker itself needs nothing but torch.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from checker.core.errors import FlagError
-from checker.core.sizing import CHECKED_VALUES
-from checker.core.sweep import budget_runs
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs
+from checker.core.sweep import BudgetGrid, budget_runs
+from checker.outputs.files import write_file
 
 FIG_WIDTH_IN = 8.0
 """GitHub shows a README image at most about 800 px wide: 8 inches at 100 px per inch."""
@@ -76,6 +78,16 @@ def _matplotlib():
     return Figure, FigureCanvasAgg
 
 
+def plot_title(inputs: CapacityInputs, grid: BudgetGrid) -> str:
+    """The figure's title: the model, the layout and what the sweep assumed."""
+    strategy = "no radix cache" if inputs.disable_radix_cache else inputs.resolved_strategy
+    return (
+        f"{inputs.geometry.name}, pp {inputs.pp_size} x tp {inputs.tp_size}, r = "
+        f"{inputs.mamba_full_memory_ratio:g}, {strategy} ({inputs.slots_per_request()} slots/request), "
+        f"budgets {grid.spec} ({len(grid):,})"
+    )
+
+
 def plot_sweep(
     path: str | Path,
     *,
@@ -95,10 +107,13 @@ def plot_sweep(
     matplotlib or when ``path`` cannot be written.
     """
     fig = sweep_figure(budgets=budgets, values=values, analysis=analysis, title=title)
-    try:
-        fig.savefig(path, format="png", dpi="figure")
-    except OSError as exc:
-        raise FlagError(f"--plot {path}: cannot write it ({exc.strerror or exc})") from None
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi="figure")
+    # Written as every output is (checker/outputs/files.py): atomic for a file, in place for a device
+    # or FIFO, bounded.
+    problem = write_file(str(path), png.getvalue(), what="--plot")
+    if problem:
+        raise FlagError(problem)
 
 
 def sweep_figure(

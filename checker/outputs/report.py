@@ -10,20 +10,27 @@ rendering of one divergent run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shlex
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
+from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES
+from checker.distributed.wire import VALUE_BYTES, digest
 from checker.outputs.files import append_file, write_file
 from checker.outputs.tables import fmt_int, format_table, mark, outliers, rank_ranges
 from checker.preflight.row import MISSING, REPORTED_INTS, RankRow
 from checker.preflight.verdict import ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
+
+if TYPE_CHECKING:
+    from checker.launch.merge import LaunchInputs
 
 JUNIT_PART_CHARS = 1000
 """Each part of a JUnit failure message (values, root cause) is cut to this many characters."""
@@ -87,6 +94,24 @@ def typed_inputs(inputs: Mapping[str, str | None]) -> dict[str, object]:
     return {name: typed_input(name, value) for name, value in inputs.items()}
 
 
+CUT_MARK = "..."
+"""Ends an input's text that the wire cut (VALUE_BYTES); its digest, of the whole text, decides equality."""
+
+
+def sent_text(row: RankRow, name: str) -> str | None:
+    """An input's text as the row carries it, ending in CUT_MARK where the wire cut it (the text no longer
+    matches the digest the rank computed of its whole value)."""
+    text = row.inputs.get(name)
+    sent = row.input_digests.get(name)
+    if text is None or sent is None or digest(text) == sent:
+        return text
+    return text + CUT_MARK
+
+
+def _row_inputs(row: RankRow) -> dict[str, object]:
+    return {name: typed_input(name, sent_text(row, name)) for name in row.inputs}
+
+
 # -- JSON ----------------------------------------------------------------------------------------------
 
 
@@ -110,22 +135,74 @@ def rank_dict(row: RankRow) -> dict[str, object]:
     if row.materialize_status == MISSING:
         for name in ("predicted_bytes", "allocated_bytes"):
             d.pop(name)
-    d["inputs"] = typed_inputs(row.inputs)
+    d["inputs"] = _row_inputs(row)
     return d
 
 
-def inputs_view(verdict: Verdict) -> dict[str, object]:
+def inputs_view(verdict: Verdict, *, whole: Mapping[str, str] | None = None) -> dict[str, object]:
     """Every input once: its value where all ranks agree; ``{"by_rank": [...]}`` (one value per entry
-    of ``ranks``, in the same order) where they differ."""
+    of ``ranks``, in the same order) where they differ. ``whole``: inputs this rank has whole (its own
+    launch command), shown instead of the wire's cut text where every rank sent that same value."""
     out: dict[str, object] = {}
     if not verdict.rows:
         return out
-    for name in verdict.rows[0].inputs:
+    first = verdict.rows[0]
+    for name in first.inputs:
         if name in verdict.differing_inputs:
-            out[name] = {"by_rank": [typed_input(name, r.inputs.get(name)) for r in verdict.rows]}
+            out[name] = {"by_rank": [typed_input(name, sent_text(r, name)) for r in verdict.rows]}
+        elif (whole or {}).get(name) is not None and digest(whole[name]) == first.input_digests.get(name):
+            out[name] = typed_input(name, whole[name])
         else:
-            out[name] = typed_input(name, verdict.rows[0].inputs.get(name))
+            out[name] = typed_input(name, sent_text(first, name))
     return out
+
+
+def _hex(value: int) -> str:
+    """A wire digest (signed int64) as 16 hex digits."""
+    return f"{value & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+
+
+def launch_command_doc(launch: LaunchInputs | None) -> dict[str, object] | None:
+    """This rank's launch command, whole, for the report's ``launch_command`` (rank 0 publishes it; the
+    rows carry only the sizing inputs, cut to the wire's width). ``sha256`` is of ``text`` (UTF-8), so an
+    audit can match it against the command CI ran: ``printf %s "$CMD" | sha256sum``."""
+    if launch is None:
+        return None
+    text = shlex.join(launch.argv)
+    return {
+        "argv": list(launch.argv),
+        "text": text,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "form": launch.form or None,
+        "parser": launch.parser,
+        "release": launch.release,
+        "input": launch.input,
+        "input_digest": _hex(digest(launch.input)),
+    }
+
+
+_NO_LAUNCH = dict.fromkeys(("argv", "text", "sha256", "form", "parser", "release", "input", "input_digest"))
+
+
+def launch_command_json(
+    own: Mapping[str, object] | None, rows: Sequence[RankRow]
+) -> dict[str, object] | None:
+    """The report's ``launch_command``: rank 0's command whole (``own``, from :func:`launch_command_doc`)
+    and, per group of ranks that sent the same ``launch_command`` input, that input's digest (null: the
+    ranks were started without one), the largest group first. Null when no rank had a launch command."""
+    groups: dict[int, list[RankRow]] = {}
+    for row in rows:
+        if "launch_command" in row.input_digests:
+            groups.setdefault(row.input_digests["launch_command"], []).append(row)
+    if own is None and all(r.inputs.get("launch_command") is None for r in rows):
+        return None
+    ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0].rank))
+
+    def sent(row: RankRow) -> str | None:
+        return None if row.inputs.get("launch_command") is None else _hex(row.input_digests["launch_command"])
+
+    groups_doc = [{"ranks": [r.rank for r in g], "input_digest": sent(g[0])} for g in ordered]
+    return {**(own or _NO_LAUNCH), "groups": groups_doc}
 
 
 def layout(verdict: Verdict) -> dict[str, int | None]:
@@ -139,14 +216,20 @@ def layout(verdict: Verdict) -> dict[str, int | None]:
 
 
 def to_json(verdict: Verdict, *, extra: Mapping[str, object]) -> dict[str, object]:
+    """``extra``: what the publishing rank adds (versions, timings, and its own ``launch_command`` from
+    :func:`launch_command_doc`)."""
+    extra = dict(extra)
+    own = extra.pop("launch_command", None)
+    whole = {"launch_command": own["input"]} if own else None
     return {
         "command": "check",
         "status": verdict.status,
         "exit_code": verdict.exit_code,
         "world_size": verdict.world_size,
         **extra,
+        "launch_command": launch_command_json(own, verdict.rows),
         "layout": layout(verdict),
-        "inputs": inputs_view(verdict),
+        "inputs": inputs_view(verdict, whole=whole),
         "ranks": [rank_dict(r) for r in verdict.rows],
         "divergent": verdict.divergent,
         "divergent_groups": {
@@ -178,6 +261,24 @@ def root_cause_lines(verdict: Verdict) -> list[str]:
         f"stages, which hold {', '.join(map(str, linear))} linear layers, derive different values "
         "(see the layers of each group)"
     ]
+
+
+def cut_note(verdict: Verdict) -> str | None:
+    """Says that a differing input's text is shortened in the lines above, and where it is whole."""
+    cut = [
+        name
+        for name in verdict.differing_inputs
+        if any(sent_text(r, name) != r.inputs.get(name) for r in verdict.rows)
+    ]
+    if not cut:
+        return None
+    where = (
+        "; the JSON report (--report) keeps rank 0's whole launch command" if "launch_command" in cut else ""
+    )
+    return (
+        f"{', '.join(cut)}: each rank sends the first {VALUE_BYTES} bytes, shown ending in '...'; the "
+        f"digest of the whole value decides{where}"
+    )
 
 
 def group_text(g: ValueGroup) -> str:
@@ -248,6 +349,8 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
     if causes:
         title = "root cause" if verdict.divergent else "inputs that differ across ranks"
         out += ["", f"{title}:"] + [f"  {c}" for c in causes]
+        note = cut_note(verdict)
+        out += [f"  ({note})"] if note else []
     if verdict.divergent:
         out += [
             "",
@@ -379,6 +482,8 @@ def to_markdown(verdict: Verdict, *, summary: str) -> str:
     if causes:
         lines += [f"**{'Root cause' if verdict.divergent else 'Inputs that differ across ranks'}:**", ""]
         lines += [f"- {_md(c)}" for c in causes] + [""]
+        note = cut_note(verdict)
+        lines += [f"({_md(note)})", ""] if note else []
     lines += [_md(summary), ""]
     if verdict.divergent:
         lines += [

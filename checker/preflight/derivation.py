@@ -18,11 +18,11 @@ from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_
 from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.layout import layout
-from checker.core.releases import installed_sglang_version
+from checker.core.releases import ReleaseChoice, installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
-from checker.preflight.row import MISSING, RankRow, input_text, model_label
+from checker.preflight.row import MISSING, NOT_INSTALLED, RankRow, input_text, model_label
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 GIB = 2**30
@@ -70,14 +70,14 @@ def _device_free_bytes(config: PreflightConfig, env: RankEnv, device) -> int:
 
 
 def device_budget(
-    config: PreflightConfig, env: RankEnv, local: LocalFacts, all_free: Sequence[int], *, release: str | None
+    config: PreflightConfig, env: RankEnv, local: LocalFacts, all_free: Sequence[int], *, release: str
 ) -> tuple[float, str]:
     """``--budget-from-device``: the memory handed to sizing, computed as this rank's release does
     (:func:`checker.core.budget.sizing_budget`), and the formula it used.
 
     SGLang measures free memory before and after loading the weights, each all-reduced MIN over the
     ranks; the checker loads none, so free-after is free-before minus ``--weights-gib`` on each rank.
-    ``release``: the SGLang release this rank derives as (None: the newest modelled).
+    ``release``: the modelled SGLang release whose budget formula applies (ReleaseChoice.modelled).
     """
     b = config.budget
     weights = b.weights_gib or (0.0,)
@@ -140,19 +140,27 @@ def derive_row(
     )
     inputs: dict[str, str | None] = flag_inputs(sizing, local.pp_size)
     inputs.update(sglang_env(environ))
-    installed = installed_sglang_version()
-    release, why = config.engine.release(installed)
     inputs.update(
         checker_version=__version__,
         torch_version=torch_version,
-        sglang_version=installed or "not installed",
+        sglang_installed=None,
         model=config.model.label,
         budget_source=config.budget.label,
         budget_gib=None,
-        derived_as=f"SGLang {release or 'newest modelled'} ({why})",
+        derived_as=None,
         launch_command=config.launch_command,
     )
     row.inputs = inputs
+    try:
+        # The one choice of this rank's release (what is installed HERE decides; --sglang-version wins).
+        installed = installed_sglang_version()
+        inputs["sglang_installed"] = installed or NOT_INSTALLED
+        release = config.engine.choose(installed)
+        inputs["derived_as"] = release.label
+    except CheckerInputError as exc:  # unreadable metadata, a version that is no release number
+        if row.status == ROW_OK:
+            row.status, row.error = exc.code, str(exc)
+        return row
     if row.status != ROW_OK:
         return row
     try:
@@ -161,7 +169,7 @@ def derive_row(
             config,
             env,
             local,
-            release=(release, why),
+            release=release,
             all_free=all_free,
             device=device,
             deadline=deadline,
@@ -181,7 +189,7 @@ def _derive_into(
     env: RankEnv,
     local: LocalFacts,
     *,
-    release: tuple[str | None, str],
+    release: ReleaseChoice,
     all_free: Sequence[int],
     device,
     deadline: float | None,
@@ -192,7 +200,7 @@ def _derive_into(
 
     b = config.budget
     if b.from_device:
-        budget, formula = device_budget(config, env, local, all_free, release=release[0])
+        budget, formula = device_budget(config, env, local, all_free, release=release.modelled)
         row.inputs["budget_source"] = formula
     else:
         assert b.budget_gib is not None
@@ -206,14 +214,13 @@ def _derive_into(
         budget_gib=budget,
         pp_size=local.pp_size,
         env=environ,
-        engine=config.engine,
+        release=release,
     )
-    row.inputs["derived_as"] = f"{cap.release.label} ({release[1]})"  # best effort: the model used
     # The model's digest covers the resolved shapes and dtypes, not just the path.
     row.inputs["model"] = model_label(cap.geometry)
     source = model_source(config.model, config.sizing)
     engines = prepare_engines(
-        config.engine.engine, cap, source, environ, best_effort=config.engine.best_effort
+        release.engine, cap, source, environ, best_effort=config.engine.best_effort, release=release
     )
     stage, drifts = engines.derive(local.pp_rank)
     if stage is None:  # the builtin refused what SGLang derives: only the drift to report
@@ -234,7 +241,9 @@ def _derive_into(
     if drifts:  # the more specific finding: the model and the deployed code disagree
         row.status, row.error = ROW_DRIFT, drift_summary(drifts)
         return
-    if device is not None:
+    if device is not None and engines.mode != "sglang":
+        # The device path re-derives with the builtin model: it checks the builtin's numbers, not those
+        # of SGLang's own code (under --engine sglang, or a release the checker does not model).
         check_on_device(cap, local.pp_rank, budget, stage, device)
     if config.materialize:
         _materialize(row, config, env, cap, stage, device=device, deadline=deadline, timings=timings)

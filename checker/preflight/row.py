@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from checker.config import SIZING_FLAG_NAMES
 from checker.core.environ import SGLANG_ENV_VARS
+from checker.core.server_args import SIZING_FLAG_NAMES
 from checker.status import ROW_OK
 
 MISSING = -1
@@ -76,8 +76,10 @@ class RankRow:
 INT_FIELDS = tuple(f.name for f in fields(RankRow) if f.type == "int")
 REPORTED_INTS = tuple(f.name for f in fields(RankRow) if f.metadata.get("report"))
 
-VERSION_INPUTS = ("checker_version", "torch_version", "sglang_version")
-"""``sglang_version`` is the INSTALLED release, read from package metadata ("not installed" if none)."""
+VERSION_INPUTS = ("checker_version", "torch_version", "sglang_installed")
+"""``sglang_installed`` is the INSTALLED SGLang release, read from package metadata (NOT_INSTALLED if none);
+the release a rank derives as is the separate input ``derived_as`` (checker.core.releases.ReleaseChoice)."""
+NOT_INSTALLED = "not installed"
 INPUT_NAMES = (
     *VERSION_INPUTS,
     "derived_as",

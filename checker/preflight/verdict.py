@@ -17,7 +17,7 @@ from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
 from checker.outputs.tables import is_split, outliers, rank_ranges
-from checker.preflight.row import VERSION_INPUTS, RankRow
+from checker.preflight.row import NOT_INSTALLED, VERSION_INPUTS, RankRow
 from checker.status import (
     CONSISTENT,
     DIVERGENT,
@@ -28,6 +28,9 @@ from checker.status import (
     ROW_DRIFT,
     ROW_OK,
 )
+
+INSTALLED = "sglang_installed"
+"""The input naming each rank's installed SGLang (the release it derives as is ``derived_as``)."""
 
 EFFICIENCY_WARN_BELOW = 0.5
 
@@ -102,7 +105,7 @@ def _hosts(members: Sequence[RankRow]) -> str:
 
 
 def _release_words(version: str, *, one: bool) -> str:
-    if version == "not installed":
+    if version == NOT_INSTALLED:
         return f"{'has' if one else 'have'} no SGLang installed"
     return f"{'runs' if one else 'run'} SGLang {version}"
 
@@ -120,13 +123,13 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
     the majority first, and the changes between them that can make the ranks derive differently."""
     by_version: dict[str, list[RankRow]] = defaultdict(list)
     for r in rows:
-        by_version[r.inputs.get("sglang_version") or "not installed"].append(r)
+        by_version[r.inputs.get(INSTALLED) or NOT_INSTALLED].append(r)
     nodes_of = defaultdict(set)
     for r in rows:
-        nodes_of[r.node_rank].add(r.inputs.get("sglang_version") or "not installed")
+        nodes_of[r.node_rank].add(r.inputs.get(INSTALLED) or NOT_INSTALLED)
     parts = []
     for members in _odd_first_order(list(by_version.values())):
-        version = members[0].inputs.get("sglang_version") or "not installed"
+        version = members[0].inputs.get(INSTALLED) or NOT_INSTALLED
         nodes = sorted({r.node_rank for r in members})
         hosts = _hosts(members)
         ranks = rank_ranges(r.rank for r in members)
@@ -135,11 +138,9 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
             parts.append(f"{rank_ranges(nodes, noun='node')} ({hosts}, {ranks}) {shown}")
         else:
             parts.append(f"{ranks} (on {hosts}) {_release_words(version, one=len(members) == 1)}")
-    line = "sglang_version: " + "; ".join(parts)
+    line = f"{INSTALLED}: " + "; ".join(parts)
     # In release order (0.5.9 before 0.5.10), so each step is explained between neighbours.
-    installed = sorted(
-        {r.inputs.get("sglang_version") for r in rows} - {None, "not installed"}, key=_release_order
-    )
+    installed = sorted({r.inputs.get(INSTALLED) for r in rows} - {None, NOT_INSTALLED}, key=_release_order)
     why: list[str] = []
     for a, b in zip(installed, installed[1:], strict=False):
         try:
@@ -159,7 +160,7 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
     runs. In an even split (2 against 2) there is no majority: the groups come in rank order and each
     after the first names its hosts.
     """
-    if name == "sglang_version":
+    if name == INSTALLED:
         return explain_releases(rows)
     by_digest: dict[int, list[RankRow]] = defaultdict(list)
     for row in rows:
@@ -174,6 +175,8 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
             part = f"{who} run {name.removesuffix('_version')} {_show(value)}"
         elif name == "model":
             part = f"{who} load {_show(value)}"
+        elif name == "derived_as":
+            part = f"{who} derive as {_show(value)}"
         elif name == "launch_command":
             part = f"{who} " + ("were started without one" if value is None else f"ran `{_show(value)}`")
         else:
@@ -250,9 +253,7 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
     v = Verdict(status=CONSISTENT, world_size=world_size, rows=list(rows))
     v.differing_inputs = differing_inputs(rows)
     # Installed releases that differ are the cause; the release each rank derived as follows from them.
-    causes = [
-        n for n in v.differing_inputs if not (n == "derived_as" and "sglang_version" in v.differing_inputs)
-    ]
+    causes = [n for n in v.differing_inputs if not (n == "derived_as" and INSTALLED in v.differing_inputs)]
     v.root_causes = [explain_input(n, rows) for n in causes]
 
     failed = [r for r in rows if r.status not in (ROW_OK, ROW_DRIFT)]

@@ -1,0 +1,192 @@
+"""``check`` as a job of the run protocol (:mod:`checker.distributed.exchange`): its pieces, no order.
+
+local facts (layout, free device memory) -> header -> this rank's row (derived after the header gather,
+which carries every rank's free memory) -> every rank's row -> the verdict -> the report, the JUnit
+file, the step summary and stdout (rank 0).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from checker import __version__
+from checker.config import OutputOptions, PreflightConfig
+from checker.distributed.exchange import RankError
+from checker.distributed.launch_env import RankEnv
+from checker.distributed.session import Session
+from checker.distributed.wire import ROW_LEN, Header
+from checker.preflight.derivation import LocalFacts
+from checker.preflight.verdict import Verdict
+from checker.status import ERROR
+
+if TYPE_CHECKING:
+    import torch
+
+    from checker.preflight.row import RankRow
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckOutcome:
+    verdict: Verdict
+    summary: str
+    """The first line of the text report: the world and what it derived."""
+    before_rows: tuple[RankError, ...] = ()
+    """Ranks that failed before any row was derived (a command line, an environment): printed as error
+    lines on stderr, like a usage error, rather than as a report with no rows."""
+
+
+class CheckJob:
+    """One rank's preflight. ``config`` is None on a rank that could not read its command line: it
+    only ever reports (the protocol never asks it for local facts or a row)."""
+
+    name = "check"
+
+    def __init__(
+        self, *, config: PreflightConfig | None, env: RankEnv, session: Session, output: OutputOptions
+    ) -> None:
+        self.config, self.env, self.session, self.output = config, env, session, output
+        self.summary = f"world {env.world_size}"
+
+    # -- before and during the exchange ----------------------------------------------------------------
+    def local(self, device: torch.device | None) -> LocalFacts:
+        from checker.preflight.derivation import local_facts
+
+        assert self.config is not None
+        return local_facts(self.config, self.env, device)
+
+    def header(self, local: LocalFacts) -> Header:
+        return Header(rank=self.env.rank, device_free_bytes=local.device_free_bytes, payload_len=ROW_LEN)
+
+    def mismatch(self, headers: Sequence[Header]) -> str | None:
+        return None  # a rank whose local facts failed says so in its row
+
+    def payload(self, local: LocalFacts, headers: Sequence[Header]) -> list[int]:
+        from checker.distributed.wire import encode_row
+        from checker.preflight.derivation import derive_row
+
+        config, session = self.config, self.session
+        assert config is not None
+        t0 = time.monotonic()
+        row = derive_row(
+            config,
+            self.env,
+            local,
+            all_free=[h.device_free_bytes for h in headers],
+            torch_version=_torch_version(),
+            device=session.device,
+            deadline=session.t0 + config.group.timeout_s,
+            timings=session.timings,
+        )
+        session.timings["derive_s"] = time.monotonic() - t0
+        self.summary = self._summary(row)
+        return encode_row(row)
+
+    def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> CheckOutcome:
+        from checker.distributed.wire import decode_row
+        from checker.preflight.verdict import decide
+
+        assert self.config is not None
+        rows = [decode_row(r) for r in gathered.tolist()]
+        verdict = decide(rows, world_size=self.env.world_size, strict_inputs=self.config.strict_inputs)
+        return CheckOutcome(verdict=verdict, summary=self.summary)
+
+    # -- outcomes without rows -----------------------------------------------------------------------
+    def errors(self, errors: Sequence[RankError]) -> CheckOutcome:
+        verdict = Verdict(status=ERROR, world_size=self.env.world_size, errors=[e.line() for e in errors])
+        exchanged = tuple(errors) if any(e.ranks for e in errors) else ()
+        return CheckOutcome(verdict=verdict, summary=self.summary, before_rows=exchanged)
+
+    def lost(self, detail: str, missing_ranks: Sequence[int]) -> CheckOutcome:
+        from checker.preflight.verdict import infrastructure_failure
+
+        verdict = infrastructure_failure(
+            world_size=self.env.world_size, detail=detail, missing_ranks=missing_ranks
+        )
+        return CheckOutcome(verdict=verdict, summary=self.summary)
+
+    def exit_code(self, outcome: CheckOutcome) -> int:
+        return outcome.verdict.exit_code
+
+    def one_line(self, outcome: CheckOutcome) -> str:
+        from checker.outputs.report import one_line
+
+        return one_line(outcome.verdict)
+
+    # -- publishing ----------------------------------------------------------------------------------
+    def publish(self, outcome: CheckOutcome) -> str | None:
+        """Rank 0: every artefact (each write bounded; a file that cannot be written is a warning, the
+        verdict still prints), then stdout."""
+        from checker.outputs import report
+        from checker.outputs.report import launch_command_doc
+
+        out, verdict, session = self.output, outcome.verdict, self.session
+        elapsed = session.elapsed_s()
+        extra: dict[str, object] = {
+            "checker_version": __version__,
+            "torch_version": _torch_version(),
+            "backend": session.backend,
+            "timings": {**session.timings, "total_s": elapsed},
+            "launch_command": launch_command_doc(self.config.launch if self.config is not None else None),
+        }
+        problems = report.write_all(
+            verdict,
+            report=out.report,
+            junit=out.junit,
+            summary=outcome.summary,
+            elapsed_s=elapsed,
+            extra=extra,
+            step_summary=not outcome.before_rows,
+        )
+        if outcome.before_rows and out.format == "text" and not out.quiet:
+            for line in self._error_lines(outcome.before_rows):
+                print(line, file=sys.stderr, flush=True)
+        else:
+            report.print_verdict(
+                verdict,
+                summary=outcome.summary,
+                elapsed_s=elapsed,
+                format=out.format,
+                quiet=out.quiet,
+                extra=extra,
+            )
+        for p in problems:
+            print(f"checker: warning: {p}", file=sys.stderr, flush=True)
+        return None
+
+    def fallback(self, outcome: CheckOutcome) -> None:
+        from checker.outputs import report
+
+        if outcome.before_rows:
+            text = "\n".join(self._error_lines(outcome.before_rows))
+        else:
+            text = report.to_text(
+                outcome.verdict, summary=outcome.summary, elapsed_s=self.session.elapsed_s()
+            )
+        print(f"[rank {self.env.rank}] " + text, file=sys.stderr, flush=True)
+
+    def _error_lines(self, errors: Sequence[RankError]) -> list[str]:
+        """A message every rank gave is printed as given (a usage error reads as one); another names
+        its ranks."""
+        world = tuple(range(self.env.world_size))
+        return [e.message if e.ranks == world else e.line() for e in errors]
+
+    def _summary(self, row: RankRow) -> str:
+        c = self.config
+        assert c is not None
+        pp = row.pp_size if row.pp_size > 0 else "?"
+        budget = "?" if row.budget_gib is None else f"{row.budget_gib:.6g}"
+        return (
+            f"world {self.env.world_size} = pp {pp} x tp {c.sizing.tp_size}, {self.session.backend}; "
+            f"{row.inputs.get('model')}, budget {budget} GiB "
+            f"({c.budget.label}); {row.inputs.get('derived_as') or 'SGLang ?'}"
+            + (f", policy {c.sizing.policy}" if c.sizing.policy else "")
+        )
+
+
+def _torch_version() -> str:
+    torch = sys.modules.get("torch")
+    return str(getattr(torch, "__version__", "?"))

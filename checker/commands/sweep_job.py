@@ -1,0 +1,188 @@
+"""The distributed sweep as a job of the run protocol (:mod:`checker.distributed.exchange`).
+
+Under torchrun each rank derives only its own stage for every budget and policy, and ONE all-gather of
+an int64 tensor (policies x budgets x 3 values) carries the whole sweep; every rank is a row, so tp
+ranks of one stage must agree too. Rank 0 shows the findings (:func:`checker.commands.sweep_plan.present`),
+or what went wrong: some rank's error, a lost rank (stderr, and ``--report``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from checker.commands.sweep_plan import SweepFindings, SweepPlan, present
+from checker.config import OutputOptions, SweepConfig
+from checker.core.errors import CheckerInputError
+from checker.core.sizing import CHECKED_VALUES
+from checker.distributed.exchange import RankError
+from checker.distributed.launch_env import RankEnv
+from checker.distributed.wire import Header
+from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE
+
+if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
+    import torch
+
+    from checker.distributed.session import Session
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepLocal:
+    plan: SweepPlan
+    payload: Any
+    """torch.Tensor: this rank's stage, (policies x budgets x 3) int64, flattened."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepOutcome:
+    status: str
+    findings: SweepFindings | None = None
+    errors: tuple[RankError, ...] = ()
+    missing_ranks: tuple[int, ...] = ()
+    detail: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return self.findings.exit_code if self.findings is not None else EXIT_CODES[self.status]
+
+    def lines(self) -> list[str]:
+        """What went wrong, one line each (errors and lost ranks; findings print as a table)."""
+        from checker.distributed.liveness import describe
+
+        if self.status == INFRASTRUCTURE_FAILURE:
+            return [f"{self.detail}; missing: {describe(self.missing_ranks)}"]
+        return [_error_line(e) for e in self.errors]
+
+
+def _error_line(error: RankError) -> str:
+    if not error.ranks:
+        return error.message
+    from checker.outputs.tables import rank_ranges
+
+    return f"{rank_ranges(error.ranks)} could not derive the sweep: {error.message}"
+
+
+class SweepJob:
+    """Each rank derives its own stage for every budget and policy. ``config`` is None on a rank that
+    could not read its command line: it only ever reports."""
+
+    name = "sweep"
+
+    def __init__(
+        self, *, config: SweepConfig | None, env: RankEnv, session: Session, output: OutputOptions
+    ) -> None:
+        self.config, self.env, self.session, self.output = config, env, session, output
+        self._plan: SweepPlan | None = None
+
+    def say(self, status: str, detail: str) -> None:
+        print(f"[rank {self.env.rank}] checker sweep: {status}: {detail}", file=sys.stderr, flush=True)
+
+    def local(self, device: torch.device | None) -> SweepLocal:
+        try:
+            return self._derive(device)
+        except CheckerInputError as exc:
+            self.say(ERROR, str(exc))  # on this rank's own log too (a node's log may be all one reads)
+            raise
+
+    def _derive(self, device: torch.device | None) -> SweepLocal:
+        from checker.core.layout import layout
+        from checker.device.choice import sweep_device, use_one_cpu_thread
+        from checker.device.sweep import local_sweep
+        from checker.outputs.progress import Progress, progress_wanted
+
+        config, env = self.config, self.env
+        assert config is not None
+        pp_size, pp_rank = layout(
+            env.world_size, env.rank, pp_size=config.sizing.pp_size, tp_size=config.sizing.tp_size
+        )
+        plan = self._plan = SweepPlan.build(config, pp_size)
+        if device is None or device.type != "cuda":
+            device = sweep_device(config.device)
+        use_one_cpu_thread(device)
+        # Rank 0 reports progress for its own stage (every rank derives one stage, in parallel).
+        progress = Progress(
+            1,
+            f"{len(plan.grid):,} budgets x {len(plan.policies)} policies on each of {env.world_size} ranks",
+            enabled=env.rank == 0 and progress_wanted(config.progress, len(plan.grid)),
+        )
+        payload = local_sweep(plan.inputs_by_policy, pp_rank, plan.grid.budgets, device).reshape(-1)
+        progress.step()
+        progress.close()
+        return SweepLocal(plan=plan, payload=payload)
+
+    def header(self, local: SweepLocal) -> Header:
+        return Header(rank=self.env.rank, payload_len=int(local.payload.numel()))
+
+    def mismatch(self, headers: Sequence[Header]) -> str | None:
+        if len({h.payload_len for h in headers}) > 1:
+            return "ranks derive sweeps of different sizes: pass the same --budgets and --policy everywhere"
+        return None
+
+    def payload(self, local: SweepLocal, headers: Sequence[Header]) -> torch.Tensor:
+        payload: torch.Tensor = local.payload
+        return payload
+
+    def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> SweepOutcome:
+        plan = self._plan
+        assert plan is not None
+        stack = gathered.view(self.env.world_size, len(plan.policies), len(plan.grid), len(CHECKED_VALUES))
+        findings = SweepFindings.analyse(
+            stack,
+            plan,
+            device=str(self.session.device),
+            mode="distributed",
+            world_size=self.env.world_size,
+        )
+        status = DIVERGENT if findings.exit_code else CONSISTENT
+        return SweepOutcome(status=status, findings=findings)
+
+    def errors(self, errors: Sequence[RankError]) -> SweepOutcome:
+        return SweepOutcome(status=ERROR, errors=tuple(errors))
+
+    def lost(self, detail: str, missing_ranks: Sequence[int]) -> SweepOutcome:
+        return SweepOutcome(status=INFRASTRUCTURE_FAILURE, detail=detail, missing_ranks=tuple(missing_ranks))
+
+    def exit_code(self, outcome: SweepOutcome) -> int:
+        return outcome.exit_code
+
+    def one_line(self, outcome: SweepOutcome) -> str:
+        if outcome.findings is not None:
+            return f"checker sweep: a required policy diverges (exit {outcome.exit_code})"
+        return f"checker sweep {outcome.status}: " + "; ".join(outcome.lines())
+
+    def publish(self, outcome: SweepOutcome) -> str | None:
+        """Rank 0: the findings (stdout, --report, --plot), or what went wrong (stderr, and --report)."""
+        if outcome.findings is not None:
+            assert self.config is not None
+            try:
+                present(self.config, outcome.findings)
+            except CheckerInputError as exc:  # --report or --plot could not be written
+                return str(exc)
+            return None
+        for line in outcome.lines():
+            self.say(outcome.status, line)
+        if self.output.format == "json":
+            print(json.dumps(self._failure_report(outcome), indent=1))
+        if self.output.report:
+            from checker.outputs.sweep_report import write_report
+
+            return write_report(self.output.report, self._failure_report(outcome))
+        return None
+
+    def fallback(self, outcome: SweepOutcome) -> None:
+        for line in outcome.lines():
+            self.say(outcome.status, line)
+
+    def _failure_report(self, outcome: SweepOutcome) -> dict[str, object]:
+        from checker.outputs.sweep_report import failure_report
+
+        return failure_report(
+            status=outcome.status,
+            world_size=self.env.world_size,
+            errors=[e.line() for e in outcome.errors],
+            missing_ranks=outcome.missing_ranks,
+            infrastructure_detail=outcome.detail or None,
+        )

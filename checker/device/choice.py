@@ -1,0 +1,34 @@
+"""Which torch device a sweep derives on: the user's ``--device``, refused with one line if unusable.
+
+(``--materialize-device``, which also spreads ranks over a node's GPUs, is
+:func:`checker.device.materialize.resolve_device`.)"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from checker.core.errors import FlagError
+
+if TYPE_CHECKING:  # torch is imported when a device is chosen, so --help and input errors cost none
+    import torch
+
+
+def sweep_device(name: str) -> torch.device:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise FlagError(f"--device {name!r} is not a torch device; use cpu or cuda[:N]") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FlagError(f"--device {name}: no CUDA device is available here; use --device cpu")
+    return device
+
+
+def use_one_cpu_thread(device: torch.device) -> None:
+    """A few elementwise ops per stage: intra-op threads only contend on a shared host (8 ranks on 2
+    cores spin each other out), so on a CPU one thread is both the fastest and the polite choice."""
+    import torch
+
+    if device.type == "cpu":
+        torch.set_num_threads(1)

@@ -1,0 +1,48 @@
+"""The lines atop derive's, plan's and sweep's text output: the model and the layout it was derived for.
+
+One function for every command: each names the parts it shows (derive the state bytes per layer, the
+policy and the budget; sweep the KV token capacity; plan neither), so the common lines read the same.
+"""
+
+from __future__ import annotations
+
+from checker.core.sizing import CapacityInputs
+from checker.outputs.tables import fmt_bytes, fmt_int
+
+
+def header(
+    inputs: CapacityInputs,
+    *,
+    state: bool = False,
+    policy: bool = False,
+    budget: bool = False,
+    token_capacity: bool = False,
+    partition: bool = False,
+) -> str:
+    """``model ...`` and ``layout ...`` lines, with: ``state`` the state bytes per layer and their dtypes,
+    ``policy`` the charging policy in force, ``budget`` the budget, ``token_capacity`` the KV token
+    capacity, ``partition`` a SGLANG_PP_LAYER_PARTITION line when one is set under pp > 1."""
+    g = inputs.geometry
+    model = f"model {g.name}: {g.num_hidden_layers} layers, {g.num_linear_layers} linear; "
+    if state:
+        model += (
+            f"state per layer {fmt_int(g.bytes_per_layer)} B (conv {g.conv_dtype}, temporal "
+            f"{g.temporal_dtype}); "
+        )
+    model += f"per_req {fmt_bytes(g.per_req_bytes)}"
+    layout = f"layout pp {inputs.pp_size} x tp {inputs.tp_size} (dp {inputs.dp_size}); "
+    if policy:
+        layout += f"policy {inputs.resolved_policy}; "
+    if budget:
+        layout += f"budget {inputs.budget_gib:g} GiB, "
+    layout += (
+        f"r {inputs.mamba_full_memory_ratio:g}; {inputs.strategy_label}, "
+        f"{inputs.slots_per_request()} slots per request"
+    )
+    if token_capacity:
+        T = inputs.token_capacity
+        layout += f"; KV token capacity {'not modelled (does not bind)' if T is None else f'{T:,}'}"
+    lines = [model, layout]
+    if partition and inputs.partition_env and inputs.pp_size > 1:
+        lines.append(f"SGLANG_PP_LAYER_PARTITION={inputs.partition_env}")
+    return "\n".join(lines)

@@ -1,0 +1,164 @@
+"""The concurrency defects found by reading (issue 18), one regression test each, in-process and fast.
+
+Each test failed on the code before its fix (checked against a checkout of that code):
+a heartbeat that stopped for good on one store error; a finish that published although an abort
+already was; an abort report whose rendering bug left no trace; the GIL-free backstop disarmed before
+the unbounded group teardown; a report from an earlier run taken for this run's; the process umask
+changed while other threads create files.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fakes import Exited, FakeJob, FakeStore, World, run_ranks
+
+from checker.distributed import liveness
+
+
+def test_a_heartbeat_survives_a_transient_store_error(monkeypatch):
+    """One failed store call (a dropped connection that comes back) must not end the beats: a rank
+    whose heartbeat stopped is named as gone by the others although it is alive."""
+    monkeypatch.setattr(liveness, "HEARTBEAT_S", 0.002)
+    store = FakeStore()
+    store.fail_calls = 1  # the very first beat fails
+    beat = liveness.Heartbeat(store, 3).start()
+    try:
+        deadline = time.monotonic() + 2
+        while store.data.get("hb/3", 0) < 5 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        beat.stop()
+    assert store.data.get("hb/3", 0) >= 5, "the heartbeat stopped after one transient store error"
+
+
+def test_an_abort_during_finish_never_publishes_a_second_verdict():
+    """SIGTERM (or the watchdog) takes the verdict first and is still writing rank 0's report when the
+    main thread reaches its own finish: the main thread must not publish too (two reports, the later
+    one overwriting the infrastructure failure) but leave it to the abort, which ends the process."""
+    gate = threading.Event()
+    world = World(1)
+    job = FakeJob(rank=0, publish_gate=gate)
+    session = world.sessions[0]
+    aborting = threading.Thread(target=_abort, args=(session, "terminated by SIGTERM", True), daemon=True)
+    connect = session.connect
+
+    def abort_then_connect() -> None:  # SIGTERM arrives while the run is under way
+        aborting.start()
+        assert job.publishing.wait(5), "the abort never started publishing"
+        connect()
+
+    session.connect = abort_then_connect  # type: ignore[method-assign]
+    threading.Timer(0.3, gate.set).start()  # the abort's report write takes 0.3 s
+    (rank0,) = run_ranks(world, [job])
+    aborting.join(5)
+    assert [o[0] for o in job.published] == ["lost"], job.published
+    assert rank0.code == -1  # the main thread waited for the abort to end the process
+
+
+def _abort(session, detail: str, sigterm: bool) -> None:
+    try:
+        session.on_abort(detail, sigterm)
+    except Exited:  # the fake process exit
+        pass
+
+
+def test_a_rendering_bug_in_the_abort_report_leaves_a_traceback(capfd):
+    """The watchdog fires on rank 0 and rendering its report raises: the bug must leave a traceback
+    on stderr (it used to vanish inside the bounded call), and the rank still leaves with 3."""
+    world = World(1)
+    job = FakeJob(rank=0, publish_error=KeyError("a renderer's bug"))
+    session = world.sessions[0]
+    session.start(lambda detail, sigterm: None)
+    from checker.distributed.exchange import _Run
+
+    run = _Run(session, job, refused=None)
+    with pytest.raises(Exited) as exited:
+        run.abort("no verdict within --timeout-s 1 s (watchdog)", False)
+    assert exited.value.code == 3
+    err = capfd.readouterr().err
+    assert "Traceback" in err and 'KeyError: "a renderer\'s bug"' in err, err
+
+
+def test_the_backstop_stays_armed_until_the_group_is_destroyed(monkeypatch):
+    """destroy_process_group can block (a peer stuck in a collective): the GIL-free faulthandler
+    backstop must still be armed while it runs, and disarmed only after it returned."""
+    from checker.config import GroupOptions
+    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.session import Session
+
+    events: list[str] = []
+    monkeypatch.setattr(faulthandler, "cancel_dump_traceback_later", lambda: events.append("disarm"))
+
+    class Group:
+        store = FakeStore()
+        heartbeat = None
+        backend = "gloo"
+        device = None
+
+        def close(self) -> None:
+            events.append("destroy")
+
+        def shorten_store_timeout(self, seconds: float) -> None:
+            pass
+
+    env = RankEnv.from_environ({"RANK": "0", "WORLD_SIZE": "1"})
+    session = Session(env, GroupOptions(timeout_s=5))
+    session.group = Group()  # type: ignore[assignment]
+    assert session.close(0, clean=True) == 0
+    assert events == ["destroy", "disarm"]
+
+
+def test_a_report_left_by_an_earlier_run_is_not_taken_for_this_runs(tmp_path):
+    """Another rank waits for rank 0's error report by its modification time: a report an earlier run
+    wrote seconds before this process started must not end the wait at once."""
+    report = tmp_path / "report.json"
+    report.write_text('{"status": "consistent"}')
+    old = time.time() - 5
+    os.utime(report, (old, old))
+    code = textwrap.dedent(
+        f"""
+        import time
+        from checker.cli.refusal import wait_for_file
+        t0 = time.monotonic()
+        taken = wait_for_file({str(report)!r}, seconds=1.0)
+        print(taken, round(time.monotonic() - t0, 2))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    taken, waited = proc.stdout.split()
+    assert taken == "False" and float(waited) >= 0.9, proc.stdout
+
+
+def test_a_write_leaves_the_process_umask_alone(tmp_path, monkeypatch):
+    """Reading the umask by setting it changes it for every thread: a file another thread creates in
+    that moment gets the wrong mode (group/world-readable under a 077 umask). A write must read the
+    umask without ever setting another one, and still give the file the umask's mode."""
+    from checker.outputs.files import write_file
+
+    old = os.umask(0o077)
+    seen: list[int] = []
+    real_umask = os.umask
+
+    def spy(mask: int) -> int:
+        seen.append(mask)
+        return real_umask(mask)
+
+    monkeypatch.setattr(os, "umask", spy)
+    try:
+        assert write_file(str(tmp_path / "r.json"), "{}", what="--report") is None
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert all(m == 0o077 for m in seen), f"the umask was set to {[oct(m) for m in seen]}"
+    assert stat.S_IMODE(Path(tmp_path / "r.json").stat().st_mode) == 0o600

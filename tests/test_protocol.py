@@ -1,0 +1,227 @@
+"""The run protocol (checker/distributed/exchange.py) on a fake world: every rank a thread, every gather
+a barrier, every job piece scripted. Each failure branch ends with the right outcome published once and
+the same exit code on every rank, in milliseconds. Real process groups: tests/test_check.py, test_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from fakes import Exited, FakeJob, World, bad_input, run_ranks
+
+from checker.distributed.wire import MAGIC, ROW_LEN
+
+
+@pytest.fixture(autouse=True)
+def _no_error_file(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    monkeypatch.delenv("CHECKER_INJECT_FAULT", raising=False)
+
+
+def jobs(n: int, **per_rank) -> list[FakeJob]:
+    """``per_rank``: field -> {rank: value}."""
+    return [FakeJob(rank=r, **{k: v[r] for k, v in per_rank.items() if r in v}) for r in range(n)]
+
+
+def codes(results) -> list[int | None]:
+    for r in results:
+        if r.error is not None:
+            raise r.error
+    return [r.code for r in results]
+
+
+def published(js: list[FakeJob]) -> list:
+    """What was published on rank 0 and printed by others as a fallback (both should be rare)."""
+    return [(j.rank, o) for j in js for o in j.published] + [
+        (j.rank, "fallback", o) for j in js for o in j.fallbacks
+    ]
+
+
+def test_every_rank_leaves_with_the_decided_code_and_only_rank_0_publishes():
+    """The happy path: one header gather, one payload gather; rank 0 publishes what every rank sent."""
+    world, js = World(3), jobs(3, code={0: 1, 1: 1, 2: 1})
+    assert codes(run_ranks(world, js)) == [1, 1, 1]
+    assert published(js) == [(0, ("decided", 1, [[0, 0], [1, 1], [2, 2]]))]
+    assert [s.gathers for s in world.sessions] == [2, 2, 2]
+    assert all(s.closed == (1, True) for s in world.sessions)
+
+
+def test_a_file_rank_0_cannot_write_fails_every_rank_alike(monkeypatch, tmp_path):
+    """Rank 0 cannot write its --report: it leaves with 2, and so does every other rank (they adopt
+    the code rank 0 announces), and torchrun's error file says why on each."""
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    world, js = World(3), jobs(3, publish_problem={0: "cannot write --report /r.json: Permission denied"})
+    assert codes(run_ranks(world, js)) == [2, 2, 2]
+    line = json.loads(error_file.read_text())["message"]["message"]
+    assert line == "checker fake error: cannot write --report /r.json: Permission denied"
+
+
+def test_an_input_error_on_one_rank_is_named_and_every_rank_exits_2(capfd):
+    """Rank 2's local facts fail: it still joins; the text gather carries its message; every rank
+    ends on the same error outcome naming rank 2 (no payload gathered, nothing in the error file)."""
+    world = World(4)
+    js = jobs(4, local_error={2: bad_input("SGLANG_PP_LAYER_PARTITION=1,2,3 does not sum to 93")})
+    assert codes(run_ranks(world, js)) == [2, 2, 2, 2]
+    assert published(js) == [(0, ("errors", ["rank 2: SGLANG_PP_LAYER_PARTITION=1,2,3 does not sum to 93"]))]
+    assert [s.gathers for s in world.sessions] == [2, 2, 2, 2]  # header + text
+
+
+def test_the_same_error_on_many_ranks_is_grouped():
+    world = World(4)
+    js = jobs(4, local_error={1: bad_input("A"), 2: bad_input("B"), 3: bad_input("A")})
+    assert codes(run_ranks(world, js)) == [2] * 4
+    assert js[0].published == [("errors", ["ranks 1, 3: A", "rank 2: B"])]
+
+
+def test_an_unexpected_exception_in_local_facts_is_that_ranks_internal_error():
+    world, js = World(2), jobs(2, local_error={0: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid")})
+    assert codes(run_ranks(world, js)) == [2, 2]
+    ((kind, lines),) = js[0].published
+    assert kind == "errors" and lines[0].startswith("rank 0: internal error: UnicodeDecodeError:")
+
+
+def test_a_payload_that_raises_still_joins_the_gather_and_is_named():
+    """Rank 1's payload fails after the header gather (its environment, read late): it sends the
+    agreed length with its message in the prefix, so nobody is left waiting in the gather."""
+    world, js = World(3), jobs(3, payload_error={1: bad_input("cannot read the installed SGLang's metadata")})
+    assert codes(run_ranks(world, js)) == [2, 2, 2]
+    assert js[0].published == [("errors", ["rank 1: cannot read the installed SGLang's metadata"])]
+
+
+def test_a_refused_rank_joins_and_its_command_line_error_reaches_the_report():
+    """Rank 3 could not parse its command line (no job to run): it joins with only its message, so
+    rank 0's report names it rather than an infrastructure failure naming nobody."""
+    from checker.distributed.exchange import RankError, run
+
+    world, js = World(4), jobs(4)
+    results: dict[int, int] = {}
+
+    def one(rank: int) -> None:
+        refused = (
+            RankError(message="checker check: error: unrecognized arguments: --polcy") if rank == 3 else None
+        )
+        try:
+            results[rank] = run(world.sessions[rank], js[rank], refused=refused)
+        except Exited as exc:
+            results[rank] = exc.code
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == {0: 2, 1: 2, 2: 2, 3: 2}
+    assert js[0].published == [("errors", ["rank 3: checker check: error: unrecognized arguments: --polcy"])]
+
+
+def test_ranks_of_another_wire_schema_stop_at_the_header():
+    world, js = World(2), jobs(2)
+    world.schema[1] = (MAGIC, 99, ROW_LEN + 5)
+    assert codes(run_ranks(world, js)) == [2, 2]
+    ((kind, (line,)),) = js[0].published
+    assert (
+        kind == "errors"
+        and "ranks run different checker versions" in line
+        and "rank 1 speak wire schema 99" in line
+    )
+
+
+def test_payloads_of_different_lengths_are_never_gathered():
+    world, js = World(2), jobs(2, payload_len={1: 3})
+    assert codes(run_ranks(world, js)) == [2, 2]
+    assert js[0].published == [
+        ("errors", ["ranks send payloads of different lengths: rank 0 2 ints; rank 1 3 ints"])
+    ]
+    assert [s.gathers for s in world.sessions] == [1, 1]
+
+
+@pytest.mark.parametrize("failure", ["stale_store", "group_error"])
+def test_a_store_or_group_this_rank_cannot_use_is_an_error_and_leaves_without_the_store(failure):
+    """A reused --init-method file, a --backend this rank cannot use: error (2), unclean exit (no
+    teardown of a group that never formed), no exchange attempted."""
+    world = World(2)
+    if failure == "stale_store":
+        world.stale_store = True
+    else:
+        world.group_error = "--backend nccl needs a CUDA GPU and this rank sees none; use --backend gloo"
+    js = jobs(2)
+    assert codes(run_ranks(world, js)) == [2, 2]
+    assert js[0].published and js[0].published[0][0] == "errors"
+    assert all(s.closed == (2, False) for s in world.sessions)
+    assert [s.gathers for s in world.sessions] == [0, 0]
+
+
+def test_a_failed_collective_is_lost_on_every_rank_and_rank_0_names_the_gone():
+    """The payload gather fails (a peer dropped out): rank 0 names the gone ranks and publishes; the
+    others adopt its announcement without looking for the gone ranks themselves."""
+    world = World(3, missing=[2])
+    world.fail_gather[2] = {2}
+    js = jobs(3)
+    assert codes(run_ranks(world, js)) == [3, 3, 3]
+    assert js[0].published == [("lost", "exchange: a peer left the gather", [2])]
+    assert not js[1].fallbacks and all(s.closed[1] is False for s in world.sessions)
+
+
+def test_when_rank_0_never_announces_the_others_print_their_own_verdict():
+    """Rank 0 is gone (it never announces): each other rank prints the outcome itself, naming the
+    gone ranks it finds then, rather than leaving without a word."""
+    world = World(3, missing=[0], announce_wait_s=0.05)
+    world.fail_gather[1] = {0}
+    js = jobs(3)
+    js[0].publish_gate = threading.Event()  # rank 0 hangs in its publish (frozen)
+    threading.Timer(0.5, js[0].publish_gate.set).start()
+    assert codes(run_ranks(world, js)) == [3, 3, 3]
+    assert js[1].fallbacks == [("lost", "exchange: a peer left the gather", [0])]
+    assert js[2].fallbacks == js[1].fallbacks
+
+
+@pytest.mark.parametrize("sigterm", [False, True])
+def test_the_watchdog_or_sigterm_publishes_a_lost_outcome_and_leaves_with_3(sigterm):
+    """Rank 0's abort names the gone ranks and publishes; another rank told to stop (SIGTERM) only
+    marks itself as leaving, while one whose watchdog fired prints its own (and marks itself too)."""
+    from checker.distributed.exchange import _Run
+
+    world = World(2, missing=[1])
+    js = jobs(2)
+    for rank in (0, 1):
+        run = _Run(world.sessions[rank], js[rank], refused=None)
+        world.sessions[rank].start(run.abort)
+        with pytest.raises(Exited) as exited:
+            run.abort("no verdict within --timeout-s 5 s + 10 s (watchdog)", sigterm)
+        assert exited.value.code == 3
+    assert js[0].published == [("lost", "no verdict within --timeout-s 5 s + 10 s (watchdog)", [1])]
+    assert world.announced == (3, "fake lost")  # ranks still waiting on rank 0 stop waiting
+    assert js[1].fallbacks == ([] if sigterm else [js[0].published[0]])
+    why = "sigterm" if sigterm else "watchdog"  # neither rank is blamed for stopping
+    assert world.exiting == {0: why, 1: why}
+
+
+def test_an_abort_while_finishing_does_nothing():
+    """Rank 0 is publishing its verdict when SIGTERM arrives: the abort returns at once (torchrun's
+    SIGKILL bounds the rest) and the verdict is published once, with its own exit code."""
+    world = World(1)
+    gate = threading.Event()
+    js = jobs(1, code={0: 1}, publish_gate={0: gate})
+    session = world.sessions[0]
+
+    def sigterm_while_publishing() -> None:
+        assert js[0].publishing.wait(5)
+        session.on_abort("terminated by SIGTERM", True)  # returns: the lock is the finisher's
+        gate.set()
+
+    t = threading.Thread(target=sigterm_while_publishing)
+    t.start()
+    assert codes(run_ranks(world, js)) == [1]
+    t.join(5)
+    assert js[0].published == [("decided", 1, [[0, 0]])]
+    assert world.exiting == {}
+
+
+def test_a_bug_in_publishing_leaves_a_traceback_and_fails_the_run(capfd):
+    world, js = World(2), jobs(2, publish_error={0: ZeroDivisionError("in a renderer")})
+    assert codes(run_ranks(world, js)) == [2, 2]
+    err = capfd.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError: in a renderer" in err

@@ -1,0 +1,227 @@
+"""One table of sizing inputs (checker/core/server_args.py): the checker's flags, the typed config, the
+core's inputs and the launch-command mapping all follow from it, and the launch command's values are
+checked as the checker's own flags are.
+
+Each test names the defect it catches: a row wired into one place but not another, a value SGLang
+cannot start with accepted from the launch command, a checker flag given in a spelling argparse accepts
+but silently overridden by the launch command, a config file SGLang would never read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from checker.cli.main import _subparser, build_parser
+from checker.config import ModelChoice, SizingFlags, capacity_inputs
+from checker.core.errors import FlagError, LayoutError
+from checker.core.server_args import SIZING_ARGS, ServerArg
+from checker.launch.merge import given_dests
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+MODEL = str(FIXTURES / "qwen3_next_80b_a3b.json")
+SERVE = ["python", "-m", "sglang.launch_server", "--model-path", MODEL]
+
+
+def _other_value(row: ServerArg) -> object:
+    """A valid value of ``row`` other than its default (the test's input, not the code under test)."""
+    if row.kind is bool:
+        return True
+    if row.dtype:
+        return "bfloat16"
+    if row.choices is not None:
+        return next(c for c in reversed(row.choices) if c != row.default)
+    return 0.25 if row.kind is float else 2
+
+
+def _argv(row: ServerArg, value: object) -> list[str]:
+    return [row.flag] if row.kind is bool else [row.flag, str(value)]
+
+
+def _parse(command: str, argv: list[str]):
+    return build_parser().parse_args([command, *argv])
+
+
+# -- the checker's flags and the typed config follow from the table ---------------------------------------
+
+
+@pytest.mark.parametrize("command", ["check", "derive", "plan", "sweep"])
+def test_flags_left_out_build_the_configs_defaults(command):
+    """Every command has every sizing flag, defaulting to the typed config's default: a row missing from
+    a command's parser shows as an AttributeError, a wrong argparse default as a different field."""
+    required = {"plan": ["--suggest-partition"]}.get(command, [])
+    args = _parse(command, required)
+    policy = {"policy": None} if command == "sweep" else {}  # the sweep's --policy is a list of its own
+    flags = SizingFlags.from_args(args, **policy)
+    assert flags == SizingFlags(pp_size=args.pp_size)
+
+
+@pytest.mark.parametrize("row", SIZING_ARGS, ids=lambda r: r.name)
+def test_each_flag_sets_its_field_with_its_type(row):
+    """Giving a flag sets exactly its field, typed (2, not "2"): a flag wired to another dest, or a type
+    the argparse option does not apply, shows here."""
+    value = _other_value(row)
+    flags = SizingFlags.from_args(_parse("derive", _argv(row, value)))
+    assert type(getattr(flags, row.name)) is type(value)
+    assert flags == SizingFlags(**{"pp_size": 8, row.name: value})  # derive's pp default is 8
+
+
+@pytest.mark.parametrize("row", SIZING_ARGS, ids=lambda r: r.name)
+def test_each_flag_reaches_the_cores_inputs(row):
+    """capacity_inputs carries every flag into CapacityInputs: a field dropped on the way (the
+    derivation then runs with the default) shows as the default here."""
+    value = _other_value(row)
+    companions = {
+        "speculative_num_draft_tokens": {"max_running_requests": 8},
+        "token_capacity": {"context_len": 4096},
+    }.get(row.name, {})
+    sizing = SizingFlags(**{row.name: value, **companions})
+    inputs = capacity_inputs(ModelChoice(model_config=MODEL), sizing, budget_gib=8.0, env={})
+    assert getattr(inputs, row.name) == value
+
+
+def test_a_list_never_lands_in_a_scalar_field():
+    """The sweep's repeatable --policy is a list: it used to land in SizingFlags.policy (a str field),
+    where anything reading the flag saw a list."""
+    from checker.commands.sweep import config_from_args
+
+    with pytest.raises(TypeError, match="policy"):
+        SizingFlags(policy=["own-share"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="page_size"):
+        SizingFlags(page_size=True)  # a bool is not a page size
+    args = _parse("sweep", ["--policy", "own-share", "--policy", "max-share"])
+    config = config_from_args(args)
+    assert config.sizing.policy is None and config.policies == ("own-share", "max-share")
+
+
+def test_the_core_refuses_what_the_flag_refuses():
+    """A CapacityInputs built in code is held to the same rows as the flag: the layout sizes' error class
+    and bound, a strategy that does not exist."""
+    base = capacity_inputs(ModelChoice(model_config=MODEL), SizingFlags(), budget_gib=8.0, env={})
+    from dataclasses import replace
+
+    with pytest.raises(LayoutError, match="--tp-size 2000 must be at most 1,024"):
+        replace(base, tp_size=2000)
+    with pytest.raises(FlagError, match="--mamba-radix-cache-strategy 'lazy' is not one of"):
+        replace(base, mamba_radix_cache_strategy="lazy")
+
+
+# -- the launch command's values are checked as the flags are ---------------------------------------------
+
+BAD_VALUES = [
+    # (the checker's flag, the launch command's flag, a value neither SGLang nor the checker can use)
+    ("--pp-size", "--pp-size", "0"),
+    ("--tp-size", "--tp-size", "0"),
+    ("--tp-size", "--tensor-parallel-size", "0"),
+    ("--dp-size", "--dp-size", "0"),
+    ("--pp-size", "--pp-size", "2000"),
+    ("--page-size", "--page-size", "0"),
+    ("--max-running-requests", "--max-running-requests", "0"),
+    ("--max-mamba-cache-size", "--max-mamba-cache-size", "0"),
+    ("--speculative-num-draft-tokens", "--speculative-num-draft-tokens", "-1"),
+    ("--context-len", "--context-length", "0"),
+    ("--mamba-full-memory-ratio", "--mamba-full-memory-ratio", "0"),
+    ("--pp-max-micro-batch-size", "--pp-max-micro-batch-size", "-1"),
+]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "value"), BAD_VALUES)
+def test_a_value_the_flag_refuses_is_refused_in_the_launch_command(cli, ours, theirs, value):
+    """Launch-command --pp-size 0 / --tp-size 0 used to be derived as 1 while --pp-size 0 was refused:
+    the check then checked a deployment that does not exist. Both are one line and exit 2 now, the
+    launch command's naming its own flag."""
+    by_flag = cli(["derive", "--model-config", MODEL, ours, value])
+    by_launch = cli(["derive", "--", *SERVE, theirs, value])
+    for res in (by_flag, by_launch):
+        assert res.rc == 2 and len(res.err.strip().splitlines()) == 1, res.err
+    assert f"{ours} {value}" in by_flag.err
+    canonical = "--tp-size" if theirs == "--tensor-parallel-size" else theirs
+    assert f"launch command {canonical} {value}" in by_launch.err, by_launch.err
+
+
+def test_mem_fraction_static_is_checked_alike_in_both_places(cli):
+    by_flag = cli(["check", "--mem-fraction-static", "1.5", "--model", "kimi-k3", "--budget-from-device"])
+    by_launch = cli(["derive", "--", *SERVE, "--mem-fraction-static", "1.5"])
+    assert by_flag.rc == by_launch.rc == 2
+    assert "1.5 must be in (0, 1]" in by_flag.err
+    assert "launch command --mem-fraction-static 1.5" in by_launch.err
+
+
+def test_a_zero_micro_batch_cap_in_the_launch_command_means_what_sglang_makes_it(cli):
+    """SGLang's scheduler reads --pp-max-micro-batch-size 0 as unset (``if not pp_max_micro_batch_size``:
+    max_running_requests // pp_size); the checker's own flag refuses 0, the launch command's gets
+    SGLang's meaning instead of an error or a cap of 0."""
+    argv = ["derive", "--format", "json", "--", *SERVE, "--pp-size", "4"]
+    zero = cli([*argv, "--pp-max-micro-batch-size", "0"])
+    unset = cli(argv)
+    assert zero.rc == unset.rc == 0, zero.err
+    assert json.loads(zero.out)["ranks"] == json.loads(unset.out)["ranks"]
+    assert cli(["derive", "--model-config", MODEL, "--pp-max-micro-batch-size", "0"]).rc == 2
+
+
+# -- a checker flag given in any spelling is given ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("ours", [["--tp", "2"], ["--tp-s=2"], ["--tp-size", "2"], ["--tp", "1"]])
+def test_an_abbreviated_checker_flag_conflicts_with_the_launch_command(cli, ours):
+    """argparse accepts ``--tp 2`` for --tp-size: the merge must see it as given, or the launch
+    command's --tp-size 4 silently replaces what the user typed (``--tp 1`` too: given at the default
+    is still given)."""
+    res = cli(["derive", *ours, "--", *SERVE, "--tp-size", "4"])
+    assert res.rc == 2 and "in the launch command disagree" in res.err, res.err
+    assert f"--tp-size {ours[-1].split('=')[-1]} and --tp-size 4" in res.err
+
+
+def test_given_dests_is_what_argparse_set_and_leaves_the_parser_as_it_was():
+    parser = build_parser()
+    sub = _subparser(parser, "derive")
+    words = ["--tp", "2", "--disable-radix", "--model-p=m", "--mamba-full=0.5", "-q"]
+    assert given_dests(sub, words) == {
+        "tp_size",
+        "disable_radix_cache",
+        "model_config",
+        "mamba_full_memory_ratio",
+        "quiet",
+    }
+    assert given_dests(sub, []) == set()
+    args = parser.parse_args(["derive"])  # the defaults survive the suppressed parse
+    assert args.tp_size == 1 and args.pp_size == 8 and args.disable_radix_cache is False
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "agree"),
+    [
+        ("0.5", "0.50", True),  # two spellings of one float
+        ("0.5", "5e-1", True),
+        ("0.5", "0.5000000000001", False),  # 1e-13 apart: a different ratio on the server
+        ("0.5", "0.500001", False),
+    ],
+)
+def test_float_conflicts_are_exact(cli, ours, theirs, agree):
+    """The conflict check compares the numbers the two parsers read: a value that differs in any digit
+    is a different input on the server, and the checker used to derive with its own (a 1e-12
+    tolerance kept the checker's value while the server ran the launch command's)."""
+    res = cli(
+        ["derive", "-q", "--mamba-full-memory-ratio", ours, "--", *SERVE, "--mamba-full-memory-ratio", theirs]
+    )
+    if agree:
+        assert res.rc == 0, res.err
+    else:
+        assert res.rc == 2 and "--mamba-full-memory-ratio" in res.err and "disagree" in res.err
+
+
+# -- a config file SGLang would not read ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", [["--conf", "x.yaml"], ["--confi=x.yaml"]])
+def test_an_abbreviated_config_flag_is_refused(cli, spelling):
+    """SGLang merges a config file only for the exact word --config (prepare_server_args); argparse
+    accepts --conf FILE and the server starts without the file. It used to pass the checker's --config
+    refusal and be ignored here too."""
+    res = cli(["derive", "--", *SERVE, *spelling])
+    lines = res.err.strip().splitlines()
+    assert res.rc == 2 and len(lines) == 1, res.err
+    typed = spelling[0].split("=")[0]
+    assert f"{typed} x.yaml in the launch command" in lines[0] and "`--config x.yaml`" in lines[0]
