@@ -9,6 +9,7 @@ even split there is no odd one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 import pytest
@@ -18,6 +19,7 @@ from checker.distributed.wire import VALUE_BYTES
 from checker.outputs.tables import is_split, outliers
 from checker.preflight.row import RankRow
 from checker.preflight.verdict import decide, explain_input, infrastructure_failure
+from checker.status import ROW_DRIFT, ROW_INTERNAL
 
 PARTITION = "SGLANG_PP_LAYER_PARTITION"
 SET = "30,21,21,21"
@@ -277,6 +279,8 @@ def test_two_release_steps_are_both_explained() -> None:
         "0.5.23 floors --max-running-requests // dp at 1 (resolver, no-radix pool, spec "
         "reservation); 0.5.17 lets it reach 0 and refuses to start"
     )
+    # Each change is its own "; "-separated clause naming the release it is about.
+    assert all(re.match(r"0\.5\.\d+ ", clause) for clause in why.split("; ")), why
 
 
 def test_ranks_without_sglang_are_named_as_such() -> None:
@@ -385,3 +389,107 @@ def test_an_infrastructure_failure_keeps_the_rows_it_has() -> None:
     rows = world(2)
     v = infrastructure_failure(world_size=3, detail="rank 2 lost", missing_ranks=[2], rows=rows)
     assert v.rows == rows and v.missing_ranks == [2] and v.status == "infrastructure_failure"
+
+
+# -- the verdict's status, in the order a user reads it: drift, errors, divergence, inputs ---------------
+
+DRIFT = "max_mamba_cache_size: builtin 74, sglang 73"
+
+
+def test_a_drifted_model_is_the_verdict_even_where_values_differ() -> None:
+    """When the builtin model and SGLang disagree on some ranks, their values are not evidence: the verdict
+    is model_drift (exit 4), each drift message once with the ranks that sent it."""
+    rows = world(4, k_of=lambda r: 83 if r == 3 else 74)
+    for r in rows[1:3]:
+        r.status, r.error = ROW_DRIFT, DRIFT
+    rows[3].status, rows[3].error = ROW_DRIFT, "max_running_requests: builtin 18, sglang 20"
+    v = decide(rows, world_size=4)
+    assert (v.status, v.exit_code) == ("model_drift", 4)
+    assert v.errors == [f"ranks 1-2: {DRIFT}", "rank 3: max_running_requests: builtin 18, sglang 20"]
+    assert v.divergent == []
+
+
+def test_a_rank_that_failed_outranks_a_drifted_one() -> None:
+    rows = world(3)
+    rows[0].status, rows[0].error = ROW_INTERNAL, "internal error: KeyError 'x'"
+    rows[2].status, rows[2].error = ROW_DRIFT, DRIFT
+    v = decide(rows, world_size=3)
+    assert (v.status, v.exit_code) == ("error", 2)
+    assert v.errors == ["rank 0: internal error: KeyError 'x'"]
+
+
+def test_inputs_that_differ_under_equal_values_warn_and_fail_only_with_strict_inputs() -> None:
+    conv, part = "SGLANG_MAMBA_CONV_DTYPE", PARTITION
+    rows = world(3, inputs_of=lambda r: {conv: "bfloat16", part: SET} if r == 2 else {})
+    v = decide(rows, world_size=3)
+    assert (v.status, v.errors) == ("consistent", [])
+    (warning,) = v.warnings
+    lead, names = warning.split(": ")
+    assert lead == "inputs differ across ranks although every derived value agrees"
+    assert sorted(names.split(", ")) == sorted([part, conv])
+    strict = decide(rows, world_size=3, strict_inputs=True)
+    assert (strict.status, strict.exit_code, strict.warnings) == ("divergent", 1, [])
+    assert strict.errors == [warning + " (--strict-inputs)"]
+
+
+def test_the_verdict_keeps_the_world_it_was_decided_for() -> None:
+    assert decide(world(4), world_size=4).world_size == 4
+    lost = infrastructure_failure(world_size=3, detail="rank 2 lost", missing_ranks=[2], rows=world(2))
+    assert lost.world_size == 3
+
+
+def test_a_world_of_one_rank_is_consistent() -> None:
+    v = decide(world(1), world_size=1)
+    assert (v.status, v.differing_inputs, v.root_causes, v.warnings) == ("consistent", [], [], [])
+
+
+def test_the_release_derived_as_is_a_cause_only_when_the_installed_ones_agree() -> None:
+    """Ranks on other installed releases also derive as other releases: that follows, it is one cause.
+    Ranks on one installed release told to derive as different ones (--sglang-version): that is the cause."""
+
+    def derived(r: int) -> str:
+        return f"SGLang {'0.5.22' if r == 3 else '0.5.23'} (--sglang-version)"
+
+    upgraded = world(
+        4,
+        inputs_of=lambda r: {"sglang_installed": "0.5.22" if r == 3 else "0.5.23", "derived_as": derived(r)},
+    )
+    v = decide(upgraded, world_size=4)
+    assert set(v.differing_inputs) == {"sglang_installed", "derived_as"}
+    assert [c.split(":")[0] for c in v.root_causes] == ["sglang_installed"]
+    told = world(4, inputs_of=lambda r: {"sglang_installed": "0.5.23", "derived_as": derived(r)})
+    assert decide(told, world_size=4).root_causes == [
+        "derived_as: ranks 0-2 derive as SGLang 0.5.23 (--sglang-version); "
+        "rank 3 derive as SGLang 0.5.22 (--sglang-version) (on node-3)"
+    ]
+
+
+def test_each_value_group_says_which_stages_derived_it() -> None:
+    """Rank 3 derives 83 slots where ranks 0-2 derive 74: the groups name the value, the ranks, their
+    pipeline stages, the layer slices and the distinct linear-layer counts in slice order."""
+    rows = world(4, k_of=lambda r: 83 if r == 3 else 74)
+    for r, linear in zip(rows, (2, 1, 2, 3), strict=True):
+        r.stage_linear_layers = linear
+    majority, odd = decide(rows, world_size=4).divergent_groups["max_mamba_cache_size"]
+    assert (majority.value, majority.ranks, majority.pp_ranks) == (74, [0, 1, 2], [0, 1, 2])
+    assert majority.layers == [(0, 1), (1, 2), (2, 3)] and majority.linear_layers == [2, 1]
+    assert (majority.share, majority.outlier) == ("majority", False)
+    assert (odd.value, odd.ranks, odd.pp_ranks, odd.layers, odd.linear_layers) == (
+        83,
+        [3],
+        [3],
+        [(3, 4)],
+        [3],
+    )
+    assert (odd.share, odd.outlier, odd.hosts) == ("outlier", True, ["node-3"])
+
+
+def test_a_stage_charged_for_no_state_does_not_stop_the_efficiency_check() -> None:
+    """A stage holding no linear layers allocates and is charged nothing; the others, allocating an eighth
+    of what they are charged, still get the warning."""
+    rows = world(4)
+    rows[0].state_allocated_bytes = rows[0].state_charged_bytes = 0
+    for r in rows[1:]:
+        r.state_allocated_bytes, r.state_charged_bytes = 1 << 20, 8 << 20
+    (warning,) = decide(rows, world_size=4).warnings
+    assert warning.startswith("consistent, but stages allocate only about 1/8 of the state memory")
