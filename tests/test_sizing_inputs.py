@@ -266,6 +266,7 @@ def test_two_model_configs_disagree_naming_both(cli, tmp_path):
     res = cli(["derive", "-q", "--model-config", str(other), "--", *SERVE])
     assert res.rc == 2 and len(res.err.strip().splitlines()) == 1, res.err
     assert f"--model-config {other} and --model-path {MODEL} in the launch command disagree" in res.err
+    assert "give it in one place (the launch command is what the server runs)" in res.err
 
 
 def test_nothing_after_the_separator_says_what_to_give(cli):
@@ -297,3 +298,27 @@ def test_the_launch_input_names_exactly_the_sglang_only_flags_the_command_gave(c
     assert "sglang.enable_dp_attention=true" in given
     assert "sglang.enable_dp_attention" not in plain and "sglang.tp_size=2" in plain
     assert "sglang.tp_size" not in _launch_input(cli(["derive", "-q", "--format", "json", "--", *SERVE]))
+
+
+def test_a_model_by_name_and_a_launch_commands_model_path_are_refused(cli):
+    res = cli(["derive", "--model", "kimi-k3", "--", *SERVE])
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1, res.err
+    assert f"--model kimi-k3 and --model-path {MODEL} in the launch command name two models" in res.err
+    assert "drop --model" in res.err
+
+
+@pytest.mark.parametrize(
+    "ours",
+    [[], ["--pp-size", "4"]],
+    ids=["after-an-input-derive-does-not-use", "after-an-input-given-in-both-places"],
+)
+def test_every_launch_input_is_taken_whatever_comes_before_it(cli, ours):
+    """The launch command's inputs are merged one by one: one the command does not use
+    (--mem-fraction-static for derive) or one given in both places and agreeing must not end the merge
+    for the inputs after it."""
+    launch = [*SERVE, "--pp-size", "4", "--mem-fraction-static", "0.8", "--tp-size", "2"]
+    res = cli(["derive", "-q", "--format", "json", *ours, "--", *launch])
+    assert res.rc == 0, res.err
+    doc = json.loads(res.out)
+    assert (doc["layout"]["pp_size"], doc["layout"]["tp_size"]) == (4, 2)
+    assert doc["geometry"]["name"].startswith(MODEL)
