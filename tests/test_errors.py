@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from checker.core.errors import shorten
+from checker.core.errors import CheckerInputError, printable, shorten
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,13 @@ def test_a_collection_says_how_many_entries_only_when_some_are_left_out(value: o
 def test_a_long_string_is_one_short_line_with_its_length() -> None:
     shown = shorten("a" * 50_000_000)
     assert shown.endswith(" (50,000,000 chars)") and len(shown) < 80
+
+
+def test_printable_escapes_only_what_would_break_the_line() -> None:
+    r"""A Windows-style path keeps its backslashes as typed; the newline after it is escaped as \n."""
+    assert printable("C:\\models\\qwen\n") == "C:\\models\\qwen\\n"
+    assert printable("dir\u202eevil") == "dir\\u202eevil"
+
+
+def test_an_input_error_is_one_line() -> None:
+    assert str(CheckerInputError("bad value\nin two lines")) == "bad value in two lines"
