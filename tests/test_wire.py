@@ -63,6 +63,13 @@ def test_a_row_reads_back_as_it_was_sent(row: RankRow) -> None:
     assert dict(back.input_digests) == {name: digest(v) for name, v in sent.items()}
 
 
+def test_texts_ending_in_any_character_read_back_whole() -> None:
+    # Only the NUL padding is stripped: a host or value ending in a letter, a space or "X" keeps it.
+    for text in ("node-X", "gpu-node-7 ", "XX"):
+        back = decode_row(encode_row(RankRow(host=text, inputs={"model": text})))
+        assert (back.host, back.inputs["model"]) == (text, text)
+
+
 def test_unset_and_empty_are_different_inputs() -> None:
     back = decode_row(encode_row(RankRow(inputs={"model": ""})))
     assert back.inputs["model"] == "" and back.inputs["derived_as"] is None
