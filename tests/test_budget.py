@@ -209,10 +209,61 @@ def test_the_release_a_refusal_names_is_the_one_derived_for() -> None:
             mem_fraction_static=0.9,
             pre_capture_reserve_mb=1,
         )
-    with pytest.raises(FlagError, match=r"^SGLang 0\.5\.17 takes no multimodal reservation"):
+    with pytest.raises(FlagError, match=r"^SGLang 0\.5\.17 takes no multimodal reservation") as info:
         sizing_budget(
             "0.5.17", free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=0.9, mm_reservation_gb=1.5
         )
+    assert str(info.value).endswith("(it arrived in 0.5.18); drop it")
+    with pytest.raises(FlagError) as info:
+        sizing_budget(
+            "0.5.15",
+            free_before_gib=80.0,
+            weights_gib=20.0,
+            mem_fraction_static=0.9,
+            pre_capture_reserve_mb=1,
+        )
+    assert str(info.value).endswith("(it arrived in 0.5.16); drop it")
+
+
+def test_a_budget_sglang_refuses_quotes_sglangs_words_and_the_way_out() -> None:
+    """The user greps the server's log for SGLang's own message, then needs to know what to change."""
+    with pytest.raises(BudgetError) as info:
+        sizing_budget(None, free_before_gib=80.0, weights_gib=79.0, mem_fraction_static=0.9)
+    msg = str(info.value)
+    assert '"Loaded weights leave no GPU memory for the KV cache"' in msg
+    assert msg.endswith("raise --mem-fraction-static or lower the weights")
+    with pytest.raises(BudgetError, match=r"^no free-memory figure to agree on \(every rank missing\)$"):
+        agreed_free_gib([])
+
+
+# Worked by hand from SGLang's runtime_context.py pre_capture_activation_reserve_mb (the docstring's
+# formula): tokens = decode server ? max(running * (draft tokens or 1), 2048) : chunked prefill > 0 ?
+# max(chunked, 2048) : max(max_prefill_tokens (16384 by default), 2048); 512 + tokens * 1.5 +
+# tp * pp / 8 * 1024 MB, at least 10240 MB on a device of more than 60 GiB.
+RESERVE_CASES = [
+    # a decode server: its running requests times the draft tokens, at least 2048 tokens
+    (dict(decode_running_requests=1024, speculative_num_draft_tokens=4), 512 + 4096 * 1.5 + 128),
+    (dict(decode_running_requests=1500), 512 + 2048 * 1.5 + 128),
+    (dict(decode_running_requests=100, speculative_num_draft_tokens=4), 512 + 2048 * 1.5 + 128),
+    (dict(decode_running_requests=3000), 512 + 3000 * 1.5 + 128),
+    # chunked prefill off (-1 or 0): max_prefill_tokens, at least 2048
+    (dict(chunked_prefill_size=-1), 512 + 16384 * 1.5 + 128),
+    (dict(chunked_prefill_size=0, max_prefill_tokens=4096), 512 + 4096 * 1.5 + 128),
+    (dict(chunked_prefill_size=-1, max_prefill_tokens=1024), 512 + 2048 * 1.5 + 128),
+    # a chunk of one token is still chunked prefill
+    (dict(chunked_prefill_size=1), 512 + 2048 * 1.5 + 128),
+    # tp 2 x pp 4: 2 * 4 / 8 * 1024
+    (dict(tp_size=2, pp_size=4), 512 + 2048 * 1.5 + 1024),
+    # exactly 60 GiB is not "more than 60 GiB"; 10 MB more is
+    (dict(gpu_mem_mb=60 * 1024), 512 + 2048 * 1.5 + 128),
+    (dict(gpu_mem_mb=60 * 1024 + 10), 10240),
+]
+
+
+@pytest.mark.parametrize(("kw", "reserve"), RESERVE_CASES)
+def test_pre_capture_activation_reserve_by_case(kw: dict, reserve: float) -> None:
+    args = dict(gpu_mem_mb=None, tp_size=1, pp_size=1, chunked_prefill_size=2048) | kw
+    assert pre_capture_activation_reserve_mb(**args) == reserve
 
 
 def test_the_formula_line_shows_every_term() -> None:

@@ -26,8 +26,10 @@ def test_tp_is_the_inner_dimension(world, tp, pp, expected):
 
 @pytest.mark.parametrize(("world", "tp", "pp"), [(6, 4, None), (8, 2, 3), (4, 1, 8)])
 def test_a_world_that_is_not_pp_x_tp_is_refused(world, tp, pp):
-    with pytest.raises(LayoutError, match=f"world_size {world} is not pp_size x tp_size"):
+    with pytest.raises(LayoutError, match=f"world_size {world} is not pp_size x tp_size") as info:
         layout(world, 0, pp_size=pp, tp_size=tp)
+    # --pp-size not given: the message says so rather than inventing one.
+    assert f"= {pp or '?'} x {tp};" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from functools import cache
@@ -111,6 +112,14 @@ def decided(world: World) -> Verdict:
             row.status, row.error = ROW_DRIFT, "max_mamba_cache_size: builtin 74, sglang 73"
         rows.append(decode_row(encode_row(row)))
     return decide(rows, world_size=world.n, strict_inputs=world.strict)
+
+
+@pytest.fixture(autouse=True)
+def _decide_afresh_under_mutation() -> None:
+    """Under mutmut (docs/development.md, "Mutation testing") each mutant runs in a process forked after
+    the suite ran once unmutated: a verdict cached then would hide the mutant from every test here."""
+    if os.environ.get("MUTANT_UNDER_TEST"):
+        decided.cache_clear()
 
 
 def report(world: World) -> dict:

@@ -9,14 +9,17 @@ even split there is no odd one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 import pytest
 from rank_rows import world
 
+from checker.distributed.wire import VALUE_BYTES
 from checker.outputs.tables import is_split, outliers
 from checker.preflight.row import RankRow
-from checker.preflight.verdict import decide, explain_input
+from checker.preflight.verdict import decide, explain_input, infrastructure_failure
+from checker.status import ROW_DRIFT, ROW_INTERNAL
 
 PARTITION = "SGLANG_PP_LAYER_PARTITION"
 SET = "30,21,21,21"
@@ -198,3 +201,335 @@ def test_one_rank_on_another_release_than_its_node_is_singular() -> None:
     assert "; rank 3 (on node-1) runs SGLang 0.5.16" in explain_input("sglang_installed", rows)
     rows = world(4, per_node=2, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r else "0.5.23"})
     assert "ranks 1-3 (on node-0, node-1) run SGLang 0.5.16" in explain_input("sglang_installed", rows)
+
+
+FLOOR = (
+    "0.5.23 floors --max-running-requests // dp at 1 (resolver, no-radix pool, spec reservation); 0.5.22 "
+    "lets it reach 0 and refuses to start"
+)
+SPEC_UNDER_PP = "0.5.20 refuses speculative decoding under pipeline parallelism; 0.5.21 accepts it"
+SKIP_LOCK = "0.5.17 and later read SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK (base 2 slots per request instead of 3)"
+BUDGET_RULE = "0.5.17 and 0.5.18 compute the memory handed to sizing differently"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "inputs", "changed"),
+    [
+        ("0.5.22", "0.5.23", {"max_running_requests": "8"}, FLOOR),
+        ("0.5.22", "0.5.23", {}, None),  # no --max-running-requests: the floor cannot matter
+        ("0.5.20", "0.5.21", {"speculative_num_draft_tokens": "2"}, SPEC_UNDER_PP),
+        ("0.5.20", "0.5.21", {}, None),
+        (
+            "0.5.17",
+            "0.5.18",
+            {"budget_source": "device free (MIN over ranks): total_rest_memory = 7.2 GiB"},
+            BUDGET_RULE,
+        ),
+        ("0.5.17", "0.5.18", {"budget_source": "--budget-gib"}, None),
+    ],
+)
+def test_the_release_line_names_only_the_changes_that_matter_here(
+    old: str, new: str, inputs: dict[str, str], changed: str | None
+) -> None:
+    """Half the ranks on each release; what the ranks exchanged (the flags, the budget source) decides
+    which release changes can explain the difference: the line says those, and nothing when none can."""
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": old if r < 2 else new, **inputs})
+    cause = decide(rows, world_size=4).root_causes[0]
+    if changed is None:
+        assert " -- what changed" not in cause, cause
+    else:
+        assert cause.split(" -- what changed: ")[1].startswith(changed), cause
+
+
+def test_the_decode_lock_change_is_named_when_any_rank_sets_the_switch() -> None:
+    """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK exported on one rank only is enough for the 0.5.16 -> 0.5.17
+    change in how it is read to matter (that rank's slots per request change)."""
+    lock = "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"
+    rows = world(
+        4,
+        inputs_of=lambda r: {
+            "sglang_installed": "0.5.16" if r < 2 else "0.5.17",
+            **({lock: "1"} if r == 3 else {}),
+        },
+    )
+    release_line = next(c for c in decide(rows, world_size=4).root_causes if c.startswith("sglang_installed"))
+    assert SKIP_LOCK in release_line
+    plain = world(4, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r < 2 else "0.5.17"})
+    assert SKIP_LOCK not in decide(plain, world_size=4).root_causes[0]
+
+
+LAZY_SPEC = "0.5.17 and later accept extra_buffer_lazy with speculative decoding; 0.5.16 refuses it"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "pp_size", "named"),
+    [
+        ({"mamba_radix_cache_strategy": "extra_buffer_lazy", "speculative_num_draft_tokens": "2"}, 1, True),
+        ({"mamba_radix_cache_strategy": "extra_buffer_lazy"}, 1, False),  # lazy without spec decoding
+        ({"speculative_num_draft_tokens": "2"}, 1, False),  # spec decoding without lazy
+    ],
+)
+def test_the_lazy_with_spec_change_needs_both(inputs: dict[str, str], pp_size: int, named: bool) -> None:
+    rows = world(2, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r == 0 else "0.5.17", **inputs})
+    for r in rows:
+        r.pp_size = pp_size
+    assert (LAZY_SPEC in decide(rows, world_size=2).root_causes[0]) == named
+
+
+def test_spec_under_pp_matters_only_under_pp() -> None:
+    """0.5.20 -> 0.5.21 changed what happens to speculative decoding under pipeline parallelism: a
+    deployment at pp 1 is not affected, whatever its flags."""
+    rows = world(
+        2,
+        inputs_of=lambda r: {
+            "sglang_installed": "0.5.20" if r == 0 else "0.5.21",
+            "speculative_num_draft_tokens": "2",
+        },
+    )
+    for r in rows:
+        r.pp_size = 1
+    assert " -- what changed" not in decide(rows, world_size=2).root_causes[0]
+
+
+def test_three_releases_explain_each_step_and_skip_an_unknown_one() -> None:
+    """Ranks on 0.4.0 (not modelled), 0.5.22 and 0.5.23, with --max-running-requests: each modelled step
+    is explained (the floor of 0.5.23), the unknown release is named but explains nothing, and it does
+    not stop the explanation of the others."""
+    version = {0: "0.4.0", 1: "0.5.22", 2: "0.5.23", 3: "0.5.23"}
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": version[r], "max_running_requests": "8"})
+    cause = decide(rows, world_size=4).root_causes[0]
+    assert cause.startswith("sglang_installed: nodes 2-3 (node-2, node-3, ranks 2-3) run SGLang 0.5.23; ")
+    assert (
+        "node 0 (node-0, rank 0) runs SGLang 0.4.0" in cause
+        and "node 1 (node-1, rank 1) runs SGLang 0.5.22" in cause
+    )
+    assert cause.endswith(" -- what changed: " + FLOOR)
+
+
+def test_two_release_steps_are_both_explained() -> None:
+    """0.5.16, 0.5.17 and 0.5.23 side by side: the what-changed part holds the steps 0.5.16 -> 0.5.17
+    (the charge, among others) and 0.5.17 -> 0.5.23 (the floor), in release order."""
+    version = {0: "0.5.16", 1: "0.5.17", 2: "0.5.23"}
+    rows = world(3, inputs_of=lambda r: {"sglang_installed": version[r], "max_running_requests": "8"})
+    why = decide(rows, world_size=3).root_causes[0].split(" -- what changed: ")[1]
+    assert why.startswith("0.5.16 charges each stage for the whole model's state; 0.5.17 and later charge")
+    assert why.endswith(
+        "0.5.23 floors --max-running-requests // dp at 1 (resolver, no-radix pool, spec "
+        "reservation); 0.5.17 lets it reach 0 and refuses to start"
+    )
+    # Each change is its own "; "-separated clause naming the release it is about.
+    assert all(re.match(r"0\.5\.\d+ ", clause) for clause in why.split("; ")), why
+
+
+def test_ranks_without_sglang_are_named_as_such() -> None:
+    """A node with no SGLang installed is "has no SGLang installed" (several: "have"), never a release
+    called "not installed"; nothing is explained for it."""
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": "not installed" if r < 3 else "0.5.23"})
+    assert decide(rows, world_size=4).root_causes[0] == (
+        "sglang_installed: nodes 0-2 (node-0, node-1, node-2, ranks 0-2) have no SGLang installed; node 3 "
+        "(node-3, rank 3) runs SGLang 0.5.23"
+    )
+    rows = world(4, inputs_of=lambda r: {"sglang_installed": "not installed" if r == 3 else "0.5.23"})
+    assert (
+        decide(rows, world_size=4)
+        .root_causes[0]
+        .endswith("; node 3 (node-3, rank 3) has no SGLang installed")
+    )
+
+
+def test_a_node_with_two_releases_is_described_by_ranks() -> None:
+    """Two ranks to a host and node 1 mixed (rank 2 on 0.5.16, rank 3 without SGLang): node 0 is still
+    named whole, node 1's ranks are named one by one with their host ("runs" / "has no" for one rank)."""
+    version = {0: "0.5.23", 1: "0.5.23", 2: "0.5.16", 3: "not installed"}
+    rows = world(4, per_node=2, inputs_of=lambda r: {"sglang_installed": version[r]})
+    assert (
+        decide(rows, world_size=4)
+        .root_causes[0]
+        .startswith(
+            "sglang_installed: node 0 (node-0, ranks 0-1) runs SGLang 0.5.23; rank 2 (on node-1) runs SGLang "
+            "0.5.16; rank 3 (on node-1) has no SGLang installed -- what changed: "
+        )
+    )
+
+
+def test_ranks_whose_node_is_unknown_are_described_by_ranks() -> None:
+    """A row without a node rank (MISSING, -1: a rank that could not read its environment) is not a
+    "node -1"."""
+    rows = world(3, inputs_of=lambda r: {"sglang_installed": "0.5.16" if r == 0 else "0.5.23"})
+    for r in rows:
+        r.node_rank = -1
+    cause = decide(rows, world_size=3).root_causes[0]
+    assert cause.startswith(
+        "sglang_installed: ranks 1-2 (on node-1, node-2) run SGLang 0.5.23; rank 0 (on node-0) runs SGLang "
+        "0.5.16"
+    )
+    assert "node -1" not in cause
+
+
+def test_releases_past_0_5_9_are_explained_in_release_order() -> None:
+    """0.5.9, 0.5.10 and 0.5.23 side by side: the steps explained are 0.5.9 -> 0.5.10 and 0.5.10 ->
+    0.5.23, as the release numbers go ("0.5.10" sorts before "0.5.9" as text)."""
+    version = {0: "0.5.9", 1: "0.5.10", 2: "0.5.23"}
+    rows = world(3, inputs_of=lambda r: {"sglang_installed": version[r]})
+    why = decide(rows, world_size=3).root_causes[0].split(" -- what changed: ")[1]
+    assert why.startswith("0.5.9 and 0.5.10 cap max_running_requests differently (tp-worker vs estimate)")
+    assert "0.5.23 and 0.5.9" not in why and "0.5.9 and 0.5.23" not in why
+
+
+def test_four_hosts_are_all_named_and_a_fifth_is_elided() -> None:
+    """An odd group on four hosts names all four; on five, four and ", ..." (a line per host would bury
+    the cause)."""
+    rows = world(9, inputs_of=lambda r: {PARTITION: SET} if r >= 5 else {})
+    assert explain_input(PARTITION, rows).endswith("(on node-5, node-6, node-7, node-8)")
+    rows = world(11, inputs_of=lambda r: {PARTITION: SET} if r >= 6 else {})
+    for r in rows:
+        r.host = f"host-{chr(ord('a') + r.rank)}"
+    assert explain_input(PARTITION, rows).endswith("(on host-g, host-h, host-i, host-j, ...)")
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "line"),
+    [
+        (
+            "torch_version",
+            ("2.13.0", "2.12.1"),
+            "torch_version: ranks 0-2 run torch 2.13.0; rank 3 runs torch 2.12.1 (on node-3)",
+        ),
+        (
+            "model",
+            ("kimi-k3 #56a8a0b3", "kimi-k3 #cf34bb09"),
+            "model: ranks 0-2 load kimi-k3 #56a8a0b3; rank 3 loads kimi-k3 #cf34bb09 (on node-3)",
+        ),
+        (
+            "launch_command",
+            ("python -m sglang.launch_server: --enable-mixed-chunk", None),
+            "launch_command: ranks 0-2 ran `python -m sglang.launch_server ...` with --enable-mixed-chunk; "
+            "rank 3 was started without one (on node-3)",
+        ),
+    ],
+)
+def test_each_kind_of_input_is_worded_for_what_it_is(name: str, values: tuple, line: str) -> None:
+    rows = world(4, inputs_of=lambda r: {name: values[r == 3]})
+    assert explain_input(name, rows) == line
+
+
+def test_a_value_cut_on_the_wire_is_shown_cut() -> None:
+    """Values travel in VALUE_BYTES bytes (the digest covers the whole text): one that filled the slot
+    may have been cut, and is shown with "..."; one a byte shorter is whole and shown as is."""
+    full, short = "a" * VALUE_BYTES, "b" * (VALUE_BYTES - 1)
+    rows = world(3, inputs_of=lambda r: {PARTITION: full if r == 1 else short if r == 2 else None})
+    line = explain_input(PARTITION, rows)
+    assert f"rank 1 sets {PARTITION}={full}... (on node-1)" in line
+    assert f"rank 2 sets {PARTITION}={short} (on node-2)" in line
+
+
+def test_an_infrastructure_failure_keeps_the_rows_it_has() -> None:
+    """The rows that did arrive stay in the verdict (the report lists what each rank derived)."""
+    rows = world(2)
+    v = infrastructure_failure(world_size=3, detail="rank 2 lost", missing_ranks=[2], rows=rows)
+    assert v.rows == rows and v.missing_ranks == [2] and v.status == "infrastructure_failure"
+
+
+# -- the verdict's status, in the order a user reads it: drift, errors, divergence, inputs ---------------
+
+DRIFT = "max_mamba_cache_size: builtin 74, sglang 73"
+
+
+def test_a_drifted_model_is_the_verdict_even_where_values_differ() -> None:
+    """When the builtin model and SGLang disagree on some ranks, their values are not evidence: the verdict
+    is model_drift (exit 4), each drift message once with the ranks that sent it."""
+    rows = world(4, k_of=lambda r: 83 if r == 3 else 74)
+    for r in rows[1:3]:
+        r.status, r.error = ROW_DRIFT, DRIFT
+    rows[3].status, rows[3].error = ROW_DRIFT, "max_running_requests: builtin 18, sglang 20"
+    v = decide(rows, world_size=4)
+    assert (v.status, v.exit_code) == ("model_drift", 4)
+    assert v.errors == [f"ranks 1-2: {DRIFT}", "rank 3: max_running_requests: builtin 18, sglang 20"]
+    assert v.divergent == []
+
+
+def test_a_rank_that_failed_outranks_a_drifted_one() -> None:
+    rows = world(3)
+    rows[0].status, rows[0].error = ROW_INTERNAL, "internal error: KeyError 'x'"
+    rows[2].status, rows[2].error = ROW_DRIFT, DRIFT
+    v = decide(rows, world_size=3)
+    assert (v.status, v.exit_code) == ("error", 2)
+    assert v.errors == ["rank 0: internal error: KeyError 'x'"]
+
+
+def test_inputs_that_differ_under_equal_values_warn_and_fail_only_with_strict_inputs() -> None:
+    conv, part = "SGLANG_MAMBA_CONV_DTYPE", PARTITION
+    rows = world(3, inputs_of=lambda r: {conv: "bfloat16", part: SET} if r == 2 else {})
+    v = decide(rows, world_size=3)
+    assert (v.status, v.errors) == ("consistent", [])
+    (warning,) = v.warnings
+    lead, names = warning.split(": ")
+    assert lead == "inputs differ across ranks although every derived value agrees"
+    assert sorted(names.split(", ")) == sorted([part, conv])
+    strict = decide(rows, world_size=3, strict_inputs=True)
+    assert (strict.status, strict.exit_code, strict.warnings) == ("divergent", 1, [])
+    assert strict.errors == [warning + " (--strict-inputs)"]
+
+
+def test_the_verdict_keeps_the_world_it_was_decided_for() -> None:
+    assert decide(world(4), world_size=4).world_size == 4
+    lost = infrastructure_failure(world_size=3, detail="rank 2 lost", missing_ranks=[2], rows=world(2))
+    assert lost.world_size == 3
+
+
+def test_a_world_of_one_rank_is_consistent() -> None:
+    v = decide(world(1), world_size=1)
+    assert (v.status, v.differing_inputs, v.root_causes, v.warnings) == ("consistent", [], [], [])
+
+
+def test_the_release_derived_as_is_a_cause_only_when_the_installed_ones_agree() -> None:
+    """Ranks on other installed releases also derive as other releases: that follows, it is one cause.
+    Ranks on one installed release told to derive as different ones (--sglang-version): that is the cause."""
+
+    def derived(r: int) -> str:
+        return f"SGLang {'0.5.22' if r == 3 else '0.5.23'} (--sglang-version)"
+
+    upgraded = world(
+        4,
+        inputs_of=lambda r: {"sglang_installed": "0.5.22" if r == 3 else "0.5.23", "derived_as": derived(r)},
+    )
+    v = decide(upgraded, world_size=4)
+    # derived_as follows from sglang_installed here: neither a cause nor a differing input of its own.
+    assert set(v.differing_inputs) == {"sglang_installed"}
+    assert [c.split(":")[0] for c in v.root_causes] == ["sglang_installed"]
+    told = world(4, inputs_of=lambda r: {"sglang_installed": "0.5.23", "derived_as": derived(r)})
+    assert decide(told, world_size=4).root_causes == [
+        "derived_as: ranks 0-2 derive as SGLang 0.5.23 (--sglang-version); "
+        "rank 3 derives as SGLang 0.5.22 (--sglang-version) (on node-3)"
+    ]
+
+
+def test_each_value_group_says_which_stages_derived_it() -> None:
+    """Rank 3 derives 83 slots where ranks 0-2 derive 74: the groups name the value, the ranks, their
+    pipeline stages, the layer slices and the distinct linear-layer counts in slice order."""
+    rows = world(4, k_of=lambda r: 83 if r == 3 else 74)
+    for r, linear in zip(rows, (2, 1, 2, 3), strict=True):
+        r.stage_linear_layers = linear
+    majority, odd = decide(rows, world_size=4).divergent_groups["max_mamba_cache_size"]
+    assert (majority.value, majority.ranks, majority.pp_ranks) == (74, [0, 1, 2], [0, 1, 2])
+    assert majority.layers == [(0, 1), (1, 2), (2, 3)] and majority.linear_layers == [2, 1]
+    assert (majority.share, majority.outlier) == ("majority", False)
+    assert (odd.value, odd.ranks, odd.pp_ranks, odd.layers, odd.linear_layers) == (
+        83,
+        [3],
+        [3],
+        [(3, 4)],
+        [3],
+    )
+    assert (odd.share, odd.outlier, odd.hosts) == ("outlier", True, ["node-3"])
+
+
+def test_a_stage_charged_for_no_state_does_not_stop_the_efficiency_check() -> None:
+    """A stage holding no linear layers allocates and is charged nothing; the others, allocating an eighth
+    of what they are charged, still get the warning."""
+    rows = world(4)
+    rows[0].state_allocated_bytes = rows[0].state_charged_bytes = 0
+    for r in rows[1:]:
+        r.state_allocated_bytes, r.state_charged_bytes = 1 << 20, 8 << 20
+    (warning,) = decide(rows, world_size=4).warnings
+    assert warning.startswith("consistent, but stages allocate only about 1/8 of the state memory")

@@ -225,3 +225,102 @@ def test_an_abbreviated_config_flag_is_refused(cli, spelling):
     assert res.rc == 2 and len(lines) == 1, res.err
     typed = spelling[0].split("=")[0]
     assert f"{typed} x.yaml in the launch command" in lines[0] and "`--config x.yaml`" in lines[0]
+
+
+def test_a_config_path_holding_an_equals_sign_is_named_as_typed(cli):
+    """The refusal names the flag as typed (the part before the first ``=``) and the whole path."""
+    res = cli(["derive", "--", *SERVE, "--confi=runs/lr=3e-4.yaml"])
+    assert res.rc == 2, res.err
+    assert "--confi runs/lr=3e-4.yaml in the launch command" in res.err
+    assert res.err.strip().endswith("the server would start without it")
+
+
+# -- the launch command merged with the checker's flags ------------------------------------------------------
+
+
+def _launch_input(res) -> str:
+    assert res.rc == 0, res.err
+    return json.loads(res.out)["inputs"]["launch_command"]
+
+
+def test_one_model_config_named_two_ways_is_one_input(cli, tmp_path):
+    """--model-config and the launch command's --model-path agree when they name the same config.json:
+    a model directory, the config.json inside it, or a link to either."""
+    model_dir = tmp_path / "qwen"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(Path(MODEL).read_text())
+    (tmp_path / "link").symlink_to(model_dir)
+    serve = ["python", "-m", "sglang.launch_server", "--model-path"]
+    for ours, theirs in [
+        (model_dir, model_dir / "config.json"),
+        (model_dir / "config.json", model_dir),
+        (tmp_path / "link", model_dir),
+    ]:
+        res = cli(["derive", "-q", "--model-config", str(ours), "--", *serve, str(theirs)])
+        assert res.rc == 0, (ours, theirs, res.err)
+
+
+def test_two_model_configs_disagree_naming_both(cli, tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(Path(MODEL).read_text())  # the same text in another file is still another path
+    res = cli(["derive", "-q", "--model-config", str(other), "--", *SERVE])
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1, res.err
+    assert f"--model-config {other} and --model-path {MODEL} in the launch command disagree" in res.err
+    assert "give it in one place (the launch command is what the server runs)" in res.err
+
+
+def test_nothing_after_the_separator_says_what_to_give(cli):
+    res = cli(["derive", "--budget-gib", "8", "--"])
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1, res.err
+    assert "nothing after --" in res.err and "-- python -m sglang.launch_server --model-path" in res.err
+
+
+def test_the_launch_command_is_read_as_the_release_asked_for(cli):
+    """--sglang-version picks the release whose flags read the launch command (and the report says so)."""
+    for release in ("0.5.14", "0.5.23"):
+        text = _launch_input(
+            cli(["derive", "-q", "--format", "json", "--sglang-version", release, "--", *SERVE])
+        )
+        assert text.endswith(f"(read by the checker's model of SGLang {release}'s flags)"), text
+
+
+def test_two_releases_with_a_launch_command_are_refused(cli):
+    res = cli(["derive", "--sglang-version", "0.5.14,0.5.23", "--", *SERVE])
+    assert res.rc == 2, res.err
+    refusal = "--sglang-version A,B compares releases; with a launch command give one release"
+    assert res.err.strip().endswith(f": {refusal}")
+
+
+def test_the_launch_input_names_exactly_the_sglang_only_flags_the_command_gave(cli):
+    """SGLang-only flags (no checker flag) are part of the launch input when given, so two nodes started
+    with and without one differ; flags left at SGLang's default are not listed."""
+    argv = ["derive", "-q", "--format", "json", "--", *SERVE, "--tp-size", "2", "--dp-size", "2"]
+    given = _launch_input(cli([*argv, "--enable-dp-attention"]))
+    plain = _launch_input(cli(argv))
+    assert "sglang.enable_dp_attention=true" in given
+    assert "sglang.enable_dp_attention" not in plain and "sglang.tp_size=2" in plain
+    assert "sglang.tp_size" not in _launch_input(cli(["derive", "-q", "--format", "json", "--", *SERVE]))
+
+
+def test_a_model_by_name_and_a_launch_commands_model_path_are_refused(cli):
+    res = cli(["derive", "--model", "kimi-k3", "--", *SERVE])
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1, res.err
+    assert f"--model kimi-k3 and --model-path {MODEL} in the launch command name two models" in res.err
+    assert res.err.strip().endswith("name two models; drop --model")
+
+
+@pytest.mark.parametrize(
+    "ours",
+    [[], ["--pp-size", "4"]],
+    ids=["after-an-input-derive-does-not-use", "after-an-input-given-in-both-places"],
+)
+def test_every_launch_input_is_taken_whatever_comes_before_it(cli, ours):
+    """The launch command's inputs are merged one by one: one the command does not use
+    (--mem-fraction-static for derive) or one given in both places and agreeing must not end the merge
+    for the inputs after it."""
+    launch = [*SERVE, "--pp-size", "4", "--mem-fraction-static", "0.8", "--tp-size", "2"]
+    res = cli(["derive", "-q", "--format", "json", *ours, "--", *launch])
+    assert res.rc == 0, res.err
+    doc = json.loads(res.out)
+    assert (doc["layout"]["pp_size"], doc["layout"]["tp_size"]) == (4, 2)
+    assert doc["geometry"]["name"].startswith(MODEL)

@@ -58,6 +58,33 @@ def test_bad_grid_is_one_budget_error(spec: str) -> None:
         parse_budgets(spec)
 
 
+def test_grid_edges_are_accepted() -> None:
+    """The edges of what a grid may be: one budget (START = STOP), exactly 1 PiB, exactly MAX_BUDGETS
+    budgets, and decimals written with an exponent (1E+1 has a positive exponent: no decimals)."""
+    assert parse_budgets("4:4:1").budgets == (4.0,)
+    assert parse_budgets("1048576").budgets == (1048576.0,)
+    assert len(parse_budgets("1:1000000:1")) == 1_000_000
+    assert parse_budgets("1E+1:3E+1:1E+1").budgets == (10.0, 20.0, 30.0)
+    assert parse_budgets("2.5E-1:1:0.25").budgets == (0.25, 0.5, 0.75, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("1048576.5", "--budgets '1048576.5': 1048576.5 GiB is above 1,048,576 GiB (1 PiB)"),
+        ("1e-400,8", "--budgets '1e-400,8': '1e-400' is too small to be a budget in GiB"),
+        ("4:x:1", "--budgets '4:x:1': 'x' is not a number"),
+        ("1:1000001:1", "--budgets '1:1000001:1' gives 1,000,001 budgets, more than the 1,000,000"),
+    ],
+)
+def test_grid_past_its_edges_is_refused_quoting_the_grid(spec: str, message: str) -> None:
+    """One past each edge is refused, and the message quotes the whole --budgets text: a budget that
+    rounds to 0 GiB in a double is not silently swept as 0."""
+    with pytest.raises(BudgetError) as info:
+        parse_budgets(spec)
+    assert str(info.value).startswith(message), str(info.value)
+
+
 @pytest.mark.parametrize(("spec", "bad"), [("0,8", "0"), ("8, 0.0", "0.0"), ("-0,8", "-0")])
 def test_a_zero_budget_in_a_list_is_refused_naming_it(spec: str, bad: str) -> None:
     """0 GiB is no budget (SGLang refuses rest_memory <= 0): a list holding it is refused, quoting the

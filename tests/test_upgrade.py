@@ -153,12 +153,12 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.split("  ") if c.strip()]
 
 
-def test_derive_two_releases_text(run_checker):
+def test_derive_compares_two_releases_in_text(cli):
     """The text a planner reads: every stage's values under both releases, the differing ones marked,
     then which values differ and why (only the changes that matter for these flags)."""
-    res = run_checker(["derive", *FLAGS, "--pp-size", "4", "--sglang-version", f"{OLD},{NEW}"])
-    assert res.returncode == 0 and res.stderr == "", res.stderr
-    headers, rows = _table(res.stdout)
+    res = cli(["derive", *FLAGS, "--pp-size", "4", "--sglang-version", f"{OLD},{NEW}"])
+    assert res.rc == 0 and res.err == "", res.err
+    headers, rows = _table(res.out)
     assert headers == [
         "pp_rank",
         "layers",
@@ -174,20 +174,18 @@ def test_derive_two_releases_text(run_checker):
     assert rows == [
         [str(k), layers[k], *(f"{v} *" for v in (o_pool, n_pool, o_req, n_req, o_mb, n_mb))] for k in range(4)
     ]
-    assert f"SGLang {OLD} and {NEW} derive different {', '.join(VALUES)}" in res.stdout
-    why = [line.strip() for line in res.stdout.splitlines() if line.strip().startswith("why:")]
+    assert f"SGLang {OLD} and {NEW} derive different {', '.join(VALUES)}" in res.out
+    why = [line.strip() for line in res.out.splitlines() if line.strip().startswith("why:")]
     assert len(why) == 2, why
     assert WHAT_CHANGED in why[0] and PADDING_SLOT in why[1], why
 
 
-def test_derive_two_releases_json(run_checker):
+def test_derive_compares_two_releases_in_json(cli):
     """--format json: each release's stages, one difference per value and stage, and the explanations.
     The budget rule changed too (0.5.16 -> 0.5.18), but with --budget-gib it cannot matter: not named."""
-    res = run_checker(
-        ["derive", *FLAGS, "--pp-size", "4", "--sglang-version", f"{OLD},{NEW}", "--format", "json"]
-    )
-    assert res.returncode == 0, res.stderr
-    doc = json.loads(res.stdout)
+    res = cli(["derive", *FLAGS, "--pp-size", "4", "--sglang-version", f"{OLD},{NEW}", "--format", "json"])
+    assert res.rc == 0, res.err
+    doc = json.loads(res.out)
     assert doc["releases"] == [OLD, NEW]
     for release, policy in ((OLD, "whole-model"), (NEW, "max-share")):
         side = doc["by_release"][release]
@@ -206,29 +204,27 @@ def test_derive_two_releases_json(run_checker):
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
-def test_derive_releases_of_one_group_agree(run_checker, fmt):
+def test_derive_finds_releases_of_one_group_agree(cli, fmt):
     """0.5.18 and 0.5.21 size the pool by the same rules (docs/sglang-releases.md, G4): an upgrade
     between them cannot make the stages disagree, and nothing is explained."""
-    res = run_checker(
-        ["derive", *FLAGS, "--pp-size", "4", "--sglang-version", "0.5.18,0.5.21", "--format", fmt]
-    )
-    assert res.returncode == 0, res.stderr
+    res = cli(["derive", *FLAGS, "--pp-size", "4", "--sglang-version", "0.5.18,0.5.21", "--format", fmt])
+    assert res.rc == 0, res.err
     if fmt == "json":
-        doc = json.loads(res.stdout)
+        doc = json.loads(res.out)
         assert doc["differences"] == [] and doc["explanations"] == []
         assert {values(s) for v in ("0.5.18", "0.5.21") for s in doc["by_release"][v]["ranks"]} == {
             EXPECTED[NEW]
         }
     else:
-        assert "SGLang 0.5.18 and 0.5.21 derive the same values on every stage" in res.stdout
-        assert "why:" not in res.stdout and "*" not in _table(res.stdout)[1][0][2]
+        assert "SGLang 0.5.18 and 0.5.21 derive the same values on every stage" in res.out
+        assert "why:" not in res.out and "*" not in _table(res.out)[1][0][2]
 
 
-def test_derive_same_release_twice_is_refused(run_checker):
+def test_derive_refuses_the_same_release_twice(cli):
     """A comparison of a release with itself is a typo: one line, exit 2, no traceback."""
-    res = run_checker(["derive", *FLAGS, "--sglang-version", f"{OLD},{OLD}"])
-    assert res.returncode == 2 and res.stdout == ""
-    (line,) = res.stderr.strip().splitlines()
+    res = cli(["derive", *FLAGS, "--sglang-version", f"{OLD},{OLD}"])
+    assert res.rc == 2 and res.out == ""
+    (line,) = res.err.strip().splitlines()
     assert f"--sglang-version {OLD},{OLD} names a release twice" in line
 
 
@@ -256,3 +252,39 @@ def test_a_node_whose_release_cannot_load_the_model_is_the_root_cause(tmp_path):
     assert "KimiK3ForConditionalGeneration" in error and "arrived in SGLang 0.5.17" in error
     assert rep["root_causes"][0].startswith(f"sglang_installed: node 0 (node0, rank 0) runs SGLang {OLD}")
     assert [r["status"] for r in rep["ranks"]] == ["error", "ok"]
+
+
+def _capacity_inputs(env: dict[str, str] | None = None, **flags: object):
+    from checker.config import ModelChoice, SizingFlags, capacity_inputs
+
+    sizing = SizingFlags(**flags)  # type: ignore[arg-type]
+    return capacity_inputs(ModelChoice(model="kimi-k3"), sizing, budget_gib=8.0, env=env or {})
+
+
+def test_the_upgrade_facts_describe_the_deployment_as_configured() -> None:
+    """What derive and plan --sglang-version A,B filter the release changes by: each fact from its flag
+    (or the decode-lock switch in the environment), the model's per-slot extra state from its geometry."""
+    from checker.core.upgrade import UpgradeFacts
+
+    plain = UpgradeFacts.of(_capacity_inputs(pp_size=1))
+    assert plain == UpgradeFacts(strategy=plain.strategy, pp_size=1)
+    assert plain.strategy != "extra_buffer_lazy"
+    given = UpgradeFacts.of(
+        _capacity_inputs(
+            {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"},
+            pp_size=4,
+            max_running_requests=8,
+            speculative_num_draft_tokens=3,
+            mamba_radix_cache_strategy="no_buffer",
+        ),
+        budget_from_device=True,
+    )
+    assert given == UpgradeFacts(
+        max_running_requests=True,
+        extra_per_slot=False,
+        skip_decode_lock=True,
+        strategy="no_buffer",
+        speculative=True,
+        pp_size=4,
+        budget_from_device=True,
+    )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from checker.core.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
 from checker.core.errors import CheckerInputError
+from checker.core.releases import parse_version
 from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
@@ -105,6 +106,20 @@ def _hosts(members: Sequence[RankRow]) -> str:
     return ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
 
 
+def _release_words(version: str, *, one: bool) -> str:
+    if version == NOT_INSTALLED:
+        return f"{'has' if one else 'have'} no SGLang installed"
+    return f"{'runs' if one else 'run'} SGLang {version}"
+
+
+def _release_order(version: str | None) -> tuple[int, tuple[int, int, int, int], str]:
+    """Sort key: release numbers in release order; text that is not one (never modelled) after them."""
+    try:
+        return 0, parse_version(version or ""), ""
+    except CheckerInputError:
+        return 1, (0, 0, 0, 0), version or ""
+
+
 def explain_releases(rows: Sequence[RankRow]) -> str:
     """Installed SGLang releases that differ, per node ("nodes 0-2 run 0.5.23; node 3 runs 0.5.16"),
     the majority first, and the changes between them that can make the ranks derive differently."""
@@ -121,20 +136,13 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
         hosts = _hosts(members)
         ranks = rank_ranges(r.rank for r in members)
         if all(n >= 0 and len(nodes_of[n]) == 1 for n in nodes):  # whole nodes: name them
-            verb = "runs" if len(nodes) == 1 else "run"
-            shown = "has no SGLang installed" if version == NOT_INSTALLED else f"{verb} SGLang {version}"
-            if len(nodes) > 1:
-                shown = shown.replace("has no", "have no")
+            shown = _release_words(version, one=len(nodes) == 1)
             parts.append(f"{rank_ranges(nodes, noun='node')} ({hosts}, {ranks}) {shown}")
         else:
-            one = len({r.rank for r in members}) == 1  # "rank 3 (on node-b) runs", "ranks 2-3 ... run"
-            if version == NOT_INSTALLED:
-                shown = f"{'has' if one else 'have'} no SGLang installed"
-            else:
-                shown = f"{'runs' if one else 'run'} SGLang {version}"
-            parts.append(f"{ranks} (on {hosts}) {shown}")
+            parts.append(f"{ranks} (on {hosts}) {_release_words(version, one=len(members) == 1)}")
     line = f"{INSTALLED}: " + "; ".join(parts)
-    installed = sorted({r.inputs.get(INSTALLED) for r in rows} - {None, NOT_INSTALLED})
+    # In release order (0.5.9 before 0.5.10), so each step is explained between neighbours.
+    installed = sorted({r.inputs.get(INSTALLED) for r in rows} - {None, NOT_INSTALLED}, key=_release_order)
     why: list[str] = []
     for a, b in zip(installed, installed[1:], strict=False):
         try:
