@@ -81,6 +81,7 @@ def test_engine_sglang_without_sglang_is_one_line_exit_2(
     assert proc.stdout == ""
 
 
+@pytest.mark.slow
 @no_sglang
 def test_check_engine_sglang_without_sglang_is_an_error_verdict(tmp_path: Path) -> None:
     """On a rank the missing SGLang is that rank's input error: verdict error (exit 2), the message in

@@ -295,6 +295,7 @@ def test_deadline_ends_materialisation():
     assert not m.ok and m.status == MATERIALIZE_FAILED and "--timeout-s" in m.error
 
 
+@pytest.mark.slow
 def test_derive_materializes_every_stage(cli):
     """derive --materialize on the kimi-k3 preset with spec decoding: every stage allocated == predicted.
 

@@ -229,6 +229,7 @@ def test_check_refuses_a_socket_or_block_device_before_any_work(cli, tmp_path, s
         assert _mode(path) == (stat.S_IFSOCK if path == sock else stat.S_IFBLK)
 
 
+@pytest.mark.slow
 @needs_root
 def test_sweep_report_and_plot_on_a_device_stay_devices(cli, tmp_path):
     pytest.importorskip("matplotlib")

@@ -122,6 +122,7 @@ def dark_fraction(img: Image.Image, box: tuple[int, int, int, int]) -> float:
 # --- every event drawn -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_single_budget_boot_failure_is_a_band_visible_at_800px(readme_sweep: Sweep, tmp_path: Path) -> None:
     """Under whole-model no stage boots at 4 GiB, the grid's first budget and the only such one (the
     scalar core refuses every stage there). The old plot counted it but drew nothing; here it must be a
@@ -195,6 +196,7 @@ def test_partial_boot_and_no_boot_are_drawn_where_the_scalar_core_says(tiny_budg
         assert gid_patches(fig, f"own-share|differs|{name}|")
 
 
+@pytest.mark.slow
 def test_bands_merge_but_never_drop_a_budget_on_a_long_sweep(long_sweep: Sweep) -> None:
     """Over 72,001 budgets, bands that would touch merge, so a long sweep draws a bounded number of
     patches, yet every budget where own-share's micro-batch differs (per the sweep's own analysis) still
@@ -218,6 +220,7 @@ def test_bands_merge_but_never_drop_a_budget_on_a_long_sweep(long_sweep: Sweep) 
 # --- three values per stage, verdicts in words --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_each_policy_row_plots_all_three_values_for_every_stage(readme_sweep: Sweep) -> None:
     """Each policy has one panel per checked value; the lines drawn there are the scalar core's values
     for every stage (stages with identical values share a line, labelled with their ranks). A panel that
@@ -300,6 +303,7 @@ def pixels_near(img: Image.Image, rgb: tuple[int, int, int], tol: int = 3) -> in
     return int((np.abs(pixels - np.array(rgb)).max(axis=2) <= tol).sum())
 
 
+@pytest.mark.slow
 def test_png_reads_back_at_the_promised_size(readme_sweep: Sweep, tmp_path: Path) -> None:
     """Read back from disk: a PNG PIL decodes, FIG_WIDTH_IN at SAVE_DPI wide, small enough to commit
     next to the README, and showing the sweep: its lines, and the "differs" band own-share earns. The
@@ -334,7 +338,9 @@ def test_png_reads_back_at_the_promised_size(readme_sweep: Sweep, tmp_path: Path
     assert path.stat().st_size < 300_000
 
 
-@pytest.mark.parametrize("which", ["readme_sweep", "tiny_budget_sweep", "long_sweep"])
+@pytest.mark.parametrize(
+    "which", ["readme_sweep", "tiny_budget_sweep", pytest.param("long_sweep", marks=pytest.mark.slow)]
+)
 def test_legible_at_800px_and_nothing_cut_off(which: str, request: pytest.FixtureRequest) -> None:
     """The figure is 8 inches wide, so at GitHub's 800 px every point is 100/72 px: text of 9 pt or
     more is at least 12 px there, lines of 1.5 pt 2 px. No text runs off the figure: a headline or a

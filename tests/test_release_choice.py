@@ -189,6 +189,7 @@ def test_an_installed_pre_release_is_derived_by_its_own_code_not_misread_as_a_fl
     assert "--engine sglang/both" not in line  # the user asked for no engine: the release did
 
 
+@pytest.mark.slow
 def test_check_turns_a_bad_sglang_version_into_an_error_report(tmp_path: Path) -> None:
     from harness import run_world
 

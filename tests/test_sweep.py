@@ -200,6 +200,7 @@ def test_vectorised_matches_scalar_core(inputs: CapacityInputs, random_budgets: 
         assert got == want, f"pp_rank {k}"
 
 
+@pytest.mark.slow
 def test_dense_kimi_sweep_matches_scalar_core() -> None:
     """The upstream fixture over 2,000 random budgets (4 to 40 GiB, plus sub-GiB ones that cannot boot),
     every policy and both strategies under PP: the vectorised loops (not only the scalar tail of a short
