@@ -266,17 +266,21 @@ class Session:
         missing: list[int] = []
         if group is not None and group.store is not None:
             group.shorten_store_timeout(STORE_CALL_S)
-            missing = gone_ranks(
-                group.liveness_store,
-                self.env.world_size,
-                me=self.env.rank,
-                my_step=self._steps,
-                stopping=stopping,
-                behind_is_hung=behind_is_hung,
-            )
+            # One bounded read first: a store this rank cannot reach (a cut link) answers nothing, and
+            # waiting on it again for the names would only delay this rank's verdict.
             snapshot = read(group.liveness_store, self.env.world_size)
-            if snapshot is not None and len(snapshot.joined) < self.env.world_size:
-                detail += "; " + starting_line(len(snapshot.joined), snapshot.not_joined(), self.elapsed_s())
+            if snapshot is not None:
+                missing = gone_ranks(
+                    group.liveness_store,
+                    self.env.world_size,
+                    me=self.env.rank,
+                    my_step=self._steps,
+                    stopping=stopping,
+                    behind_is_hung=behind_is_hung,
+                )
+                if len(snapshot.joined) < self.env.world_size:
+                    line = starting_line(len(snapshot.joined), snapshot.not_joined(), self.elapsed_s())
+                    detail += "; " + line
         return Abort(detail=detail, missing_ranks=missing)
 
     def claim_publisher(self, *, default: bool) -> bool:
