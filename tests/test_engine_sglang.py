@@ -642,8 +642,9 @@ def test_a_model_error_is_reported_as_drift(sglang_engine, cli, monkeypatch) -> 
 
 @pytest.mark.sglang
 def test_engine_sglang_refuses_policies_sglang_does_not_have(sglang_engine, cli) -> None:
-    """own-share/whole-model are the checker's what-ifs: asking SGLang for them is a clear exit 2."""
-    res = cli(["derive", "--engine", "sglang", "--policy", "own-share"])
+    """own-share/whole-model are the checker's what-ifs: asking SGLang for them is a clear exit 2.
+    (Qwen3-Next: every modelled release loads it; the default kimi-k3 arrived in 0.5.17.)"""
+    res = cli(["derive", "--engine", "sglang", *_fixture("qwen3_next_80b_a3b"), "--policy", "own-share"])
     assert res.rc == 2 and "--policy own-share is a checker what-if" in res.err
     assert len(res.err.strip().splitlines()) == 1
 
@@ -656,7 +657,8 @@ def test_engine_sglang_reports_sglang_refusals_as_input_errors(sglang_engine, cl
 
     if release_model(sglang_engine.version).rules.radix_rule != "strategies":
         pytest.skip(f"SGLang {sglang_engine.version} resolves auto to no_buffer: no extra-buffer page check")
-    res = cli(["derive", "--engine", "sglang", "--pp-size", "2", "--page-size", "24"])
+    argv = [*_fixture("qwen3_next_80b_a3b"), "--pp-size", "2", "--page-size", "24"]  # loads in every release
+    res = cli(["derive", "--engine", "sglang", *argv])
     assert res.rc == 2 and "SGLang rejects the flags" in res.err and "page_size" in res.err
 
 
