@@ -1,4 +1,4 @@
-"""Two real nodes on one machine: Linux network namespaces joined by a veth pair (needs root and ``ip``).
+"""Real nodes on one machine: Linux network namespaces joined by a veth pair or a bridge (needs root and ``ip``).
 
 Not a test module: imported by tests/test_two_node.py (``pythonpath = ["tests"]`` in pyproject).
 
@@ -127,7 +127,9 @@ class Agent:
 
 @dataclass
 class NodePair:
-    nodes: tuple[Node, Node]
+    """Nodes on one network (two for most tests; :func:`node_group` makes more)."""
+
+    nodes: tuple[Node, ...]
     tag: str
     agents: list[Agent] = field(default_factory=list)
 
@@ -202,50 +204,57 @@ def _worker_tag() -> str:
 @contextmanager
 def node_pair() -> Iterator[NodePair]:
     """Two namespaces joined by a veth pair, 198.18.0.1 and 198.18.0.2; always torn down."""
+    with node_group(2) as pair:
+        yield pair
+
+
+@contextmanager
+def node_group(count: int) -> Iterator[NodePair]:
+    """``count`` namespaces, 198.18.0.1 up: two are joined by one veth pair; more by a veth each into a
+    bridge in one more namespace (the switch), as nodes on one rack. Always torn down."""
     remove_stale()
     n = next(_counter)
     pid = os.getpid()
     tag = f"{pid}-{_worker_tag()}-{n}"
-    # Interface names are at most 15 characters: "ck" + pid (<= 7 hex) + counter + side.
-    short = f"ck{pid:x}{n:x}"[:13]
+    # Interface names are at most 15 characters: "ck" + pid (<= 7 hex) + counter + node.
+    short = f"ck{pid:x}{n:x}"[:12]
     nodes = tuple(
         Node(
             index=i,
             ns=f"{PREFIX}{tag}-{i}",
-            dev=f"{short}{'ab'[i]}",
+            dev=f"{short}{'ab'[i]}" if count == 2 else f"{short}{i:x}",
             addr=f"198.18.0.{i + 1}",
             hostname=f"node{i}",
         )
-        for i in range(2)
+        for i in range(count)
     )
-    pair = NodePair(nodes=nodes, tag=tag)  # type: ignore[arg-type]
+    pair = NodePair(nodes=nodes, tag=tag)
     made: list[str] = []
     try:
         for node in nodes:
             _ip("netns", "add", node.ns)
             made.append(node.ns)
-        # Created directly inside the namespaces: the names never appear in the host's namespace.
-        _ip(
-            "link",
-            "add",
-            nodes[0].dev,
-            "netns",
-            nodes[0].ns,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            nodes[1].dev,
-            "netns",
-            nodes[1].ns,
-        )
+        if count == 2:
+            # Created directly inside the namespaces: the names never appear in the host's namespace.
+            _veth(nodes[0].dev, nodes[0].ns, nodes[1].dev, nodes[1].ns)
+        else:
+            switch = f"{PREFIX}{tag}-sw"
+            _ip("netns", "add", switch)
+            made.append(switch)
+            _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+            _ip("-n", switch, "link", "set", "br0", "up")
+            for i, node in enumerate(nodes):
+                port = f"sw{i:x}"
+                _veth(node.dev, node.ns, port, switch)
+                _ip("-n", switch, "link", "set", port, "master", "br0")
+                _ip("-n", switch, "link", "set", port, "up")
         for node in nodes:
             _ip("-n", node.ns, "addr", "add", f"{node.addr}/24", "dev", node.dev)
             _ip("-n", node.ns, "link", "set", "lo", "up")
             _ip("-n", node.ns, "link", "set", node.dev, "up")
         # `ip netns exec` also needs to remount /sys: check it works before any test relies on it.
         subprocess.run(
-            [*nodes[1].exec_prefix(), "true"],
+            [*nodes[-1].exec_prefix(), "true"],
             capture_output=True,
             text=True,
             timeout=IP_TIMEOUT_S,
@@ -264,6 +273,10 @@ def node_pair() -> Iterator[NodePair]:
                 pass
         for ns in made:
             _ip("netns", "del", ns, check=False)
+
+
+def _veth(dev: str, ns: str, peer: str, peer_ns: str) -> None:
+    _ip("link", "add", dev, "netns", ns, "type", "veth", "peer", "name", peer, "netns", peer_ns)
 
 
 def make_error(exc: BaseException) -> str:
