@@ -42,6 +42,18 @@ def test_a_collection_says_how_many_entries_only_when_some_are_left_out(value: o
     assert shorten(value) == shown
 
 
+@pytest.mark.parametrize("value", ["a" * 56, "a" * 57, "a" * 58, "\n" * 29, "\x00" * 15])
+def test_a_string_cut_short_always_says_its_length(value: str) -> None:
+    """Whenever the quote leaves characters out ("..."), the line says how long the value was; a value
+    shown whole carries no count. 57 and 58 characters, and short strings of escapes, are cut by their
+    quoted length (quotes and backslashes count) before they reach 58 characters."""
+    shown = shorten(value)
+    if "..." in shown:
+        assert shown.endswith(f" ({len(value):,} chars)")
+    else:
+        assert shown == repr(value)
+
+
 def test_a_long_string_is_one_short_line_with_its_length() -> None:
     shown = shorten("a" * 50_000_000)
     assert shown.endswith(" (50,000,000 chars)") and len(shown) < 80

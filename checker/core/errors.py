@@ -22,7 +22,9 @@ def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
     text = _REPR.repr(value)
     if len(text) > limit:
         text = text[: limit - 3] + "..."
-    if isinstance(value, str) and len(value) > _REPR.maxstring:
+    # reprlib cuts a string once its quoted repr, not the string, passes maxstring (57 characters do,
+    # and so can 30 characters full of escapes): ask as it does, on a bounded slice.
+    if isinstance(value, str) and len(repr(value[: _REPR.maxstring])) > _REPR.maxstring:
         return f"{text} ({len(value):,} chars)"
     if isinstance(value, (list, tuple, dict)) and len(value) > _REPR.maxdict:
         return f"{text} ({len(value):,} entries)" if "..." in text else text
