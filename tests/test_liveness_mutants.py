@@ -73,8 +73,16 @@ def test_ranks_listed_past_the_world_are_not_read_and_never_named():
 
 def test_exactly_the_first_rank_to_claim_the_verdict_publishes_it():
     """Rank 0 and a stand-in may both try (rank 0 was only slow): the first claim wins, every later
-    one loses, whoever makes it; with no store to ask, each rank keeps its default."""
-    store = FakeStore()
+    one loses, whoever makes it; with no store to ask, each rank keeps its default. (Keys are str, as
+    torch's Store requires: a claim on any other key is an error, read as "no answer".)"""
+
+    class StrKeys(FakeStore):
+        def add(self, key: str, value: int) -> int:
+            if not isinstance(key, str):
+                raise TypeError(f"add(): incompatible key {key!r}")
+            return super().add(key, value)
+
+    store = StrKeys()
     assert [claim_publisher(store, default=d) for d in (False, True, True)] == [True, False, False]
     assert claim_publisher(None, default=True) is True
     assert claim_publisher(None, default=False) is False
