@@ -2,6 +2,7 @@
 rank writes when it joins, ranks listed past the world, who claims the verdict, where "lost" starts,
 the heartbeat's retry and stop, the watch window, and that a rank never names itself. Fake store and
 fake clock, in-process, milliseconds (tests/test_liveness_logic.py, tests/test_watcher.py: the rest).
+The watcher's look: what it hands over, what a silent store means, its intervals, and its stop.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from fakes import BeatingWorld, FakeStore, StoreDown
 from checker.distributed import liveness
 from checker.distributed.liveness import (
     HEARTBEAT_S,
+    LOST_AFTER_S,
     STALE_AFTER_S,
     Heartbeat,
     Snapshot,
@@ -23,6 +25,7 @@ from checker.distributed.liveness import (
     gone_ranks,
     read,
 )
+from checker.distributed.watcher import WATCHERS, Watcher
 
 
 def _wait_for(predicate, seconds: float = 2.0) -> bool:  # noqa: ANN001 - a zero-argument callable
@@ -219,3 +222,127 @@ def test_no_identified_rank_reads_as_the_report_says_it():
     (outputs/report.py writes the same words for a verdict with no missing ranks)."""
     assert describe([]) == "none identified"
     assert describe([3]) == "rank 3"
+
+
+# -- the watcher's look ---------------------------------------------------------------------------------
+
+
+def _watcher(store: FakeStore, rank: int, now: list[float], seen: list, announced: list) -> Watcher:
+    return Watcher(
+        store,
+        rank=rank,
+        world_size=3,
+        on_lost=lambda ranks: seen.append(list(ranks)),
+        on_announced=lambda: announced.append(True),
+        announcement="report_written",
+        clock=lambda: now[0],
+    )
+
+
+def test_a_watcher_hands_over_the_ranks_lost_on_its_clock_but_never_itself():
+    """Ranks 0 and 2 stand still for LOST_AFTER_S of the watcher's clock while rank 1 beats: rank 2 is
+    handed over; rank 0 is the watcher itself (its own heartbeat thread may be starved, its main thread
+    is plainly alive), so it is not."""
+    store = FakeStore()
+    for r in range(3):
+        liveness.join(store, r)
+    now, seen, announced = [100.0], [], []
+    watcher = _watcher(store, 0, now, seen, announced)
+    assert watcher.poll() is False and seen == []
+    now[0] += 1.0
+    store.add("hb/1", 1)
+    assert watcher.poll() is False and seen == []
+    now[0] = 100.0 + LOST_AFTER_S
+    assert watcher.poll() is False and seen == [[2]] and not announced
+
+
+def test_a_store_that_does_not_answer_is_neither_a_verdict_nor_a_loss():
+    """While the store does not answer, a watcher neither leaves as if a verdict were published nor
+    names anyone; once it answers, the published verdict is heard, once, and the watcher is done."""
+    store = FakeStore()
+    for r in range(3):
+        liveness.join(store, r)
+    now, seen, announced = [0.0], [], []
+    watcher = _watcher(store, 1, now, seen, announced)
+    store.fail_calls = 1_000
+    for t in (0.0, 10.0):
+        now[0] = t
+        assert watcher.poll() is False
+    assert (seen, announced) == ([], [])
+    store.fail_calls = 0
+    store.set("report_written", "3\nchecker lost")
+    assert watcher.poll() is True and announced == [True]
+
+
+def test_a_watcher_stopped_from_its_own_callback_ends_quietly(capsys):
+    """on_announced leaves the process; the run may stop the watcher from inside that callback: the
+    watcher's thread cannot join itself, and must not print a traceback trying."""
+    store = FakeStore()
+    liveness.join(store, 2)
+    store.set("report_written", "0\n")
+    done = threading.Event()
+    box: list[Watcher] = []
+
+    def on_announced() -> None:
+        box[0].stop()
+        done.set()
+
+    box.append(
+        Watcher(
+            store,
+            rank=2,
+            world_size=3,
+            on_lost=lambda ranks: None,
+            on_announced=on_announced,
+            announcement="report_written",
+            announce_poll_s=0.001,
+        ).start()
+    )
+    assert done.wait(2)
+    box[0]._thread.join(2)
+    assert not box[0]._thread.is_alive() and capsys.readouterr().err == ""
+
+
+def test_only_the_watchers_poll_fast_and_no_watcher_holds_the_process():
+    """The first WATCHERS ranks read every rank's keys every poll_s; the others look for the verdict
+    every announce_poll_s (the store's load is O(world) per poll, not O(world squared)). A watcher
+    thread that kept the interpreter alive would hang a rank's exit."""
+    kw = dict(world_size=4, on_lost=lambda r: None, on_announced=lambda: None, announcement="x")
+    polls = [Watcher(FakeStore(), rank=r, poll_s=0.5, announce_poll_s=1.0, **kw) for r in range(4)]
+    assert [w.poll_s for w in polls] == [0.5] * WATCHERS + [1.0] * (4 - WATCHERS)
+    assert all(w._thread.daemon for w in polls)
+
+
+def test_stop_waits_for_a_look_in_flight_but_not_past_its_bound():
+    """stop waits for a poll in flight (a daemon thread inside a store call at interpreter exit can
+    abort the process), but no longer than join_s when the store hangs."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(FakeStore):
+        def __init__(self, hold_s: float) -> None:
+            super().__init__()
+            self.hold_s = hold_s
+
+        def check(self, keys: list[str]) -> bool:
+            entered.set()
+            release.wait(self.hold_s)
+            return super().check(keys)
+
+    def watcher(store: FakeStore) -> Watcher:
+        return Watcher(
+            store, rank=3, world_size=4, on_lost=lambda r: None, on_announced=lambda: None,
+            announcement="x", announce_poll_s=0.001,
+        ).start()  # fmt: skip
+
+    slow = watcher(Slow(0.05))
+    assert entered.wait(2)
+    slow.stop(join_s=2.0)
+    assert not slow._thread.is_alive()
+    entered.clear()
+    hung = watcher(Slow(10.0))
+    assert entered.wait(2)
+    t0 = time.monotonic()
+    hung.stop(join_s=0.05)
+    took = time.monotonic() - t0
+    release.set()
+    assert took < 1.0
