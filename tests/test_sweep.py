@@ -3,6 +3,7 @@ vectorised derivation against the scalar core, the analysis, the command's exit 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -19,7 +20,15 @@ from strategies import geometries
 
 from checker.core.errors import BudgetError, CheckerInputError
 from checker.core.models import load_geometry
-from checker.core.sizing import CHECKED_VALUES, GIB, POLICIES, STRATEGIES, CapacityInputs, plan_stage
+from checker.core.sizing import (
+    CHECKED_VALUES,
+    GIB,
+    POLICIES,
+    STRATEGIES,
+    CapacityInputs,
+    plan_stage,
+    size_pool,
+)
 from checker.core.sweep import BOOT_FAILURE, budget_runs, parse_budgets, scalar_sweep
 from checker.core.sweep import analyse as analyse_lists
 from checker.device.sweep import analyse, derive_sweep, local_sweep
@@ -58,6 +67,26 @@ def test_bad_grid_is_one_budget_error(spec: str) -> None:
         parse_budgets(spec)
 
 
+def test_a_grid_in_powers_of_ten_is_the_budgets_typed() -> None:
+    """1E+5:3E+5:1E+5 is 100000, 200000 and 300000 GiB exactly, as typed: a grid whose parts all have
+    a positive exponent has no decimals to scale by (scaling by 10**-5 as a float gives
+    99999.99999999999)."""
+    assert parse_budgets("1E+5:3E+5:1E+5").budgets == (100000.0, 200000.0, 300000.0)
+
+
+def test_the_report_describes_the_grid_as_the_schema_says() -> None:
+    """The report's ``budget_grid`` (docs/report.schema.json requires spec, num_budgets, min_gib,
+    max_gib): the text typed, the count, and the first and last budget swept, which for a range whose
+    STOP is off the grid is the last point on it (1.9 for 1:2:0.3), not STOP."""
+    assert parse_budgets(" 1:2:0.3 ").describe() == {
+        "spec": "1:2:0.3",
+        "num_budgets": 4,
+        "min_gib": 1.0,
+        "max_gib": 1.9,
+    }
+    assert parse_budgets("24,8,16").describe()["min_gib"] == 8.0
+
+
 def test_grid_edges_are_accepted() -> None:
     """The edges of what a grid may be: one budget (START = STOP), exactly 1 PiB, exactly MAX_BUDGETS
     budgets, and decimals written with an exponent (1E+1 has a positive exponent: no decimals)."""
@@ -71,18 +100,32 @@ def test_grid_edges_are_accepted() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("1048576.5", "--budgets '1048576.5': 1048576.5 GiB is above 1,048,576 GiB (1 PiB)"),
+        (
+            "1048576.5",
+            "--budgets '1048576.5': 1048576.5 GiB is above 1,048,576 GiB (1 PiB), more than any device holds",
+        ),
+        ("1e400", "--budgets '1e400': 1e400 GiB is above 1,048,576 GiB (1 PiB), more than any device holds"),
         ("1e-400,8", "--budgets '1e-400,8': '1e-400' is too small to be a budget in GiB"),
-        ("4:x:1", "--budgets '4:x:1': 'x' is not a number"),
-        ("1:1000001:1", "--budgets '1:1000001:1' gives 1,000,001 budgets, more than the 1,000,000"),
+        ("inf", "--budgets 'inf': 'inf' must be a finite number of GiB"),
+        (
+            "4:x:1",
+            "--budgets '4:x:1': 'x' is not a number; use START:STOP:STEP (e.g. 4:40:0.25) or a comma list "
+            "(e.g. 8,16,24)",
+        ),
+        (
+            "1:1000001:1",
+            "--budgets '1:1000001:1' gives 1,000,001 budgets, more than the 1,000,000 a sweep holds; use a "
+            "larger STEP or a narrower range",
+        ),
     ],
 )
 def test_grid_past_its_edges_is_refused_quoting_the_grid(spec: str, message: str) -> None:
-    """One past each edge is refused, and the message quotes the whole --budgets text: a budget that
-    rounds to 0 GiB in a double is not silently swept as 0."""
+    """One past each edge is refused, and the message quotes the whole --budgets text and says what to
+    type instead: a budget that rounds to 0 GiB in a double is not silently swept as 0, and one too
+    large for a double (1e400) is named as too large, not as "not finite"."""
     with pytest.raises(BudgetError) as info:
         parse_budgets(spec)
-    assert str(info.value).startswith(message), str(info.value)
+    assert str(info.value) == message
 
 
 @pytest.mark.parametrize(("spec", "bad"), [("0,8", "0"), ("8, 0.0", "0.0"), ("-0,8", "-0")])
@@ -241,6 +284,22 @@ def test_local_sweep_stacks_policies_in_order() -> None:
     assert got[:, 1].eq(BOOT_FAILURE).all()  # 10 MiB boots nothing
 
 
+def test_the_scalar_reference_sizes_each_budget_of_the_grid() -> None:
+    """scalar_sweep sizes every budget of the grid, not the one the inputs hold (8 GiB here): a sweep
+    point is what the core derives with that budget (derive --budget 40), 10 MiB boots no stage (as
+    local_sweep finds), and five times the budget gives a larger pool."""
+    g = load_geometry(model="kimi-k3")
+    inputs = CapacityInputs(
+        geometry=g, budget_gib=8.0, pp_size=8, policy="max-share", mamba_full_memory_ratio=0.5
+    )
+    tiny, at_8, at_40 = scalar_sweep(inputs, 1, [0.01, 8.0, 40.0])
+    assert tiny == (BOOT_FAILURE,) * 3
+    i40 = dataclasses.replace(inputs, budget_gib=40.0)
+    s40 = size_pool(plan_stage(i40, 1), i40)
+    assert at_40 == (s40.max_mamba_cache_size, s40.max_running_requests, s40.pp_max_micro_batch_size)
+    assert at_8[0] < at_40[0]
+
+
 # --- the analysis -----------------------------------------------------------------------------------
 
 OK = (74, 24, 3)
@@ -293,6 +352,19 @@ def test_a_stack_of_the_wrong_shape_is_refused(stack: list) -> None:
     analysis of the budgets that happen to line up (which could report a divergence as agreement)."""
     with pytest.raises(ValueError):
         analyse_lists(stack, [1.0, 2.0, 3.0, 4.0], ["own-share", "max-share"])
+    if stack[0] != stack[1]:
+        return  # ragged: stage 1 is short, the stages' zip says so
+    with pytest.raises(ValueError, match=r"^stack shape does not match \(stages, policies, budgets, 3\)$"):
+        analyse_lists(stack, [1.0, 2.0, 3.0, 4.0], ["own-share", "max-share"])
+
+
+def test_a_single_stage_agrees_with_itself() -> None:
+    """--pp-size 1 sweeps one stage: nothing can diverge, and a budget it cannot boot at is a boot
+    failure of every stage, not a partial one."""
+    found = analyse_lists([[[FAIL, OK, OK]]], [1.0, 2.0, 3.0], ["own-share"])
+    own = found["policies"]["own-share"]
+    assert own["consistent"] is True and set(own["divergent"].values()) == {0}
+    assert (own["boot_failure_budgets"], own["partial_boot_failures"]) == ([1.0], 0)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ one rank per stage, or :func:`scalar_sweep`) does not matter to :func:`analyse`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -63,7 +62,9 @@ def _decimal(text: str, spec: str) -> Decimal:
             f"--budgets {spec!r}: {text.strip()!r} is not a number; use START:STOP:STEP "
             "(e.g. 4:40:0.25) or a comma list (e.g. 8,16,24)"
         ) from None
-    if not value.is_finite() or not math.isfinite(float(value)):
+    # Only NaN and the infinities: a finite decimal too large for a double (1e400) is refused below as
+    # above 1 PiB, which is what is wrong with it (it used to read "must be a finite number").
+    if not value.is_finite():
         raise BudgetError(f"--budgets {spec!r}: {text.strip()!r} must be a finite number of GiB")
     if value > 0 and float(value) == 0:
         raise BudgetError(f"--budgets {spec!r}: {text.strip()!r} is too small to be a budget in GiB")

@@ -153,14 +153,12 @@ def _int(text: str) -> int:
     return int(text) if text.strip().lstrip("-").isdigit() else 0
 
 
-def read(
-    store: Store | None, world_size: int, *, steps: bool = False, seconds: float | None = None
-) -> Snapshot | None:
+def read(store: Store | None, world_size: int, *, steps: bool = False) -> Snapshot | None:
     """Every rank's beat and mark (and with ``steps``, its step) in three store round trips whatever
-    ``world_size``; None when the store cannot be read in time."""
+    ``world_size``; None when the store cannot be read in time (:data:`STORE_CALL_S`)."""
     if store is None:
         return None
-    return store_call(lambda: _read(store, world_size, steps), None, seconds)
+    return store_call(lambda: _read(store, world_size, steps), None)
 
 
 def claim_publisher(store: Store | None, *, default: bool) -> bool:
@@ -281,11 +279,12 @@ def named_gone(
     second: Snapshot,
     *,
     me: int,
-    my_step: int = 0,
-    stopping: bool = False,
-    behind_is_hung: bool = True,
+    my_step: int,
+    stopping: bool,
+    behind_is_hung: bool,
 ) -> list[int]:
-    """:func:`gone_ranks`'s decision from two snapshots ``watch_s`` apart."""
+    """:func:`gone_ranks`'s decision from two snapshots ``watch_s`` apart (its arguments, whose
+    defaults :func:`gone_ranks` holds)."""
     out = []
     for r in range(second.world_size):
         mark = second.mark(r)
