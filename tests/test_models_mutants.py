@@ -229,6 +229,29 @@ def test_sizes_exactly_at_their_limit_load() -> None:
     assert g.conv_shapes == ((MAX_DIM, 3),)
 
 
+@pytest.mark.parametrize(
+    ("name", "tp", "what"),
+    [
+        # 16 key-head groups do not split 3 ways: SGLang counts 3 groups, 4,096 + 2 * 3 * 128 = 4,864.
+        ("qwen3_next_80b_a3b", 3, "conv_dim=4864"),
+        # 64 groups (replicated): conv_dim 4,096 + 2 * 64 * 128 = 20,480 divides by 64; 32 value heads do not.
+        ("qwen3_next_80b_a3b", 64, "linear_num_value_heads=32"),
+        # 3 * 32 * 128 = 12,288 channels do not divide by 5.
+        ("kimi_linear_48b_a3b", 5, "3 * linear_attn_config.num_heads * linear_attn_config.head_dim=12288"),
+        # 12,288 divides by 3, the 32 heads do not.
+        ("kimi_linear_48b_a3b", 3, "linear_attn_config.num_heads=32"),
+        # 16 groups: 1,536 + 2 * 16 * 128 = 5,632 divides by 16; 24 heads do not.
+        ("falcon_h1_0_5b", 16, "mamba_n_heads=24"),
+    ],
+)
+def test_a_tp_size_that_does_not_divide_names_the_count(name: str, tp: int, what: str) -> None:
+    """SGLang divides heads and channels by the attention TP size; the line names the count that does not
+    divide, as the config spells it."""
+    assert _refused(_cfg(name), tp) == (
+        f"{SRC}: {what} is not divisible by --tp-size {tp}; choose a TP size that divides it"
+    )
+
+
 def test_expand_times_hidden_is_truncated_as_sglang_does() -> None:
     """SGLang's intermediate size is ``int(mamba_expand * hidden_size)``: 1.5 x 1,365 = 2,047.5 -> 2,047,
     and the conv width is 2,047 + 2 * 1 * 128 = 2,303."""
@@ -295,9 +318,10 @@ def test_kimi_kda_layers_rules() -> None:
         f"{SRC}: linear_attn_config.kda_layers=[1, 1, 1, 1, 1, 1, ...] (28 entries) lists 28 layers but "
         "num_hidden_layers=27; list each layer once"
     )
-    for bad in ("1,2", [1, True], None):
-        msg = _refused(_cfg("kimi_linear_48b_a3b", linear_attn_config__kda_layers=bad))
-        assert "linear_attn_config" in msg and "kda_layers" in msg
+    for bad in ("1,2", [1, True]):
+        assert _refused(_cfg("kimi_linear_48b_a3b", linear_attn_config__kda_layers=bad)) == (
+            f"{SRC}: linear_attn_config.kda_layers={bad!r} must be a list of 1-based layer ids; {FIX}"
+        )
 
 
 def test_nemotron_pattern_and_granite_layer_types_of_the_wrong_kind() -> None:
@@ -424,36 +448,64 @@ def test_model_spec_defaults_and_edges() -> None:
 
 
 @pytest.mark.parametrize(
-    ("changes", "line"),
+    ("changes", "start", "rule"),
     [
-        (dict(linear_layer_ids="0,1"), "linear_layer_ids='0,1' must be a list of 0-based integers"),
-        (dict(linear_layer_ids=[0, True]), "linear_layer_ids=[0, True] must be a list of 0-based integers"),
-        (dict(linear_layer_ids=[0, 1, 2, 3, 0]), "lists 5 layers but num_hidden_layers=4; list each once"),
-        (dict(conv_shapes=[]), "conv_shapes=[] must be a non-empty list of shapes"),
-        (dict(conv_shapes=[[8, 3]] * 17), "lists 17 conv states; at most 16 (real: 1)"),
-        (dict(temporal_shape=5), "temporal_shape=5 must be a list of positive integers"),
-        (dict(conv_shapes=["8"]), "conv_shapes[0]='8' must be a list of positive integers"),
+        (dict(linear_layer_ids="0,1"), "linear_layer_ids='0,1' ", "must be a list of 0-based integers"),
+        (
+            dict(linear_layer_ids=[0, True]),
+            "linear_layer_ids=[0, True] ",
+            "must be a list of 0-based integers",
+        ),
+        (
+            dict(linear_layer_ids=[0, 1, 2, 3, 0]),
+            "linear_layer_ids=[0, 1, 2, 3, 0] ",
+            "lists 5 layers but num_hidden_layers=4; list each once",
+        ),
+        (dict(conv_shapes=[]), "conv_shapes=[] ", "must be a non-empty list of shapes"),
+        (
+            dict(conv_shapes=[[8, 3]] * 17),
+            "conv_shapes=[[8, 3], ",
+            "lists 17 conv states; at most 16 (real: 1)",
+        ),
+        (dict(temporal_shape=5), "temporal_shape=5 ", "must be a list of positive integers"),
+        (dict(conv_shapes=["8"]), "conv_shapes[0]='8' ", "must be a list of positive integers"),
         (
             dict(dtypes=["bf16"]),
-            'dtypes=[\'bf16\'] must be an object like {"conv": "bfloat16", "temporal": "float32"}',
+            "dtypes=['bf16'] ",
+            'must be an object like {"conv": "bfloat16", "temporal": "float32"}',
         ),
         (
             dict(dtypes={"conv": "int8"}),
-            "dtypes.conv='int8' is not a state dtype; use one of float32, bfloat16, float16",
+            "dtypes.conv='int8' ",
+            "is not a state dtype; use one of float32, bfloat16, float16",
         ),
-        (dict(extra_per_slot_bytes=2**40 + 1), "extra_per_slot_bytes=1099511627777 must be an integer in"),
-        (dict(model_type=" "), "model_type=' ' must be a family name like qwen3_next (at most 200 chars)"),
-        (dict(model_type=5), "model_type=5 must be a family name like qwen3_next"),
-        (dict(model_type="m" * 201), "must be a family name like qwen3_next"),
-        (dict(name=" "), "name=' ' must be a non-empty string of at most 200 characters"),
-        (dict(name=5), "name=5 must be a non-empty string"),
-        (dict(name="n" * 201), "must be a non-empty string of at most 200 characters"),
-        (dict(name="a\tb"), "rename it in the model spec"),
+        (
+            dict(extra_per_slot_bytes=2**40 + 1),
+            "extra_per_slot_bytes=1099511627777 ",
+            "must be an integer in [0, 1,099,511,627,776]",
+        ),
+        (
+            dict(model_type=" "),
+            "model_type=' ' ",
+            "must be a family name like qwen3_next (at most 200 chars)",
+        ),
+        (dict(model_type=5), "model_type=5 ", "must be a family name like qwen3_next"),
+        (dict(model_type="m" * 201), "model_type='mmm", "must be a family name like qwen3_next"),
+        (dict(name=" "), "name=' ' ", "must be a non-empty string of at most 200 characters"),
+        (dict(name=5), "name=5 ", "must be a non-empty string"),
+        (dict(name="n" * 201), "name='nnn", "must be a non-empty string of at most 200 characters"),
+        (
+            dict(name="a\tb"),
+            "name='a\\tb' ",
+            "must be printable text: no control or format characters (a newline, NUL, a right-to-left "
+            "override); rename it in the model spec",
+        ),
     ],
 )
-def test_bad_model_spec_lines(changes: dict[str, Any], line: str) -> None:
+def test_bad_model_spec_lines(changes: dict[str, Any], start: str, rule: str) -> None:
+    """The line names the key and the value as the user wrote them, then the rule."""
     msg = _spec_refused(**changes)
-    assert line in msg, msg
+    assert msg.startswith(start) and rule in msg, msg
 
 
 # ---- reading the file ----
@@ -550,6 +602,15 @@ def test_paths_that_are_not_a_file(tmp_path: Path) -> None:
     assert (
         _load_refused(dev)
         == f"--model-config {dev} is a block device; pass the model's config.json or its directory"
+    )
+
+
+def test_a_device_that_never_ends_is_read_up_to_the_cap() -> None:
+    """/dev/zero is a character device with no end: read as a stream, MAX_CONFIG_BYTES + 1 bytes at most,
+    then refused by size (memory stays bounded; the read does not loop for ever)."""
+    assert _load_refused("/dev/zero") == (
+        "--model-config /dev/zero: larger than 4 MiB, and a model config.json is a few KiB; pass the "
+        "model's config.json (not a weights, index or tokenizer file)"
     )
 
 
