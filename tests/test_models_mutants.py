@@ -40,6 +40,7 @@ from checker.core.geometry import (
     sglang_dtype_name,
 )
 from checker.core.models import (
+    MAX_CONFIG_BYTES,
     MAX_CONV_KERNEL,
     geometry_from_hf_config,
     geometry_from_model_spec,
@@ -384,6 +385,16 @@ def test_names_and_families_of_hf_configs_and_the_preset() -> None:
     assert (k3.name, k3.family) == ("kimi-k3", "kimi_k3")
 
 
+def test_only_qwen3_5_reads_its_keys_from_text_config(tmp_path: Path) -> None:
+    """Qwen3.5 nests the language model in text_config; another family's text_config (a multimodal
+    wrapper's) is not where its keys are. A spec without a name is named by its path."""
+    g = _hf(_cfg("nemotron_h_8b", text_config={"num_hidden_layers": 4}))
+    assert g.num_hidden_layers == 52
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(SPEC))
+    assert load_geometry(model_config=path).name == str(path)
+
+
 def test_preset_tp_errors_name_the_preset_and_the_count() -> None:
     """The preset's 4,096 conv channels are checked first (3 does not divide them), then its 64 heads
     (128 divides 4,096 but not 64)."""
@@ -614,6 +625,20 @@ def test_a_device_that_never_ends_is_read_up_to_the_cap() -> None:
     )
 
 
+def test_a_file_of_exactly_the_cap_loads_and_a_read_error_is_one_line(tmp_path: Path) -> None:
+    """The 4 MiB cap is inclusive (a config padded to exactly MAX_CONFIG_BYTES loads); a file the system
+    fails to read (/proc/self/mem: EIO at offset 0) is one line with the system's reason."""
+    text = _text("qwen3_next_80b_a3b").strip()
+    pad = MAX_CONFIG_BYTES - len(text.encode()) - len(', "pad": ""')
+    path = _write(tmp_path, text[:-1] + ', "pad": "' + "p" * pad + '"}')
+    assert path.stat().st_size == MAX_CONFIG_BYTES
+    assert load_geometry(model_config=path).family == "qwen3_next"
+    assert (
+        _load_refused("/proc/self/mem")
+        == "--model-config /proc/self/mem: cannot read it (Input/output error)"
+    )
+
+
 def test_a_long_path_is_shown_whole_up_to_200_characters(tmp_path: Path) -> None:
     """Paths in messages are cut at 200 characters, not at the 80 of a key path."""
     path = tmp_path / ("d" * (190 - len(str(tmp_path)) - 1))
@@ -634,7 +659,8 @@ def test_the_digest_is_the_configs_content_not_its_layout(tmp_path: Path) -> Non
     a.write_text(json.dumps(cfg))
     b.write_text(json.dumps(dict(reversed(list(cfg.items()))), indent=4))
     da = load_geometry(model_config=a).source_digest
-    assert da == load_geometry(model_config=b).source_digest
+    # Short enough to read in every row's ``model`` input ("<name> #<digest>").
+    assert da == load_geometry(model_config=b).source_digest and len(da) <= 16
     b.write_text(json.dumps({**cfg, "rope_theta": 1.0}))
     assert load_geometry(model_config=b).source_digest != da
     assert load_geometry(tp_size=1).source_digest == load_geometry(tp_size=4).source_digest
