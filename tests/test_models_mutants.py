@@ -791,6 +791,28 @@ def test_geometry_refuses_with_one_line(changes: dict[str, Any], line: str) -> N
     assert msg.startswith("g: ") and line in msg, msg
 
 
+def test_geometry_lines_say_the_way_out() -> None:
+    """The whole line for each kind of bad geometry: what was seen, the rule, why, what to check."""
+    assert _geometry_refused(num_hidden_layers=0) == (
+        "g: num_hidden_layers=0 must be an integer in [1, 10,000] (the largest real models have a few "
+        "hundred layers); check the model config"
+    )
+    assert _geometry_refused(linear_layer_ids=()) == (
+        "g: the model has no linear-attention layers, so there is no state pool to check; this tool is for "
+        "hybrid models (Qwen3-Next, Kimi-Linear, Nemotron-H, ...)"
+    )
+    assert _geometry_refused(linear_layer_ids=(4,)) == (
+        "g: linear_layer_ids [4] out of range [0, 4); ids are 0-based and must be below num_hidden_layers"
+    )
+    assert _geometry_refused(conv_shapes=((8, 3),) * 17) == (
+        "g: 17 conv states per layer, above 16 (real models have one); check the model spec's conv_shapes"
+    )
+    assert _geometry_refused(temporal_shape=(MAX_DIM + 1,)) == (
+        "g: state shape [1048577] holds 1,048,577 elements per layer; the limit is 1,048,576 per dim and "
+        "4,294,967,296 in all (real models hold about 10**6); check the model spec or config"
+    )
+
+
 @pytest.mark.parametrize(
     ("shape", "line"),
     [
