@@ -329,6 +329,11 @@ def test_nemotron_pattern_and_granite_layer_types_of_the_wrong_kind() -> None:
     assert _refused(_cfg("nemotron_h_8b", hybrid_override_pattern=["M"])) == (
         f"{SRC}: hybrid_override_pattern=['M'] must be a non-empty string; {FIX}"
     )
+    msg = _refused(_cfg("nemotron_h_8b", hybrid_override_pattern="M" * (MAX_LAYERS + 1)))
+    assert msg.startswith(f"{SRC}: hybrid_override_pattern='MMM") and msg.endswith(
+        "has one character per layer, and 10,001 layers is above 10,000 (the largest real models have a few "
+        f"hundred layers); {FIX}"
+    )
     assert _refused(_cfg("granite_4_0_h_small", layer_types="mamba")) == (
         f"{SRC}: layer_types must be a list of num_hidden_layers=40 entries, got a string; {FIX}"
     )
