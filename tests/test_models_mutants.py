@@ -758,6 +758,8 @@ def test_geometry_edges_load() -> None:
     )
     assert g.per_req_bytes == (16 * MAX_DIM * 2 + MAX_STATE_ELEMENTS * 4) * 1
     assert g.linear_layers_in(0, MAX_LAYERS) == 1
+    # And the low ends: one dim, one token of context.
+    assert _geometry(temporal_shape=(7,), context_len=1).bytes_per_layer == 8 * 3 * 2 + 7 * 4
     g = _geometry()  # linear layers 0, 1, 3 of 4
     assert [g.linear_layers_in(a, b) for a, b in ((0, 4), (1, 4), (2, 3), (1, 1), (3, 1))] == [3, 2, 0, 0, 0]
 
