@@ -67,7 +67,14 @@ def _kind(value: Any) -> str:
     """How a JSON value reads in a message: "a string", "a list", "null"."""
     if value is None:
         return "null"
-    names = {bool: "a boolean", str: "a string", list: "a list", dict: "an object", float: "a float"}
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        float: "a float",
+    }
     return names.get(type(value), f"a {type(value).__name__}")
 
 
