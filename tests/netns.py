@@ -1,6 +1,6 @@
-"""Real nodes on one machine: Linux network namespaces joined by a veth pair or a bridge (needs root and ``ip``).
+"""Real nodes on one machine: network namespaces joined by a veth pair or a bridge (needs root and ``ip``).
 
-Not a test module: imported by tests/test_two_node.py (``pythonpath = ["tests"]`` in pyproject).
+Not a test module: used by tests/test_two_node.py and bench/netns_scale_bench.py (``pythonpath = ["tests"]``).
 
 Each pair gets its own namespaces and interfaces, named from this process's id (unique among concurrent
 pytest-xdist workers), the xdist worker id and a counter, and addresses from 198.18.0.0/15 (reserved for

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from checker.core.errors import CheckerInputError, printable, shorten
+from checker.core.errors import CheckerInputError, json_kind, printable, shorten
 
 
 @pytest.mark.parametrize(
@@ -67,3 +67,21 @@ def test_printable_escapes_only_what_would_break_the_line() -> None:
 
 def test_an_input_error_is_one_line() -> None:
     assert str(CheckerInputError("bad value\nin two lines")) == "bad value in two lines"
+
+
+@pytest.mark.parametrize(
+    ("value", "reads"),
+    [
+        (None, "null"),
+        (True, "a boolean"),
+        (5, "an integer"),
+        ("x", "a string"),
+        ([], "a list"),
+        ({}, "an object"),
+        (1.5, "a float"),
+    ],
+)
+def test_a_json_value_is_named_by_its_kind_with_its_article(value: object, reads: str) -> None:
+    """Every refusal of a config value of the wrong kind says what it found ("not an integer", never
+    "a int"); True is a boolean, not an integer, although bool is an int in Python."""
+    assert json_kind(value) == reads

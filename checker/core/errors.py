@@ -31,6 +31,21 @@ def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
     return text
 
 
+def json_kind(value: object) -> str:
+    """How a JSON value's kind reads in a message: "a string", "an integer", "null"."""
+    if value is None:
+        return "null"
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        float: "a float",
+    }
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
 def printable(text: str) -> str:
     """``text`` as a terminal or CI log line may show it: control and format characters (a newline, NUL,
     a right-to-left override U+202E) escaped as Python writes them, so a user-given name can neither break

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from checker.core.errors import CheckerInputError, ConfigError, FlagError, shorten
+from checker.core.errors import CheckerInputError, ConfigError, FlagError, json_kind, shorten
 
 # ---- limits: sizes no real model reaches, refused up front so any input costs bounded time and memory ----
 # The largest hybrid models have 100-200 decoder layers (Nemotron-H-56B: 118) and the deepest dense ones
@@ -61,7 +61,7 @@ def canonical_dtype(name: object, *, source: str, error: type[CheckerInputError]
     """
     if not isinstance(name, str):
         raise error(
-            f"{source}={shorten(name)} is a {type(name).__name__}, not a dtype name; "
+            f"{source}={shorten(name)} is {json_kind(name)}, not a dtype name; "
             "use one of float32, bfloat16, float16"
         )
     if not name.strip():

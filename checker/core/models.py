@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from checker.core.errors import ConfigError, LayoutError, printable, shorten
+from checker.core.errors import ConfigError, LayoutError, json_kind, printable, shorten
 from checker.core.geometry import (
     MAX_CONTEXT_LEN,
     MAX_CONV_STATES,
@@ -63,21 +63,6 @@ LAYERS_WHY = "(the largest real models have a few hundred layers)"
 FIX = "fix it in the model config"
 
 
-def _kind(value: Any) -> str:
-    """How a JSON value reads in a message: "a string", "a list", "null"."""
-    if value is None:
-        return "null"
-    names = {
-        bool: "a boolean",
-        int: "an integer",
-        str: "a string",
-        list: "a list",
-        dict: "an object",
-        float: "a float",
-    }
-    return names.get(type(value), f"a {type(value).__name__}")
-
-
 @dataclass(frozen=True)
 class _Keys:
     """One JSON object of a config plus where it sits, so every message names the key as the user wrote it.
@@ -108,7 +93,7 @@ class _Keys:
         value = self.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
             hint = "; write it without quotes" if isinstance(value, str) else f"; {FIX}"
-            raise self.error(key, value, f"must be an integer, not {_kind(value)}{hint}")
+            raise self.error(key, value, f"must be an integer, not {json_kind(value)}{hint}")
         if not minimum <= value <= maximum:
             why = f" {why}" if why else ""
             raise self.error(key, value, f"must be an integer in [{minimum}, {maximum:,}]{why}; {FIX}")
@@ -120,7 +105,7 @@ class _Keys:
     def section(self, key: str) -> _Keys:
         value = self.get(key)
         if not isinstance(value, Mapping):
-            raise self.error(key, value, f"must be a JSON object, not {_kind(value)}; {FIX}")
+            raise self.error(key, value, f"must be a JSON object, not {json_kind(value)}; {FIX}")
         return _Keys(value, self.source, f"{self.prefix}{key}.")
 
     def optional_dtype(self, key: str) -> str | None:
@@ -357,7 +342,7 @@ def _expand_times_hidden(k: _Keys) -> int:
     expand = k.get("mamba_expand")
     hidden = k.integer("hidden_size")
     if isinstance(expand, bool) or not isinstance(expand, (int, float)):
-        raise k.error("mamba_expand", expand, f"must be a number, not {_kind(expand)}; {FIX}")
+        raise k.error("mamba_expand", expand, f"must be a number, not {json_kind(expand)}; {FIX}")
     if not expand > 0:  # also refuses NaN from a caller that skipped read_json
         raise k.error("mamba_expand", expand, f"must be a positive number; {FIX}")
     product = expand * hidden
@@ -387,7 +372,7 @@ def _granite_h(k: _Keys, tp: int) -> dict[str, Any]:
     L = k.layers()
     types = k.get("layer_types")
     if not isinstance(types, list) or len(types) != L:
-        got = f"{len(types):,} entries" if isinstance(types, list) else _kind(types)
+        got = f"{len(types):,} entries" if isinstance(types, list) else json_kind(types)
         raise ConfigError(
             f"{k.source}: layer_types must be a list of num_hidden_layers={L} entries, got {got}; {FIX}"
         )
@@ -743,7 +728,7 @@ def read_json(path: str | Path) -> dict[str, Any]:
             "nests a few; pass the model's config.json"
         ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{label}: expected a JSON object, got {_kind(data)}")
+        raise ConfigError(f"{label}: expected a JSON object, got {json_kind(data)}")
     if raw.startswith(codecs.BOM_UTF8) and "linear_layer_ids" not in data:
         # SGLang loads config.json through transformers' PretrainedConfig._dict_from_json_file: open(...,
         # encoding="utf-8") and json.loads, which refuses a BOM ("not a valid JSON file"). A model spec is
