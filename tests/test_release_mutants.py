@@ -23,7 +23,7 @@ from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.model_support import check_architectures, model_architectures, registers
 from checker.core.models import load_geometry
-from checker.core.planning import meets, min_budget, min_mem_fraction, partition_bounds
+from checker.core.planning import meets, min_budget, min_mem_fraction, partition_bounds, suggest_partition
 from checker.core.releases import (
     MAX_VERSION_CHARS,
     MODELLED_RELEASES,
@@ -246,12 +246,26 @@ def test_the_installed_version_is_found_by_its_normalised_name(tmp_path: Path) -
     assert installed_sglang_version([str(tmp_path)]) == "0.5.16"
 
 
-def test_an_installed_package_without_a_version_is_one_line(tmp_path: Path) -> None:
-    _dist(tmp_path, "sglang", None, "sglang-0.dist-info")
+@pytest.mark.parametrize(("version", "shown"), [(None, "(None)"), ("  ", "('')")])
+def test_an_installed_package_without_a_version_is_one_line(
+    tmp_path: Path, version: str | None, shown: str
+) -> None:
+    """A one-line error (errors.py): what was read, the rule, the way out."""
+    _dist(tmp_path, "sglang", version, "sglang-0.dist-info")
     with pytest.raises(FlagError) as info:
         installed_sglang_version([str(tmp_path)])
-    assert str(info.value).startswith("the installed SGLang's package metadata has no version")
-    assert "\n" not in str(info.value)
+    msg = str(info.value)
+    assert msg.startswith(f"the installed SGLang's package metadata has no version {shown}")
+    assert msg.endswith("reinstall it, or pass --sglang-version X to derive as a release")
+    assert "\n" not in msg
+
+
+def test_an_installed_version_that_is_no_release_number_shows_it_and_the_way_out() -> None:
+    with pytest.raises(FlagError) as info:
+        read_installed("garbage")
+    msg = str(info.value)
+    assert msg.startswith("the installed SGLang reports version 'garbage' (its dist-info METADATA)")
+    assert msg.endswith(f"pass --sglang-version {NEWEST_MODELLED} to derive as a modelled one")
 
 
 # ---- the smallest budget for a running-request target ---------------------------------------------------
@@ -346,7 +360,7 @@ def test_a_target_that_is_no_positive_integer_is_refused(target: Any) -> None:
             {"token_capacity": 8000, "context_len": 2000},
             2048,
             "SGLang's running-request estimate clamp(int(T / context_len * 512), 2048, 4096) = 2048 from "
-            "--token-capacity 8000 and context length 2000",
+            "--token-capacity 8000 and context length 2000 (set --max-running-requests to change it)",
         ),
         # T // 2 = 500 below the estimate (1000 / 100 * 512 -> 4096).
         (
@@ -391,8 +405,13 @@ def test_a_cap_no_budget_lifts_is_named_with_its_value(kw: dict[str, Any], cap: 
 
 
 def test_default_estimate_tops_out_at_4096() -> None:
-    with pytest.raises(BudgetError, match="capped at 4096 by SGLang's default running-request estimate"):
+    """Without --token-capacity the KV pool does not bind: the estimate's ceiling, 4096, is the cap."""
+    with pytest.raises(BudgetError) as info:
         min_budget(_inputs(), 4097)
+    assert (
+        "capped at 4096 by SGLang's default running-request estimate, which tops out at 4096 "
+        "(set --max-running-requests to allow more); lower the target" in str(info.value)
+    )
 
 
 def test_a_release_that_ignores_max_mamba_cache_size_grows_the_pool_with_the_budget() -> None:
@@ -582,3 +601,19 @@ def test_the_estimate_is_named_where_the_release_caps_the_users_count_by_it(radi
     assert "capped at 2048 by SGLang's running-request estimate" in msg
     assert "(SGLang 0.5.13 caps --max-running-requests 3000 by it)" in msg and "branch B" not in msg
     assert min_budget(inputs, 2048).stages
+
+
+def test_a_stage_below_the_lower_bound_is_never_used_even_where_it_would_help() -> None:
+    """L 9, P 3, slack 1: stages of 2 to 4 layers. Linear layers 3, 4 and 5 could each get a stage only
+    with a 1-layer middle stage (4, 1, 4), which the bounds forbid; so the least busiest count is 2, and of
+    the partitions reaching it, 2 from the even split (3, 3, 3), the smallest is (2, 3, 4): layers
+    [0, 2) hold none, [2, 5) hold 3 and 4, [5, 9) hold 5. Worked by hand from the documented objective."""
+    got = suggest_partition(num_hidden_layers=9, linear_layer_ids=(3, 4, 5), pp_size=3, slack=1)
+    assert (got.partition, got.largest_stage_linear_layers, got.stage_linear_layers) == (
+        (2, 3, 4),
+        2,
+        [0, 2, 1],
+    )
+    assert (got.default_partition, got.default_largest_stage_linear_layers) == ((3, 3, 3), 3)
+    assert got.default_stage_linear_layers == [0, 3, 0]
+    assert (got.bounds.lower, got.bounds.upper, got.env) == (2, 4, "2,3,4")
