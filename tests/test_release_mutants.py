@@ -521,9 +521,23 @@ def test_an_architecture_a_later_release_dropped_names_the_releases_that_had_it(
         "SGLang 0.5.23 cannot load vila: its model registry (sglang/srt/models) has no class"
     )
     assert "VILAForConditionalGeneration; SGLang 0.5.2 to 0.5.4 register it." in msg
+    # An upgrade does not bring a dropped class back (the message said "upgrade it" before).
+    assert msg.endswith("cannot serve the model as the deployment does: run a release that registers it")
+
+
+def test_a_model_spec_is_not_checked_even_if_it_lists_architectures(tmp_path: Path) -> None:
+    """A JSON model spec (``linear_layer_ids``) describes shapes, not a model class SGLang would load."""
+    spec = json.loads((FIXTURES / "kimi_k3_shape_spec.json").read_text())
+    spec["architectures"] = ["NoSuchArch"]
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert model_architectures(model=None, model_config=str(tmp_path / "spec.json")) == ()
 
 
 def test_the_first_architecture_that_is_a_name_is_the_one_named() -> None:
+    """The registry takes the first of the config's architectures it has; when it has none, the message
+    names the first real name, and an arrival later than the release asks for an upgrade."""
+    with pytest.raises(FlagError, match="deployment does: upgrade it$"):
+        check_architectures("0.5.16", ["KimiK3ForConditionalGeneration"], model="m", env={})
     with pytest.raises(
         FlagError, match="has no class for KimiK3ForConditionalGeneration; it arrived in SGLang 0.5.17"
     ):
