@@ -207,6 +207,15 @@ def test_a_release_older_than_the_first_is_refused_naming_the_range() -> None:
         release_model("0.5.1")
 
 
+def test_an_empty_sglang_version_says_what_to_give_or_to_leave_it_out() -> None:
+    with pytest.raises(FlagError) as info:
+        choose_release(" ", "0.5.16")
+    assert str(info.value) == (
+        f"--sglang-version is empty; give a release like {NEWEST_MODELLED}, or leave the flag out to derive "
+        "as the installed release"
+    )
+
+
 def test_a_modelled_install_is_its_own_model_with_every_engine() -> None:
     for engine in ("builtin", "sglang", "both"):
         c = choose_release(None, "0.5.17", engine=engine)
