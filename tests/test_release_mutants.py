@@ -157,6 +157,7 @@ def test_best_effort_models_only_a_newer_final_release_and_only_with_the_builtin
     a newer pre-release, or the same flag under --engine both, still runs the release's own code."""
     c = choose_release(None, "0.5.24.post1", best_effort=True)
     assert (c.best_effort, c.own_code, c.derived_as, c.engine) == (True, False, "0.5.24.post1", "builtin")
+    assert c.installed == "0.5.24.post1"  # the report still names what is installed
     assert (
         c.label
         == f"SGLang 0.5.24.post1 (modelled as {NEWEST_MODELLED}, the newest modelled release) (installed)"
@@ -227,6 +228,19 @@ def test_the_sweep_refuses_an_unmodelled_install_naming_what_it_is() -> None:
     with pytest.raises(FlagError) as info:
         choose_release(None, "0.5.23rc1", own_code=False)
     assert "0.5.23rc1 is a pre-release the checker does not model" in str(info.value)
+    assert str(info.value).endswith("derive and check run that release's own code")
+
+
+def test_an_engine_asked_for_without_sglang_installed_is_kept_for_the_engine_to_refuse() -> None:
+    """Nothing installed: the newest model, but --engine sglang/both is not quietly turned into the
+    builtin (the engine step then says SGLang is not installed)."""
+    for engine in ("sglang", "both"):
+        c = choose_release(None, None, engine=engine)
+        assert (c.derived_as, c.source, c.engine) == (
+            NEWEST_MODELLED,
+            "newest modelled; SGLang not installed",
+            engine,
+        )
 
 
 # ---- the installed package's metadata --------------------------------------------------------------------
@@ -263,6 +277,19 @@ def test_an_installed_package_without_a_version_is_one_line(
     assert msg.startswith(f"the installed SGLang's package metadata has no version {shown}")
     assert msg.endswith("reinstall it, or pass --sglang-version X to derive as a release")
     assert "\n" not in msg
+
+
+def test_damaged_metadata_under_a_path_names_the_path_and_the_error(tmp_path: Path) -> None:
+    """Another environment's site-packages with a METADATA that is not UTF-8: one line naming where and
+    what failed, not a traceback."""
+    info = tmp_path / "sglang-0.5.16.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_bytes(b"Metadata-Version: 2.1\nName: sgl\xffang\nVersion: 0.5.16\n")
+    with pytest.raises(FlagError) as exc:
+        installed_sglang_version([str(tmp_path), "/nonexistent"])
+    assert str(exc.value).startswith(
+        f"an SGLang package metadata under {tmp_path}, /nonexistent cannot be read (UnicodeDecodeError: "
+    )
 
 
 def test_an_installed_version_that_is_no_release_number_shows_it_and_the_way_out() -> None:
