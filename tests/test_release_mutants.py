@@ -55,6 +55,14 @@ def test_a_release_number_is_the_release_pip_means(text: str) -> None:
     assert choose_release(text, None).derived_as == want
 
 
+def test_a_release_number_that_cannot_be_read_names_the_flag_first() -> None:
+    with pytest.raises(FlagError) as info:
+        release_model("0.5.x")
+    assert str(info.value).startswith(
+        f"--sglang-version '0.5.x' is not a release number like {NEWEST_MODELLED}"
+    )
+
+
 def test_an_installed_spelling_is_derived_as_the_release_pip_means() -> None:
     """pip may report an installed post release spelled any PEP 440 way (and "v" or capitals): the rank
     derives as that modelled release, from the installed metadata, and keeps the text it read."""
@@ -290,6 +298,8 @@ def test_damaged_metadata_under_a_path_names_the_path_and_the_error(tmp_path: Pa
     assert str(exc.value).startswith(
         f"an SGLang package metadata under {tmp_path}, /nonexistent cannot be read (UnicodeDecodeError: "
     )
+    # The decoder's own words, whole: the byte and why (a 120-character excerpt at most).
+    assert "can't decode byte 0xff" in str(exc.value) and str(exc.value).endswith("invalid start byte)")
 
 
 def test_an_installed_version_that_is_no_release_number_shows_it_and_the_way_out() -> None:
