@@ -63,6 +63,12 @@ def test_a_release_number_that_cannot_be_read_names_the_flag_first() -> None:
     )
 
 
+def test_a_release_number_that_is_no_string_is_refused_in_one_line() -> None:
+    """CapacityInputs(sglang_version=...) from Python: a number is refused like any bad value."""
+    with pytest.raises(FlagError, match="--sglang-version 523 is not a release number"):
+        release_model(523)  # type: ignore[arg-type]
+
+
 def test_an_installed_spelling_is_derived_as_the_release_pip_means() -> None:
     """pip may report an installed post release spelled any PEP 440 way (and "v" or capitals): the rank
     derives as that modelled release, from the installed metadata, and keeps the text it read."""
