@@ -66,17 +66,20 @@ def check_architectures(
         return
     arch = archs[0]
     first = arrived_in(arch)
+    way_out = "upgrade it"
     if first is not None and _index(first) > _index(release):
         when = f"it arrived in SGLang {first}"
     elif first is not None:
+        # Registered once and dropped since (VILA: 0.5.2 to 0.5.4): an upgrade does not bring it back.
         last = REGISTERED[arch][-1][1]
         when = f"SGLang {first} to {last} register it"
+        way_out = "run a release that registers it"
     else:
         when = f"no release from {MODELLED_RELEASES[0]} to {MODELLED_RELEASES[-1]} registers it"
     raise FlagError(
         f"SGLang {release} cannot load {model}: its model registry (sglang/srt/models) has no class for "
         f"{arch}; {when}. It would fall back to the Transformers backend, which has no linear-attention "
-        "state pool to size, so this node cannot serve the model as the deployment does: upgrade it"
+        f"state pool to size, so this node cannot serve the model as the deployment does: {way_out}"
     )
 
 

@@ -20,6 +20,7 @@ from checker.core.sizing import (
     StagePlan,
     plan_stage,
     request_cap_terms,
+    requests_per_worker,
     size_pool,
 )
 
@@ -57,28 +58,30 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
     user = inputs.max_running_requests
     T = inputs.token_capacity
     first, half_tokens = request_cap_terms(inputs)
+    per_worker = requests_per_worker(inputs)
     caps: list[RequestCap] = []
-    if user is not None:
+    if per_worker is not None and first == per_worker:
         caps.append(
             RequestCap(first, f"--max-running-requests {user}" + (f" (// --dp-size {dp})" if dp > 1 else ""))
         )
-    elif T is None:
-        caps.append(
-            RequestCap(
-                first,
-                "SGLang's default running-request estimate, which tops out at 4096 "
-                "(set --max-running-requests to allow more)",
-            )
-        )
     else:
-        caps.append(
-            RequestCap(
-                first,
-                f"SGLang's running-request estimate clamp(int(T / context_len * 512), "
-                f"2048, 4096) = {first} from --token-capacity {T} and context length "
-                f"{inputs.resolved_context_len} (set --max-running-requests to change it)",
-            )
+        # No user value, or one the release caps by its estimate (0.5.10-0.5.13.post1
+        # ``_resolve_max_num_reqs``: min(mrr // dp, estimate)): the estimate binds, so name it.
+        way_out = (
+            f"{inputs.release.label} caps --max-running-requests {user} by it"
+            if user is not None
+            else "set --max-running-requests to allow more"
+            if T is None
+            else "set --max-running-requests to change it"
         )
+        if T is None:
+            why = "SGLang's default running-request estimate, which tops out at 4096"
+        else:
+            why = (
+                f"SGLang's running-request estimate clamp(int(T / context_len * 512), 2048, 4096) = {first} "
+                f"from --token-capacity {T} and context length {inputs.resolved_context_len}"
+            )
+        caps.append(RequestCap(first, f"{why} ({way_out})"))
     if half_tokens is not None:
         caps.append(
             RequestCap(half_tokens, f"--token-capacity {T}, which allows at most T // 2 = {half_tokens}")
@@ -94,10 +97,13 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
                 f"(branch A: a fixed pool of {K} slots at {ratio} slots per request)",
             )
         )
-    elif inputs.radix_cache_disabled and user is not None and honours_size:
+    elif inputs.radix_cache_disabled and per_worker is not None and honours_size:
+        # Branch B: a pool of --max-running-requests // dp slots (the release's floor included). Its own
+        # bound, not ``first``: where the estimate caps the user's value (0.5.10-0.5.13.post1) the
+        # estimate binds, and the tie rule below must not blame branch B for it.
         caps.append(
             RequestCap(
-                first,
+                per_worker // inputs.slots_per_request(),
                 f"--max-running-requests {user} with "
                 "--disable-radix-cache (branch B: the pool is sized from it, not the budget)",
             )
@@ -267,11 +273,6 @@ def partition_bounds(num_hidden_layers: int, pp_size: int, slack: int) -> Partit
 def stage_linear_counts(linear_layer_ids: tuple[int, ...], parts: tuple[int, ...]) -> list[int]:
     ids = set(linear_layer_ids)
     return [sum(1 for i in range(s, e) if i in ids) for s, e in stage_bounds(parts)]
-
-
-def distance_from_default(parts: tuple[int, ...], default: tuple[int, ...]) -> int:
-    """How far a partition strays from the even split: ``sum |parts[k] - default[k]|``."""
-    return sum(abs(a - b) for a, b in zip(parts, default, strict=True))
 
 
 @dataclass(frozen=True, kw_only=True)
