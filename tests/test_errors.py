@@ -26,7 +26,8 @@ def test_huge_integers_are_described_by_their_size(value: int, shown: str) -> No
 def test_a_value_at_the_limit_is_whole_and_one_past_is_cut() -> None:
     assert shorten([1, 2, 3], limit=9) == "[1, 2, 3]"
     assert shorten([1, 2, 3], limit=8) == "[1, 2..."  # 5 characters and "...": 8 in all
-    assert shorten("ab" * 40, limit=20) == "'abababababababab... (80 chars)"
+    # A string is cut in the middle at any limit, as at the default one: both ends stay readable.
+    assert shorten("ab" * 40, limit=20) == "'ababab...bababab' (80 chars)"
 
 
 @pytest.mark.parametrize(
@@ -52,6 +53,15 @@ def test_a_string_cut_short_always_says_its_length(value: str) -> None:
         assert shown.endswith(f" ({len(value):,} chars)")
     else:
         assert shown == repr(value)
+
+
+def test_a_longer_limit_quotes_more_of_a_string() -> None:
+    """A caller that allows 120 characters (an installed package's unreadable metadata) gets them: 100
+    characters whole, 200 cut to the limit with the length said."""
+    assert shorten("x" * 100, 120) == repr("x" * 100)
+    cut = shorten("x" * 200, 120)
+    assert cut.endswith(" (200 chars)") and len(cut.removesuffix(" (200 chars)")) <= 120
+    assert cut.count("x") > 100
 
 
 def test_a_long_string_is_one_short_line_with_its_length() -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import reprlib
 
 SHOWN_CHARS = 60
 """How much of a value a message quotes: a 50 MB string must not become a 50 MB error line."""
 
-# reprlib never walks past these bounds, so quoting a list of a million ids costs a few entries.
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxdict, _REPR.maxstring = 2, 3, SHOWN_CHARS - 2
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = 6
-_REPR.maxlong = _REPR.maxother = SHOWN_CHARS
+
+@functools.cache
+def _repr(limit: int) -> reprlib.Repr:
+    """A reprlib that quotes at most ``limit`` characters of a string. It never walks past its bounds,
+    so quoting a list of a million ids costs a few entries."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxdict, r.maxstring = 2, 3, limit - 2
+    r.maxlist = r.maxtuple = r.maxset = 6
+    r.maxlong = r.maxother = limit
+    return r
 
 
 def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
@@ -19,14 +25,15 @@ def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
     if isinstance(value, int) and value.bit_length() > 128:
         # repr() of an int past 4300 digits raises ValueError (Python's int/str limit).
         return f"<an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
-    text = _REPR.repr(value)
+    r = _repr(limit)
+    text = r.repr(value)
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     # reprlib cuts a string once its quoted repr, not the string, passes maxstring (57 characters do,
     # and so can 30 characters full of escapes): ask as it does, on a bounded slice.
-    if isinstance(value, str) and len(repr(value[: _REPR.maxstring])) > _REPR.maxstring:
+    if isinstance(value, str) and len(repr(value[: r.maxstring])) > r.maxstring:
         return f"{text} ({len(value):,} chars)"
-    if isinstance(value, (list, tuple, dict)) and len(value) > _REPR.maxdict:
+    if isinstance(value, (list, tuple, dict)) and len(value) > r.maxdict:
         return f"{text} ({len(value):,} entries)" if "..." in text else text
     return text
 
