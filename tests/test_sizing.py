@@ -13,6 +13,7 @@ where SGLang starts (or the reverse).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -705,3 +706,168 @@ def test_model_spec_extra_per_slot_is_scaled_like_per_req(tmp_path: Path) -> Non
     for s in stages:
         assert (s.stage_per_req_bytes, s.extra_per_slot_bytes, s.max_mamba_cache_size) == (spr, extra, K)
         assert s.state_charged_bytes == (K + 1) * (spr + extra)
+
+
+# ---- what the report shows of the inputs and of each stage ----
+
+
+def test_describe_is_the_inputs_as_given_and_as_resolved() -> None:
+    """The report's inputs block: every flag as the user gave it (SGLang's names), the model by name (a
+    ModelGeometry is not JSON), and what the release made of the flags left to it. Ranks' blocks are
+    compared key by key, so a key dropped, renamed or holding another value is a false or hidden
+    difference. 0.5.23 charges max-share by default; auto under PP is extra_buffer without overlap
+    (section 5 of the spec); 0.5.16 charges the whole model; --policy wins over the release."""
+    d = make(max_running_requests=10, page_size=16).describe()
+    assert "geometry" not in d and d["model"] == PRESET.name
+    assert (d["max_running_requests"], d["page_size"], d["pp_size"], d["budget_gib"]) == (10, 16, 8, 8.0)
+    assert (d["policy"], d["policy_source"]) == ("max-share", "release")
+    assert (d["mamba_radix_cache_strategy"], d["resolved_strategy"], d["overlap_schedule"]) == (
+        "auto",
+        "extra_buffer",
+        False,
+    )
+    assert (d["sglang_version"], d["sglang_rules"]) == ("0.5.23", "0.5.23")
+    assert make(pp_size=1).describe()["overlap_schedule"] is True
+    old = make(sglang_version="0.5.16").describe()
+    assert (old["policy"], old["policy_source"], old["sglang_version"]) == (
+        "whole-model",
+        "release",
+        "0.5.16",
+    )
+    what_if = make(sglang_version="0.5.16", policy="own-share").describe()
+    assert (what_if["policy"], what_if["policy_source"]) == ("own-share", "--policy")
+
+
+def test_stage_report_charges_and_allocates_bytes() -> None:
+    """Each stage's report carries what SGLang takes off the budget for the pool and what the pool
+    really allocates. 0.5.23 charges K + 1 slots of the max-share charge (75 x 37,969,920 at K = 74)
+    while the pool allocates K + 1 slots of the stage's own layers (9 or 8 x 4,218,880 bytes); 0.5.16
+    charges K = 9 slots of per_req but still allocates the padding slot (memory_pool.py MambaPool)."""
+    for s, n in zip(derive_all(make()), (9, 8, 8, 9, 9, 9, 9, 8), strict=True):
+        d = s.as_dict()
+        assert (d["max_mamba_cache_size"], d["pp_rank"]) == (74, s.pp_rank)
+        assert (d["state_charged_bytes"], d["state_allocated_bytes"]) == (75 * SPR9, 75 * n * PER_LAYER)
+    old = derive_stage(make(sglang_version="0.5.16"), 0).as_dict()
+    assert (old["state_charged_bytes"], old["state_allocated_bytes"]) == (9 * PER_REQ, 10 * 9 * PER_LAYER)
+
+
+def test_the_first_stage_short_of_memory_is_named() -> None:
+    """Every stage is short at 0.01 GiB; the refusal a user acts on names the first one (stage 0), as
+    rank 0's log would, not the last one derived."""
+    with pytest.raises(BudgetError, match=r"stage_per_req=37969920 bytes \(stage 0\)"):
+        derive_all(make(budget_gib=0.01))
+
+
+# ---- the inputs CapacityInputs refuses before any derivation ----
+
+
+@pytest.mark.parametrize("budget", [True, "8", None])
+def test_a_budget_that_is_not_a_number_is_a_budget_error(budget: object) -> None:
+    """A budget read from a config file or handed over by code must be a number of GiB: True is not 1
+    GiB, "8" is not 8 GiB. Refused as the bad budget it is, not a TypeError deep in the sizing."""
+    with pytest.raises(BudgetError, match=f"--budget-gib {budget} must be a positive, finite number"):
+        make(budget_gib=budget)
+
+
+@pytest.mark.parametrize("name", ["pp_size", "mamba_full_memory_ratio"])
+def test_unresolved_inputs_are_a_bug_not_a_default(name: str) -> None:
+    """pp_size and the ratio are resolved (world size, release default) before sizing; None reaching the
+    core is a caller's bug and must not size with some default."""
+    with pytest.raises(TypeError, match=f"CapacityInputs.{name} is resolved before sizing"):
+        make(**{name: None})
+
+
+@pytest.mark.parametrize("pp", [2, 8])
+def test_any_pipeline_split_is_refused_where_sglang_refuses_it(pp: int) -> None:
+    """Up to 0.5.4.post1 no hybrid model runs under PP, at any pp size > 1; up to 0.5.20 spec decoding
+    is refused under PP, at any pp size > 1 (check_server_args). Each refusal says what to do."""
+    qwen = replace(PRESET, family="qwen3_next")
+    with pytest.raises(FlagError) as old:
+        make(geometry=qwen, pp_size=pp, sglang_version="0.5.4.post1", mamba_radix_cache_strategy="auto")
+    assert str(old.value).startswith(f"--pp-size {pp}: SGLang 0.5.4.post1 runs no hybrid")
+    assert "(models/qwen3_next.py and falcon_h1.py assert a single PP rank; nemotron_h.py" in str(old.value)
+    assert str(old.value).endswith("use --pp-size 1, or SGLang 0.5.4.post2 or later")
+    spec = dict(speculative_num_draft_tokens=2, max_running_requests=8)
+    with pytest.raises(FlagError) as refused:
+        make(pp_size=pp, sglang_version="0.5.20", **spec)
+    assert str(refused.value) == (
+        f"--speculative-num-draft-tokens with --pp-size {pp}: SGLang 0.5.20 refuses it at startup "
+        '("Pipeline parallelism is not compatible with overlap schedule, speculative decoding"); '
+        "drop speculative decoding or use --pp-size 1"
+    )
+    make(pp_size=pp, sglang_version="0.5.21", **spec)
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.3.post2", "0.5.6.post2"])
+def test_no_strategy_before_0_5_7_whatever_the_radix_rule(version: str) -> None:
+    """No release before 0.5.7 has a strategy flag: the forced-off (0.5.2-0.5.3.post1) and fixed-ratio
+    (0.5.3.post2-0.5.6.post2) releases refuse one alike, and accept the default."""
+    qwen = replace(PRESET, family="qwen3_next")
+    with pytest.raises(FlagError) as exc:
+        make(geometry=qwen, pp_size=1, sglang_version=version, mamba_radix_cache_strategy="extra_buffer")
+    assert str(exc.value).endswith(
+        "has no mamba cache strategy (the flag arrived in 0.5.7 as --mamba-scheduler-strategy); "
+        "leave it at auto"
+    )
+    make(geometry=qwen, pp_size=1, sglang_version=version, mamba_radix_cache_strategy="auto")
+
+
+# ---- pool sizes of the releases before 0.5.9 (docs/sglang-releases.md) ----
+
+
+def test_fixed_pool_of_512_slots_without_a_request_count() -> None:
+    """0.5.2 ModelRunner.__init__: a hybrid GDN model's pool is --max-mamba-cache-size, else
+    --max-running-requests, else 512 slots, whatever the budget. TOY's 704-byte requests fit 512 slots
+    in 1 GiB; 1 slot a request (radix cache forced off), so 512 running requests (the estimate's 4096
+    does not bind); with --max-mamba-cache-size 40 the pool is 40 (branch A), with
+    --max-running-requests 16 it is 16 (branch B)."""
+    toy = replace(TOY, family="qwen3_next")
+    kw: dict[str, Any] = dict(geometry=toy, budget_gib=1.0, sglang_version="0.5.2")
+    s = derive_stage(CapacityInputs(**kw), 0)
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("B", 512, 512)
+    a = derive_stage(CapacityInputs(**kw, max_mamba_cache_size=40), 0)
+    assert (a.branch, a.max_mamba_cache_size) == ("A", 40)
+    b = derive_stage(CapacityInputs(**kw, max_running_requests=16), 0)
+    assert (b.branch, b.max_mamba_cache_size, b.max_running_requests) == ("B", 16, 16)
+
+
+def test_ratio_pool_with_spec_decoding_and_the_radix_cache_on() -> None:
+    """0.5.5 handle_max_mamba_cache, radix cache on, D = 2: K = int(B // per_req // (1 + D)) =
+    int(9.0 // 3) = 3 (B = 8 * 0.5 / 1.5 GiB, 9.84 per_req), charged K * per_req * (1 + D) = 9 per_req;
+    the intermediate state is K * per_req * D = 6 per_req. 3 slots a request (fixed ratio):
+    tp_worker min(4, min(4, 3 // 3)) = 1 running request."""
+    qwen = replace(PRESET, family="qwen3_next")
+    s = derive_stage(
+        make(
+            geometry=qwen,
+            pp_size=1,
+            sglang_version="0.5.5",
+            speculative_num_draft_tokens=2,
+            max_running_requests=4,
+        ),
+        0,
+    )
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("C", 3, 1)
+    assert s.intermediate_state_bytes == 6 * PER_REQ
+    assert s.kv_budget_gib == 8 - 9 * PER_REQ / GIB
+
+
+def test_explicit_or_fit_pool_0_5_7() -> None:
+    """0.5.7 handle_max_mamba_cache: an explicit --max-mamba-cache-size, or the radix cache off, sizes
+    (mmcs or mrr or 512) // dp: 40 // 2 = 20 (branch A); radix off with --max-running-requests 16 over
+    dp 2: 8 (branch B); radix on without a size auto-fits with no // dp: int(B // per_req) = 9."""
+    qwen = replace(PRESET, family="qwen3_next")
+    kw: dict[str, Any] = dict(geometry=qwen, pp_size=1, dp_size=2, sglang_version="0.5.7")
+    a = derive_stage(make(**kw, max_mamba_cache_size=40), 0)
+    assert (a.branch, a.max_mamba_cache_size) == ("A", 20)
+    b = derive_stage(make(**kw, disable_radix_cache=True, max_running_requests=16), 0)
+    assert (b.branch, b.max_mamba_cache_size) == ("B", 8)
+    c = derive_stage(make(**kw), 0)
+    assert (c.branch, c.max_mamba_cache_size) == ("C", 9)
+
+
+def test_an_explicit_pool_of_one_slot_per_dp_worker_starts() -> None:
+    """--max-mamba-cache-size 3 over dp 3 is one slot a worker: SGLang starts it (the refusal's advice
+    is "at least {dp}"), with one running request at 1 slot each (radix cache off)."""
+    s = derive_stage(make(max_mamba_cache_size=3, dp_size=3, disable_radix_cache=True), 0)
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("A", 1, 1)
