@@ -213,14 +213,56 @@ def test_slots_per_request(
     assert (s.max_mamba_cache_size, s.max_running_requests) == (K, K // slots)
 
 
-@pytest.mark.parametrize(("pp", "no_overlap"), [(8, False), (2, False), (1, True)])
-def test_extra_buffer_lazy_without_overlap_is_an_error(pp: int, no_overlap: bool) -> None:
-    """extra_buffer_lazy needs the overlap schedule, which P > 1 forces off: SGLang refuses to start."""
+@pytest.mark.parametrize(
+    ("pp", "no_overlap", "why"),
+    [
+        (8, False, "pp size > 1 forces it off"),
+        (2, False, "pp size > 1 forces it off"),
+        (1, True, "it is disabled"),
+    ],
+)
+def test_extra_buffer_lazy_without_overlap_is_an_error(pp: int, no_overlap: bool, why: str) -> None:
+    """extra_buffer_lazy needs the overlap schedule, which P > 1 forces off: SGLang refuses to start.
+    The line says which of the two turned it off, since the fix differs."""
     inp = make(
         pp_size=pp, mamba_radix_cache_strategy="extra_buffer_lazy", disable_overlap_schedule=no_overlap
     )
-    with pytest.raises(FlagError, match="extra_buffer_lazy"):
+    with pytest.raises(FlagError) as exc:
         inp.slots_per_request()
+    assert str(exc.value) == (
+        f"--mamba-radix-cache-strategy extra_buffer_lazy needs the overlap schedule, but {why}; "
+        "use extra_buffer or no_buffer"
+    )
+
+
+@pytest.mark.parametrize(("pp", "no_overlap"), [(2, False), (1, True)])
+def test_lazy_without_overlap_is_refused_by_0_5_13_too(pp: int, no_overlap: bool) -> None:
+    """0.5.13's _calculate_mamba_ratio asserts "Lazy extra buffer requires overlap schedule", whether PP
+    or the flag turned it off."""
+    qwen = replace(PRESET, family="qwen3_next")
+    inp = make(
+        geometry=qwen,
+        pp_size=pp,
+        sglang_version="0.5.13",
+        mamba_radix_cache_strategy="extra_buffer_lazy",
+        disable_overlap_schedule=no_overlap,
+    )
+    with pytest.raises(FlagError) as exc:
+        inp.slots_per_request()
+    assert str(exc.value) == (
+        "--mamba-radix-cache-strategy extra_buffer_lazy needs the overlap schedule: SGLang 0.5.13 asserts it "
+        '("Lazy extra buffer requires overlap schedule"); use extra_buffer'
+    )
+
+
+def test_0_5_7_adds_two_slots_unless_extra_buffer_runs_with_spec_decoding() -> None:
+    """0.5.7 init_memory_pool: 3 + 1 only for extra_buffer with spec decoding; no_buffer with spec
+    decoding still adds 2 (5 slots), and 0.5.7 does not refuse that combination (0.5.10 does)."""
+    qwen = replace(PRESET, family="qwen3_next")
+    spec = dict(speculative_num_draft_tokens=2, max_running_requests=4)
+    kw: dict[str, Any] = dict(geometry=qwen, pp_size=1, sglang_version="0.5.7", **spec)
+    assert make(**kw, mamba_radix_cache_strategy="no_buffer").slots_per_request() == 5
+    assert make(**kw, mamba_radix_cache_strategy="extra_buffer").slots_per_request() == 4
 
 
 # ---- the cache-flag combinations SGLang 0.5.23 asserts against at startup ----
