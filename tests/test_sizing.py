@@ -913,3 +913,29 @@ def test_an_explicit_pool_of_one_slot_per_dp_worker_starts() -> None:
     is "at least {dp}"), with one running request at 1 slot each (radix cache off)."""
     s = derive_stage(make(max_mamba_cache_size=3, dp_size=3, disable_radix_cache=True), 0)
     assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("A", 1, 1)
+
+
+def test_a_family_without_an_extra_buffer_under_auto() -> None:
+    """0.5.14-0.5.15.post1 leave KimiLinear out of the extra-buffer architectures
+    (``_support_mamba_cache_extra_buffer``): auto resolves to no_buffer and turns overlap off itself (3
+    slots, no refusal for the overlap flag); with a paged KV cache SGLang then refuses that no_buffer, and
+    the line says it came from auto; an explicit extra_buffer is refused for the architecture."""
+    kimi = replace(PRESET, family="kimi_linear")
+    auto = make(geometry=kimi, sglang_version="0.5.14")
+    assert (auto.slots_per_request(), auto.strategy_label) == (3, "strategy no_buffer (auto)")
+    with pytest.raises(FlagError) as paged:
+        make(geometry=kimi, sglang_version="0.5.14", page_size=16).slots_per_request()
+    assert str(paged.value).startswith(
+        "--mamba-radix-cache-strategy auto (no_buffer: no extra buffer for kimi_linear) needs --page-size 1, "
+        "got 16: SGLang 0.5.14 refuses it at startup"
+    )
+    with pytest.raises(FlagError) as explicit:
+        make(
+            geometry=kimi, sglang_version="0.5.14", mamba_radix_cache_strategy="extra_buffer"
+        ).slots_per_request()
+    assert str(explicit.value) == (
+        "--mamba-radix-cache-strategy extra_buffer for a kimi_linear model: SGLang 0.5.14 has no extra "
+        'buffer for that architecture and refuses it at startup ("extra_buffer is not supported for ..."); '
+        "use no_buffer"
+    )
+    assert make(geometry=kimi, sglang_version="0.5.16").slots_per_request() == 4  # 0.5.16 gives it one
