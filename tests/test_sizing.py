@@ -939,3 +939,105 @@ def test_a_family_without_an_extra_buffer_under_auto() -> None:
         "use no_buffer"
     )
     assert make(geometry=kimi, sglang_version="0.5.16").slots_per_request() == 4  # 0.5.16 gives it one
+
+
+def test_stage_slices_and_linear_layer_counts_at_pp_8() -> None:
+    """Spec section 2's example (L = 93, P = 8, the last 93 % 8 = 5 ranks one layer more) and section 3's
+    linear layers per stage [9, 8, 8, 9, 9, 9, 9, 8] of 69: what each stage's report says it holds."""
+    stages = derive_all(make())
+    assert [(s.start_layer, s.end_layer) for s in stages] == [
+        (0, 11),
+        (11, 22),
+        (22, 33),
+        (33, 45),
+        (45, 57),
+        (57, 69),
+        (69, 81),
+        (81, 93),
+    ]
+    assert [s.stage_linear_layers for s in stages] == [9, 8, 8, 9, 9, 9, 9, 8]
+    assert {(s.max_stage_linear_layers, s.total_linear_layers, s.per_req_bytes) for s in stages} == {
+        (9, 69, PER_REQ)
+    }
+
+
+@pytest.mark.parametrize("rank", [8, -1])
+def test_a_stage_outside_the_pipeline_is_a_layout_error(rank: int) -> None:
+    """pp_rank 8 of 8 stages (or -1) is no stage: a LayoutError, never another stage's numbers (a
+    negative index would silently read the last stage)."""
+    with pytest.raises(LayoutError, match=rf"^pp_rank {rank} outside \[0, 8\)$"):
+        derive_stage(make(), rank)
+
+
+REFUSED_INPUTS = [
+    # id, overrides, the one line a user reads
+    (
+        "extra state before 0.5.22",
+        {"geometry": replace(PRESET, extra_per_slot_bytes=1000), "sglang_version": "0.5.21"},
+        "kimi-k3: extra_per_slot_bytes=1000 but SGLang 0.5.21 charges no per-slot extra state "
+        "(extra_mamba_cache_bytes_per_req arrived in 0.5.22); drop it from the model spec or derive for "
+        "0.5.22 or later",
+    ),
+    (
+        "spec decoding without a request count",
+        {"speculative_num_draft_tokens": 2},
+        "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the spec-decoding "
+        "intermediate state from it",
+    ),
+    (
+        "token capacity without a context length",
+        {"token_capacity": 100_000},
+        "--token-capacity needs --context-len (the model config gives no max_position_embeddings to "
+        "default it from)",
+    ),
+    (
+        "lazy before 0.5.13",
+        {
+            "geometry": replace(PRESET, family="qwen3_next"),
+            "sglang_version": "0.5.12",
+            "mamba_radix_cache_strategy": "extra_buffer_lazy",
+        },
+        "--mamba-radix-cache-strategy extra_buffer_lazy: SGLang 0.5.12 has no such strategy (its "
+        "--mamba-scheduler-strategy takes auto, no_buffer, extra_buffer; lazy arrived in 0.5.13)",
+    ),
+    (
+        "every family question of 0.5.5",
+        {"geometry": TOY, "pp_size": 1, "sglang_version": "0.5.5", "dp_size": 2},
+        "toy: SGLang 0.5.5 decides whether it has a state pool at all and whether --dp-size splits the pool "
+        "and whether the radix cache is forced off by the model_type, and the model spec names none; add "
+        '"model_type" (e.g. "qwen3_next") to the spec or pass the HF config',
+    ),
+    (
+        "no dp question at dp 1",
+        {"geometry": TOY, "pp_size": 1, "sglang_version": "0.5.5"},
+        "toy: SGLang 0.5.5 decides whether it has a state pool at all and whether the radix cache is forced "
+        'off by the model_type, and the model spec names none; add "model_type" (e.g. "qwen3_next") to the '
+        "spec or pass the HF config",
+    ),
+    (
+        "a family without a pool",
+        {"geometry": replace(PRESET, family="kimi_linear"), "pp_size": 1, "sglang_version": "0.5.3.post2"},
+        "kimi-k3: SGLang 0.5.3.post2 sizes a mamba state pool only for model_type qwen3_next, nemotron_h, "
+        "falcon_h1, not kimi_linear; use a later release",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"), [c[1:] for c in REFUSED_INPUTS], ids=[c[0] for c in REFUSED_INPUTS]
+)
+def test_inputs_no_release_can_size_are_one_line_each(overrides: dict[str, Any], line: str) -> None:
+    """What the user reads when the inputs cannot be sized at all: one line naming the input, why
+    (the release's rule) and what to give instead."""
+    with pytest.raises(FlagError) as exc:
+        make(**overrides)
+    assert str(exc.value) == line
+
+
+def test_one_request_per_dp_worker_starts_before_0_5_23() -> None:
+    """--max-running-requests 4 over dp 4 is one request a worker: every release starts it (only 0 a
+    worker is refused before 0.5.23's floor)."""
+    assert {
+        s.max_running_requests
+        for s in derive_all(make(sglang_version="0.5.22", max_running_requests=4, dp_size=4))
+    } == {1}
