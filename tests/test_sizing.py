@@ -1041,3 +1041,53 @@ def test_one_request_per_dp_worker_starts_before_0_5_23() -> None:
         s.max_running_requests
         for s in derive_all(make(sglang_version="0.5.22", max_running_requests=4, dp_size=4))
     } == {1}
+
+
+STARTUP_REFUSAL_LINES = [
+    # id, overrides, the whole line: the flag, SGLang's own assert, the way out
+    (
+        "no_buffer paged",
+        {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16, "disable_overlap_schedule": True},
+        "--mamba-radix-cache-strategy no_buffer needs --page-size 1, got 16: SGLang 0.5.23 refuses it at "
+        'startup ("no_buffer only supports page_size=1"); use --page-size 1, or extra_buffer for a paged KV '
+        "cache",
+    ),
+    (
+        "no_buffer with overlap",
+        {"mamba_radix_cache_strategy": "no_buffer"},
+        "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: SGLang 0.5.23 refuses "
+        'no_buffer with the overlap schedule on ("no_buffer do not support overlap schedule"), even under '
+        "pp > 1 where it turns overlap off later; add --disable-overlap-schedule",
+    ),
+    (
+        "lazy with spec on 0.5.16",
+        {
+            "pp_size": 1,
+            "sglang_version": "0.5.16",
+            "mamba_radix_cache_strategy": "extra_buffer_lazy",
+            "speculative_num_draft_tokens": 2,
+            "max_running_requests": 8,
+        },
+        "--speculative-num-draft-tokens 2 with --mamba-radix-cache-strategy extra_buffer_lazy: SGLang 0.5.16 "
+        'refuses it at startup ("extra_buffer_lazy unsupported with spec."); use extra_buffer, or SGLang '
+        "0.5.17 or later",
+    ),
+    (
+        "page size not dividing the track interval",
+        {"page_size": 3},
+        "--page-size 3 does not divide mamba_track_interval 256 (SGLang's default): SGLang 0.5.23 refuses it "
+        "with --mamba-radix-cache-strategy auto (resolved to extra_buffer) at startup (asserts "
+        "mamba_track_interval % page_size == 0); use a page size that divides 256 (1, 2, 4, ..., 256)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"), [c[1:] for c in STARTUP_REFUSAL_LINES], ids=[c[0] for c in STARTUP_REFUSAL_LINES]
+)
+def test_startup_refusal_lines_say_the_way_out(overrides: dict[str, Any], line: str) -> None:
+    """The whole line of each startup refusal: the flag as typed, SGLang's own assert text (what the
+    user finds in SGLang's log) and the way out."""
+    with pytest.raises(FlagError) as exc:
+        make(**overrides).slots_per_request()
+    assert str(exc.value) == line
