@@ -796,8 +796,11 @@ def test_stage_report_charges_and_allocates_bytes() -> None:
 def test_the_first_stage_short_of_memory_is_named() -> None:
     """Every stage is short at 0.01 GiB; the refusal a user acts on names the first one (stage 0), as
     rank 0's log would, not the last one derived."""
-    with pytest.raises(BudgetError, match=r"stage_per_req=37969920 bytes \(stage 0\)"):
+    with pytest.raises(BudgetError) as exc:
         derive_all(make(budget_gib=0.01))
+    assert str(exc.value).endswith(
+        "stage_per_req=37969920 bytes (stage 0); raise the budget or --mamba-full-memory-ratio"
+    )
 
 
 # ---- the inputs CapacityInputs refuses before any derivation ----
@@ -871,6 +874,8 @@ def test_fixed_pool_of_512_slots_without_a_request_count() -> None:
     assert (a.branch, a.max_mamba_cache_size) == ("A", 40)
     b = derive_stage(CapacityInputs(**kw, max_running_requests=16), 0)
     assert (b.branch, b.max_mamba_cache_size, b.max_running_requests) == ("B", 16, 16)
+    # Split over dp for hybrid GDN: 512 // 3 = 170 slots a worker.
+    assert derive_stage(CapacityInputs(**kw, dp_size=3), 0).max_mamba_cache_size == 170
 
 
 def test_ratio_pool_with_spec_decoding_and_the_radix_cache_on() -> None:
@@ -896,16 +901,19 @@ def test_ratio_pool_with_spec_decoding_and_the_radix_cache_on() -> None:
 
 def test_explicit_or_fit_pool_0_5_7() -> None:
     """0.5.7 handle_max_mamba_cache: an explicit --max-mamba-cache-size, or the radix cache off, sizes
-    (mmcs or mrr or 512) // dp: 40 // 2 = 20 (branch A); radix off with --max-running-requests 16 over
-    dp 2: 8 (branch B); radix on without a size auto-fits with no // dp: int(B // per_req) = 9."""
+    (mmcs or mrr or 512) // dp: 40 // 3 = 13 (branch A); radix off with --max-running-requests 16 over
+    dp 3: 5 (branch B); radix off without either: 512 // 3 = 170 of TOY's 704-byte slots; radix on
+    without a size auto-fits with no // dp: int(B // per_req) = 9. No spec decoding: nothing reserved."""
     qwen = replace(PRESET, family="qwen3_next")
-    kw: dict[str, Any] = dict(geometry=qwen, pp_size=1, dp_size=2, sglang_version="0.5.7")
+    kw: dict[str, Any] = dict(geometry=qwen, pp_size=1, dp_size=3, sglang_version="0.5.7")
     a = derive_stage(make(**kw, max_mamba_cache_size=40), 0)
-    assert (a.branch, a.max_mamba_cache_size) == ("A", 20)
+    assert (a.branch, a.max_mamba_cache_size) == ("A", 13)
     b = derive_stage(make(**kw, disable_radix_cache=True, max_running_requests=16), 0)
-    assert (b.branch, b.max_mamba_cache_size) == ("B", 8)
+    assert (b.branch, b.max_mamba_cache_size) == ("B", 5)
     c = derive_stage(make(**kw), 0)
-    assert (c.branch, c.max_mamba_cache_size) == ("C", 9)
+    assert (c.branch, c.max_mamba_cache_size, c.intermediate_state_bytes) == ("C", 9, 0)
+    toy = dict(kw, geometry=replace(TOY, family="qwen3_next"), budget_gib=1.0, disable_radix_cache=True)
+    assert derive_stage(make(**toy), 0).max_mamba_cache_size == 170
 
 
 def test_an_explicit_pool_of_one_slot_per_dp_worker_starts() -> None:
@@ -1091,3 +1099,91 @@ def test_startup_refusal_lines_say_the_way_out(overrides: dict[str, Any], line: 
     with pytest.raises(FlagError) as exc:
         make(**overrides).slots_per_request()
     assert str(exc.value) == line
+
+
+@pytest.mark.parametrize(
+    ("budget", "spec", "K"),
+    [
+        (0.01, {}, -1),
+        (0.01, {"speculative_num_draft_tokens": 3, "max_running_requests": 16}, -3),
+        (None, {}, 0),
+    ],
+)
+def test_a_pool_of_no_slots_is_the_state_pools_refusal(
+    budget: float | None, spec: dict[str, Any], K: int
+) -> None:
+    """K <= 0 is SGLang's "not enough memory for the state pool", with K as SGLang computes it (floor
+    division, so negative below one slot): at 0.01 GiB B = 3,579,139.41 bytes, (B - 37,969,920) //
+    37,969,920 = floor(-0.906) = -1; with D = 3 (4 slots) (B - 4 x 37,969,920) // (1.75 x 37,969,920) =
+    floor(-2.23) = -3. At B = 1.5 slots exactly (rest = 4.5 x 37,969,920 bytes) K = 0: still the pool's
+    refusal, not the running-request one."""
+    rest = budget if budget is not None else 4.5 * SPR9 / GIB
+    with pytest.raises(
+        BudgetError, match=f"not enough memory for the state pool: --budget-gib {rest} gives K={K} "
+    ):
+        derive_stage(make(budget_gib=rest, **spec), 0)
+
+
+def test_the_kv_refusal_names_the_pool_that_took_the_budget() -> None:
+    """An explicit pool of 100,000 slots (+ 1 padding slot from 0.5.17) of 37,969,920 bytes is far
+    more than 8 GiB: the line names the slots charged, the bytes each and the branch, and the way out."""
+    with pytest.raises(BudgetError) as exc:
+        derive_all(make(max_mamba_cache_size=100_000))
+    msg = str(exc.value)
+    assert msg.startswith("the state pool (100001 slots x 37969920 bytes, branch A) leaves -")
+    assert msg.endswith(
+        "for the KV cache on stage 0, and SGLang 0.5.23 needs more than 0; lower --max-mamba-cache-size or "
+        "--max-running-requests, or raise the budget"
+    )
+
+
+def test_an_empty_stage_refusal_says_what_to_change() -> None:
+    with pytest.raises(LayoutError) as exc:
+        derive_all(make(policy="own-share", partition_env="0,12,12,12,12,12,12,21"))
+    assert str(exc.value) == (
+        "stage 0 holds no linear layers, so --policy own-share charges it 0 bytes per request and SGLang "
+        "cannot auto-fit its pool (it asserts a positive charge); use max-share, another partition, or "
+        "--max-mamba-cache-size"
+    )
+
+
+@pytest.mark.parametrize(("T", "hint"), [(None, False), (2, False), (1, True)])
+def test_the_token_capacity_is_named_only_when_it_is_short(T: int | None, hint: bool) -> None:
+    """K = 2 slots at P = 1 but a request needs 5: no running request fits. Raising --token-capacity is
+    advice only where T // 2 is 0 (T = 1); at T = 2 one request's worth of tokens exists and only the
+    budget helps."""
+    rest = 3 * 3.5 * PER_REQ / GIB  # B = 3.5 * per_req at r = 0.5 -> K = int(2.5) = 2
+    kw: dict[str, Any] = {} if T is None else {"token_capacity": T, "context_len": 1024}
+    with pytest.raises(BudgetError) as exc:
+        derive_stage(make(pp_size=1, budget_gib=rest, **kw), 0)
+    assert str(exc.value) == (
+        "budget too small for one running request on stage 0: K=2 state slots but each request needs 5; "
+        "raise --budget-gib" + (" or --token-capacity" if hint else "")
+    )
+
+
+def test_spec_reservation_caps_requests_by_whole_pool_slots() -> None:
+    """Branch A, D = 2, --max-running-requests 16, K = 42 at 4 slots a request: the reservation covers
+    min(16, 42 // 4) + 1 = 11 requests (floor division: 10.5 requests is 10), 11 x 2 x 37,969,920 bytes;
+    KV left: 8 GiB - (43 + 22) x 37,969,920 = 6,121,889,792 bytes; max_running_requests min(16, 10)."""
+    s = derive_stage(
+        make(speculative_num_draft_tokens=2, max_running_requests=16, max_mamba_cache_size=42), 0
+    )
+    assert (s.max_mamba_cache_size, s.max_running_requests) == (42, 10)
+    assert s.intermediate_state_bytes == 22 * SPR9
+    assert s.kv_budget_gib * GIB == 6_121_889_792
+
+
+def test_spec_decoding_with_a_per_slot_extra_state() -> None:
+    """0.5.23 auto-fit with D = 3, --max-running-requests 16 and an extra state of 69 MiB per request,
+    scaled by 9/69 to 9,437,184 bytes a slot, at 8.0625 GiB (B = 2,885,681,152 bytes): K = (B - 4 x
+    37,969,920 - 9,437,184) // (1.75 x 37,969,920 + 9,437,184) = floor(35.90) = 35 (the extra state once in
+    the padding term, once per slot); reservation min(16, 35 // 4) + 1 = 9 requests x 3 drafts; KV left
+    8.0625 GiB - 27 x 37,969,920 - 36 x 47,407,104 = 5,925,199,872 bytes."""
+    g = replace(PRESET, extra_per_slot_bytes=69 * 2**20)
+    s = derive_stage(
+        make(geometry=g, budget_gib=8.0625, speculative_num_draft_tokens=3, max_running_requests=16), 0
+    )
+    assert (s.extra_per_slot_bytes, s.max_mamba_cache_size, s.max_running_requests) == (9 * 2**20, 35, 8)
+    assert s.intermediate_state_bytes == 27 * SPR9
+    assert s.kv_budget_gib * GIB == 5_925_199_872
