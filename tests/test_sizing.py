@@ -1187,3 +1187,18 @@ def test_spec_decoding_with_a_per_slot_extra_state() -> None:
     assert (s.extra_per_slot_bytes, s.max_mamba_cache_size, s.max_running_requests) == (9 * 2**20, 35, 8)
     assert s.intermediate_state_bytes == 27 * SPR9
     assert s.kv_budget_gib * GIB == 5_925_199_872
+
+
+@pytest.mark.parametrize("version", ["0.5.7", "0.5.8", "0.5.9", "0.5.10"])
+def test_scheduler_era_extra_buffer_asserts_the_page_size(version: str) -> None:
+    """0.5.7-0.5.13.post1 _handle_mamba_radix_cache: extra_buffer asserts mamba_track_interval (256) %
+    page_size == 0, from the first release with the strategy on; page 16 starts (3 + 2 slots at P = 1)."""
+    qwen = replace(PRESET, family="qwen3_next")
+    kw: dict[str, Any] = dict(
+        geometry=qwen, pp_size=1, sglang_version=version, mamba_radix_cache_strategy="extra_buffer"
+    )
+    with pytest.raises(
+        FlagError, match=f"^--page-size 3 does not divide mamba_track_interval 256 .*SGLang {version}"
+    ):
+        make(**kw, page_size=3).slots_per_request()
+    assert make(**kw, page_size=16).slots_per_request() == 5
