@@ -967,6 +967,14 @@ def test_stage_slices_and_linear_layer_counts_at_pp_8() -> None:
     assert {(s.max_stage_linear_layers, s.total_linear_layers, s.per_req_bytes) for s in stages} == {
         (9, 69, PER_REQ)
     }
+    assert {s.scale for s in stages} == {9 / 69}  # max-share: the busiest stage's share, a Python float
+
+
+def test_a_partition_that_does_not_fit_is_refused_before_any_stage_derives() -> None:
+    """SGLANG_PP_LAYER_PARTITION must hold P parts summing to L (spec section 2): refused when the inputs
+    are built, so no rank reports numbers for a layout that cannot start."""
+    with pytest.raises(LayoutError, match="SGLANG_PP_LAYER_PARTITION"):
+        make(partition_env="46,47")
 
 
 @pytest.mark.parametrize("rank", [8, -1])
