@@ -412,3 +412,9 @@ def test_skip_decode_lock_env_reaches_the_slots_as_sglang_reads_it(value, slots)
     model, flags = ModelChoice(model_config=MODEL), SizingFlags(pp_size=8)
     inputs = capacity_inputs(model, flags, budget_gib=8.0, env=env, release=release)
     assert inputs.slots_per_request() == slots
+
+
+def test_a_refused_flag_shows_the_value_as_typed(cli):
+    """The refusal quotes what the user typed (2e3, not 2000.0), so they find it in their command."""
+    res = cli(["derive", "--model-config", MODEL, "--mamba-full-memory-ratio", "2e3"])
+    assert res.rc == 2 and "--mamba-full-memory-ratio: 2e3 must be in (0, 1,000]" in res.err, res.err
