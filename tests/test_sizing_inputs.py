@@ -417,4 +417,4 @@ def test_skip_decode_lock_env_reaches_the_slots_as_sglang_reads_it(value, slots)
 def test_a_refused_flag_shows_the_value_as_typed(cli):
     """The refusal quotes what the user typed (2e3, not 2000.0), so they find it in their command."""
     res = cli(["derive", "--model-config", MODEL, "--mamba-full-memory-ratio", "2e3"])
-    assert res.rc == 2 and "--mamba-full-memory-ratio: 2e3 must be in (0, 1,000]" in res.err, res.err
+    assert res.rc == 2 and "--mamba-full-memory-ratio 2e3 must be in (0, 1,000]" in res.err, res.err
