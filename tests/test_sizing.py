@@ -13,6 +13,7 @@ where SGLang starts (or the reverse).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -212,14 +213,56 @@ def test_slots_per_request(
     assert (s.max_mamba_cache_size, s.max_running_requests) == (K, K // slots)
 
 
-@pytest.mark.parametrize(("pp", "no_overlap"), [(8, False), (2, False), (1, True)])
-def test_extra_buffer_lazy_without_overlap_is_an_error(pp: int, no_overlap: bool) -> None:
-    """extra_buffer_lazy needs the overlap schedule, which P > 1 forces off: SGLang refuses to start."""
+@pytest.mark.parametrize(
+    ("pp", "no_overlap", "why"),
+    [
+        (8, False, "pp size > 1 forces it off"),
+        (2, False, "pp size > 1 forces it off"),
+        (1, True, "it is disabled"),
+    ],
+)
+def test_extra_buffer_lazy_without_overlap_is_an_error(pp: int, no_overlap: bool, why: str) -> None:
+    """extra_buffer_lazy needs the overlap schedule, which P > 1 forces off: SGLang refuses to start.
+    The line says which of the two turned it off, since the fix differs."""
     inp = make(
         pp_size=pp, mamba_radix_cache_strategy="extra_buffer_lazy", disable_overlap_schedule=no_overlap
     )
-    with pytest.raises(FlagError, match="extra_buffer_lazy"):
+    with pytest.raises(FlagError) as exc:
         inp.slots_per_request()
+    assert str(exc.value) == (
+        f"--mamba-radix-cache-strategy extra_buffer_lazy needs the overlap schedule, but {why}; "
+        "use extra_buffer or no_buffer"
+    )
+
+
+@pytest.mark.parametrize(("pp", "no_overlap"), [(2, False), (1, True)])
+def test_lazy_without_overlap_is_refused_by_0_5_13_too(pp: int, no_overlap: bool) -> None:
+    """0.5.13's _calculate_mamba_ratio asserts "Lazy extra buffer requires overlap schedule", whether PP
+    or the flag turned it off."""
+    qwen = replace(PRESET, family="qwen3_next")
+    inp = make(
+        geometry=qwen,
+        pp_size=pp,
+        sglang_version="0.5.13",
+        mamba_radix_cache_strategy="extra_buffer_lazy",
+        disable_overlap_schedule=no_overlap,
+    )
+    with pytest.raises(FlagError) as exc:
+        inp.slots_per_request()
+    assert str(exc.value) == (
+        "--mamba-radix-cache-strategy extra_buffer_lazy needs the overlap schedule: SGLang 0.5.13 asserts it "
+        '("Lazy extra buffer requires overlap schedule"); use extra_buffer'
+    )
+
+
+def test_0_5_7_adds_two_slots_unless_extra_buffer_runs_with_spec_decoding() -> None:
+    """0.5.7 init_memory_pool: 3 + 1 only for extra_buffer with spec decoding; no_buffer with spec
+    decoding still adds 2 (5 slots), and 0.5.7 does not refuse that combination (0.5.10 does)."""
+    qwen = replace(PRESET, family="qwen3_next")
+    spec = dict(speculative_num_draft_tokens=2, max_running_requests=4)
+    kw: dict[str, Any] = dict(geometry=qwen, pp_size=1, sglang_version="0.5.7", **spec)
+    assert make(**kw, mamba_radix_cache_strategy="no_buffer").slots_per_request() == 5
+    assert make(**kw, mamba_radix_cache_strategy="extra_buffer").slots_per_request() == 4
 
 
 # ---- the cache-flag combinations SGLang 0.5.23 asserts against at startup ----
@@ -705,3 +748,469 @@ def test_model_spec_extra_per_slot_is_scaled_like_per_req(tmp_path: Path) -> Non
     for s in stages:
         assert (s.stage_per_req_bytes, s.extra_per_slot_bytes, s.max_mamba_cache_size) == (spr, extra, K)
         assert s.state_charged_bytes == (K + 1) * (spr + extra)
+
+
+# ---- what the report shows of the inputs and of each stage ----
+
+
+def test_describe_is_the_inputs_as_given_and_as_resolved() -> None:
+    """The report's inputs block: every flag as the user gave it (SGLang's names), the model by name (a
+    ModelGeometry is not JSON), and what the release made of the flags left to it. Ranks' blocks are
+    compared key by key, so a key dropped, renamed or holding another value is a false or hidden
+    difference. 0.5.23 charges max-share by default; auto under PP is extra_buffer without overlap
+    (section 5 of the spec); 0.5.16 charges the whole model; --policy wins over the release."""
+    d = make(max_running_requests=10, page_size=16).describe()
+    assert "geometry" not in d and d["model"] == PRESET.name
+    assert (d["max_running_requests"], d["page_size"], d["pp_size"], d["budget_gib"]) == (10, 16, 8, 8.0)
+    assert (d["policy"], d["policy_source"]) == ("max-share", "release")
+    assert (d["mamba_radix_cache_strategy"], d["resolved_strategy"], d["overlap_schedule"]) == (
+        "auto",
+        "extra_buffer",
+        False,
+    )
+    assert (d["sglang_version"], d["sglang_rules"]) == ("0.5.23", "0.5.23")
+    assert make(pp_size=1).describe()["overlap_schedule"] is True
+    old = make(sglang_version="0.5.16").describe()
+    assert (old["policy"], old["policy_source"], old["sglang_version"]) == (
+        "whole-model",
+        "release",
+        "0.5.16",
+    )
+    what_if = make(sglang_version="0.5.16", policy="own-share").describe()
+    assert (what_if["policy"], what_if["policy_source"]) == ("own-share", "--policy")
+
+
+def test_stage_report_charges_and_allocates_bytes() -> None:
+    """Each stage's report carries what SGLang takes off the budget for the pool and what the pool
+    really allocates. 0.5.23 charges K + 1 slots of the max-share charge (75 x 37,969,920 at K = 74)
+    while the pool allocates K + 1 slots of the stage's own layers (9 or 8 x 4,218,880 bytes); 0.5.16
+    charges K = 9 slots of per_req but still allocates the padding slot (memory_pool.py MambaPool)."""
+    for s, n in zip(derive_all(make()), (9, 8, 8, 9, 9, 9, 9, 8), strict=True):
+        d = s.as_dict()
+        assert (d["max_mamba_cache_size"], d["pp_rank"]) == (74, s.pp_rank)
+        assert (d["state_charged_bytes"], d["state_allocated_bytes"]) == (75 * SPR9, 75 * n * PER_LAYER)
+    old = derive_stage(make(sglang_version="0.5.16"), 0).as_dict()
+    assert (old["state_charged_bytes"], old["state_allocated_bytes"]) == (9 * PER_REQ, 10 * 9 * PER_LAYER)
+
+
+def test_the_first_stage_short_of_memory_is_named() -> None:
+    """Every stage is short at 0.01 GiB; the refusal a user acts on names the first one (stage 0), as
+    rank 0's log would, not the last one derived."""
+    with pytest.raises(BudgetError) as exc:
+        derive_all(make(budget_gib=0.01))
+    assert str(exc.value).endswith(
+        "stage_per_req=37969920 bytes (stage 0); raise the budget or --mamba-full-memory-ratio"
+    )
+
+
+# ---- the inputs CapacityInputs refuses before any derivation ----
+
+
+@pytest.mark.parametrize("budget", [True, "8", None])
+def test_a_budget_that_is_not_a_number_is_a_budget_error(budget: object) -> None:
+    """A budget read from a config file or handed over by code must be a number of GiB: True is not 1
+    GiB, "8" is not 8 GiB. Refused as the bad budget it is, not a TypeError deep in the sizing."""
+    with pytest.raises(BudgetError) as exc:
+        make(budget_gib=budget)
+    assert str(exc.value) == (
+        f"--budget-gib {budget} must be a positive, finite number of GiB "
+        "(the memory left for the KV and state pools)"
+    )
+
+
+@pytest.mark.parametrize("name", ["pp_size", "mamba_full_memory_ratio"])
+def test_unresolved_inputs_are_a_bug_not_a_default(name: str) -> None:
+    """pp_size and the ratio are resolved (world size, release default) before sizing; None reaching the
+    core is a caller's bug and must not size with some default."""
+    with pytest.raises(TypeError, match=f"CapacityInputs.{name} is resolved before sizing"):
+        make(**{name: None})
+
+
+@pytest.mark.parametrize("pp", [2, 8])
+def test_any_pipeline_split_is_refused_where_sglang_refuses_it(pp: int) -> None:
+    """Up to 0.5.4.post1 no hybrid model runs under PP, at any pp size > 1; up to 0.5.20 spec decoding
+    is refused under PP, at any pp size > 1 (check_server_args). Each refusal says what to do."""
+    qwen = replace(PRESET, family="qwen3_next")
+    with pytest.raises(FlagError) as old:
+        make(geometry=qwen, pp_size=pp, sglang_version="0.5.4.post1", mamba_radix_cache_strategy="auto")
+    assert str(old.value).startswith(f"--pp-size {pp}: SGLang 0.5.4.post1 runs no hybrid")
+    assert "(models/qwen3_next.py and falcon_h1.py assert a single PP rank; nemotron_h.py" in str(old.value)
+    assert str(old.value).endswith("use --pp-size 1, or SGLang 0.5.4.post2 or later")
+    spec = dict(speculative_num_draft_tokens=2, max_running_requests=8)
+    with pytest.raises(FlagError) as refused:
+        make(pp_size=pp, sglang_version="0.5.20", **spec)
+    assert str(refused.value) == (
+        f"--speculative-num-draft-tokens with --pp-size {pp}: SGLang 0.5.20 refuses it at startup "
+        '("Pipeline parallelism is not compatible with overlap schedule, speculative decoding"); '
+        "drop speculative decoding or use --pp-size 1"
+    )
+    make(pp_size=pp, sglang_version="0.5.21", **spec)
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.5.3.post2", "0.5.6.post2"])
+def test_no_strategy_before_0_5_7_whatever_the_radix_rule(version: str) -> None:
+    """No release before 0.5.7 has a strategy flag: the forced-off (0.5.2-0.5.3.post1) and fixed-ratio
+    (0.5.3.post2-0.5.6.post2) releases refuse one alike, and accept the default."""
+    qwen = replace(PRESET, family="qwen3_next")
+    with pytest.raises(FlagError) as exc:
+        make(geometry=qwen, pp_size=1, sglang_version=version, mamba_radix_cache_strategy="extra_buffer")
+    assert str(exc.value).endswith(
+        "has no mamba cache strategy (the flag arrived in 0.5.7 as --mamba-scheduler-strategy); "
+        "leave it at auto"
+    )
+    make(geometry=qwen, pp_size=1, sglang_version=version, mamba_radix_cache_strategy="auto")
+
+
+# ---- pool sizes of the releases before 0.5.9 (docs/sglang-releases.md) ----
+
+
+def test_fixed_pool_of_512_slots_without_a_request_count() -> None:
+    """0.5.2 ModelRunner.__init__: a hybrid GDN model's pool is --max-mamba-cache-size, else
+    --max-running-requests, else 512 slots, whatever the budget. TOY's 704-byte requests fit 512 slots
+    in 1 GiB; 1 slot a request (radix cache forced off), so 512 running requests (the estimate's 4096
+    does not bind); with --max-mamba-cache-size 40 the pool is 40 (branch A), with
+    --max-running-requests 16 it is 16 (branch B)."""
+    toy = replace(TOY, family="qwen3_next")
+    kw: dict[str, Any] = dict(geometry=toy, budget_gib=1.0, sglang_version="0.5.2")
+    s = derive_stage(CapacityInputs(**kw), 0)
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("B", 512, 512)
+    a = derive_stage(CapacityInputs(**kw, max_mamba_cache_size=40), 0)
+    assert (a.branch, a.max_mamba_cache_size) == ("A", 40)
+    b = derive_stage(CapacityInputs(**kw, max_running_requests=16), 0)
+    assert (b.branch, b.max_mamba_cache_size, b.max_running_requests) == ("B", 16, 16)
+    # Split over dp for hybrid GDN: 512 // 3 = 170 slots a worker.
+    assert derive_stage(CapacityInputs(**kw, dp_size=3), 0).max_mamba_cache_size == 170
+
+
+def test_ratio_pool_with_spec_decoding_and_the_radix_cache_on() -> None:
+    """0.5.5 handle_max_mamba_cache, radix cache on, D = 2: K = int(B // per_req // (1 + D)) =
+    int(9.0 // 3) = 3 (B = 8 * 0.5 / 1.5 GiB, 9.84 per_req), charged K * per_req * (1 + D) = 9 per_req;
+    the intermediate state is K * per_req * D = 6 per_req. 3 slots a request (fixed ratio):
+    tp_worker min(4, min(4, 3 // 3)) = 1 running request."""
+    qwen = replace(PRESET, family="qwen3_next")
+    s = derive_stage(
+        make(
+            geometry=qwen,
+            pp_size=1,
+            sglang_version="0.5.5",
+            speculative_num_draft_tokens=2,
+            max_running_requests=4,
+        ),
+        0,
+    )
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("C", 3, 1)
+    assert s.intermediate_state_bytes == 6 * PER_REQ
+    assert s.kv_budget_gib == 8 - 9 * PER_REQ / GIB
+
+
+def test_explicit_or_fit_pool_0_5_7() -> None:
+    """0.5.7 handle_max_mamba_cache: an explicit --max-mamba-cache-size, or the radix cache off, sizes
+    (mmcs or mrr or 512) // dp: 40 // 3 = 13 (branch A); radix off with --max-running-requests 16 over
+    dp 3: 5 (branch B); radix off without either: 512 // 3 = 170 of TOY's 704-byte slots; radix on
+    without a size auto-fits with no // dp: int(B // per_req) = 9. No spec decoding: nothing reserved."""
+    qwen = replace(PRESET, family="qwen3_next")
+    kw: dict[str, Any] = dict(geometry=qwen, pp_size=1, dp_size=3, sglang_version="0.5.7")
+    a = derive_stage(make(**kw, max_mamba_cache_size=40), 0)
+    assert (a.branch, a.max_mamba_cache_size) == ("A", 13)
+    b = derive_stage(make(**kw, disable_radix_cache=True, max_running_requests=16), 0)
+    assert (b.branch, b.max_mamba_cache_size) == ("B", 5)
+    c = derive_stage(make(**kw), 0)
+    assert (c.branch, c.max_mamba_cache_size, c.intermediate_state_bytes) == ("C", 9, 0)
+    toy = dict(kw, geometry=replace(TOY, family="qwen3_next"), budget_gib=1.0, disable_radix_cache=True)
+    assert derive_stage(make(**toy), 0).max_mamba_cache_size == 170
+
+
+def test_an_explicit_pool_of_one_slot_per_dp_worker_starts() -> None:
+    """--max-mamba-cache-size 3 over dp 3 is one slot a worker: SGLang starts it (the refusal's advice
+    is "at least {dp}"), with one running request at 1 slot each (radix cache off)."""
+    s = derive_stage(make(max_mamba_cache_size=3, dp_size=3, disable_radix_cache=True), 0)
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("A", 1, 1)
+
+
+def test_a_family_without_an_extra_buffer_under_auto() -> None:
+    """0.5.14-0.5.15.post1 leave KimiLinear out of the extra-buffer architectures
+    (``_support_mamba_cache_extra_buffer``): auto resolves to no_buffer and turns overlap off itself (3
+    slots, no refusal for the overlap flag); with a paged KV cache SGLang then refuses that no_buffer, and
+    the line says it came from auto; an explicit extra_buffer is refused for the architecture."""
+    kimi = replace(PRESET, family="kimi_linear")
+    auto = make(geometry=kimi, sglang_version="0.5.14")
+    assert (auto.slots_per_request(), auto.strategy_label) == (3, "strategy no_buffer (auto)")
+    with pytest.raises(FlagError) as paged:
+        make(geometry=kimi, sglang_version="0.5.14", page_size=16).slots_per_request()
+    assert str(paged.value).startswith(
+        "--mamba-radix-cache-strategy auto (no_buffer: no extra buffer for kimi_linear) needs --page-size 1, "
+        "got 16: SGLang 0.5.14 refuses it at startup"
+    )
+    with pytest.raises(FlagError) as explicit:
+        make(
+            geometry=kimi, sglang_version="0.5.14", mamba_radix_cache_strategy="extra_buffer"
+        ).slots_per_request()
+    assert str(explicit.value) == (
+        "--mamba-radix-cache-strategy extra_buffer for a kimi_linear model: SGLang 0.5.14 has no extra "
+        'buffer for that architecture and refuses it at startup ("extra_buffer is not supported for ..."); '
+        "use no_buffer"
+    )
+    assert make(geometry=kimi, sglang_version="0.5.16").slots_per_request() == 4  # 0.5.16 gives it one
+
+
+def test_stage_slices_and_linear_layer_counts_at_pp_8() -> None:
+    """Spec section 2's example (L = 93, P = 8, the last 93 % 8 = 5 ranks one layer more) and section 3's
+    linear layers per stage [9, 8, 8, 9, 9, 9, 9, 8] of 69: what each stage's report says it holds."""
+    stages = derive_all(make())
+    assert [(s.start_layer, s.end_layer) for s in stages] == [
+        (0, 11),
+        (11, 22),
+        (22, 33),
+        (33, 45),
+        (45, 57),
+        (57, 69),
+        (69, 81),
+        (81, 93),
+    ]
+    assert [s.stage_linear_layers for s in stages] == [9, 8, 8, 9, 9, 9, 9, 8]
+    assert {(s.max_stage_linear_layers, s.total_linear_layers, s.per_req_bytes) for s in stages} == {
+        (9, 69, PER_REQ)
+    }
+    assert {s.scale for s in stages} == {9 / 69}  # max-share: the busiest stage's share, a Python float
+
+
+def test_a_partition_that_does_not_fit_is_refused_before_any_stage_derives() -> None:
+    """SGLANG_PP_LAYER_PARTITION must hold P parts summing to L (spec section 2): refused when the inputs
+    are built, so no rank reports numbers for a layout that cannot start."""
+    with pytest.raises(LayoutError, match="SGLANG_PP_LAYER_PARTITION"):
+        make(partition_env="46,47")
+
+
+@pytest.mark.parametrize("rank", [8, -1])
+def test_a_stage_outside_the_pipeline_is_a_layout_error(rank: int) -> None:
+    """pp_rank 8 of 8 stages (or -1) is no stage: a LayoutError, never another stage's numbers (a
+    negative index would silently read the last stage)."""
+    with pytest.raises(LayoutError, match=rf"^pp_rank {rank} outside \[0, 8\)$"):
+        derive_stage(make(), rank)
+
+
+REFUSED_INPUTS = [
+    # id, overrides, the one line a user reads
+    (
+        "extra state before 0.5.22",
+        {"geometry": replace(PRESET, extra_per_slot_bytes=1000), "sglang_version": "0.5.21"},
+        "kimi-k3: extra_per_slot_bytes=1000 but SGLang 0.5.21 charges no per-slot extra state "
+        "(extra_mamba_cache_bytes_per_req arrived in 0.5.22); drop it from the model spec or derive for "
+        "0.5.22 or later",
+    ),
+    (
+        "spec decoding without a request count",
+        {"speculative_num_draft_tokens": 2},
+        "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the spec-decoding "
+        "intermediate state from it",
+    ),
+    (
+        "token capacity without a context length",
+        {"token_capacity": 100_000},
+        "--token-capacity needs --context-len (the model config gives no max_position_embeddings to "
+        "default it from)",
+    ),
+    (
+        "lazy before 0.5.13",
+        {
+            "geometry": replace(PRESET, family="qwen3_next"),
+            "sglang_version": "0.5.12",
+            "mamba_radix_cache_strategy": "extra_buffer_lazy",
+        },
+        "--mamba-radix-cache-strategy extra_buffer_lazy: SGLang 0.5.12 has no such strategy (its "
+        "--mamba-scheduler-strategy takes auto, no_buffer, extra_buffer; lazy arrived in 0.5.13)",
+    ),
+    (
+        "every family question of 0.5.5",
+        {"geometry": TOY, "pp_size": 1, "sglang_version": "0.5.5", "dp_size": 2},
+        "toy: SGLang 0.5.5 decides whether it has a state pool at all and whether --dp-size splits the pool "
+        "and whether the radix cache is forced off by the model_type, and the model spec names none; add "
+        '"model_type" (e.g. "qwen3_next") to the spec or pass the HF config',
+    ),
+    (
+        "no dp question at dp 1",
+        {"geometry": TOY, "pp_size": 1, "sglang_version": "0.5.5"},
+        "toy: SGLang 0.5.5 decides whether it has a state pool at all and whether the radix cache is forced "
+        'off by the model_type, and the model spec names none; add "model_type" (e.g. "qwen3_next") to the '
+        "spec or pass the HF config",
+    ),
+    (
+        "a family without a pool",
+        {"geometry": replace(PRESET, family="kimi_linear"), "pp_size": 1, "sglang_version": "0.5.3.post2"},
+        "kimi-k3: SGLang 0.5.3.post2 sizes a mamba state pool only for model_type qwen3_next, nemotron_h, "
+        "falcon_h1, not kimi_linear; use a later release",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"), [c[1:] for c in REFUSED_INPUTS], ids=[c[0] for c in REFUSED_INPUTS]
+)
+def test_inputs_no_release_can_size_are_one_line_each(overrides: dict[str, Any], line: str) -> None:
+    """What the user reads when the inputs cannot be sized at all: one line naming the input, why
+    (the release's rule) and what to give instead."""
+    with pytest.raises(FlagError) as exc:
+        make(**overrides)
+    assert str(exc.value) == line
+
+
+def test_one_request_per_dp_worker_starts_before_0_5_23() -> None:
+    """--max-running-requests 4 over dp 4 is one request a worker: every release starts it (only 0 a
+    worker is refused before 0.5.23's floor)."""
+    assert {
+        s.max_running_requests
+        for s in derive_all(make(sglang_version="0.5.22", max_running_requests=4, dp_size=4))
+    } == {1}
+
+
+STARTUP_REFUSAL_LINES = [
+    # id, overrides, the whole line: the flag, SGLang's own assert, the way out
+    (
+        "no_buffer paged",
+        {"mamba_radix_cache_strategy": "no_buffer", "page_size": 16, "disable_overlap_schedule": True},
+        "--mamba-radix-cache-strategy no_buffer needs --page-size 1, got 16: SGLang 0.5.23 refuses it at "
+        'startup ("no_buffer only supports page_size=1"); use --page-size 1, or extra_buffer for a paged KV '
+        "cache",
+    ),
+    (
+        "no_buffer with overlap",
+        {"mamba_radix_cache_strategy": "no_buffer"},
+        "--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: SGLang 0.5.23 refuses "
+        'no_buffer with the overlap schedule on ("no_buffer do not support overlap schedule"), even under '
+        "pp > 1 where it turns overlap off later; add --disable-overlap-schedule",
+    ),
+    (
+        "lazy with spec on 0.5.16",
+        {
+            "pp_size": 1,
+            "sglang_version": "0.5.16",
+            "mamba_radix_cache_strategy": "extra_buffer_lazy",
+            "speculative_num_draft_tokens": 2,
+            "max_running_requests": 8,
+        },
+        "--speculative-num-draft-tokens 2 with --mamba-radix-cache-strategy extra_buffer_lazy: SGLang 0.5.16 "
+        'refuses it at startup ("extra_buffer_lazy unsupported with spec."); use extra_buffer, or SGLang '
+        "0.5.17 or later",
+    ),
+    (
+        "page size not dividing the track interval",
+        {"page_size": 3},
+        "--page-size 3 does not divide mamba_track_interval 256 (SGLang's default): SGLang 0.5.23 refuses it "
+        "with --mamba-radix-cache-strategy auto (resolved to extra_buffer) at startup (asserts "
+        "mamba_track_interval % page_size == 0); use a page size that divides 256 (1, 2, 4, ..., 256)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"), [c[1:] for c in STARTUP_REFUSAL_LINES], ids=[c[0] for c in STARTUP_REFUSAL_LINES]
+)
+def test_startup_refusal_lines_say_the_way_out(overrides: dict[str, Any], line: str) -> None:
+    """The whole line of each startup refusal: the flag as typed, SGLang's own assert text (what the
+    user finds in SGLang's log) and the way out."""
+    with pytest.raises(FlagError) as exc:
+        make(**overrides).slots_per_request()
+    assert str(exc.value) == line
+
+
+@pytest.mark.parametrize(
+    ("budget", "spec", "K"),
+    [
+        (0.01, {}, -1),
+        (0.01, {"speculative_num_draft_tokens": 3, "max_running_requests": 16}, -3),
+        (None, {}, 0),
+    ],
+)
+def test_a_pool_of_no_slots_is_the_state_pools_refusal(
+    budget: float | None, spec: dict[str, Any], K: int
+) -> None:
+    """K <= 0 is SGLang's "not enough memory for the state pool", with K as SGLang computes it (floor
+    division, so negative below one slot): at 0.01 GiB B = 3,579,139.41 bytes, (B - 37,969,920) //
+    37,969,920 = floor(-0.906) = -1; with D = 3 (4 slots) (B - 4 x 37,969,920) // (1.75 x 37,969,920) =
+    floor(-2.23) = -3. At B = 1.5 slots exactly (rest = 4.5 x 37,969,920 bytes) K = 0: still the pool's
+    refusal, not the running-request one."""
+    rest = budget if budget is not None else 4.5 * SPR9 / GIB
+    with pytest.raises(
+        BudgetError, match=f"not enough memory for the state pool: --budget-gib {rest} gives K={K} "
+    ):
+        derive_stage(make(budget_gib=rest, **spec), 0)
+
+
+def test_the_kv_refusal_names_the_pool_that_took_the_budget() -> None:
+    """An explicit pool of 100,000 slots (+ 1 padding slot from 0.5.17) of 37,969,920 bytes is far
+    more than 8 GiB: the line names the slots charged, the bytes each and the branch, and the way out."""
+    with pytest.raises(BudgetError) as exc:
+        derive_all(make(max_mamba_cache_size=100_000))
+    msg = str(exc.value)
+    assert msg.startswith("the state pool (100001 slots x 37969920 bytes, branch A) leaves -")
+    assert msg.endswith(
+        "for the KV cache on stage 0, and SGLang 0.5.23 needs more than 0; lower --max-mamba-cache-size or "
+        "--max-running-requests, or raise the budget"
+    )
+
+
+def test_an_empty_stage_refusal_says_what_to_change() -> None:
+    with pytest.raises(LayoutError) as exc:
+        derive_all(make(policy="own-share", partition_env="0,12,12,12,12,12,12,21"))
+    assert str(exc.value) == (
+        "stage 0 holds no linear layers, so --policy own-share charges it 0 bytes per request and SGLang "
+        "cannot auto-fit its pool (it asserts a positive charge); use max-share, another partition, or "
+        "--max-mamba-cache-size"
+    )
+
+
+@pytest.mark.parametrize(("T", "hint"), [(None, False), (2, False), (1, True)])
+def test_the_token_capacity_is_named_only_when_it_is_short(T: int | None, hint: bool) -> None:
+    """K = 2 slots at P = 1 but a request needs 5: no running request fits. Raising --token-capacity is
+    advice only where T // 2 is 0 (T = 1); at T = 2 one request's worth of tokens exists and only the
+    budget helps."""
+    rest = 3 * 3.5 * PER_REQ / GIB  # B = 3.5 * per_req at r = 0.5 -> K = int(2.5) = 2
+    kw: dict[str, Any] = {} if T is None else {"token_capacity": T, "context_len": 1024}
+    with pytest.raises(BudgetError) as exc:
+        derive_stage(make(pp_size=1, budget_gib=rest, **kw), 0)
+    assert str(exc.value) == (
+        "budget too small for one running request on stage 0: K=2 state slots but each request needs 5; "
+        "raise --budget-gib" + (" or --token-capacity" if hint else "")
+    )
+
+
+def test_spec_reservation_caps_requests_by_whole_pool_slots() -> None:
+    """Branch A, D = 2, --max-running-requests 16, K = 42 at 4 slots a request: the reservation covers
+    min(16, 42 // 4) + 1 = 11 requests (floor division: 10.5 requests is 10), 11 x 2 x 37,969,920 bytes;
+    KV left: 8 GiB - (43 + 22) x 37,969,920 = 6,121,889,792 bytes; max_running_requests min(16, 10)."""
+    s = derive_stage(
+        make(speculative_num_draft_tokens=2, max_running_requests=16, max_mamba_cache_size=42), 0
+    )
+    assert (s.max_mamba_cache_size, s.max_running_requests) == (42, 10)
+    assert s.intermediate_state_bytes == 22 * SPR9
+    assert s.kv_budget_gib * GIB == 6_121_889_792
+
+
+def test_spec_decoding_with_a_per_slot_extra_state() -> None:
+    """0.5.23 auto-fit with D = 3, --max-running-requests 16 and an extra state of 69 MiB per request,
+    scaled by 9/69 to 9,437,184 bytes a slot, at 8.0625 GiB (B = 2,885,681,152 bytes): K = (B - 4 x
+    37,969,920 - 9,437,184) // (1.75 x 37,969,920 + 9,437,184) = floor(35.90) = 35 (the extra state once in
+    the padding term, once per slot); reservation min(16, 35 // 4) + 1 = 9 requests x 3 drafts; KV left
+    8.0625 GiB - 27 x 37,969,920 - 36 x 47,407,104 = 5,925,199,872 bytes."""
+    g = replace(PRESET, extra_per_slot_bytes=69 * 2**20)
+    s = derive_stage(
+        make(geometry=g, budget_gib=8.0625, speculative_num_draft_tokens=3, max_running_requests=16), 0
+    )
+    assert (s.extra_per_slot_bytes, s.max_mamba_cache_size, s.max_running_requests) == (9 * 2**20, 35, 8)
+    assert s.intermediate_state_bytes == 27 * SPR9
+    assert s.kv_budget_gib * GIB == 5_925_199_872
+
+
+@pytest.mark.parametrize("version", ["0.5.7", "0.5.8", "0.5.9", "0.5.10"])
+def test_scheduler_era_extra_buffer_asserts_the_page_size(version: str) -> None:
+    """0.5.7-0.5.13.post1 _handle_mamba_radix_cache: extra_buffer asserts mamba_track_interval (256) %
+    page_size == 0, from the first release with the strategy on; page 16 starts (3 + 2 slots at P = 1)."""
+    qwen = replace(PRESET, family="qwen3_next")
+    kw: dict[str, Any] = dict(
+        geometry=qwen, pp_size=1, sglang_version=version, mamba_radix_cache_strategy="extra_buffer"
+    )
+    with pytest.raises(
+        FlagError, match=f"^--page-size 3 does not divide mamba_track_interval 256 .*SGLang {version}"
+    ):
+        make(**kw, page_size=3).slots_per_request()
+    assert make(**kw, page_size=16).slots_per_request() == 5

@@ -17,7 +17,8 @@ import pytest
 from checker.cli.main import _subparser, build_parser
 from checker.config import ModelChoice, SizingFlags, capacity_inputs
 from checker.core.errors import FlagError, LayoutError
-from checker.core.server_args import SIZING_ARGS, ServerArg
+from checker.core.releases import choose_release
+from checker.core.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.launch.merge import given_dests
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -324,3 +325,96 @@ def test_every_launch_input_is_taken_whatever_comes_before_it(cli, ours):
     doc = json.loads(res.out)
     assert (doc["layout"]["pp_size"], doc["layout"]["tp_size"]) == (4, 2)
     assert doc["geometry"]["name"].startswith(MODEL)
+
+
+# -- each row refuses a value SGLang cannot start with, naming the value and the bound ----------------------
+
+ROW_REFUSALS = [
+    # (field, value, the error class a user's exit code and report follow, the one line they read)
+    ("page_size", 0, FlagError, "--page-size 0 must be a positive integer"),
+    ("pp_size", 1025, LayoutError, "--pp-size 1025 must be at most 1,024"),
+    ("mamba_full_memory_ratio", 0.0, FlagError, "--mamba-full-memory-ratio 0.0 must be in (0, 1,000]"),
+    ("mamba_full_memory_ratio", 1000.5, FlagError, "--mamba-full-memory-ratio 1000.5 must be in (0, 1,000]"),
+    (
+        "mamba_full_memory_ratio",
+        float("nan"),
+        FlagError,
+        "--mamba-full-memory-ratio nan must be a finite number",
+    ),
+    (
+        "policy",
+        "max_share",
+        FlagError,
+        "--policy 'max_share' is not one of max-share, own-share, whole-model",
+    ),
+    (
+        "mamba_ssm_dtype",
+        "float8",
+        FlagError,
+        "--mamba-ssm-dtype 'float8' is not a state dtype; use one of float32, bfloat16, float16",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "error", "line"), ROW_REFUSALS)
+def test_each_row_refuses_a_bad_value_in_one_line(name, value, error, line):
+    """The line a user gets for a value out of range: the flag as typed, the value, the bound (the
+    parallel sizes as LayoutError, the rest as FlagError). The bounds themselves are values: pp 1024,
+    a ratio of exactly 1000 and a page size of 1 are accepted."""
+    with pytest.raises(error) as exc:
+        SizingFlags(**{name: value})
+    assert str(exc.value) == line
+    SizingFlags(pp_size=1024, mamba_full_memory_ratio=1000.0, page_size=1)
+
+
+def test_a_value_of_the_wrong_kind_is_a_bug_naming_the_field():
+    """Parsers and the launch-command merge hand over typed values; anything else is a bug, raised as
+    a TypeError naming the field and both kinds (never read as a number: True is not a page size).
+    A float input takes an int, as Python does; a required field does not take None."""
+    with pytest.raises(TypeError, match=r"^page_size=True is a bool, not a int$"):
+        SizingFlags(page_size=True)
+    with pytest.raises(TypeError, match=r"^tp_size=None is a NoneType, not a int$"):
+        SizingFlags(tp_size=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^mamba_full_memory_ratio=True is a bool, not a float or None$"):
+        SizingFlags(mamba_full_memory_ratio=True)
+    with pytest.raises(TypeError, match=r"^disable_radix_cache=1 is a int, not a bool$"):
+        SizingFlags(disable_radix_cache=1)  # type: ignore[arg-type]
+    assert SizingFlags(mamba_full_memory_ratio=2).mamba_full_memory_ratio == 2
+
+
+def test_a_launch_commands_value_is_read_as_sglang_reads_it():
+    """A launch command's value is refused naming the launch command's own flag (--context-length, not
+    the checker's --context-len); 0 is unset only where SGLang reads it so (the micro-batch cap), and
+    any other cap, 1 included, is kept; a value of the wrong kind is one line, not a traceback."""
+    row = SIZING_ARG
+    assert row["pp_max_micro_batch_size"].launch_value(0) is None
+    assert row["pp_max_micro_batch_size"].launch_value(1) == 1
+    assert row["page_size"].launch_value(16) == 16
+    with pytest.raises(FlagError, match=r"^launch command --context-length 0 must be a positive integer$"):
+        row["context_len"].launch_value(0)
+    with pytest.raises(FlagError, match=r"^launch command --page-size 0 must be a positive integer$"):
+        row["page_size"].launch_value(0)
+    with pytest.raises(FlagError, match=r"^launch command --page-size '16': not a int$"):
+        row["page_size"].launch_value("16")
+    with pytest.raises(FlagError, match=r"^launch command --pp-max-micro-batch-size False: not a int$"):
+        row["pp_max_micro_batch_size"].launch_value(False)
+
+
+@pytest.mark.parametrize(
+    ("value", "slots"), [(None, 4), ("yes", 3), ("Y", 3), ("TRUE", 3), ("0", 4), (" 1", 4)]
+)
+def test_skip_decode_lock_env_reaches_the_slots_as_sglang_reads_it(value, slots):
+    """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK is an EnvBool in SGLang (lower-cased, not stripped; yes/y count):
+    set, the base slots a request holds drop from 3 to 2. Qwen3-Next at pp 8 with default flags runs
+    extra_buffer without overlap: 3 + 1 = 4 slots, 2 + 1 = 3 with the variable set (0.5.23)."""
+    env = {} if value is None else {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": value}
+    release = choose_release("0.5.23", None)  # whatever SGLang this machine has installed
+    model, flags = ModelChoice(model_config=MODEL), SizingFlags(pp_size=8)
+    inputs = capacity_inputs(model, flags, budget_gib=8.0, env=env, release=release)
+    assert inputs.slots_per_request() == slots
+
+
+def test_a_refused_flag_shows_the_value_as_typed(cli):
+    """The refusal quotes what the user typed (2e3, not 2000.0), so they find it in their command."""
+    res = cli(["derive", "--model-config", MODEL, "--mamba-full-memory-ratio", "2e3"])
+    assert res.rc == 2 and "--mamba-full-memory-ratio 2e3 must be in (0, 1,000]" in res.err, res.err
