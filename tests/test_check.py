@@ -296,6 +296,7 @@ def test_torchrun_console_script(tmp_path):
     assert "verdict: consistent (exit 0)" in proc.stdout
 
 
+@pytest.mark.slow  # 10 s of torchrun; the divergent verdict on real ranks stays quick in-process
 def test_torchrun_root_cause_names_the_verdict(tmp_path):
     """torchrun turns a divergence into exit 1; its Root Cause block quotes the verdict, and the
     report (what a CI job must read) says divergent."""

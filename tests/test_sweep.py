@@ -537,6 +537,7 @@ def _pixels_near(path: Path, rgb: tuple[int, int, int], tol: int = 3) -> int:
     return int((np.abs(pixels - np.array(rgb)).max(axis=2) <= tol).sum())
 
 
+@pytest.mark.slow  # 4 s; tests/test_plot.py keeps the quick checks of what the figure shows
 def test_plot_is_a_valid_png(cli, tmp_path: Path) -> None:
     """--plot writes a real PNG a person can open (magic bytes, PIL decodes it, screen-sized,
     commit-sized) that shows the sweep it reports: the stages' lines (#1f77b4) in every plot, and the
