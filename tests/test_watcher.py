@@ -56,6 +56,29 @@ def test_a_rank_that_stops_beating_is_lost_within_the_bound_and_not_before():
     assert first[2] - lost_at < 5.0 - 0.5  # leaves half a second to write the report
 
 
+def test_a_node_that_goes_away_is_named_whole_not_one_rank_of_it():
+    """Ranks 2 and 3 (one node) stop at one instant, their last beats seen one poll apart (the
+    watcher's clock is quantised by its poll): rank 2 crosses LOST_AFTER_S first, and the watcher waits
+    for rank 3 (half a second here) instead of ending the run naming rank 2 alone. A rank that was only
+    slow, seen beating again meanwhile, is not named and costs that one wait."""
+    joined = frozenset(range(4))
+
+    def snap(beats: dict[int, int]) -> liveness.Snapshot:
+        return liveness.Snapshot(world_size=4, joined=joined, beats=beats, marks={})
+
+    staleness = Staleness()
+    assert staleness.observe(snap({0: 5, 1: 5, 2: 5, 3: 4}), 10.0) == []
+    assert staleness.observe(snap({0: 6, 1: 6, 2: 5, 3: 5}), 10.5) == []  # rank 3's last beat
+    assert staleness.observe(snap({0: 12, 1: 12, 2: 5, 3: 5}), 10.0 + LOST_AFTER_S) == []
+    assert staleness.observe(snap({0: 14, 1: 14, 2: 5, 3: 5}), 10.5 + LOST_AFTER_S) == [2, 3]
+
+    slow = Staleness()
+    assert slow.observe(snap({0: 5, 1: 5, 2: 5, 3: 5}), 10.0) == []
+    assert slow.observe(snap({0: 6, 1: 6, 2: 5, 3: 6}), 10.5) == []
+    assert slow.observe(snap({0: 12, 1: 12, 2: 5, 3: 6}), 10.0 + LOST_AFTER_S) == []  # rank 3 is slow
+    assert slow.observe(snap({0: 14, 1: 14, 2: 5, 3: 7}), 10.5 + LOST_AFTER_S) == [2]  # it beat again
+
+
 def test_a_rank_starved_for_a_few_seconds_is_not_lost():
     """A loaded machine: rank 1's heartbeat thread gets no CPU for 2.5 s, then beats again. Rank 3's
     stalls for just over LOST_AFTER_S and is named: the line is at LOST_AFTER_S, not at a missed beat."""

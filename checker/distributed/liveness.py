@@ -48,6 +48,11 @@ watcher, is lost. Long enough that a live rank starved of CPU on a loaded machin
 starting on 2 cores delay a heartbeat thread by up to about a second; a C extension's import can hold
 the GIL for some hundreds of milliseconds), short enough that the loss is named within 5 s: the beat
 interval, this, one watcher poll and the report write add up to about 4 s."""
+TOGETHER_S = 1.0
+"""Ranks that stop at one instant (a node killed, its link cut) cross :data:`LOST_AFTER_S` on a
+watcher's clock up to one watcher poll (0.5 s) plus one beat apart: when one is lost, a rank whose beat
+has stood still for more than ``LOST_AFTER_S - TOGETHER_S`` is waited for, up to this long, so a lost
+node is named whole, never one rank of it. A rank that beats again meanwhile is not named."""
 STORE_CALL_S = 2.0
 """Bound on one liveness store call, whatever the store's own timeout."""
 GIVE_UP_AFTER_FAILED_BEATS = 120
@@ -178,20 +183,33 @@ class Staleness:
     change. Measured on the observer's own clock and observations, so a watcher that was itself
     starved and polls late sees advanced beats, not stale ones."""
 
-    def __init__(self, *, lost_after_s: float = LOST_AFTER_S) -> None:
-        self.lost_after_s = lost_after_s
+    def __init__(self, *, lost_after_s: float = LOST_AFTER_S, together_s: float = TOGETHER_S) -> None:
+        self.lost_after_s, self.together_s = lost_after_s, together_s
         self._beat: dict[int, int] = {}
         self._since: dict[int, float] = {}
+        self._first_lost: float | None = None
 
     def observe(self, snapshot: Snapshot, now: float) -> list[int]:
-        """The ranks lost as of ``now`` (seconds, any monotonic clock)."""
-        lost = []
+        """The ranks lost as of ``now`` (seconds, any monotonic clock); none yet while a rank that
+        may have stopped with them is about to cross the line (:data:`TOGETHER_S`)."""
+        lost, about_to = [], []
         for r in sorted(snapshot.joined):
             beat = snapshot.beat(r)
             if self._beat.get(r) != beat:
                 self._beat[r], self._since[r] = beat, now
-            elif not snapshot.mark(r) and now - self._since[r] >= self.lost_after_s:
-                lost.append(r)
+            elif not snapshot.mark(r):
+                still = now - self._since[r]
+                if still >= self.lost_after_s:
+                    lost.append(r)
+                elif still > self.lost_after_s - self.together_s:
+                    about_to.append(r)
+        if not lost:
+            self._first_lost = None
+            return []
+        if self._first_lost is None:
+            self._first_lost = now
+        if about_to and now - self._first_lost < self.together_s:
+            return []
         return lost
 
 
