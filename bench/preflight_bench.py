@@ -36,7 +36,8 @@ def wall(cmd: list[str], timeout_s: float, tree: Path | None = None) -> float:
         text=True,
         timeout=timeout_s,
         env=env,
-        cwd=HERE.parent,
+        # `-m checker` puts the working directory first on sys.path, ahead of PYTHONPATH: run in the tree.
+        cwd=tree or HERE.parent,
     )
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:

@@ -278,3 +278,18 @@ def test_a_rank_ended_by_its_own_watchdog_is_named_only_if_it_never_reached_the_
     for r in (1, 2):
         mark(world.store, r, "watchdog")
     assert gone(world, 3, my_step=1) == [2]
+
+
+def test_the_announcement_poll_is_quick_in_small_worlds_and_bounded_for_the_store_in_large_ones():
+    """The other ranks' wait for rank 0's announcement ends every job: a small world looks every 10 ms
+    (2 ranks waited 54 ms at 50 ms polls), and the store's load from these checks stays at most about
+    1,000 calls/s below 50 ranks and one per rank per 50 ms above (the cost model's row)."""
+    from checker.distributed.session import announcement_poll_s
+
+    assert announcement_poll_s(2) == 0.01
+    assert announcement_poll_s(8) == 0.01
+    assert announcement_poll_s(4096) == 0.05
+    for world in range(1, 5000):
+        poll = announcement_poll_s(world)
+        assert 0.01 <= poll <= 0.05
+        assert (world - 1) / poll <= max(1000, 20 * world)

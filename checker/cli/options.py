@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import math
 
+from checker.core.budget import MAX_BUDGET_GIB
 from checker.core.errors import SHOWN_CHARS, shorten
 from checker.core.models import DEFAULT_MODEL, PRESETS
 from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARG, SIZING_ARGS, ServerArg
-from checker.core.sweep import MAX_BUDGET_GIB
 
 DEFAULT_BUDGET_GIB = 8.0
 """derive, plan and sweep only: the upstream unit test's budget. check requires an explicit source."""

@@ -28,6 +28,9 @@ from checker.core.errors import BudgetError, FlagError
 from checker.core.releases import release_model
 
 GIB = 2**30
+MAX_BUDGET_GIB = 1 << 20
+"""1 PiB: far above any device; keeps bytes = GiB * 2**30 exact in float64 and int64 (every budget
+flag and ``--budgets`` is refused above it)."""
 MISSING = -1
 """A rank that reported no free-memory figure (the wire format's placeholder)."""
 

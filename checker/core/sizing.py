@@ -37,6 +37,9 @@ _T = TypeVar("_T")
 GIB = 2**30
 # The three values every stage must agree on; the preflight's verdict is about these.
 CHECKED_VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size")
+BOOT_FAILURE = -1
+"""Sentinel in all three values of a stage that cannot boot at a budget (never a real value: each is
+>= 1); the sweeps' stacks carry it (checker.core.sweep, checker.device.sweep)."""
 # SGLang (0.5.17+) reads SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as an EnvBool (srt/environ.py): lower-cased, NOT
 # stripped; "yes"/"y" count as true; anything unrecognised warns and falls back to false.
 _TRUE = ("true", "1", "yes", "y")

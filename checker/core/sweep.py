@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import TypedDict
 
+from checker.core.budget import MAX_BUDGET_GIB
 from checker.core.errors import BudgetError
+from checker.core.sizing import BOOT_FAILURE as BOOT_FAILURE  # the sweeps' sentinel, re-exported
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, plan_stage, size_pool
 
-BOOT_FAILURE = -1
-"""Sentinel in all three values of a stage that cannot boot (never a real value: each is >= 1)."""
 MAX_BUDGETS = 1_000_000
 """Largest grid accepted: the stack is 72 bytes per budget per stage for three policies, and a
 distributed sweep gathers all of it on every rank."""
@@ -48,10 +48,6 @@ class BudgetGrid:
             "min_gib": self.budgets[0],
             "max_gib": self.budgets[-1],
         }
-
-
-MAX_BUDGET_GIB = 1 << 20
-"""1 PiB: far above any device; keeps bytes = GiB * 2**30 exact in float64 and int64."""
 
 
 def _decimal(text: str, spec: str) -> Decimal:

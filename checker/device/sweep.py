@@ -14,11 +14,13 @@ stages, however it was gathered, and :func:`analyse` reads it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from checker.core.errors import BudgetError, FlagError
 from checker.core.sizing import (
+    BOOT_FAILURE,
     CHECKED_VALUES,
     GIB,
     CapacityInputs,
@@ -27,7 +29,9 @@ from checker.core.sizing import (
     running_request_cap,
     size_pool,
 )
-from checker.core.sweep import BOOT_FAILURE, PolicyFlags, SweepSummary, flags_from_stack, summarise
+
+if TYPE_CHECKING:  # the sweep's tables load with the sweep; check derives one budget without them
+    from checker.core.sweep import PolicyFlags, SweepSummary
 
 # Products below are formed in float64 from exact operands, so each is rounded once, exactly as
 # Python's int product followed by int / 2**30 (correctly rounded) is. That holds while the operands
@@ -206,6 +210,8 @@ def stack_stages(
 
 def flags_from_tensor(stack: torch.Tensor) -> list[PolicyFlags]:
     """:func:`checker.core.sweep.flags_from_stack`, vectorised over a (P, policies, budgets, 3) tensor."""
+    from checker.core.sweep import PolicyFlags
+
     stack = stack.cpu()
     failed = stack[..., 0] == BOOT_FAILURE  # (P, policies, budgets)
     all_failed = failed.all(0)
@@ -232,6 +238,8 @@ def analyse(
     policies: Sequence[str],
 ) -> SweepSummary:
     """The sweep's findings from a (P, policies, budgets, 3) stack, a tensor or nested lists alike."""
+    from checker.core.sweep import flags_from_stack, summarise
+
     if isinstance(stack, torch.Tensor):
         expected = (len(policies), len(budgets), len(CHECKED_VALUES))
         if stack.dim() != 4 or tuple(stack.shape[1:]) != expected:

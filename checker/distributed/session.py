@@ -350,7 +350,7 @@ class Session:
                 return None
             if now >= deadline:
                 return None
-            time.sleep(0.05)
+            time.sleep(announcement_poll_s(self.env.world_size))
 
     # -- 5. leave ------------------------------------------------------------------------------------
     def announcement(self) -> tuple[int, str] | None:
@@ -392,6 +392,14 @@ class Session:
 
         time.sleep(seconds)
         self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
+
+
+def announcement_poll_s(world_size: int) -> float:
+    """How often a rank that has its verdict looks for rank 0's announcement. The wait is what the
+    other ranks add to the end of every job, so a small world looks every 10 ms; the interval grows
+    with the world (1 ms per rank) up to 50 ms, so these checks cost the store at most about 1,000
+    calls a second below 50 ranks and one per rank per 50 ms above (docs/performance.md)."""
+    return min(0.05, max(0.01, world_size * 0.001))
 
 
 def starting_line(joined: int, not_joined: Sequence[int], elapsed_s: float) -> str:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
-from xml.etree import ElementTree as ET
 
 from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES
@@ -168,6 +166,8 @@ def launch_command_doc(launch: LaunchInputs | None) -> dict[str, object] | None:
     audit can match it against the command CI ran: ``printf %s "$CMD" | sha256sum``."""
     if launch is None:
         return None
+    import shlex
+
     text = shlex.join(launch.argv)
     return {
         "argv": list(launch.argv),
@@ -418,6 +418,8 @@ def _group_detail(name: str, groups: Sequence[ValueGroup]) -> list[str]:
 def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
     """One case per checked value plus ``inputs``. A failing case's message carries the per-group values
     and the root cause (GitLab and Jenkins show only the failing case's message); its text the details."""
+    from xml.etree import ElementTree as ET  # only with --junit: every rank imports this module
+
     suite = ET.Element("testsuite", name="pp-capacity-check", time=f"{elapsed_s:.3f}")
     causes = root_cause_lines(verdict)
     cause_text = "root cause: " + " | ".join(causes) if causes else ""
