@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,9 +28,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def wall(cmd: list[str], timeout_s: float, tree: Path | None = None) -> float:
+def wall(cmd: list[str], timeout_s: float, tree: Path | None = None, cpu: list[float] | None = None) -> float:
+    """The job's wall seconds; ``cpu`` gets the CPU seconds (user + system) of every process it ran,
+    torchrun's agent included: what the job cost the machine, which drifts less than its wall time."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = str(tree or HERE.parent)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(
         cmd,
@@ -42,6 +46,9 @@ def wall(cmd: list[str], timeout_s: float, tree: Path | None = None) -> float:
         cwd=tree or HERE.parent,
     )
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-800:]}")
     return elapsed
@@ -74,12 +81,13 @@ def main() -> int:
         bare: list[float] = []
         check: list[float] = []
         other: list[float] = []
+        cpu: dict[str, list[float]] = {"bare": [], "check": [], "other": []}
         for i in range(args.rounds):
-            order = [(bare_cmd, bare, None), (check_cmd, check, None)]
+            order = [(bare_cmd, bare, None, "bare"), (check_cmd, check, None, "check")]
             if args.against is not None:
-                order.append((check_cmd, other, args.against))
-            for cmd, sink, tree in order if i % 2 == 0 else order[::-1]:
-                sink.append(wall(cmd, args.timeout_s, tree))
+                order.append((check_cmd, other, args.against, "other"))
+            for cmd, sink, tree, name in order if i % 2 == 0 else order[::-1]:
+                sink.append(wall(cmd, args.timeout_s, tree, cpu[name]))
         b, c = statistics.median(bare), statistics.median(check)
         # Each round's two jobs ran back to back: their ratio is free of the machine's drift between
         # rounds (a 4-rank bare job went from 11.5 s to 8.3 s within one series), which the ratio of
@@ -90,6 +98,12 @@ def main() -> int:
             f"ranks {n:>3}: bare {b:6.2f} s  preflight {c:6.2f} s  median of pair ratios {pairs:5.3f}  "
             f"ratio of medians {c / b:5.3f}  "
             f"(bare {[round(x, 2) for x in bare]}, preflight {[round(x, 2) for x in check]})",
+            flush=True,
+        )
+        cb, cc = statistics.median(cpu["bare"]), statistics.median(cpu["check"])
+        print(
+            f"ranks {n:>3}: CPU seconds per job (every process): bare {cb:6.2f}  preflight {cc:6.2f}  "
+            f"ratio {cc / cb:5.3f}; extra per rank {(cc - cb) / n * 1000:+.0f} ms",
             flush=True,
         )
         if other:

@@ -176,6 +176,28 @@ def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
 
 
 @pytest.mark.slow
+def test_check_on_real_ranks_lays_out_attention_dp_as_sglang_does(tmp_path):
+    """SGLang's world is pp x its --tp-size, with attention DP inside the TP group: pp 2 x tp 2 with
+    2-way attention DP is 4 ranks, ranks 0-1 stage 0 and 2-3 stage 1. It was refused as "world_size 4
+    is not pp_size x tp_size = 2 x 1" (the attention TP width alone), and 2 ranks of tp 2 with attention
+    DP as "1 x 1"; a world the command does not ask for names the whole group."""
+    model = _model_dir(tmp_path, "granite_4_0_h_small.json")
+    base = ["check", "--budget-gib", "40", "--timeout-s", "30", "--", *SERVE, "--model-path", str(model)]
+    dp = ["--tp-size", "2", "--enable-dp-attention", "--dp-size", "2"]
+    four = run_world([*base, "--pp-size", "2", *dp], world_size=4, tmp_path=tmp_path)
+    assert four.codes == [0, 0, 0, 0], [r.stderr[-400:] for r in four.ranks]
+    rep = four.report()
+    assert rep["status"] == "consistent"
+    assert [r["pp_rank"] for r in rep["ranks"]] == [0, 0, 1, 1]
+    assert rep["inputs"]["tp_size"] == 1 and rep["inputs"]["dp_size"] == 2
+    two = run_world([*base, "--pp-size", "2", *dp], world_size=2, tmp_path=tmp_path)
+    assert two.codes == [2, 2], [r.stderr[-400:] for r in two.ranks]
+    (error,) = two.report()["errors"]
+    assert "world_size 2 is not pp_size x tp_size = 2 x 2 (attention TP 1 x attention DP 2)" in error, error
+    assert "--nproc-per-node 4" in error
+
+
+@pytest.mark.slow
 def test_check_on_real_ranks_keeps_a_long_launch_command_whole(tmp_path):
     """A model path longer than the wire's 120 bytes (an organisation and a revision in it): the report
     holds the command as given (argv, text, its sha256 as `printf %s "$CMD" | sha256sum` prints it) and

@@ -182,13 +182,17 @@ class CheckJob:
         assert c is not None
         # Only what is known: a rank that failed before laying out the world or resolving its budget,
         # model or release says what it was given instead (never a "?" for a value the user passed).
-        w, tp = self.env.world_size, c.sizing.tp_size
+        w, tp, dp = self.env.world_size, c.sizing.tp_size, c.sizing.dp_size
+        # The TP group, SGLang's --tp-size: attention TP x attention DP (the checker's --tp-size is the
+        # attention TP width).
+        group = f"tp {tp}" if dp == 1 else f"tp {tp * dp} (attention TP {tp} x DP {dp})"
+        given = f"--tp-size {tp}" if dp == 1 else group
         if row.pp_size > 0:
-            layout = f"world {w} = pp {row.pp_size} x tp {tp}"
+            layout = f"world {w} = pp {row.pp_size} x {group}"
         elif c.sizing.pp_size:
-            layout = f"world {w}, --pp-size {c.sizing.pp_size} x --tp-size {tp} given"
+            layout = f"world {w}, --pp-size {c.sizing.pp_size} x {given} given"
         else:
-            layout = f"world {w}, --tp-size {tp}"
+            layout = f"world {w}, {given}"
         if row.budget_gib is not None:
             budget = f"budget {row.budget_gib:.6g} GiB ({c.budget.label})"
         elif c.budget.budget_gib is not None:

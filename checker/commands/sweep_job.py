@@ -96,7 +96,11 @@ class SweepJob:
         config, env = self.config, self.env
         assert config is not None
         pp_size, pp_rank = layout(
-            env.world_size, env.rank, pp_size=config.sizing.pp_size, tp_size=config.sizing.tp_size
+            env.world_size,
+            env.rank,
+            pp_size=config.sizing.pp_size,
+            tp_size=config.sizing.tp_size,
+            dp_size=config.sizing.dp_size,
         )
         plan = self._plan = SweepPlan.build(config, pp_size)
         if device is None or device.type != "cuda":

@@ -42,7 +42,11 @@ class LocalFacts:
 def local_facts(config: PreflightConfig, env: RankEnv, device) -> LocalFacts:
     try:
         pp_size, pp_rank = layout(
-            env.world_size, env.rank, pp_size=config.sizing.pp_size, tp_size=config.sizing.tp_size
+            env.world_size,
+            env.rank,
+            pp_size=config.sizing.pp_size,
+            tp_size=config.sizing.tp_size,
+            dp_size=config.sizing.dp_size,
         )
         free = _device_free_bytes(config, env, device) if config.budget.from_device else MISSING
     except CheckerInputError as exc:
