@@ -150,6 +150,28 @@ def meets(derive_at: Callable[[int], list[StageCapacity]], h: int, target: int) 
     return all(s.max_running_requests >= target for s in stages)
 
 
+def _out_of_reach(derive_at: Callable[[int], list[StageCapacity]], h: int, inputs: CapacityInputs) -> str:
+    """Why the largest budget still misses the target, and the way out. The caps that bind whatever
+    the budget were named before the search; what is left is a state pool whose size the budget does
+    not set: this release sizes it from the flags (``(--max-mamba-cache-size or --max-running-requests
+    or 512) // dp``: the ``fixed`` pool, or radix cache off)."""
+    try:
+        top, half = derive_at(h), derive_at(h // 2)
+    except BudgetError:
+        return "; lower the target"
+    reached = min(s.max_running_requests for s in top)
+    if reached != min(s.max_running_requests for s in half):
+        return "; lower the target"
+    # Up to 0.5.8.post1 a pool the budget does not size falls back to 512 without either flag; from
+    # 0.5.9 it auto-fits then, so only a flag given fixes it.
+    default = " (512 when neither is given)" if inputs.release.rules.pool_rule != "branches" else ""
+    return (
+        f": max_running_requests is {reached} there and at half of it alike; {inputs.release.label} sizes "
+        f"the state pool from --max-mamba-cache-size or --max-running-requests{default} here, not from the "
+        "budget; raise that flag or lower the target"
+    )
+
+
 def bisect_boundary(
     derive_at: Callable[[int], list[StageCapacity]], target: int, lo: int, hi: int
 ) -> tuple[int, list[StageCapacity], list[StageCapacity] | None, str | None]:
@@ -228,8 +250,9 @@ def min_budget(inputs: CapacityInputs, target: int, *, policy: str | None = None
     while not meets(derive_at, hi, target):
         if hi >= MAX_BUDGET_HUNDREDTHS:
             raise BudgetError(
-                f"no budget up to {budget_from_hundredths(hi):g} GiB reaches "
-                f"--target-max-running-requests {target} under --policy {policy}; lower the target"
+                f"no budget up to {budget_from_hundredths(hi):,.0f} GiB reaches "
+                f"--target-max-running-requests {target} under --policy {policy}"
+                + _out_of_reach(derive_at, hi, inputs)
             )
         lo, hi = hi, min(2 * hi, MAX_BUDGET_HUNDREDTHS)
     hi, stages, below, below_error = bisect_boundary(derive_at, target, lo, hi)
