@@ -327,6 +327,19 @@ def test_every_launch_input_is_taken_whatever_comes_before_it(cli, ours):
     assert doc["geometry"]["name"].startswith(MODEL)
 
 
+def test_derive_lays_out_attention_dp_inside_the_tp_group(cli):
+    """pp 2 x SGLang's --tp-size 4 with 2-way attention DP is 8 ranks, stage 1 starting at rank 4: the
+    JSON's layout and each stage's first rank count the whole TP group (they counted the attention TP
+    width alone: a world of 4, stage 1 at rank 2)."""
+    launch = [*SERVE, "--pp-size", "2", "--tp-size", "4", "--enable-dp-attention", "--dp-size", "2"]
+    for argv in (["--", *launch], ["--pp-size", "2", "--tp-size", "2", "--dp-size", "2"]):
+        res = cli(["derive", "-q", "--format", "json", *argv])
+        assert res.rc == 0, res.err
+        doc = json.loads(res.out)
+        assert doc["layout"] == {"world_size": 8, "pp_size": 2, "tp_size": 2}
+        assert [r["rank"] for r in doc["ranks"]] == [0, 4]
+
+
 # -- each row refuses a value SGLang cannot start with, naming the value and the bound ----------------------
 
 ROW_REFUSALS = [

@@ -148,7 +148,7 @@ def add_layout_args(parser: argparse.ArgumentParser, *, pp_default: int | None) 
         if not row.layout:
             continue
         if row.name == "pp_size":
-            default = f" (default {pp_default})" if pp_default else " (default: world_size // tp_size)"
+            default = f" (default {pp_default})" if pp_default else " (default: world_size // (tp x dp))"
             _add_row(g, row, default=pp_default, help=row.help + default)
         else:
             _add_row(g, row)

@@ -163,11 +163,18 @@ class SizingFlags:
     """Every flag a rank's derivation reads, by SGLang's name: each one is a preflight input."""
 
     pp_size: int | None = _arg(None, **_parallel(sglang="pp_size", help="pipeline-parallel size P"))
-    """None: world_size // tp_size under torchrun; the command's default elsewhere."""
+    """None: world_size // (tp_size x dp_size) under torchrun; the command's default elsewhere."""
     tp_size: int = _arg(1, **_parallel(sglang="tp_size", help="attention TP size (default 1)"))
     """Attention TP: a launch command's --tp-size divided by its attention DP size."""
     dp_size: int = _arg(1, **_parallel(sglang="dp_size", help="attention DP size (default 1)"))
     """Attention data-parallel size: K and max_running_requests are per dp worker."""
+
+    @property
+    def tp_group_size(self) -> int:
+        """SGLang's own --tp-size: the ranks of one pipeline stage, attention TP x attention DP (the
+        inner dimension of the world: pp_rank = rank // tp_group_size)."""
+        return self.tp_size * self.dp_size
+
     policy: str | None = _arg(
         None,
         choices=POLICIES,

@@ -65,7 +65,7 @@ class CapacityInputs(SizingFlags):
     budget_gib: float
     """``total_rest_memory``: GiB left for the KV pool and the state pool together."""
     pp_size: int = 1
-    """Resolved: the flag, else world_size // tp_size (never None here)."""
+    """Resolved: the flag, else world_size // tp_group_size (never None here)."""
     mamba_full_memory_ratio: float = 0.9
     """Resolved: the flag, else the release's default (never None here)."""
     sglang_version: str | None = None

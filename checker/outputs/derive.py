@@ -157,7 +157,7 @@ def derivation_doc(d: Derivation) -> dict[str, object]:
         "geometry": d.inputs.geometry.describe(),
         "ranks": None
         if d.stages is None
-        else [stage_dict(s, d.inputs.tp_size, m[i] if m else None) for i, s in enumerate(d.stages)],
+        else [stage_dict(s, d.inputs.tp_group_size, m[i] if m else None) for i, s in enumerate(d.stages)],
         "divergent": [] if d.stages is None else divergent_values(d.stages),
         # Who derived (the installed SGLang's version is inputs.sglang_installed) and what drifted.
         "engine": d.engine,
@@ -229,7 +229,7 @@ def comparison_doc(c: ReleaseComparison, *, status: str) -> dict[str, object]:
             v: {
                 "derived_as": f"{c.inputs[v].release.label} (--sglang-version)",
                 "resolved_policy": c.inputs[v].resolved_policy,
-                "ranks": [stage_dict(s, first.tp_size) for s in c.stages[v]] if v in c.stages else None,
+                "ranks": [stage_dict(s, first.tp_group_size) for s in c.stages[v]] if v in c.stages else None,
                 "error": c.errors.get(v),
             }
             for v in c.releases

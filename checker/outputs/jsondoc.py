@@ -59,18 +59,20 @@ def json_inputs(
 
 
 def json_layout(inputs: CapacityInputs) -> dict[str, int]:
-    """The deployment the values are for (check's ``layout``): pp_size x tp_size ranks."""
+    """The deployment the values are for (check's ``layout``): pp_size x the TP group (tp_size x
+    dp_size: attention DP is inside SGLang's --tp-size) ranks."""
     return {
-        "world_size": inputs.pp_size * inputs.tp_size,
+        "world_size": inputs.pp_size * inputs.tp_group_size,
         "pp_size": inputs.pp_size,
         "tp_size": inputs.tp_size,
     }
 
 
-def stage_dict(s: StageCapacity, tp_size: int, m=None) -> dict[str, object]:
-    """One stage, with check's per-rank names: ``rank`` is the stage's first rank (tp is the inner
-    dimension, pp_rank = rank // tp_size), ``status``/``error`` fold in a --materialize failure."""
-    d: dict[str, object] = {"rank": s.pp_rank * tp_size, "status": "ok", "error": None, **s.as_dict()}
+def stage_dict(s: StageCapacity, group_size: int, m=None) -> dict[str, object]:
+    """One stage, with check's per-rank names: ``rank`` is the stage's first rank (the TP group,
+    ``tp_group_size``, is the inner dimension: pp_rank = rank // group_size), ``status``/``error`` fold
+    in a --materialize failure."""
+    d: dict[str, object] = {"rank": s.pp_rank * group_size, "status": "ok", "error": None, **s.as_dict()}
     if m is not None:
         d.update(predicted_bytes=m.predicted_bytes, allocated_bytes=m.allocated_bytes)
         if not m.ok:

@@ -158,7 +158,7 @@ def target_text(p: TargetPlan) -> list[str]:
 
 
 def target_doc(p: TargetPlan) -> dict[str, object]:
-    inputs, tp = p.inputs, p.inputs.tp_size
+    inputs, tp = p.inputs, p.inputs.tp_group_size
     described = _inputs_doc(p.config.derive, inputs, budget_source=None)
     del described["resolved_policy"]  # one per policy: the keys of `policies`
     return {
@@ -229,7 +229,7 @@ def releases_doc(p: ReleaseTargets) -> dict[str, object]:
                 "derived_as": p.inputs[v].release.label,
                 "resolved_policy": r.policy,
                 "min_budget_gib": r.budget_gib,
-                "ranks": [stage_dict(s, first.tp_size) for s in r.stages],
+                "ranks": [stage_dict(s, first.tp_group_size) for s in r.stages],
                 "mem_fraction_static": fraction_doc(p.fractions[v]),
             }
             for v, r in p.results.items()
@@ -299,20 +299,20 @@ def _split_doc(
     error: str | None,
     *,
     env: str | None,
-    tp_size: int,
+    group_size: int,
 ) -> dict[str, object]:
     return {
         PARTITION_ENV: env,
         "layers_per_stage": list(parts),
         "stage_linear_layers": counts,
         "max_stage_linear_layers": max(counts),
-        "ranks": None if stages is None else [stage_dict(s, tp_size) for s in stages],
+        "ranks": None if stages is None else [stage_dict(s, group_size) for s in stages],
         "error": error,
     }
 
 
 def partition_doc(p: PartitionPlan) -> dict[str, object]:
-    base, plan, tp = p.inputs, p.partition, p.inputs.tp_size
+    base, plan, tp = p.inputs, p.partition, p.inputs.tp_group_size
     described = _inputs_doc(
         p.config.derive, base, budget_gib=float(base.budget_gib), budget_source=p.config.derive.budget_source
     )
@@ -327,7 +327,7 @@ def partition_doc(p: PartitionPlan) -> dict[str, object]:
         "partition_slack": p.slack,
         "layers_per_stage_bounds": [plan.bounds.lower, plan.bounds.upper],
         "suggested": _split_doc(
-            plan.partition, plan.stage_linear_layers, p.suggested, None, env=plan.env, tp_size=tp
+            plan.partition, plan.stage_linear_layers, p.suggested, None, env=plan.env, group_size=tp
         ),
         "default": _split_doc(
             plan.default_partition,
@@ -335,7 +335,7 @@ def partition_doc(p: PartitionPlan) -> dict[str, object]:
             p.default,
             p.default_error,
             env=None,
-            tp_size=tp,
+            group_size=tp,
         ),
         **_engine_doc(p.config, p),
     }
