@@ -78,16 +78,16 @@ def main() -> int:
             "1" if n == 1 else str(n if n <= 93 else 1),
             *(["--allow-single-rank"] if n == 1 else []),
         ]
-        bare: list[float] = []
-        check: list[float] = []
-        other: list[float] = []
+        # Per job kind ("other": --against's tree): wall seconds and CPU seconds, one entry a round.
+        walls: dict[str, list[float]] = {"bare": [], "check": [], "other": []}
         cpu: dict[str, list[float]] = {"bare": [], "check": [], "other": []}
         for i in range(args.rounds):
-            order = [(bare_cmd, bare, None, "bare"), (check_cmd, check, None, "check")]
+            order = [(bare_cmd, None, "bare"), (check_cmd, None, "check")]
             if args.against is not None:
-                order.append((check_cmd, other, args.against, "other"))
-            for cmd, sink, tree, name in order if i % 2 == 0 else order[::-1]:
-                sink.append(wall(cmd, args.timeout_s, tree, cpu[name]))
+                order.append((check_cmd, args.against, "other"))
+            for cmd, tree, name in order if i % 2 == 0 else order[::-1]:
+                walls[name].append(wall(cmd, args.timeout_s, tree, cpu[name]))
+        bare, check, other = walls["bare"], walls["check"], walls["other"]
         b, c = statistics.median(bare), statistics.median(check)
         # Each round's two jobs ran back to back: their ratio is free of the machine's drift between
         # rounds (a 4-rank bare job went from 11.5 s to 8.3 s within one series), which the ratio of

@@ -185,7 +185,7 @@ class CheckJob:
         w, tp, dp = self.env.world_size, c.sizing.tp_size, c.sizing.dp_size
         # The TP group, SGLang's --tp-size: attention TP x attention DP (the checker's --tp-size is the
         # attention TP width).
-        group = f"tp {tp}" if dp == 1 else f"tp {tp * dp} (attention TP {tp} x DP {dp})"
+        group = f"tp {tp}" if dp == 1 else f"tp {c.sizing.tp_group_size} (attention TP {tp} x DP {dp})"
         given = f"--tp-size {tp}" if dp == 1 else group
         if row.pp_size > 0:
             layout = f"world {w} = pp {row.pp_size} x {group}"

@@ -17,18 +17,18 @@ def layout(
     ranks it (pp_rank = rank // the group's size)."""
     group = tp_size * dp_size
     shown = f"{group}" if dp_size == 1 else f"{group} (attention TP {tp_size} x attention DP {dp_size})"
+    dp_flag = "/--dp-size" if dp_size > 1 else ""
     if pp_size is None:
         if world_size % group:
             raise LayoutError(
-                f"world_size {world_size} is not a multiple of the TP group, tp_size {shown}; launch a "
-                f"multiple of {group} ranks (pp x tp, e.g. --nproc-per-node {group}) or fix --tp-size"
-                + ("/--dp-size" if dp_size > 1 else "")
+                f"world_size {world_size} is not a multiple of the TP group, tp_size {shown}; "
+                f"launch a multiple of {group} ranks (pp x tp, e.g. --nproc-per-node {group}) "
+                f"or fix --tp-size{dp_flag}"
             )
         return world_size // group, rank // group
     if pp_size * group != world_size:
         raise LayoutError(
             f"world_size {world_size} is not pp_size x tp_size = {pp_size} x {shown}; launch pp x tp ranks "
-            f"(e.g. --nproc-per-node {group * pp_size}) or fix --pp-size/--tp-size"
-            + ("/--dp-size" if dp_size > 1 else "")
+            f"(e.g. --nproc-per-node {group * pp_size}) or fix --pp-size/--tp-size{dp_flag}"
         )
     return pp_size, rank // group
