@@ -15,8 +15,8 @@ How an example is run here:
    ``launchers/slurm.sbatch``, ``rm``, ``mkdir``, ``$(...)``, the recipe's variables.
 3. **Every recorded checker command runs in this process**, through :func:`checker.cli.main.main`:
    ``derive``, ``plan`` and ``sweep`` as they are; under torchrun, on torchrun's own world
-   (``--nnodes`` x ``--nproc-per-node``, read as torch reads them: :func:`test_torchrun_worlds_read_as_
-   torch_reads_them`). Every rank of that world runs check's own job
+   (``--nnodes`` x ``--nproc-per-node``, read as torch's own parser reads them). Every rank of that world
+   runs check's own job
    (:class:`checker.commands.check_job.CheckJob`: local facts, row, verdict, report) in the run protocol's
    order, the rows handed over in this process instead of over a process group, so the layout, model,
    release and flags are those of the printed command at its printed size. (A check of one rank with
@@ -159,6 +159,7 @@ example may derive one at pp_size > 1, whatever the checker says of it."""
 SCHEMATIC: dict[tuple[str, str], str] = {
     ("README.md", "torchrun ... -m checker [check]"): "the commands table: a form",
     ("README.md", "torchrun ... -m checker sweep"): "the commands table: a form",
+    ("README.md", "torchrun --no-python pp-capacity-checker ..."): "prose: the console script under torchrun",
     ("docs/derive-plan-sweep.md", "torchrun ... -m checker check"): "prose: the preflight, by name",
     ("docs/how-it-computes.md", "torchrun --standalone --nproc-per-node 8 -m checker sweep ..."): (
         "prose: the distributed sweep, by name"
@@ -256,16 +257,21 @@ COMMAND_WORDS = (
     "launchers/torchrun.sh",
     "launchers/read-verdict.sh",
     "launchers/slurm.sbatch",
+    "pp-capacity-checker",
 )
 """A code line is a command when its first word (after VAR=value assignments) is one of these."""
 MARKER = re.compile(
-    r"-m checker\b|launchers/(torchrun\.sh|slurm\.sbatch)\s+-|\bsbatch\s|sglang\.launch_server"
+    r"-m checker\b|pp-capacity-checker |launchers/(torchrun\.sh|slurm\.sbatch)\s+-|\bsbatch\s"
+    r"|sglang\.launch_server"
 )
 """A line that looks like a checker command or a deployment's launch command."""
-CHECKER_COMMAND = re.compile(r"-m checker\b|launchers/torchrun\.sh\s|launchers/slurm\.sbatch\s")
+CHECKER_COMMAND = re.compile(
+    r"-m checker\b|pp-capacity-checker |launchers/torchrun\.sh\s|launchers/slurm\.sbatch\s"
+)
 """One checker command in an example's text (the count a run must reach)."""
 INLINE_COMMAND = re.compile(
-    r"^(python3? -m checker|torchrun .*-m checker|launchers/\S+\.(sh|sbatch)|sbatch) "
+    r"^(python3? -m checker|pp-capacity-checker|torchrun .*(-m checker|pp-capacity-checker)"
+    r"|launchers/\S+\.(sh|sbatch)|sbatch) "
 )
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*(\S*)")
 SHELL_LANGS = ("bash", "sh", "shell", "console")
@@ -643,6 +649,12 @@ for ((n = 0; n < EXAMPLE_GPUS; n++)); do echo "GPU $n: NVIDIA H200 (UUID: GPU-$n
     "pip": RECORD + 'record pip "$@"\n',
     "pytest": RECORD + 'record pytest "$@"\n',
     "sudo": RECORD + 'record sudo "$@"\n',
+    "pp-capacity-checker": RECORD
+    + f"""if [[ -n "${{EXAMPLE_END_TO_END:-}}" ]]; then
+    exec "$EXAMPLE_REAL_PYTHON" -c '{ENTRY.format("checker_main")}' "$@"
+fi
+record checker "$@"
+""",
 }
 STANDINS["python3"] = STANDINS["python"]
 NOT_RUN_KINDS = ("pip", "pytest", "server", "kubectl", "sudo")
@@ -767,7 +779,7 @@ def read_torchrun(argv: Sequence[str]) -> TorchrunWorld:
     use; any other is refused, so a mistyped option fails here as torchrun would refuse it."""
     values: dict[str, str] = {}
     i = 0
-    while i < len(argv) and argv[i] != "-m":
+    while i < len(argv) and argv[i] != "-m" and argv[i].startswith("-"):
         name, eq, value = argv[i].partition("=")
         name = name.replace("_", "-")
         if name in TORCHRUN_FLAGS:
@@ -777,13 +789,17 @@ def read_torchrun(argv: Sequence[str]) -> TorchrunWorld:
             i += 1 if eq else 2
         else:
             raise ValueError(f"torchrun: unrecognized option {argv[i]!r}")
-    if i + 1 >= len(argv):
+    if i < len(argv) and argv[i] != "-m":  # --no-python pp-capacity-checker: the console script
+        module, args = ("checker" if argv[i] == "pp-capacity-checker" else argv[i]), argv[i + 1 :]
+    elif i + 1 < len(argv):
+        module, args = argv[i + 1], argv[i + 2 :]
+    else:
         raise ValueError("torchrun: no -m MODULE")
     return TorchrunWorld(
         nnodes=int(values.get("--nnodes", "1").split(":")[-1]),
         nproc_per_node=int(values.get("--nproc-per-node", "1")),
-        module=argv[i + 1],
-        args=tuple(argv[i + 2 :]),
+        module=module,
+        args=tuple(args),
     )
 
 
@@ -1144,7 +1160,13 @@ def test_inventory() -> None:
     counts: dict[str, int] = {}
     for unit in EXTRACTED.units:
         counts[unit.file] = counts.get(unit.file, 0) + unit.checker_commands()
-    assert {f: n for f, n in counts.items() if n} == INVENTORY
+    counts = {f: n for f, n in counts.items() if n}
+    changed = {f: (INVENTORY.get(f, 0), counts.get(f, 0)) for f in {*counts, *INVENTORY}}
+    changed = {f: c for f, c in changed.items() if c[0] != c[1]}
+    assert not changed, (
+        f"checker commands per source changed, (listed, found): {changed}; once every example of the "
+        "source runs (test_example_runs_as_printed), update INVENTORY"
+    )
     assert sorted((f.file, f.text) for f in EXTRACTED.forms) == sorted(SCHEMATIC)
 
 
@@ -1239,7 +1261,7 @@ def test_torchrun_worlds_read_as_torch_reads_them(sandbox: tuple[Path, Path]) ->
     torch_run = pytest.importorskip("torch.distributed.run")
     argvs = []
     for unit in EXTRACTED.units:
-        for line in unit.shell.splitlines():
+        for line in unit.shell.replace("\\\n", " ").splitlines():
             if re.match(r"^(\w+=\S+ )*torchrun ", line):
                 words = shlex.split(line.split(" || ")[0], comments=True)
                 argvs.append(words[words.index("torchrun") + 1 :])
@@ -1307,7 +1329,7 @@ def _needing(need: str) -> list[Unit]:
     """The examples with a checker command that needs ``need`` (:data:`NEEDS`)."""
     found = []
     for unit in EXTRACTED.units:
-        for line in unit.shell.splitlines():
+        for line in unit.shell.replace("\\\n", " ").splitlines():
             if "checker" in line and any(n.need == need for n in needs_of(shlex.split(line, comments=True))):
                 found.append(unit)
                 break
