@@ -3,8 +3,8 @@
 # (consistent 0, divergent 1, error 2, infrastructure_failure 3, model_drift 4; the table is
 # checker/status.py's EXIT_CODES, and tests/test_launchers.py holds the two equal).
 #
-#   launchers/torchrun.sh --budget-from-device --weights-gib 19 --report out/report.json \
-#       -- python -m sglang.launch_server --model-path /models/M --pp-size 2 --tp-size 4 || true
+#   launchers/torchrun.sh --budget-from-device --weights-gib 12 --report out/report.json \
+#       -- python -m sglang.launch_server --model-path /models/Kimi-Linear-48B-A3B --pp-size 2 --tp-size 4 || true
 #   launchers/read-verdict.sh out/report.json   # the step's real verdict (torchrun exits 1 for any failure)
 #
 # No report, or one that cannot be trusted, means the checker never reached a verdict (a node never

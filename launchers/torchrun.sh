@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Run the pp-capacity preflight on this node: one torchrun agent, NPROC_PER_NODE ranks.
 #
-#   one node:   NPROC_PER_NODE=8 launchers/torchrun.sh --budget-from-device --weights-gib 19 --report r.json \
-#                 -- python -m sglang.launch_server --model-path /models/Qwen3-Next-80B-A3B --pp-size 2 \
-#                 --tp-size 4 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
-#   each node:  NNODES=2 NODE_RANK=$i RDZV_ENDPOINT=node0:29400 RDZV_ID=$CI_JOB_ID LOCAL_ADDR=$(hostname -i) \
-#                 launchers/torchrun.sh --budget-from-device --weights-gib 10 --report r.json \
-#                 -- python -m sglang.launch_server --model-path /models/Qwen3-Next-80B-A3B --pp-size 2 \
-#                 --tp-size 8 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
+#   # one node, 8 GPUs (pp 2 x tp 4):
+#   NPROC_PER_NODE=8 launchers/torchrun.sh --budget-from-device --weights-gib 12 --report r.json \
+#       -- python -m sglang.launch_server --model-path /models/Kimi-Linear-48B-A3B --pp-size 2 \
+#       --tp-size 4 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
+#   # each of 2 nodes, 8 GPUs each (pp 2 x tp 8), node i of 0..1:
+#   NNODES=2 NODE_RANK=$i RDZV_ENDPOINT=node0:29400 RDZV_ID=$CI_JOB_ID LOCAL_ADDR=$(hostname -i) \
+#       launchers/torchrun.sh --budget-from-device --weights-gib 47 --report r.json \
+#       -- python -m sglang.launch_server --model-path /models/Qwen3.5-397B-A17B --pp-size 2 \
+#       --tp-size 8 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
 #
 # Every argument goes to the checker unchanged, `--` and the deployment's launch command after it
 # included: the checker reads the sizing inputs (model, pp/tp/dp, page size, mem fraction, ...) from the

@@ -49,11 +49,12 @@ changes that explain a difference. Exit 0 whatever the stages derive (check is t
 input, 4 on model drift with --engine both."""
 EXAMPLES = (
     "python -m checker derive --model kimi-k3 --pp-size 8 --budget-gib 8",
-    "python -m checker derive --budget-gib 8 -- sglang serve --model-path /models/M --pp-size 4",
-    "python -m checker derive --model-config config.json --pp-size 4 --tp-size 2 --format json",
-    "python -m checker derive --model kimi-k3 --budget-gib 8 --sglang-version 0.5.16,0.5.23",
+    "python -m checker derive -- sglang serve --model-path examples/models/Falcon-H1-0.5B --tp-size 2",
+    "python -m checker derive --model-config examples/models/Nemotron-H-8B-Base-8K --format json",
+    "python -m checker derive --model kimi-k3 --budget-gib 8 --sglang-version 0.5.17,0.5.23",
     "python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize",
-    "python -m checker derive --model-config config.json --pp-size 4 --engine both  # 4 on drift",
+    "# SGLang's own code beside the checker's (exit 4 when the two differ):",
+    "python -m checker derive --model-path examples/models/Qwen3.5-397B-A17B --engine both",
 )
 
 

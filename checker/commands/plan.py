@@ -60,8 +60,8 @@ read from it."""
 EXAMPLES = (
     "python -m checker plan --model kimi-k3 --pp-size 8 --target-max-running-requests 48",
     "python -m checker plan --target-max-running-requests 48 --gpu-free-gib 139 --weights-gib 40",
-    "python -m checker plan --target-max-running-requests 48 -- sglang serve --model-path /models/M",
-    "python -m checker plan --model-config config.json --pp-size 8 --budget-gib 20 --suggest-partition",
+    "python -m checker plan --target-max-running-requests 48 -- --model-path /models/Falcon-H1-0.5B",
+    "python -m checker plan --model-path examples/models/Nemotron-H-8B-Base-8K --suggest-partition",
 )
 DEFAULT_SLACK = 1
 

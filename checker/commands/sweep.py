@@ -40,8 +40,8 @@ does, 2 on bad input, 3 when a rank is lost under torchrun."""
 EXAMPLES = (
     "python -m checker sweep --budgets 4:40:0.25 --mamba-full-memory-ratio 0.5",
     "python -m checker sweep --budgets 4:40:0.25 --report sweep.json --plot sweep.png",
-    "python -m checker sweep --budgets 8,16,24 --model-config config.json --policy own-share",
-    "python -m checker sweep --budgets 4:40:0.25 -- sglang serve --model-path /models/M --pp-size 4",
+    "python -m checker sweep --policy own-share --model-path examples/models/Kimi-Linear-48B-A3B",
+    "python -m checker sweep -- --model-path examples/models/Kimi-Linear-48B-A3B --pp-size 4",
     "torchrun --standalone --nproc-per-node 4 -m checker sweep --budgets 4:40:0.25",
 )
 
