@@ -114,7 +114,8 @@ def test_an_id_not_in_the_cache_is_one_line_naming_where_and_how_to_fetch(hub):
         local_model_path("Qwen/Qwen3.5-27B")
     line = str(exc.value)
     assert "\n" not in line
-    assert f"--model-path Qwen/Qwen3.5-27B: no such local path, and not in the Hugging Face cache {hub} " in line
+    assert line.startswith("--model-path Qwen/Qwen3.5-27B: no such local path, and not in the Hugging Face")
+    assert f" cache {hub} (from HF_HOME)" in line
     assert "(from HF_HOME) at revision main" in line
     assert "`hf download Qwen/Qwen3.5-27B`" in line and "huggingface-cli download Qwen/Qwen3.5-27B" in line
 
