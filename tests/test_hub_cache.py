@@ -153,6 +153,7 @@ def test_a_local_path_wins_and_what_is_no_hub_id_is_left_to_the_caller(hub, tmp_
     assert local_model_path(QWEN) == QWEN
     assert local_model_path("/models/M") == "/models/M"  # no hub id: the caller's "no such path" line
     assert local_model_path("a/b/c") == "a/b/c"
+    assert local_model_path("config.json") == "config.json"  # a missing file, said as one
 
 
 def test_modelscope_is_refused_in_one_line(hub, clean_env):

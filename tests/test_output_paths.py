@@ -216,6 +216,36 @@ def test_a_failing_write_empties_a_hard_linked_report(tmp_path):
     assert verdict.returncode == 3 and "empty" in verdict.stderr
 
 
+@needs_root
+def test_a_failing_write_empties_a_report_it_cannot_remove():
+    """A user who may write the report but not its directory (no temp file, no unlink there): the write
+    goes in place, and when it fails the previous report is emptied, never left whole."""
+    shared = Path(tempfile.mkdtemp(prefix="ck-ro-"))
+    try:
+        path = shared / "r.json"
+        path.write_text(json.dumps({"status": "consistent", "exit_code": 0}))
+        path.chmod(0o666)
+        shared.chmod(0o755)  # root's: user 1234 may not create or remove a name in it
+        code = (
+            "import os, resource, signal\n"
+            "from checker.outputs.files import write_file\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+            "os.setegid(1234); os.seteuid(1234)\n"
+            f"print(write_file({str(path)!r}, 'x' * 100_000, what='--report'))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert "File too large; the previous file there was emptied" in proc.stdout, proc.stdout + proc.stderr
+        assert path.read_bytes() == b"" and [p.name for p in shared.iterdir()] == ["r.json"]
+    finally:
+        for p in shared.iterdir():
+            p.unlink()
+        shared.rmdir()
+
+
 # ---- replacing an existing file -------------------------------------------------------------------------
 
 

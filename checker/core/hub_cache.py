@@ -103,7 +103,11 @@ def _transformers_4(release: str | None) -> bool:
 
 
 def is_hub_id(name: str) -> bool:
-    """huggingface_hub's ``validate_repo_id``: ``NAME`` or ``ORG/NAME``, word characters, ``-``, ``.``."""
+    """huggingface_hub's ``validate_repo_id``: ``NAME`` or ``ORG/NAME``, word characters, ``-``, ``.``.
+    A bare ``NAME.json`` is taken for a missing file (``--model-config config.json``), not a repository:
+    both are refused, and "no such file" is the line that helps."""
+    if "/" not in name and name.endswith(".json"):
+        return False
     return (
         name.count("/") <= 1
         and REPO_ID.fullmatch(name) is not None

@@ -417,24 +417,26 @@ def _write_file_in_place(target: str, data: bytes) -> None:
 
 
 def _forget_previous(target: str, linked: bool) -> str:
-    """After a failed write: remove (one name only: empty) the file the run meant to replace, so a
-    previous run's report is not read as this run's. Says what became of it."""
-    if not linked:
+    """After a failed write: remove the file the run meant to replace, so a previous run's report is not
+    read as this run's; where that fails, empty it. A hard-linked one is emptied first (removing this
+    name would leave the stale verdict under the others). Says what became of it."""
+
+    def remove() -> str:
+        os.unlink(target)
+        return "the previous file there was removed"
+
+    def empty() -> str:
+        os.close(os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOCTTY))
+        return "the previous file there was emptied"
+
+    for attempt in (empty, remove) if linked else (remove, empty):
         try:
-            os.unlink(target)
-            return "the previous file there was removed"
+            return attempt()
         except FileNotFoundError:
             return "no previous file is left there"
         except OSError:
-            pass
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOCTTY)
-        os.close(fd)
-        return "the previous file there was emptied"
-    except FileNotFoundError:
-        return "no previous file is left there"
-    except OSError:
-        return "the previous file there could be neither removed nor emptied: do not read it as this run's"
+            continue
+    return "the previous file there could be neither removed nor emptied: do not read it as this run's"
 
 
 def _write_regular(target: str, data: bytes, old: os.stat_result | None) -> None:
