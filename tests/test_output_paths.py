@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from checker.cli.options import run_inputs
 from checker.core.errors import FlagError
 from checker.outputs.files import append_file, check_output_path, check_outputs, write_file
 
@@ -540,6 +541,21 @@ def test_an_output_inside_the_model_directory_is_refused(cli, model):
         and f"--report {model / 'report.json'} is inside the launch command's --model-path" in res.err
     )
     assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+
+
+def test_a_model_config_json_protects_its_directory_a_model_spec_only_itself(cli, tmp_path, model):
+    """m/config.json is a model's config: m/ is the model SGLang loads (weights, tokenizer), so an output
+    in it is refused. Another JSON (a fixture, a model spec) protects only itself."""
+    res = cli(
+        [*CHECK, "--pp-size", "1", "--model-config", str(model / "config.json"), "--report", str(model / "r")]
+    )
+    assert res.rc == 2 and "is inside the model directory of --model-config" in res.err, res
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+    spec = tmp_path / "kimi.json"
+    spec.write_bytes((FIXTURES / "kimi_linear_48b_a3b.json").read_bytes())
+    check_outputs([("--report", str(tmp_path / "r.json"))], run_inputs(model_config=str(spec), launch=None))
+    with pytest.raises(FlagError, match="is --model-config"):
+        check_outputs([("--report", str(spec))], run_inputs(model_config=str(spec), launch=None))
 
 
 def test_an_output_onto_a_cached_hub_snapshot_is_refused(cli, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 
 from checker.core.budget import MAX_BUDGET_GIB
@@ -309,9 +310,18 @@ def run_inputs(
     for flag, value in named:
         if value:
             model = flag in ("--model-path", "--model")
-            out.append((f"the launch command's {flag}", _local(value, revision if model else None)))
+            local = _local(value, revision if model else None)
+            out.append((f"the launch command's {flag}", local))
+            if model and os.path.basename(local) == "config.json" and os.path.isfile(local):
+                out.append(
+                    (f"the model directory of the launch command's {flag}", os.path.dirname(local) or ".")
+                )
     if model_config:
-        out.append(("--model-config", _local(model_config)))
+        local = _local(model_config)
+        out.append(("--model-config", local))
+        if os.path.basename(local) == "config.json" and os.path.isfile(local):
+            # A model's config.json: its directory is the model SGLang loads (weights, tokenizer).
+            out.append(("the model directory of --model-config", os.path.dirname(local) or "."))
     if init_method and init_method.startswith("file://"):
         out.append(("--init-method", init_method.removeprefix("file://")))
     return out
