@@ -109,6 +109,16 @@ def test_the_cache_directory_follows_huggingface_hubs_variables(tmp_path, clean_
     assert cache_of().source == "HF_HUB_CACHE"
 
 
+def test_another_cache_directory_may_be_named(tmp_path, hub):
+    """The weights loader's --download-dir is a cache of the same layout."""
+    make_cache(tmp_path / "weights")
+    assert local_model_path(QWEN, cache_dir=str(tmp_path / "weights")) == _snapshot(
+        tmp_path / "weights", MAIN
+    )
+    with pytest.raises(ConfigError, match=r"cache .*/nowhere \(from --download-dir\)"):
+        local_model_path(QWEN, cache_dir=str(tmp_path / "nowhere"))
+
+
 def test_an_id_not_in_the_cache_is_one_line_naming_where_and_how_to_fetch(hub):
     with pytest.raises(ConfigError) as exc:
         local_model_path("Qwen/Qwen3.5-27B")

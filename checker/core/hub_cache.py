@@ -132,12 +132,19 @@ def _exists(path: str) -> bool:
 
 
 def local_model_path(
-    name: str, *, revision: str | None = None, flag: str = "--model-path", release: str | None = None
+    name: str,
+    *,
+    revision: str | None = None,
+    flag: str = "--model-path",
+    release: str | None = None,
+    cache_dir: str | None = None,
 ) -> str:
     """``name`` as a local path: itself where it exists (SGLang's ``os.path.exists``), else, for a hub id,
     the cached snapshot directory of ``revision`` (default main). Anything else is returned unchanged for
     the caller's own "no such file" line. Raises ConfigError (one line: where it looked and how to fetch
-    it) for a hub id the cache does not hold."""
+    it) for a hub id the cache does not hold. ``cache_dir``: another cache than the config's (the
+    launch command's ``--download-dir``, where SGLang's weights loader looks: ``snapshot_download(...,
+    cache_dir=download_dir)``)."""
     if not name or _exists(name) or not is_hub_id(name):
         return name
     shown = printable(name)
@@ -149,7 +156,9 @@ def local_model_path(
         )
     rev = revision or DEFAULT_REVISION
     _check_revision(rev, flag)
-    cache = hub_cache(release=release)
+    cache = (
+        hub_cache(release=release) if cache_dir is None else HubCache(_expand(cache_dir), "--download-dir")
+    )
     found = _from_huggingface_hub(name, rev, cache.path)
     if found is None:
         found = _from_layout(name, rev, cache.path)
