@@ -38,7 +38,15 @@ class ModelChoice:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ModelChoice:
-        return cls(model=args.model, model_config=args.model_config)
+        """``--model-config`` as a local path: a hub id is found in the local Hugging Face cache, by the
+        launch command's ``--model-path`` rule (:func:`checker.core.hub_cache.local_model_path`)."""
+        from checker.core.hub_cache import local_model_path
+
+        path = args.model_config
+        return cls(
+            model=args.model,
+            model_config=None if path is None else local_model_path(path, flag="--model-config"),
+        )
 
     @property
     def label(self) -> str:

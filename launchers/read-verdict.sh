@@ -11,8 +11,10 @@
 # joined the rendezvous, the launch failed, the job was cut off mid-write): infrastructure_failure, exit 3,
 # with one line on stderr saying why. Untrusted: not a regular file, over 32 MiB, not JSON, nested too
 # deep to parse, not an object, a status outside the table, or an `exit_code` that is not the status's
-# code. Exit 0 only for status "consistent" with exit_code 0. Delete the report before each run so a
-# stale one is never read. No argument (or more than one): a usage line and exit 2.
+# code. Exit 0 only for status "consistent" with exit_code 0. A run that cannot write its report removes
+# the previous run's (or, where it cannot, empties it), so a stale verdict is not read as this run's;
+# a run killed before it writes anything cannot, so still delete the report before each run. No argument
+# (or more than one): a usage line and exit 2.
 set -uo pipefail
 if [[ $# -ne 1 ]]; then
     echo "usage: read-verdict.sh REPORT.json (prints the report's status, exits with its code)" >&2
@@ -55,8 +57,14 @@ try:
         data = f.read(MAX_BYTES + 1)
 except OSError as exc:
     untrusted(
-        f"{type(exc).__name__}: {exc.strerror or exc}; the checker never finished: see the "
-        "launcher's log (a node that never joined, a failed launch, a job cut off by its time bound)"
+        f"{type(exc).__name__}: {exc.strerror or exc}; the checker never finished or could not write "
+        "its report (it removes the previous run's then): see the launcher's log (a node that never "
+        "joined, a failed launch, a job cut off by its time bound, a full disk)"
+    )
+if not data:
+    untrusted(
+        "empty: a run that could not write its report empties the previous run's where it cannot remove "
+        "it; see the launcher's log"
     )
 if len(data) > MAX_BYTES:
     untrusted(f"over {MAX_BYTES} bytes, too large for a report")

@@ -723,7 +723,7 @@ def test_read_verdict_distrusts_an_unknown_status(tmp_path, status):
         pytest.param(
             None, "FileNotFoundError", id="missing"
         ),  # a node never joined, the launch failed: no report
-        pytest.param("", "not JSON", id="empty"),
+        pytest.param("", "empty: a run that could not write its report", id="empty"),
         pytest.param("{not json", "not JSON", id="garbage"),
         pytest.param('{"status": "consistent", "exit_code": 0', "not JSON", id="cut-off"),
         pytest.param(b"\xff\xfe garbage", "not JSON", id="binary"),

@@ -25,9 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from checker.cli.options import run_inputs
 from checker.core.errors import FlagError
-from checker.outputs.files import append_file, check_output_path, write_file
+from checker.outputs.files import append_file, check_output_path, check_outputs, write_file
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+READ_VERDICT = REPO_ROOT / "launchers" / "read-verdict.sh"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="mknod of device nodes needs root")
 KIMI = ["--model", "kimi-k3", "--budget-gib", "8", "--allow-single-rank", "--pp-size", "1"]
@@ -166,11 +170,9 @@ def test_an_impossible_path_is_one_line_not_a_traceback(tmp_path):
         check_output_path("--report", str(tmp_path / "a"))
 
 
-def test_a_failing_write_leaves_no_temp_file(tmp_path):
-    """A write that fails half-way (here: past the process's file-size limit, EFBIG) reports the problem,
-    keeps the old report, and removes its `.name.*.tmp`: a CI artefact glob must not collect it."""
-    path = tmp_path / "r.json"
-    path.write_text("old")
+def _fail_writing(path: Path) -> subprocess.CompletedProcess[str]:
+    """write_file of 100 KB at ``path`` in a process whose file-size limit is 4 KB (EFBIG, as a full disk
+    fails a write half-way)."""
     code = (
         "import resource, signal, sys\n"
         "from checker.outputs.files import write_file\n"
@@ -178,11 +180,215 @@ def test_a_failing_write_leaves_no_temp_file(tmp_path):
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
         f"print(write_file({str(path)!r}, 'x' * 100_000, what='--report'))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_failing_write_removes_the_previous_report_and_leaves_no_temp_file(tmp_path):
+    """A write that fails half-way (past the process's file-size limit, EFBIG, as a full disk) reports
+    the problem, removes its `.name.*.tmp` (a CI artefact glob must not collect it) and removes the
+    previous run's report: read-verdict.sh must not read that as this run's verdict."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"status": "consistent", "exit_code": 0}))
+    proc = _fail_writing(path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"cannot write --report {path}: File too large"), proc.stdout
-    assert path.read_text() == "old"
-    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    assert "the previous file there was removed" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+    verdict = subprocess.run(
+        ["bash", str(READ_VERDICT), str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert (verdict.returncode, verdict.stdout.strip()) == (3, "infrastructure_failure")
+    assert "could not write its report" in verdict.stderr
+
+
+def test_a_failing_write_empties_a_hard_linked_report(tmp_path):
+    """Removing one name of a hard-linked report would leave the stale verdict under the other: it is
+    emptied in place instead, which read-verdict.sh reads as no verdict."""
+    path, other = tmp_path / "r.json", tmp_path / "archive.json"
+    path.write_text(json.dumps({"status": "consistent", "exit_code": 0}))
+    os.link(path, other)
+    proc = _fail_writing(path)
+    assert "the previous file there was emptied" in proc.stdout, proc.stdout
+    assert path.read_bytes() == other.read_bytes() == b"" and path.stat().st_ino == other.stat().st_ino
+    verdict = subprocess.run(
+        ["bash", str(READ_VERDICT), str(other)], capture_output=True, text=True, timeout=60
+    )
+    assert verdict.returncode == 3 and "empty" in verdict.stderr
+
+
+@needs_root
+def test_a_failing_write_empties_a_report_it_cannot_remove():
+    """A user who may write the report but not its directory (no temp file, no unlink there): the write
+    goes in place, and when it fails the previous report is emptied, never left whole."""
+    shared = Path(tempfile.mkdtemp(prefix="ck-ro-"))
+    try:
+        path = shared / "r.json"
+        path.write_text(json.dumps({"status": "consistent", "exit_code": 0}))
+        path.chmod(0o666)
+        shared.chmod(0o755)  # root's: user 1234 may not create or remove a name in it
+        code = (
+            "import os, resource, signal\n"
+            "from checker.outputs.files import write_file\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+            "os.setegid(1234); os.seteuid(1234)\n"
+            f"print(write_file({str(path)!r}, 'x' * 100_000, what='--report'))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert "File too large; the previous file there was emptied" in proc.stdout, proc.stdout + proc.stderr
+        assert path.read_bytes() == b"" and [p.name for p in shared.iterdir()] == ["r.json"]
+    finally:
+        for p in shared.iterdir():
+            p.unlink()
+        shared.rmdir()
+
+
+# ---- replacing an existing file -------------------------------------------------------------------------
+
+
+@needs_root
+def test_replacing_a_report_keeps_its_mode_and_owner(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    os.chown(path, 1234, 2345)
+    os.chmod(path, 0o600)
+    assert write_file(str(path), "new", what="--report") is None
+    st = path.stat()
+    assert path.read_text() == "new"
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1234, 2345, 0o600)
+
+
+def test_a_hard_linked_report_is_written_in_place(tmp_path):
+    """A rename would split the link: the other name would keep the old report."""
+    path, other = tmp_path / "r.json", tmp_path / "copy.json"
+    path.write_text("old report, longer than the new one")
+    os.link(path, other)
+    assert write_file(str(path), "new", what="--report") is None
+    assert other.read_text() == path.read_text() == "new"
+    assert path.stat().st_ino == other.stat().st_ino and path.stat().st_nlink == 2
+
+
+@needs_root
+def test_a_report_whose_owner_cannot_be_kept_is_written_in_place():
+    """A user who may write someone else's report (world-writable, in a shared directory) but cannot give
+    a replacement its owner: written through the file itself, so the owner stays. (A directory of its
+    own under /tmp: the user must be able to reach it.)"""
+    shared = Path(tempfile.mkdtemp(prefix="ck-shared-"))
+    try:
+        shared.chmod(0o777)
+        path = shared / "r.json"
+        path.write_text("old")
+        os.chown(path, 4321, 4321)
+        path.chmod(0o666)
+        code = (
+            "import os\n"
+            "from checker.outputs.files import write_file\n"
+            "os.setegid(1234); os.seteuid(1234)\n"
+            f"print(write_file({str(path)!r}, 'new', what='--report'))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        argv = [sys.executable, "-c", code]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        assert proc.stdout.strip() == "None", proc.stdout + proc.stderr
+        st = path.stat()
+        assert path.read_text() == "new" and (st.st_uid, stat.S_IMODE(st.st_mode)) == (4321, 0o666)
+        assert [p.name for p in shared.iterdir()] == ["r.json"]
+    finally:
+        for p in shared.iterdir():
+            p.unlink()
+        shared.rmdir()
+
+
+# ---- paths the kernel would refuse -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["trailing-slash", "dotdot-after-a-file", "under-a-file"])
+def test_a_path_the_kernel_refuses_is_refused_not_normalised(tmp_path, shape):
+    """`out.json/` names a directory, never the file out.json; `a.txt/../r.json` is ENOTDIR to the
+    kernel, though os.path.realpath reads it as r.json."""
+    (tmp_path / "out.json").write_text("keep")
+    (tmp_path / "a.txt").write_text("keep")
+    path = {
+        "trailing-slash": f"{tmp_path}/out.json/",
+        "dotdot-after-a-file": f"{tmp_path}/a.txt/../r.json",
+        "under-a-file": f"{tmp_path}/a.txt/sub/r.json",
+    }[shape]
+    with pytest.raises(FlagError, match=r"^--report .*(a directory name|a.txt is a file, not a directory)"):
+        check_output_path("--report", path)
+    assert write_file(path, "{}", what="--report") is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "out.json"]
+    assert (tmp_path / "out.json").read_text() == (tmp_path / "a.txt").read_text() == "keep"
+
+
+# ---- this process's own streams --------------------------------------------------------------------------
+
+_STREAM = """
+import os, sys
+from checker.outputs.files import write_file
+print("before", flush=True)
+print(write_file(sys.argv[1], "REPORT\\n", what="--report"), flush=True)
+print("after", flush=True)
+"""
+
+
+@pytest.mark.parametrize("spelling", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "link"])
+@pytest.mark.parametrize("stdout", ["file", "pipe"])
+def test_a_stream_path_is_written_to_the_stream_as_it_is(tmp_path, spelling, stdout):
+    """stdout redirected to a CI log: the report goes after what was printed, the log keeps its earlier
+    lines and stays the same file (opening /dev/stdout anew and renaming over it replaced the log); on a
+    pipe the reader gets it."""
+    path = spelling
+    if spelling == "link":
+        (tmp_path / "out.json").symlink_to("/dev/stdout")
+        path = str(tmp_path / "out.json")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    argv = [sys.executable, "-c", _STREAM, path]
+    if stdout == "pipe":
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        assert proc.stdout == "before\nREPORT\nNone\nafter\n", proc.stdout + proc.stderr
+        return
+    log = tmp_path / "ci.log"
+    with log.open("w") as f:
+        f.write("earlier lines\n")
+        f.flush()
+        inode = os.fstat(f.fileno()).st_ino
+        proc = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text() == "earlier lines\nbefore\nREPORT\nNone\nafter\n"
+    assert log.stat().st_ino == inode
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({"ci.log", Path(path).name} - {"stdout", "1"})
+
+
+def test_a_descriptor_that_is_closed_or_read_only_is_refused(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    fd = os.open(config, os.O_RDONLY)
+    try:
+        with pytest.raises(
+            FlagError, match=rf"^--report /dev/fd/{fd}: descriptor {fd} is open for reading only"
+        ):
+            check_output_path("--report", f"/dev/fd/{fd}")
+    finally:
+        os.close(fd)
+    with pytest.raises(FlagError, match=rf"^--junit /proc/self/fd/{fd}: descriptor {fd} is not open"):
+        check_output_path("--junit", f"/proc/self/fd/{fd}")
+
+
+def test_a_stream_onto_an_input_is_a_collision(tmp_path):
+    """`checker ... --report /dev/stdout >> m/config.json`: the descriptor's file is the model config."""
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    fd = os.open(config, os.O_WRONLY | os.O_APPEND)
+    try:
+        with pytest.raises(FlagError, match=r"^--report /proc/self/fd/\d+ is --model-config .*config.json"):
+            check_outputs([("--report", f"/proc/self/fd/{fd}")], [("--model-config", str(config))])
+    finally:
+        os.close(fd)
+    assert config.read_text() == "{}"
 
 
 # ---- through the commands ------------------------------------------------------------------------------
@@ -275,3 +481,176 @@ def test_torchruns_error_file_on_a_device_stays_a_device(tmp_path, monkeypatch):
     record_for_torchrun("checker verdict divergent: x")
     assert json.loads(regular.read_text())["message"]["message"] == "checker verdict divergent: x"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["error.json", "regular.json"]
+
+
+# ---- an output never replaces an input or another output (through the commands) ----------------------
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A model directory m/ holding a real config.json (Kimi-Linear: it runs under PP)."""
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_bytes((FIXTURES / "kimi_linear_48b_a3b.json").read_bytes())
+    return m
+
+
+CHECK = ["check", "--budget-gib", "8", "--allow-single-rank", "-q"]
+
+
+def _intact(model: Path) -> None:
+    assert (model / "config.json").read_bytes() == (FIXTURES / "kimi_linear_48b_a3b.json").read_bytes()
+
+
+@pytest.mark.parametrize("via", ["flag", "symlink", "hard-link"])
+@pytest.mark.parametrize("output", ["--report", "--junit", "GITHUB_STEP_SUMMARY"])
+@pytest.mark.parametrize("model_by", ["--model-config", "launch --model-path"])
+def test_an_output_that_is_the_model_config_is_refused_naming_both(
+    cli, tmp_path, model, output, via, model_by
+):
+    """`check --model-config m/config.json --report m/config.json` replaced the model's config with the
+    report (GITHUB_STEP_SUMMARY appended markdown to it), exit 0. Now: one line naming both, exit 2, and
+    no error report written over it either."""
+    path = model / "config.json"
+    if via == "symlink":
+        (tmp_path / "r.json").symlink_to(path)
+        path = tmp_path / "r.json"
+    elif via == "hard-link":
+        os.link(model / "config.json", tmp_path / "r.json")
+        path = tmp_path / "r.json"
+    given = ["--model-config", str(model / "config.json")] if model_by == "--model-config" else []
+    launch = ["--", "--model-path", str(model), "--pp-size", "1"] if model_by != "--model-config" else []
+    env = {"GITHUB_STEP_SUMMARY": str(path)} if output == "GITHUB_STEP_SUMMARY" else {}
+    out = [] if output == "GITHUB_STEP_SUMMARY" else [output, str(path)]
+    res = cli(
+        [*CHECK, *given, *out, "--pp-size", "1", *launch] if not launch else [*CHECK, *out, *launch], env=env
+    )
+    assert res.rc == 2, res
+    line = res.err.splitlines()[0]
+    named = "--model-config" if model_by == "--model-config" else "the launch command's --model-path"
+    assert f"{output} {path} is" in line and named in line and "an output never replaces an input" in line
+    _intact(model)
+
+
+def test_an_output_inside_the_model_directory_is_refused(cli, model):
+    res = cli(
+        [*CHECK, "--report", str(model / "report.json"), "--", "--model-path", str(model), "--pp-size", "1"]
+    )
+    assert (
+        res.rc == 2
+        and f"--report {model / 'report.json'} is inside the launch command's --model-path" in res.err
+    )
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+
+
+def test_a_model_config_json_protects_its_directory_a_model_spec_only_itself(cli, tmp_path, model):
+    """m/config.json is a model's config: m/ is the model SGLang loads (weights, tokenizer), so an output
+    in it is refused. Another JSON (a fixture, a model spec) protects only itself."""
+    res = cli(
+        [*CHECK, "--pp-size", "1", "--model-config", str(model / "config.json"), "--report", str(model / "r")]
+    )
+    assert res.rc == 2 and "is inside the model directory of --model-config" in res.err, res
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+    spec = tmp_path / "kimi.json"
+    spec.write_bytes((FIXTURES / "kimi_linear_48b_a3b.json").read_bytes())
+    check_outputs([("--report", str(tmp_path / "r.json"))], run_inputs(model_config=str(spec), launch=None))
+    with pytest.raises(FlagError, match="is --model-config"):
+        check_outputs([("--report", str(spec))], run_inputs(model_config=str(spec), launch=None))
+
+
+def test_an_output_onto_a_cached_hub_snapshot_is_refused(cli, tmp_path, monkeypatch):
+    """A hub id's snapshot files are links into blobs/: the report must not replace the blob either."""
+    from test_hub_cache import MAIN, QWEN, make_cache
+
+    folder = make_cache(tmp_path / "hub", config=FIXTURES / "kimi_linear_48b_a3b.json")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    link = folder / "snapshots" / MAIN / "config.json"
+    blob = link.resolve()
+    before = blob.read_bytes()
+    for target in (blob, link):
+        res = cli([*CHECK, "--report", str(target), "--", "--model-path", QWEN, "--pp-size", "1"])
+        assert res.rc == 2 and "an output never replaces an input" in res.err, res
+        assert blob.read_bytes() == before
+
+
+@pytest.mark.parametrize("model_by", ["--model-config", "launch --model-path"])
+def test_a_usage_error_never_writes_its_report_over_an_input(cli, model, model_by):
+    """The usage-error path (checker/cli/refusal.py error_report) wrote the error report over the model's
+    config.json: now the report is dropped with a warning naming both."""
+    target = model / "config.json"
+    if model_by == "--model-config":
+        argv = [*CHECK, "--polcy", "x", "--model-config", str(target), "--report", str(target)]
+    else:
+        argv = [*CHECK, "--polcy", "x", "--report", str(target), "--", "--model-path", str(model)]
+    res = cli(argv)
+    assert res.rc == 2 and "did you mean --policy" in res.err
+    assert f"no error report: --report {target} is" in res.err
+    _intact(model)
+
+
+def test_a_usage_error_report_and_junit_on_one_file_write_the_report_only(cli, tmp_path):
+    same = tmp_path / "out.json"
+    res = cli([*CHECK, "--model", "kimi-k3", "--polcy", "x", "--report", str(same), "--junit", str(same)])
+    assert res.rc == 2 and json.loads(same.read_text())["status"] == "error"
+    assert f"--report {same} and --junit {same} are one file" in res.err
+
+
+@pytest.mark.parametrize("second", ["--junit", "GITHUB_STEP_SUMMARY", "TORCHELASTIC_ERROR_FILE"])
+def test_two_outputs_on_one_file_are_refused(cli, tmp_path, second):
+    """`--report x --junit x` (or GITHUB_STEP_SUMMARY = --report) left an unreadable report, exit 0."""
+    same = tmp_path / "x.json"
+    env = {second: str(same)} if second != "--junit" else {}
+    flags = ["--junit", str(same)] if second == "--junit" else []
+    res = cli([*CHECK, "--model", "kimi-k3", "--pp-size", "1", "--report", str(same), *flags], env=env)
+    (line, *_) = res.err.splitlines()
+    assert res.rc == 2 and f"--report {same} and {second} {same} are one file" in line, res
+    report = json.loads(same.read_text())  # the error report alone: readable, this run's
+    assert report["status"] == "error" and "are one file" in report["errors"][0]
+
+
+def test_devices_may_take_every_output(cli, tmp_path):
+    """/dev/null shared by every output is no collision: nothing is replaced there."""
+    with pytest.raises(FlagError):
+        check_outputs([("--report", str(tmp_path / "a")), ("--junit", str(tmp_path / "a"))], [])
+    check_outputs([("--report", "/dev/null"), ("--junit", "/dev/null"), ("--plot", "/dev/null")], [])
+
+
+@pytest.mark.parametrize(
+    "flags", [["--report", "{cfg}"], ["--plot", "{cfg}"], ["--report", "{x}", "--plot", "{x}"]]
+)
+def test_sweep_refuses_an_output_on_an_input_or_another_output(cli, tmp_path, model, flags):
+    cfg, x = model / "config.json", tmp_path / "x"
+    argv = [f.format(cfg=cfg, x=x) for f in flags]
+    res = cli(["sweep", "--budgets", "8", "--model-config", str(cfg), "--pp-size", "1", *argv])
+    assert res.rc == 2 and ("an output never replaces an input" in res.err or "are one file" in res.err), res
+    _intact(model)
+    assert not x.exists()
+
+
+@pytest.mark.parametrize("shape", ["out.json/", "a.txt/../r.json"])
+def test_check_refuses_a_path_the_kernel_refuses(cli, tmp_path, shape):
+    (tmp_path / "out.json").write_text("keep")
+    (tmp_path / "a.txt").write_text("keep")
+    res = cli([*CHECK, "--model", "kimi-k3", "--pp-size", "1", "--report", f"{tmp_path}/{shape}"])
+    assert res.rc == 2 and f"--report {tmp_path}/{shape}:" in res.err, res
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "out.json"]
+    assert (tmp_path / "out.json").read_text() == "keep"
+
+
+@pytest.mark.parametrize("spelling", ["/dev/stdout", "/proc/self/fd/1"])
+def test_check_report_to_stdout_redirected_to_a_log_is_appended(tmp_path, spelling):
+    """`check --report /dev/stdout > ci.log`: the log's earlier lines, the report and the verdict line,
+    in that order, in the same file (the report replaced the log before)."""
+    log = tmp_path / "ci.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "checker", *KIMI, "-q", "--report", spelling]
+    with log.open("w") as f:
+        f.write("earlier lines\n")
+        f.flush()
+        proc = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-2000:]
+    text = log.read_text()
+    assert text.startswith("earlier lines\n{")
+    head, _, verdict = text.removeprefix("earlier lines\n").rstrip("\n").rpartition("\n")
+    assert json.loads(head)["status"] == "consistent" and verdict == "checker verdict consistent"

@@ -232,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, launch = split_launch_command(argv)
     words = join_negative_values(with_default_command(ours))
     command = words[0] if words and words[0] in COMMANDS else DEFAULT_COMMAND
+    full = words if launch is None else [*words, "--", *launch]  # a refusal checks outputs against both
     try:
         # A named command (the first word, or the default inserted): only its own parser; the top-level
         # help and a mistyped command need every command's.
@@ -239,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _refuse_unknown_flags(parser, words)
         args = parser.parse_args(words)
     except UsageError as exc:
-        return refuse(command, str(exc), words)
+        return refuse(command, str(exc), full)
     args.launch = None
     runs_before = protocol_runs()
     try:
@@ -248,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args, args.launch = apply_launch_command(args, launch, given=given_dests(sub, words[1:]))
         return _command(args.command).run(args)
     except CheckerInputError as exc:
-        return refuse(args.command, f"checker {args.command}: error: {exc}", words)
+        return refuse(args.command, f"checker {args.command}: error: {exc}", full)
     except KeyboardInterrupt:
         print(f"checker {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -257,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # this rank's environment is broken (or a bug): under torchrun, still report
-        code = refuse_unexpected(args.command, exc, words, runs_before=runs_before)
+        code = refuse_unexpected(args.command, exc, full, runs_before=runs_before)
         if code is None:
             raise
         return code

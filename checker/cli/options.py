@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from collections.abc import Sequence
 
 from checker.core.budget import MAX_BUDGET_GIB
 from checker.core.errors import SHOWN_CHARS, shorten
@@ -254,3 +256,86 @@ def add_output_args(
         help="what goes to stdout: text (default) or the JSON document (docs/json-output.md)",
     )
     g.add_argument("--quiet", "-q", action="store_true", help=quiet)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Outputs against inputs: the one check every command that writes files runs before it writes any
+# ------------------------------------------------------------------------------------------------------
+
+LAUNCH_INPUT_FLAGS = (
+    "--model-path",
+    "--model",
+    "--tokenizer-path",
+    "--config",
+    "--speculative-draft-model-path",
+)
+"""The launch command's flags that name what the server reads (``--model`` is ``--model-path``'s alias in
+every release); an output must be none of them, and lie in none of their directories."""
+
+
+def _word_value(words: Sequence[str], flag: str) -> str | None:
+    """The last value of ``flag`` (``flag V`` or ``flag=V``) in ``words``, as argparse keeps the last."""
+    value = None
+    for i, word in enumerate(words):
+        if word == flag and i + 1 < len(words):
+            value = words[i + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def _local(path: str, revision: str | None = None) -> str:
+    """A hub id as the local snapshot the run reads (the model's own rule); itself where it is none."""
+    from checker.core.errors import CheckerInputError
+    from checker.core.hub_cache import local_model_path
+
+    try:
+        return local_model_path(path, revision=revision)
+    except CheckerInputError:
+        return path  # not cached: the model's own read says so; nothing here to protect
+
+
+def run_inputs(
+    *, model_config: str | None, launch: Sequence[str] | None, init_method: str | None = None
+) -> list[tuple[str, str]]:
+    """What a run reads, each with how it was named: the launch command's model (and tokenizer, draft
+    model, ``--config`` file), the checker's ``--model-config``, the ``--init-method`` rendezvous file.
+    Read from the words as given, so a command line that failed to parse is checked too."""
+    out: list[tuple[str, str]] = []
+    words = list(launch or ())
+    revision = _word_value(words, "--revision")
+    named = [(flag, _word_value(words, flag)) for flag in LAUNCH_INPUT_FLAGS]
+    if len(words) > 2 and words[1] == "serve" and not words[2].startswith("-"):
+        named.append(("--model-path", words[2]))  # `sglang serve MODEL` (0.5.16+)
+    for flag, value in named:
+        if value:
+            model = flag in ("--model-path", "--model")
+            local = _local(value, revision if model else None)
+            out.append((f"the launch command's {flag}", local))
+            if model and os.path.basename(local) == "config.json" and os.path.isfile(local):
+                out.append(
+                    (f"the model directory of the launch command's {flag}", os.path.dirname(local) or ".")
+                )
+    if model_config:
+        local = _local(model_config)
+        out.append(("--model-config", local))
+        if os.path.basename(local) == "config.json" and os.path.isfile(local):
+            # A model's config.json: its directory is the model SGLang loads (weights, tokenizer).
+            out.append(("the model directory of --model-config", os.path.dirname(local) or "."))
+    if init_method and init_method.startswith("file://"):
+        out.append(("--init-method", init_method.removeprefix("file://")))
+    return out
+
+
+def check_run_outputs(args: argparse.Namespace, outputs: Sequence[tuple[str, str | None]]) -> None:
+    """Before anything is written: every output ``(flag, path)`` checked against the run's inputs and the
+    other outputs (:func:`checker.outputs.files.check_outputs`); FlagError, one line naming both."""
+    from checker.outputs.files import check_outputs
+
+    launch = getattr(args, "launch", None)
+    inputs = run_inputs(
+        model_config=getattr(args, "model_config", None),
+        launch=launch.argv if launch is not None else None,
+        init_method=getattr(args, "init_method", None),
+    )
+    check_outputs(outputs, inputs)

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from checker import __version__
-from checker.core.errors import CheckerInputError
 from checker.status import ERROR, EXIT_USAGE
 
 if TYPE_CHECKING:  # imported when a refusal happens: the CLI's own import stays small
@@ -82,7 +81,8 @@ def _join_exchange(command: str, message: str, argv: Sequence[str], env: RankEnv
     group = _group_options(argv)
     if group is None:
         return None
-    output = OutputOptions(report=_output_path(argv, "--report"), junit=_output_path(argv, "--junit"))
+    paths = usable_outputs(argv)
+    output = OutputOptions(report=paths["--report"], junit=paths["--junit"])
     session = Session(env, group)
     refused = RankError(message=message)
     if command == "check":
@@ -131,19 +131,23 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
     return None
 
 
-def _output_path(argv: Sequence[str], flag: str, message: str = "") -> str | None:
-    """An output path from the command line, or None where it could never be written (a directory, a
-    socket, ...: never replaced, and said once unless ``message`` already says it)."""
-    from checker.outputs.files import check_output_path
+def usable_outputs(argv: Sequence[str], message: str = "") -> dict[str, str | None]:
+    """--report and --junit from the command line (``argv``: the checker's words, then ``--`` and the
+    launch command), each None where it could never be written or would replace what the run reads or
+    the other output (checker.outputs.files.usable_outputs, the check every command runs): never
+    written then, and said once unless ``message`` already says it."""
+    from checker.cli.options import run_inputs
+    from checker.launch.merge import split_launch_command
+    from checker.outputs.files import usable_outputs as checked
 
-    path = flag_value(argv, flag)
-    try:
-        check_output_path(flag, path)
-    except CheckerInputError as exc:
-        if str(exc) not in message:
-            print(f"checker: warning: no error report: {exc}", file=sys.stderr)
-        return None
-    return path
+    ours, launch = split_launch_command(argv)
+    model = flag_value(ours, "--model-config") or flag_value(ours, "--model-path")
+    inputs = run_inputs(model_config=model, launch=launch, init_method=flag_value(ours, "--init-method"))
+    paths, problems = checked([(flag, flag_value(ours, flag)) for flag in ("--report", "--junit")], inputs)
+    for problem in problems:
+        if problem not in message:
+            print(f"checker: warning: no error report: {problem}", file=sys.stderr)
+    return paths
 
 
 def _alone(command: str, message: str, argv: Sequence[str]) -> int:
@@ -207,7 +211,7 @@ def wait_for_file(path: str | None, *, seconds: float) -> bool:
 
 def error_report(message: str, argv: Sequence[str]) -> None:
     """A usage error still leaves the report CI reads, when the command line names one."""
-    paths = {flag: _output_path(argv, flag, message) for flag in ("--report", "--junit")}
+    paths = usable_outputs(argv, message)
     if not any(paths.values()):
         return
     from checker.outputs import report

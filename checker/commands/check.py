@@ -20,6 +20,7 @@ from checker.cli.options import (
     add_layout_args,
     add_model_args,
     add_output_args,
+    check_run_outputs,
     gib_list,
     unit_fraction,
 )
@@ -35,7 +36,6 @@ from checker.config import (
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
 from checker.launch.merge import launch_text
-from checker.outputs.files import check_output_path
 
 HELP = "the preflight under torchrun: every rank derives locally, all ranks agree or the job fails"
 USAGE = ("torchrun [torchrun options] -m checker [check]",)
@@ -132,6 +132,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_args(parser, report="write the JSON report here (rank 0)", junit=True)
 
 
+def output_paths(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """What a check writes, in the order it writes it (rank 0's artefacts, then torchrun's error file)."""
+    return [
+        ("--report", args.report),
+        ("--junit", args.junit),
+        ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY")),
+        ("TORCHELASTIC_ERROR_FILE", os.environ.get("TORCHELASTIC_ERROR_FILE")),
+    ]
+
+
 def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
     """The typed config; every refusal here is the user's (exit 2) and names the flag."""
     if not args.model and not args.model_config:
@@ -156,9 +166,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             "rank of the deployment (torchrun --nproc-per-node N -m checker ...), or pass "
             "--allow-single-rank for a single-rank deployment"
         )
-    step_summary = ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))
-    for flag, path in (("--report", args.report), ("--junit", args.junit), step_summary):
-        check_output_path(flag, path)
+    check_run_outputs(args, output_paths(args))
     return PreflightConfig(
         model=ModelChoice.from_args(args),
         sizing=SizingFlags.from_args(args),

@@ -10,6 +10,7 @@ reads in ``--help`` is :data:`DESCRIPTION` and :data:`EXAMPLES`.
 from __future__ import annotations
 
 import argparse
+import os
 
 from checker.cli.options import (
     add_flag_args,
@@ -17,11 +18,11 @@ from checker.cli.options import (
     add_layout_args,
     add_model_args,
     add_output_args,
+    check_run_outputs,
 )
 from checker.config import GroupOptions, ModelChoice, OutputOptions, SizingFlags, SweepConfig
 from checker.core.sizing import POLICIES
 from checker.core.sweep import UPSTREAM_GRID
-from checker.outputs.files import check_output_path
 
 DEFAULT_PP_SIZE = 8
 """Without torchrun a sweep derives every stage of a pp 8 deployment unless --pp-size says otherwise."""
@@ -87,8 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
-    check_output_path("--report", args.report)
-    check_output_path("--plot", args.plot)
+    torchrun_error_file = ("TORCHELASTIC_ERROR_FILE", os.environ.get("TORCHELASTIC_ERROR_FILE"))
+    check_run_outputs(args, [("--report", args.report), ("--plot", args.plot), torchrun_error_file])
     return SweepConfig(
         model=ModelChoice.from_args(args),
         sizing=SizingFlags.from_args(args, policy=None),  # --policy here is the list swept: `policies`

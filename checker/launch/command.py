@@ -82,6 +82,10 @@ SIZING_DESTS = frozenset(
         "config",
     }
 )
+# Flags that say where the model is, read beside the sizing inputs (never compared, never sized with): the
+# hub revision of a --model-path that names a hub id (checker.core.hub_cache), and --download-dir, where
+# SGLang's weights loader keeps its own cache. The flag tables store them as plain option rows.
+LOCATION_DESTS = {"--revision": "revision", "--download-dir": "download_dir"}
 # Old dest -> the ServerArgs field from_cli_args copies it to (0.5.2-0.5.13.post1), or the older
 # spelling of a field (--mamba-scheduler-strategy, renamed in 0.5.14).
 _FIELD_OF = {
@@ -169,6 +173,8 @@ class LaunchCommand:
     values["tp_size"] the attention-TP width); includes what the checker records but does not derive
     with (speculative algorithm/steps/top-k, chunked prefill, max total tokens, replay-SSM)."""
     sglang_explicit: frozenset[str] = frozenset()
+    location: dict[str, str] = field(default_factory=dict)
+    """``revision`` and ``download_dir`` where the command gives them (:data:`LOCATION_DESTS`)."""
 
     @property
     def label(self) -> str:
@@ -342,7 +348,10 @@ def table_parser(version: str) -> argparse.ArgumentParser:
         opts = row[0].split()
         nargs = row[1]
         if len(row) == 2:  # not read by sizing: only its spelling and arity matter
-            if nargs == 0:
+            where = next((LOCATION_DESTS[o] for o in opts if o in LOCATION_DESTS), None)
+            if where is not None and nargs is None:
+                parser.add_argument(*opts, dest=where, default=None)
+            elif nargs == 0:
                 parser.add_argument(*opts, dest=f"_other_{i}", action="store_const", const=True)
             else:
                 parser.add_argument(*opts, dest=f"_other_{i}", nargs=nargs)
@@ -527,7 +536,12 @@ def _attention(raw: dict[str, Any], given: set[str], version: str) -> tuple[int,
     return tp // attn_dp, attn_dp, touched
 
 
-def _model_config(path: str) -> str:
+def _model_config(path: str, *, revision: str | None = None, release: str | None = None) -> str:
+    """The local model SGLang reads for ``--model-path`` (a hub id: its cached snapshot of ``revision``,
+    :func:`checker.core.hub_cache.local_model_path`)."""
+    from checker.core.hub_cache import local_model_path
+
+    path = local_model_path(path, revision=revision, flag="--model-path", release=release)
     p = Path(path)
     shown = shown_path(path)
     st = path_stat(p, f"--model-path {shown}")  # a name too long or a NUL byte: one line, not an OSError
@@ -542,13 +556,18 @@ def _model_config(path: str) -> str:
     if st is not None:
         return str(p)  # a file (read_json says what else it may be)
     raise FlagError(
-        f"--model-path {shown}: not a directory or file here (the checker reads the model's config.json; "
-        "a hub id must be downloaded first)"
+        f"--model-path {shown}: not a directory or file here, nor a Hugging Face hub id (ORG/NAME); give "
+        "the model's directory (the checker reads its config.json)"
     )
 
 
 def _checker_values(
-    raw: dict[str, Any], given: set[str], version: str, *, check_model_path: bool
+    raw: dict[str, Any],
+    given: set[str],
+    version: str,
+    *,
+    check_model_path: bool,
+    revision: str | None = None,
 ) -> tuple[dict[str, object], set[str]]:
     values: dict[str, object] = {}
     explicit: set[str] = set()
@@ -564,7 +583,9 @@ def _checker_values(
         explicit |= {"tp_size", "dp_size"}
     if raw.get("model_path") is not None:
         path = str(raw["model_path"])
-        values["model_config"] = _model_config(path) if check_model_path else path
+        values["model_config"] = (
+            _model_config(path, revision=revision, release=version) if check_model_path else path
+        )
         explicit.add("model_config")
     return values, explicit
 
@@ -657,7 +678,10 @@ def parse_launch_command(
                 raise FlagError(f"SGLang {version} does not know {m.group(1)}{hint} ({label})") from None
             raise FlagError(f"SGLang {version} refuses the launch command: {exc} ({label})") from None
     raw, raw_explicit = _raw(ns, given)
-    values, explicit = _checker_values(raw, raw_explicit, version, check_model_path=check_model_path)
+    location = {d: str(ns[d]) for d in LOCATION_DESTS.values() if ns.get(d) is not None}
+    values, explicit = _checker_values(
+        raw, raw_explicit, version, check_model_path=check_model_path, revision=location.get("revision")
+    )
     return LaunchCommand(
         form=form,
         parser=label,
@@ -667,4 +691,5 @@ def parse_launch_command(
         explicit=frozenset(explicit),
         sglang_values=raw,
         sglang_explicit=frozenset(raw_explicit),
+        location=location,
     )

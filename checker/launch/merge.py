@@ -84,7 +84,9 @@ def given_dests(parser: argparse.ArgumentParser, words: Sequence[str]) -> set[st
 
 
 def _config_file(path: object) -> str:
-    p = str(path)
+    from checker.core.hub_cache import local_model_path  # a hub id given to the checker: the same rule
+
+    p = local_model_path(str(path), flag="--model-config")
     return os.path.realpath(os.path.join(p, "config.json") if os.path.isdir(p) else p)
 
 
