@@ -193,6 +193,9 @@ PROSE: dict[tuple[str, str], str] = {
     ("docs/performance.md", "(`-m checker` puts the working directory first on `sys.path`"): "prose",
     ("docs/engine.md", "(the one that runs `python -m sglang.launch_server`)"): "a comment in an example",
     ("docs/launchers.md", "(`... -- python -m sglang.launch_server --model-path ..."): "prose: a form",
+    ("docs/preflight.md", "by hub id as often as by directory: `-- python -m sglang.launch_server"): (
+        "prose: a launch command's form, with a hub id"
+    ),
     (
         "docs/json-output.md",
         "sglang.launch_server: sglang.chunked_prefill_size=8192",
