@@ -25,7 +25,7 @@ from checker.launch.merge import apply_launch_command, given_dests, split_launch
 from checker.status import EXIT_INTERRUPTED
 
 # name -> module under checker.commands; the first is the default subcommand.
-COMMANDS = ("check", "derive", "plan", "sweep")
+COMMANDS = ("check", "derive", "plan", "sweep", "postflight")
 DEFAULT_COMMAND = COMMANDS[0]
 HELP_WIDTH = 100
 """Descriptions and option help wrap at the same width whatever the terminal."""
@@ -33,7 +33,7 @@ LAUNCH_FORM = "[checker options] -- <launch command>"
 """How every command takes the deployment's launch command (checker.launch.merge); the usage line shows it."""
 
 # (variable, what it is, the commands that read it): each command's --help lists its own.
-_DERIVING = COMMANDS
+_DERIVING = ("check", "derive", "plan", "sweep")
 _GROUP = ("check", "sweep")
 ENVIRONMENT = (
     ("SGLANG_PP_LAYER_PARTITION", "the layer partition, as SGLang reads it", _DERIVING),
@@ -42,7 +42,7 @@ ENVIRONMENT = (
     ("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "SGLang's decode-lock switch", _DERIVING),
     ("RANK, WORLD_SIZE, MASTER_ADDR, ...", "set by torchrun", _GROUP),
     ("CHECKER_HOSTNAME", "the host name a rank reports (default: the machine's)", _GROUP),
-    ("GITHUB_STEP_SUMMARY", "rank 0 appends a markdown verdict there", ("check",)),
+    ("GITHUB_STEP_SUMMARY", "rank 0 appends a markdown verdict there", ("check", "postflight")),
 )
 _COMPARED = "check compares every rank's SGLANG_* values: a difference is named as a root cause."
 
@@ -162,7 +162,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
             help=mod.HELP,
-            usage=usage(mod.USAGE),
+            usage=usage(mod.USAGE) if name in _DERIVING else "\n       ".join(mod.USAGE),
             description=mod.DESCRIPTION,
             epilog=examples_help(mod.EXAMPLES) + "\n\n" + environment_help(name),
         )
