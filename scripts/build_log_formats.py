@@ -153,9 +153,8 @@ def _sources(tree_or_wheel: Path, wanted: tuple[str, ...]) -> Iterator[tuple[str
             yield path, text
 
 
-def logging_format(path: str, text: str) -> dict[str, object] | None:
+def logging_format(path: str, tree: ast.Module) -> dict[str, object] | None:
     """``configure_logger``: the line format, its datefmt, the ms switch, the override variable."""
-    tree = ast.parse(text)
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "configure_logger"), None)
     if fn is None:
         return None
@@ -180,9 +179,8 @@ def logging_format(path: str, text: str) -> dict[str, object] | None:
 _TOKEN = re.compile(r"^ ([A-Z_]+)\{")
 
 
-def prefix_rule(path: str, text: str) -> dict[str, object] | None:
+def prefix_rule(path: str, tree: ast.Module) -> dict[str, object] | None:
     """The scheduler's log prefix: ((TOKEN, what its condition tests, the test), ...) in order."""
-    tree = ast.parse(text)
     for fn in tree.body:
         if not isinstance(fn, ast.FunctionDef) or "prefix" not in ast.unparse(fn):
             continue
@@ -213,15 +211,21 @@ def prefix_rule(path: str, text: str) -> dict[str, object] | None:
 
 
 def read_release(source: Path) -> dict[str, object]:
-    """Everything the table holds for one release, from its wheel or unpacked tree."""
+    """Everything the table holds for one release, from its wheel or unpacked tree. A file is parsed only
+    when it can hold what is looked for: the logging setup, the scheduler, or an anchor at the start of
+    a string literal (``"Load weight end.``), not inside another message."""
     found: dict[str, object] = {"messages": {}}
-    for path, text in _sources(source, ("def configure_logger", 'prefix += f" ', *ANCHORS.values())):
+    quoted = tuple('"' + a for a in ANCHORS.values())
+    for path, text in _sources(source, ("def configure_logger", "prefix += f\" ", *quoted)):
+        tree: ast.Module | None = None
         if "def configure_logger" in text and path.endswith(("srt/utils.py", "srt/utils/common.py")):
-            found["logging"] = logging_format(path, text)
+            tree = ast.parse(text)
+            found["logging"] = logging_format(path, tree)
         if path.endswith("managers/scheduler.py"):
-            found["prefix"] = prefix_rule(path, text)
-        if any(a in text for a in ANCHORS.values()):
-            for kind, line, segs in messages(ast.parse(text)):
+            tree = tree or ast.parse(text)
+            found["prefix"] = prefix_rule(path, tree)
+        if any(q in text for q in quoted):
+            for kind, line, segs in messages(tree or ast.parse(text)):
                 found["messages"].setdefault(kind, {}).setdefault(  # type: ignore[union-attr]
                     repr(segs), (segs, f"{path.removeprefix('sglang/srt/')}:{line}")
                 )

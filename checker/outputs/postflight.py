@@ -218,7 +218,7 @@ def _cell(c: Check | None, *, predicted: bool) -> str:
     if c.status == MISSING:
         return "?"
     if c.status == SKIPPED:
-        return "n/a"
+        return _fmt(c.logged) if c.logged is not None else "n/a"
     shown = _fmt(c.logged) if c.logged is not None else "state ok" if c.status != DIVERGES else "state *"
     if c.status == DIVERGES and predicted and c.logged is not None:
         return f"{shown} (predicted {_fmt(c.predicted)}) *"

@@ -109,21 +109,23 @@ def _fmt(value: float | int | None) -> str:
 
 
 def _inputs_line(pred: RankPrediction) -> str:
-    """The preflight's inputs for a rank, short: what a node started differently would differ in."""
+    """The preflight's inputs for a rank, short: its budget, release, the sizing flags it was given away
+    from their defaults and the SGLANG_* variables set: what a node started differently would differ in."""
+    from checker.core.server_args import SIZING_ARG
+
     i = pred.inputs
     parts = []
     if i.get("budget_gib") is not None:
-        parts.append(f"budget {i['budget_gib']} GiB")
+        parts.append(f"budget {i['budget_gib']} GiB ({str(i.get('budget_source') or '?').split(':')[0]})")
     if pred.release:
         parts.append(f"SGLang {pred.release}")
     for name, value in i.items():
-        if value is None or name in ("budget_gib", "budget_source", "derived_as", "sglang_installed"):
-            continue
-        if name.startswith("SGLANG_"):
+        row = SIZING_ARG.get(name)
+        if name.startswith("SGLANG_") and value is not None:
             parts.append(f"{name}={value}")
-        elif name in ("mamba_full_memory_ratio", "max_running_requests", "max_mamba_cache_size", "page_size"):
-            parts.append(f"--{name.replace('_', '-')} {value}")
-    return ", ".join(parts) or "its defaults"
+        elif row is not None and not row.layout and value is not None and value != row.default:
+            parts.append(f"{row.flag} {value}")
+    return ", ".join(parts)
 
 
 class _Causes:
@@ -411,6 +413,21 @@ def _weights_checks(
         if by_rank[key[1]].ok
     ]
     if not any(p.weights_gib is not None for _, p, _ in figured):
+        for key, pred, read in figured:  # shown, not held: what --weights-from-log would take
+            checks.append(
+                Check(
+                    value="weights_gib",
+                    rank=pred.rank,
+                    replica=key[0],
+                    prefix=read.prefix,
+                    host=pred.host,
+                    predicted=None,
+                    logged=read.weights_gib.value,
+                    status=SKIPPED,
+                    where=str(read.weights_gib.where) if read.weights_gib.where else None,
+                    detail="not held: the preflight's budget used no weights figure",
+                )
+            )
         if figured:
             warnings.append(
                 f"the preflight's budget used no weights figure ({prediction.weights_source}): the weights "

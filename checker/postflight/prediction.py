@@ -113,7 +113,7 @@ def _agreed(inputs: Mapping[str, object], name: str) -> object:
 def _weights(source: str, world_size: int) -> tuple[list[float] | None, bool, str]:
     """(figures, one per rank?, where from) from a rank's ``budget_source``."""
     if not source.startswith("device"):
-        return None, False, "none"
+        return None, False, f"a fixed budget ({source or 'unknown'})"
     m = _FORMULA.search(source)
     if m:  # agreed: free_before - free_after is the busiest rank's weights (the MIN over ranks)
         figure = max(float(m.group(2)) - float(m.group(1)), 0.0)
