@@ -259,7 +259,8 @@ def hold(
     for read in reads:
         if read.starts > 1:
             warnings.append(
-                f"[{read.prefix or 'no prefix'}] logged {read.starts} starts; the latest is held to the prediction"
+                f"[{read.prefix or 'no prefix'}] logged lines of {read.starts} different starts; the latest "
+                "(by timestamp) is held"
             )
         if read.weights_overlap:
             warnings.append(

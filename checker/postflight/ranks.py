@@ -87,7 +87,7 @@ def _weights(read: RankRead, sightings: list[Sighting]) -> None:
     latest = _latest(mine)
     read.weights_type = target
     read.weights_gib = _number(latest, "mem_usage", float)
-    read.starts = len({(s.values.get("mem_usage"), s.stamp) for s in mine})
+    read.starts = max(read.starts, len(mine))
     for draft_type in sorted({s.values.get("type") or "" for s in normal} - {target or ""}):
         s = _latest([x for x in normal if x.values.get("type") == draft_type])
         read.draft_weights.append((draft_type, _number(s, "mem_usage", float)))
@@ -109,6 +109,8 @@ def rank_read(key: RankKey, by_kind: dict[str, list[Sighting]]) -> RankRead:
         _weights(read, by_kind[WEIGHTS])
     if WEIGHTS_BEGIN in by_kind:
         read.free_before_gib = _number(_latest(by_kind[WEIGHTS_BEGIN]), "avail_mem", float)
+    # Lines of one kind that say different things: several starts (identical lines were counted once).
+    read.starts = max([read.starts, *(len(v) for k, v in by_kind.items() if k != WEIGHTS)])
     if MAMBA in by_kind:
         s = _latest(by_kind[MAMBA])
         read.max_mamba_cache_size = _number(s, "max_mamba_cache_size", int)
