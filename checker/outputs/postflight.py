@@ -212,6 +212,12 @@ def _diff_rows(checks: Sequence[Check]) -> list[list[str]]:
     return rows
 
 
+def _differing(result: Postflight) -> list[Check]:
+    """The values that differ, rank by rank, each rank's in the order of VALUES."""
+    off = [c for c in result.checks if c.status == DIVERGES]
+    return sorted(off, key=lambda c: (c.replica or 0, c.rank if c.rank is not None else -1, VALUES.index(c.value)))
+
+
 def _cell(c: Check | None, *, predicted: bool) -> str:
     if c is None:
         return ""
@@ -252,7 +258,7 @@ def to_text(result: Postflight, reading: LogReading) -> str:
     out = [f"checker postflight: {HEADLINE[result.status]} - {summary(result, reading)}"]
     if result.root_causes:
         out += ["", "root cause:"] + [f"  {c}" for c in result.root_causes]
-    differing = [c for c in result.checks if c.status == DIVERGES]
+    differing = _differing(result)
     if differing and result.prediction is not None:
         more = (
             f" (first {SHOWN_CHECKS} of {len(differing)}; --format json lists all)"
@@ -364,7 +370,7 @@ def to_markdown(result: Postflight, reading: LogReading) -> str:
     if result.root_causes:
         lines += ["**Root cause:**", ""] + [f"- {_md(c)}" for c in result.root_causes] + [""]
     lines += [_md(summary(result, reading)), ""]
-    differing = [c for c in result.checks if c.status == DIVERGES]
+    differing = _differing(result)
     if differing and result.prediction is not None:
         lines += ["**Values that differ from the prediction:**", ""]
         lines += _md_table(DIFF_HEADERS, _diff_rows(differing)) + [""]

@@ -117,7 +117,7 @@ def _weights(source: str, world_size: int) -> tuple[list[float] | None, bool, st
     m = _FORMULA.search(source)
     if m:  # agreed: free_before - free_after is the busiest rank's weights (the MIN over ranks)
         figure = max(float(m.group(2)) - float(m.group(1)), 0.0)
-        return [round(figure, 4)], False, "the agreed budget's formula (free_before - free_after)"
+        return [round(figure, 4)], False, "the agreed budget: free_before - free_after"
     m = _LABEL_WEIGHTS.search(source)
     if m:
         values = [float(v) for v in m.group(1).split(",") if v]
