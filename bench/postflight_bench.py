@@ -52,9 +52,14 @@ def noise_block(pp: int, tp: int, target: int = 1 << 20) -> bytes:
                 f"{i % 4096}, #cached-token: 0, token usage: 0.01, #running-req: 3, #queue-req: 0\n"
             )
         if i % 11 == 0:
-            lines.append(f'{STAMP}[2026-01-01 10:00:00] INFO:     10.0.0.{i % 255}:5{i % 999:03d} - "POST /generate HTTP/1.1" 200 OK\n')
+            lines.append(
+                f"{STAMP}[2026-01-01 10:00:00] INFO:     10.0.0.{i % 255}:5{i % 999:03d} - "
+                '"POST /generate HTTP/1.1" 200 OK\n'
+            )
         if i % 101 == 0:
-            lines.append(f"{STAMP}Capturing batches (bs=4 avail_mem=20.00 GB):  40%|####      | 2/5 [00:01<00:01]\r")
+            lines.append(
+                f"{STAMP}Capturing batches (bs=4 avail_mem=20.00 GB):  40%|####      | 2/5 [00:01<00:01]\r"
+            )
         i += 1
     return "".join(lines).encode()
 
@@ -89,10 +94,10 @@ def count_lines(path: Path) -> int:
     return n
 
 
-def run_once(argv: list[str]) -> tuple[float, int, int]:
+def run_once(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int]:
     """(wall s, peak RSS bytes, exit code) of one fresh process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -118,12 +123,24 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         size = write_log(log, int(gib * 2**30), report)
         lines = count_lines(log)
-        print(f"wrote {log} ({size / 2**30:.2f} GiB, {lines:,} lines) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        print(
+            f"wrote {log} ({size / 2**30:.2f} GiB, {lines:,} lines) in {time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
         subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # into the page cache
-        checker = [sys.executable, "-m", "checker", "postflight", "--report", str(report_path), str(log), "--quiet"]
+        checker = [
+            sys.executable,
+            "-m",
+            "checker",
+            "postflight",
+            "--report",
+            str(report_path),
+            str(log),
+            "--quiet",
+        ]
         measures: dict[str, list[tuple[float, int, int]]] = {"checker": [], "cat": [], "wc -l": []}
         for _ in range(args.rounds):
-            measures["checker"].append(run_once(checker))
+            measures["checker"].append(run_once(checker, env))
             measures["cat"].append(run_once(["sh", "-c", f"cat '{log}' > /dev/null"]))
             measures["wc -l"].append(run_once(["wc", "-l", str(log)]))
         codes = {c for _, _, c in measures["checker"]}
@@ -133,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, ms in measures.items():
             row[f"{name} s"] = round(statistics.median(w for w, _, _ in ms), 2)
         row["checker MB/s"] = round(size / 1e6 / row["checker s"], 0)
-        row["checker peak RSS MiB"] = round(statistics.median(r for _, r, _ in measures["checker"]) / 2**20, 1)
+        row["checker peak RSS MiB"] = round(
+            statistics.median(r for _, r, _ in measures["checker"]) / 2**20, 1
+        )
         rows.append(row)
         if not args.keep:
             log.unlink()
@@ -141,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     headers = list(rows[0])
     print("  ".join(f"{h:>20}" for h in headers))
     for row in rows:
-        print("  ".join(f"{row[h]:>20,}" if isinstance(row[h], (int, float)) else f"{row[h]:>20}" for h in headers))
+        print(
+            "  ".join(
+                f"{row[h]:>20,}" if isinstance(row[h], (int, float)) else f"{row[h]:>20}" for h in headers
+            )
+        )
     print(json.dumps(rows))
     return 0
 

@@ -19,8 +19,8 @@ installed or imported) with ``ast``:
   :data:`ANCHORS`, as segments (literal text, and fields named by the text before them).
 
 The table stores each distinct form with the runs of consecutive modelled releases that write it (as
-``checker/core/model_registry.py`` does). Run it again after adding a release; tests/test_postflight_formats.py
-checks the table against the unpacked trees it finds.
+``checker/core/model_registry.py`` does). Run it again after adding a release;
+tests/test_postflight_formats.py checks the table against the unpacked trees it finds.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def read_release(source: Path) -> dict[str, object]:
     a string literal (``"Load weight end.``), not inside another message."""
     found: dict[str, object] = {"messages": {}}
     quoted = tuple('"' + a for a in ANCHORS.values())
-    for path, text in _sources(source, ("def configure_logger", "prefix += f\" ", *quoted)):
+    for path, text in _sources(source, ("def configure_logger", 'prefix += f" ', *quoted)):
         tree: ast.Module | None = None
         if "def configure_logger" in text and path.endswith(("srt/utils.py", "srt/utils/common.py")):
             tree = ast.parse(text)
@@ -308,12 +308,14 @@ def main(argv: list[str] | None = None) -> int:
         form = (lg["line"], lg["datefmt"], lg["ms_env"], lg["config_env"])
         return {repr(form): (form, path)}
 
+    lines.append("Spans = tuple[tuple[str, str], ...]")
     lines.append(
-        "LINE_FORMATS: tuple[tuple[tuple[str, str | None, str | None, str | None], tuple[tuple[str, str], ...], str], ...] = ("
+        "LINE_FORMATS: tuple[tuple[tuple[str, str | None, str | None, str | None], Spans, str], ...] = ("
     )
     lines.append(
-        "    # ((line format, datefmt, env var adding .%(msecs)03d, env var replacing the config), releases, where)"
+        "    # ((line format, datefmt, env var adding .%(msecs)03d, env var replacing the config), releases,"
     )
+    lines.append("    # where)")
     for form, runs, where in _forms({v: logging_key(v) for v in MODELLED_RELEASES}):
         lines.append(f"    ({form!r}, {runs!r}, {where!r}),")
     lines.append(")\n")
@@ -324,9 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{str(p['path']).removeprefix('sglang/srt/')}:{p['line']} {p['function']}"  # type: ignore[index]
         return {repr(form): (form, where)}
 
-    lines.append(
-        "PREFIXES: tuple[tuple[tuple[tuple[str, str, str], ...], tuple[tuple[str, str], ...], str], ...] = ("
-    )
+    lines.append("PREFIXES: tuple[tuple[tuple[tuple[str, str, str], ...], Spans, str], ...] = (")
     lines.append(
         "    # ((token, the size or rank its condition tests, the condition), ...) in the order written"
     )
@@ -334,9 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"    ({form!r}, {runs!r}, {where!r}),")
     lines.append(")\n")
 
-    lines.append(
-        "MESSAGES: dict[str, tuple[tuple[tuple[object, ...], tuple[tuple[str, str], ...], str], ...]] = {"
-    )
+    lines.append("MESSAGES: dict[str, tuple[tuple[tuple[object, ...], Spans, str], ...]] = {")
     for kind in ANCHORS:
         by_release = {v: read[v]["messages"].get(kind, {}) for v in MODELLED_RELEASES}  # type: ignore[attr-defined]
         lines.append(f"    {kind!r}: (")

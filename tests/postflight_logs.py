@@ -184,7 +184,9 @@ class ServerLog:
             ),
         ]
         if "capped_from" in o:  # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: the cap, logged before the summary
-            capped = form_of("post_capture", release).render({"max_running_requests": o["capped_from"], "_2": mrr})
+            capped = form_of("post_capture", release).render(
+                {"max_running_requests": o["capped_from"], "_2": mrr}
+            )
             out.append(F.render_line(release, capped, prefix_text=pre, created=created, ms=self.ms))
         if self.tp(rank) == 0:
             out.append(

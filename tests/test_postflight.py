@@ -94,11 +94,17 @@ def test_a_divergence_on_one_rank_names_it_its_host_both_values_and_the_cause(ru
     # text: the grouped table and the marked cell
     text = cli(["postflight", "--report", str(tmp_path / "preflight.json"), str(tmp_path / "server.log")])
     assert text.rc == 1
-    row = next(line for line in text.out.splitlines() if line.startswith("5 ") and "max_mamba_cache_size" in line)
+    row = next(
+        line for line in text.out.splitlines() if line.startswith("5 ") and "max_mamba_cache_size" in line
+    )
     assert row.split()[:6] == ["5", "PP5", "node-2", "max_mamba_cache_size", "74", "70"]
     assert "70 (predicted 74) *" in text.out and text.out.rstrip().endswith("verdict: divergent (exit 1)")
-    quiet = cli(["postflight", "-q", "--report", str(tmp_path / "preflight.json"), str(tmp_path / "server.log")])
-    assert quiet.out.startswith("checker postflight divergent: rank 5 (PP5, node-2) max_mamba_cache_size predicted 74, logged 70")
+    quiet = cli(
+        ["postflight", "-q", "--report", str(tmp_path / "preflight.json"), str(tmp_path / "server.log")]
+    )
+    assert quiet.out.startswith(
+        "checker postflight divergent: rank 5 (PP5, node-2) max_mamba_cache_size predicted 74, logged 70"
+    )
 
 
 def test_a_micro_batch_size_that_only_the_recomputation_shows(run):
@@ -106,7 +112,9 @@ def test_a_micro_batch_size_that_only_the_recomputation_shows(run):
     requests gives 15 // 8 = 1."""
     report = preflight_report(8)
     r, doc = run(report, ServerLog(report, override={2: {"max_running_requests": 15}}))
-    (micro,) = [c for c in doc["checks"] if c["value"] == "pp_max_micro_batch_size" and c["status"] == "divergent"]
+    (micro,) = [
+        c for c in doc["checks"] if c["value"] == "pp_max_micro_batch_size" and c["status"] == "divergent"
+    ]
     assert (micro["rank"], micro["predicted"], micro["logged"]) == (2, 2, 1)
     assert "max(max_running_requests 15 // pp_size 8, 1)" in micro["detail"]
 
@@ -115,7 +123,10 @@ def test_ranks_the_logs_lack_or_the_prediction_lacks_are_named(run):
     report = preflight_report(8, sizing={"tp_size": 2})
     r, doc = run(report, ServerLog(report, skip=frozenset({6, 7})))
     assert r.rc == 2 and doc["status"] == "error"
-    assert [m.split(":")[0] for m in doc["missing_ranks"]] == ["rank 6 (PP3 TP0, node-3)", "rank 7 (PP3 TP1, node-3)"]
+    assert [m.split(":")[0] for m in doc["missing_ranks"]] == [
+        "rank 6 (PP3 TP0, node-3)",
+        "rank 7 (PP3 TP1, node-3)",
+    ]
     # the server ran pp 8 where the preflight checked pp 4: the extra stages are named, divergent
     wider = ServerLog(preflight_report(16, sizing={"tp_size": 2}))
     r, doc = run(report, wider)
@@ -127,8 +138,12 @@ WEIGHTS_CASES = [
     # (--weights-gib as given, logged per rank, rank that diverges, its status)
     pytest.param("19", lambda r: 18.62, 0, "divergent", id="one-figure-above-every-rank"),
     pytest.param("18.62", lambda r: 18.62, None, "consistent", id="one-figure-exact"),
-    pytest.param("18.62", lambda r: 18.62 + (0.3 if r == 3 else 0), 3, "divergent", id="one-rank-over-the-figure"),
-    pytest.param("18.62", lambda r: 18.62 - (0.5 if r else 0), None, "consistent", id="lighter-ranks-under-the-busiest"),
+    pytest.param(
+        "18.62", lambda r: 18.62 + (0.3 if r == 3 else 0), 3, "divergent", id="one-rank-over-the-figure"
+    ),
+    pytest.param(
+        "18.62", lambda r: 18.62 - (0.5 if r else 0), None, "consistent", id="lighter-ranks-under-the-busiest"
+    ),
 ]
 
 
@@ -138,7 +153,9 @@ def test_the_weights_are_held_to_the_figure_the_preflight_used(run, given, logge
     weights took more than W + margin, or a busiest rank that took less than W - margin, means the
     server's budget was not the one predicted."""
     weights = tuple(float(w) for w in given.split(","))
-    budget = BudgetSource(from_device=True, mem_fraction_static=0.8, device_free_gib=(120.0,), weights_gib=weights, agree=False)
+    budget = BudgetSource(
+        from_device=True, mem_fraction_static=0.8, device_free_gib=(120.0,), weights_gib=weights, agree=False
+    )
     report = preflight_report(4, budget=budget)
     r, doc = run(report, ServerLog(report, weights_gib=logged))
     assert doc["status"] == status, doc["checks"]
@@ -152,7 +169,9 @@ def test_the_weights_are_held_to_the_figure_the_preflight_used(run, given, logge
 
 
 def test_the_agreed_budgets_weights_figure_is_read_from_its_formula(run):
-    budget = BudgetSource(from_device=True, mem_fraction_static=0.8, device_free_gib=(120.0,), weights_gib=(20.0,))
+    budget = BudgetSource(
+        from_device=True, mem_fraction_static=0.8, device_free_gib=(120.0,), weights_gib=(20.0,)
+    )
     report = preflight_report(4, budget=budget)
     r, doc = run(report, ServerLog(report, weights_gib=lambda rank: 20.0))
     assert r.rc == 0, doc["checks"]
@@ -165,7 +184,9 @@ def test_without_a_weights_figure_the_logged_ones_are_shown_not_held(run):
     report = preflight_report(2)
     r, doc = run(report, ServerLog(report))
     assert r.rc == 0
-    assert {(c["status"], c["logged"]) for c in doc["checks"] if c["value"] == "weights_gib"} == {("not_checked", 18.62)}
+    assert {(c["status"], c["logged"]) for c in doc["checks"] if c["value"] == "weights_gib"} == {
+        ("not_checked", 18.62)
+    }
     assert any("used no weights figure" in w for w in doc["warnings"])
 
 
@@ -182,7 +203,9 @@ def test_causes_other_release_post_capture_cap_and_kv_cap(run):
     (cause,) = {c["cause"] for c in doc["checks"] if c["status"] == "divergent"}
     assert cause.startswith("another SGLang release: its lines are in the form SGLang 0.5.9 writes")
     predicted = report["ranks"][2]["max_running_requests"]
-    capped = ServerLog(report, override={2: {"capped_from": predicted, "max_running_requests": predicted - 3}})
+    capped = ServerLog(
+        report, override={2: {"capped_from": predicted, "max_running_requests": predicted - 3}}
+    )
     r, doc = run(report, capped)
     cause = next(c["cause"] for c in doc["checks"] if c["rank"] == 2 and c["status"] == "divergent")
     assert cause.startswith(
@@ -196,31 +219,52 @@ def test_causes_other_release_post_capture_cap_and_kv_cap(run):
 
 
 def test_less_free_memory_than_the_preflight_measured_is_named(run):
-    budget = BudgetSource(from_device=True, mem_fraction_static=0.8, device_free_gib=(130.0,), weights_gib=(18.62,))
+    budget = BudgetSource(
+        from_device=True, mem_fraction_static=0.8, device_free_gib=(130.0,), weights_gib=(18.62,)
+    )
     report = preflight_report(2, budget=budget)
     log = ServerLog(report, override={1: {"max_mamba_cache_size": 50}})  # the log's free memory: 120 GiB
     r, doc = run(report, log)
     (c,) = [c for c in doc["checks"] if c["status"] == "divergent"]
-    assert c["cause"].startswith("the environment: the server found 120.00 GiB free on this GPU before its weights")
+    assert c["cause"].startswith(
+        "the environment: the server found 120.00 GiB free on this GPU before its weights"
+    )
 
 
 def test_junit_and_the_step_summary_say_the_same(run, tmp_path):
     report = preflight_report(4)
     log = ServerLog(report, override={3: {"max_mamba_cache_size": 70}})
     summary = tmp_path / "summary.md"
-    r, doc = run(report, log, "--junit", str(tmp_path / "pf.xml"), "--postflight-report", str(tmp_path / "pf.json"), env={"GITHUB_STEP_SUMMARY": str(summary)})
+    r, doc = run(
+        report,
+        log,
+        "--junit",
+        str(tmp_path / "pf.xml"),
+        "--postflight-report",
+        str(tmp_path / "pf.json"),
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
     assert r.rc == 1
     assert json.loads((tmp_path / "pf.json").read_text()) == doc
     (suite,) = junitparser.JUnitXml.fromfile(str(tmp_path / "pf.xml"))
     cases = {c.name: c for c in suite}
-    assert set(cases) == {"max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size", "weights_gib", "ranks"}
+    assert set(cases) == {
+        "max_mamba_cache_size",
+        "max_running_requests",
+        "pp_max_micro_batch_size",
+        "weights_gib",
+        "ranks",
+    }
     (failure,) = cases["max_mamba_cache_size"].result
     assert isinstance(failure, junitparser.Failure)
     k = report["ranks"][3]["max_mamba_cache_size"]
     assert f"rank 3 (PP3, node-1): predicted {k}, logged 70" in failure.message
     assert cases["max_running_requests"].result == []
     md = summary.read_text()
-    assert md.startswith("### PP capacity post-flight: DIVERGENT") and f"| 3 | PP3 | node-1 | max_mamba_cache_size | {k} | 70 |" in md
+    assert (
+        md.startswith("### PP capacity post-flight: DIVERGENT")
+        and f"| 3 | PP3 | node-1 | max_mamba_cache_size | {k} | 70 |" in md
+    )
 
 
 def test_the_log_alone_prints_every_ranks_values_with_its_prefix(cli, tmp_path):
@@ -266,7 +310,16 @@ def test_an_output_that_would_overwrite_an_input_is_refused(cli, tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(report))
     (tmp_path / "s.log").write_text(ServerLog(report).text())
     for flag, path in (("--postflight-report", "p.json"), ("--junit", "s.log")):
-        r = cli(["postflight", "--report", str(tmp_path / "p.json"), str(tmp_path / "s.log"), flag, str(tmp_path / path)])
+        r = cli(
+            [
+                "postflight",
+                "--report",
+                str(tmp_path / "p.json"),
+                str(tmp_path / "s.log"),
+                flag,
+                str(tmp_path / path),
+            ]
+        )
         assert r.rc == 2
         (line,) = r.err.strip().splitlines()
         assert flag in line and "would overwrite" in line
@@ -276,7 +329,34 @@ def test_an_output_that_would_overwrite_an_input_is_refused(cli, tmp_path):
 def test_an_unreadable_input_still_writes_the_error_report(cli, tmp_path):
     (tmp_path / "s.log").write_text("nothing\n")
     out = tmp_path / "pf.json"
-    r = cli(["postflight", "--report", str(tmp_path / "missing.json"), str(tmp_path / "s.log"), "--postflight-report", str(out)])
+    r = cli(
+        [
+            "postflight",
+            "--report",
+            str(tmp_path / "missing.json"),
+            str(tmp_path / "s.log"),
+            "--postflight-report",
+            str(out),
+        ]
+    )
     assert r.rc == 2
     doc = json.loads(out.read_text())
     assert schema_errors(doc) == [] and doc["status"] == "error" and "cannot read it" in doc["errors"][0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["s.log", "--", "python", "-m", "sglang.launch_server"], "not a launch command after --"),
+        (["-", "-"], "- (standard input) is given twice"),
+        (["s.log", "--weights-margin-gib", "-1"], "--weights-margin-gib -1 must be in [0, 1,024] GiB"),
+    ],
+    ids=["launch-command", "stdin-twice", "negative-margin"],
+)
+def test_a_command_line_postflight_cannot_run_is_one_line(cli, tmp_path, monkeypatch, argv, says):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.log").write_text("x\n")
+    r = cli(["postflight", *argv])
+    assert r.rc == 2 and r.out == ""
+    (line,) = r.err.strip().splitlines()
+    assert says in line, line

@@ -95,7 +95,9 @@ def test_every_release_writes_lines_the_reader_reads_back(release: str, layout: 
     read_log(reading, "server.log", io.BytesIO(text.encode()))
     reads = {r.key: r for r in ranks_read(reading)}
     assert sorted(reads) == sorted(k for k, _ in expected)
-    mamba_logged = any(f.name == "max_mamba_cache_size" for form in F.forms_of("mamba", release) for f, _ in form.fields)
+    mamba_logged = any(
+        f.name == "max_mamba_cache_size" for form in F.forms_of("mamba", release) for f, _ in form.fields
+    )
     for key, values in expected:
         read = reads[key]
         assert release in read.releases, (read.prefix, read.releases)
@@ -117,14 +119,22 @@ def test_every_layouts_prefix_is_read_whatever_the_token_order() -> None:
     """0.5.2-0.5.5 write ``DP TP EP PP``, 0.5.5.post1 and later ``DP PP ATTN_CP MOE_DP TP EP``; a reader
     that assumed one order would give another process's values to a rank."""
     old = F.prefix("0.5.5", {"DP": 1, "PP": 3, "TP": 2, "EP": 1}, {"pp_size": 4, "tp_size": 4, "ep_size": 2})
-    new = F.prefix("0.5.5.post1", {"DP": 1, "PP": 3, "TP": 2, "EP": 1}, {"pp_size": 4, "tp_size": 4, "ep_size": 2})
+    new = F.prefix(
+        "0.5.5.post1", {"DP": 1, "PP": 3, "TP": 2, "EP": 1}, {"pp_size": 4, "tp_size": 4, "ep_size": 2}
+    )
     assert old == " DP1 TP2 EP1 PP3" and new == " DP1 PP3 TP2 EP1"
     assert RankKey.parse(old) == RankKey.parse(new) == RankKey(dp=1, pp=3, tp=2, ep=1)
     assert F.prefix_releases(("TP", "PP"))[-1] == "0.5.5"
     assert F.prefix_releases(("PP", "TP"))[0] == "0.5.5.post1"
     # 0.5.9 adds ATTN_CP and MOE_DP between PP and TP
-    both = F.prefix("0.5.9", {"PP": 1, "ATTN_CP": 1, "MOE_DP": 1, "TP": 3}, {"pp_size": 2, "attn_cp_size": 2, "moe_dp_size": 2, "tp_size": 4})
-    assert both == " PP1 ATTN_CP1 MOE_DP1 TP3" and RankKey.parse(both) == RankKey(pp=1, tp=3, attn_cp=1, moe_dp=1)
+    both = F.prefix(
+        "0.5.9",
+        {"PP": 1, "ATTN_CP": 1, "MOE_DP": 1, "TP": 3},
+        {"pp_size": 2, "attn_cp_size": 2, "moe_dp_size": 2, "tp_size": 4},
+    )
+    assert both == " PP1 ATTN_CP1 MOE_DP1 TP3" and RankKey.parse(both) == RankKey(
+        pp=1, tp=3, attn_cp=1, moe_dp=1
+    )
     assert RankKey.parse(" TP1 TP2") is None  # a token twice is no SGLang prefix
 
 
@@ -133,7 +143,9 @@ def test_the_drifts_between_releases_are_in_the_table() -> None:
     the code is followed: the prefix order changed in 0.5.5.post1, not after 0.5.5)."""
 
     def releases(kind: str, has: str) -> tuple[str, ...]:
-        return tuple(sorted({r for f in F.forms(kind) if has in f.text for r in f.releases}, key=RELEASES.index))
+        return tuple(
+            sorted({r for f in F.forms(kind) if has in f.text for r in f.releases}, key=RELEASES.index)
+        )
 
     assert releases("weights", "{dtype}") == RELEASES[: RELEASES.index("0.5.9") + 1]  # dropped in 0.5.10
     assert min(releases("weights", "elapsed="), key=RELEASES.index) == "0.5.9"
@@ -154,7 +166,10 @@ def test_the_drifts_between_releases_are_in_the_table() -> None:
     ],
 )
 def test_a_line_cut_short_gives_no_value_rather_than_a_wrong_one(cut_after: str, read: float | None) -> None:
-    line = "[2026-01-01 00:00:00 PP1] Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, mem usage=18.62 GB."
+    line = (
+        "[2026-01-01 00:00:00 PP1] Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, "
+        "mem usage=18.62 GB."
+    )
     text = line[: line.index(cut_after) + len(cut_after)]
     reading = LogReading()
     read_log(reading, "x.log", io.BytesIO(text.encode()))
@@ -180,7 +195,12 @@ def _check_against_wheels(releases: list[str]) -> None:
         lg = read["logging"]
         assert isinstance(lg, dict)
         fmt = F.line_format(v)
-        assert (lg["line"], lg["datefmt"], lg["ms_env"], lg["config_env"]) == (fmt.line, fmt.datefmt, fmt.ms_env, fmt.config_env), v
+        assert (lg["line"], lg["datefmt"], lg["ms_env"], lg["config_env"]) == (
+            fmt.line,
+            fmt.datefmt,
+            fmt.ms_env,
+            fmt.config_env,
+        ), v
         prefix = read["prefix"]
         assert isinstance(prefix, dict) and prefix["tokens"] == F.prefix_rule(v), v
         messages = read["messages"]

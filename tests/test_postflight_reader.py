@@ -60,10 +60,14 @@ WRAPPINGS = {
     "container-runtime": lambda line: f"2026-01-01T10:00:00.123456789+02:00 stderr F {line}",
     "kubectl-timestamps": lambda line: f"2026-01-01T08:00:00.000000000Z {line}",
     "notebook-indent": lambda line: f"    {line}",
-    "progress-bar-before": lambda line: f"Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01]\r{line}",
+    "progress-bar-before": lambda line: (
+        f"Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01]\r{line}"
+    ),
     "progress-bar-after": lambda line: f"{line}\rCapturing batches (bs=4):  40%|####      | 2/5",
     "crlf": lambda line: f"{line}\r",
-    "docker-json": lambda line: json.dumps({"log": line + "\n", "stream": "stderr", "time": "2026-01-01T10:00:00Z"}),
+    "docker-json": lambda line: json.dumps(
+        {"log": line + "\n", "stream": "stderr", "time": "2026-01-01T10:00:00Z"}
+    ),
 }
 
 
@@ -169,10 +173,18 @@ def test_a_restart_in_the_same_log_holds_the_latest_start(cli, files, report):
 def test_a_draft_models_weights_line_is_kept_apart(cli, files, report):
     path, write = files
     log = ServerLog(report)
-    draft = ServerLog(report, override={r: {"type": "KimiLinearForCausalLMMTP", "weights_gib": 1.25} for r in range(N)})
-    later = "\n".join(line for rank in report["ranks"] for line in draft.lines(rank, created=1_767_226_000.0)[1:2])
+    draft = ServerLog(
+        report, override={r: {"type": "KimiLinearForCausalLMMTP", "weights_gib": 1.25} for r in range(N)}
+    )
+    later = "\n".join(
+        line for rank in report["ranks"] for line in draft.lines(rank, created=1_767_226_000.0)[1:2]
+    )
     doc = _ok(_postflight(cli, path, write("server.log", log.text() + later + "\n")))
-    assert all(r["draft_weights"] == [{"type": "KimiLinearForCausalLMMTP", "gib": 1.25, "where": r["draft_weights"][0]["where"]}] for r in doc["ranks"])
+    assert all(
+        r["draft_weights"]
+        == [{"type": "KimiLinearForCausalLMMTP", "gib": 1.25, "where": r["draft_weights"][0]["where"]}]
+        for r in doc["ranks"]
+    )
     assert all(r["weights_type"] == "KimiLinearForCausalLM" for r in doc["ranks"])
 
 
@@ -196,7 +208,7 @@ def test_a_custom_logging_format_is_one_line_naming_the_line_looked_for(cli, fil
     [
         (b"", "no line of an SGLang server's start"),
         (b"\x00\x01\x02" * 1000, "no line of an SGLang server's start"),
-        ("[2026-01-01 00:00:00] Uvicorn running on http://0.0.0.0:30000\n".encode(), "looked for"),
+        (b"[2026-01-01 00:00:00] Uvicorn running on http://0.0.0.0:30000\n", "looked for"),
     ],
     ids=["empty", "binary", "not-a-start"],
 )

@@ -32,8 +32,10 @@ HELP_WIDTH = 100
 LAUNCH_FORM = "[checker options] -- <launch command>"
 """How every command takes the deployment's launch command (checker.launch.merge); the usage line shows it."""
 
+LAUNCH_COMMANDS = ("check", "derive", "plan", "sweep")
+"""The commands that derive, from a launch command after ``--`` (postflight reads logs instead)."""
 # (variable, what it is, the commands that read it): each command's --help lists its own.
-_DERIVING = ("check", "derive", "plan", "sweep")
+_DERIVING = LAUNCH_COMMANDS
 _GROUP = ("check", "sweep")
 ENVIRONMENT = (
     ("SGLANG_PP_LAYER_PARTITION", "the layer partition, as SGLang reads it", _DERIVING),
@@ -162,7 +164,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
             help=mod.HELP,
-            usage=usage(mod.USAGE) if name in _DERIVING else "\n       ".join(mod.USAGE),
+            usage=usage(mod.USAGE) if name in LAUNCH_COMMANDS else "\n       ".join(mod.USAGE),
             description=mod.DESCRIPTION,
             epilog=examples_help(mod.EXAMPLES) + "\n\n" + environment_help(name),
         )
@@ -243,7 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.launch = None
     runs_before = protocol_runs()
     try:
-        if launch is not None:
+        if launch is not None and args.command not in LAUNCH_COMMANDS:
+            args.launch = launch  # the command refuses it (postflight reads logs)
+        elif launch is not None:
             sub = _subparser(parser, args.command)
             args, args.launch = apply_launch_command(args, launch, given=given_dests(sub, words[1:]))
         return _command(args.command).run(args)

@@ -53,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=MARGIN_GIB,
         default=WEIGHTS_MARGIN_GIB,
         metavar="GIB",
-        help=f"how far a rank's logged weights may be from the preflight's figure (default {WEIGHTS_MARGIN_GIB:g})",
+        help="how far a rank's logged weights may be from the preflight's figure "
+        f"(default {WEIGHTS_MARGIN_GIB:g})",
     )
     o = parser.add_argument_group("output")
     o.add_argument(

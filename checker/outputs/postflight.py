@@ -215,7 +215,9 @@ def _diff_rows(checks: Sequence[Check]) -> list[list[str]]:
 def _differing(result: Postflight) -> list[Check]:
     """The values that differ, rank by rank, each rank's in the order of VALUES."""
     off = [c for c in result.checks if c.status == DIVERGES]
-    return sorted(off, key=lambda c: (c.replica or 0, c.rank if c.rank is not None else -1, VALUES.index(c.value)))
+    return sorted(
+        off, key=lambda c: (c.replica or 0, c.rank if c.rank is not None else -1, VALUES.index(c.value))
+    )
 
 
 def _cell(c: Check | None, *, predicted: bool) -> str:
@@ -274,9 +276,11 @@ def to_text(result: Postflight, reading: LogReading) -> str:
         out += ["", "values that differ across ranks: " + ", ".join(result.divergent)]
     if result.checks:
         legend = (
-            " (logged; * differs from the prediction; ? not in the logs; max_running_requests from each stage's TP 0)"
+            " (logged; * differs from the prediction; ? not in the logs; max_running_requests from each "
+            "stage's TP 0)"
             if result.prediction is not None
-            else " (as logged; * differs from the other ranks; pp_max_micro_batch_size recomputed; ? not logged)"
+            else " (as logged; * differs from the other ranks; pp_max_micro_batch_size recomputed; "
+            "? not logged)"
         )
         headers, rows = rank_rows(result)
         out += ["", f"every rank{legend}:", format_table(headers, rows)]
@@ -386,7 +390,8 @@ def to_markdown(result: Postflight, reading: LogReading) -> str:
 
 
 def error_markdown(message: str) -> str:
-    return f"### PP capacity post-flight: {HEADLINE[ERROR]}\n\n- error: {_md(message)}\n\nverdict: `error` (exit 2)\n"
+    head = f"### PP capacity post-flight: {HEADLINE[ERROR]}"
+    return f"{head}\n\n- error: {_md(message)}\n\nverdict: `error` (exit 2)\n"
 
 
 def error_junit(message: str) -> str:

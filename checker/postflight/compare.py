@@ -182,7 +182,8 @@ class _Causes:
         for how, cap in caps.items():
             if n == cap:
                 return (
-                    f"the KV cache: max_total_num_tokens={tokens} caps max_running_requests at {cap} ({how}); "
+                    f"the KV cache: max_total_num_tokens={tokens} caps max_running_requests at {cap} "
+                    f"({how}); "
                     f"the preflight sizes no KV pool unless given --token-capacity {tokens}"
                 )
         return ""
@@ -353,7 +354,8 @@ def _rank_checks(pred: RankPrediction, read: RankRead, replica: int | None) -> l
             logged=None,
             status=SKIPPED if predicted_gib is None else OK,
             where=str(read.state_gib.where),
-            detail=f"{k.note}: its state pool, conv_state + ssm_state = {read.state_gib.value:.2f} GB logged, "
+            detail=f"{k.note}: its state pool, conv_state + ssm_state = {read.state_gib.value:.2f} GB "
+            "logged, "
             f"{_fmt(predicted_gib)} GiB predicted ((K + 1) slots)",
         )
         if (
@@ -479,7 +481,8 @@ def _weights_checks(
         if float(c.logged or 0.0) < figure - margin:
             c.status = DIVERGES
             c.detail = (
-                f"the busiest rank: every rank's weights took at most {float(c.logged or 0.0):.2f} GiB, the preflight's "
+                f"the busiest rank: every rank's weights took at most {float(c.logged or 0.0):.2f} GiB, "
+                "the preflight's "
                 f"one figure is {figure:.2f} GiB (more than {margin:g} GiB apart)"
             )
             causes.weights_off[key] = _weights_cause(

@@ -137,7 +137,9 @@ def _form(kind: str, segments: tuple[object, ...], spans: tuple[tuple[str, str],
     assert isinstance(head, str)
     fields = []
     for i in range(1, len(segments) - 1, 2):
-        name, spec, optional = segments[i]  # type: ignore[misc]
+        spelled = segments[i]
+        assert isinstance(spelled, tuple)
+        name, spec, optional = spelled
         literal = segments[i + 1]
         assert isinstance(literal, str)
         fields.append((Field(str(name), str(spec), bool(optional)), literal))

@@ -19,20 +19,22 @@ RELEASES: tuple[str, ...] = ('0.5.2', '0.5.3', '0.5.3.post1', '0.5.3.post2', '0.
 ANCHORS: dict[str, str] = {'weights': 'Load weight end.', 'weights_begin': 'Load weight begin.', 'mamba': 'Mamba Cache is allocated.', 'summary': 'max_total_num_tokens=', 'post_capture': 'Post-capture KV sizing: max_running_requests'}
 """Message kind -> the text its message starts with."""
 
-LINE_FORMATS: tuple[tuple[tuple[str, str | None, str | None, str | None], tuple[tuple[str, str], ...], str], ...] = (
-    # ((line format, datefmt, env var adding .%(msecs)03d, env var replacing the config), releases, where)
+Spans = tuple[tuple[str, str], ...]
+LINE_FORMATS: tuple[tuple[tuple[str, str | None, str | None, str | None], Spans, str], ...] = (
+    # ((line format, datefmt, env var adding .%(msecs)03d, env var replacing the config), releases,
+    # where)
     (('[%(asctime)s{prefix}] %(message)s', '%Y-%m-%d %H:%M:%S', None, 'SGLANG_LOGGING_CONFIG_PATH'), (('0.5.2', '0.5.5.post3'),), 'utils/common.py'),
     (('[%(asctime)s{maybe_ms}{prefix}] %(message)s', '%Y-%m-%d %H:%M:%S', 'SGLANG_LOG_MS', 'SGLANG_LOGGING_CONFIG_PATH'), (('0.5.6', '0.5.23'),), 'utils/common.py'),
 )
 
-PREFIXES: tuple[tuple[tuple[tuple[str, str, str], ...], tuple[tuple[str, str], ...], str], ...] = (
+PREFIXES: tuple[tuple[tuple[tuple[str, str, str], ...], Spans, str], ...] = (
     # ((token, the size or rank its condition tests, the condition), ...) in the order written
     ((('DP', 'dp_rank', 'is not None'), ('TP', 'tp_size', '> 1'), ('EP', 'ep_size', '> 1'), ('PP', 'pp_size', '> 1')), (('0.5.2', '0.5.5'),), 'managers/scheduler.py:2748 run_scheduler_process'),
     ((('DP', 'dp_rank', 'is not None'), ('PP', 'pp_size', '> 1'), ('TP', 'tp_size', '> 1'), ('EP', 'ep_size', '> 1')), (('0.5.5.post1', '0.5.8.post1'),), 'managers/scheduler.py:2881 run_scheduler_process'),
     ((('DP', 'dp_rank', 'is not None'), ('PP', 'pp_size', '> 1'), ('ATTN_CP', 'attn_cp_size', '> 1'), ('MOE_DP', 'moe_dp_size', '> 1'), ('TP', 'tp_size', '> 1'), ('EP', 'ep_size', '> 1')), (('0.5.9', '0.5.23'),), 'managers/scheduler.py:6257 configure_scheduler_process'),
 )
 
-MESSAGES: dict[str, tuple[tuple[tuple[object, ...], tuple[tuple[str, str], ...], str], ...]] = {
+MESSAGES: dict[str, tuple[tuple[tuple[object, ...], Spans, str], ...]] = {
     'weights': (
         (('Load weight end. type=', ('type', '', False), ', dtype=', ('dtype', '', False), ', avail mem=', ('avail_mem', '.2f', False), ' GB, mem usage=', ('mem_usage', '.2f', False), ' GB.'), (('0.5.2', '0.5.8.post1'),), 'model_executor/model_runner.py:949'),
         (('Load weight end. elapsed=', ('elapsed', '.2f', False), ' s, type=', ('type', '', False), ', dtype=', ('dtype', '', False), ', avail mem=', ('avail_mem', '.2f', False), ' GB, mem usage=', ('mem_usage', '.2f', False), ' GB.'), (('0.5.9', '0.5.9'),), 'model_executor/model_runner.py:1040'),

@@ -103,6 +103,10 @@ def _float(value: object) -> float | None:
     return float(value)
 
 
+def _object(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
 def _agreed(inputs: Mapping[str, object], name: str) -> object:
     value = inputs.get(name)
     if isinstance(value, dict) and "by_rank" in value:
@@ -164,8 +168,7 @@ def prediction_from(doc: object, shown: str) -> Prediction:
     world = _int(doc.get("world_size"))
     if not isinstance(ranks, list) or world is None:
         raise PredictionError(f"--report {shown}: no `ranks` list or `world_size`; is it cut short?")
-    inputs = doc.get("inputs") if isinstance(doc.get("inputs"), dict) else {}
-    layout = doc.get("layout") if isinstance(doc.get("layout"), dict) else {}
+    inputs, layout = _object(doc.get("inputs")), _object(doc.get("layout"))
     pp_size, tp_size = _int(layout.get("pp_size")), _int(layout.get("tp_size"))
     dp_size = _int(_agreed(inputs, "dp_size")) or 1
     sources: set[str] = set()
@@ -174,7 +177,7 @@ def prediction_from(doc: object, shown: str) -> Prediction:
         if not isinstance(r, dict) or _int(r.get("rank")) is None:
             raise PredictionError(f"--report {shown}: ranks[{i}] has no integer `rank`")
         rank = int(r["rank"])
-        rank_inputs = r.get("inputs") if isinstance(r.get("inputs"), dict) else {}
+        rank_inputs = _object(r.get("inputs"))
         figures, per_rank, source = _weights(str(rank_inputs.get("budget_source") or ""), world)
         own = _float(r.get("weights_gib"))  # a report that carries each rank's figure (newer checkers)
         if own is not None:

@@ -24,7 +24,7 @@ import io
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from checker.postflight.formats import ANCHORS, KINDS, PREFIX_TOKENS, best_scan
 
@@ -162,14 +162,14 @@ def open_log(path: str, stdin: BinaryIO | None = None) -> tuple[BinaryIO, bool]:
         raw: BinaryIO = stdin if path == "-" and stdin is not None else open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise LogReadError(f"cannot read log {path}: {exc.strerror or exc}") from None
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(io.RawIOBase, raw))
     try:
         magic = buffered.peek(2)[:2]
     except OSError as exc:
         raise LogReadError(f"cannot read log {path}: {exc.strerror or exc}") from None
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=buffered, mode="rb"), True  # type: ignore[return-value]
-    return buffered, False
+        return cast(BinaryIO, gzip.GzipFile(fileobj=buffered, mode="rb")), True
+    return cast(BinaryIO, buffered), False
 
 
 def _chunks(stream: BinaryIO, path: str) -> Iterator[bytes]:
