@@ -118,7 +118,10 @@ def segments(node: ast.expr, percent: bool) -> list[Segment] | None:
                 for v in part.format_spec.values
                 if isinstance(v, ast.Constant)  # type: ignore[attr-defined]
             )
-        out += [text, (_field_name(text, len(out)), spec, _optional(part.value))]
+        name = _field_name(text, len(out))
+        if _optional(part.value) and isinstance(part.value.test, ast.Name):  # type: ignore[attr-defined]
+            name = part.value.test.id  # type: ignore[attr-defined]  # {quant_str + ', ' if quant_str else ''}
+        out += [text, (name, spec, _optional(part.value))]
         text = ""
     out.append(text)
     # Two fields with no text between them could not be told apart in a log line.

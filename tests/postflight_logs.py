@@ -146,7 +146,7 @@ class ServerLog:
             "elapsed": 31.4,
             "type": o.get("type", "KimiLinearForCausalLM"),
             "dtype": "torch.bfloat16",
-            "_4": self.quant and self.quant + ", ",
+            "quant_str": self.quant and self.quant + ", ",
             "avail_mem": 120.0 - float(weights),  # type: ignore[arg-type]
             "mem_usage": weights,
             "max_mamba_cache_size": k,

@@ -48,7 +48,7 @@ def _values(i: int) -> dict[str, object]:
         "elapsed": 12.5,
         "type": "Qwen3NextForCausalLM",
         "dtype": "torch.bfloat16",
-        "_4": "quant=fp8, fmt=e4m3, " if i % 2 else "",
+        "quant_str": "quant=fp8, fmt=e4m3, " if i % 2 else "",
         "avail_mem": 100.25,
         "mem_usage": 18.62 + i / 100,
         "max_mamba_cache_size": 70 + i,

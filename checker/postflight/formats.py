@@ -12,7 +12,7 @@ no ``mem_usage``, never a wrong one), and a typed field (``:.2f``, ``%d``) must 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -240,12 +240,13 @@ def render_line(
     return logging.Formatter(text, datefmt=fmt.datefmt).format(record)
 
 
-def looked_for() -> Iterator[str]:
-    """The lines the reader looks for, as the newest release writes them (for the one-line errors)."""
+def looked_for() -> str:
+    """The line the reader looks for first, as the newest release writes it (for the one-line errors):
+    its line format around its ``Load weight end.`` message."""
     newest = table.RELEASES[-1]
-    yield line_format(newest).line.replace("{maybe_ms}", "").replace("%(message)s", "").strip()
-    for kind in (WEIGHTS, MAMBA, SUMMARY):
-        yield forms_of(kind, newest)[0].text
+    head = line_format(newest).line.replace("{maybe_ms}", "").replace("%(message)s", "").strip()
+    weights = next(f for f in forms_of(WEIGHTS, newest) if any(x.name == "mem_usage" for x, _ in f.fields))
+    return f"{head} {weights.text}"
 
 
 def prefix_releases(tokens: tuple[str, ...]) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ MESSAGES: dict[str, tuple[tuple[tuple[object, ...], Spans, str], ...]] = {
     'weights': (
         (('Load weight end. type=', ('type', '', False), ', dtype=', ('dtype', '', False), ', avail mem=', ('avail_mem', '.2f', False), ' GB, mem usage=', ('mem_usage', '.2f', False), ' GB.'), (('0.5.2', '0.5.8.post1'),), 'model_executor/model_runner.py:949'),
         (('Load weight end. elapsed=', ('elapsed', '.2f', False), ' s, type=', ('type', '', False), ', dtype=', ('dtype', '', False), ', avail mem=', ('avail_mem', '.2f', False), ' GB, mem usage=', ('mem_usage', '.2f', False), ' GB.'), (('0.5.9', '0.5.9'),), 'model_executor/model_runner.py:1040'),
-        (('Load weight end. elapsed=', ('elapsed', '.2f', False), ' s, type=', ('type', '', False), ', ', ('_4', '', True), 'avail mem=', ('avail_mem', '.2f', False), ' GB, mem usage=', ('mem_usage', '.2f', False), ' GB.'), (('0.5.10', '0.5.23'),), 'model_executor/model_runner.py:1372'),
+        (('Load weight end. elapsed=', ('elapsed', '.2f', False), ' s, type=', ('type', '', False), ', ', ('quant_str', '', True), 'avail mem=', ('avail_mem', '.2f', False), ' GB, mem usage=', ('mem_usage', '.2f', False), ' GB.'), (('0.5.10', '0.5.23'),), 'model_executor/model_runner.py:1372'),
         (('Load weight end. Committed real weights after CUDA graph capture in ', ('capture_in', '%.2f', False), ' s (capture overlap window ', ('overlap_window', '%.2f', False), ' s, startup overlap total ', ('overlap_total', '%.2f', False), ' s)'), (('0.5.18', '0.5.23'),), 'model_executor/model_runner_components/startup_weight_load.py:537'),
     ),
     'weights_begin': (

@@ -326,7 +326,7 @@ def findings(reading: LogReading) -> tuple[list[str], list[str]]:
     logs = ", ".join(s.path for s in reading.logs) or "no log"
     if not reading.sightings:
         unknown = [s for s in reading.logs if s.unknown_format]
-        wanted = " ".join(looked_for())
+        wanted = looked_for()
         config = line_formats()[-1].config_env
         if unknown:
             s = unknown[0]
