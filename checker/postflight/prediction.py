@@ -115,7 +115,11 @@ def _agreed(inputs: Mapping[str, object], name: str) -> object:
 
 
 def _weights(source: str, world_size: int) -> tuple[list[float] | None, bool, str]:
-    """(figures, one per rank?, where from) from a rank's ``budget_source``."""
+    """(figures, one per rank?, where from) from a rank's ``budget_source``: a report of an older checker,
+    without the top-level ``weights_gib``. The text is cut at the wire's width (ending in ``...``): a
+    figure it no longer holds is unknown, not 0."""
+    if source.endswith("...") and not (_FORMULA.search(source) or _LABEL_WEIGHTS.search(source)):
+        return None, False, "unknown: the report's budget_source is cut before the figure"
     if not source.startswith("device"):
         return None, False, f"a fixed budget ({source or 'unknown'})"
     m = _FORMULA.search(source)
@@ -171,6 +175,9 @@ def prediction_from(doc: object, shown: str) -> Prediction:
     inputs, layout = _object(doc.get("inputs")), _object(doc.get("layout"))
     pp_size, tp_size = _int(layout.get("pp_size")), _int(layout.get("tp_size"))
     dp_size = _int(_agreed(inputs, "dp_size")) or 1
+    top = doc.get("weights_gib")
+    top_figures = [float(w) for w in top if _float(w) is not None] if isinstance(top, list) else []
+    top_source = str(doc.get("weights_source") or "the report's weights_gib")
     sources: set[str] = set()
     out: list[RankPrediction] = []
     for i, r in enumerate(ranks):
@@ -178,14 +185,10 @@ def prediction_from(doc: object, shown: str) -> Prediction:
             raise PredictionError(f"--report {shown}: ranks[{i}] has no integer `rank`")
         rank = int(r["rank"])
         rank_inputs = _object(r.get("inputs"))
-        figures, per_rank, source = _weights(str(rank_inputs.get("budget_source") or ""), world)
-        own = _float(r.get("weights_gib"))  # a report that carries each rank's figure (newer checkers)
-        if own is not None:
-            figures, per_rank, source = (
-                [own],
-                True,
-                str(r.get("weights_source") or "the report's weights_gib"),
-            )
+        if top_figures:  # the figures whole, as rank 0 was given them
+            figures, per_rank, source = top_figures, len(top_figures) > 1, top_source
+        else:
+            figures, per_rank, source = _weights(str(rank_inputs.get("budget_source") or ""), world)
         sources.add(source)
         weights = (
             None if figures is None else (figures[rank] if per_rank and len(figures) > rank else figures[0])
