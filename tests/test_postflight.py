@@ -366,7 +366,9 @@ def test_the_reports_whole_weights_figures_are_held_and_a_cut_text_is_not_read_a
     """check's report carries the weights figures whole (``weights_gib``, ``weights_source``): each rank
     is held to its own. An older report has them only inside ``budget_source``, which the wire cuts at
     120 bytes: a figure cut away is unknown (not held, said), never 0 GiB."""
-    budget = BudgetSource(from_device=True, mem_fraction_static=0.8, device_free_gib=(120.0,), weights_gib=(18.0,))
+    budget = BudgetSource(
+        from_device=True, mem_fraction_static=0.8, device_free_gib=(120.0,), weights_gib=(18.0,)
+    )
     report = preflight_report(2, budget=budget)
     report["weights_gib"], report["weights_source"] = [18.0, 17.0], "--weights-from-log node.log"
     report_schema = Draft202012Validator(
@@ -381,5 +383,7 @@ def test_the_reports_whole_weights_figures_are_held_and_a_cut_text_is_not_read_a
     for rank in report["ranks"]:
         rank["inputs"]["budget_source"] = "device free (MIN over ranks): total_rest_memory = free_aft..."
     r, doc = run(report, ServerLog(report, weights_gib=lambda rank: 18.0))
-    assert r.rc == 0 and {c["status"] for c in doc["checks"] if c["value"] == "weights_gib"} == {"not_checked"}
+    assert r.rc == 0 and {c["status"] for c in doc["checks"] if c["value"] == "weights_gib"} == {
+        "not_checked"
+    }
     assert any("cut before the figure" in w for w in doc["warnings"])

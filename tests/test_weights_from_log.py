@@ -60,7 +60,16 @@ def log(tmp_path):
 
 def test_check_takes_each_ranks_figure_in_rank_order_and_says_where_from(log):
     config = _check_config(
-        ["--tp-size", "2", "--budget-from-device", "--weights-from-log", log[0], "--weights-from-log", log[1]], 8
+        [
+            "--tp-size",
+            "2",
+            "--budget-from-device",
+            "--weights-from-log",
+            log[0],
+            "--weights-from-log",
+            log[1],
+        ],
+        8,
     )
     assert config.budget.weights_gib == tuple(WEIGHTS[r] for r in range(8))
     assert config.budget.weights_source == f"--weights-from-log {log[0]}, {log[1]}"
@@ -70,8 +79,16 @@ def test_check_takes_each_ranks_figure_in_rank_order_and_says_where_from(log):
 @pytest.mark.parametrize(
     ("argv", "world", "says"),
     [
-        (["--tp-size", "2", "--budget-from-device"], 8, "no 'Load weight end. ... mem usage=' line of PP2 TP0, PP2 TP1"),
-        (["--tp-size", "1", "--budget-from-device"], 4, "the log has rank PP0 TP1 beyond this layout (pp 4 x tp 1)"),
+        (
+            ["--tp-size", "2", "--budget-from-device"],
+            8,
+            "no 'Load weight end. ... mem usage=' line of PP2 TP0, PP2 TP1",
+        ),
+        (
+            ["--tp-size", "1", "--budget-from-device"],
+            4,
+            "the log has rank PP0 TP1 beyond this layout (pp 4 x tp 1)",
+        ),
         (["--tp-size", "2", "--budget-gib", "8"], 8, "give it with --budget-from-device"),
         (["--tp-size", "2", "--budget-from-device", "--weights-gib", "9"], 8, "without --weights-gib"),
     ],
@@ -104,19 +121,49 @@ def test_plan_takes_the_busiest_ranks_figure(cli, log):
         ]
     )
     assert r.rc == 0, r.err
-    assert f"before 19.5 GiB of weights (the largest mem usage in --weights-from-log {log[0]}, {log[1]}, [PP3 TP0])" in r.out
+    assert (
+        "before 19.5 GiB of weights (the largest mem usage in "
+        f"--weights-from-log {log[0]}, {log[1]}, [PP3 TP0])" in r.out
+    )
     by_hand = cli(
-        ["plan", "--model", "kimi-k3", "--pp-size", "4", "--tp-size", "2", "--target-max-running-requests", "48"]
+        [
+            "plan",
+            "--model",
+            "kimi-k3",
+            "--pp-size",
+            "4",
+            "--tp-size",
+            "2",
+            "--target-max-running-requests",
+            "48",
+        ]
         + ["--gpu-free-gib", "139", "--weights-gib", "19.5"]
     )
     fractions = [line for line in r.out.splitlines() if "--mem-fraction-static 0." in line]
-    assert fractions and fractions == [line for line in by_hand.out.splitlines() if "--mem-fraction-static 0." in line]
+    assert fractions and fractions == [
+        line for line in by_hand.out.splitlines() if "--mem-fraction-static 0." in line
+    ]
 
 
 def test_a_log_without_a_weights_line_is_one_line(cli, tmp_path):
     p = tmp_path / "x.log"
-    p.write_text("[2026-01-01 00:00:00 PP0] Mamba Cache is allocated. max_mamba_cache_size: 8, conv_state size: 0.10GB, ssm_state size: 0.20GB\n")
-    r = cli(["plan", "--model", "kimi-k3", "--target-max-running-requests", "8", "--gpu-free-gib", "80", "--weights-from-log", str(p)])
+    p.write_text(
+        "[2026-01-01 00:00:00 PP0] Mamba Cache is allocated. max_mamba_cache_size: 8, "
+        "conv_state size: 0.10GB, ssm_state size: 0.20GB\n"
+    )
+    r = cli(
+        [
+            "plan",
+            "--model",
+            "kimi-k3",
+            "--target-max-running-requests",
+            "8",
+            "--gpu-free-gib",
+            "80",
+            "--weights-from-log",
+            str(p),
+        ]
+    )
     assert r.rc == 2
     (line,) = r.err.strip().splitlines()
     assert "no 'Load weight end. ... mem usage=X GB.' line; give --weights-gib" in line

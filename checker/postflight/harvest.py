@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checker.core.errors import FlagError, printable
-from checker.postflight.reader import LogReadError, read_logs
 from checker.postflight.ranks import RankRead, ranks_read
+from checker.postflight.reader import LogReadError, read_logs
 
 FLAG = "--weights-from-log"
 
@@ -56,7 +56,8 @@ class LoggedWeights:
             more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
             raise FlagError(
                 f"{self.source}: no 'Load weight end. ... mem usage=' line of {shown}{more} (layout pp "
-                f"{pp_size} x tp {group}); give every node's log of a start with this layout, or --weights-gib"
+                f"{pp_size} x tp {group}); give every node's log of a start with this layout, or "
+                "--weights-gib"
             )
         return tuple(self.by_process[k][0] for k in wanted)
 
