@@ -185,6 +185,7 @@ def prediction_from(doc: object, shown: str) -> Prediction:
             raise PredictionError(f"--report {shown}: ranks[{i}] has no integer `rank`")
         rank = int(r["rank"])
         rank_inputs = _object(r.get("inputs"))
+        figures: list[float] | None
         if top_figures:  # the figures whole, as rank 0 was given them
             figures, per_rank, source = top_figures, len(top_figures) > 1, top_source
         else:
