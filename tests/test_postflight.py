@@ -387,3 +387,29 @@ def test_the_reports_whole_weights_figures_are_held_and_a_cut_text_is_not_read_a
         "not_checked"
     }
     assert any("cut before the figure" in w for w in doc["warnings"])
+
+
+def test_releases_that_log_no_pool_size_are_held_by_their_pools_state_size(run):
+    """0.5.2-0.5.3.post1 log ``Mamba Cache is allocated. conv_state size: ..GB, ssm_state size: ..GB``
+    and no max_mamba_cache_size: the state they allocated, (K + 1) slots, is held to the prediction's
+    within the line's rounding; a pool of another size shows there."""
+    from checker.config import ModelChoice
+
+    report = preflight_report(
+        1,
+        sizing={"pp_size": 1},
+        release="0.5.2",
+        model=ModelChoice(model_config=str(Path(__file__).parent / "fixtures" / "qwen3_next_80b_a3b.json")),
+        budget=BudgetSource(budget_gib=80.0),
+    )
+    r, doc = run(report, ServerLog(report, release="0.5.2"))
+    assert r.rc == 0, doc["checks"]
+    (k,) = [c for c in doc["checks"] if c["value"] == "max_mamba_cache_size"]
+    assert k["status"] == "ok" and "not logged by SGLang 0.5.2-0.5.3.post1" in k["detail"]
+    r, doc = run(report, ServerLog(report, release="0.5.2", override={0: {"max_mamba_cache_size": 400}}))
+    (k,) = [c for c in doc["checks"] if c["value"] == "max_mamba_cache_size"]
+    assert (
+        r.rc == 1
+        and k["status"] == "divergent"
+        and k["predicted"] == report["ranks"][0]["max_mamba_cache_size"]
+    )

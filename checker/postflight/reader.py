@@ -356,5 +356,8 @@ def findings(reading: LogReading) -> tuple[list[str], list[str]]:
                 "skipped (binary data?)"
             )
     for (key, kind), n in sorted(reading.dropped.items()):
-        warnings.append(f"{key}: {n} more '{ANCHORS[kind]}' lines than the reader keeps; the latest is kept")
+        warnings.append(
+            f"[{key.text(PREFIX_TOKENS)}]: {n} more different '{ANCHORS[kind]}' lines than the reader keeps "
+            f"({KEEP_PER_RANK}); the first and the latest are kept"
+        )
     return errors, warnings
