@@ -117,7 +117,7 @@ def _run(args: argparse.Namespace, t0: float) -> int:
     if args.logs.count("-") > 1:
         raise FlagError("- (standard input) is given twice; give it once")
     prediction = read_prediction(args.report) if args.report else None
-    reading = read_logs(args.logs, stdin=sys.stdin.buffer)
+    reading = read_logs(args.logs, stdin=sys.stdin.buffer if "-" in args.logs and sys.stdin else None)
     errors, warnings = findings(reading)
     reads = ranks_read(reading)
     if prediction is None:

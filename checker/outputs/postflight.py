@@ -23,6 +23,7 @@ from checker.postflight.compare import (
     Check,
     Postflight,
     inferred_rank,
+    tp_group,
     who_of,
 )
 from checker.postflight.ranks import RankRead, span
@@ -88,10 +89,7 @@ def _check_doc(c: Check) -> dict[str, object]:
     }
 
 
-def _rank_doc(read: RankRead, result: Postflight) -> dict[str, object]:
-    key = next((k for k, r in result.matched.items() if r is read), None)
-    rank = key[1] if key else (inferred_rank(read, result.reads) if result.prediction is None else None)
-    mine = [c for c in result.checks if c.prefix == read.prefix and (c.rank == rank)]
+def _rank_doc(read: RankRead, rank: int | None, mine: Sequence[Check]) -> dict[str, object]:
     host = next((c.host for c in mine if c.host), None)
     return {
         "rank": rank,
@@ -119,6 +117,22 @@ def _rank_doc(read: RankRead, result: Postflight) -> dict[str, object]:
         "max_total_num_tokens": read.max_total_num_tokens.value,
         "starts": read.starts,
     }
+
+
+def _rank_docs(result: Postflight) -> list[dict[str, object]]:
+    """One entry per rank read, with the checks of it (indexed once: thousands of ranks stay linear)."""
+    rank_of = {id(r): key[1] for key, r in result.matched.items()}
+    group = tp_group(result.reads)
+    checks: dict[tuple[str, int | None], list[Check]] = {}
+    for c in result.checks:
+        checks.setdefault((c.prefix, c.rank), []).append(c)
+    out = []
+    for read in result.reads:
+        rank = rank_of.get(id(read))
+        if rank is None and result.prediction is None:
+            rank = inferred_rank(read, group)
+        out.append(_rank_doc(read, rank, checks.get((read.prefix, rank), [])))
+    return out
 
 
 def to_json(result: Postflight, reading: LogReading, *, report: str | None) -> dict[str, object]:
@@ -159,7 +173,7 @@ def to_json(result: Postflight, reading: LogReading, *, report: str | None) -> d
             }
             for s in reading.logs
         ],
-        "ranks": [_rank_doc(r, result) for r in result.reads],
+        "ranks": _rank_docs(result),
         "checks": [_check_doc(c) for c in result.checks],
         "divergent": result.divergent,
         "missing_ranks": result.missing,

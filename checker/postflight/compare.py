@@ -246,7 +246,7 @@ def hold(
     for c in checks:
         if c.status == DIVERGES and not c.cause and c.rank is not None:
             key = (c.replica, c.rank)
-            pred = next(p for p in prediction.ranks if p.rank == c.rank)
+            pred = prediction.by_rank(c.rank)
             c.cause = causes.of(c.value, pred, matched[key], key)
     extra = [
         f"{who(None, r)}: the logs have this rank, the preflight did not check it (the server runs another "
@@ -527,11 +527,15 @@ def _rank_list(ranks: list[int], replicas: list[int]) -> str:
     return f"{text} of replicas DP{', DP'.join(map(str, replicas))}" if replicas else text
 
 
-def inferred_rank(read: RankRead, reads: Sequence[RankRead]) -> int:
-    """A rank's number read from the logs alone: pp x the stage's TP count + tp (TP inner, as SGLang
-    numbers its processes); a DP replica's ranks are numbered within the replica."""
-    group = max(r.key.tp for r in reads) + 1
+def inferred_rank(read: RankRead, group: int) -> int:
+    """A rank's number read from the logs alone: pp x the stage's TP count (``group``: the largest TP
+    number + 1) + tp (TP inner, as SGLang numbers its processes); a DP replica's ranks are numbered within
+    the replica."""
     return read.key.pp * group + read.key.tp
+
+
+def tp_group(reads: Sequence[RankRead]) -> int:
+    return max((r.key.tp for r in reads), default=0) + 1
 
 
 def across(
@@ -543,8 +547,9 @@ def across(
     ranks logged (the report-less reading is an answer, not a gate), 2 on an error."""
     pp_size = max((r.key.pp for r in reads), default=0) + 1
     checks: list[Check] = []
+    group = tp_group(reads)
     for read in reads:
-        rank = inferred_rank(read, reads)
+        rank = inferred_rank(read, group)
         base = {"rank": rank, "replica": read.key.dp if "DP" in read.prefix else None, "prefix": read.prefix}
         for value, logged in (
             ("max_mamba_cache_size", read.max_mamba_cache_size),

@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from checker.core.errors import CheckerInputError, json_kind, printable
 
@@ -87,10 +88,18 @@ class Prediction:
         return (self.tp_size or 1) * self.dp_size
 
     def rank_of(self, pp: int, tp: int) -> RankPrediction | None:
-        for r in self.ranks:
-            if r.pp_rank == pp and r.tp == tp:
-                return r
-        return None
+        return self._by_process.get((pp, tp))
+
+    def by_rank(self, rank: int) -> RankPrediction:
+        return self._by_rank[rank]
+
+    @cached_property
+    def _by_process(self) -> dict[tuple[int, int], RankPrediction]:
+        return {(r.pp_rank, r.tp): r for r in reversed(self.ranks)}  # the lowest rank wins a duplicate
+
+    @cached_property
+    def _by_rank(self) -> dict[int, RankPrediction]:
+        return {r.rank: r for r in self.ranks}
 
 
 def _int(value: object) -> int | None:

@@ -158,6 +158,8 @@ class LogReading:
 
 def open_log(path: str, stdin: BinaryIO | None = None) -> tuple[BinaryIO, bool]:
     """A log as a binary stream (``-``: standard input); gzip is read transparently (its magic bytes)."""
+    if path == "-" and stdin is None:
+        raise LogReadError("- (standard input): this process has no standard input to read")
     try:
         raw: BinaryIO = stdin if path == "-" and stdin is not None else open(path, "rb")  # noqa: SIM115
     except OSError as exc:
