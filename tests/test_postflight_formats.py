@@ -4,8 +4,7 @@
 user relies on: a line any modelled release writes, with the prefix its scheduler builds for a pp, tp,
 attention-DP, plain-DP or ep layout, is read back with the values it carries and its rank; a line cut
 short gives no value rather than a wrong one; and the table says what the wheels say (re-extracted
-here from the unpacked releases found on this machine: the newest in the quick suite, every one under
-``slow``).
+here from the unpacked releases found on this machine, every one, under ``slow``: 30 s of parsing).
 """
 
 from __future__ import annotations
@@ -209,10 +208,6 @@ def _check_against_wheels(releases: list[str]) -> None:
             wheel = sorted(repr(tuple(segs)) for segs, _ in messages.get(kind, {}).values())
             ours = sorted(repr(segs) for segs, spans, _ in table.MESSAGES[kind] if v in F.expand(spans))
             assert wheel == ours, (v, kind)
-
-
-def test_the_table_says_what_the_newest_releases_wheel_says() -> None:
-    _check_against_wheels([RELEASES[-1]])
 
 
 @pytest.mark.slow
