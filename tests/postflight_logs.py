@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from checker import __version__
+from checker.commands.check_job import _weights_doc
 from checker.config import (
     BudgetSource,
     EngineChoice,
@@ -41,6 +44,7 @@ def preflight_report(
     release: str = "0.5.23",
     environ: Mapping[int, Mapping[str, str]] | None = None,
     model: ModelChoice | None = None,
+    host: str = "node-",
 ) -> dict[str, Any]:
     """The JSON report of a preflight of ``n`` ranks (kimi-k3 unless ``model``; hosts
     ``node-<rank // per_node>``)."""
@@ -60,7 +64,7 @@ def preflight_report(
             local_rank=r % per_node,
             local_world_size=per_node,
             node_rank=r // per_node,
-            host=f"node-{r // per_node}",
+            host=f"{host}{r // per_node}",
             master_addr=None,
             master_port=None,
             use_agent_store=False,
@@ -86,9 +90,9 @@ def preflight_report(
         for e, facts in zip(envs, local, strict=True)
     ]
     verdict = decide(rows, world_size=n)
-    return json.loads(
-        json.dumps(to_json(verdict, extra={"checker_version": "x", "timings": {"total_s": 1.0}}))
-    )
+    extra = {"checker_version": __version__, "torch_version": "2.13.0+cpu", "backend": "gloo"}
+    extra |= {"timings": {"total_s": 6.2}, **_weights_doc(config)}  # what check's rank 0 adds
+    return json.loads(json.dumps(to_json(verdict, extra=extra)))
 
 
 @dataclass
@@ -107,6 +111,8 @@ class ServerLog:
     ms: bool = False
     quant: str = ""
     skip: frozenset[int] = frozenset()
+    free_gib: float = 120.0
+    """What ``Load weight begin. avail mem=`` says: the GPU's free memory before the weights."""
 
     @property
     def dp_size(self) -> int:
@@ -147,7 +153,7 @@ class ServerLog:
             "type": o.get("type", "KimiLinearForCausalLM"),
             "dtype": "torch.bfloat16",
             "quant_str": self.quant and self.quant + ", ",
-            "avail_mem": 120.0 - float(weights),  # type: ignore[arg-type]
+            "avail_mem": self.free_gib - float(weights),  # type: ignore[arg-type]
             "mem_usage": weights,
             "max_mamba_cache_size": k,
             "conv_state_size": state * 0.1,
@@ -163,7 +169,7 @@ class ServerLog:
         out = [
             F.render_line(
                 release,
-                form_of("weights_begin", release).render({"avail_mem": 120.0}),
+                form_of("weights_begin", release).render({"avail_mem": self.free_gib}),
                 prefix_text=pre,
                 created=created,
                 ms=self.ms,
@@ -220,3 +226,71 @@ def form_of(kind: str, release: str) -> F.Form:
     if kind == "mamba":
         forms = tuple(sorted(forms, key=lambda f: len(f.fields)))
     return forms[0]
+
+
+# ---- the example files of examples/logs/ ------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "logs"
+EXAMPLE_MODEL = "examples/models/Kimi-Linear-48B-A3B"
+EXAMPLE_WEIGHTS = (23.41, 23.38, 22.97, 22.95)
+"""What each GPU's weights took in the example start (GiB): Kimi-Linear-48B at pp 2 x tp 2, the first
+stage holding the embedding, the last the head."""
+
+
+def example_files() -> dict[str, str]:
+    """examples/logs/: a preflight's report and the server's logs of one deployment (Kimi-Linear-48B-A3B,
+    pp 2 x tp 2 on two nodes of 2 GPUs, --mem-fraction-static 0.85, 139 GiB free, the weights taken from
+    an earlier start's log), and node 1's log of a start that sized its pools smaller."""
+    budget = BudgetSource(
+        from_device=True,
+        mem_fraction_static=0.85,
+        device_free_gib=(139.0,),
+        weights_gib=EXAMPLE_WEIGHTS,
+        weights_source="--weights-from-log node0.log, node1.log",
+    )
+    report = preflight_report(
+        4,
+        sizing={"tp_size": 2, "mamba_full_memory_ratio": 0.9},
+        budget=budget,
+        per_node=2,
+        model=ModelChoice(model_config=EXAMPLE_MODEL),
+        host="gpu-node-",
+    )
+    ranks = report["ranks"]
+    free = 138.25  # what the server finds before its weights: the 139 GiB less its CUDA context
+    log = ServerLog(report, weights_gib=EXAMPLE_WEIGHTS.__getitem__, free_gib=free)
+    smaller = {
+        r: {
+            "max_mamba_cache_size": ranks[r]["max_mamba_cache_size"] * 2 // 3,
+            "max_running_requests": ranks[r]["max_running_requests"] * 2 // 3,
+        }
+        for r in (2, 3)
+    }
+    other = ServerLog(report, weights_gib=EXAMPLE_WEIGHTS.__getitem__, override=smaller, free_gib=free)
+    start = 1_767_261_600.0  # 2026-01-01 10:00:00 UTC
+
+    def node(server: ServerLog, n: int) -> str:
+        args = f"model_path='{EXAMPLE_MODEL}', pp_size=2, tp_size=2, mem_fraction_static=0.85, nnodes=2, "
+        lines = [F.render_line("0.5.23", f"server_args=ServerArgs({args}node_rank={n}, ...)", created=start)]
+        lines += [
+            line for rank in ranks if rank["rank"] // 2 == n for line in server.lines(rank, created=start + 9)
+        ]
+        if n == 0:
+            lines.append(
+                F.render_line("0.5.23", "The server is fired up and ready to roll!", created=start + 62)
+            )
+        return "\n".join(lines) + "\n"
+
+    return {
+        "preflight.json": json.dumps(report, indent=2) + "\n",
+        "node0.log": node(log, 0),
+        "node1.log": node(log, 1),
+        "other-node1.log": node(other, 1),
+    }
+
+
+if __name__ == "__main__":  # python tests/postflight_logs.py: rewrite examples/logs/
+    EXAMPLES.mkdir(parents=True, exist_ok=True)
+    for name, text in example_files().items():
+        (EXAMPLES / name).write_text(text)
+        print(f"wrote {EXAMPLES / name}")

@@ -30,10 +30,10 @@ the value predicted and logged, and the most likely cause. Exit 0 consistent, 1 
 (unreadable input, or a rank the logs lack). Without --report: what every rank logged, with its prefix
 and line, and whether the ranks agree (exit 0; 2 when nothing could be read)."""
 EXAMPLES = (
-    "python -m checker postflight --report preflight.json server.log",
-    "python -m checker postflight --report preflight.json node0.log node1.log --junit postflight.xml",
-    "kubectl logs -l app=sglang --tail=-1 | python -m checker postflight --report preflight.json -",
-    "python -m checker postflight server.log --format json  # what each rank logged",
+    "python -m checker postflight --report examples/logs/preflight.json examples/logs/node?.log",
+    "# node 1 started with smaller pools: exit 1, naming ranks 2-3, both values and the likely cause",
+    "cd examples/logs && python -m checker postflight --report preflight.json node0.log other-node1.log",
+    "python -m checker postflight examples/logs/node0.log --format json  # what each rank logged",
 )
 MARGIN_GIB = bounded_float(low=0, high=1024, low_inclusive=True, what=" GiB")
 
@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, t0)
     except CheckerInputError as exc:
         return _error(args, str(exc))
+    except BrokenPipeError:
+        raise  # `| head`: the reader left (checker.cli.main ends quietly)
     except OSError as exc:  # a log that cannot be read (LogReadError and its kin): one line
         return _error(args, str(exc))
 

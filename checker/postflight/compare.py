@@ -115,8 +115,9 @@ def _inputs_line(pred: RankPrediction) -> str:
 
     i = pred.inputs
     parts = []
-    if i.get("budget_gib") is not None:
-        parts.append(f"budget {i['budget_gib']} GiB ({str(i.get('budget_source') or '?').split(':')[0]})")
+    budget = i.get("budget_gib")
+    if isinstance(budget, (int, float)):
+        parts.append(f"budget {budget:.6g} GiB ({str(i.get('budget_source') or '?').split(':')[0]})")
     if pred.release:
         parts.append(f"SGLang {pred.release}")
     for name, value in i.items():

@@ -12,6 +12,7 @@ no ``mem_usage``, never a wrong one), and a typed field (``:.2f``, ``%d``) must 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -230,14 +231,17 @@ def render_line(
     ms: bool = False,
 ) -> str:
     """One log line as the release's ``configure_logger`` formats it (``logging.Formatter``; the
-    timestamp in local time, as logging does). ``ms``: SGLANG_LOG_MS set (0.5.6+)."""
+    timestamp in UTC, where SGLang's logging uses the host's zone: the same text on every machine).
+    ``ms``: SGLANG_LOG_MS set (0.5.6+)."""
     fmt = line_format(release)
     text = fmt.line.replace("{prefix}", prefix_text).replace(
         "{maybe_ms}", ".%(msecs)03d" if ms and fmt.ms_env else ""
     )
     record = logging.LogRecord("sglang", logging.INFO, __file__, 0, message, None, None)
     record.created, record.msecs = created, (created % 1) * 1000
-    return logging.Formatter(text, datefmt=fmt.datefmt).format(record)
+    formatter = logging.Formatter(text, datefmt=fmt.datefmt)
+    formatter.converter = time.gmtime
+    return formatter.format(record)
 
 
 def looked_for() -> str:
