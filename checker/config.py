@@ -110,6 +110,8 @@ class BudgetSource:
     """MIN over ranks, as SGLang all-reduces free memory (``--no-agree-budget`` turns it off)."""
     weights_gib: tuple[float, ...] = ()
     """The weights' footprint per rank (one value, or one per rank); the checker loads none."""
+    weights_source: str | None = None
+    """Where ``weights_gib`` came from when not typed as ``--weights-gib``: ``--weights-from-log LOG``."""
 
     @property
     def label(self) -> str:
@@ -118,6 +120,7 @@ class BudgetSource:
             weights = (
                 f", weights {','.join(f'{w:g}' for w in self.weights_gib)} GiB" if self.weights_gib else ""
             )
+            weights += f" ({self.weights_source})" if self.weights_source and self.weights_gib else ""
             return f"device free, --mem-fraction-static {self.mem_fraction_static:g}{weights}, {agreement}"
         return "--budget-gib"
 
@@ -251,6 +254,8 @@ class PlanConfig:
     gpu_free_gib: float | None = None
     weights_gib: float | None = None
     """Both or neither: the budget found is also given as the --mem-fraction-static that reaches it."""
+    weights_source: str | None = None
+    """Where ``weights_gib`` came from when not typed: ``--weights-from-log LOG`` (the busiest rank's)."""
 
     def __post_init__(self) -> None:
         """Flags that belong to another mode, one line each (the first that applies)."""

@@ -157,6 +157,13 @@ SINGLE_STAGE_ONLY = {
 example may derive one at pp_size > 1, whatever the checker says of it."""
 
 SCHEMATIC: dict[tuple[str, str], str] = {
+    (
+        "docs/postflight.md",
+        "kubectl logs -l LABEL --tail=-1 --prefix | python -m checker postflight --report preflight.json - "
+        "# the pods' logs",
+    ): "a form: the serving pods' label; their logs piped in (run in tests/test_postflight_launchers.py)",
+    ("docs/postflight.md", "python -m checker postflight --report ... --quiet"): "prose: what the bench runs",
+    ("docs/launchers.md", "launchers/postflight.sh REPORT LOG..."): "prose: the post-flight script, by name",
     ("README.md", "torchrun ... -m checker [check]"): "the commands table: a form",
     ("README.md", "torchrun ... -m checker sweep"): "the commands table: a form",
     ("README.md", "torchrun --no-python pp-capacity-checker ..."): "prose: the console script under torchrun",
@@ -212,6 +219,8 @@ PROSE: dict[tuple[str, str], str] = {
 EXPECTED_EXIT: dict[tuple[str, str], int] = {
     # (file, part of the checker command) -> the exit code the page shows it ending with
     ("docs/preflight.md", "--policy own-share --mamba-full-memory-ratio 0.5"): 1,  # the divergent example
+    ("docs/postflight.md", "other-node1.log"): 1,  # node 1 started with smaller pools
+    ("checker postflight --help", "other-node1.log"): 1,
 }
 
 INVENTORY: dict[str, int] = {
@@ -233,6 +242,8 @@ INVENTORY: dict[str, int] = {
     "checker derive --help": 6,
     "checker plan --help": 4,
     "checker sweep --help": 5,
+    "docs/postflight.md": 5,  # the two forms of the weights-from-log block count once each
+    "checker postflight --help": 3,
 }
 """How many checker commands each source runs (check, derive, plan, sweep; by torchrun, a launcher script
 or a recipe). A changed count fails :func:`test_inventory`: an example that stops being extracted cannot
@@ -1250,11 +1261,13 @@ def test_a_broken_recipe_fails(sandbox: tuple[Path, Path]) -> None:
     does one whose launcher line is cut off by a failing command before it."""
     recipe = (REPO_ROOT / "launchers/gitlab-ci.yml").read_text()
     single_stage = recipe.replace("/models/Kimi-Linear-48B-A3B", "/models/Falcon-H1-0.5B")
-    (unit,) = extract({"launchers/gitlab-ci.yml": single_stage}).units
+    (unit,) = [
+        u for u in extract({"launchers/gitlab-ci.yml": single_stage}).units if "torchrun.sh" in u.shell
+    ]
     problems = run_example(unit, *sandbox).problems
     assert problems and any("Falcon" in p or "falcon" in p for p in problems), problems
     cut = recipe.replace('- rm -rf "$OUT" && mkdir -p "$OUT"', "- test -d /no/such/dir")
-    (unit,) = extract({"launchers/gitlab-ci.yml": cut}).units
+    (unit,) = [u for u in extract({"launchers/gitlab-ci.yml": cut}).units if "torchrun.sh" in u.shell]
     assert any("reached 0 of its 1" in p for p in run_example(unit, *sandbox).problems)
 
 

@@ -25,15 +25,17 @@ from checker.launch.merge import apply_launch_command, given_dests, split_launch
 from checker.status import EXIT_INTERRUPTED
 
 # name -> module under checker.commands; the first is the default subcommand.
-COMMANDS = ("check", "derive", "plan", "sweep")
+COMMANDS = ("check", "derive", "plan", "sweep", "postflight")
 DEFAULT_COMMAND = COMMANDS[0]
 HELP_WIDTH = 100
 """Descriptions and option help wrap at the same width whatever the terminal."""
 LAUNCH_FORM = "[checker options] -- <launch command>"
 """How every command takes the deployment's launch command (checker.launch.merge); the usage line shows it."""
 
+LAUNCH_COMMANDS = ("check", "derive", "plan", "sweep")
+"""The commands that derive, from a launch command after ``--`` (postflight reads logs instead)."""
 # (variable, what it is, the commands that read it): each command's --help lists its own.
-_DERIVING = COMMANDS
+_DERIVING = LAUNCH_COMMANDS
 _GROUP = ("check", "sweep")
 ENVIRONMENT = (
     ("SGLANG_PP_LAYER_PARTITION", "the layer partition, as SGLang reads it", _DERIVING),
@@ -42,7 +44,7 @@ ENVIRONMENT = (
     ("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "SGLang's decode-lock switch", _DERIVING),
     ("RANK, WORLD_SIZE, MASTER_ADDR, ...", "set by torchrun", _GROUP),
     ("CHECKER_HOSTNAME", "the host name a rank reports (default: the machine's)", _GROUP),
-    ("GITHUB_STEP_SUMMARY", "rank 0 appends a markdown verdict there", ("check",)),
+    ("GITHUB_STEP_SUMMARY", "rank 0 appends a markdown verdict there", ("check", "postflight")),
 )
 _COMPARED = "check compares every rank's SGLANG_* values: a difference is named as a root cause."
 
@@ -162,7 +164,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
             help=mod.HELP,
-            usage=usage(mod.USAGE),
+            usage=usage(mod.USAGE) if name in LAUNCH_COMMANDS else "\n       ".join(mod.USAGE),
             description=mod.DESCRIPTION,
             epilog=examples_help(mod.EXAMPLES) + "\n\n" + environment_help(name),
         )
@@ -244,7 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.launch = None
     runs_before = protocol_runs()
     try:
-        if launch is not None:
+        if launch is not None and args.command not in LAUNCH_COMMANDS:
+            args.launch = launch  # the command refuses it (postflight reads logs)
+        elif launch is not None:
             sub = _subparser(parser, args.command)
             args, args.launch = apply_launch_command(args, launch, given=given_dests(sub, words[1:]))
         return _command(args.command).run(args)

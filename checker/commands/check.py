@@ -100,6 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(GiB). Default 0: free x --mem-fraction-static, a budget larger than the server's",
     )
     g.add_argument(
+        "--weights-from-log",
+        action="append",
+        metavar="LOG",
+        help="with --budget-from-device: each rank's weights figure from an earlier start's server log "
+        "(its 'Load weight end. ... mem usage=' lines, every rank of this layout; repeat for each "
+        "node's log) instead of --weights-gib",
+    )
+    g.add_argument(
         "--no-agree-budget",
         action="store_true",
         help="skip the MIN all-reduce: shows the divergence a missing agreement would cause",
@@ -160,6 +168,18 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         raise FlagError("--device-free-gib only applies with --budget-from-device")
     if args.weights_gib and not args.budget_from_device:
         raise FlagError("--weights-gib only applies with --budget-from-device")
+    weights, weights_source = tuple(args.weights_gib or ()), None
+    if args.weights_from_log:
+        if not args.budget_from_device or args.weights_gib:
+            raise FlagError(
+                "--weights-from-log gives the weights figure of --budget-from-device: give it with "
+                "--budget-from-device and without --weights-gib"
+            )
+        from checker.postflight.harvest import logged_weights
+
+        logged = logged_weights(args.weights_from_log)
+        weights = logged.per_rank(env.world_size, group=args.tp_size * args.dp_size)
+        weights_source = logged.source
     if env.world_size == 1 and not args.allow_single_rank:
         raise FlagError(
             "check is running as one rank, which compares nothing: launch it under torchrun with every "
@@ -177,7 +197,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             from_device=args.budget_from_device,
             mem_fraction_static=args.mem_fraction_static,
             device_free_gib=tuple(args.device_free_gib or ()),
-            weights_gib=tuple(args.weights_gib or ()),
+            weights_gib=weights,
+            weights_source=weights_source,
             agree=not args.no_agree_budget,
         ),
         output=OutputOptions(report=args.report, junit=args.junit, format=args.format, quiet=args.quiet),

@@ -134,6 +134,7 @@ class CheckJob:
             "timings": {**session.timings, "total_s": elapsed},
             "launch_command": launch_command_doc(self.config.launch if self.config is not None else None),
             "own_inputs": self.own_inputs,
+            **_weights_doc(self.config),
         }
         problems = report.write_all(
             verdict,
@@ -212,3 +213,16 @@ class CheckJob:
 def _torch_version() -> str:
     torch = sys.modules.get("torch")
     return str(getattr(torch, "__version__", "?"))
+
+
+def _weights_doc(config: PreflightConfig | None) -> dict[str, object]:
+    """The weights figures the budget used, whole (the ranks' ``budget_source`` text is cut at the wire's
+    width): what the post-flight holds each rank's logged ``mem usage`` to. Empty without a device
+    budget."""
+    if config is None or not config.budget.from_device:
+        return {}
+    b = config.budget
+    return {
+        "weights_gib": list(b.weights_gib) or [0.0],
+        "weights_source": b.weights_source or ("--weights-gib" if b.weights_gib else "none (0 GiB)"),
+    }

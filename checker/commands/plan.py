@@ -25,7 +25,7 @@ from checker.cli.options import (
     positive_int,
 )
 from checker.config import DeriveConfig, PlanConfig
-from checker.core.errors import BudgetError
+from checker.core.errors import BudgetError, FlagError
 from checker.core.partition import PARTITION_ENV
 from checker.core.planning import MemFraction, MinBudget, min_budget, min_mem_fraction, suggest_partition
 from checker.core.sizing import POLICIES, CapacityInputs, StageCapacity
@@ -121,6 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the weights' footprint on the busiest rank: the largest 'mem usage=X GB' of the server's "
         "'Load weight end.' log lines (GiB)",
     )
+    d.add_argument(
+        "--weights-from-log",
+        action="append",
+        metavar="LOG",
+        help="take --weights-gib from an earlier start's server log: the largest 'mem usage=' of its "
+        "ranks (repeat for each node's log)",
+    )
     add_engine_args(parser)
     add_output_args(parser, quiet="leave out the model and layout header")
 
@@ -130,12 +137,22 @@ def config_from_args(args: argparse.Namespace) -> PlanConfig:
     derive = DeriveConfig.from_args(
         args, default_budget_gib=DEFAULT_BUDGET_GIB, launch_command=launch_text(args, compared=False)
     )
+    weights, source = args.weights_gib, None
+    if args.weights_from_log:
+        if args.weights_gib is not None:
+            raise FlagError("--weights-from-log and --weights-gib are two weights figures; give one")
+        from checker.postflight.harvest import logged_weights
+
+        logged = logged_weights(args.weights_from_log)
+        weights, prefix = logged.busiest()
+        source = f"the largest mem usage in {logged.source}, [{prefix or 'no prefix'}]"
     return PlanConfig(
         derive=derive,
         target_max_running_requests=args.target_max_running_requests,
         partition_slack=args.partition_slack,
         gpu_free_gib=args.gpu_free_gib,
-        weights_gib=args.weights_gib,
+        weights_gib=weights,
+        weights_source=source,
     )
 
 

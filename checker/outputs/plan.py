@@ -151,7 +151,7 @@ def target_text(p: TargetPlan) -> list[str]:
         lines += [
             "",
             f"as --mem-fraction-static, with {c.gpu_free_gib:g} GiB free before {c.weights_gib:g} GiB of "
-            f"weights ({inputs.release.label}):",
+            f"weights{f' ({c.weights_source})' if c.weights_source else ''} ({inputs.release.label}):",
         ]
         lines += [f"  {policy}: {fraction_text(f)}" for policy, f in p.fractions.items() if f is not None]
     return lines + engine_lines(c, p)

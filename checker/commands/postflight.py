@@ -1,0 +1,170 @@
+"""``checker postflight``: the started server's own log held to the preflight's prediction, rank by rank.
+
+The logs (one per node, or one combined; ``-``: standard input) -> :mod:`checker.postflight.reader`
+(streamed) -> each rank's values (:mod:`checker.postflight.ranks`) -> held to ``--report``'s prediction
+(:mod:`checker.postflight.compare`) -> :mod:`checker.outputs.postflight`. Without ``--report`` it prints
+what it read, per rank. What a user reads in ``--help`` is :data:`DESCRIPTION` and :data:`EXAMPLES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from checker.cli.options import bounded_float
+from checker.core.errors import CheckerInputError, FlagError, printable
+
+HELP = "hold the started server's log to the preflight's prediction, rank by rank (no torch needed)"
+USAGE = ("python -m checker postflight [--report PREFLIGHT.json] LOG [LOG ...]",)
+"""Each form, whole: the command takes logs, not a launch command."""
+DESCRIPTION = """\
+After the server has started, read its own log (every node's, one file each or concatenated; - reads
+standard input; gzip is read as is) and hold what every rank logged to what the preflight predicted for
+it (--report, the preflight's JSON report): max_mamba_cache_size on every rank, max_running_requests on
+each stage's TP 0, pp_max_micro_batch_size recomputed from it as the release does, and the weights' mem
+usage against the weights figure the preflight's budget used. A divergence names the rank, its host,
+the value predicted and logged, and the most likely cause. Exit 0 consistent, 1 divergent, 2 error
+(unreadable input, or a rank the logs lack). Without --report: what every rank logged, with its prefix
+and line, and whether the ranks agree (exit 0; 2 when nothing could be read)."""
+EXAMPLES = (
+    "python -m checker postflight --report examples/logs/preflight.json examples/logs/node?.log",
+    "# node 1 started with smaller pools: exit 1, naming ranks 2-3, both values and the likely cause",
+    "cd examples/logs && python -m checker postflight --report preflight.json node0.log other-node1.log",
+    "python -m checker postflight examples/logs/node0.log --format json  # what each rank logged",
+)
+MARGIN_GIB = bounded_float(low=0, high=1024, low_inclusive=True, what=" GiB")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from checker.postflight.compare import WEIGHTS_MARGIN_GIB
+
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="a server log (- for standard input)")
+    g = parser.add_argument_group("prediction")
+    g.add_argument(
+        "--report",
+        metavar="PREFLIGHT.json",
+        help="the preflight's JSON report (checker check --report): what to hold the log to",
+    )
+    g.add_argument(
+        "--weights-margin-gib",
+        type=MARGIN_GIB,
+        default=WEIGHTS_MARGIN_GIB,
+        metavar="GIB",
+        help="how far a rank's logged weights may be from the preflight's figure "
+        f"(default {WEIGHTS_MARGIN_GIB:g})",
+    )
+    o = parser.add_argument_group("output")
+    o.add_argument(
+        "--postflight-report",
+        metavar="PATH",
+        help="write the post-flight's JSON report here (docs/postflight.schema.json)",
+    )
+    o.add_argument("--junit", metavar="PATH", help="write JUnit XML here: one case per value held")
+    o.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="what goes to stdout: text (default) or the JSON report",
+    )
+    o.add_argument("--quiet", "-q", action="store_true", help="print only the one-line verdict")
+
+
+def _refuse_collisions(args: argparse.Namespace) -> None:
+    """An output may not overwrite an input or another output: nothing the user gave is lost."""
+    outputs = [
+        (f, p) for f, p in (("--postflight-report", args.postflight_report), ("--junit", args.junit)) if p
+    ]
+    inputs = [("--report", args.report)] if args.report else []
+    inputs += [("LOG", p) for p in args.logs if p != "-"]
+    seen: dict[str, str] = {}
+    for flag, path in inputs + outputs:
+        real = os.path.realpath(path)
+        if real in seen and (flag, path) in outputs:
+            raise FlagError(
+                f"{flag} {printable(path)} is also given as {seen[real]}: writing it would overwrite that; "
+                "give the output another path"
+            )
+        seen.setdefault(real, f"{flag} {printable(path)}")
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
+    if args.launch is not None:
+        raise FlagError("postflight takes the server's logs, not a launch command after --; drop the --")
+    _refuse_collisions(args)
+    from checker.outputs.files import check_output_path
+
+    check_output_path("--postflight-report", args.postflight_report)
+    check_output_path("--junit", args.junit)
+    try:
+        return _run(args, t0)
+    except CheckerInputError as exc:
+        return _error(args, str(exc))
+    except BrokenPipeError:
+        raise  # `| head`: the reader left (checker.cli.main ends quietly)
+    except OSError as exc:  # a log that cannot be read (LogReadError and its kin): one line
+        return _error(args, str(exc))
+
+
+def _run(args: argparse.Namespace, t0: float) -> int:
+    from checker.outputs import postflight as out
+    from checker.postflight.compare import across, hold
+    from checker.postflight.prediction import read_prediction
+    from checker.postflight.ranks import ranks_read
+    from checker.postflight.reader import findings, read_logs
+
+    if args.logs.count("-") > 1:
+        raise FlagError("- (standard input) is given twice; give it once")
+    prediction = read_prediction(args.report) if args.report else None
+    reading = read_logs(args.logs, stdin=sys.stdin.buffer if "-" in args.logs and sys.stdin else None)
+    errors, warnings = findings(reading)
+    reads = ranks_read(reading)
+    if prediction is None:
+        result = across(reads, log_errors=errors, log_warnings=warnings)
+    else:
+        result = hold(
+            prediction,
+            reads,
+            weights_margin_gib=args.weights_margin_gib,
+            log_errors=errors,
+            log_warnings=warnings,
+        )
+    doc = out.to_json(result, reading, report=args.report)
+    problems = out.write_outputs(
+        doc=doc,
+        junit_text=out.to_junit(result, elapsed_s=time.monotonic() - t0) if args.junit else None,
+        markdown=out.to_markdown(result, reading) if args.report else None,
+        report=args.postflight_report,
+        junit=args.junit,
+    )
+    if args.format == "json":
+        print(json.dumps(doc, indent=2), flush=True)
+    elif args.quiet:
+        print(out.one_line(result), flush=True)
+    else:
+        print(out.to_text(result, reading), flush=True)
+    for p in problems:
+        print(f"checker postflight: warning: {p}", file=sys.stderr)
+    return result.exit_code
+
+
+def _error(args: argparse.Namespace, message: str) -> int:
+    """Unreadable input: one line on stderr, exit 2, and the error in every artefact asked for."""
+    from checker.outputs import postflight as out
+
+    line = f"checker postflight: error: {message}"
+    doc = out.error_doc(message, report=args.report, logs=args.logs)
+    out.write_outputs(
+        doc=doc,
+        junit_text=out.error_junit(message),
+        markdown=out.error_markdown(message),
+        report=args.postflight_report,
+        junit=args.junit,
+    )
+    if args.format == "json":
+        print(json.dumps(doc, indent=2), flush=True)
+    print(line, file=sys.stderr)
+    return 2
