@@ -322,7 +322,7 @@ def test_an_output_that_would_overwrite_an_input_is_refused(cli, tmp_path):
         )
         assert r.rc == 2
         (line,) = r.err.strip().splitlines()
-        assert flag in line and "would overwrite" in line
+        assert flag in line and "an output never replaces an input" in line
     assert json.loads((tmp_path / "p.json").read_text()) == report
 
 

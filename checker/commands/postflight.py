@@ -15,7 +15,7 @@ import sys
 import time
 
 from checker.cli.options import bounded_float
-from checker.core.errors import CheckerInputError, FlagError, printable
+from checker.core.errors import CheckerInputError, FlagError
 
 HELP = "hold the started server's log to the preflight's prediction, rank by rank (no torch needed)"
 USAGE = ("python -m checker postflight [--report PREFLIGHT.json] LOG [LOG ...]",)
@@ -72,33 +72,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--quiet", "-q", action="store_true", help="print only the one-line verdict")
 
 
-def _refuse_collisions(args: argparse.Namespace) -> None:
-    """An output may not overwrite an input or another output: nothing the user gave is lost."""
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Before anything is written: no output may be an input (the preflight report, a log) or another
+    output's file (:func:`checker.outputs.files.check_outputs`, the one check every command uses)."""
+    from checker.outputs.files import check_outputs
+
     outputs = [
-        (f, p) for f, p in (("--postflight-report", args.postflight_report), ("--junit", args.junit)) if p
+        ("--postflight-report", args.postflight_report),
+        ("--junit", args.junit),
+        ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY")),
     ]
-    inputs = [("--report", args.report)] if args.report else []
-    inputs += [("LOG", p) for p in args.logs if p != "-"]
-    seen: dict[str, str] = {}
-    for flag, path in inputs + outputs:
-        real = os.path.realpath(path)
-        if real in seen and (flag, path) in outputs:
-            raise FlagError(
-                f"{flag} {printable(path)} is also given as {seen[real]}: writing it would overwrite that; "
-                "give the output another path"
-            )
-        seen.setdefault(real, f"{flag} {printable(path)}")
+    inputs = [("--report", args.report)] + [("LOG", p) for p in args.logs if p != "-"]
+    check_outputs(outputs, inputs)
 
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     if args.launch is not None:
         raise FlagError("postflight takes the server's logs, not a launch command after --; drop the --")
-    _refuse_collisions(args)
-    from checker.outputs.files import check_output_path
-
-    check_output_path("--postflight-report", args.postflight_report)
-    check_output_path("--junit", args.junit)
+    _check_outputs(args)
     try:
         return _run(args, t0)
     except CheckerInputError as exc:

@@ -319,13 +319,10 @@ def _collision(out: _Place, ins: Sequence[_Input], earlier: Sequence[_Place]) ->
         if not i.holds(out):
             continue
         if i.place.same(out):
-            where = f"is {_what(i.place)}"
+            where, way_out = f"is {_what(i.place)}", "give the output another path"
         else:
-            where = f"is inside {_what(i.place)}"
-        return (
-            f"{_what(out)} {where}, which this run reads: an output never replaces an input; "
-            "name a file outside the model"
-        )
+            where, way_out = f"is inside {_what(i.place)}", "name a file outside it"
+        return f"{_what(out)} {where}, which this run reads: an output never replaces an input; {way_out}"
     for other in earlier:
         if not other.shared_freely and other.same(out):
             return f"{_what(other)} and {_what(out)} are one file; give each output its own path"
