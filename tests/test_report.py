@@ -497,7 +497,9 @@ def test_junit_failing_case_message_carries_groups_and_root_cause(tmp_path):
         assert failure.message == f"{name} differs across ranks: {groups}. root cause: {gap} | {cause}"
         assert "pp_ranks 2-3, layers [51, 72), [72, 93)" in failure.text
     (failure,) = cases["pipeline"].result  # the stages leave layers 46-50 on no stage: a case of its own
-    assert failure.message == f"the stages are not one pipeline of one model: {gap}"
+    assert (
+        failure.message == f"the stages are not one pipeline of one model: {gap.removeprefix('pipeline: ')}"
+    )
     assert cases["inputs"].is_passed and cases["inputs"].system_out == cause
 
 

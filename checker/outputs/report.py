@@ -484,12 +484,14 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
             )
     case = ET.SubElement(suite, "testcase", classname="checker.consistency", name="pipeline")
     if verdict.pipeline:
-        faults = [f"pipeline: {f.text}" for f in verdict.pipeline]
         el = ET.SubElement(
             case,
             "failure",
             type="divergent",
-            message=_cut("the stages are not one pipeline of one model: " + " | ".join(faults)),
+            message=_cut(
+                "the stages are not one pipeline of one model: "
+                + " | ".join(f.text for f in verdict.pipeline)
+            ),
         )
         el.text = "\n".join(["root cause:", *(f"  {c}" for c in causes)])
     case = ET.SubElement(suite, "testcase", classname="checker.consistency", name="inputs")
