@@ -70,7 +70,8 @@ def test_dp_size_without_pp_size_is_not_named_under_pp_size(tmp_path, monkeypatc
     v = decide(rows, world_size=4)
     assert "pp_size" not in v.differing_inputs
     assert v.input_causes == [
-        "attention_layout: ranks 0-1 give no --tp-size or attention-DP flag; ranks 2-3 have --dp-size 2 (on node-1)"
+        "attention_layout: ranks 0-1 give no --tp-size or attention-DP flag; ranks 2-3 have --dp-size 2 "
+        "(on node-1)"
     ]
     # The stages themselves differ (4 against 2): the pipeline says so, naming the flag as the cause.
     (fault,) = v.pipeline

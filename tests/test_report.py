@@ -697,6 +697,8 @@ def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_diff
     )
     assert [g["ranks"] for g in lc["groups"]] == [[0, 1, 2], [3]]
     assert lc["groups"][0]["input_digest"] == lc["input_digest"] != lc["groups"][1]["input_digest"]
+    # Each group's whole command matches rank 0's sha256 where it is rank 0's, and no other's.
+    assert lc["groups"][0]["sha256_prefix"] == lc["sha256"][:16] != lc["groups"][1]["sha256_prefix"]
     assert doc["differing_inputs"] == ["launch_command"]
     sent = doc["inputs"]["launch_command"]["by_rank"]
     assert len(set(sent)) == 1 and sent[0].endswith("...")  # cut where they differ, and it says so

@@ -9,6 +9,7 @@ the same verdict.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -16,9 +17,6 @@ from typing import TYPE_CHECKING
 
 from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
-
-if TYPE_CHECKING:
-    from checker.launch.merge import GivenFlags
 from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.layout import layout
@@ -37,6 +35,9 @@ from checker.preflight.row import (
     model_label,
 )
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
+
+if TYPE_CHECKING:
+    from checker.launch.merge import GivenFlags
 
 GIB = 2**30
 
@@ -173,9 +174,7 @@ def derive_row(
         status=local.status,
         error=local.error,
     )
-    if config.launch is not None:
-        import shlex
-
+    if config.launch is not None:  # the whole command, every word: the report groups ranks by it
         row.launch_digest = launch_digest(shlex.join(config.launch.argv))
     inputs: dict[str, str | None] = flag_inputs(sizing, config.given)
     inputs.update(sglang_env(environ))
