@@ -26,7 +26,7 @@ from checker.core.sizing import CapacityInputs, env_flag
 
 if TYPE_CHECKING:
     from checker.core.releases import ReleaseChoice
-    from checker.launch.merge import LaunchInputs
+    from checker.launch.merge import GivenFlags, LaunchInputs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +150,9 @@ class PreflightConfig:
     """The launch command's explicit sizing inputs, as read (its parser and release first)."""
     launch: LaunchInputs | None = None
     """The whole launch command as given and how it was read: rank 0's goes into the report whole."""
+    given: GivenFlags | None = None
+    """Which sizing inputs the user typed (the rest are defaults): a rank's inputs name only these, so a
+    root cause never names a default (None: unknown, every value counts as given)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -114,13 +114,15 @@ def test_partition_env_on_some_ranks_is_root_caused(tmp_path):
     assert rep["inputs"]["SGLANG_PP_LAYER_PARTITION"] == {
         "by_rank": [None, None, "30,21,21,21", "30,21,21,21"]
     }
-    (cause,) = rep["root_causes"]
+    # First the pipeline's own fault (layers 46-50 on no stage), then who set the variable.
+    gap, cause = rep["root_causes"]
+    assert gap.startswith("pipeline: layers [46, 51) are on no stage: rank 1 holds [23, 46) (pp_rank 1)")
     assert cause.startswith(
         "SGLANG_PP_LAYER_PARTITION: ranks 0-1 leave it unset; "
         "ranks 2-3 set SGLANG_PP_LAYER_PARTITION=30,21,21,21"
     )
     out = res.ranks[0].stdout.splitlines()
-    assert out[2:4] == ["root cause:", f"  {cause}"]
+    assert out[2:5] == ["root cause:", f"  {gap}", f"  {cause}"]
 
 
 @pytest.mark.slow

@@ -366,3 +366,89 @@ def test_a_cpu_torch_without_numpy_stays_quiet():
         warnings.warn("Failed to initialize NumPy: No module named 'numpy'", UserWarning, stacklevel=1)
         warnings.warn("something else", UserWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["something else"]
+
+
+# ---- issue 27 item 6: the smaller items ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["derive", "--attn-dp-size", "2"],
+            "checker derive: error: unrecognized arguments: --attn-dp-size; --attn-dp-size is a flag of "
+            "SGLang's launch command, not of the checker: give it in the launch command after -- (checker "
+            "derive [checker options] -- python -m sglang.launch_server ... --attn-dp-size ...), or use the "
+            "checker's own --dp-size (the attention DP size) (see checker derive --help)",
+        ),
+        (
+            ["check", "--context-length", "4096"],
+            "checker check: error: unrecognized arguments: --context-length; --context-length is a flag of "
+            "SGLang's launch command, not of the checker: give it in the launch command after -- (checker "
+            "check [checker options] -- python -m sglang.launch_server ... --context-length ...), or use the "
+            "checker's own --context-len (see checker check --help)",
+        ),
+    ],
+)
+def test_a_launch_flag_among_the_checkers_is_told_where_it_goes(cli, argv, line):
+    """--attn-dp-size was answered "did you mean --tp-size?", another setting than the one meant."""
+    res = cli(argv)
+    assert (res.rc, res.err.strip()) == (2, line)
+
+
+def test_an_unknown_flag_is_echoed_escaped(cli):
+    """A terminal escape in a word the user typed is shown, never acted on by the terminal."""
+    res = cli(["derive", "--x\x1b[31mred\nnext"])
+    assert res.rc == 2 and "\x1b" not in res.err and "\\x1b[31mred\\nnext" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["derive", "plan", "check"])
+def test_an_empty_model_name_is_refused_not_the_default(cli, command):
+    """`--model ""` (an unset CI variable) checked kimi-k3 without a word."""
+    res = cli([command, "--model", "", "--budget-gib", "8"])
+    assert res.rc == 2 and res.out == ""
+    assert f"checker {command}: error: --model '' must be a preset name (kimi-k3)" in res.err
+
+
+@pytest.mark.parametrize("device", ["meta", "mps"])
+def test_sweep_on_a_device_it_cannot_derive_on_is_one_line(cli, device):
+    """--device meta ended in a 30-line traceback (Tensor.item() on a meta tensor)."""
+    res = cli(["sweep", "--model", "kimi-k3", "--budgets", "8", "--device", device])
+    assert res.rc == 2 and "Traceback" not in res.err
+    (line,) = res.err.strip().splitlines()
+    assert line.startswith(
+        f"checker sweep: error: --device {device}: the sweep derives on cpu or cuda[:N] only"
+    )
+
+
+def test_a_flag_repeated_20000_times_is_parsed_once(cli, monkeypatch):
+    """--budget-gib 8 repeated 20,000 times, then 9: argparse alone is quadratic in the options it reads
+    (10.9 s on this machine). What it reads is the command with the repeats collapsed (the last value
+    wins, as argparse's own reading), a few words whatever the count."""
+    import argparse
+    import json
+
+    seen: list[int] = []
+    real = argparse.ArgumentParser.parse_known_args
+
+    def spy(self, args=None, namespace=None):
+        seen.append(len(args or ()))
+        return real(self, args, namespace)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", spy)
+    res = cli(
+        [
+            "derive",
+            "--model",
+            "kimi-k3",
+            *["--budget-gib", "8"] * 20_000,
+            "--budget-gib",
+            "9",
+            "--format",
+            "json",
+        ]
+    )
+    assert res.rc == 0, res.err
+    assert json.loads(res.out)["inputs"]["budget_gib"] == 9.0
+    assert max(seen) < 20, seen

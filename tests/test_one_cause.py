@@ -24,7 +24,7 @@ from checker.core.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
 from checker.preflight import derivation
-from checker.preflight.row import INPUT_NAMES
+from checker.preflight.row import ATTENTION_LAYOUT, INPUT_NAMES
 from checker.preflight.verdict import Verdict, decide
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -101,9 +101,9 @@ def _rank_row(node: Node, rank: int, tmp_path: Path, monkeypatch: pytest.MonkeyP
             parser = build_parser()
             args = parser.parse_args(words)
             args.launch = None
+            args.given = given_dests(_subparser(parser, "check"), words[1:])  # as main records it
             if node.launch is not None:
-                given = given_dests(_subparser(parser, "check"), words[1:])
-                args, args.launch = apply_launch_command(args, list(node.launch), given=given)
+                args, args.launch = apply_launch_command(args, list(node.launch), given=args.given)
             env = _env(rank)
             config = config_from_args(args, env)
             facts = derivation.local_facts(config, env, None)
@@ -161,15 +161,17 @@ ENV_CHANGE = {
     "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1",
 }
 
+ATTENTION_FLAGS = ("tp_size", "dp_size")
+
 MODEL = ("--model-path", "{model}")
 # A launch command's flag (by the checker's name: LAUNCH_ARGS) -> its other value, and the input it is
 # compared as. The model's config.json is another file on ranks 2-3 (same content elsewhere), see below.
 LAUNCH_CHANGE: dict[str, tuple[list[str], str]] = {
     "pp_size": (["--pp-size", "2"], "pp_size"),
-    "tp_size": (["--tp-size", "2"], "tp_size"),
-    # Attention DP 2 over the same --tp-size 2: attention TP 1. Both sizes the rank derives with change,
-    # and both are named (the launch command's raw attention flags are compared as these two).
-    "dp_size": (["--attn-dp-size", "2"], "dp_size"),
+    "tp_size": (["--tp-size", "2"], "attention_layout"),
+    # Attention DP 2 over the same --tp-size 2: attention TP 1. Both sizes the rank derives with change;
+    # what is named is the flags as typed (attention_layout), not the two sizes nobody typed.
+    "dp_size": (["--attn-dp-size", "2"], "attention_layout"),
     "mamba_full_memory_ratio": (["--mamba-full-memory-ratio", "0.5"], "mamba_full_memory_ratio"),
     "mamba_radix_cache_strategy": (
         ["--mamba-radix-cache-strategy", "extra_buffer"], "mamba_radix_cache_strategy"
@@ -200,8 +202,13 @@ def _cases(tmp: str) -> dict[str, Case]:
     cases: dict[str, Case] = {}
     for name, words in FLAG_CHANGE.items():
         need = FLAG_NEEDS.get(name, [])
+        # --tp-size and --dp-size are named as typed (attention_layout), not as the sizes derived from them.
+        expected = ATTENTION_LAYOUT if name in ATTENTION_FLAGS else name
         cases[f"flag {name}"] = Case(
-            name, Node(argv=(*BASE, *need)), Node(argv=(*BASE, *need, *words)), covers=(name,)
+            expected,
+            Node(argv=(*BASE, *need)),
+            Node(argv=(*BASE, *need, *words)),
+            covers=(name, expected),
         )
     for name, value in ENV_CHANGE.items():
         cases[f"env {name}"] = Case(name, Node(), Node(env=((name, value),)))
@@ -244,7 +251,7 @@ def _cases(tmp: str) -> dict[str, Case]:
             expected,
             Node(argv=checker, launch=base, model_json=KIMI_LINEAR),
             Node(argv=checker, launch=(*base, *words), model_json=odd_json),
-            covers=(f"launch {name}",),
+            covers=(f"launch {name}", expected),
         )
     for name, words in LAUNCH_ONLY_CHANGE.items():
         cases[f"launch-only {name}"] = Case(
@@ -281,12 +288,18 @@ def test_one_input_changed_on_ranks_2_3_is_the_one_named(case_id: str, tmp_path,
     rows = rows_of(case, tmp_path, monkeypatch)
     v = decide(rows, world_size=4)
     detail = (v.status, v.differing_inputs, v.root_causes, v.errors)
-    expected = ["tp_size", "dp_size"] if case_id == "launch dp_size" else [case.expected]
+    expected = [case.expected]
     assert v.differing_inputs == expected, detail
-    assert len(v.root_causes) == len(expected), detail
-    for name, cause in zip(expected, v.root_causes, strict=True):
+    assert len(v.input_causes) == len(expected), detail
+    for name, cause in zip(expected, v.input_causes, strict=True):
         assert cause.startswith(f"{name}: "), detail
         assert "ranks 2-3" in cause and "ranks 0-1" in cause, cause
+    # Where the stages no longer tile one model (another partition, another config.json), each fault
+    # names that same input as what made it, and the verdict is divergent whatever the values say.
+    for fault in v.pipeline:
+        assert fault.inputs == expected, detail
+    if v.pipeline:
+        assert v.status == "divergent", detail
     # Every line of every rendering of it is true as written (tests/test_output_words.py).
     from test_output_words import problems, rendered
 
@@ -320,8 +333,10 @@ def test_one_rank_against_three_is_the_odd_one_with_its_host(tmp_path, monkeypat
     ]
     v = decide(rows, world_size=4)
     assert v.root_causes == [
+        "pipeline: layer 69 is on no stage: rank 2 holds [46, 69) (pp_rank 2), rank 3 holds [70, 93) "
+        "(pp_rank 3); these ranks differ in SGLANG_PP_LAYER_PARTITION",
         "SGLANG_PP_LAYER_PARTITION: ranks 0-2 leave it unset; rank 3 sets "
-        "SGLANG_PP_LAYER_PARTITION=24,23,23,23 (on node-1)"
+        "SGLANG_PP_LAYER_PARTITION=24,23,23,23 (on node-1)",
     ]
 
 

@@ -204,8 +204,13 @@ def test_even_split_has_no_outliers():
 
 
 def test_partition_env_on_one_node_is_the_root_cause():
+    """Ranks 0-1 split kimi-k3's 93 layers evenly (23, 23, 23, 24), ranks 2-3 by 30,21,21,21: stage 1
+    ends at 46 and stage 2 starts at 51, so layers 46-50 run nowhere. The pipeline's fault comes first,
+    naming the ranks, the layers and the input; then who sets the input."""
     assert decided(PARTITION_HALF_4).root_causes == [
-        f"{PARTITION}: ranks 0-1 leave it unset; ranks 2-3 set {PARTITION}=30,21,21,21 (on node-1)"
+        "pipeline: layers [46, 51) are on no stage: rank 1 holds [23, 46) (pp_rank 1), rank 2 holds "
+        f"[51, 72) (pp_rank 2); these ranks differ in {PARTITION}",
+        f"{PARTITION}: ranks 0-1 leave it unset; ranks 2-3 set {PARTITION}=30,21,21,21 (on node-1)",
     ]
 
 
@@ -311,7 +316,7 @@ def test_json_inputs_are_typed_and_the_layout_is_filled():
     inputs = rep["inputs"]
     expected = {
         "tp_size": 2,
-        "pp_size": 2,
+        "pp_size": None,  # not given: the layout above is what the ranks derive with
         "dp_size": 1,
         "budget_gib": 8.0,
         "mamba_full_memory_ratio": 0.5,
@@ -333,7 +338,7 @@ def test_json_inputs_are_typed_and_the_layout_is_filled():
 def test_json_differing_input_has_a_per_rank_view():
     rep = report(PARTITION_HALF_4)
     assert rep["inputs"][PARTITION] == {"by_rank": [None, None, "30,21,21,21", "30,21,21,21"]}
-    assert rep["inputs"]["pp_size"] == 4 and rep["inputs"]["policy"] is None
+    assert rep["inputs"]["pp_size"] is None and rep["inputs"]["policy"] is None
     assert [r["inputs"][PARTITION] for r in rep["ranks"]] == [None, None, "30,21,21,21", "30,21,21,21"]
 
 
@@ -376,7 +381,9 @@ def test_text_root_cause_then_one_grouped_table_for_an_even_split():
     text = to_text(decided(PARTITION_HALF_4), summary=SUMMARY, elapsed_s=ELAPSED_S)
     lines = text.splitlines()
     assert lines[0].startswith("checker: DIVERGENT - world N (test) ") and "3.2 s" in lines[0]
-    assert lines[2] == "root cause:" and lines[3].strip().startswith(PARTITION)
+    assert lines[2] == "root cause:"
+    assert lines[3].strip().startswith("pipeline: layers [46, 51) are on no stage")
+    assert lines[4].strip().startswith(PARTITION)
     (grouped_title, grouped), (_, per_rank) = text_tables(text)
     assert grouped_title.startswith("values that differ across ranks")
     assert [(r["value"], r["derived"], r["ranks"], r["share"]) for r in grouped] == [
@@ -462,7 +469,7 @@ def test_one_line_divergent_quotes_the_root_cause():
     assert line.startswith(
         "checker verdict divergent: max_mamba_cache_size: ranks 0-1 -> 36 (split); ranks 2-3 -> 28 (split) | "
     )
-    assert line.endswith(f"(root cause: {decided(PARTITION_HALF_4).root_causes[0]})")
+    assert line.endswith(f"(root cause: {' | '.join(decided(PARTITION_HALF_4).root_causes)})")
 
 
 # ---- JUnit -------------------------------------------------------------------------------------------
@@ -478,17 +485,21 @@ def junit(world_or_verdict, tmp_path):
 
 def test_junit_failing_case_message_carries_groups_and_root_cause(tmp_path):
     suite, cases = junit(PARTITION_HALF_4, tmp_path)
-    assert (suite.tests, suite.failures, suite.errors) == (4, 3, 0)
+    assert (suite.tests, suite.failures, suite.errors) == (5, 4, 0)
     assert suite.time == pytest.approx(ELAPSED_S)
-    cause = decided(PARTITION_HALF_4).root_causes[0]
+    gap, cause = decided(PARTITION_HALF_4).root_causes
     for name, groups in [
         ("max_mamba_cache_size", "ranks 0-1 -> 36 (split); ranks 2-3 -> 28 (split)"),
         ("pp_max_micro_batch_size", "ranks 0-1 -> 2 (split); ranks 2-3 -> 1 (split)"),
     ]:
         (failure,) = cases[name].result
         assert isinstance(failure, Failure)
-        assert failure.message == f"{name} differs across ranks: {groups}. root cause: {cause}"
+        assert failure.message == f"{name} differs across ranks: {groups}. root cause: {gap} | {cause}"
         assert "pp_ranks 2-3, layers [51, 72), [72, 93)" in failure.text
+    (failure,) = cases["pipeline"].result  # the stages leave layers 46-50 on no stage: a case of its own
+    assert (
+        failure.message == f"the stages are not one pipeline of one model: {gap.removeprefix('pipeline: ')}"
+    )
     assert cases["inputs"].is_passed and cases["inputs"].system_out == cause
 
 
@@ -686,6 +697,8 @@ def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_diff
     )
     assert [g["ranks"] for g in lc["groups"]] == [[0, 1, 2], [3]]
     assert lc["groups"][0]["input_digest"] == lc["input_digest"] != lc["groups"][1]["input_digest"]
+    # Each group's whole command matches rank 0's sha256 where it is rank 0's, and no other's.
+    assert lc["groups"][0]["sha256_prefix"] == lc["sha256"][:16] != lc["groups"][1]["sha256_prefix"]
     assert doc["differing_inputs"] == ["launch_command"]
     sent = doc["inputs"]["launch_command"]["by_rank"]
     assert len(set(sent)) == 1 and sent[0].endswith("...")  # cut where they differ, and it says so

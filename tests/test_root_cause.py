@@ -117,7 +117,7 @@ def test_a_launch_command_flag_on_three_of_eight() -> None:
     flag, the three last with their hosts."""
     rows = world(8, per_node=2, inputs_of=lambda r: {"max_running_requests": "8"} if r in (2, 3, 4) else {})
     assert explain_input("max_running_requests", rows) == (
-        "max_running_requests: ranks 0-1, 5-7 have --max-running-requests=<unset>; ranks 2-4 have "
+        "max_running_requests: ranks 0-1, 5-7 leave --max-running-requests unset; ranks 2-4 have "
         "--max-running-requests=8 (on node-1, node-2)"
     )
 

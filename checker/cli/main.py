@@ -20,8 +20,9 @@ from collections.abc import Sequence
 
 from checker import __version__
 from checker.cli.refusal import protocol_runs, refuse, refuse_unexpected
-from checker.core.errors import CheckerInputError
+from checker.core.errors import CheckerInputError, printable
 from checker.launch.merge import apply_launch_command, given_dests, split_launch_command
+from checker.launch.repeats import OptionIndex, collapse_repeats
 from checker.status import EXIT_INTERRUPTED
 
 # name -> module under checker.commands; the first is the default subcommand.
@@ -84,8 +85,10 @@ class OneLineParser(argparse.ArgumentParser):
         # "argument --budget-gib: 0 must be ..." -> "--budget-gib 0 must be ...": the flag as typed.
         message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: (?=[^ ]+ must )", r"\1 ", message)
         message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: ", r"\1: ", message)
+        # Words the user typed are echoed: escaped, so a terminal escape or a newline in one is shown,
+        # never acted on by the terminal or the CI log.
         raise UsageError(
-            f"{self.prog}: error: {message}{_suggestion(self, message)} (see {self.prog} --help)"
+            printable(f"{self.prog}: error: {message}{_suggestion(self, message)} (see {self.prog} --help)")
         )
 
 
@@ -117,6 +120,9 @@ def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
     if not m:
         return ""
     word = m.group(1).split("=", 1)[0]
+    launch_flag = _launch_flag_hint(parser, word)
+    if launch_flag:
+        return launch_flag
     choices: list[str] = []
     todo = [parser]
     while todo:  # the top-level parser reports the subcommands' unknown flags too
@@ -128,6 +134,34 @@ def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
                 todo += list(action.choices.values())
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
+
+
+# SGLang launch flags whose meaning the checker's own flags give under another name.
+_CHECKER_COUNTERPART = {"--attn-dp-size": ("--dp-size", "the attention DP size")}
+
+
+def _launch_flag_hint(parser: argparse.ArgumentParser, word: str) -> str:
+    """For a flag of SGLang's launch command given among the checker's own (``--attn-dp-size``): where it
+    goes (after ``--``, in the launch command), and the checker's own flag for it where there is one. A
+    close checker flag ("did you mean --tp-size?") would check another setting than the one meant."""
+    if not word.startswith("--"):
+        return ""
+    from checker.launch.flags import ACTIONS
+    from checker.launch.merge import CHECKER_FLAG, SGLANG_FLAG
+
+    if not any(word in row[0].split() for row in ACTIONS):
+        return ""
+    prog = parser.prog if parser.prog.startswith("checker ") else "checker check"
+    ours = {v: CHECKER_FLAG[k] for k, v in SGLANG_FLAG.items() if v}
+    counterpart = _CHECKER_COUNTERPART.get(word) or ((ours[word], "") if word in ours else None)
+    also = ""
+    if counterpart is not None:
+        flag, what = counterpart
+        also = f", or use the checker's own {flag}" + (f" ({what})" if what else "")
+    return (
+        f"; {word} is a flag of SGLang's launch command, not of the checker: give it in the launch command "
+        f"after -- ({prog} [checker options] -- python -m sglang.launch_server ... {word} ...){also}"
+    )
 
 
 def _command(name: str):
@@ -205,13 +239,13 @@ def _refuse_unknown_flags(parser: argparse.ArgumentParser, words: Sequence[str])
     sub = action.choices.get(words[0]) if words else None
     if sub is None:
         return
-    known = [o for a in sub._actions for o in a.option_strings]
+    index = OptionIndex(sub)  # by binary search: a command line of thousands of words stays linear
     unknown = []
     for word in words[1:]:
         if word == "--":
             break
         flag = word.split("=", 1)[0]
-        if flag.startswith("--") and not any(o.startswith(flag) for o in known):
+        if flag.startswith("--") and flag not in index.actions and not index._prefixed(flag):
             unknown.append(word)
     if unknown:
         sub.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -240,17 +274,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # help and a mistyped command need every command's.
         parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
         _refuse_unknown_flags(parser, words)
+        if words and words[0] in COMMANDS:
+            # A flag repeated (a CI template appending overrides) is read once, its last value: argparse
+            # alone takes time quadratic in the number of options (20,000 repeats: 10.9 s).
+            words = [words[0], *collapse_repeats(OptionIndex(_subparser(parser, words[0])), words[1:])]
         args = parser.parse_args(words)
     except UsageError as exc:
         return refuse(command, str(exc), full)
     args.launch = None
     runs_before = protocol_runs()
     try:
+        # The flags typed (a default is never reported as given: checker.launch.merge.GivenFlags).
+        args.given = given_dests(_subparser(parser, args.command), words[1:])
         if launch is not None and args.command not in LAUNCH_COMMANDS:
             args.launch = launch  # the command refuses it (postflight reads logs)
         elif launch is not None:
-            sub = _subparser(parser, args.command)
-            args, args.launch = apply_launch_command(args, launch, given=given_dests(sub, words[1:]))
+            args, args.launch = apply_launch_command(args, launch, given=args.given)
         return _command(args.command).run(args)
     except CheckerInputError as exc:
         return refuse(args.command, f"checker {args.command}: error: {exc}", full)

@@ -108,13 +108,26 @@ def init_method(text: str) -> str:
     return text
 
 
+def _preset_name(text: str) -> str:
+    """--model NAME: an empty name is refused here, not read as "no model given" (which is the default
+    preset: a typo'd CI variable, ``--model "$MODEL"``, would check kimi-k3 without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be a preset name ({', '.join(PRESETS)}); "
+            "pass --model-config PATH for anything else"
+        )
+    return text
+
+
 def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
     g = parser.add_argument_group("model" + (" (one is required)" if required else ""))
     # Not required by argparse even when the command needs it: a launch command after `--` can name
     # the model (--model-path), which argparse never sees. The command checks it (config_from_args).
     m = g.add_mutually_exclusive_group()
     default = "" if required else f"; default {DEFAULT_MODEL} when no config is given"
-    m.add_argument("--model", metavar="NAME", help=f"built-in preset ({', '.join(PRESETS)}){default}")
+    m.add_argument(
+        "--model", metavar="NAME", type=_preset_name, help=f"built-in preset ({', '.join(PRESETS)}){default}"
+    )
     m.add_argument(
         "--model-config",
         "--model-path",

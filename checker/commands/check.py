@@ -35,7 +35,7 @@ from checker.config import (
 )
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
-from checker.launch.merge import launch_text
+from checker.launch.merge import given_flags, launch_text
 
 HELP = "the preflight under torchrun: every rank derives locally, all ranks agree or the job fails"
 USAGE = ("torchrun [torchrun options] -m checker [check]",)
@@ -207,6 +207,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         materialize_device=args.materialize_device,
         launch_command=launch_text(args),
         launch=getattr(args, "launch", None),
+        given=given_flags(args),
     )
 
 

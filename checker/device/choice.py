@@ -20,8 +20,20 @@ def sweep_device(name: str) -> torch.device:
         device = torch.device(name)
     except RuntimeError:
         raise FlagError(f"--device {name!r} is not a torch device; use cpu or cuda[:N]") from None
+    if device.type not in ("cpu", "cuda"):
+        # meta holds shapes, no values (the sweep reads its results back with .item()); mps and others
+        # lack float64, which the derivation needs to match the scalar core.
+        raise FlagError(
+            f"--device {name}: the sweep derives on cpu or cuda[:N] only"
+            + (" (a meta tensor holds no values to read back)" if device.type == "meta" else "")
+        )
     if device.type == "cuda" and not torch.cuda.is_available():
         raise FlagError(f"--device {name}: no CUDA device is available here; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise FlagError(
+            f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible here; "
+            f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
     return device
 
 

@@ -27,13 +27,17 @@ from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """3: the row defined once in checker.preflight.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
 slots, new meanings: ``model`` digests the model's own files (not resolved dtypes or TP), ``launch_command``
 carries only the flags no other input does, and an input a rank did not resolve is unset (a rank of
-schema 5 would differ from one of 6 in both without any difference in what they run)."""
+schema 5 would differ from one of 6 in both without any difference in what they run); 7: the row carries
+the model's layer count (``num_layers``), the digest of its definition (``model_digest``) and of the whole
+launch command (``launch_digest``), so the verdict proves the stages tile one model; the input
+``attention_layout`` (the TP/attention-DP flags as typed), and the sizing-flag inputs hold what was given,
+never a release parser's default (a rank of 6 would name a default nobody typed)."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

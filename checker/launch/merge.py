@@ -39,6 +39,12 @@ class LaunchInputs:
     argv: tuple[str, ...] = ()
     """The whole launch command as given (the words after ``--``): the report keeps it."""
     form: str = ""
+    explicit: frozenset[str] = frozenset()
+    """The inputs (by the checker's name) the command gives: the rest of ``values`` are the release
+    parser's defaults, which a rank derives with but never reports as given."""
+    attention: str | None = None
+    """The TP and attention-DP flags as the command gives them (``--tp-size 2 --enable-dp-attention
+    --dp-size 2``), None where it gives none: the ``attention_layout`` input."""
 
     @property
     def input(self) -> str:
@@ -137,6 +143,12 @@ def apply_launch_command(
             ours = getattr(args, key)
             if not _same(ours, value, key):
                 theirs = SGLANG_FLAG.get(key, CHECKER_FLAG[key])
+                if not _explicit(cmd, key):  # the release's default, which nobody typed
+                    raise FlagError(
+                        f"{CHECKER_FLAG[key]} {ours} disagrees with the launch command, which does not give "
+                        f"{theirs} (SGLang {cmd.release} then uses {value}); give it in the launch command "
+                        "(the launch command is what the server runs)"
+                    )
                 raise FlagError(
                     f"{CHECKER_FLAG[key]} {ours} and {theirs} {value} in the launch command disagree; give "
                     "it in one place (the launch command is what the server runs)"
@@ -153,7 +165,71 @@ def apply_launch_command(
         sizing=" ".join(f"{k}={v}" for k, v in given_items),
         argv=tuple(launch),
         form=cmd.form,
+        explicit=frozenset(k for k in values if _explicit(cmd, k)),
+        attention=typed_attention(cmd),
     )
+
+
+# The attention-layout fields as a launch command spells them, in the order a reader says them:
+# `--tp-size 2 --enable-dp-attention --dp-size 2` (up to 0.5.21), `--tp-size 2 --attn-dp-size 2` (0.5.22+).
+_ATTENTION_SPELLING = (
+    ("tp_size", "--tp-size"),
+    ("enable_dp_attention", "--enable-dp-attention"),
+    ("dp_size", "--dp-size"),
+    ("attn_dp_size", "--attn-dp-size"),
+    ("attn_cp_size", "--attn-cp-size"),
+)
+
+
+def typed_attention(cmd) -> str | None:  # noqa: ANN001 - a LaunchCommand
+    """The TP and attention-DP flags the launch command gives, as it gives them (its canonical spelling of
+    each; a flag is only named when typed, never at its parser default). None: it gives none.
+
+    --dp-size without attention DP makes independent replicas whose pools are sized alone (nothing a rank
+    derives changes), so it is named only beside --enable-dp-attention or --attn-dp-size."""
+    typed = cmd.sglang_explicit
+    values = cmd.sglang_values
+    attention_dp = bool(values.get("enable_dp_attention")) or "attn_dp_size" in typed
+    words = []
+    for field, flag in _ATTENTION_SPELLING:
+        if field not in typed or (field == "dp_size" and not attention_dp):
+            continue
+        value = values.get(field)
+        if isinstance(value, bool):
+            if value:
+                words.append(flag)
+        else:
+            words.append(f"{flag} {value}")
+    return " ".join(words) or None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GivenFlags:
+    """What the user typed, of a command's sizing inputs: the checker's own flags and the launch
+    command's, never a default (the checker's or a release parser's)."""
+
+    names: frozenset[str]
+    """The sizing inputs given, by the checker's name (SizingFlags fields)."""
+    attention: str | None
+    """The TP and attention-DP flags as typed (the ``attention_layout`` input): the launch command's
+    where there is one, else the checker's own --tp-size and --dp-size."""
+
+
+def given_flags(args: argparse.Namespace) -> GivenFlags | None:
+    """The sizing inputs ``args`` were given (``args.given``: the checker flags' dests typed, set by the
+    entry point; ``args.launch``: the launch command read), or None where the entry point did not record
+    them (a config built by hand: every value counts as given)."""
+    ours = getattr(args, "given", None)
+    if ours is None:
+        return None
+    launch: LaunchInputs | None = getattr(args, "launch", None)
+    names = set(ours) | (set(launch.explicit) if launch is not None else set())
+    if launch is not None:
+        attention = launch.attention
+    else:
+        typed = [name for name in ("tp_size", "dp_size") if name in ours]
+        attention = " ".join(f"--{name.replace('_', '-')} {getattr(args, name)}" for name in typed)
+    return GivenFlags(names=frozenset(names), attention=attention or None)
 
 
 # The raw SGLang fields the checker's tp_size and dp_size (the attention layout a rank derives with) are

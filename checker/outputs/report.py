@@ -1,7 +1,8 @@
 """The verdict as a person reads it (text), as CI reads it (JSON, JUnit XML, GitHub step summary).
 
-Every rendering leads with the root cause (the inputs that differ across ranks, or, when every input
-agrees, the stages' own layer slices), then one grouped view of the values that differ: per value, one
+Every rendering leads with the root cause (the ways the stages are not one pipeline of one model, then
+the inputs that differ across ranks, or, when every input agrees, the stages' own layer slices), then
+one grouped view of the values that differ: per value, one
 line per group of ranks that derived the same number. ``share`` names each group ``majority``,
 ``outlier`` or ``split`` (no value is held by more ranks than every other, e.g. 2-2: nothing is an
 outlier). docs/report.schema.json describes the JSON report; docs/example-divergent.md shows each
@@ -23,6 +24,7 @@ from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.wire import VALUE_BYTES, digest
 from checker.outputs.files import append_file, write_file
 from checker.outputs.tables import fmt_int, format_table, mark, outliers, rank_ranges
+from checker.preflight.pipeline import agreed_num_layers
 from checker.preflight.row import MISSING, REPORTED_INTS, RankRow
 from checker.preflight.verdict import ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
@@ -188,12 +190,13 @@ def launch_command_json(
     own: Mapping[str, object] | None, rows: Sequence[RankRow]
 ) -> dict[str, object] | None:
     """The report's ``launch_command``: rank 0's command whole (``own``, from :func:`launch_command_doc`)
-    and, per group of ranks that sent the same ``launch_command`` input, that input's digest (null: the
-    ranks were started without one), the largest group first. Null when no rank had a launch command."""
-    groups: dict[int, list[RankRow]] = {}
+    and one group per command the ranks ran, by the whole command (every word: ``sha256_prefix``, the
+    first 16 hex digits of its ``sha256``) and by how it was read (``input_digest``, the ``launch_command``
+    input's digest; null: no command), the largest group first. Null when no rank had a launch command."""
+    groups: dict[tuple[int, int | None], list[RankRow]] = {}
     for row in rows:
         if "launch_command" in row.input_digests:
-            groups.setdefault(row.input_digests["launch_command"], []).append(row)
+            groups.setdefault((row.launch_digest, row.input_digests["launch_command"]), []).append(row)
     if own is None and all(r.inputs.get("launch_command") is None for r in rows):
         return None
     ordered = sorted(groups.values(), key=lambda g: (-len(g), g[0].rank))
@@ -201,7 +204,13 @@ def launch_command_json(
     def sent(row: RankRow) -> str | None:
         return None if row.inputs.get("launch_command") is None else _hex(row.input_digests["launch_command"])
 
-    groups_doc = [{"ranks": [r.rank for r in g], "input_digest": sent(g[0])} for g in ordered]
+    def whole(row: RankRow) -> str | None:
+        return None if row.launch_digest == MISSING else _hex(row.launch_digest)
+
+    groups_doc = [
+        {"ranks": [r.rank for r in g], "sha256_prefix": whole(g[0]), "input_digest": sent(g[0])}
+        for g in ordered
+    ]
     return {**(own or _NO_LAUNCH), "groups": groups_doc}
 
 
@@ -240,6 +249,7 @@ def to_json(verdict: Verdict, *, extra: Mapping[str, object]) -> dict[str, objec
             for name, groups in verdict.divergent_groups.items()
         },
         "differing_inputs": verdict.differing_inputs,
+        "pipeline": pipeline_json(verdict),
         "root_causes": verdict.root_causes,
         "errors": verdict.errors,
         "warnings": verdict.warnings,
@@ -248,7 +258,31 @@ def to_json(verdict: Verdict, *, extra: Mapping[str, object]) -> dict[str, objec
     }
 
 
+def pipeline_json(verdict: Verdict) -> dict[str, object]:
+    """Whether the ranks are one pipeline of one model: the layer count they agree on (null: they do not,
+    or none loaded the model) and one entry per fault (checker.preflight.pipeline), empty when the stages
+    tile the model."""
+    return {
+        "num_layers": agreed_num_layers(verdict.rows),
+        "faults": [
+            {
+                "kind": f.kind,
+                "ranks": f.ranks,
+                "layers": None if f.layers is None else list(f.layers),
+                "inputs": f.inputs,
+                "text": f.text,
+            }
+            for f in verdict.pipeline
+        ],
+    }
+
+
 # -- what every rendering says first ----------------------------------------------------------------------
+
+
+def _diverged(verdict: Verdict) -> bool:
+    """Whether the ranks diverge in what they run: a value, or the pipeline itself."""
+    return bool(verdict.divergent or verdict.pipeline)
 
 
 def root_cause_lines(verdict: Verdict) -> list[str]:
@@ -350,7 +384,7 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
     ]
     causes = root_cause_lines(verdict)
     if causes:
-        title = "root cause" if verdict.divergent else "inputs that differ across ranks"
+        title = "root cause" if _diverged(verdict) else "inputs that differ across ranks"
         out += ["", f"{title}:"] + [f"  {c}" for c in causes]
         note = cut_note(verdict)
         out += [f"  ({note})"] if note else []
@@ -387,8 +421,10 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
 
 def one_line(verdict: Verdict) -> str:
     """The verdict in one line, for torchrun's root cause and CI logs."""
-    if verdict.status == DIVERGENT and verdict.divergent:
+    if verdict.status == DIVERGENT and _diverged(verdict):
         parts = [groups_text(n, verdict.divergent_groups[n]) for n in verdict.divergent]
+        if verdict.pipeline and not parts:
+            parts = ["the stages are not one pipeline of one model"]
         causes = root_cause_lines(verdict)
         cause = f" (root cause: {' | '.join(causes)})" if causes else ""
         return f"checker verdict divergent: {' | '.join(parts)}{cause}"
@@ -416,8 +452,9 @@ def _group_detail(name: str, groups: Sequence[ValueGroup]) -> list[str]:
 
 
 def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
-    """One case per checked value plus ``inputs``. A failing case's message carries the per-group values
-    and the root cause (GitLab and Jenkins show only the failing case's message); its text the details."""
+    """One case per checked value, ``pipeline`` (the stages tile one model) and ``inputs``. A failing
+    case's message carries the per-group values and the root cause (GitLab and Jenkins show only the
+    failing case's message); its text the details."""
     from xml.etree import ElementTree as ET  # only with --junit: every rank imports this module
 
     suite = ET.Element("testsuite", name="pp-capacity-check", time=f"{elapsed_s:.3f}")
@@ -445,23 +482,35 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
                     *([f"({note})"] if (note := cut_note(verdict)) else []),
                 ]
             )
+    case = ET.SubElement(suite, "testcase", classname="checker.consistency", name="pipeline")
+    if verdict.pipeline:
+        el = ET.SubElement(
+            case,
+            "failure",
+            type="divergent",
+            message=_cut(
+                "the stages are not one pipeline of one model: "
+                + " | ".join(f.text for f in verdict.pipeline)
+            ),
+        )
+        el.text = "\n".join(["root cause:", *(f"  {c}" for c in causes)])
     case = ET.SubElement(suite, "testcase", classname="checker.consistency", name="inputs")
     if verdict.differing_inputs:
         strict = any("--strict-inputs" in e for e in verdict.errors)
-        body = "\n".join([*verdict.root_causes, *([f"({note})"] if (note := cut_note(verdict)) else [])])
+        body = "\n".join([*verdict.input_causes, *([f"({note})"] if (note := cut_note(verdict)) else [])])
         if strict:
             el = ET.SubElement(
                 case,
                 "failure",
                 type="divergent",
                 message=_cut(
-                    "inputs differ across ranks (--strict-inputs): " + " | ".join(verdict.root_causes)
+                    "inputs differ across ranks (--strict-inputs): " + " | ".join(verdict.input_causes)
                 ),
             )
         else:
             el = ET.SubElement(case, "system-out")
         el.text = body
-    suite.set("tests", str(len(CHECKED_VALUES) + 1))
+    suite.set("tests", str(len(CHECKED_VALUES) + 2))
     suite.set("failures", str(len(suite.findall(".//failure"))))
     suite.set("errors", str(len(suite.findall(".//error"))))
     ET.indent(suite)
@@ -486,7 +535,7 @@ def to_markdown(verdict: Verdict, *, summary: str) -> str:
     lines = [f"### PP capacity preflight: {HEADLINE[verdict.status]}", ""]
     causes = root_cause_lines(verdict)
     if causes:
-        lines += [f"**{'Root cause' if verdict.divergent else 'Inputs that differ across ranks'}:**", ""]
+        lines += [f"**{'Root cause' if _diverged(verdict) else 'Inputs that differ across ranks'}:**", ""]
         lines += [f"- {_md(c)}" for c in causes] + [""]
         note = cut_note(verdict)
         lines += [f"({_md(note)})", ""] if note else []

@@ -9,9 +9,11 @@ the same verdict.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
@@ -22,8 +24,20 @@ from checker.core.releases import ReleaseChoice, installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
-from checker.preflight.row import MISSING, NOT_INSTALLED, RankRow, input_text, model_label
+from checker.preflight.row import (
+    ATTENTION_LAYOUT,
+    MISSING,
+    NOT_INSTALLED,
+    RankRow,
+    input_text,
+    launch_digest,
+    model_digest,
+    model_label,
+)
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
+
+if TYPE_CHECKING:
+    from checker.launch.merge import GivenFlags
 
 GIB = 2**30
 
@@ -107,10 +121,28 @@ def device_budget(
     return result.gib, f"device free ({agreement}): {result.formula}"
 
 
-def flag_inputs(sizing: SizingFlags, pp_size: int) -> dict[str, str | None]:
-    values = {f.name: getattr(sizing, f.name) for f in fields(sizing)}
-    values["pp_size"] = pp_size or sizing.pp_size  # the size this rank derives with, not just the flag
-    return {k: input_text(v) for k, v in values.items()}
+def flag_inputs(sizing: SizingFlags, given: GivenFlags | None) -> dict[str, str | None]:
+    """The sizing-flag inputs as the user gave them: a flag not typed (on the checker's command line or in
+    the launch command) is its checker default (None where the release or the layout decides), never the
+    value a release's parser defaults it to nor the pp size this rank works out from the world: those
+    differ across ranks by release or layout, which their own inputs name. The attention TP and DP sizes
+    (``tp_size``, ``dp_size``) are what the rank derives with; ``attention_layout`` holds the flags typed."""
+    values: dict[str, object] = {f.name: getattr(sizing, f.name) for f in fields(sizing)}
+    if given is not None:
+        values = {
+            f.name: values[f.name] if f.name in given.names or f.name in _DERIVED else f.default
+            for f in fields(sizing)
+        }
+    out = {k: input_text(v) for k, v in values.items()}
+    # Unknown (a config built without the entry point): unset on every rank, so tp_size and dp_size are
+    # compared as themselves.
+    out[ATTENTION_LAYOUT] = given.attention if given is not None else None
+    return out
+
+
+_DERIVED = ("tp_size", "dp_size")
+"""Inputs that hold what the rank derives with: the attention TP and DP sizes (a launch command's
+--tp-size and attention DP give them by the release's rules), compared beside the flags typed."""
 
 
 def derive_row(
@@ -142,7 +174,9 @@ def derive_row(
         status=local.status,
         error=local.error,
     )
-    inputs: dict[str, str | None] = flag_inputs(sizing, local.pp_size)
+    if config.launch is not None:  # the whole command, every word: the report groups ranks by it
+        row.launch_digest = launch_digest(shlex.join(config.launch.argv))
+    inputs: dict[str, str | None] = flag_inputs(sizing, config.given)
     inputs.update(sglang_env(environ))
     fixed_budget = None if config.budget.from_device else config.budget.budget_gib
     # The inputs this rank resolves below (RESOLVED_INPUTS) stay None until it has: a rank that fails
@@ -229,6 +263,8 @@ def _derive_into(
     )
     # The model's own definition (not the dtypes or TP size this rank resolved: inputs of their own).
     row.inputs["model"] = model_label(cap.geometry)
+    row.num_layers = cap.geometry.num_hidden_layers
+    row.model_digest = int(model_digest(cap.geometry), 16)
     source = model_source(config.model, config.sizing)
     engines = prepare_engines(
         release.engine, cap, source, environ, best_effort=config.engine.best_effort, release=release

@@ -43,6 +43,9 @@ class RankRow:
     pp_max_micro_batch_size: int = _int()
     start_layer: int = _int()
     end_layer: int = _int()
+    num_layers: int = _int()
+    """The model's layer count (num_hidden_layers) as this rank loaded it: the stages must tile exactly
+    this many layers (:mod:`checker.preflight.pipeline`)."""
     stage_linear_layers: int = _int()
     max_stage_linear_layers: int = _int()
     stage_per_req_bytes: int = _int()
@@ -53,6 +56,12 @@ class RankRow:
     budget_millionths_gib: int = _int(report=False)
     """The budget this rank derived with, in millionths of a GiB (reported as ``budget_gib``)."""
     device_free_bytes: int = _int()
+    model_digest: int = _int(report=False)
+    """The digest of the model's own definition (the hex after ``#`` in the ``model`` input, as an int):
+    ranks that load one model under two paths agree here and differ only in the ``model`` input's text."""
+    launch_digest: int = _int(report=False)
+    """The first 64 bits of the SHA-256 of the whole launch command as given (``launch_command.text`` of
+    the report; MISSING: none): the report groups ranks by the command they ran, every word of it."""
     # --materialize
     predicted_bytes: int = _int()
     allocated_bytes: int = _int()
@@ -86,6 +95,7 @@ INPUT_NAMES = (
     "model",
     "budget_gib",
     "budget_source",
+    "attention_layout",
     *SIZING_FLAG_NAMES,
     *SGLANG_ENV_VARS,
     "launch_command",
@@ -98,21 +108,44 @@ RESOLVED_INPUTS = ("sglang_installed", "derived_as", "model", "budget_gib", "bud
 could not (its error says why), and such a rank is left out of the comparison of that input, since an
 input it never read cannot differ from anyone's."""
 
-FOLLOWS = {"derived_as": "sglang_installed", "budget_gib": "budget_source"}
-"""An input that follows from another: it differs whenever that one does, so the other is the cause
-(the installed release decides the release derived as; the budget source, e.g. --mem-fraction-static
-under --budget-from-device, decides the budget)."""
+FOLLOWS: dict[str, tuple[str, ...]] = {
+    "derived_as": ("sglang_installed",),
+    "budget_gib": ("budget_source",),
+    "tp_size": ("attention_layout", "sglang_installed", "derived_as"),
+    "dp_size": ("attention_layout", "sglang_installed", "derived_as"),
+}
+"""An input that follows from others: it differs whenever one of them does, so that one is the cause (the
+installed release decides the release derived as; the budget source, e.g. --mem-fraction-static under
+--budget-from-device, decides the budget; the attention flags as typed, read by the release's rules,
+decide the attention TP and DP sizes a rank derives with)."""
+
+ATTENTION_LAYOUT = "attention_layout"
+"""The input naming the TP and attention-DP flags as they were typed: ``--tp-size 2 --enable-dp-attention
+--dp-size 2`` in a launch command, ``--tp-size 1 --dp-size 2`` as the checker's own flags; None where none
+was given. The ``tp_size`` and ``dp_size`` inputs are what a rank derives with (attention TP and DP), which
+nobody types under a launch command, so a root cause names this one instead (FOLLOWS)."""
+
+
+def model_digest(geometry) -> str:
+    """The digest of the model's own definition (its config.json, or the preset): 8 hex digits."""
+    digest = geometry.source_digest
+    if not digest:  # a geometry built without load_geometry (another engine's rebuild): its shapes
+        text = json.dumps(geometry.describe(), sort_keys=True)
+        digest = hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
+    return str(digest)
 
 
 def model_label(geometry) -> str:
     """The ``model`` input: the model's name and a digest of the model's own definition (its config.json,
     or the preset), so two ranks that load different configs under one name still differ, and a rank
     that only sets a state dtype or another TP size does not differ in its model."""
-    digest = geometry.source_digest
-    if not digest:  # a geometry built without load_geometry (another engine's rebuild): its shapes
-        text = json.dumps(geometry.describe(), sort_keys=True)
-        digest = hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
-    return f"{geometry.name} #{digest}"
+    return f"{geometry.name} #{model_digest(geometry)}"
+
+
+def launch_digest(text: str) -> int:
+    """:attr:`RankRow.launch_digest` of a launch command's text (``shlex.join`` of its words): the
+    first 16 hex digits of the SHA-256 the report gives (``launch_command.sha256``), as a signed int64."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big", signed=True)
 
 
 def input_text(value: object) -> str | None:

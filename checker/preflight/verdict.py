@@ -17,7 +17,15 @@ from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import VALUE_BYTES
 from checker.outputs.tables import is_split, outliers, rank_ranges, ranks_do
-from checker.preflight.row import FOLLOWS, NOT_INSTALLED, RESOLVED_INPUTS, VERSION_INPUTS, RankRow
+from checker.preflight.pipeline import PipelineFault, pipeline_faults
+from checker.preflight.row import (
+    ATTENTION_LAYOUT,
+    FOLLOWS,
+    NOT_INSTALLED,
+    RESOLVED_INPUTS,
+    VERSION_INPUTS,
+    RankRow,
+)
 from checker.status import (
     CONSISTENT,
     DIVERGENT,
@@ -61,6 +69,9 @@ class Verdict:
     divergent: list[str] = field(default_factory=list)
     divergent_groups: dict[str, list[ValueGroup]] = field(default_factory=dict)
     differing_inputs: list[str] = field(default_factory=list)
+    pipeline: list[PipelineFault] = field(default_factory=list)
+    """How the ranks are not one pipeline of one model (checker.preflight.pipeline): each is a divergence,
+    whatever the three values say."""
     root_causes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -70,6 +81,11 @@ class Verdict:
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.status]
+
+    @property
+    def input_causes(self) -> list[str]:
+        """The root causes that name a differing input (after the pipeline's own lines)."""
+        return self.root_causes[len(self.pipeline) :]
 
 
 def _show(value: str | None) -> str:
@@ -188,6 +204,12 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
             part = f"{ranks_do(ranks, 'derives', 'derive')} with a budget of {_show(value)} GiB"
         elif name == "budget_source":
             part = f"{ranks_do(ranks, 'takes', 'take')} the budget from {_show(value)}"
+        elif name == ATTENTION_LAYOUT:
+            part = (
+                f"{ranks_do(ranks, 'gives', 'give')} no --tp-size or attention-DP flag"
+                if value is None
+                else f"{ranks_do(ranks, 'has', 'have')} {_show(value)}"
+            )
         elif name == "launch_command":
             if value is None:
                 part = f"{ranks_do(ranks, 'was started', 'were started')} without one"
@@ -197,7 +219,11 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
                 part = f"{rank_ranges(ranks)} ran `{form} ...` with {flags}"
         else:
             flag = "--" + name.replace("_", "-")
-            part = f"{ranks_do(ranks, 'has', 'have')} {flag}={_show(value)}"
+            part = (
+                f"{ranks_do(ranks, 'leaves', 'leave')} {flag} unset"
+                if value is None
+                else f"{ranks_do(ranks, 'has', 'have')} {flag}={_show(value)}"
+            )
         parts.append(part if i == 0 else f"{part} (on {_hosts(g)})")
     return f"{name}: " + "; ".join(parts)
 
@@ -217,7 +243,7 @@ def differing_inputs(rows: Sequence[RankRow]) -> list[str]:
         return []
     names = rows[0].input_digests.keys()
     differ = [n for n in names if len({r.input_digests[n] for r in compared_rows(n, rows)}) > 1]
-    return [n for n in differ if FOLLOWS.get(n) not in differ]
+    return [n for n in differ if not set(FOLLOWS.get(n, ())) & set(differ)]
 
 
 def value_groups(name: str, rows: Sequence[RankRow]) -> list[ValueGroup]:
@@ -301,7 +327,11 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
 
     v.divergent = [n for n in CHECKED_VALUES if len({getattr(r, n) for r in rows}) > 1]
     v.divergent_groups = {n: value_groups(n, rows) for n in v.divergent}
-    if v.divergent:
+    # One pipeline of one model, or not green: the pipeline's faults come first among the causes, each
+    # naming the inputs whose own lines follow.
+    v.pipeline = pipeline_faults(rows, v.differing_inputs)
+    v.root_causes = [f"pipeline: {f.text}" for f in v.pipeline] + v.root_causes
+    if v.divergent or v.pipeline:
         v.status = DIVERGENT
     elif v.differing_inputs:
         msg = "inputs differ across ranks although every derived value agrees: " + ", ".join(
