@@ -11,8 +11,9 @@
 #       -- python -m sglang.launch_server --model-path /models/Qwen3.5-397B-A17B --pp-size 2 \
 #       --tp-size 8 --mem-fraction-static 0.85 --host 0.0.0.0 --port 30000
 #
-#   then, once the server started with that launch command is ready, hold its own log to the prediction:
-#               launchers/postflight.sh r.json server.log      # exits 0 consistent, 1 divergent, 2 error
+# Then, once the server started with that launch command is ready, hold its own log to the prediction
+# (exit 0 consistent, 1 divergent, 2 error):
+#     launchers/postflight.sh r.json server.log
 #
 # Every argument goes to the checker unchanged, `--` and the deployment's launch command after it
 # included: the checker reads the sizing inputs (model, pp/tp/dp, page size, mem fraction, ...) from the
