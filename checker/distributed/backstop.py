@@ -75,6 +75,15 @@ def _libc_timer() -> tuple[Any, Any, Any, int] | None:
     return None
 
 
+def _stderr() -> Any:
+    """Where the stacks go: stderr, or file descriptor 2 when stderr is not a file (captured)."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return 2
+    return sys.stderr
+
+
 class Backstop:
     """One rank's backstop: :meth:`arm` (again to move it), :meth:`disarm` once past the last unbounded
     call."""
@@ -100,9 +109,9 @@ class Backstop:
     def arm(self, seconds: float) -> Backstop:
         """End the process ``seconds`` from now (stacks dumped first) unless re-armed or disarmed."""
         if self._timer is None:
-            faulthandler.dump_traceback_later(seconds, exit=True)
+            faulthandler.dump_traceback_later(seconds, exit=True, file=_stderr())
             return self
-        faulthandler.dump_traceback_later(max(0.001, seconds - DUMP_LEAD_S), exit=False)
+        faulthandler.dump_traceback_later(max(0.001, seconds - DUMP_LEAD_S), exit=False, file=_stderr())
         self._set(seconds)
         return self
 
