@@ -42,6 +42,7 @@ def exit_after_outputs(code: int, *, undelivered: bool) -> int:
     still written; one line names what could not be."""
     return (code or EXIT_CODES[ERROR]) if undelivered else code
 
+
 HEADLINE: dict[str, str] = {
     CONSISTENT: "CONSISTENT",
     DIVERGENT: "DIVERGENT",

@@ -223,9 +223,7 @@ class FakeSession:
 
     def __init__(self, world: World, rank: int) -> None:
         self.world = world
-        self.env = SimpleNamespace(
-            rank=rank, world_size=world.size, local_rank=rank % 2, host=host_of(rank)
-        )
+        self.env = SimpleNamespace(rank=rank, world_size=world.size, local_rank=rank % 2, host=host_of(rank))
         self.timings: dict[str, float] = {}
         self.on_abort: Callable[[str, bool], None] | None = None
         self.gathers = 0

@@ -1,10 +1,11 @@
 """``checker check`` (the default): the preflight, one verdict on every rank.
 
 flags -> config -> the run protocol (:mod:`checker.distributed.exchange`) with check's job
-(:mod:`checker.commands.check_job`), by the one lifecycle of :mod:`checker.commands.lifecycle`: each rank derives its stage's capacity locally (no collective, as
-SGLang does), then every rank joins two fixed-size int64 all-gathers and decides the same verdict: exit 0
-consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun turns any non-zero
-exit into 1: read ``status`` from --report. What a user reads in ``--help`` is :data:`DESCRIPTION` and
+(:mod:`checker.commands.check_job`), by the one lifecycle of :mod:`checker.commands.lifecycle`: each
+rank derives its stage's capacity locally (no collective, as SGLang does), then every rank joins two
+fixed-size int64 all-gathers and decides the same verdict: exit 0 consistent, 1 divergent, 2 error, 3
+infrastructure failure, 4 model drift. torchrun turns any non-zero exit into 1: read ``status`` from
+--report. What a user reads in ``--help`` is :data:`DESCRIPTION` and
 :data:`EXAMPLES`.
 """
 
@@ -25,6 +26,8 @@ from checker.cli.options import (
     gib_list,
     unit_fraction,
 )
+from checker.commands import lifecycle
+from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.config import (
     BudgetSource,
     EngineChoice,
@@ -34,8 +37,6 @@ from checker.config import (
     PreflightConfig,
     SizingFlags,
 )
-from checker.commands import lifecycle
-from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
 from checker.launch.merge import given_flags, launch_text
@@ -218,9 +219,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
     )
 
 
-def _job(
-    config: PreflightConfig | None, env: RankEnv, session: Session, output: OutputOptions
-) -> CheckJob:
+def _job(config: PreflightConfig | None, env: RankEnv, session: Session, output: OutputOptions) -> CheckJob:
     from checker.commands.check_job import CheckJob
 
     return CheckJob(config=config, env=env, session=session, output=output)

@@ -129,7 +129,12 @@ def _alone(env: RankEnv, group: GroupOptions) -> bool:
 
 
 def _start(
-    command: GroupCommand[Any], env: RankEnv, flags: GroupFlags, *, config: Any = None, refused: str | None = None
+    command: GroupCommand[Any],
+    env: RankEnv,
+    flags: GroupFlags,
+    *,
+    config: Any = None,
+    refused: str | None = None,
 ) -> int:
     """env -> Session -> run(session, job, refused=...): the one sequence every rank runs."""
     from checker.distributed.exchange import RankError

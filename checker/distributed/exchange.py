@@ -284,7 +284,9 @@ class _Run(Generic[L, O]):
         errors = [RankError(message=self.refused.message, ranks=(self.rank,))] if self.refused else []
         if message:
             errors.append(RankError(message=message, ranks=(self.rank,) if mine else ()))
-        return self.finish(lambda named: self.job.errors(self._placed(errors) if named else errors), clean=clean)
+        return self.finish(
+            lambda named: self.job.errors(self._placed(errors) if named else errors), clean=clean
+        )
 
     def _outside(self, problem: str) -> int:
         """This rank cannot take part in the process group (it cannot use its ``--backend``): it joins the
@@ -435,8 +437,9 @@ class _Run(Generic[L, O]):
             detail, missing = fallback()
             return job.lost(detail, sorted({*missing, *lost}))
         detail = (
-            f"{describe(lost, self.session.hosts(lost))} stopped beating for {LOST_AFTER_S:g} s before the "
-            f"verdict was published (killed, frozen or cut off); every rank had decided: {job.one_line(decided)}"
+            f"{describe(lost, self.session.hosts(lost))} stopped beating for {LOST_AFTER_S:g} s before "
+            "the verdict was published (killed, frozen or cut off); every rank had decided: "
+            + job.one_line(decided)
         )
         return job.lost(detail, lost)
 
@@ -502,15 +505,17 @@ class _Run(Generic[L, O]):
         for r in ranks:
             by.setdefault(said.get(r) or "cannot take part in the process group", []).append(r)
         outcome = job.errors(self._placed([RankError(message=m, ranks=tuple(rs)) for m, rs in by.items()]))
-        box = [job.exit_code(outcome), job.one_line(outcome)]
+        verdict = [(job.exit_code(outcome), job.one_line(outcome))]
 
         def publish() -> None:
             if s.claim_publisher(default=True):
-                box[:] = self._publish(outcome)
+                verdict[0] = self._publish(outcome)
 
         call_bounded(publish, ABORT_BUDGET_S, name="checker-refused").report("publishing the verdict")
-        record_for_torchrun(str(box[1]))
-        s.exit_now(int(box[0]))
+        code, line = verdict[0]
+        if code:
+            record_for_torchrun(line)
+        s.exit_now(code)
 
     def announced(self) -> None:
         """The watcher (its thread): a verdict was published while this rank still waits in a

@@ -191,9 +191,7 @@ def read(store: Store | None, world_size: int, *, steps: bool = False) -> Snapsh
     return store_call(lambda: _read(store, world_size, steps), None)
 
 
-def claim_publisher(
-    store: Store | None, rank: int, *, lost: Collection[int] = (), default: bool
-) -> bool:
+def claim_publisher(store: Store | None, rank: int, *, lost: Collection[int] = (), default: bool) -> bool:
     """Whether ``rank`` publishes the verdict: it holds the publisher lease. The first claim wins; a lease
     whose holder is in ``lost`` (its beat stopped) is taken over, by exactly one claimant (one
     compare-and-set from that holder). The key keeps every holder in turn (``0,1``), so whoever publishes
