@@ -147,10 +147,10 @@ class CheckJob:
             extra=extra,
             step_summary=not outcome.before_rows,
         )
-        if outcome.before_rows and out.format == "text" and not out.quiet:
+        if outcome.before_rows:  # ranks' own errors: one line each on stderr, as any usage error
             for line in self._error_lines(outcome.before_rows):
                 print(line, file=sys.stderr, flush=True)
-        else:
+        if not outcome.before_rows or out.format == "json":
             report.print_verdict(
                 verdict,
                 summary=outcome.summary,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -154,8 +155,13 @@ def usable_outputs(flags: GroupFlags, message: str) -> OutputOptions:
     from checker.outputs.files import usable_outputs as checked
 
     output = flags.output
-    paths, problems = checked([("--report", output.report), ("--junit", output.junit)], flags.inputs)
+    error_file = "TORCHELASTIC_ERROR_FILE"
+    outputs = [("--report", output.report), ("--junit", output.junit), (error_file, os.environ.get(error_file))]
+    paths, problems = checked(outputs, flags.inputs)
     for problem in problems:
         if problem not in message:
             print(f"checker: warning: no error report: {problem}", file=sys.stderr, flush=True)
+    if os.environ.get(error_file) and paths[error_file] is None:
+        # torchrun's error file names an input or the report: the report wins, the line stays unwritten.
+        del os.environ[error_file]
     return replace(output, report=paths["--report"], junit=paths["--junit"])

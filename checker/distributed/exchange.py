@@ -247,7 +247,7 @@ class _Run(Generic[L, O]):
                 mine = replace(job.header(local), rank=self.rank, status=ROW_OK)
             headers = s.exchange_headers(mine)
             if any(h.status != ROW_OK for h in headers):
-                return self._ranks_failed(group_errors(s.gather_text(message)))
+                return self._ranks_failed(group_errors(self._whole(s.gather_text(message), message)))
             why = job.mismatch(headers) or _size_mismatch(headers)
             if why:
                 return self._error(why)
@@ -257,7 +257,7 @@ class _Run(Generic[L, O]):
             gathered = s.gather_payload(status, message, body)
             s.timings["exchange_s"] = s.elapsed_s() - t0
             if any(st != ROW_OK for st in gathered.statuses):
-                return self._ranks_failed(group_errors(gathered.messages))
+                return self._ranks_failed(group_errors(self._whole(gathered.messages, message)))
             outcome = job.decide(gathered.body, headers)
             maybe_inject(self.rank, "verdict")
         except CheckerInputError as exc:  # a stale rendezvous store: the user's to fix
@@ -303,6 +303,14 @@ class _Run(Generic[L, O]):
             return self._error(said, mine=True, clean=False)
         self.session.refuse(said)
         return self._ranks_failed([RankError(message=said, ranks=(self.rank,))], clean=False)
+
+    def _whole(self, messages: Sequence[str], mine: str) -> list[str]:
+        """Every rank's message as gathered (cut at the wire's width), this rank's own whole: the
+        publisher's own error, and a world of one's, are shown as given."""
+        out = list(messages)
+        if mine and out[self.rank]:
+            out[self.rank] = mine
+        return out
 
     def _placed(self, errors: Sequence[RankError]) -> list[RankError]:
         """``errors`` with the hosts of their ranks (one bounded store read)."""
