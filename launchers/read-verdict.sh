@@ -99,7 +99,8 @@ def cause(report: dict) -> str:
     if status == INFRA:
         parts = texts("infrastructure_detail")
         missing = [str(r) for r in report.get("missing_ranks") or [] if type(r) is int]  # noqa: E721
-        parts.append(f"missing ranks: {', '.join(missing) if missing else 'none identified'}")
+        if parts or missing:
+            parts.append(f"missing ranks: {', '.join(missing) if missing else 'none identified'}")
         return "; ".join(parts)
     if status == "divergent":
         parts = texts("root_causes") or texts("divergent") or texts("failing_required")
