@@ -243,3 +243,22 @@ def test_a_usage_error_on_one_node_is_named_in_torchruns_error_file_on_every_nod
     by_torchrun = [line for line in printed if "traceback :" in line]
     assert len(printed) - len(by_torchrun) == 1, proc.stderr[-3000:]
     assert by_torchrun and all(said in line for line in by_torchrun), proc.stderr[-3000:]
+
+
+def test_a_postflight_that_cannot_write_its_report_fails_too(cli, tmp_path):
+    """The same policy in the post-flight: its findings print, one line names the file, exit 2 for a
+    start that held to nothing worse."""
+    logs = REPO / "examples" / "logs"
+    res = cli(
+        [
+            "postflight",
+            "--report",
+            str(logs / "preflight.json"),
+            "--postflight-report",
+            "/proc/self/cannot.json",
+            str(logs / "node0.log"),
+            str(logs / "node1.log"),
+        ]
+    )
+    assert res.rc == EXIT_CODES["error"], res
+    assert res.out and "checker postflight: error: cannot write --postflight-report /proc/self/cannot.json" in res.err
