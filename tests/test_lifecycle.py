@@ -261,7 +261,8 @@ def test_a_postflight_that_cannot_write_its_report_fails_too(cli, tmp_path):
         ]
     )
     assert res.rc == EXIT_CODES["error"], res
-    assert res.out and "checker postflight: error: cannot write --postflight-report /proc/self/cannot.json" in res.err
+    said = "checker postflight: error: cannot write --postflight-report /proc/self/cannot.json"
+    assert res.out and said in res.err
 
 
 def test_checks_publisher_says_what_it_could_not_write(capsys):
@@ -276,7 +277,8 @@ def test_checks_publisher_says_what_it_could_not_write(capsys):
 
     env = RankEnv.from_environ({"RANK": "0", "WORLD_SIZE": "2"})
     session = SimpleNamespace(elapsed_s=lambda: 0.1, timings={}, backend="gloo", device=None)
-    job = CheckJob(config=None, env=env, session=session, output=OutputOptions(report="/proc/self/cannot.json"))
+    output = OutputOptions(report="/proc/self/cannot.json")
+    job = CheckJob(config=None, env=env, session=session, output=output)  # type: ignore[arg-type]
     outcome = job.errors([RankError(message="bad flag", ranks=(1,), hosts={1: "node-b"})])
     assert job.publish(outcome) == "cannot write --report /proc/self/cannot.json: No such file or directory"
     assert capsys.readouterr().err == "rank 1 (node-b): bad flag\n"

@@ -42,10 +42,11 @@ def group_flags(
 ) -> GroupFlags:
     """The group and output flags of ``words`` (a command's flags, without the command's name), read
     with ``parser``'s options, and what the run reads (``--model-config``, ``--init-method`` and the
-    launch command's model: no output may replace one). A value the flag itself refuses takes the flag's default (the refusal
-    says why), except ``--backend``, kept as typed: a guess (auto is NCCL on a GPU node, gloo on its
-    peers) could mismatch the others' group, so an unknown backend makes this rank take part through
-    the store only. Nothing readable at all: every default, and the backend unknown."""
+    launch command's model: no output may replace one). A value the flag itself refuses takes the
+    flag's default (the refusal says why), except ``--backend``, kept as typed: a guess (auto is NCCL on
+    a GPU node, gloo on its peers) could mismatch the others' group, so an unknown backend makes this
+    rank take part through the store only. Nothing readable at all: every default, and the backend
+    unknown."""
     lenient = _Lenient(add_help=False, allow_abbrev=parser.allow_abbrev, prefix_chars=parser.prefix_chars)
     wanted: dict[str, argparse.Action] = {}
     for i, action in enumerate(parser._actions):

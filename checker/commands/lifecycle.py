@@ -156,7 +156,8 @@ def usable_outputs(flags: GroupFlags, message: str) -> OutputOptions:
 
     output = flags.output
     error_file = "TORCHELASTIC_ERROR_FILE"
-    outputs = [("--report", output.report), ("--junit", output.junit), (error_file, os.environ.get(error_file))]
+    outputs = [("--report", output.report), ("--junit", output.junit)]
+    outputs.append((error_file, os.environ.get(error_file)))
     paths, problems = checked(outputs, flags.inputs)
     for problem in problems:
         if problem not in message:
