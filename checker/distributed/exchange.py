@@ -305,10 +305,11 @@ class _Run(Generic[L, O]):
         return self._ranks_failed([RankError(message=said, ranks=(self.rank,))], clean=False)
 
     def _whole(self, messages: Sequence[str], mine: str) -> list[str]:
-        """Every rank's message as gathered (cut at the wire's width), this rank's own whole: the
-        publisher's own error, and a world of one's, are shown as given."""
+        """Every rank's message as gathered (cut at the wire's width), this rank's own whole where no
+        other rank sent the same text (they are grouped under it): the publisher's own error, and a world
+        of one's, are shown as given."""
         out = list(messages)
-        if mine and out[self.rank]:
+        if mine and out[self.rank] and out.count(out[self.rank]) == 1:
             out[self.rank] = mine
         return out
 
