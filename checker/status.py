@@ -28,6 +28,20 @@ STATUSES = tuple(EXIT_CODES)
 EXIT_USAGE = EXIT_CODES[ERROR]
 EXIT_INTERRUPTED = 130
 """Ctrl-C in a single-process command, as shells report SIGINT."""
+EXIT_BACKSTOP = EXIT_CODES[INFRASTRUCTURE_FAILURE]
+"""A rank ended by its GIL-free backstop (:mod:`checker.distributed.backstop`): no verdict was reached, as
+for a rank its watchdog ended. Where the backstop's timer cannot be made (no POSIX ``timer_create``),
+CPython's faulthandler ends the rank instead, and it always exits 1."""
+
+
+def exit_after_outputs(code: int, *, undelivered: bool) -> int:
+    """The one policy for an output that could not be delivered (``--report``, ``--junit``, ``--plot``,
+    the step summary, or stdout whose reader left), the same in every command: a run that would have
+    passed exits ``error`` (2), so CI never reads a pass from a report that is not there; a failing
+    verdict keeps its own code (1 divergent stays 1). The verdict still prints and every other output is
+    still written; one line names what could not be."""
+    return (code or EXIT_CODES[ERROR]) if undelivered else code
+
 
 HEADLINE: dict[str, str] = {
     CONSISTENT: "CONSISTENT",

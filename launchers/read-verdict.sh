@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Read the preflight's verdict from its JSON report: print the status, exit with the checker's own code
 # (consistent 0, divergent 1, error 2, infrastructure_failure 3, model_drift 4; the table is
-# checker/status.py's EXIT_CODES, and tests/test_launchers.py holds the two equal).
+# checker/status.py's EXIT_CODES, and tests/test_launchers.py holds the two equal). For any status but
+# consistent, one more line on stderr says why, from the report: its root causes (divergent), its errors
+# naming each failing rank and host (error), what was lost and where (infrastructure_failure). stdout
+# stays the status alone, so `status=$(launchers/read-verdict.sh r.json)` keeps working.
 #
 #   launchers/torchrun.sh --budget-from-device --weights-gib 12 --report out/report.json \
 #       -- python -m sglang.launch_server --model-path /models/Kimi-Linear-48B-A3B --pp-size 2 --tp-size 4 || true
@@ -83,6 +86,34 @@ if not isinstance(status, str) or status not in CODES:
     untrusted(f"status {status!r:.80} is none of {', '.join(CODES)}")
 if type(code) is not int or code != CODES[status]:  # noqa: E721 (true/1.0 are not exit codes)
     untrusted(f"status {status!r} but exit_code {code!r:.80} (expected {CODES[status]})")
+
+
+def cause(report: dict) -> str:
+    """Why the run did not pass, in one line, from the report's own words (check's and sweep's keys)."""
+
+    def texts(key: str) -> list[str]:
+        value = report.get(key)
+        items = value if isinstance(value, list) else [value]
+        return [str(v) for v in items if isinstance(v, (str, int, float)) and str(v)]
+
+    if status == INFRA:
+        parts = texts("infrastructure_detail")
+        missing = [str(r) for r in report.get("missing_ranks") or [] if type(r) is int]  # noqa: E721
+        if parts or missing:
+            parts.append(f"missing ranks: {', '.join(missing) if missing else 'none identified'}")
+        return "; ".join(parts)
+    if status == "divergent":
+        parts = texts("root_causes") or texts("divergent") or texts("failing_required")
+        return "root cause: " + " | ".join(parts) if parts else ""
+    return " | ".join(texts("errors") or texts("root_causes") or texts("warnings"))
+
+
 print(status)
+if status != "consistent":
+    why = cause(report)
+    if why:
+        # One line, printable: a report is data, and its text must not drive the terminal.
+        why = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in " ".join(why.split()))
+        print(f"read-verdict: {status}: {why[:4000]}", file=sys.stderr)
 sys.exit(code)
 PY

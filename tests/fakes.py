@@ -22,8 +22,9 @@ from typing import Any
 from checker.core.errors import FlagError, LayoutError
 from checker.distributed import liveness
 from checker.distributed.group import InfrastructureFailure, StaleStore
-from checker.distributed.session import Abort, Gathered, SchemaMismatch, schema_mismatch_message
+from checker.distributed.session import Abort, Gathered, SchemaMismatch, Wait, schema_mismatch_message
 from checker.distributed.wire import Header
+from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE
 
 # -- a store and a clock --------------------------------------------------------------------------------
 
@@ -86,6 +87,21 @@ class FakeStore:
             self._maybe_fail("multi_set")
             self.data.update(zip(keys, values, strict=True))
 
+    def compare_set(self, key: str, expected_value: str, desired_value: str) -> bytes:
+        """torch's: set ``desired_value`` when the key holds ``expected_value`` (or is absent and
+        ``expected_value`` is empty); the value the key holds afterwards (``expected_value`` when it is
+        absent and nothing was set)."""
+        with self._lock:
+            self._maybe_fail("compare_set")
+            if key not in self.data:
+                if expected_value == "":
+                    self.data[key] = desired_value
+                    return desired_value.encode()
+                return expected_value.encode()
+            if str(self.data[key]) == expected_value:
+                self.data[key] = desired_value
+            return str(self.data[key]).encode()
+
 
 @dataclass
 class BeatingWorld:
@@ -140,7 +156,8 @@ class Exited(Exception):
 
 @dataclass
 class World:
-    """What every rank shares: the gathers (a barrier), the store's announcement, what went wrong."""
+    """What every rank shares: the gathers (a barrier), the store's announcement and publisher lease,
+    what went wrong."""
 
     size: int
     gather_timeout_s: float = 2.0
@@ -150,9 +167,17 @@ class World:
     missing: list[int] = field(default_factory=list)
     """What liveness would name after a failure."""
     group_error: str | None = None
+    """Every rank cannot use its --backend."""
+    group_errors: dict[int, str] = field(default_factory=dict)
+    """These ranks cannot use their --backend."""
+    store_down: bool = False
+    """Nobody reaches the store (its host is gone)."""
     stale_store: bool = False
     schema: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     """rank -> the schema its header claims (another checker version)."""
+    frozen: set[int] = field(default_factory=set)
+    """Ranks whose heartbeat stopped (killed or frozen): a rank waiting on one of them for the verdict
+    sees its lease lapse (at once: the fake's clock)."""
 
     def __post_init__(self) -> None:
         self.barrier = threading.Barrier(self.size)
@@ -160,9 +185,14 @@ class World:
         self.dropped = False
         self.slots: list[Any] = [None] * self.size
         self.announced: tuple[int, str] | None = None
-        self.publishers = 0
-        """Claims of the publisher counter (the first wins)."""
+        self.holders: list[int] = []
+        """Who held the publisher lease, in turn (the last holds it)."""
+        self.claims = 0
+        """Claims of the publisher lease, won or not."""
         self.exiting: dict[int, str] = {}
+        self.refused: dict[int, str] = {}
+        """What ranks that cannot take part in the group said in the store."""
+        self.waited_for_exit: set[int] = set()
         self.sessions: list[FakeSession] = [FakeSession(self, r) for r in range(self.size)]
 
     def gather(self, rank: int, index: int, value: Any) -> list[Any]:
@@ -183,17 +213,25 @@ class World:
         return out
 
 
+def host_of(rank: int) -> str:
+    """Where a fake world's rank runs: two ranks a node."""
+    return f"node-{rank // 2}"
+
+
 class FakeSession:
     """The session surface the run protocol uses, over a :class:`World`."""
 
     def __init__(self, world: World, rank: int) -> None:
         self.world = world
-        self.env = SimpleNamespace(rank=rank, world_size=world.size)
+        self.env = SimpleNamespace(rank=rank, world_size=world.size, local_rank=rank % 2, host=host_of(rank))
         self.timings: dict[str, float] = {}
         self.on_abort: Callable[[str, bool], None] | None = None
         self.gathers = 0
         self.closed: tuple[int, bool] | None = None
         self.t0 = time.monotonic()
+        self.store_lost = False
+        self.joined = False
+        self.needs_device: bool | None = None
 
     @property
     def is_rank0(self) -> bool:
@@ -205,7 +243,7 @@ class FakeSession:
 
     @property
     def has_store(self) -> bool:
-        return self.world.group_error is None
+        return self.joined and not self.world.store_down
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
@@ -217,13 +255,21 @@ class FakeSession:
     def stand_down(self, finish_s: float) -> None:
         pass
 
-    def make_group(self) -> None:
-        if self.world.group_error:
-            raise FlagError(self.world.group_error)
+    def make_group(self, *, needs_device: bool = True) -> None:
+        self.needs_device = needs_device
+        error = self.world.group_error or self.world.group_errors.get(self.env.rank)
+        if error:
+            raise FlagError(error)
 
-    def connect(self) -> None:
+    def join(self) -> None:
+        if self.world.store_down:
+            raise InfrastructureFailure("init", "the rendezvous store does not answer")
         if self.world.stale_store:
             raise StaleStore("the rendezvous store already holds an earlier run")
+        self.joined = True
+
+    def connect(self) -> None:
+        self.join()
 
     def _gather(self, value: Any) -> list[Any]:
         self.gathers += 1
@@ -248,16 +294,38 @@ class FakeSession:
             statuses=[r[0] for r in rows], messages=[r[1] for r in rows], body=[r[2] for r in rows]
         )
 
-    def watch(self, on_lost: Callable[[Sequence[int]], None], on_announced: Callable[[], None]) -> None:
-        self.on_lost, self.on_announced = on_lost, on_announced
+    def watch(
+        self,
+        on_lost: Callable[[Sequence[int]], None],
+        on_announced: Callable[[], None],
+        on_refused: Callable[[Sequence[int]], None],
+    ) -> None:
+        self.on_lost, self.on_announced, self.on_refused = on_lost, on_announced, on_refused
 
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
         return Abort(detail=detail, missing_ranks=list(self.world.missing))
 
-    def claim_publisher(self, *, default: bool) -> bool:
+    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool:
         with self.world.lock:
-            self.world.publishers += 1
-            return self.world.publishers == 1
+            self.world.claims += 1
+            if self.world.store_down:
+                return default
+            me, holders = self.env.rank, self.world.holders
+            if not holders or (holders[-1] in lost and holders[-1] != me):
+                holders.append(me)
+            return holders[-1] == me
+
+    def earlier_publishers(self) -> list[int]:
+        return self.world.holders[:-1]
+
+    def hosts(self, ranks: Sequence[int]) -> dict[int, str]:
+        return {} if self.world.store_down else {r: host_of(r) for r in ranks}
+
+    def refuse(self, message: str) -> None:
+        self.world.refused[self.env.rank] = message
+
+    def refusals(self, ranks: Sequence[int]) -> dict[int, str]:
+        return {r: self.world.refused[r] for r in ranks if r in self.world.refused}
 
     def announcement(self) -> tuple[int, str] | None:
         return self.world.announced
@@ -269,15 +337,23 @@ class FakeSession:
         self.world.exiting[self.env.rank] = why
 
     def announce(self, exit_code: int, line: str) -> None:
-        self.world.announced = (exit_code, line)
+        with self.world.lock:  # the first announcement stands
+            if self.world.announced is None:
+                self.world.announced = (exit_code, line)
 
-    def await_announcement(self, wait_s: float, *, while_alive_s: float = 0.0) -> tuple[int, str] | None:
-        deadline = time.monotonic() + self.world.announce_wait_s
-        while time.monotonic() < deadline:
+    def await_announcement(self, within_s: float) -> Wait:
+        """Bounded by ``within_s`` and the world's ``announce_wait_s``; a holder in ``frozen`` is seen
+        stopped at once."""
+        deadline = time.monotonic() + min(within_s, self.world.announce_wait_s)
+        while True:
             if self.world.announced is not None:
-                return self.world.announced
+                return Wait(announced=self.world.announced)
+            holder = self.world.holders[-1] if self.world.holders else 0
+            if holder in self.world.frozen:
+                return Wait(stopped=holder)
+            if time.monotonic() >= deadline:
+                return Wait()
             time.sleep(0.002)
-        return None
 
     def close(self, exit_code: int, *, clean: bool) -> int:
         self.closed = (exit_code, clean)
@@ -287,7 +363,14 @@ class FakeSession:
         raise Exited(exit_code)
 
     def wait_for_exit(self, seconds: float) -> Any:
-        raise Exited(-1)  # -1: this rank would have waited for the abort to end the process
+        """The real session sleeps for the abort to end the process, then leaves with 3 itself."""
+        self.world.waited_for_exit.add(self.env.rank)
+        raise Exited(EXIT_CODES[INFRASTRUCTURE_FAILURE])
+
+
+class Killed(BaseException):
+    """A fake rank killed (``kill -9``) at a point of the protocol: its thread ends there (no ``except
+    Exception`` of the protocol catches it, as nothing in a killed process runs)."""
 
 
 # -- a scripted job -------------------------------------------------------------------------------------
@@ -307,6 +390,8 @@ class FakeJob:
     publish_error: Exception | None = None
     publish_gate: threading.Event | None = None
     """publish waits for this (a slow report write), after setting ``publishing``."""
+    dies_publishing: set[int] | None = None
+    """Killed as it publishes: its rank joins this set (the world's ``frozen``: its beat stops)."""
     name: str = "fake"
 
     def __post_init__(self) -> None:
@@ -346,6 +431,9 @@ class FakeJob:
         return f"fake {outcome[0]}"
 
     def publish(self, outcome: tuple[Any, ...]) -> str | None:
+        if self.dies_publishing is not None:
+            self.dies_publishing.add(self.rank)
+            raise Killed(f"rank {self.rank} killed while publishing")
         self.publishing.set()
         if self.publish_gate is not None:
             self.publish_gate.wait(5)
@@ -368,21 +456,35 @@ class RankRun:
     error: BaseException | None = None
 
 
-def run_ranks(world: World, jobs: Sequence[FakeJob], *, timeout_s: float = 10.0) -> list[RankRun]:
-    """Run the protocol on every rank at once (threads); each rank's exit code."""
-    from checker.distributed.exchange import run
+def run_ranks(
+    world: World,
+    jobs: Sequence[FakeJob],
+    *,
+    timeout_s: float = 10.0,
+    refused: dict[int, str] | None = None,
+) -> list[RankRun]:
+    """Run the protocol on every rank at once (threads); each rank's exit code. ``refused``: ranks whose
+    command line failed, with their messages."""
+    from checker.distributed.exchange import RankError, run
 
     results = [RankRun() for _ in jobs]
 
     def one(rank: int) -> None:
+        said = (refused or {}).get(rank)
         try:
-            results[rank].code = run(world.sessions[rank], jobs[rank])  # type: ignore[arg-type]
+            results[rank].code = run(
+                world.sessions[rank],  # type: ignore[arg-type]
+                jobs[rank],
+                refused=RankError(message=said) if said is not None else None,
+            )
         except Exited as exc:
             results[rank].code = exc.code
         except BaseException as exc:  # surfaced by the test
             results[rank].error = exc
 
-    threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in range(world.size)]
+    threads = [
+        threading.Thread(target=one, args=(r,), daemon=True, name=f"rank-{r}") for r in range(world.size)
+    ]
     for t in threads:
         t.start()
     for t in threads:

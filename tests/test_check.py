@@ -8,10 +8,15 @@ The verdict and its renderings are tested in-process on wire-encoded rows in tes
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 
 import pytest
 from harness import requires_gpu, run_world
+
+HOST = os.environ.get("CHECKER_HOSTNAME") or socket.gethostname()
+"""Where every rank of these one-machine worlds runs: each error names it."""
 
 KIMI = ["--model", "kimi-k3", "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
 FAST = ["--timeout-s", "60"]  # generous: ranks start slowly when the suite loads both cores
@@ -138,7 +143,9 @@ def test_rank_that_raises_is_reported_by_every_rank(tmp_path):
     assert res.codes == [2, 2, 2]
     rep = res.report()
     assert rep["status"] == "error"
-    assert rep["errors"] == ["rank 1: internal error: RuntimeError: injected fault on rank 1 at derive"]
+    assert rep["errors"] == [
+        f"rank 1 ({HOST}): internal error: RuntimeError: injected fault on rank 1 at derive"
+    ]
     assert "Traceback" not in "".join(r.stderr for r in res.ranks)
 
 
@@ -149,7 +156,7 @@ def test_bad_input_on_every_rank_is_one_error(tmp_path):
     assert res.codes == [2, 2]
     rep = res.report()
     assert rep["status"] == "error" and len(rep["errors"]) == 1
-    assert rep["errors"][0].startswith("ranks 0-1: world_size 2 is not pp_size x tp_size")
+    assert rep["errors"][0].startswith(f"ranks 0-1 ({HOST}): world_size 2 is not pp_size x tp_size")
 
 
 @pytest.mark.faults
@@ -331,4 +338,6 @@ def test_device_derivation_disagreeing_with_the_scalar_core_is_an_error(tmp_path
     )
     assert res.codes == [2, 2], [r.stderr[-400:] for r in res.ranks]
     err = res.report()["errors"]
-    assert len(err) == 1 and err[0].startswith("rank 1: internal error: RuntimeError: the derivation on cpu")
+    assert len(err) == 1 and err[0].startswith(
+        f"rank 1 ({HOST}): internal error: RuntimeError: the derivation on cpu"
+    )

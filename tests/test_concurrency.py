@@ -3,13 +3,13 @@
 Each test failed on the code before its fix (checked against a checkout of that code):
 a heartbeat that stopped for good on one store error; a finish that published although an abort
 already was; an abort report whose rendering bug left no trace; the GIL-free backstop disarmed before
-the unbounded group teardown; a report from an earlier run taken for this run's; the process umask
-changed while other threads create files.
+the unbounded group teardown; the process umask changed while other threads create files; the
+backstop exiting 1, the "divergent" code (issue 28); a run that left its watchdog and SIGTERM handling
+armed in a process that goes on.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import os
 import stat
 import subprocess
@@ -62,7 +62,8 @@ def test_an_abort_during_finish_never_publishes_a_second_verdict():
     (rank0,) = run_ranks(world, [job])
     aborting.join(5)
     assert [o[0] for o in job.published] == ["lost"], job.published
-    assert rank0.code == -1  # the main thread waited for the abort to end the process
+    # The main thread waited for the abort to end the process (and would leave with 3 itself).
+    assert world.waited_for_exit == {0} and rank0.code == 3
 
 
 def _abort(session, detail: str, sigterm: bool) -> None:
@@ -89,15 +90,18 @@ def test_a_rendering_bug_in_the_abort_report_leaves_a_traceback(capfd):
     assert "Traceback" in err and 'KeyError: "a renderer\'s bug"' in err, err
 
 
-def test_the_backstop_stays_armed_until_the_group_is_destroyed(monkeypatch):
-    """destroy_process_group can block (a peer stuck in a collective): the GIL-free faulthandler
-    backstop must still be armed while it runs, and disarmed only after it returned."""
+def test_the_backstop_stays_armed_until_the_group_is_destroyed():
+    """destroy_process_group can block (a peer stuck in a collective): the GIL-free backstop must still
+    be armed while it runs, and disarmed only after it returned."""
     from checker.config import GroupOptions
     from checker.distributed.launch_env import RankEnv
     from checker.distributed.session import Session
 
     events: list[str] = []
-    monkeypatch.setattr(faulthandler, "cancel_dump_traceback_later", lambda: events.append("disarm"))
+
+    class Backstop:
+        def close(self) -> None:
+            events.append("disarm")
 
     class Group:
         store = FakeStore()
@@ -114,30 +118,67 @@ def test_the_backstop_stays_armed_until_the_group_is_destroyed(monkeypatch):
     env = RankEnv.from_environ({"RANK": "0", "WORLD_SIZE": "1"})
     session = Session(env, GroupOptions(timeout_s=5))
     session.group = Group()  # type: ignore[assignment]
+    session._backstop = Backstop()  # type: ignore[assignment]
     assert session.close(0, clean=True) == 0
     assert events == ["destroy", "disarm"]
 
 
-def test_a_report_left_by_an_earlier_run_is_not_taken_for_this_runs(tmp_path):
-    """Another rank waits for rank 0's error report by its modification time: a report an earlier run
-    wrote seconds before this process started must not end the wait at once."""
-    report = tmp_path / "report.json"
-    report.write_text('{"status": "consistent"}')
-    old = time.time() - 5
-    os.utime(report, (old, old))
-    code = textwrap.dedent(
-        f"""
-        import time
-        from checker.cli.refusal import wait_for_file
-        t0 = time.monotonic()
-        taken = wait_for_file({str(report)!r}, seconds=1.0)
-        print(taken, round(time.monotonic() - t0, 2))
+def test_the_backstop_ends_a_rank_stuck_holding_the_gil_with_the_no_verdict_code():
+    """A C call that holds the GIL stalls every Python thread, the watchdog's too: the backstop dumps
+    the stacks and ends the process with 3 (infrastructure failure: no verdict), not faulthandler's
+    fixed 1, the "divergent" code; a disarmed backstop ends nothing."""
+    from checker.distributed.backstop import Backstop
+    from checker.status import EXIT_BACKSTOP
+
+    if Backstop().exit_code != EXIT_BACKSTOP:
+        pytest.skip("no POSIX timer_create here: faulthandler's exit 1 stands (docs/preflight.md)")
+    stuck = textwrap.dedent(
+        """
+        import ctypes, ctypes.util, sys, time
+        from checker.distributed.backstop import Backstop
+        backstop = Backstop().arm(0.3)
+        if sys.argv[1] == "disarm":
+            backstop.disarm()
+            time.sleep(0.5)
+            print("alive")
+        else:
+            ctypes.PyDLL(ctypes.util.find_library("c")).sleep(20)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    taken, waited = proc.stdout.split()
-    assert taken == "False" and float(waited) >= 0.9, proc.stdout
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", stuck, "fire"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_BACKSTOP == 3, proc.stderr
+    assert "Timeout" in proc.stderr and "most recent call first" in proc.stderr  # the stacks, dumped first
+    assert time.monotonic() - t0 < 15
+    proc = subprocess.run([sys.executable, "-c", stuck, "disarm"], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "alive"), proc.stderr
+
+
+def test_a_run_gives_the_process_back_as_it_found_it():
+    """A run whose process goes on (the CLI returns; an embedding caller continues) leaves no watchdog,
+    backstop or SIGTERM handling of its own behind: SIGTERM's handler and the wakeup fd are the caller's
+    again, and the watcher thread has ended."""
+    import signal
+
+    from checker.config import GroupOptions
+    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.session import Session
+
+    handler = signal.getsignal(signal.SIGTERM)
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    env = RankEnv.from_environ({"RANK": "0", "WORLD_SIZE": "1"})
+    session = Session(env, GroupOptions(timeout_s=30))
+    session.start(lambda detail, sigterm: None)
+    assert signal.getsignal(signal.SIGTERM) is not handler
+    watchers = [t for t in threading.enumerate() if t.name == "checker-sigterm"]
+    assert session.close(0, clean=True) == 0
+    assert signal.getsignal(signal.SIGTERM) is handler
+    assert signal.set_wakeup_fd(wakeup) == wakeup  # the caller's wakeup fd again
+    for t in watchers:
+        t.join(2)
+    assert watchers and not any(t.is_alive() for t in watchers)
+    assert session._timer is not None and not session._timer.is_alive()
 
 
 def test_a_write_leaves_the_process_umask_alone(tmp_path, monkeypatch):

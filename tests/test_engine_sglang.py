@@ -219,7 +219,7 @@ def test_drift_rows_make_a_model_drift_verdict_with_exit_4() -> None:
     drift = "model drift: max_mamba_cache_size: builtin 74, sglang 73"
     v = decide([_decoded(_row(0, STATUS_OK)), _decoded(_row(1, STATUS_DRIFT, drift))], world_size=2)
     assert (v.status, v.exit_code) == ("model_drift", 4)
-    assert v.errors == [f"rank 1: {drift}"]
+    assert v.errors == [f"rank 1 (h): {drift}"]
     assert EXIT_CODES["model_drift"] == 4 and sorted(EXIT_CODES.values()) == [0, 1, 2, 3, 4]
     v = decide([_decoded(_row(0, 2, "bad config")), _decoded(_row(1, STATUS_DRIFT, drift))], world_size=2)
     assert v.status == "error"

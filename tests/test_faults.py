@@ -40,6 +40,10 @@ class Job:
     stdout: str
     stderr: str
 
+    @property
+    def writes(self) -> int:
+        return self.stdout.count("checker: ")  # each published text verdict starts "checker: STATUS"
+
 
 def _leftovers(pgid: int) -> bool:
     try:
@@ -50,6 +54,8 @@ def _leftovers(pgid: int) -> bool:
 
 
 def run_job(tmp_path: Path, fault: str | None, *, sigterm_agent_after_mark: bool = False) -> Job:
+    """One 4-rank torchrun job; ``writes`` counts the verdicts printed on stdout (only the rank that
+    publishes prints there: one verdict is one writer)."""
     report = tmp_path / "report.json"
     mark = tmp_path / "fault.mark"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "CHECKER_FAULT_MARK": str(mark)}
@@ -160,3 +166,20 @@ def test_rank_0_frozen(tmp_path):
     job = run_job(tmp_path, "0:exchange:stop")
     _failure(job, [0])
     assert job.elapsed_s < TIMEOUT_S + TORCHRUN_GRACE_S + 30
+
+
+@pytest.mark.parametrize("phase", ["verdict", "publish"])
+@pytest.mark.parametrize("action", ["kill", "stop"])
+def test_rank_0_lost_after_the_exchange_still_leaves_one_report_naming_it(tmp_path, phase, action):
+    """Rank 0 killed or frozen after every rank decided (``verdict``), or while it holds the publisher
+    lease (``publish``): its beat stops, one survivor takes the lease over and writes the report, an
+    infrastructure failure naming rank 0 (and what the ranks had decided), and torchrun ends (a frozen
+    rank 0 by torchrun's SIGKILL, once the survivors left non-zero). Before the lease: no report, ranks
+    1-3 printed "consistent" and left with 0, and a frozen rank 0 kept torchrun running for good."""
+    job = run_job(tmp_path, f"0:{phase}:{action}")
+    _failure(job, [0])
+    assert "rank 0" in job.report["infrastructure_detail"], job.report
+    assert "every rank had decided: checker verdict consistent" in job.report["infrastructure_detail"]
+    assert job.writes == 1, job.stdout[-3000:]
+    bound = TIMEOUT_S + 30 + (TORCHRUN_GRACE_S if action == "stop" else 0)
+    assert job.elapsed_s < bound, job.stderr[-1500:]

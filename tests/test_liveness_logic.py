@@ -186,18 +186,19 @@ def _session_on(store: FakeStore, rank: int = 1):
     from checker.distributed.session import Session
 
     session = Session(RankEnv.from_environ({"RANK": str(rank), "WORLD_SIZE": "2"}), GroupOptions())
-    session.group = SimpleNamespace(store=store, heartbeat=None)  # type: ignore[assignment]
+    session.group = SimpleNamespace(store=store, liveness_store=store, heartbeat=None)  # type: ignore[assignment]
     return session
 
 
 @pytest.mark.parametrize("rank0_alive", [True, False])
 def test_another_rank_waits_for_a_live_rank_0_to_finish_publishing(monkeypatch, rank0_alive):
-    """Rank 0 takes longer than the grace to publish (a dense sweep's plot): while its heartbeat
-    advances the others keep waiting and adopt its exit code; a rank 0 that stopped beating is given
-    up after the grace."""
+    """Rank 0 takes a while to publish (a dense sweep's plot): while its heartbeat advances the others
+    keep waiting and adopt its exit code; a rank 0 whose beat stood still for the lease's bound is
+    given up (``stopped``: its lease is over) before it would have announced."""
     from checker.distributed import session as session_module
 
     monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.02)
+    monkeypatch.setattr(session_module, "PUBLISHER_LOST_AFTER_S", 0.1)
     store = FakeStore()
     store.data["hb/0"] = 1
     done = threading.Event()
@@ -212,12 +213,12 @@ def test_another_rank_waits_for_a_live_rank_0_to_finish_publishing(monkeypatch, 
 
     threading.Thread(target=rank0, daemon=True).start()
     t0 = time.monotonic()
-    heard = _session_on(store).await_announcement(0.1, while_alive_s=5)
+    wait = _session_on(store).await_announcement(5)
     done.set()
     if rank0_alive:
-        assert heard == (2, "checker sweep error: cannot write --plot")
+        assert wait.announced == (2, "checker sweep error: cannot write --plot")
     else:
-        assert heard is None and time.monotonic() - t0 < 0.35
+        assert wait.stopped == 0 and wait.announced is None and time.monotonic() - t0 < 0.35
 
 
 def test_a_store_on_a_cut_link_ends_the_wait_for_rank_0_at_once(monkeypatch):
@@ -235,7 +236,8 @@ def test_a_store_on_a_cut_link_ends_the_wait_for_rank_0_at_once(monkeypatch):
             return False
 
     t0 = time.monotonic()
-    assert _session_on(CutStore()).await_announcement(5, while_alive_s=60) is None
+    wait = _session_on(CutStore()).await_announcement(60)
+    assert wait.announced is None and wait.stopped is None
     release.set()
     assert time.monotonic() - t0 < 1
 

@@ -76,23 +76,41 @@ def test_ranks_listed_past_the_world_are_not_read_and_never_named():
 
 def test_exactly_the_first_rank_to_claim_the_verdict_publishes_it():
     """Rank 0 and a stand-in may both try (rank 0 was only slow): the first claim wins, every later
-    one loses, whoever makes it; with no store to ask, each rank keeps its default. (Keys are str, as
-    torch's Store requires: a claim on any other key is an error, read as "no answer".)"""
+    one loses, whoever makes it, and the winner's claim stands when it asks again; with no store to
+    ask, each rank keeps its default. (Keys are str, as torch's Store requires: a claim on any other key
+    is an error, read as "no answer".)"""
 
     class StrKeys(FakeStore):
-        def add(self, key: str, value: int) -> int:
-            if not isinstance(key, str):
-                raise TypeError(f"add(): incompatible key {key!r}")
-            return super().add(key, value)
+        def compare_set(self, key: str, expected_value: str, desired_value: str) -> bytes:
+            if not all(isinstance(v, str) for v in (key, expected_value, desired_value)):
+                raise TypeError(f"compare_set(): incompatible arguments {key!r}")
+            return super().compare_set(key, expected_value, desired_value)
 
     store = StrKeys()
-    assert [claim_publisher(store, default=d) for d in (False, True, True)] == [True, False, False]
-    assert claim_publisher(None, default=True) is True
-    assert claim_publisher(None, default=False) is False
+    liveness.join(store, 0)
+    claims = [claim_publisher(store, r, default=d) for r, d in ((1, False), (0, True), (2, True), (1, False))]
+    assert claims == [True, False, False, True]
+    assert claim_publisher(None, 0, default=True) is True
+    assert claim_publisher(None, 1, default=False) is False
     down = FakeStore()
     down.fail_calls = 10
-    assert claim_publisher(down, default=True) is True
-    assert claim_publisher(down, default=False) is False
+    assert claim_publisher(down, 0, default=True) is True
+    assert claim_publisher(down, 1, default=False) is False
+
+
+def test_a_lease_is_taken_over_only_from_a_lost_holder_and_only_once():
+    """Rank 0 holds the lease and stops beating: ranks 1 and 2 both see it lost and both claim; exactly
+    one takes it over. A claim from a holder nobody saw lost (rank 2 names rank 3) takes nothing. The
+    key keeps every holder in turn, so the last publisher can name each lost one."""
+    store = FakeStore()
+    liveness.join(store, 0)
+    assert claim_publisher(store, 0, default=True)
+    assert not claim_publisher(store, 2, lost=[3], default=False)
+    assert [claim_publisher(store, r, lost=[0], default=False) for r in (1, 2)] == [True, False]
+    assert liveness.publishers(store) == [0, 1] and liveness.publisher(store) == 1
+    assert claim_publisher(store, 2, lost=[0, 1], default=False)
+    assert liveness.publishers(store) == [0, 1, 2]
+    assert not claim_publisher(store, 0, default=True)  # rank 0 resumed: it publishes nothing now
 
 
 # -- while the run waits: when a rank is lost -----------------------------------------------------------
@@ -231,6 +249,26 @@ def test_no_identified_rank_reads_as_the_report_says_it():
     (outputs/report.py writes the same words for a verdict with no missing ranks)."""
     assert describe([]) == "none identified"
     assert describe([3]) == "rank 3"
+
+
+def test_ranks_are_named_with_their_hosts_a_few_at_most():
+    assert describe([2], {2: "node-b"}) == "rank 2 (node-b)"
+    assert describe([0, 1, 3], {0: "a", 1: "a", 3: "b"}) == "ranks 0-1, 3 (a, b)"
+    hosts = {r: f"n{r}" for r in range(5)}
+    assert describe(range(5), hosts) == "ranks 0-4 (n0, n1, n2, ... (5 hosts))"
+    assert describe([4], {0: "a"}) == "rank 4"  # a rank that never joined has no host to name
+
+
+def test_hosts_are_read_for_joined_ranks_only():
+    """A rank that never joined wrote no host: asking for it must not wait for a key never written
+    (torch's multi_get would block until its timeout)."""
+    store = FakeStore()
+    liveness.join(store, 0, "node-a")
+    liveness.join(store, 2, "node-b")
+    assert liveness.hosts(store, [0, 1, 2]) == {0: "node-a", 2: "node-b"}
+    liveness.refuse(store, 2, "--backend nccl needs a CUDA GPU")
+    assert liveness.refusals(store, [2]) == {2: "--backend nccl needs a CUDA GPU"}
+    assert liveness.read(store, 3).refused() == [2]
 
 
 # -- the watcher's look ---------------------------------------------------------------------------------

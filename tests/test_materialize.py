@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
+import socket
 import time
 from pathlib import Path
 
@@ -189,9 +191,10 @@ def test_failed_allocation_is_an_error_every_rank_reports(tmp_path):
     assert bad["status"] == "error" and 0 < bad["allocated_bytes"] <= limit < bad["predicted_bytes"]
     assert all(by_rank[i]["allocated_bytes"] == by_rank[i]["predicted_bytes"] for i in (0, 2))
     (err,) = rep["errors"]
-    assert err.startswith("rank 1: materialize failed") and "out of memory" in err
+    host = os.environ.get("CHECKER_HOSTNAME") or socket.gethostname()
+    assert err.startswith(f"rank 1 ({host}): materialize failed") and "out of memory" in err
     assert f"{bad['allocated_bytes']:,} of {bad['predicted_bytes']:,} B" in err
-    assert "error: rank 1: materialize failed" in res.ranks[0].stdout
+    assert f"error: rank 1 ({host}): materialize failed" in res.ranks[0].stdout
 
 
 # -- in-process: the pieces a world test cannot reach cheaply ------------------------------------

@@ -11,6 +11,7 @@ import threading
 import pytest
 from fakes import Exited, FakeJob, World, bad_input, run_ranks
 
+from checker.distributed import exchange
 from checker.distributed.wire import MAGIC, ROW_LEN
 
 
@@ -49,8 +50,9 @@ def test_every_rank_leaves_with_the_decided_code_and_only_rank_0_publishes():
 
 
 def test_a_file_rank_0_cannot_write_fails_every_rank_alike(monkeypatch, tmp_path):
-    """Rank 0 cannot write its --report: it leaves with 2, and so does every other rank (they adopt
-    the code rank 0 announces), and torchrun's error file says why on each."""
+    """Rank 0 cannot write its --report (the job says so: checker.status.exit_after_outputs): a run that
+    would have passed leaves with 2 on every rank (they adopt the code rank 0 announces), and torchrun's
+    error file says why on each."""
     error_file = tmp_path / "error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
     world, js = World(3), jobs(3, publish_problem={0: "cannot write --report /r.json: Permission denied"})
@@ -65,22 +67,40 @@ def test_an_input_error_on_one_rank_is_named_and_every_rank_exits_2(capfd):
     world = World(4)
     js = jobs(4, local_error={2: bad_input("SGLANG_PP_LAYER_PARTITION=1,2,3 does not sum to 93")})
     assert codes(run_ranks(world, js)) == [2, 2, 2, 2]
-    assert published(js) == [(0, ("errors", ["rank 2: SGLANG_PP_LAYER_PARTITION=1,2,3 does not sum to 93"]))]
+    assert published(js) == [
+        (0, ("errors", ["rank 2 (node-1): SGLANG_PP_LAYER_PARTITION=1,2,3 does not sum to 93"]))
+    ]
     assert [s.gathers for s in world.sessions] == [2, 2, 2, 2]  # header + text
+
+
+def test_ranks_own_errors_go_into_torchruns_error_file_once_per_node(monkeypatch):
+    """An error before any row (a command line, an environment) is in every node's torchrun error file,
+    once: its local rank 0 records the publisher's line (naming the rank and its host); the others do
+    not repeat it."""
+    import threading
+
+    recorded: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        exchange, "record_for_torchrun", lambda line: recorded.append((threading.current_thread().name, line))
+    )
+    world = World(4)  # two ranks a node: node-0 holds ranks 0-1, node-1 ranks 2-3
+    js = jobs(4, local_error={3: bad_input("no such model")})
+    assert codes(run_ranks(world, js)) == [2] * 4
+    assert sorted(recorded) == [("rank-0", "fake errors"), ("rank-2", "fake errors")]
 
 
 def test_the_same_error_on_many_ranks_is_grouped():
     world = World(4)
     js = jobs(4, local_error={1: bad_input("A"), 2: bad_input("B"), 3: bad_input("A")})
     assert codes(run_ranks(world, js)) == [2] * 4
-    assert js[0].published == [("errors", ["ranks 1, 3: A", "rank 2: B"])]
+    assert js[0].published == [("errors", ["ranks 1, 3 (node-0, node-1): A", "rank 2 (node-1): B"])]
 
 
 def test_an_unexpected_exception_in_local_facts_is_that_ranks_internal_error():
     world, js = World(2), jobs(2, local_error={0: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid")})
     assert codes(run_ranks(world, js)) == [2, 2]
     ((kind, lines),) = js[0].published
-    assert kind == "errors" and lines[0].startswith("rank 0: internal error: UnicodeDecodeError:")
+    assert kind == "errors" and lines[0].startswith("rank 0 (node-0): internal error: UnicodeDecodeError:")
 
 
 def test_a_payload_that_raises_still_joins_the_gather_and_is_named():
@@ -88,33 +108,18 @@ def test_a_payload_that_raises_still_joins_the_gather_and_is_named():
     agreed length with its message in the prefix, so nobody is left waiting in the gather."""
     world, js = World(3), jobs(3, payload_error={1: bad_input("cannot read the installed SGLang's metadata")})
     assert codes(run_ranks(world, js)) == [2, 2, 2]
-    assert js[0].published == [("errors", ["rank 1: cannot read the installed SGLang's metadata"])]
+    assert js[0].published == [("errors", ["rank 1 (node-0): cannot read the installed SGLang's metadata"])]
 
 
 def test_a_refused_rank_joins_and_its_command_line_error_reaches_the_report():
     """Rank 3 could not parse its command line (no job to run): it joins with only its message, so
-    rank 0's report names it rather than an infrastructure failure naming nobody."""
-    from checker.distributed.exchange import RankError, run
-
+    rank 0's report names it and its host rather than an infrastructure failure naming nobody."""
     world, js = World(4), jobs(4)
-    results: dict[int, int] = {}
-
-    def one(rank: int) -> None:
-        refused = (
-            RankError(message="checker check: error: unrecognized arguments: --polcy") if rank == 3 else None
-        )
-        try:
-            results[rank] = run(world.sessions[rank], js[rank], refused=refused)
-        except Exited as exc:
-            results[rank] = exc.code
-
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert results == {0: 2, 1: 2, 2: 2, 3: 2}
-    assert js[0].published == [("errors", ["rank 3: checker check: error: unrecognized arguments: --polcy"])]
+    said = "checker check: error: unrecognized arguments: --polcy"
+    assert codes(run_ranks(world, js, refused={3: said})) == [2, 2, 2, 2]
+    assert js[0].published == [("errors", [f"rank 3 (node-1): {said}"])]
+    # A rank that only reports needs no device (alone, it gathers with itself: no torch to import).
+    assert [s.needs_device for s in world.sessions] == [True, True, True, False]
 
 
 def test_ranks_of_another_wire_schema_stop_at_the_header():
@@ -139,9 +144,10 @@ def test_payloads_of_different_lengths_are_never_gathered():
 
 
 @pytest.mark.parametrize("failure", ["stale_store", "group_error"])
-def test_a_store_or_group_this_rank_cannot_use_is_an_error_and_leaves_without_the_store(failure):
-    """A reused --init-method file, a --backend this rank cannot use: error (2), unclean exit (no
-    teardown of a group that never formed), no exchange attempted."""
+def test_a_store_or_group_this_rank_cannot_use_is_an_error_and_no_exchange_happens(failure):
+    """A reused --init-method file, a --backend no rank can use: error (2), unclean exit (no teardown of
+    a group that never formed), no exchange attempted. The backend's error names each rank: here rank
+    0's, published at once."""
     world = World(2)
     if failure == "stale_store":
         world.stale_store = True
@@ -149,9 +155,37 @@ def test_a_store_or_group_this_rank_cannot_use_is_an_error_and_leaves_without_th
         world.group_error = "--backend nccl needs a CUDA GPU and this rank sees none; use --backend gloo"
     js = jobs(2)
     assert codes(run_ranks(world, js)) == [2, 2]
-    assert js[0].published and js[0].published[0][0] == "errors"
+    ((kind, lines),) = js[0].published
+    assert kind == "errors"
+    if failure == "group_error":
+        assert lines == [f"rank 0 (node-0): {world.group_error}"]
     assert all(s.closed == (2, False) for s in world.sessions)
     assert [s.gathers for s in world.sessions] == [0, 0]
+
+
+def test_a_rank_that_cannot_use_its_backend_is_named_by_rank_0_while_the_others_wait():
+    """Rank 2 alone was given --backend nccl on a CPU node: it cannot take part in the group, so it
+    joins the store only and says why there; rank 0's watcher (still waiting to form the group) ends
+    the run with an error naming rank 2 and its host, and rank 2 leaves with that verdict: never an
+    infrastructure failure naming nobody."""
+    world = World(4, announce_wait_s=5)
+    why = "--backend nccl needs a CUDA GPU and this rank sees none; use --backend gloo"
+    world.group_errors[2] = why
+    js = jobs(4)
+    outside: list = []
+    t = threading.Thread(target=lambda: outside.append(exchange.run(world.sessions[2], js[2])))
+    t.start()
+    deadline = __import__("time").monotonic() + 5
+    while 2 not in world.refused and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.005)
+    assert world.refused == {2: why}
+    rank0 = exchange._Run(world.sessions[0], js[0], refused=None)
+    with pytest.raises(Exited) as exited:
+        rank0.refusal_seen([2])  # rank 0's watcher, while its main thread waits in the rendezvous
+    t.join(5)
+    assert exited.value.code == 2 and outside == [2]
+    assert js[0].published == [("errors", [f"rank 2 (node-1): {why}"])]
+    assert world.announced == (2, "fake errors") and not js[2].published
 
 
 def test_a_failed_collective_is_lost_on_every_rank_and_rank_0_names_the_gone():
@@ -165,17 +199,67 @@ def test_a_failed_collective_is_lost_on_every_rank_and_rank_0_names_the_gone():
     assert not js[1].fallbacks and all(s.closed[1] is False for s in world.sessions)
 
 
-def test_when_rank_0_never_announces_the_others_print_their_own_verdict():
-    """Rank 0 is gone (it never announces): each other rank prints the outcome itself, naming the
-    gone ranks it finds then, rather than leaving without a word."""
+def test_a_rank_no_verdict_can_reach_prints_its_own():
+    """Rank 0 is alive but never announces within the wait (a publish that hangs), and its beat goes
+    on: nobody takes a live publisher's lease, so each other rank prints the outcome itself rather
+    than leaving without a word."""
     world = World(3, missing=[0], announce_wait_s=0.05)
     world.fail_gather[1] = {0}
     js = jobs(3)
-    js[0].publish_gate = threading.Event()  # rank 0 hangs in its publish (frozen)
+    js[0].publish_gate = threading.Event()  # rank 0 hangs in its publish
     threading.Timer(0.5, js[0].publish_gate.set).start()
     assert codes(run_ranks(world, js)) == [3, 3, 3]
     assert js[1].fallbacks == [("lost", "exchange: a peer left the gather", [0])]
     assert js[2].fallbacks == js[1].fallbacks
+
+
+@pytest.mark.parametrize("when", ["holding the lease", "before claiming it"])
+def test_rank_0_lost_after_the_exchange_leaves_exactly_one_report_naming_it(when):
+    """Every rank decided (consistent) and rank 0 is killed, either while it publishes (it holds the
+    publisher lease) or before it claimed it: its beat stops, one survivor takes the lease over and
+    publishes an infrastructure failure naming rank 0 (the decided verdict in its detail: a rank was
+    lost, so the run cannot pass), the other adopts that verdict. Before, both printed "consistent"
+    and left with 0, and no report was written."""
+    from fakes import Killed
+
+    world = World(3)
+    js = jobs(3, code={0: 0, 1: 0, 2: 0})
+    if when == "holding the lease":
+        js[0].dies_publishing = world.frozen
+    else:
+        world.frozen.add(0)
+        world.sessions[0].claim_publisher = lambda **kw: (_ for _ in ()).throw(Killed("rank 0 killed"))
+    results = run_ranks(world, js)
+    assert isinstance(results[0].error, Killed)
+    assert [r.code for r in results[1:]] == [3, 3]
+    ((writer, outcome),) = [(j.rank, o) for j in js for o in j.published]
+    assert writer in (1, 2) and outcome[0] == "lost" and outcome[2] == [0]
+    assert outcome[1].startswith("rank 0 (node-0) stopped beating") and "fake decided" in outcome[1]
+    assert world.announced == (3, "fake lost") and world.holders[-1] == writer
+    assert not js[1].fallbacks and not js[2].fallbacks
+    assert all(s.closed == (3, False) for s in world.sessions[1:])  # no teardown of a group short of a rank
+
+
+def test_a_stand_in_lost_in_turn_is_taken_over_by_the_next_survivor():
+    """Rank 0 and then rank 1, its stand-in, are killed while publishing: the lease passes once more,
+    to rank 2, and its verdict names both (the lease keeps every holder in turn)."""
+    import time
+
+    world = World(3)
+    js = jobs(3)
+    js[0].dies_publishing = world.frozen
+    js[1].dies_publishing = world.frozen
+    later = world.sessions[2].await_announcement
+
+    def rank_2_looks_later(within_s: float):
+        time.sleep(0.2)  # rank 1 takes the lease first
+        return later(within_s)
+
+    world.sessions[2].await_announcement = rank_2_looks_later  # type: ignore[method-assign]
+    results = run_ranks(world, js)
+    assert [type(r.error).__name__ for r in results[:2]] == ["Killed", "Killed"] and results[2].code == 3
+    assert [(j.rank, o[0], o[2]) for j in js for o in j.published] == [(2, "lost", [0, 1])]
+    assert world.holders == [0, 1, 2]
 
 
 @pytest.mark.parametrize("sigterm", [False, True])
@@ -186,7 +270,7 @@ def test_the_watchdog_or_sigterm_publishes_a_lost_outcome_and_leaves_with_3(sigt
 
     world = World(2, missing=[1])
     js = jobs(2)
-    for rank in (0, 1):
+    for rank in (1, 0):  # rank 1 first: once rank 0 has published, an abort adopts its verdict
         run = _Run(world.sessions[rank], js[rank], refused=None)
         world.sessions[rank].start(run.abort)
         with pytest.raises(Exited) as exited:
@@ -197,6 +281,19 @@ def test_the_watchdog_or_sigterm_publishes_a_lost_outcome_and_leaves_with_3(sigt
     assert js[1].fallbacks == ([] if sigterm else [js[0].published[0]])
     why = "sigterm" if sigterm else "watchdog"  # neither rank is blamed for stopping
     assert world.exiting == {0: why, 1: why}
+
+
+def test_an_abort_adopts_a_verdict_already_published():
+    """The publisher announced and left; torchrun then SIGTERMs this rank before it read the
+    announcement: it leaves with the published code (2 here), not an infrastructure failure of its own."""
+    world = World(2)
+    world.announced = (2, "checker verdict error: rank 1 (node-0): bad flag")
+    js = jobs(2)
+    run = exchange._Run(world.sessions[1], js[1], refused=None)
+    with pytest.raises(Exited) as exited:
+        run.abort("terminated by SIGTERM", True)
+    assert exited.value.code == 2 and not js[1].published and not js[1].fallbacks
+    assert world.exiting == {1: "done"}
 
 
 def test_an_abort_while_finishing_does_nothing():

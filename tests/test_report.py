@@ -227,10 +227,10 @@ def test_budget_from_device_agrees_on_the_smallest_free_memory():
 
 def test_errors_are_one_line_per_message():
     (layout_err,) = decided(NOT_PP_X_TP_2).errors
-    assert layout_err.startswith("ranks 0-1: world_size 2 is not pp_size x tp_size = 3 x 1")
+    assert layout_err.startswith("ranks 0-1 (node-0): world_size 2 is not pp_size x tp_size = 3 x 1")
     # Each stage names itself in the message: one line per rank.
     errors = decided(TINY_BUDGET_2).errors
-    assert [e.split(":")[0] for e in errors] == ["rank 0", "rank 1"]
+    assert [e.split(":")[0] for e in errors] == ["rank 0 (node-0)", "rank 1 (node-0)"]
     assert all("not enough memory for the state pool: --budget-gib 0.05" in e for e in errors)
 
 
@@ -238,7 +238,7 @@ def test_rank_that_raises_is_one_error(monkeypatch):
     monkeypatch.setenv("CHECKER_INJECT_FAULT", "1:derive:raise")
     v = decided.__wrapped__(World(3))
     assert v.status == "error"
-    assert v.errors == ["rank 1: internal error: RuntimeError: injected fault on rank 1 at derive"]
+    assert v.errors == ["rank 1 (node-0): internal error: RuntimeError: injected fault on rank 1 at derive"]
 
 
 def test_differing_input_with_equal_values_warns_unless_strict():
@@ -448,11 +448,13 @@ ONE_LINE = [
         id="own-share",
     ),
     pytest.param(
-        NOT_PP_X_TP_2, "checker verdict error: ranks 0-1: world_size 2 is not pp_size x tp_size", id="error"
+        NOT_PP_X_TP_2,
+        "checker verdict error: ranks 0-1 (node-0): world_size 2 is not pp_size x tp_size",
+        id="error",
     ),
     pytest.param(
         DRIFT_2,
-        "checker verdict model_drift: rank 1: max_mamba_cache_size: builtin 74, sglang 73",
+        "checker verdict model_drift: rank 1 (node-0): max_mamba_cache_size: builtin 74, sglang 73",
         id="drift",
     ),
 ]
@@ -528,13 +530,17 @@ def test_junit_strict_inputs_fails_the_inputs_case(tmp_path):
 @pytest.mark.parametrize(
     ("verdict", "message"),
     [
-        pytest.param(lambda: decided(NOT_PP_X_TP_2), "error: ranks 0-1: world_size 2 is not", id="error"),
+        pytest.param(
+            lambda: decided(NOT_PP_X_TP_2), "error: ranks 0-1 (node-0): world_size 2 is not", id="error"
+        ),
         pytest.param(
             lambda: infrastructure_failure(world_size=3, detail="rank 2 hung", missing_ranks=[2]),
             "infrastructure_failure: rank 2 hung; missing: rank 2",
             id="infrastructure",
         ),
-        pytest.param(lambda: decided(DRIFT_2), "model_drift: rank 1: max_mamba_cache_size", id="drift"),
+        pytest.param(
+            lambda: decided(DRIFT_2), "model_drift: rank 1 (node-0): max_mamba_cache_size", id="drift"
+        ),
     ],
 )
 def test_junit_errors_on_every_value(tmp_path, verdict, message):

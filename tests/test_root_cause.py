@@ -444,7 +444,10 @@ def test_a_drifted_model_is_the_verdict_even_where_values_differ() -> None:
     rows[3].status, rows[3].error = ROW_DRIFT, "max_running_requests: builtin 18, sglang 20"
     v = decide(rows, world_size=4)
     assert (v.status, v.exit_code) == ("model_drift", 4)
-    assert v.errors == [f"ranks 1-2: {DRIFT}", "rank 3: max_running_requests: builtin 18, sglang 20"]
+    assert v.errors == [
+        f"ranks 1-2 (node-1, node-2): {DRIFT}",
+        "rank 3 (node-3): max_running_requests: builtin 18, sglang 20",
+    ]
     assert v.divergent == []
 
 
@@ -454,7 +457,7 @@ def test_a_rank_that_failed_outranks_a_drifted_one() -> None:
     rows[2].status, rows[2].error = ROW_DRIFT, DRIFT
     v = decide(rows, world_size=3)
     assert (v.status, v.exit_code) == ("error", 2)
-    assert v.errors == ["rank 0: internal error: KeyError 'x'"]
+    assert v.errors == ["rank 0 (node-0): internal error: KeyError 'x'"]
 
 
 def test_inputs_that_differ_under_equal_values_warn_and_fail_only_with_strict_inputs() -> None:

@@ -59,9 +59,8 @@ def test_require_consistent_own_share_fails_on_every_rank(tmp_path):
 @pytest.mark.slow
 def test_input_error_on_one_rank_ends_every_rank_with_2(tmp_path):
     """A rank whose inputs are invalid still joins: no hang, exit 2 everywhere."""
-    res = run_world(
-        ARGS, world_size=2, tmp_path=tmp_path, rank_env={1: {"SGLANG_PP_LAYER_PARTITION": "1,2,3"}}
-    )
+    rank_env = {1: {"SGLANG_PP_LAYER_PARTITION": "1,2,3", "CHECKER_HOSTNAME": "node-b"}}
+    res = run_world(ARGS, world_size=2, tmp_path=tmp_path, rank_env=rank_env)
     assert res.codes == [2, 2]
     assert "SGLANG_PP_LAYER_PARTITION" in res.ranks[1].stderr
-    assert "rank 1 could not derive the sweep" in res.ranks[0].stderr
+    assert "rank 1 (node-b) could not derive the sweep" in res.ranks[0].stderr  # its rank and host

@@ -248,7 +248,7 @@ def test_a_node_whose_release_cannot_load_the_model_is_the_root_cause(tmp_path):
     rep = res.report()
     assert rep["status"] == "error"
     (error,) = rep["errors"]
-    assert error.startswith("rank 0: ") and f"SGLang {OLD} cannot load kimi-k3" in error
+    assert error.startswith("rank 0 (node0): ") and f"SGLang {OLD} cannot load kimi-k3" in error
     assert "KimiK3ForConditionalGeneration" in error and "arrived in SGLang 0.5.17" in error
     assert rep["root_causes"][0].startswith(f"sglang_installed: node 0 (node0, rank 0) runs SGLang {OLD}")
     assert [r["status"] for r in rep["ranks"]] == ["error", "ok"]

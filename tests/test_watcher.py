@@ -234,13 +234,14 @@ def test_rank_0_ends_the_run_naming_the_lost_rank_and_others_only_wait():
         runs[0].lost_seen([2])
     assert exited.value.code == 3
     assert js[0].published == [("lost", js[0].published[0][1], [2])]
-    assert "rank 2 stopped beating" in js[0].published[0][1]
+    assert "rank 2 (node-1) stopped beating" in js[0].published[0][1]
     assert world.announced == (3, "fake lost") and world.exiting[0] == "done"
 
 
 def test_when_rank_0_is_lost_the_lowest_surviving_rank_publishes_once_in_its_place():
     """Rank 0 frozen: rank 1 (the lowest survivor) publishes naming it. Rank 2, which saw ranks 0
-    and 1 lost a moment later, and rank 0 itself, were it only slow, do not publish a second time."""
+    and 1 lost a moment later, and rank 0 itself, were it only slow, do not publish a second time:
+    they leave with the verdict published."""
     world = World(4)
     js = [FakeJob(rank=r) for r in range(4)]
     runs = _runs(world, js)
@@ -248,14 +249,15 @@ def test_when_rank_0_is_lost_the_lowest_surviving_rank_publishes_once_in_its_pla
     with pytest.raises(Exited):
         runs[1].lost_seen([0])
     assert js[1].published == [("lost", js[1].published[0][1], [0])]
-    assert "rank 0 stopped beating" in js[1].published[0][1]
+    assert "rank 0 (node-0) stopped beating" in js[1].published[0][1]
     assert world.announced == (3, "fake lost")
-    with pytest.raises(Exited):
+    with pytest.raises(Exited) as adopted:
         runs[2].lost_seen([0, 1])
     with pytest.raises(Exited):
         runs[0].lost_seen([3])
     assert [len(j.published) for j in js] == [0, 1, 0, 0]
-    assert js[2].fallbacks and js[0].fallbacks  # each printed its own instead
+    # Each adopts the verdict rank 1 published (its exit code), printing no second one.
+    assert adopted.value.code == 3 and not js[2].fallbacks and not js[0].fallbacks
 
 
 def test_a_rank_waiting_in_a_collective_leaves_with_the_published_code():
@@ -267,19 +269,20 @@ def test_a_rank_waiting_in_a_collective_leaves_with_the_published_code():
     assert exited.value.code == 3 and world.exiting == {2: "done"}
 
 
-def test_when_rank_0_never_announces_after_a_failed_gather_the_lowest_survivor_publishes():
-    """The payload gather fails and rank 0 is gone (it never claims the verdict): rank 1 publishes
-    the lost outcome naming rank 0 in its place, every rank leaves with 3, nobody else publishes."""
+def test_when_rank_0_never_announces_after_a_failed_gather_a_survivor_publishes_once():
+    """The payload gather fails and rank 0 is gone (its beat stopped; it never claims the verdict):
+    one survivor takes the publisher lease and publishes the lost outcome naming rank 0, every rank
+    leaves with 3, nobody else publishes."""
     from fakes import run_ranks
 
-    world = World(3, missing=[0], announce_wait_s=0.05)
+    world = World(3, missing=[0], announce_wait_s=0.05, frozen={0})
     world.fail_gather[2] = {0}
     js = [FakeJob(rank=r) for r in range(3)]
     world.sessions[0].claim_publisher = lambda **kw: False  # type: ignore[method-assign]
     results = run_ranks(world, js)
     assert [r.code for r in results] == [3, 3, 3], [r.error for r in results]
-    assert js[1].published == [("lost", "exchange: a peer left the gather", [0])]
-    assert not js[0].published and not js[2].published
+    ((writer, outcome),) = [(j.rank, o) for j in js for o in j.published]
+    assert writer in (1, 2) and outcome == ("lost", "exchange: a peer left the gather", [0])
 
 
 # -- start-up ----------------------------------------------------------------------------------------
@@ -311,8 +314,8 @@ def test_a_start_up_timeout_says_how_many_ranks_joined_and_which_did_not(monkeyp
 
 
 def test_a_rank_waiting_for_rank_0_stops_waiting_once_rank_0_is_seen_stopped(monkeypatch):
-    """Rank 0 was killed after the gather failed: its beat is stopped, so the stand-in does not wait
-    out the whole grace before publishing in its place (it did: 5 s of the 5 s bound)."""
+    """Rank 0 was killed after the exchange: its beat stands still, so a waiting rank learns it within
+    the lease's bound (and takes the lease over) instead of waiting out the time a live rank 0 gets."""
     from types import SimpleNamespace
 
     from checker.config import GroupOptions
@@ -320,7 +323,8 @@ def test_a_rank_waiting_for_rank_0_stops_waiting_once_rank_0_is_seen_stopped(mon
     from checker.distributed.launch_env import RankEnv
     from checker.distributed.session import Session
 
-    monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.05)
+    monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.02)
+    monkeypatch.setattr(session_module, "PUBLISHER_LOST_AFTER_S", 0.1)
     store = FakeStore()
     liveness.join(store, 0)
     store.add("hb/0", 7)
@@ -329,5 +333,27 @@ def test_a_rank_waiting_for_rank_0_stops_waiting_once_rank_0_is_seen_stopped(mon
         store=store, liveness_store=store, heartbeat=None
     )
     t0 = time.monotonic()
-    assert session.await_announcement(5, while_alive_s=60) is None
+    assert session.await_announcement(60).stopped == 0
     assert time.monotonic() - t0 < 1.0
+
+
+def test_a_rank_not_yet_beating_is_never_taken_for_a_stopped_publisher(monkeypatch):
+    """A rank that cannot take part waits for rank 0's verdict before rank 0 has even joined (its beat
+    still 0): that is a slow start, not a lost publisher; the wait runs its course."""
+    from types import SimpleNamespace
+
+    from checker.config import GroupOptions
+    from checker.distributed import session as session_module
+    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.session import Session
+
+    monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.02)
+    monkeypatch.setattr(session_module, "PUBLISHER_LOST_AFTER_S", 0.05)
+    store = FakeStore()
+    liveness.join(store, 1)
+    session = Session(RankEnv.from_environ({"RANK": "1", "WORLD_SIZE": "2"}), GroupOptions())
+    session.group = SimpleNamespace(  # type: ignore[assignment]
+        store=store, liveness_store=store, heartbeat=None
+    )
+    wait = session.await_announcement(0.3)
+    assert wait.stopped is None and wait.announced is None

@@ -1,9 +1,10 @@
 """Command line: ``build_parser()`` and ``main(argv) -> int``. Subcommands live in ``checker.commands``.
 
-Bad input of any kind ends in one line on stderr and exit code 2, never a traceback
-(:mod:`checker.cli.refusal`). Under torchrun, a rank of ``check`` or ``sweep`` whose command line fails
-still joins the exchange, so rank 0's ``error`` report names it (CI reads the report, not torchrun's
-code), and the line is printed once.
+Bad input of any kind ends in one line on stderr and exit code 2, never a traceback. A rank of ``check``
+or ``sweep`` whose command line (or launch command) fails runs the same lifecycle as every other rank,
+as a rank that only reports (:func:`checker.commands.lifecycle.refuse`, with the flags
+:func:`checker.cli.refusal.group_flags` reads): under torchrun rank 0's ``error`` report names it (CI
+reads the report, not torchrun's code), and the line is printed once.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import re
 import sys
 import textwrap
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from checker import __version__
-from checker.cli.refusal import protocol_runs, refuse, refuse_unexpected
+from checker.commands.lifecycle import COMMANDS as GROUP_COMMANDS
+from checker.commands.lifecycle import GroupFlags
 from checker.core.errors import CheckerInputError, printable
 from checker.launch.merge import apply_launch_command, given_dests, split_launch_command
 from checker.launch.repeats import OptionIndex, collapse_repeats
-from checker.status import EXIT_INTERRUPTED
+from checker.status import ERROR, EXIT_CODES, EXIT_INTERRUPTED, EXIT_USAGE
 
 # name -> module under checker.commands; the first is the default subcommand.
 COMMANDS = ("check", "derive", "plan", "sweep", "postflight")
@@ -262,17 +264,27 @@ def quiet_torch_import() -> None:
     warnings.filterwarnings("ignore", message=r"Failed to initialize NumPy")
 
 
+def refuse(command: str, message: str, flags: Callable[[], GroupFlags]) -> int:
+    """This rank cannot run ``command``: one line, exit 2; a command that runs over a process group runs
+    its lifecycle anyway, as a rank that only reports (``flags``: what it could read of its command line)."""
+    if command in GROUP_COMMANDS:
+        from checker.commands.lifecycle import refuse as refuse_rank
+
+        return refuse_rank(command, message, flags())
+    print(message, file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_torch_import()
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, launch = split_launch_command(argv)
     words = join_negative_values(with_default_command(ours))
     command = words[0] if words and words[0] in COMMANDS else DEFAULT_COMMAND
-    full = words if launch is None else [*words, "--", *launch]  # a refusal checks outputs against both
+    # A named command (the first word, or the default inserted): only its own parser; the top-level
+    # help and a mistyped command need every command's.
+    parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
     try:
-        # A named command (the first word, or the default inserted): only its own parser; the top-level
-        # help and a mistyped command need every command's.
-        parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
         _refuse_unknown_flags(parser, words)
         if words and words[0] in COMMANDS:
             # A flag repeated (a CI template appending overrides) is read once, its last value: argparse
@@ -280,9 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             words = [words[0], *collapse_repeats(OptionIndex(_subparser(parser, words[0])), words[1:])]
         args = parser.parse_args(words)
     except UsageError as exc:
-        return refuse(command, str(exc), full)
+        from checker.cli.refusal import group_flags
+
+        return refuse(command, str(exc), lambda: group_flags(_subparser(parser, command), words[1:], launch))
     args.launch = None
-    runs_before = protocol_runs()
     try:
         # The flags typed (a default is never reported as given: checker.launch.merge.GivenFlags).
         args.given = given_dests(_subparser(parser, args.command), words[1:])
@@ -290,18 +303,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.launch = launch  # the command refuses it (postflight reads logs)
         elif launch is not None:
             args, args.launch = apply_launch_command(args, launch, given=args.given)
-        return _command(args.command).run(args)
     except CheckerInputError as exc:
-        return refuse(args.command, f"checker {args.command}: error: {exc}", full)
+        message = f"checker {args.command}: error: {exc}"
+        return refuse(args.command, message, lambda: GroupFlags.from_args(args, launch=launch))
+    except Exception as exc:  # a launch command this rank cannot read (a bug, a broken install)
+        if args.command not in GROUP_COMMANDS:
+            raise
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        message = f"checker {args.command}: internal error: {type(exc).__name__}: {exc}"
+        return refuse(args.command, message, lambda: GroupFlags.from_args(args, launch=launch))
+    try:
+        return _command(args.command).run(args)
+    except CheckerInputError as exc:  # a command without a process group (derive, plan, sweep alone)
+        print(f"checker {args.command}: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"checker {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # `checker derive | head`: the reader left; end quietly, as CLI tools do (Python docs' recipe).
+        # `checker derive | head`: the reader left. End quietly, as CLI tools do (Python docs' recipe),
+        # under the one policy for an output not delivered (checker.status.exit_after_outputs): the
+        # run's own code is gone with the exception, so error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except Exception as exc:  # this rank's environment is broken (or a bug): under torchrun, still report
-        code = refuse_unexpected(args.command, exc, full, runs_before=runs_before)
-        if code is None:
-            raise
-        return code
+        return EXIT_CODES[ERROR]

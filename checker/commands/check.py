@@ -1,10 +1,11 @@
 """``checker check`` (the default): the preflight, one verdict on every rank.
 
 flags -> config -> the run protocol (:mod:`checker.distributed.exchange`) with check's job
-(:mod:`checker.commands.check_job`): each rank derives its stage's capacity locally (no collective, as
-SGLang does), then every rank joins two fixed-size int64 all-gathers and decides the same verdict: exit 0
-consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun turns any non-zero
-exit into 1: read ``status`` from --report. What a user reads in ``--help`` is :data:`DESCRIPTION` and
+(:mod:`checker.commands.check_job`), by the one lifecycle of :mod:`checker.commands.lifecycle`: each
+rank derives its stage's capacity locally (no collective, as SGLang does), then every rank joins two
+fixed-size int64 all-gathers and decides the same verdict: exit 0 consistent, 1 divergent, 2 error, 3
+infrastructure failure, 4 model drift. torchrun turns any non-zero exit into 1: read ``status`` from
+--report. What a user reads in ``--help`` is :data:`DESCRIPTION` and
 :data:`EXAMPLES`.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from checker.cli.options import (
     add_engine_args,
@@ -24,6 +26,8 @@ from checker.cli.options import (
     gib_list,
     unit_fraction,
 )
+from checker.commands import lifecycle
+from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.config import (
     BudgetSource,
     EngineChoice,
@@ -36,6 +40,10 @@ from checker.config import (
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
 from checker.launch.merge import given_flags, launch_text
+
+if TYPE_CHECKING:
+    from checker.commands.check_job import CheckJob
+    from checker.distributed.session import Session
 
 HELP = "the preflight under torchrun: every rank derives locally, all ranks agree or the job fails"
 USAGE = ("torchrun [torchrun options] -m checker [check]",)
@@ -211,12 +219,20 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def _job(config: PreflightConfig | None, env: RankEnv, session: Session, output: OutputOptions) -> CheckJob:
     from checker.commands.check_job import CheckJob
-    from checker.distributed.exchange import run as run_protocol
-    from checker.distributed.session import Session
 
-    env = RankEnv.from_environ()
-    config = config_from_args(args, env)
-    session = Session(env, config.group)
-    return run_protocol(session, CheckJob(config=config, env=env, session=session, output=config.output))
+    return CheckJob(config=config, env=env, session=session, output=output)
+
+
+GROUP_COMMAND: GroupCommand[PreflightConfig] = GroupCommand(
+    config=config_from_args,
+    flags=lambda config: GroupFlags(group=config.group, output=config.output),
+    job=_job,
+)
+"""check's part in the lifecycle: it always runs the protocol (a world of one too, which then only
+reports its error or, with --allow-single-rank, its verdict)."""
+
+
+def run(args: argparse.Namespace) -> int:
+    return lifecycle.run("check", args)

@@ -98,7 +98,9 @@ class CheckJob:
 
     # -- outcomes without rows -----------------------------------------------------------------------
     def errors(self, errors: Sequence[RankError]) -> CheckOutcome:
-        verdict = Verdict(status=ERROR, world_size=self.env.world_size, errors=[e.line() for e in errors])
+        # Each names its ranks and their hosts; a world of one has nobody else to tell it from.
+        lines = [e.message if self.env.world_size == 1 else e.line() for e in errors]
+        verdict = Verdict(status=ERROR, world_size=self.env.world_size, errors=lines)
         exchanged = tuple(errors) if any(e.ranks for e in errors) else ()
         return CheckOutcome(verdict=verdict, summary=self.summary, before_rows=exchanged)
 
@@ -120,8 +122,8 @@ class CheckJob:
 
     # -- publishing ----------------------------------------------------------------------------------
     def publish(self, outcome: CheckOutcome) -> str | None:
-        """Rank 0: every artefact (each write bounded; a file that cannot be written is a warning, the
-        verdict still prints), then stdout."""
+        """The publisher: every artefact (each write bounded), then stdout; what could not be written
+        (the verdict still prints, and the run fails by :func:`checker.status.exit_after_outputs`)."""
         from checker.outputs import report
         from checker.outputs.report import launch_command_doc
 
@@ -145,10 +147,10 @@ class CheckJob:
             extra=extra,
             step_summary=not outcome.before_rows,
         )
-        if outcome.before_rows and out.format == "text" and not out.quiet:
+        if outcome.before_rows:  # ranks' own errors: one line each on stderr, as any usage error
             for line in self._error_lines(outcome.before_rows):
                 print(line, file=sys.stderr, flush=True)
-        else:
+        if not outcome.before_rows or out.format == "json":
             report.print_verdict(
                 verdict,
                 summary=outcome.summary,
@@ -157,9 +159,7 @@ class CheckJob:
                 quiet=out.quiet,
                 extra=extra,
             )
-        for p in problems:
-            print(f"checker: warning: {p}", file=sys.stderr, flush=True)
-        return None
+        return "; ".join(problems) or None
 
     def fallback(self, outcome: CheckOutcome) -> None:
         from checker.outputs import report

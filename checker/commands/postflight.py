@@ -16,6 +16,7 @@ import time
 
 from checker.cli.options import bounded_float
 from checker.core.errors import CheckerInputError, FlagError
+from checker.status import exit_after_outputs
 
 HELP = "hold the started server's log to the preflight's prediction, rank by rank (no torch needed)"
 USAGE = ("python -m checker postflight [--report PREFLIGHT.json] LOG [LOG ...]",)
@@ -138,9 +139,9 @@ def _run(args: argparse.Namespace, t0: float) -> int:
         print(out.one_line(result), flush=True)
     else:
         print(out.to_text(result, reading), flush=True)
-    for p in problems:
-        print(f"checker postflight: warning: {p}", file=sys.stderr)
-    return result.exit_code
+    for p in problems:  # the one policy for an output that cannot be written (checker.status)
+        print(f"checker postflight: error: {p}", file=sys.stderr)
+    return exit_after_outputs(result.exit_code, undelivered=bool(problems))
 
 
 def _error(args: argparse.Namespace, message: str) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from checker.cli.options import (
     add_flag_args,
@@ -20,9 +21,16 @@ from checker.cli.options import (
     add_output_args,
     check_run_outputs,
 )
+from checker.commands import lifecycle
+from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.config import GroupOptions, ModelChoice, OutputOptions, SizingFlags, SweepConfig
 from checker.core.sizing import POLICIES
 from checker.core.sweep import UPSTREAM_GRID
+from checker.distributed.launch_env import RankEnv
+
+if TYPE_CHECKING:
+    from checker.commands.sweep_job import SweepJob
+    from checker.distributed.session import Session
 
 DEFAULT_PP_SIZE = 8
 """Without torchrun a sweep derives every stage of a pp 8 deployment unless --pp-size says otherwise."""
@@ -104,29 +112,29 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Under torchrun (or with --init-method) each rank derives its own stage and the run protocol
-    gathers them; otherwise this process derives every stage."""
-    from checker.distributed.launch_env import RankEnv
-
+def _config(args: argparse.Namespace, env: RankEnv) -> SweepConfig:
     config = config_from_args(args)
-    env = RankEnv.from_environ()
     if config.plot and env.rank == 0:  # the rank that plots: refused before any finding is printed
         from checker.outputs.plot import require_matplotlib
 
         require_matplotlib()
-    if env.world_size > 1 or config.group.init_method:
-        from checker.commands.sweep_job import SweepJob
-        from checker.distributed.exchange import run as run_protocol
-        from checker.distributed.session import Session
+    return config
 
-        session = Session(env, config.group)
-        return run_protocol(session, SweepJob(config=config, env=env, session=session, output=config.output))
-    return run_single_process(config)
+
+def _job(config: SweepConfig | None, env: RankEnv, session: Session, output: OutputOptions) -> SweepJob:
+    from checker.commands.sweep_job import SweepJob
+
+    return SweepJob(config=config, env=env, session=session, output=output)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Under torchrun (or with --init-method) each rank derives its own stage and the run protocol
+    gathers them; otherwise this process derives every stage."""
+    return lifecycle.run("sweep", args)
 
 
 def run_single_process(config: SweepConfig) -> int:
-    from checker.commands.sweep_plan import SweepFindings, SweepPlan, present
+    from checker.commands.sweep_plan import SweepFindings, SweepPlan, present_and_exit
 
     plan = SweepPlan.build(config, config.sizing.pp_size or DEFAULT_PP_SIZE)  # before torch is imported
     from checker.device.choice import sweep_device, use_one_cpu_thread
@@ -145,4 +153,13 @@ def run_single_process(config: SweepConfig) -> int:
         stack = stack_stages(plan.inputs_by_policy, grid.budgets, device, progress.step)
     finally:
         progress.close()
-    return present(config, SweepFindings.analyse(stack, plan, device=str(device)))
+    return present_and_exit(config, SweepFindings.analyse(stack, plan, device=str(device)))
+
+
+GROUP_COMMAND: GroupCommand[SweepConfig] = GroupCommand(
+    config=_config,
+    flags=lambda config: GroupFlags(group=config.group, output=config.output),
+    job=_job,
+    alone=run_single_process,
+)
+"""sweep's part in the lifecycle: alone (one process, no --init-method) it derives every stage itself."""

@@ -60,9 +60,7 @@ class SweepOutcome:
 def _error_line(error: RankError) -> str:
     if not error.ranks:
         return error.message
-    from checker.outputs.tables import rank_ranges
-
-    return f"{rank_ranges(error.ranks)} could not derive the sweep: {error.message}"
+    return f"{error.where()} could not derive the sweep: {error.message}"
 
 
 class SweepJob:
@@ -158,14 +156,11 @@ class SweepJob:
         return f"checker sweep {outcome.status}: " + "; ".join(outcome.lines())
 
     def publish(self, outcome: SweepOutcome) -> str | None:
-        """Rank 0: the findings (stdout, --report, --plot), or what went wrong (stderr, and --report)."""
+        """The publisher: the findings (stdout, --report, --plot), or what went wrong (stderr, and
+        --report); what could not be written, or None."""
         if outcome.findings is not None:
             assert self.config is not None
-            try:
-                present(self.config, outcome.findings)
-            except CheckerInputError as exc:  # --report or --plot could not be written
-                return str(exc)
-            return None
+            return "; ".join(present(self.config, outcome.findings)) or None
         for line in outcome.lines():
             self.say(outcome.status, line)
         if self.output.format == "json":

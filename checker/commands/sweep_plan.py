@@ -4,15 +4,16 @@ shared by the single-process sweep and the distributed one (:mod:`checker.comman
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from checker.config import SweepConfig, capacity_inputs
-from checker.core.errors import FlagError
+from checker.core.errors import CheckerInputError, FlagError
 from checker.core.sizing import CapacityInputs
 from checker.core.sweep import BudgetGrid, parse_budgets
-from checker.status import DIVERGENT, EXIT_CODES
+from checker.status import DIVERGENT, EXIT_CODES, exit_after_outputs
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
     import torch
@@ -93,9 +94,9 @@ class SweepFindings:
         return EXIT_DIVERGENT if any(not policies[p]["consistent"] for p in self.plan.required) else 0
 
 
-def present(config: SweepConfig, findings: SweepFindings) -> int:
-    """Print the findings, write --report and --plot (a file that cannot be written is the user's
-    error: FlagError); the exit code."""
+def present(config: SweepConfig, findings: SweepFindings) -> list[str]:
+    """Print the findings, write --report and --plot; what could not be written (one line each: every
+    other output is still written)."""
     from checker.outputs.sweep_report import build_report, to_json_text, write_report
     from checker.outputs.sweep_text import header, quiet_report, text_report
 
@@ -118,19 +119,32 @@ def present(config: SweepConfig, findings: SweepFindings) -> int:
         print(header(plan.inputs, plan.grid))
         print()
         print(text_report(report, plan.grid))
+    problems = []
     if config.output.report:
         problem = write_report(config.output.report, report)
         if problem:
-            raise FlagError(problem)
+            problems.append(problem)
     if config.plot:
         from checker.outputs.plot import plot_sweep, plot_title
 
         values = {p: findings.stack[:, i].numpy() for i, p in enumerate(plan.policies)}
-        plot_sweep(
-            config.plot,
-            budgets=plan.grid.budgets,
-            values=values,
-            analysis=findings.analysis,
-            title=plot_title(plan.inputs, plan.grid),
-        )
-    return findings.exit_code
+        try:
+            plot_sweep(
+                config.plot,
+                budgets=plan.grid.budgets,
+                values=values,
+                analysis=findings.analysis,
+                title=plot_title(plan.inputs, plan.grid),
+            )
+        except CheckerInputError as exc:  # the PNG could not be written
+            problems.append(str(exc))
+    return problems
+
+
+def present_and_exit(config: SweepConfig, findings: SweepFindings) -> int:
+    """:func:`present` in one process: each output that could not be written named on stderr, and the
+    exit code by the one policy for that (:func:`checker.status.exit_after_outputs`)."""
+    problems = present(config, findings)
+    for problem in problems:
+        print(f"checker sweep: error: {problem}", file=sys.stderr, flush=True)
+    return exit_after_outputs(findings.exit_code, undelivered=bool(problems))

@@ -1,6 +1,6 @@
 """The run protocol: one rank's whole run over a process group, for any job (``check``, ``sweep``).
 
-    exit_code = run(session, job)
+    exit_code = run(session, job, refused=None)
 
 The protocol owns the order of steps, every failure branch, the lock between finishing and aborting,
 and the one exit code every rank leaves with. A :class:`Job` supplies pure pieces: this rank's local
@@ -8,50 +8,59 @@ facts, its payload, the outcome of what every rank sent, and how an outcome is p
 
 The steps, the same on every rank whatever its inputs (a rank that returns early is how hangs start):
 
-1. arm the watchdog, the backstop and the SIGTERM watcher; make the group (a bad ``--backend`` is an
-   ``error`` outcome on this rank: no exchange can happen).
+1. arm the watchdog, the backstop and the SIGTERM watcher; make the group. A rank that cannot use its
+   ``--backend`` cannot take part in the group: it joins the store only, says why there, and rank 0's
+   watcher ends the run with an ``error`` naming it (:meth:`_Run._outside`, :meth:`_Run.refusal_seen`).
 2. ``job.local``: what this rank knows before any collective. A user's error here, or one this rank
-   brought with it (its command line or environment could not be read: :func:`refused`), becomes the
+   brought with it (its command line or environment could not be read: ``refused``), becomes the
    rank's header status and message; every rank still joins.
 3. connect, then the header gather. Another wire schema -> ``error``. Any rank not ok -> the text gather
-   of every rank's message -> ``error`` naming each failing rank, grouped by message.
+   of every rank's message -> ``error`` naming each failing rank and its host, grouped by message.
    ``job.mismatch`` -> ``error`` (sweeps of different sizes).
 4. ``job.payload`` behind a status prefix, in one gather: a rank whose payload raised still sends the
    agreed length and its message -> ``error`` naming it. Otherwise ``job.decide`` -> the outcome.
-5. finish: rank 0 publishes, then announces its exit code in the store; every other rank waits for
-   that announcement (bounded) and leaves with the same code; when rank 0 never announces, the lowest
-   surviving rank publishes in its place and the others print the outcome themselves. A non-zero code
-   goes into torchrun's error file.
+5. finish: the holder of the publisher lease (rank 0 first) publishes, then announces its exit code in
+   the store; every other rank waits for that announcement and leaves with the same code. The lease
+   lasts while its holder beats: when the holder stops (killed or frozen after the exchange, or while
+   it publishes), the first survivor to take the lease over publishes an ``infrastructure_failure``
+   naming it, and the others adopt that verdict (:meth:`_Run._await_publisher`). A rank no verdict can
+   reach (its store is gone) prints its own. A non-zero code goes into torchrun's error file.
 
 Failures: a collective that fails -> ``job.lost`` naming the gone ranks (rank 0 at once; the others only
-if rank 0 never announces); a stale store -> ``error``; the watchdog or SIGTERM -> :meth:`_Run.abort`,
-which publishes ``job.lost`` and leaves with 3. Finishing and aborting take one lock: whichever comes
-first publishes, the other never does.
+if the publisher's lease lapses); a stale store -> ``error``; the watchdog or SIGTERM -> :meth:`_Run.abort`,
+which adopts a verdict already published, or publishes ``job.lost`` and leaves with 3. Finishing and
+aborting take one lock: whichever comes first publishes, the other never does.
 
 The watcher (:mod:`checker.distributed.watcher`) names a rank that stopped beating while the others
 still wait, in seconds: rank 0 ends the run through :meth:`_Run.abort` (the same lock); when rank 0 is
-the one lost, the lowest surviving rank publishes in its place (:meth:`_Run._stands_in`, also where
-rank 0's announcement never comes after a failed collective). Exactly one rank publishes: each claims
-the store's ``publisher`` counter first, and only the first claim wins. A rank that sees a verdict
-published while it still waits leaves with its exit code (:meth:`_Run.announced`).
+the one lost, the lowest surviving rank publishes in its place (:meth:`_Run._stands_in`). Exactly one
+rank publishes: each claims the store's publisher lease first, and a lease is taken over only from a
+holder whose beat stopped, by one compare-and-set. A rank that sees a verdict published while it still
+waits leaves with its exit code (:meth:`_Run.announced`).
+
+Every exit code comes from :mod:`checker.status` (the job's verdict, :data:`EXIT_INFRASTRUCTURE`,
+:func:`checker.status.exit_after_outputs`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 from checker.bounded import call_bounded
 from checker.core.errors import CheckerInputError
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
-from checker.distributed.session import Abort, Gathered, SchemaMismatch, record_for_torchrun
+from checker.distributed.liveness import LOST_AFTER_S, describe
+from checker.distributed.session import Abort, Gathered, SchemaMismatch, Wait, record_for_torchrun
 from checker.distributed.watcher import WATCHERS
 from checker.distributed.wire import Header, WireError
-from checker.status import ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_INTERNAL, ROW_OK
+from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_INTERNAL, ROW_OK, exit_after_outputs
 
 if TYPE_CHECKING:
     import torch
@@ -60,18 +69,16 @@ L = TypeVar("L")
 O = TypeVar("O")  # noqa: E741 (the outcome type)
 
 EXIT_INFRASTRUCTURE = EXIT_CODES[INFRASTRUCTURE_FAILURE]
-GRACE_S = 3.0
-"""How long the other ranks wait for rank 0's announcement after a verdict, or longer while rank 0 is
-alive (its heartbeat advances) and still publishing, up to :data:`PUBLISH_WAIT_S`."""
 PUBLISH_WAIT_S = 60.0
-"""The longest another rank waits for a live rank 0 to publish: three bounded writes (report, JUnit,
-step summary) and a plot, with room to spare."""
+"""The longest another rank waits for a live publisher: three bounded writes (report, JUnit, step
+summary) and a plot, with room to spare. A publisher that stops beating is taken over long before."""
 SIGTERM_BUDGET_S = 10.0
 """What rank 0 may spend publishing after SIGTERM: well inside torchrun's 30 s grace."""
-ABORT_BUDGET_S = GRACE_S + 2 * 2.0 + 2
+ABORT_BUDGET_S = 10.0
 """What an abort from the watchdog may spend naming the gone ranks and publishing."""
-FINISH_S = PUBLISH_WAIT_S + ABORT_BUDGET_S + 10.0
-"""The backstop's bound on finishing: waiting for a live rank 0, printing, the group's teardown."""
+FINISH_S = PUBLISH_WAIT_S + 2 * ABORT_BUDGET_S + 10.0
+"""The backstop's bound on finishing: waiting for a live publisher, publishing in its place, printing,
+the group's teardown."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,13 +87,17 @@ class RankError:
 
     message: str
     ranks: tuple[int, ...] = ()
-    """The ranks that reported it; empty: this rank's own finding, not exchanged (the same on every rank:
-    a --backend it cannot use, a stale store, ranks of another checker version)."""
+    """The ranks that reported it; empty: a finding the same on every rank (ranks of another checker
+    version, a stale store), named by its message."""
+    hosts: Mapping[int, str] = field(default_factory=dict)
+    """Where those ranks run, where known (the publishing rank looks them up)."""
+
+    def where(self) -> str:
+        """``rank 2 (node-b)``: the ranks, and their hosts where known."""
+        return describe(self.ranks, self.hosts)
 
     def line(self) -> str:
-        from checker.outputs.tables import rank_ranges
-
-        return f"{rank_ranges(self.ranks)}: {self.message}" if self.ranks else self.message
+        return f"{self.where()}: {self.message}" if self.ranks else self.message
 
 
 def group_errors(messages: Sequence[str]) -> list[RankError]:
@@ -146,12 +157,12 @@ class Job(Protocol[L, O]):
         ...
 
     def publish(self, outcome: O) -> str | None:
-        """Rank 0: print the outcome, write its files. A problem that makes the run an error (a file
-        the job cannot do without, not written), or None."""
+        """The publisher: print the outcome, write its files. What could not be delivered (one line
+        naming each output), or None: the run then fails by :func:`checker.status.exit_after_outputs`."""
         ...
 
     def fallback(self, outcome: O) -> None:
-        """Another rank, when rank 0 never announces: print the outcome on this rank's stderr."""
+        """Another rank, when no verdict can reach it: print the outcome on this rank's stderr."""
         ...
 
 
@@ -167,37 +178,42 @@ class SessionLike(Protocol):
 
     env: RankEnv
     timings: dict[str, float]
+    store_lost: bool
 
     def elapsed_s(self) -> float: ...
     def start(self, on_abort: Callable[[str, bool], None]) -> Any: ...
     def stand_down(self, finish_s: float) -> None: ...
-    def make_group(self) -> None: ...
+    def make_group(self, *, needs_device: bool = True) -> None: ...
+    def join(self) -> None: ...
     def connect(self) -> None: ...
     def exchange_headers(self, header: Header) -> list[Header]: ...
     def gather_text(self, text: str) -> list[str]: ...
     def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered: ...
-    def watch(self, on_lost: Callable[[Sequence[int]], None], on_announced: Callable[[], None]) -> None: ...
+    def watch(
+        self,
+        on_lost: Callable[[Sequence[int]], None],
+        on_announced: Callable[[], None],
+        on_refused: Callable[[Sequence[int]], None],
+    ) -> None: ...
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort: ...
-    def claim_publisher(self, *, default: bool) -> bool: ...
+    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool: ...
+    def earlier_publishers(self) -> list[int]: ...
+    def hosts(self, ranks: Sequence[int]) -> dict[int, str]: ...
+    def refuse(self, message: str) -> None: ...
+    def refusals(self, ranks: Sequence[int]) -> dict[int, str]: ...
     def announcement(self) -> tuple[int, str] | None: ...
     def shorten_store_timeout(self) -> None: ...
     def mark_exiting(self, why: str) -> None: ...
     def announce(self, exit_code: int, line: str) -> None: ...
-    def await_announcement(self, wait_s: float, *, while_alive_s: float = 0.0) -> tuple[int, str] | None: ...
+    def await_announcement(self, within_s: float) -> Wait: ...
     def close(self, exit_code: int, *, clean: bool) -> int: ...
     def exit_now(self, exit_code: int) -> NoReturn: ...
     def wait_for_exit(self, seconds: float) -> NoReturn: ...
 
 
-runs_begun = 0
-"""Runs this process has begun: an exception that escapes one must not start another (the CLI asks)."""
-
-
 def run(session: SessionLike, job: Job[L, O], *, refused: RankError | None = None) -> int:
     """This rank's whole run; its exit code, the same on every rank. ``refused``: this rank cannot run
     the job (its command line or environment failed); it joins anyway so its error reaches the report."""
-    global runs_begun
-    runs_begun += 1
     return _Run(session, job, refused=refused).run()
 
 
@@ -215,12 +231,12 @@ class _Run(Generic[L, O]):
     def run(self) -> int:
         s, job = self.session, self.job
         s.start(self.abort)
-        s.watch(self.lost_seen, self.announced)
+        s.watch(self.lost_seen, self.announced, self.refusal_seen)
         maybe_inject(self.rank, "start")
         try:
-            s.make_group()
-        except CheckerInputError as exc:  # --backend: this rank cannot join any exchange
-            return self._error(str(exc), clean=False)
+            s.make_group(needs_device=self.refused is None)
+        except CheckerInputError as exc:  # --backend: this rank cannot take part in the group
+            return self._outside(str(exc))
         local, status, message = self._local()
         try:
             s.connect()
@@ -231,8 +247,7 @@ class _Run(Generic[L, O]):
                 mine = replace(job.header(local), rank=self.rank, status=ROW_OK)
             headers = s.exchange_headers(mine)
             if any(h.status != ROW_OK for h in headers):
-                errors = group_errors(s.gather_text(message))
-                return self.finish(lambda: job.errors(errors), record=False)
+                return self._ranks_failed(group_errors(self._whole(s.gather_text(message), message)))
             why = job.mismatch(headers) or _size_mismatch(headers)
             if why:
                 return self._error(why)
@@ -242,8 +257,7 @@ class _Run(Generic[L, O]):
             gathered = s.gather_payload(status, message, body)
             s.timings["exchange_s"] = s.elapsed_s() - t0
             if any(st != ROW_OK for st in gathered.statuses):
-                errors = group_errors(gathered.messages)
-                return self.finish(lambda: job.errors(errors), record=False)
+                return self._ranks_failed(group_errors(self._whole(gathered.messages, message)))
             outcome = job.decide(gathered.body, headers)
             maybe_inject(self.rank, "verdict")
         except CheckerInputError as exc:  # a stale rendezvous store: the user's to fix
@@ -252,15 +266,57 @@ class _Run(Generic[L, O]):
             return self._error(str(exc))
         except Exception as exc:
             return self._failed(exc)
-        return self.finish(lambda: outcome)
+        return self.finish(lambda named: outcome)
 
-    def _error(self, message: str | None, *, clean: bool = True) -> int:
-        """End on this rank's own finding (not exchanged; the same on every rank), after this rank's
-        refusal when it has one (the exchange that would have carried it could not be reached)."""
+    def _ranks_failed(self, errors: Sequence[RankError], *, clean: bool = True) -> int:
+        """End on ranks' own errors, exchanged: each named with its host by the rank that publishes.
+        torchrun's error file gets the line once per node (its local rank 0), not once per rank."""
+        return self.finish(
+            lambda named: self.job.errors(self._placed(errors) if named else errors),
+            clean=clean,
+            every_rank=False,
+        )
+
+    def _error(self, message: str | None, *, mine: bool = False, clean: bool = True) -> int:
+        """End on this rank's own finding, not exchanged: ``mine``, this rank's alone (named with its
+        host); else the same on every rank (a stale store, ranks of another checker version). After this
+        rank's refusal when it has one (the exchange that would have carried it could not be reached)."""
         errors = [RankError(message=self.refused.message, ranks=(self.rank,))] if self.refused else []
         if message:
-            errors.append(RankError(message=message))
-        return self.finish(lambda: self.job.errors(errors), clean=clean)
+            errors.append(RankError(message=message, ranks=(self.rank,) if mine else ()))
+        return self.finish(
+            lambda named: self.job.errors(self._placed(errors) if named else errors), clean=clean
+        )
+
+    def _outside(self, problem: str) -> int:
+        """This rank cannot take part in the process group (it cannot use its ``--backend``): it joins the
+        store only and says why there; rank 0's watcher ends the run with an ``error`` naming it and its
+        host while the others still wait to form the group (:meth:`refusal_seen`), and this rank leaves
+        with that verdict. Rank 0 itself publishes its own at once."""
+        said = problem if self.refused is None else f"{self.refused.message}; {problem}"
+        try:
+            self.session.join()
+        except CheckerInputError as exc:  # a stale rendezvous store
+            return self._error(str(exc), clean=False)
+        except Exception:  # no store either: this rank's own error, printed where it runs
+            self.refused = None
+            return self._error(said, mine=True, clean=False)
+        self.session.refuse(said)
+        return self._ranks_failed([RankError(message=said, ranks=(self.rank,))], clean=False)
+
+    def _whole(self, messages: Sequence[str], mine: str) -> list[str]:
+        """Every rank's message as gathered (cut at the wire's width), this rank's own whole where no
+        other rank sent the same text (they are grouped under it): the publisher's own error, and a world
+        of one's, are shown as given."""
+        out = list(messages)
+        if mine and out[self.rank] and out.count(out[self.rank]) == 1:
+            out[self.rank] = mine
+        return out
+
+    def _placed(self, errors: Sequence[RankError]) -> list[RankError]:
+        """``errors`` with the hosts of their ranks (one bounded store read)."""
+        where = self.session.hosts(sorted({r for e in errors for r in e.ranks}))
+        return [replace(e, hosts={r: where[r] for r in e.ranks if r in where}) for e in errors]
 
     def _local(self) -> tuple[L | None, int, str]:
         if self.refused is not None:
@@ -290,85 +346,139 @@ class _Run(Generic[L, O]):
             import traceback
 
             traceback.print_exception(type(exc), exc, exc.__traceback__)
-            return self._error(internal_error(exc), clean=False)
+            return self._error(internal_error(exc), mine=True, clean=False)
         # A collective failed. Rank 0 names the gone ranks and publishes at once; the others look for
-        # them only if rank 0's announcement never comes (on a cut link every store call costs its bound).
+        # them only if the publisher's lease lapses (on a cut link every store call costs its bound).
         detail, timed_out = str(exc), exc.timed_out
 
-        def lost() -> tuple[O, list[int]]:
+        def lost() -> tuple[str, list[int]]:
             abort: Abort = self.session.failed(detail, behind_is_hung=timed_out)
-            return self.job.lost(abort.detail, abort.missing_ranks), abort.missing_ranks
+            return abort.detail, abort.missing_ranks
 
         if self.session.is_rank0:
-            return self.finish(lambda: lost()[0], clean=False)
-        return self.finish(lambda: self.job.lost(detail, []), clean=False, fallback=lost)
+            return self.finish(lambda named: self.job.lost(*lost()), clean=False)
+        return self.finish(lambda named: self.job.lost(detail, []), clean=False, fallback=lost)
 
     # -- the end -------------------------------------------------------------------------------------
     def finish(
         self,
-        decide: Callable[[], O],
+        decide: Callable[[bool], O],
         *,
         clean: bool = True,
-        fallback: Callable[[], tuple[O, list[int]]] | None = None,
-        record: bool = True,
+        fallback: Callable[[], tuple[str, list[int]]] | None = None,
+        every_rank: bool = True,
     ) -> int:
-        """Rank 0 publishes, then announces the exit code every rank leaves with; the others adopt it,
-        or, when it never comes, the lowest surviving rank publishes in rank 0's place (``fallback``:
-        the outcome naming the gone ranks, and those ranks) and every other rank prints its own
-        outcome (torchrun kills the rest on the first failure, so no rank may leave non-zero before the
-        verdict is published).
+        """The publisher (rank 0, holding the lease) publishes, then announces the exit code every rank
+        leaves with; the others adopt it (:meth:`_await_publisher`), whoever publishes it. No rank may
+        leave non-zero before the verdict is published: torchrun stops every other worker on the first
+        failure.
 
-        ``record``: put a failing outcome in torchrun's error file. Not for ranks' own errors gathered
-        before the job ran (a command line, an environment): rank 0 prints them once and the report
-        names them; torchrun would repeat the line once per rank."""
+        ``decide(named)``: the outcome; ``named``: this rank publishes it (then it names the failing
+        ranks' hosts, a store read the others need not make). ``fallback``: after a failed collective,
+        the detail and the gone ranks (a store read made only if the publisher is lost). ``every_rank``:
+        a failing verdict goes into every rank's torchrun error file; else (ranks' own errors) into one
+        per node, so torchrun names it once on each node."""
         s, job = self.session, self.job
         s.stand_down(FINISH_S)
         if not self._lock.acquire(blocking=False):
             s.wait_for_exit(SIGTERM_BUDGET_S + ABORT_BUDGET_S)  # an abort is publishing; it ends the process
         if not clean:
             s.shorten_store_timeout()  # a store on a lost node must not hold us
-        decided = decide()  # under the lock: an abort can no longer publish another verdict
-        code, line = job.exit_code(decided), job.one_line(decided)
-        if s.is_rank0 and s.claim_publisher(default=True):
-            s.timings["total_s"] = s.elapsed_s()
-            code, line = self._publish(decided, code, line)
-            s.announce(code, line)
+        publishes = s.is_rank0 and s.claim_publisher(default=True)
+        if publishes:
+            maybe_inject(self.rank, "publish")
+        decided = decide(publishes)  # under the lock: an abort can no longer publish another verdict
+        if publishes:
+            code, line = self._publish(decided)
         else:
-            heard = s.await_announcement(GRACE_S + 2, while_alive_s=PUBLISH_WAIT_S) if s.has_store else None
+            heard = self._await_publisher(decided, fallback)
             if heard is not None:
-                code, line = heard
-            else:  # rank 0 is gone or unreachable: this rank's verdict must not be lost
-                shown, missing = fallback() if fallback is not None else (decided, [])
-                if self._stands_in(missing):
-                    code, line = self._publish(shown, job.exit_code(shown), job.one_line(shown))
-                    s.announce(code, line)
-                else:
-                    call_bounded(lambda: job.fallback(shown), ABORT_BUDGET_S).report("printing the verdict")
+                code, line, publisher_lost = heard
+                # A group that lost a rank may not tear down (a peer gone mid-teardown can block it).
+                clean = clean and not publisher_lost and code != EXIT_INFRASTRUCTURE
+            else:  # no verdict can reach this rank: it must not leave without one
+                shown = job.lost(*fallback()) if fallback is not None and not s.store_lost else decided
+                call_bounded(lambda: job.fallback(shown), ABORT_BUDGET_S).report("printing the verdict")
+                code, line = job.exit_code(shown), job.one_line(shown)
                 clean = False  # a store call may still hang in an abandoned thread
-        if code and (record or line != job.one_line(decided)):
+        if code and (every_rank or s.env.local_rank == 0):
             record_for_torchrun(line)
         return s.close(code, clean=clean)
 
-    def _publish(self, outcome: O, code: int, line: str) -> tuple[int, str]:
+    def _await_publisher(
+        self, decided: O, fallback: Callable[[], tuple[str, list[int]]] | None
+    ) -> tuple[int, str, bool] | None:
+        """Not the publisher: the published exit code and line, and whether the publisher was lost on
+        the way. While the lease holder beats this rank waits (up to :data:`PUBLISH_WAIT_S`); once its
+        beat stops, this rank claims the lease from it: the one claim that wins publishes an
+        ``infrastructure_failure`` naming the lost publisher (what the ranks had decided is in its
+        detail: a rank was lost, so the run cannot pass), and the others wait for that verdict. None when
+        no verdict can reach this rank (its store stopped answering, or a live publisher ran out of
+        time): it prints its own."""
+        s = self.session
+        if not s.has_store:
+            return None
+        deadline = time.monotonic() + PUBLISH_WAIT_S
+        lost: list[int] = []
+        while True:
+            wait = s.await_announcement(max(0.0, deadline - time.monotonic()))
+            if wait.announced is not None:
+                code, line = wait.announced
+                return code, line, bool(lost)
+            if wait.stopped is None or wait.stopped in lost:
+                return None
+            lost.append(wait.stopped)
+            if not s.claim_publisher(default=False, lost=lost):
+                continue  # another survivor holds the lease now: wait for its verdict
+            maybe_inject(self.rank, "publish")
+            code, line = self._publish(self._in_place_of(decided, fallback, lost))
+            return code, line, True
+
+    def _in_place_of(
+        self, decided: O, fallback: Callable[[], tuple[str, list[int]]] | None, lost: Sequence[int]
+    ) -> O:
+        """What a survivor publishes for a publisher that stopped beating: an infrastructure failure
+        naming it and every holder of the lease before it (and, after a failed collective, every other
+        gone rank)."""
+        job = self.job
+        lost = sorted({*lost, *self.session.earlier_publishers()})
+        if fallback is not None:
+            detail, missing = fallback()
+            return job.lost(detail, sorted({*missing, *lost}))
+        detail = (
+            f"{describe(lost, self.session.hosts(lost))} stopped beating for {LOST_AFTER_S:g} s before "
+            "the verdict was published (killed, frozen or cut off); every rank had decided: "
+            + job.one_line(decided)
+        )
+        return job.lost(detail, lost)
+
+    def _publish(self, outcome: O) -> tuple[int, str]:
+        """Publish ``outcome`` and announce the exit code every rank leaves with; that code and line."""
+        s, job = self.session, self.job
+        s.timings["total_s"] = s.elapsed_s()
+        code, line = job.exit_code(outcome), job.one_line(outcome)
         try:
-            problem = self.job.publish(outcome)
+            problem = job.publish(outcome)
+        except BrokenPipeError:  # stdout's reader left: an output not delivered, like a file
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            problem = "stdout: its reader left before the verdict was printed (broken pipe)"
         except Exception as exc:  # a bug in rendering: never silent, and never a passing exit code
             import traceback
 
             traceback.print_exc()
             problem = f"the verdict could not be published: {internal_error(exc)}"
-        if problem is None:
-            return code, line
-        self.say(f"error: {problem}")
-        failed = code or EXIT_CODES[ERROR]
-        return failed, f"checker {self.job.name} error: {problem}"
+        if problem is not None:
+            self.say(f"error: {problem}")
+            code, line = exit_after_outputs(code, undelivered=True), f"checker {job.name} error: {problem}"
+        s.announce(code, line)
+        return code, line
 
     def _stands_in(self, missing: Sequence[int]) -> bool:
         """Rank 0 is gone and this is the lowest rank that is not: it publishes in rank 0's place, if
-        it is the first to claim that (exactly one writer, whatever each rank saw)."""
+        it takes the lease over (exactly one writer, whatever each rank saw)."""
         if 0 not in missing or not self._lowest_survivor(missing):
             return False
-        return self.session.claim_publisher(default=False)
+        return self.session.claim_publisher(default=False, lost=missing)
 
     def _writes(self, missing: Sequence[int]) -> bool:
         if self.session.is_rank0:
@@ -384,13 +494,37 @@ class _Run(Generic[L, O]):
         run naming them; when rank 0 is among them, the lowest surviving rank does in its place; every
         other rank waits for that verdict."""
         if self.session.is_rank0 or (0 in ranks and self._lowest_survivor(ranks)):
-            from checker.distributed.liveness import LOST_AFTER_S, describe
-
             detail = (
-                f"{describe(ranks)} stopped beating for {LOST_AFTER_S:g} s while the others waited "
-                "(killed, frozen or cut off)"
+                f"{describe(ranks, self.session.hosts(ranks))} stopped beating for {LOST_AFTER_S:g} s "
+                "while the others waited (killed, frozen or cut off)"
             )
             self.abort(detail, False, missing=list(ranks))
+
+    def refusal_seen(self, ranks: Sequence[int]) -> None:
+        """The watcher (its thread): these ranks cannot take part in the process group and said why in
+        the store. Rank 0 ends the run now with an ``error`` naming them and their hosts (the others
+        wait to form a group that can never form) and leaves with its exit code; every other rank hears
+        that verdict."""
+        if not self.session.is_rank0 or not self._lock.acquire(blocking=False):
+            return
+        s, job = self.session, self.job
+        s.mark_exiting("done")
+        said = s.refusals(ranks)
+        by: dict[str, list[int]] = {}
+        for r in ranks:
+            by.setdefault(said.get(r) or "cannot take part in the process group", []).append(r)
+        outcome = job.errors(self._placed([RankError(message=m, ranks=tuple(rs)) for m, rs in by.items()]))
+        verdict = [(job.exit_code(outcome), job.one_line(outcome))]
+
+        def publish() -> None:
+            if s.claim_publisher(default=True):
+                verdict[0] = self._publish(outcome)
+
+        call_bounded(publish, ABORT_BUDGET_S, name="checker-refused").report("publishing the verdict")
+        code, line = verdict[0]
+        if code:
+            record_for_torchrun(line)
+        s.exit_now(code)
 
     def announced(self) -> None:
         """The watcher (its thread): a verdict was published while this rank still waits in a
@@ -406,12 +540,19 @@ class _Run(Generic[L, O]):
         s.exit_now(code)
 
     def abort(self, detail: str, sigterm: bool, *, missing: list[int] | None = None) -> None:
-        """The watchdog, SIGTERM or the watcher (another thread): publish an infrastructure failure
-        (rank 0, or the stand-in for a lost rank 0; another rank prints its own unless it was merely
-        told to stop), then leave with 3. ``missing``: the lost ranks, already known (the watcher)."""
+        """The watchdog, SIGTERM or the watcher (another thread): adopt a verdict already published (the
+        publisher left and torchrun stops the rest); else publish an infrastructure failure (rank 0, or
+        the stand-in for a lost rank 0; another rank prints its own unless it was merely told to stop),
+        then leave with 3. ``missing``: the lost ranks, already known (the watcher)."""
         if not self._lock.acquire(blocking=False):
             return  # finishing or aborting already: that path publishes and leaves
         s, job = self.session, self.job
+        heard = s.announcement()
+        if heard is not None:
+            s.mark_exiting("done")
+            if heard[0]:
+                record_for_torchrun(heard[1])
+            s.exit_now(heard[0])
         # First: no rank may blame this one for stopping, whether told to stop or ending on its
         # watchdog (it leaves with a verdict, it is not lost).
         s.mark_exiting("sigterm" if sigterm else "done" if missing is not None else "watchdog")

@@ -2,10 +2,11 @@
 
 Phases: ``start`` (before joining), ``derive`` (during the local derivation), ``exchange`` (after the
 group is formed, before the exchange), ``verdict`` (after the exchange, before the verdict is
-published). Actions: ``exit`` (die with code 17), ``kill`` (SIGKILL itself, as ``kill -9`` would),
-``exit0`` (leave early with code 0), ``stop`` (SIGSTOP itself: a frozen worker), ``hang`` (sleep
-forever: alive but never joins), ``raise`` (an unexpected exception). Unset in production; tests and
-the fault recipes set it on one rank.
+published), ``publish`` (holding the publisher lease, before anything is written: rank 0, or a rank
+that took the lease over). Actions: ``exit`` (die with code 17, as a crash might: not one of the
+checker's exit codes), ``kill`` (SIGKILL itself, as ``kill -9`` would), ``exit0`` (leave early with code
+0), ``stop`` (SIGSTOP itself: a frozen worker), ``hang`` (sleep forever: alive but never joins),
+``raise`` (an unexpected exception). Unset in production; tests and the fault recipes set it on one rank.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 
 ENV = "CHECKER_INJECT_FAULT"
 MARK_ENV = "CHECKER_FAULT_MARK"
+CRASH_EXIT = 17
+"""``exit``'s code: a crash's, deliberately none of :data:`checker.status.EXIT_CODES`."""
 
 
 def maybe_inject(rank: int, phase: str) -> None:
@@ -32,7 +35,7 @@ def maybe_inject(rank: int, phase: str) -> None:
             with open(mark, "w") as f:
                 f.write(f"{rank}:{phase}:{action}\n")
         if action == "exit":
-            os._exit(17)
+            os._exit(CRASH_EXIT)
         if action == "exit0":
             os._exit(0)
         if action == "kill":

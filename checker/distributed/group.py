@@ -36,7 +36,12 @@ class StaleStore(FlagError):
     """The rendezvous store was used by an earlier run: the user's to fix (a fresh path)."""
 
 
+BACKENDS = ("auto", "gloo", "nccl")
+
+
 def resolve_backend(requested: str) -> str:
+    if requested not in BACKENDS:  # a refused rank's --backend as typed, which its parser refused
+        raise FlagError(f"--backend {requested!r} is none of {', '.join(BACKENDS)}")
     if requested == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if requested == "nccl" and not torch.cuda.is_available():
@@ -45,21 +50,28 @@ def resolve_backend(requested: str) -> str:
 
 
 class Group:
-    """One run's store and process group. ``connect`` -> collectives -> ``close``."""
+    """One run's store and process group. ``resolve`` -> ``join`` -> ``init`` -> collectives -> ``close``;
+    a rank whose backend cannot be resolved may still ``join`` the store (to say why)."""
 
     def __init__(self, env: RankEnv, *, backend: str, timeout_s: float, init_method: str | None) -> None:
         """``init_method``: checked where the flag was read (:mod:`checker.distributed.rendezvous`)."""
         self.env = env
-        self.backend = resolve_backend(backend)
+        self.backend = backend
+        """As requested until :meth:`resolve`; then the backend the group uses."""
         self.timeout = timedelta(seconds=timeout_s)
         self.init_method = init_method
         self.store: dist.Store | None = None
         self._base: dist.Store | None = None
         self.heartbeat: Heartbeat | None = None
         self.device = torch.device("cpu")
+
+    def resolve(self) -> None:
+        """The backend this rank can use (``auto``: nccl with a GPU); the user's error (FlagError) when it
+        cannot use the one asked for."""
+        self.backend = resolve_backend(self.backend)
         if self.backend == "nccl":
-            torch.cuda.set_device(env.local_rank)
-            self.device = torch.device("cuda", env.local_rank)
+            torch.cuda.set_device(self.env.local_rank)
+            self.device = torch.device("cuda", self.env.local_rank)
 
     # -- setup -------------------------------------------------------------------------------------
     def _base_store(self) -> dist.Store:
@@ -107,7 +119,7 @@ class Group:
                 )
             live = self.liveness_store
             assert live is not None
-            join(live, self.env.rank)
+            join(live, self.env.rank, self.env.host)
             self.heartbeat = Heartbeat(live, self.env.rank).start()
         except (InfrastructureFailure, StaleStore):
             raise
@@ -150,6 +162,11 @@ class Group:
             timed_out = time.monotonic() - t0 >= self.timeout.total_seconds() - 1.0
             raise InfrastructureFailure("exchange", _one_line(exc), timed_out=timed_out) from None
         return out.view(self.env.world_size, -1).cpu()
+
+    def gather_rows(self, values: Sequence[int]) -> list[list[int]]:
+        """Every rank's ``values`` (the same length everywhere), as lists."""
+        rows: list[list[int]] = self.all_gather_int64(values).tolist()
+        return rows
 
     # -- liveness through the store ----------------------------------------------------------------
     def shorten_store_timeout(self, seconds: float) -> None:

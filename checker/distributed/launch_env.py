@@ -15,7 +15,8 @@ class RankEnv:
     local_rank: int
     local_world_size: int
     node_rank: int
-    """GROUP_RANK: which torchrun agent (node) started this worker."""
+    """GROUP_RANK: which torchrun agent (node) started this worker, as torchrun numbers the agents. Under
+    c10d rendezvous that is the order the agents joined in (sorted by address), not the operator's."""
     host: str
     master_addr: str | None
     master_port: int | None
@@ -24,6 +25,9 @@ class RankEnv:
     restart_count: int
     """Keys of an earlier attempt must not be read as this one's (the store's prefix)."""
     max_restarts: int
+    operator_node_rank: int | None = None
+    """NODE_RANK as the operator exported it on this node (the launchers' numbering: node 0 hosts the
+    rendezvous store); None when unset or not a number."""
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> RankEnv:
@@ -48,4 +52,5 @@ class RankEnv:
             use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
             restart_count=num("TORCHELASTIC_RESTART_COUNT", 0),
             max_restarts=num("TORCHELASTIC_MAX_RESTARTS", 0),
+            operator_node_rank=num("NODE_RANK", -1) if env.get("NODE_RANK", "").strip().isdigit() else None,
         )

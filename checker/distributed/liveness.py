@@ -8,12 +8,18 @@ only ever asks for joined ranks' keys).
 
 * ``hb/<rank>``: bumped by the rank's heartbeat thread every :data:`HEARTBEAT_S`;
 * ``step/<rank>``: bumped as the rank enters each collective (read only after a failure);
+* ``host/<rank>``: where the rank runs, so that any rank naming it (lost, refused, in error) names its
+  host too (:func:`hosts`);
 * ``marks``: one key every rank appends ``<rank>:<why>,`` to when it leaves on purpose: ``done`` or
   ``sigterm`` (a verdict reached, or torchrun's agent stopping it: never blamed) or ``watchdog`` (its
   own watchdog ended it: its stopped heartbeat is not held against it, but if it never reached the
-  collective the others failed in, it is still the hung one). One key, not one per rank, so that a
-  watcher's read asks for one key per rank: TCPStore's ``multi_get`` grows faster than linearly with
-  its number of keys (measured: 3,072 keys 30-50 ms, 12,288 keys 240-1,000 ms on this machine).
+  collective the others failed in, it is still the hung one), or ``refused`` (it cannot take part in the
+  process group, e.g. its ``--backend``; its reason is in ``refused/<rank>``: :func:`refuse`). One key,
+  not one per rank, so that a watcher's read asks for one key per rank: TCPStore's ``multi_get`` grows
+  faster than linearly with its number of keys (measured: 3,072 keys 30-50 ms, 12,288 keys 240-1,000 ms
+  on this machine);
+* ``publisher``: the rank that holds the right to publish the verdict, a lease (:func:`claim_publisher`):
+  the first claim wins, and a claim whose holder stopped beating is taken over by exactly one survivor.
 
 After a failure, any rank can tell the gone from the merely stuck (:func:`gone_ranks`): a rank
 blocked in a collective (a gloo ring waits on its neighbour) still beats and has reached the
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -55,6 +61,8 @@ has stood still for more than ``LOST_AFTER_S - TOGETHER_S`` is waited for, up to
 node is named whole, never one rank of it. A rank that beats again meanwhile is not named."""
 STORE_CALL_S = 2.0
 """Bound on one liveness store call, whatever the store's own timeout."""
+SHOW_HOSTS = 3
+"""Hosts named after a group of ranks (:func:`describe`); more are counted."""
 GIVE_UP_AFTER_FAILED_BEATS = 120
 """Consecutive failed beats (30 s at :data:`HEARTBEAT_S`) after which the store is taken as gone for
 good (its host is down): nobody could read a beat any more, and the thread stops trying."""
@@ -63,7 +71,10 @@ JOINED = "joined"
 MARKS = "marks"
 """Ranks that leave on purpose, appended as ``"<rank>:<why>,"`` (a later mark of a rank wins)."""
 PUBLISHER = "publisher"
-"""Counter a rank bumps before it publishes a verdict: only the rank that bumps it to 1 publishes."""
+"""The ranks that held the right to publish the verdict, in turn (``0`` or ``0,1``: the last holds it);
+"" while nobody claimed it."""
+REFUSED = "refused"
+"""The mark of a rank that cannot take part in the process group; its reason is under ``refused/<rank>``."""
 
 T = TypeVar("T")
 
@@ -78,6 +89,7 @@ class Store(Protocol):
     def append(self, key: str, value: str) -> None: ...
     def multi_get(self, keys: list[str]) -> list[bytes]: ...
     def multi_set(self, keys: list[str], values: list[str]) -> None: ...
+    def compare_set(self, key: str, expected_value: str, desired_value: str) -> bytes: ...
 
 
 def store_call(fn: Callable[[], T], default: T, seconds: float | None = None) -> T:
@@ -87,16 +99,25 @@ def store_call(fn: Callable[[], T], default: T, seconds: float | None = None) ->
     return call_bounded(fn, bound, name="checker-store").get(default)
 
 
-def join(store: Store, rank: int) -> None:
-    """Write this rank's keys, then list it as joined (three round trips; the caller bounds them)."""
-    store.multi_set([f"hb/{rank}", f"step/{rank}"], ["0", "0"])
-    store.append(MARKS, "")  # the key exists once anyone joined: a read never waits for it
+def join(store: Store, rank: int, host: str = "") -> None:
+    """Write this rank's keys, then list it as joined (four round trips; the caller bounds them)."""
+    store.multi_set([f"hb/{rank}", f"step/{rank}", f"host/{rank}"], ["0", "0", host])
+    # These keys exist once anyone joined (appending "" never changes a value): a read never waits.
+    store.append(MARKS, "")
+    store.append(PUBLISHER, "")
     store.append(JOINED, f"{rank},")
 
 
 def mark(store: Store, rank: int, why: str) -> None:
-    """This rank leaves on purpose (``why``: ``done``, ``sigterm`` or ``watchdog``)."""
+    """This rank leaves on purpose (``why``: ``done``, ``sigterm``, ``watchdog`` or ``refused``)."""
     store.append(MARKS, f"{rank}:{why},")
+
+
+def refuse(store: Store, rank: int, message: str) -> None:
+    """This rank cannot take part in the process group (``message`` says why): its reason first, then
+    its mark, so a watcher that sees the mark always finds the reason."""
+    store.set(f"{REFUSED}/{rank}", message)
+    mark(store, rank, REFUSED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +141,10 @@ class Snapshot:
 
     def not_joined(self) -> list[int]:
         return [r for r in range(self.world_size) if r not in self.joined]
+
+    def refused(self) -> list[int]:
+        """Joined ranks that cannot take part in the process group (:func:`refuse`)."""
+        return [r for r in sorted(self.joined) if self.mark(r) == REFUSED]
 
 
 def _parse_joined(raw: bytes, world_size: int) -> frozenset[int]:
@@ -166,13 +191,74 @@ def read(store: Store | None, world_size: int, *, steps: bool = False) -> Snapsh
     return store_call(lambda: _read(store, world_size, steps), None)
 
 
-def claim_publisher(store: Store | None, *, default: bool) -> bool:
-    """Whether this rank is the one that publishes the verdict: the first to claim it is. ``default``
-    when the store cannot answer (rank 0 still writes its report; a stand-in does not)."""
+def claim_publisher(store: Store | None, rank: int, *, lost: Collection[int] = (), default: bool) -> bool:
+    """Whether ``rank`` publishes the verdict: it holds the publisher lease. The first claim wins; a lease
+    whose holder is in ``lost`` (its beat stopped) is taken over, by exactly one claimant (one
+    compare-and-set from that holder). The key keeps every holder in turn (``0,1``), so whoever publishes
+    in the end can name each one that was lost (:func:`publishers`). ``default`` when the store cannot
+    answer (rank 0 still writes its report; a stand-in does not)."""
     if store is None:
         return default
-    count = store_call(lambda: int(store.add(PUBLISHER, 1)), None)
-    return default if count is None else count == 1
+    me = str(rank)
+    held = store_call(lambda: store.compare_set(PUBLISHER, "", me), None)
+    if held is None:
+        return default
+    chain = held.decode(errors="replace")
+    holders = _holders(chain)
+    if holders == [rank]:
+        return True
+    if not holders or holders[-1] == rank or holders[-1] not in lost:
+        return holders[-1:] == [rank]
+    taken = store_call(lambda: store.compare_set(PUBLISHER, chain, f"{chain},{me}"), None)
+    return taken is not None and _holders(taken.decode(errors="replace"))[-1:] == [rank]
+
+
+def _holders(chain: str) -> list[int]:
+    return [int(w) for w in chain.split(",") if w.strip().isdigit()]
+
+
+def publishers(store: Store) -> list[int]:
+    """Every rank that held the publisher lease, in turn (the last holds it now); [] while nobody
+    claimed it. Two round trips, unbounded: the caller bounds it."""
+    if not store.check([PUBLISHER]):  # nobody joined yet (a get would wait for the key)
+        return []
+    return _holders(store.get(PUBLISHER).decode(errors="replace"))
+
+
+def publisher(store: Store) -> int | None:
+    """The rank holding the publisher lease, None while nobody claimed it (unbounded: the caller bounds
+    it)."""
+    holders = publishers(store)
+    return holders[-1] if holders else None
+
+
+def hosts(store: Store | None, ranks: Collection[int]) -> dict[int, str]:
+    """Where each of ``ranks`` runs, for those that joined (one bounded ``multi_get``); {} when the store
+    cannot answer. A rank that never joined has no host to name."""
+    if store is None or not ranks:
+        return {}
+
+    def read_hosts() -> dict[int, str]:
+        joined = _parse_joined(store.get(JOINED), max(ranks) + 1) if store.check([JOINED]) else frozenset()
+        known = sorted(r for r in ranks if r in joined)  # multi_get would wait for a key never written
+        values = store.multi_get([f"host/{r}" for r in known]) if known else []
+        return {r: v.decode(errors="replace") for r, v in zip(known, values, strict=True) if v}
+
+    return store_call(read_hosts, {})
+
+
+def refusals(store: Store | None, ranks: Collection[int]) -> dict[int, str]:
+    """The reasons of ranks marked ``refused`` (one bounded ``multi_get``); {} when the store cannot
+    answer."""
+    if store is None or not ranks:
+        return {}
+    order = sorted(ranks)
+
+    def read_reasons() -> dict[int, str]:
+        values = store.multi_get([f"{REFUSED}/{r}" for r in order])
+        return {r: v.decode(errors="replace") for r, v in zip(order, values, strict=True)}
+
+    return store_call(read_reasons, {})
 
 
 class Staleness:
@@ -306,7 +392,7 @@ def named_gone(
     out = []
     for r in range(second.world_size):
         mark = second.mark(r)
-        if r == me or mark in ("done", "sigterm"):
+        if r == me or mark in ("done", "sigterm", REFUSED):  # a refused rank is named with its reason
             continue
         stopped = second.beat(r) == first.beat(r)
         if stopping:
@@ -317,7 +403,15 @@ def named_gone(
     return out
 
 
-def describe(ranks: Sequence[int]) -> str:
+def describe(ranks: Sequence[int], hosts: Mapping[int, str] | None = None) -> str:
+    """``rank 2 (node-b)``, ``ranks 0-3 (node-a, node-b)``: the ranks, and where they run when known (at
+    most :data:`SHOW_HOSTS` hosts, then how many); "none identified" for no rank."""
     from checker.outputs.tables import rank_ranges
 
-    return rank_ranges(ranks) if ranks else "none identified"
+    if not ranks:
+        return "none identified"
+    where = list(dict.fromkeys(h for r in sorted(ranks) if (h := (hosts or {}).get(r))))
+    if not where:
+        return rank_ranges(ranks)
+    shown = ", ".join(where[:SHOW_HOSTS]) + (f", ... ({len(where)} hosts)" if len(where) > SHOW_HOSTS else "")
+    return f"{rank_ranges(ranks)} ({shown})"

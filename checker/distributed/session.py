@@ -4,25 +4,28 @@
 does what it is told, each step bounded:
 
 1. :meth:`Session.start` arms a Python watchdog (``--timeout-s`` + :data:`WATCHDOG_EXTRA_S`), a
-   GIL-free faulthandler backstop behind it, and a SIGTERM watcher (torchrun's agent sends SIGTERM to
-   every other worker when one dies, then SIGKILL after its grace period). The watchdog and the
-   watcher call the protocol's abort.
-2. :meth:`Session.make_group` and :meth:`Session.connect` form the store and the process group
-   (``--timeout-s``); once this rank has joined the store, its heartbeat
+   GIL-free backstop behind it (:mod:`checker.distributed.backstop`), and a SIGTERM watcher (torchrun's
+   agent sends SIGTERM to every other worker when one dies, then SIGKILL after its grace period). The
+   watchdog and the watcher call the protocol's abort.
+2. :meth:`Session.make_group`, :meth:`Session.join` and :meth:`Session.connect` form the store and the
+   process group (``--timeout-s``); once this rank has joined the store, its heartbeat
    (:mod:`checker.distributed.liveness`) and its watcher (:mod:`checker.distributed.watcher`) start,
-   so a rank lost during the rendezvous or any collective is named in seconds.
+   so a rank lost during the rendezvous or any collective is named in seconds. A rank that cannot use
+   its backend joins the store only and says why there (:meth:`Session.refuse`); a rank that only
+   reports, alone, gathers with itself (:mod:`checker.distributed.solo`).
 3. :meth:`Session.exchange_headers`, :meth:`Session.gather_text` and :meth:`Session.gather_payload`:
    the int64 all-gathers, each bounded by ``--timeout-s``; each step is marked in the store first.
-4. :meth:`Session.announce` / :meth:`Session.await_announcement`: the publishing rank (rank 0, or its
-   stand-in, :meth:`Session.claim_publisher`) says its report is written and which exit code every rank
-   leaves with; the others wait for that (bounded).
+4. :meth:`Session.announce` / :meth:`Session.await_announcement`: the publishing rank (the holder of the
+   publisher lease, :meth:`Session.claim_publisher`: rank 0, or the survivor that took the lease over
+   when its holder stopped beating) says its report is written and which exit code every rank leaves
+   with; the others wait for that (bounded), and learn when the holder stopped.
 5. :meth:`Session.close`: on the clean path the group is destroyed and only then is the backstop
-   disarmed; otherwise the process leaves at once (a broken group's destructor can block).
+   disarmed (and the process's signal handling given back); otherwise the process leaves at once (a
+   broken group's destructor can block).
 """
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
 import signal
@@ -31,15 +34,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from checker.config import GroupOptions
+from checker.distributed import liveness
+from checker.distributed.backstop import Backstop
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import (
-    HEARTBEAT_S,
+    LOST_AFTER_S,
     STALE_AFTER_S,
     STORE_CALL_S,
-    claim_publisher,
+    Heartbeat,
+    Store,
     describe,
     gone_ranks,
     read,
@@ -49,20 +55,56 @@ from checker.distributed.watcher import Watcher
 from checker.distributed.wire import ERROR_BYTES, PAYLOAD_PREFIX_LEN, Header, pack_text, unpack_text
 from checker.outputs.files import write_file
 from checker.outputs.tables import ranks_do
-from checker.status import ROW_OK
+from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_OK
 
 if TYPE_CHECKING:  # torch is imported when the group is made, so --help and input errors cost none
     import torch
 
-    from checker.distributed.group import Group
-
 WATCHDOG_EXTRA_S = 10.0
-"""The watchdog fires this long after --timeout-s; the faulthandler backstop twice as long after."""
+"""The watchdog fires this long after --timeout-s; the GIL-free backstop twice as long after."""
 ANNOUNCEMENT = "report_written"
 """The store key rank 0 sets once it has published: its value is the exit code and one line."""
 SIGTERM_DETAIL = (
     "terminated by SIGTERM (torchrun's agent stops every worker when one fails, or the job was cancelled)"
 )
+PUBLISHER_LOST_AFTER_S = LOST_AFTER_S
+"""A rank waiting for the verdict takes the publisher's lease over once the holder's beat has stood still
+this long on its own clock: as long as the watcher waits before naming a lost rank, so that a live
+publisher starved of CPU is never taken over (two writers)."""
+
+
+class GroupLike(Protocol):
+    """What a session drives: :class:`checker.distributed.group.Group`, or, for a world of one that
+    only reports, :class:`checker.distributed.solo.SoloGroup`."""
+
+    backend: str
+    heartbeat: Heartbeat | None
+
+    @property
+    def store(self) -> Any: ...
+    @property
+    def liveness_store(self) -> Store | None: ...
+    @property
+    def device(self) -> torch.device | None: ...
+    def resolve(self) -> None: ...
+    def join(self) -> None: ...
+    def init(self) -> None: ...
+    def gather_rows(self, values: Sequence[int]) -> list[list[int]]: ...
+    def all_gather_int64(self, values: Sequence[int] | torch.Tensor) -> torch.Tensor: ...
+    def shorten_store_timeout(self, seconds: float) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wait:
+    """How a wait for the published verdict ended (:meth:`Session.await_announcement`); neither field
+    set: the store stopped answering, or a live publisher ran out of time."""
+
+    announced: tuple[int, str] | None = None
+    """The exit code every rank leaves with, and the line for torchrun's error file."""
+    stopped: int | None = None
+    """The rank whose turn it was to publish (the lease holder; rank 0 while nobody holds it): its beat
+    stood still for :data:`PUBLISHER_LOST_AFTER_S`, so its lease is over."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +149,7 @@ class Session:
     ) -> None:
         self.env = env
         self.options = options
-        self.group: Group | None = None
+        self.group: GroupLike | None = None
         self.t0 = time.monotonic()
         self.timings: dict[str, float] = {}
         """Seconds from this rank's start: init_s, exchange_s (the protocol), derive_s (a job), total_s."""
@@ -120,7 +162,11 @@ class Session:
         cost their bound."""
         self._on_lost: Callable[[Sequence[int]], None] | None = None
         self._on_announced: Callable[[], None] | None = None
+        self._on_refused: Callable[[Sequence[int]], None] | None = None
         self.watcher: Watcher | None = None
+        self._joined = False
+        self._backstop: Backstop | None = None
+        self._give_back_signals: Callable[[], None] | None = None
 
     @property
     def is_rank0(self) -> bool:
@@ -150,9 +196,9 @@ class Session:
         self._timer = threading.Timer(timeout + WATCHDOG_EXTRA_S, on_abort, args=(detail, False))
         self._timer.daemon = True
         self._timer.start()
-        # A C++ call that blocks holding the GIL stalls every Python thread: faulthandler's own
-        # thread dumps the stacks and exits a little later, whatever holds the GIL.
-        faulthandler.dump_traceback_later(timeout + 2 * WATCHDOG_EXTRA_S, exit=True)
+        # A C++ call that blocks holding the GIL stalls every Python thread: the backstop dumps the
+        # stacks and ends the process a little later, whatever holds the GIL.
+        self._backstop = Backstop().arm(timeout + 2 * WATCHDOG_EXTRA_S)
         self._watch_sigterm(on_abort)
         if self.env.max_restarts > 0 and self.is_rank0:
             print(
@@ -170,17 +216,26 @@ class Session:
             return  # signals can only be set up from the main thread (an embedding caller)
         r, w = os.pipe()
         os.set_blocking(w, False)
-        signal.signal(signal.SIGTERM, lambda *_: None)  # the watcher thread does the work
-        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        handler = signal.signal(signal.SIGTERM, lambda *_: None)  # the watcher thread does the work
+        wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
 
         def watch() -> None:
             while True:
                 data = os.read(r, 16)
+                if not data:  # given back (close): the write end is closed
+                    os.close(r)
+                    return
                 if signal.SIGTERM in data:
                     on_abort(SIGTERM_DETAIL, True)
                     return
 
+        def give_back() -> None:
+            signal.set_wakeup_fd(wakeup)
+            signal.signal(signal.SIGTERM, handler)
+            os.close(w)
+
         threading.Thread(target=watch, daemon=True, name="checker-sigterm").start()
+        self._give_back_signals = give_back
 
     def stand_down(self, finish_s: float) -> None:
         """A verdict is being published: the Python watchdog stands down, and the GIL-free backstop is
@@ -189,27 +244,49 @@ class Session:
         unbounded call."""
         if self._timer is not None:
             self._timer.cancel()
-            faulthandler.dump_traceback_later(finish_s, exit=True)
+            if self._backstop is not None:
+                self._backstop.arm(finish_s)
 
     # -- 2. connect ----------------------------------------------------------------------------------
-    def make_group(self) -> None:
-        """The group object (no waiting yet): raises the user's errors (--backend)."""
+    @property
+    def alone(self) -> bool:
+        """A world of one with nowhere to meet (no --init-method, no torchrun store)."""
+        return self.env.world_size == 1 and not self.options.init_method and not self.env.master_port
+
+    def make_group(self, *, needs_device: bool = True) -> None:
+        """The group object (no waiting yet), then its backend: raises the user's error (--backend) with
+        the group still there to :meth:`join` its store. ``needs_device``: this rank computes on the
+        group's device; one that only reports, alone, gathers with itself (no torch)."""
+        o = self.options
+        if not needs_device and self.alone:
+            from checker.distributed.solo import SoloGroup
+
+            self.group = SoloGroup(o.backend)
+            return
         from checker.distributed.group import Group
 
-        o = self.options
         self.group = Group(self.env, backend=o.backend, timeout_s=o.timeout_s, init_method=o.init_method)
+        self.group.resolve()
 
-    def watch(self, on_lost: Callable[[Sequence[int]], None], on_announced: Callable[[], None]) -> None:
+    def watch(
+        self,
+        on_lost: Callable[[Sequence[int]], None],
+        on_announced: Callable[[], None],
+        on_refused: Callable[[Sequence[int]], None],
+    ) -> None:
         """Once this rank has joined, its watcher (:mod:`checker.distributed.watcher`) hands ranks that
-        stopped beating to ``on_lost`` and a verdict published while this rank waits to
-        ``on_announced`` (both from the watcher's thread)."""
-        self._on_lost, self._on_announced = on_lost, on_announced
+        stopped beating to ``on_lost``, a verdict published while this rank waits to ``on_announced``,
+        and ranks that cannot take part in the group to ``on_refused`` (all from the watcher's thread)."""
+        self._on_lost, self._on_announced, self._on_refused = on_lost, on_announced, on_refused
 
-    def connect(self) -> None:
-        """Join the store, start the watcher, then form the group (the wait for every rank)."""
+    def join(self) -> None:
+        """Join the store (this rank's liveness keys and heartbeat) and start the watcher."""
         group = self.group
         assert group is not None
+        if self._joined:
+            return
         group.join()
+        self._joined = True
         live = group.liveness_store
         if live is not None and self._on_lost is not None and self._on_announced is not None:
             self.watcher = Watcher(
@@ -218,12 +295,18 @@ class Session:
                 world_size=self.env.world_size,
                 on_lost=self._on_lost,
                 on_announced=self._on_announced,
+                on_refused=self._on_refused or (lambda ranks: None),
                 announcement=ANNOUNCEMENT,
             ).start()
-        group.init()
+
+    def connect(self) -> None:
+        """Join the store, then form the group (the wait for every rank)."""
+        self.join()
+        assert self.group is not None
+        self.group.init()
 
     # -- 3. exchange ---------------------------------------------------------------------------------
-    def _enter_step(self) -> Group:
+    def _enter_step(self) -> GroupLike:
         self._steps += 1
         assert self.group is not None
         if self.group.heartbeat is not None:
@@ -231,7 +314,7 @@ class Session:
         return self.group
 
     def exchange_headers(self, header: Header) -> list[Header]:
-        rows = self._enter_step().all_gather_int64(header.encode()).tolist()
+        rows = self._enter_step().gather_rows(header.encode())
         headers = [Header.decode(h) for h in rows]
         if len({h.schema for h in headers}) > 1:
             raise SchemaMismatch(schema_mismatch_message(headers))
@@ -239,7 +322,7 @@ class Session:
 
     def gather_text(self, text: str) -> list[str]:
         """Every rank's message (fixed width, cut at ``ERROR_BYTES``): one gather."""
-        rows = self._enter_step().all_gather_int64(pack_text(text, ERROR_BYTES)).tolist()
+        rows = self._enter_step().gather_rows(pack_text(text, ERROR_BYTES))
         return [unpack_text(r) for r in rows]
 
     def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered:
@@ -281,13 +364,46 @@ class Session:
                 if len(snapshot.joined) < self.env.world_size:
                     line = starting_line(len(snapshot.joined), snapshot.not_joined(), self.elapsed_s())
                     detail += "; " + line
+                where = self.hosts(missing)
+                if where:  # the report's missing_ranks are numbers: say here where they ran
+                    detail += f"; gone: {describe(missing, where)}"
         return Abort(detail=detail, missing_ranks=missing)
 
-    def claim_publisher(self, *, default: bool) -> bool:
-        """Whether this rank publishes the verdict (the first rank to claim it does: exactly one
-        writer, rank 0 or the stand-in for a lost rank 0)."""
+    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool:
+        """Whether this rank publishes the verdict: it holds the publisher lease (the first claim; or
+        a lease whose holder is in ``lost``, taken over by exactly one claimant). ``default`` when the
+        store cannot answer."""
         store = self.group.liveness_store if self.group is not None else None
-        return claim_publisher(store, default=default)
+        return liveness.claim_publisher(store, self.env.rank, lost=lost, default=default)
+
+    def earlier_publishers(self) -> list[int]:
+        """The ranks that held the publisher lease before its holder now (each lost in turn)."""
+        store = self.group.liveness_store if self.group is not None else None
+        if store is None:
+            return []
+        holders: list[int] = store_call(lambda: liveness.publishers(store), [])
+        return holders[:-1]
+
+    def hosts(self, ranks: Sequence[int]) -> dict[int, str]:
+        """Where each of ``ranks`` runs, as each wrote when it joined (one bounded read)."""
+        if not ranks:
+            return {}
+        store = self.group.liveness_store if self.group is not None else None
+        if store is None:  # alone: this rank is the only one
+            return {r: self.env.host for r in ranks if r == self.env.rank}
+        return liveness.hosts(store, ranks)
+
+    def refuse(self, message: str) -> None:
+        """This rank cannot take part in the group: say why in the store (bounded), for rank 0's
+        watcher to publish."""
+        store = self.group.liveness_store if self.group is not None else None
+        if store is not None:
+            store_call(lambda: liveness.refuse(store, self.env.rank, message), None)
+
+    def refusals(self, ranks: Sequence[int]) -> dict[int, str]:
+        """The reasons of ranks that said they cannot take part (one bounded read)."""
+        store = self.group.liveness_store if self.group is not None else None
+        return liveness.refusals(store, ranks)
 
     def shorten_store_timeout(self) -> None:
         """After a failure: a store on a lost node must not block each call for --timeout-s."""
@@ -301,65 +417,74 @@ class Session:
             group.heartbeat.mark_exiting(why)
 
     def announce(self, exit_code: int, line: str) -> None:
-        """Rank 0: the report is written, and every rank leaves with ``exit_code`` (``line`` for
-        torchrun's error file)."""
+        """The publisher: the report is written, and every rank leaves with ``exit_code`` (``line`` for
+        torchrun's error file). The first announcement stands: a publisher whose lease was taken over
+        (it was frozen, then resumed) cannot replace the verdict its stand-in announced."""
         store = self.group.store if self.group is not None else None
         if store is not None:
             value = f"{exit_code}\n{line}"
-            store_call(lambda: store.set(ANNOUNCEMENT, value), None)
+            store_call(lambda: store.compare_set(ANNOUNCEMENT, "", value), None)
 
-    def await_announcement(self, wait_s: float, *, while_alive_s: float = 0.0) -> tuple[int, str] | None:
-        """Another rank: rank 0's exit code and line once its report is written. After ``wait_s`` it
-        keeps waiting while rank 0's heartbeat still advances (alive and still publishing: a dense
-        sweep's plot takes seconds), up to ``while_alive_s`` in all; None when the announcement never
-        comes (rank 0 is gone, frozen or unreachable), as soon as rank 0's heartbeat is seen stopped
-        over :data:`STALE_AFTER_S`."""
-        store = self.group.store if self.group is not None else None
-        if store is None:
-            return None
+    def await_announcement(self, within_s: float) -> Wait:
+        """Another rank: the published exit code and line, waiting while the publisher is alive (its
+        beat advances) up to ``within_s`` (a dense sweep's plot takes seconds). The publisher is the
+        lease holder, rank 0 while nobody holds it; once its beat has stood still for
+        :data:`PUBLISHER_LOST_AFTER_S` the wait ends with ``stopped``, so a survivor takes the lease over
+        (``kill -9`` or SIGSTOP of rank 0 after the exchange, or while it publishes)."""
+        group = self.group
+        store = group.store if group is not None else None
+        live = group.liveness_store if group is not None else None
+        if store is None or live is None:
+            return Wait()
         t0 = time.monotonic()
-        deadline, cap = t0 + wait_s, t0 + max(wait_s, while_alive_s)
-        # Rank 0's beat is sampled at once and every STALE_AFTER_S: one that has not advanced over a
-        # window ends the wait early (rank 0 is gone; the stand-in need not wait out the grace).
-        beat, sampled, unanswered = -1, t0 - STALE_AFTER_S, 0
+        deadline = t0 + within_s
+        # The holder's beat is sampled at once and every STALE_AFTER_S, measured on this rank's clock.
+        seen: tuple[int, int] | None = None
+        since, sampled, unanswered = t0, t0 - STALE_AFTER_S, 0
         # Each store call bounded on its own: on a cut link one can block far past the store's timeout,
-        # and a store that does not answer twice in a row means rank 0 cannot announce to this rank.
+        # and a store that does not answer twice in a row means no verdict can reach this rank.
         while True:
-            answered = True
             announced = store_call(lambda: store.check([ANNOUNCEMENT]), None)
             if announced:
-                value = store_call(lambda: store.get(ANNOUNCEMENT).decode(errors="replace"), None)
-                code, _, line = (value or "").partition("\n")
-                if code.strip().lstrip("-").isdigit():
-                    return int(code), line
+                heard = self.announcement()
+                if heard is not None:
+                    return Wait(announced=heard)
             answered = announced is not None
             now = time.monotonic()
-            if answered and now >= sampled + STALE_AFTER_S:  # is rank 0 still alive?
-                latest = store_call(lambda: int(store.add("hb/0", 0)), None)
+            if answered and now >= sampled + STALE_AFTER_S:
+                latest = store_call(lambda: _holder_beat(live), None)
                 if latest is None:
                     answered = False
-                elif latest == beat:  # stopped beating and never announced: gone, frozen or cut off
-                    return None
                 else:
-                    if latest > beat >= 0:
-                        deadline = min(cap, max(deadline, now + STALE_AFTER_S + HEARTBEAT_S))
-                    beat, sampled = latest, now
+                    sampled = now
+                    # A new holder, or its beat advanced: alive. A beat of 0 has not started yet (a rank
+                    # still starting, before it joined): never taken for a stopped one.
+                    if latest != seen or latest[1] == 0:
+                        seen, since = latest, now
+                    elif now - since >= PUBLISHER_LOST_AFTER_S:
+                        return Wait(stopped=latest[0])
             unanswered = 0 if answered else unanswered + 1
             if unanswered >= 2:
                 self.store_lost = True
-                return None
+                return Wait()
             if now >= deadline:
-                return None
+                return Wait()
             time.sleep(announcement_poll_s(self.env.world_size))
 
     # -- 5. leave ------------------------------------------------------------------------------------
     def announcement(self) -> tuple[int, str] | None:
-        """The published verdict's exit code and line, if one was published (one bounded read)."""
+        """The published verdict's exit code and line, if one was published (bounded)."""
         store = self.group.store if self.group is not None else None
         if store is None:
             return None
-        value = store_call(lambda: store.get(ANNOUNCEMENT).decode(errors="replace"), None)
-        code, _, line = (value or "").partition("\n")
+
+        def read() -> str | None:
+            if not store.check([ANNOUNCEMENT]):  # a get would wait for it
+                return None
+            value: str = store.get(ANNOUNCEMENT).decode(errors="replace")
+            return value
+
+        code, _, line = (store_call(read, None) or "").partition("\n")
         return (int(code), line) if code.strip().lstrip("-").isdigit() else None
 
     def close(self, exit_code: int, *, clean: bool) -> int:
@@ -374,11 +499,23 @@ class Session:
             if group.heartbeat is not None:
                 group.heartbeat.stop()
             group.close()  # unbounded (destroy_process_group): the backstop still covers it
-            faulthandler.cancel_dump_traceback_later()
+        if clean:
+            self._give_back()
             return exit_code
         if not self.store_lost:
             self.mark_exiting("done")  # bounded: a rank that printed its own verdict is not lost
         self.exit_now(exit_code)
+
+    def _give_back(self) -> None:
+        """The run is over and this process goes on (the CLI returns; an embedding caller continues):
+        no watchdog, no backstop, SIGTERM as it was."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._backstop is not None:
+            self._backstop.close()
+        if self._give_back_signals is not None and threading.current_thread() is threading.main_thread():
+            self._give_back_signals()
+            self._give_back_signals = None
 
     def exit_now(self, exit_code: int) -> NoReturn:
         sys.stdout.flush()
@@ -388,8 +525,6 @@ class Session:
     def wait_for_exit(self, seconds: float) -> NoReturn:
         """Another thread is publishing an abort and ends the process; if it does not within
         ``seconds``, leave with its exit code anyway."""
-        from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE
-
         time.sleep(seconds)
         self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
 
@@ -400,6 +535,13 @@ def announcement_poll_s(world_size: int) -> float:
     with the world (1 ms per rank) up to 50 ms, so these checks cost the store at most about 1,000
     calls a second below 50 ranks and one per rank per 50 ms above (docs/performance.md)."""
     return min(0.05, max(0.01, world_size * 0.001))
+
+
+def _holder_beat(store: Store) -> tuple[int, int]:
+    """The publisher lease's holder (rank 0 while nobody claimed it) and its beat (two round trips)."""
+    holder = liveness.publisher(store)
+    rank = 0 if holder is None else holder
+    return rank, int(store.add(f"hb/{rank}", 0))
 
 
 def starting_line(joined: int, not_joined: Sequence[int], elapsed_s: float) -> str:

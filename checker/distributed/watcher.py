@@ -6,8 +6,9 @@ returns, which for a frozen peer is ``--timeout-s`` later. Each rank's watcher t
 * the first :data:`WATCHERS` ranks read every rank's liveness keys once per :data:`POLL_S`
   (:func:`checker.distributed.liveness.read`: three store round trips whatever the world size) and
   hand the ranks that stopped beating (:class:`checker.distributed.liveness.Staleness`) to
-  ``on_lost``; the run decides who publishes (rank 0, or the lowest surviving rank when rank 0 is the
-  one lost);
+  ``on_lost``, and ranks that said they cannot take part in the process group
+  (:func:`checker.distributed.liveness.refuse`) to ``on_refused``; the run decides who publishes (rank
+  0, or the lowest surviving rank when rank 0 is the one lost);
 * every rank reads the one announcement key once per :data:`ANNOUNCE_POLL_S` and hands a verdict
   published while it still waits to ``on_announced``, so it leaves with that exit code instead of
   waiting out its collective.
@@ -46,6 +47,7 @@ class Watcher:
         on_lost: Callable[[Sequence[int]], None],
         on_announced: Callable[[], None],
         announcement: str,
+        on_refused: Callable[[Sequence[int]], None] = lambda ranks: None,
         poll_s: float = POLL_S,
         announce_poll_s: float = ANNOUNCE_POLL_S,
         staleness: Staleness | None = None,
@@ -53,6 +55,9 @@ class Watcher:
     ) -> None:
         self.store, self.rank, self.world_size = store, rank, world_size
         self.on_lost, self.on_announced, self.announcement = on_lost, on_announced, announcement
+        self.on_refused = on_refused
+        self._refused: set[int] = set()
+        """Refused ranks already handed over (each once)."""
         self.reads_all = rank < WATCHERS
         self.poll_s = poll_s if self.reads_all else announce_poll_s
         self.staleness = staleness or Staleness()
@@ -81,6 +86,10 @@ class Watcher:
         snapshot = read(self.store, self.world_size)
         if snapshot is None:  # the store did not answer in time: nothing known, look again
             return False
+        refused = [r for r in snapshot.refused() if r not in self._refused and r != self.rank]
+        if refused:
+            self._refused.update(refused)
+            self.on_refused(refused)
         lost = [r for r in self.staleness.observe(snapshot, self.clock()) if r != self.rank]
         if lost:
             self.on_lost(lost)

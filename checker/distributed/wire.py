@@ -27,7 +27,7 @@ from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """3: the row defined once in checker.preflight.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
@@ -37,7 +37,8 @@ schema 5 would differ from one of 6 in both without any difference in what they 
 the model's layer count (``num_layers``), the digest of its definition (``model_digest``) and of the whole
 launch command (``launch_digest``), so the verdict proves the stages tile one model; the input
 ``attention_layout`` (the TP/attention-DP flags as typed), and the sizing-flag inputs hold what was given,
-never a release parser's default (a rank of 6 would name a default nobody typed)."""
+never a release parser's default (a rank of 6 would name a default nobody typed); 8: the row carries the
+operator's NODE_RANK (``operator_node_rank``) beside torchrun's GROUP_RANK."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

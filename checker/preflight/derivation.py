@@ -166,6 +166,7 @@ def derive_row(
         pp_rank=local.pp_rank,
         tp_rank=env.rank % sizing.tp_size,
         node_rank=env.node_rank,
+        operator_node_rank=MISSING if env.operator_node_rank is None else env.operator_node_rank,
         local_rank=env.local_rank,
         pp_size=local.pp_size,
         tp_size=sizing.tp_size,

@@ -30,6 +30,9 @@ class RankRow:
     rank: int = _int()
     world_size: int = _int(report=False)
     node_rank: int = _int()
+    """torchrun's GROUP_RANK (its numbering of the agents; under c10d, the order they joined in)."""
+    operator_node_rank: int = _int()
+    """NODE_RANK as the operator exported it on the rank's node (MISSING: unset)."""
     local_rank: int = _int()
     pp_rank: int = _int()
     tp_rank: int = _int()

@@ -122,6 +122,12 @@ def _hosts(members: Sequence[RankRow]) -> str:
     return ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
 
 
+def _where(members: Sequence[RankRow]) -> str:
+    """``rank 2 (node-b)``: the ranks of an error and where they run (every error names both)."""
+    hosts = _hosts(members)
+    return rank_ranges([r.rank for r in members]) + (f" ({hosts})" if hosts else "")
+
+
 def _release_words(version: str, *, one: bool) -> str:
     if version == NOT_INSTALLED:
         return f"{'has' if one else 'have'} no SGLang installed"
@@ -312,17 +318,17 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
     if drifted and not failed:
         # Before divergence: when the model is wrong, its verdict on stage agreement is not evidence.
         v.status = MODEL_DRIFT
-        by_drift: dict[str, list[int]] = defaultdict(list)
+        by_drift: dict[str, list[RankRow]] = defaultdict(list)
         for r in drifted:
-            by_drift[r.error].append(r.rank)
-        v.errors = [f"{rank_ranges(rs)}: {msg}" for msg, rs in by_drift.items()]
+            by_drift[r.error].append(r)
+        v.errors = [f"{_where(rs)}: {msg}" for msg, rs in by_drift.items()]
         return v
     if failed:
         v.status = ERROR
-        by_msg: dict[str, list[int]] = defaultdict(list)
+        by_msg: dict[str, list[RankRow]] = defaultdict(list)
         for r in failed:
-            by_msg[r.error or f"status {r.status}"].append(r.rank)
-        v.errors = [f"{rank_ranges(rs)}: {msg}" for msg, rs in by_msg.items()]
+            by_msg[r.error or f"status {r.status}"].append(r)
+        v.errors = [f"{_where(rs)}: {msg}" for msg, rs in by_msg.items()]
         return v
 
     v.divergent = [n for n in CHECKED_VALUES if len({getattr(r, n) for r in rows}) > 1]
