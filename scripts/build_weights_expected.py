@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +44,12 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     ),
     "qwen3_next/fp16": (f"{F}/qwen3_next_80b_a3b.json", ["pp=1,tp=2"], None, {"dtype": "float16"}),
     "qwen3_next/pp": (f"{F}/qwen3_next_80b_a3b.json", ["pp=2,tp=1"], None, {}),
-    "qwen3_5/pp-tp": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"], None, {}),
+    "qwen3_5/pp-tp": (
+        f"{F}/weights/qwen3_5_397b_a17b.json",
+        ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"],
+        None,
+        {},
+    ),
     "qwen3_5/partition": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=4,tp=2"], "14,16,16,14", {}),
     # 0.5.23 refuses the vision tower under attention DP unless attention TP is 1 (VisionAttention).
     "qwen3_5/dp": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=2,tp=1,dp=2"], None, {}),
@@ -78,7 +84,12 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     "nemotron_h/partition": (f"{F}/nemotron_h_8b.json", ["pp=2,tp=2"], "20,32", {}),
     "nemotron_h/dp": (f"{F}/nemotron_h_8b.json", ["pp=2,tp=2,dp=2"], None, {}),
     "nemotron_h/tied": (f"{F}/weights/nemotron_h_tied.json", ["pp=1,tp=2", "pp=2,tp=2"], None, {}),
-    "falcon_h1/tp": (f"{F}/falcon_h1_0_5b.json", ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8"], None, {}),
+    "falcon_h1/tp": (
+        f"{F}/falcon_h1_0_5b.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8"],
+        None,
+        {},
+    ),
     "falcon_h1/dp": (f"{F}/falcon_h1_0_5b.json", ["pp=1,tp=2,dp=2"], None, {}),
     "granite_h/tp": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=8"], None, {}),
     "granite_h/ep": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=8,ep=8"], None, {}),
@@ -99,40 +110,67 @@ def release_env(release: str) -> tuple[str, dict[str, str]] | None:
     return str(python), env
 
 
-def run_case(release: str, case: str, timeout_s: float) -> dict[str, object]:
-    config, layouts, partition, flags = CASES[case]
+def run_release(release: str, cases: list[str], timeout_s: float) -> dict[str, dict[str, object]]:
+    """Every case in one process of the release's environment (the import costs most of the time)."""
     found = release_env(release)
     if found is None:
         raise SystemExit(f"no CPU environment for SGLang {release} under {HOME} (scripts/sglang_cpu_env.sh)")
     python, env = found
-    cmd = [python, str(REPO / "scripts/sglang_weights.py"), "--config", config]
-    for layout in layouts:
-        cmd += ["--layout", layout]
-    if partition:
-        cmd += ["--partition", partition]
-    for k, v in flags.items():
-        cmd += ["--flag", f"{k}={json.dumps(v)}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        return {"error": lines[-1][:300] if lines else f"exit {proc.returncode}"}
-    doc = json.loads(proc.stdout)
-    return {
-        "layouts": [
-            {
-                "layout": entry["layout"],
-                "ranks": [[r["rank"], r["param_bytes"], r["buffer_bytes"]] for r in entry["ranks"]],
-            }
-            for entry in doc["layouts"]
-        ]
+    spec = {
+        cid: {
+            "config": CASES[cid][0],
+            "layouts": CASES[cid][1],
+            "partition": CASES[cid][2],
+            "flags": CASES[cid][3],
+        }
+        for cid in cases
     }
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(spec, f)
+        f.flush()
+        proc = subprocess.run(
+            [python, str(REPO / "scripts/sglang_weights.py"), "--cases", f.name],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    if proc.returncode != 0:
+        raise SystemExit(f"SGLang {release}: the harness failed: {proc.stderr[-2000:]}")
+    results = json.loads(proc.stdout)["cases"]
+    out: dict[str, dict[str, object]] = {}
+    for cid, result in results.items():
+        if "error" in result:
+            out[cid] = {"error": result["error"]}
+            continue
+        out[cid] = {
+            "layouts": [
+                {
+                    "layout": entry["layout"],
+                    "ranks": [[r["rank"], r["param_bytes"], r["buffer_bytes"]] for r in entry["ranks"]],
+                }
+                for entry in result["layouts"]
+            ]
+        }
+    return out
+
+
+def _dump(doc: dict[str, object]) -> str:
+    """The figures one rank per line: a diff shows which ranks of which release moved."""
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    import re
+
+    # fold [rank, params, buffers] triples onto one line each
+    text = re.sub(r"\[\n\s*(\d+),\n\s*(\d+),\n\s*(\d+)\n\s*\]", r"[\1, \2, \3]", text)
+    return text + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--release", action="append", help="default: every release with a CPU environment")
     ap.add_argument("--case", help="only cases whose id starts with this")
-    ap.add_argument("--timeout-s", type=float, default=1800)
+    ap.add_argument("--timeout-s", type=float, default=5400)
     args = ap.parse_args()
     releases = args.release or sorted(
         (p.name for p in (HOME / "releases").iterdir() if p.is_dir()),
@@ -143,14 +181,14 @@ def main() -> int:
         k: {"config": c, "layouts": ls, "partition": p, "flags": f} for k, (c, ls, p, f) in CASES.items()
     }
     for release in releases:
-        for case in CASES:
-            if args.case and not case.startswith(args.case):
-                continue
-            t0 = time.monotonic()
-            result = run_case(release, case, args.timeout_s)
-            doc["figures"].setdefault(release, {})[case] = result
-            print(f"{release} {case}: {result.get('error') or 'ok'} ({time.monotonic() - t0:.0f} s)", flush=True)
-            OUT.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        chosen = [c for c in CASES if not args.case or c.startswith(args.case)]
+        t0 = time.monotonic()
+        figures = run_release(release, chosen, args.timeout_s)
+        doc["figures"].setdefault(release, {}).update(figures)
+        for cid in chosen:
+            print(f"{release} {cid}: {figures[cid].get('error') or 'ok'}", flush=True)
+        print(f"{release}: {len(chosen)} cases in {time.monotonic() - t0:.0f} s", flush=True)
+        OUT.write_text(_dump(doc))
     return 0
 
 

@@ -243,8 +243,19 @@ class Release:
                 continue
             seen[rank_name], seen[size_name] = rank, size
             stride = (layout["tp"] * layout.get("dp", 1)) if group == "pp_group" else 1
-            groups[group] = _group(self.Group, group.removesuffix("_group"), world_rank, rank, size, stride=stride)
+            groups[group] = _group(
+                self.Group, group.removesuffix("_group"), world_rank, rank, size, stride=stride
+            )
         par.override_permanently(**groups)
+        # then, as distributed/bootstrap.py does after initialize_model_parallel: the DP-attention flags
+        # (is_dp_attention_enabled() reads them) and the attention-DP placement
+        import inspect
+
+        from sglang.srt.layers import dp_attention
+
+        init_dp = dp_attention.initialize_dp_attention
+        kwargs = {"server_args": sa}
+        init_dp(**{k: v for k, v in kwargs.items() if k in inspect.signature(init_dp).parameters})
         return seen
 
     def _place_groups(self, sa: Any, world_rank: int, layout: dict[str, int]) -> dict[str, int]:
@@ -317,7 +328,10 @@ class Release:
                 seen[name] = getattr(ps, fn)()
             except Exception:
                 pass
-        for fn, name in (("get_attention_tp_rank", "attn_tp_rank"), ("get_attention_tp_size", "attn_tp_size")):
+        for fn, name in (
+            ("get_attention_tp_rank", "attn_tp_rank"),
+            ("get_attention_tp_size", "attn_tp_size"),
+        ):
             try:
                 seen[name] = getattr(dp_attention, fn)()
             except Exception:
@@ -366,42 +380,84 @@ def parse_layout(text: str) -> dict[str, int]:
     return layout
 
 
+def run_layouts(
+    rel: Release,
+    config: str,
+    layouts: list[str],
+    partition: str | None,
+    flags: dict[str, Any],
+    *,
+    ranks: set[int] | None = None,
+    per_param: bool = False,
+) -> list[dict[str, Any]]:
+    """Every rank of every layout of one config: the class built on the meta device, its bytes."""
+    out = []
+    tmp = tempfile.mkdtemp(prefix="sglang-weights-")
+    try:
+        shutil.copy(config, os.path.join(tmp, "config.json"))
+        for text in layouts:
+            layout = parse_layout(text)
+            world = layout["pp"] * layout["tp"] * layout.get("dp", 1)
+            part = partition if layout["pp"] > 1 else None
+            entry: dict[str, Any] = {"layout": layout, "partition": part, "ranks": []}
+            with _env({"SGLANG_PP_LAYER_PARTITION": part}):
+                sa = rel.server_args(tmp, layout, flags)
+                for world_rank in range(world):
+                    if ranks is not None and world_rank not in ranks:
+                        continue
+                    seen = rel.place(sa, world_rank, layout)
+                    model = rel.build(sa)
+                    entry["ranks"].append({"rank": world_rank, **seen, **rank_weights(model, per_param)})
+                    del model
+            out.append(entry)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", required=True, help="a config.json")
-    ap.add_argument("--layout", action="append", required=True, help="pp=P,tp=T[,dp=D][,ep=E]")
+    ap.add_argument("--config", help="a config.json")
+    ap.add_argument("--layout", action="append", default=[], help="pp=P,tp=T[,dp=D][,ep=E]")
     ap.add_argument("--partition", help="SGLANG_PP_LAYER_PARTITION for every layout with pp > 1")
     ap.add_argument("--flag", action="append", default=[], help="a ServerArgs field=JSON value")
     ap.add_argument("--ranks", help="only these world ranks (comma-separated)")
     ap.add_argument("--per-param", action="store_true")
+    ap.add_argument(
+        "--cases",
+        help="a JSON file {id: {config, layouts, partition, flags}}: run each in this one process and "
+        "print {id: {layouts} or {error}} (a case the release refuses records its one-line error)",
+    )
     args = ap.parse_args(argv)
+    rel = Release()
+    if args.cases:
+        import traceback
+
+        cases = json.loads(open(args.cases).read())
+        results: dict[str, Any] = {}
+        for cid, case in cases.items():
+            try:
+                results[cid] = {
+                    "layouts": run_layouts(
+                        rel, case["config"], case["layouts"], case.get("partition"), case.get("flags", {})
+                    )
+                }
+            except Exception as exc:  # the release's own refusal: recorded, not fatal
+                lines = [ln for ln in traceback.format_exception_only(type(exc), exc) if ln.strip()]
+                results[cid] = {"error": " ".join(lines[-1].split())[:300]}
+            print(f"{cid}: {results[cid].get('error', 'ok')}", file=sys.stderr, flush=True)
+        json.dump({"release": rel.version, "cases": results}, sys.stdout)
+        print()
+        return 0
     flags = {}
     for f in args.flag:
         k, _, v = f.partition("=")
         flags[k] = json.loads(v)
-    rel = Release()
-    out: dict[str, Any] = {"release": rel.version, "config": args.config, "flags": flags, "layouts": []}
-    tmp = tempfile.mkdtemp(prefix="sglang-weights-")
-    try:
-        shutil.copy(args.config, os.path.join(tmp, "config.json"))
-        for text in args.layout:
-            layout = parse_layout(text)
-            world = layout["pp"] * layout["tp"] * layout.get("dp", 1)
-            part = args.partition if layout["pp"] > 1 else None
-            entry: dict[str, Any] = {"layout": layout, "partition": part, "ranks": []}
-            with _env({"SGLANG_PP_LAYER_PARTITION": part}):
-                sa = rel.server_args(tmp, layout, flags)
-                only = {int(r) for r in args.ranks.split(",")} if args.ranks else None
-                for world_rank in range(world):
-                    if only is not None and world_rank not in only:
-                        continue
-                    seen = rel.place(sa, world_rank, layout)
-                    model = rel.build(sa)
-                    entry["ranks"].append({"rank": world_rank, **seen, **rank_weights(model, args.per_param)})
-                    del model
-            out["layouts"].append(entry)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    ranks = {int(r) for r in args.ranks.split(",")} if args.ranks else None
+    layouts = run_layouts(
+        rel, args.config, args.layout, args.partition, flags, ranks=ranks, per_param=args.per_param
+    )
+    out = {"release": rel.version, "config": args.config, "flags": flags, "layouts": layouts}
     json.dump(out, sys.stdout, indent=1 if args.per_param else None)
     print()
     return 0

@@ -69,7 +69,9 @@ def model_tensors(config: Mapping[str, Any], dtype: str = "BF16") -> list[Spec]:
     ]
 
 
-def model_dir(directory: Path, config_path: str | Path, *, shards: int = 4, extra: Iterable[Spec] = ()) -> Path:
+def model_dir(
+    directory: Path, config_path: str | Path, *, shards: int = 4, extra: Iterable[Spec] = ()
+) -> Path:
     """A model directory: config.json (copied) and a sparse checkpoint of its real shapes."""
     directory.mkdir(parents=True, exist_ok=True)
     text = Path(config_path).read_text()

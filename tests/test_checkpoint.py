@@ -139,7 +139,10 @@ def test_a_file_shorter_than_the_length_word(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "entry, words",
     [
-        ({"dtype": "Q4_K", "shape": [4], "data_offsets": [0, 4]}, "dtype 'Q4_K', which safetensors does not define"),
+        (
+            {"dtype": "Q4_K", "shape": [4], "data_offsets": [0, 4]},
+            "dtype 'Q4_K', which safetensors does not define",
+        ),
         ({"dtype": "BF16", "shape": [4, -1], "data_offsets": [0, 8]}, "has shape [4, -1]"),
         ({"dtype": "BF16", "shape": [4], "data_offsets": [0]}, "has data_offsets [0]"),
         ({"dtype": "BF16", "shape": [4], "data_offsets": [0, 6]}, "takes 8 bytes (a corrupt header)"),

@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from checker.core.errors import ConfigError, json_kind, printable, shorten
 
@@ -83,9 +83,8 @@ TORCH_DTYPE: Mapping[str, str] = {
 _WAY_OUT = "re-download the checkpoint (or point --model-path at a complete copy)"
 
 
-@dataclass(frozen=True)
-class Tensor:
-    """One tensor as its shard's header describes it."""
+class Tensor(NamedTuple):
+    """One tensor as its shard's header describes it (a tuple: a header lists up to 100,000 of them)."""
 
     dtype: str
     shape: tuple[int, ...]
@@ -169,7 +168,9 @@ def _shard_names(directory: Path) -> tuple[list[str], dict[str, str] | None]:
         try:
             doc = json.loads(raw)
         except (ValueError, RecursionError) as exc:
-            raise ConfigError(f"{_shown(index)} is not valid JSON ({shorten(str(exc), 80)}); {_WAY_OUT}") from None
+            raise ConfigError(
+                f"{_shown(index)} is not valid JSON ({shorten(str(exc), 80)}); {_WAY_OUT}"
+            ) from None
         weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise ConfigError(
@@ -181,8 +182,8 @@ def _shard_names(directory: Path) -> tuple[list[str], dict[str, str] | None]:
                 continue  # each shard's name is checked once (a map names it thousands of times)
             if not isinstance(file, str) or not file.endswith(SUFFIX):
                 raise ConfigError(
-                    f"{_shown(index)}: weight_map[{shorten(name)}] is {shorten(file)}, not a .safetensors file "
-                    f"name; {_WAY_OUT}"
+                    f"{_shown(index)}: weight_map[{shorten(name)}] is {shorten(file)}, not a .safetensors "
+                    f"file name; {_WAY_OUT}"
                 )
             parts = Path(file).parts
             if Path(file).is_absolute() or ".." in parts or not parts:
@@ -214,7 +215,9 @@ def read_header(path: Path, name: str) -> tuple[dict[str, Tensor], int]:
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        raise ConfigError(f"shard {shorten(name)} is missing from {_shown(path.parent)}; {_WAY_OUT}") from None
+        raise ConfigError(
+            f"shard {shorten(name)} is missing from {_shown(path.parent)}; {_WAY_OUT}"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot open shard {_shown(path)}: {exc.strerror or exc}") from None
     try:
@@ -254,7 +257,9 @@ def read_header(path: Path, name: str) -> tuple[dict[str, Tensor], int]:
             f"shard {_shown(path)}: its header is not JSON ({shorten(str(exc), 80)}); {_WAY_OUT}"
         ) from None
     if not isinstance(doc, dict):
-        raise ConfigError(f"shard {_shown(path)}: its header is {json_kind(doc)}, not a JSON object; {_WAY_OUT}")
+        raise ConfigError(
+            f"shard {_shown(path)}: its header is {json_kind(doc)}, not a JSON object; {_WAY_OUT}"
+        )
     data_len = size - 8 - n
     tensors: dict[str, Tensor] = {}
     end_max = 0
@@ -340,21 +345,25 @@ def read_checkpoint(directory: str | Path) -> Checkpoint:
         for key, t in found.items():
             if key in tensors:
                 raise ConfigError(
-                    f"tensor {shorten(key)} is in two shards, {shorten(tensors[key].shard)} and {shorten(name)}; "
-                    f"{_WAY_OUT}"
+                    f"tensor {shorten(key)} is in two shards, {shorten(tensors[key].shard)} and "
+                    f"{shorten(name)}; {_WAY_OUT}"
                 )
             tensors[key] = t
     if weight_map is not None:
         for key, file in weight_map.items():
-            t = tensors.get(key)
-            if t is None or t.shard != file:
-                where = "no shard" if t is None else f"shard {shorten(t.shard)}"
+            held = tensors.get(key)
+            if held is None or held.shard != file:
+                where = "no shard" if held is None else f"shard {shorten(held.shard)}"
                 raise ConfigError(
                     f"{_shown(d / INDEX_NAME)} places tensor {shorten(key)} in {shorten(file)} but {where} "
                     f"holds it; {_WAY_OUT}"
                 )
     return Checkpoint(
-        directory=str(d), shards=tuple(names), tensors=tensors, indexed=weight_map is not None, header_bytes=read
+        directory=str(d),
+        shards=tuple(names),
+        tensors=tensors,
+        indexed=weight_map is not None,
+        header_bytes=read,
     )
 
 

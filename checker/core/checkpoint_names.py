@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from checker.core.checkpoint import Checkpoint, Tensor
+from checker.core.checkpoint import Checkpoint
 from checker.core.errors import ConfigError, shorten
 from checker.core.weights import _Config, family_of
 
@@ -24,13 +24,19 @@ Shape = tuple[int, ...]
 _EXPERT = re.compile(r"\.experts\.\d+\.")
 
 
-def _qwen_layer(t: _Config, pre: str, attention: bool, moe: bool, qwen3_5: bool) -> Iterator[tuple[str, Shape]]:
-    H = t.int("hidden_size")
+def _qwen_layer(
+    t: _Config, pre: str, attention: bool, moe: bool, qwen3_5: bool
+) -> Iterator[tuple[str, Shape]]:
+    H = t.integer("hidden_size")
     yield f"{pre}.input_layernorm.weight", (H,)
     yield f"{pre}.post_attention_layernorm.weight", (H,)
     if attention:
-        heads, kv, hd = t.int("num_attention_heads", 16), t.int("num_key_value_heads", 2), t.int("head_dim", 256)
-        gate = 2 if t.bool("attn_output_gate", True) else 1
+        heads, kv, hd = (
+            t.integer("num_attention_heads", 16),
+            t.integer("num_key_value_heads", 2),
+            t.integer("head_dim", 256),
+        )
+        gate = 2 if t.boolean("attn_output_gate", True) else 1
         a = f"{pre}.self_attn"
         yield f"{a}.q_proj.weight", (gate * heads * hd, H)
         yield f"{a}.k_proj.weight", (kv * hd, H)
@@ -39,9 +45,9 @@ def _qwen_layer(t: _Config, pre: str, attention: bool, moe: bool, qwen3_5: bool)
         yield f"{a}.q_norm.weight", (hd,)
         yield f"{a}.k_norm.weight", (hd,)
     else:
-        nk, nv = t.int("linear_num_key_heads", 16), t.int("linear_num_value_heads", 32)
-        dk, dv = t.int("linear_key_head_dim", 128), t.int("linear_value_head_dim", 128)
-        K = t.int("linear_conv_kernel_dim", 4)
+        nk, nv = t.integer("linear_num_key_heads", 16), t.integer("linear_num_value_heads", 32)
+        dk, dv = t.integer("linear_key_head_dim", 128), t.integer("linear_value_head_dim", 128)
+        K = t.integer("linear_conv_kernel_dim", 4)
         a = f"{pre}.linear_attn"
         if qwen3_5:
             yield f"{a}.in_proj_qkv.weight", (2 * nk * dk + nv * dv, H)
@@ -58,8 +64,8 @@ def _qwen_layer(t: _Config, pre: str, attention: bool, moe: bool, qwen3_5: bool)
         yield f"{a}.out_proj.weight", (H, nv * dv)
     m = f"{pre}.mlp"
     if moe:
-        E, inter = t.int("num_experts", 512), t.int("moe_intermediate_size", 512)
-        shared = t.int("shared_expert_intermediate_size", 512, minimum=0)
+        E, inter = t.integer("num_experts", 512), t.integer("moe_intermediate_size", 512)
+        shared = t.integer("shared_expert_intermediate_size", 512, minimum=0)
         yield f"{m}.gate.weight", (E, H)
         yield f"{m}.experts.E.gate_proj.weight", (inter, H)
         yield f"{m}.experts.E.up_proj.weight", (inter, H)
@@ -70,7 +76,7 @@ def _qwen_layer(t: _Config, pre: str, attention: bool, moe: bool, qwen3_5: bool)
             yield f"{m}.shared_expert.down_proj.weight", (H, shared)
         yield f"{m}.shared_expert_gate.weight", (1, H)
     else:
-        inter = t.int("intermediate_size")
+        inter = t.integer("intermediate_size")
         yield f"{m}.gate_proj.weight", (inter, H)
         yield f"{m}.up_proj.weight", (inter, H)
         yield f"{m}.down_proj.weight", (H, inter)
@@ -83,7 +89,7 @@ def _qwen_types(t: _Config) -> list[bool]:
 
 
 def _qwen3_next(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-    H, V = t.int("hidden_size"), t.int("vocab_size", 151936)
+    H, V = t.integer("hidden_size"), t.integer("vocab_size", 151936)
     yield "model.embed_tokens.weight", (V, H)
     yield "model.norm.weight", (H,)
     yield "lm_head.weight", (V, H)
@@ -92,23 +98,23 @@ def _qwen3_next(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
 
 
 def _qwen3_5(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-    H, V = t.int("hidden_size"), t.int("vocab_size", 248320)
-    moe = (t.str("model_type") or cfg.str("model_type") or "").startswith("qwen3_5_moe")
+    H, V = t.integer("hidden_size"), t.integer("vocab_size", 248320)
+    moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
     lm = "model.language_model"
     yield f"{lm}.embed_tokens.weight", (V, H)
     yield f"{lm}.norm.weight", (H,)
-    if not cfg.bool("tie_word_embeddings", False):
+    if not cfg.boolean("tie_word_embeddings", False):
         yield "lm_head.weight", (V, H)
     for i, attention in enumerate(_qwen_types(t)):
         yield from _qwen_layer(t, f"{lm}.layers.{i}", attention, moe, True)
     v = cfg.section("vision_config")
-    hid, depth, inter = v.int("hidden_size", 1152), v.int("depth", 27), v.int("intermediate_size", 4304)
-    out, merge = v.int("out_hidden_size", 3584), v.int("spatial_merge_size", 2)
-    patch, tpatch, cin = v.int("patch_size", 16), v.int("temporal_patch_size", 2), v.int("in_channels", 3)
+    hid, depth, inter = v.integer("hidden_size", 1152), v.integer("depth", 27), v.integer("intermediate_size", 4304)
+    out, merge = v.integer("out_hidden_size", 3584), v.integer("spatial_merge_size", 2)
+    patch, tpatch, cin = v.integer("patch_size", 16), v.integer("temporal_patch_size", 2), v.integer("in_channels", 3)
     vis = "model.visual"
     yield f"{vis}.patch_embed.proj.weight", (hid, cin, tpatch, patch, patch)
     yield f"{vis}.patch_embed.proj.bias", (hid,)
-    yield f"{vis}.pos_embed.weight", (v.int("num_position_embeddings", 2304), hid)
+    yield f"{vis}.pos_embed.weight", (v.integer("num_position_embeddings", 2304), hid)
     for k in range(depth):
         bp = f"{vis}.blocks.{k}"
         for n in ("norm1", "norm2"):
@@ -123,8 +129,10 @@ def _qwen3_5(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
         yield f"{bp}.mlp.linear_fc2.weight", (hid, inter)
         yield f"{bp}.mlp.linear_fc2.bias", (hid,)
     ctx = hid * merge * merge
-    deepstack = v.list("deepstack_visual_indexes") or []
-    for name, norm_dim in [("merger", hid)] + [(f"deepstack_merger_list.{k}", ctx) for k in range(len(deepstack))]:
+    deepstack = v.array("deepstack_visual_indexes") or []
+    for name, norm_dim in [("merger", hid)] + [
+        (f"deepstack_merger_list.{k}", ctx) for k in range(len(deepstack))
+    ]:
         yield f"{vis}.{name}.norm.weight", (norm_dim,)
         yield f"{vis}.{name}.norm.bias", (norm_dim,)
         yield f"{vis}.{name}.linear_fc1.weight", (ctx, ctx)
@@ -134,18 +142,18 @@ def _qwen3_5(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
 
 
 def _kimi_linear(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-    H, V, L = t.int("hidden_size", 4096), t.int("vocab_size", 163840), t.int("num_hidden_layers", 32)
+    H, V, L = t.integer("hidden_size", 4096), t.integer("vocab_size", 163840), t.integer("num_hidden_layers", 32)
     lac = t.section("linear_attn_config")
-    kda = {int(i) - 1 for i in (lac.list("kda_layers") or [])}
-    nh, hd, K = lac.int("num_heads"), lac.int("head_dim"), lac.int("short_conv_kernel_size", 4)
+    kda = {int(i) - 1 for i in (lac.array("kda_layers") or [])}
+    nh, hd, K = lac.integer("num_heads"), lac.integer("head_dim"), lac.integer("short_conv_kernel_size", 4)
     proj = nh * hd
-    heads = t.int("num_attention_heads", 32)
-    nope, rope, vdim = t.int("qk_nope_head_dim"), t.int("qk_rope_head_dim"), t.int("v_head_dim")
-    kv_lora, q_lora = t.int("kv_lora_rank"), t.opt_int("q_lora_rank")
+    heads = t.integer("num_attention_heads", 32)
+    nope, rope, vdim = t.integer("qk_nope_head_dim"), t.integer("qk_rope_head_dim"), t.integer("v_head_dim")
+    kv_lora, q_lora = t.integer("kv_lora_rank"), t.opt_int("q_lora_rank")
     E, moe_inter = t.opt_int("num_experts"), t.opt_int("moe_intermediate_size")
-    shared = t.int("num_shared_experts", 0, minimum=0)
-    first_dense, freq = t.int("first_k_dense_replace", 0, minimum=0), t.int("moe_layer_freq", 1)
-    inter = t.int("intermediate_size", 11008)
+    shared = t.integer("num_shared_experts", 0, minimum=0)
+    first_dense, freq = t.integer("first_k_dense_replace", 0, minimum=0), t.integer("moe_layer_freq", 1)
+    inter = t.integer("intermediate_size", 11008)
     yield "model.embed_tokens.weight", (V, H)
     yield "model.norm.weight", (H,)
     yield "lm_head.weight", (V, H)
@@ -196,8 +204,19 @@ def _kimi_linear(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
             yield f"{pre}.mlp.down_proj.weight", (H, inter)
 
 
-def _mamba(pre: str, *, hidden: int, intermediate: int, heads: int, groups: int, state: int, conv: int,
-           conv_bias: bool, proj_bias: bool, rms_norm: bool) -> Iterator[tuple[str, Shape]]:
+def _mamba(
+    pre: str,
+    *,
+    hidden: int,
+    intermediate: int,
+    heads: int,
+    groups: int,
+    state: int,
+    conv: int,
+    conv_bias: bool,
+    proj_bias: bool,
+    rms_norm: bool,
+) -> Iterator[tuple[str, Shape]]:
     conv_dim = intermediate + 2 * groups * state
     yield f"{pre}.A_log", (heads,)
     yield f"{pre}.D", (heads,)
@@ -216,25 +235,32 @@ def _mamba(pre: str, *, hidden: int, intermediate: int, heads: int, groups: int,
 def _nemotron_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
     from checker.core.weights import _nemotron_pattern
 
-    H, V = t.int("hidden_size", 4096), t.int("vocab_size", 131072)
-    heads, kv = t.int("num_attention_heads", 32), t.int("num_key_value_heads", 8)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 131072)
+    heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = t.opt_int("head_dim") or H // heads
     yield "backbone.embeddings.weight", (V, H)
     yield "backbone.norm_f.weight", (H,)
-    if not t.bool("tie_word_embeddings", False):
+    if not t.boolean("tie_word_embeddings", False):
         yield "lm_head.weight", (V, H)
-    groups = t.int("mamba_n_groups", 8) if "mamba_n_groups" in t.data else t.int("n_groups", 8)
+    groups = t.integer("mamba_n_groups", 8) if "mamba_n_groups" in t.data else t.integer("n_groups", 8)
     for i, c in enumerate(_nemotron_pattern(t)):
         pre = f"backbone.layers.{i}"
         yield f"{pre}.norm.weight", (H,)
         m = f"{pre}.mixer"
         if c == "M":
-            mh, mhd = t.int("mamba_num_heads", 128), t.int("mamba_head_dim", 64)
-            yield from _mamba(m, hidden=H, intermediate=mh * mhd, heads=mh, groups=groups,
-                              state=t.int("ssm_state_size", 128),
-                              conv=t.int("mamba_d_conv", 4) if "mamba_d_conv" in t.data else t.int("conv_kernel", 4),
-                              conv_bias=t.bool("use_conv_bias", True), proj_bias=t.bool("use_bias", False),
-                              rms_norm=True)
+            mh, mhd = t.integer("mamba_num_heads", 128), t.integer("mamba_head_dim", 64)
+            yield from _mamba(
+                m,
+                hidden=H,
+                intermediate=mh * mhd,
+                heads=mh,
+                groups=groups,
+                state=t.integer("ssm_state_size", 128),
+                conv=t.integer("mamba_d_conv", 4) if "mamba_d_conv" in t.data else t.integer("conv_kernel", 4),
+                conv_bias=t.boolean("use_conv_bias", True),
+                proj_bias=t.boolean("use_bias", False),
+                rms_norm=True,
+            )
         elif c == "*":
             yield f"{m}.q_proj.weight", (heads * hd, H)
             yield f"{m}.k_proj.weight", (kv * hd, H)
@@ -248,17 +274,17 @@ def _nemotron_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
 
 
 def _falcon_h1(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-    H, V = t.int("hidden_size", 4096), t.int("vocab_size", 128000)
-    heads, kv = t.int("num_attention_heads", 32), t.int("num_key_value_heads", 8)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 128000)
+    heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = t.opt_int("head_dim") or H // heads
-    inter = t.int("intermediate_size", 14336)
+    inter = t.integer("intermediate_size", 14336)
     d_ssm = t.opt_int("mamba_d_ssm")
-    inter_m = d_ssm if d_ssm is not None else int(t.float("mamba_expand", 2) * H)
+    inter_m = d_ssm if d_ssm is not None else int(t.number("mamba_expand", 2) * H)
     yield "model.embed_tokens.weight", (V, H)
     yield "model.final_layernorm.weight", (H,)
-    if not t.bool("tie_word_embeddings", False):
+    if not t.boolean("tie_word_embeddings", False):
         yield "lm_head.weight", (V, H)
-    for i in range(t.int("num_hidden_layers", 36)):
+    for i in range(t.integer("num_hidden_layers", 36)):
         pre = f"model.layers.{i}"
         yield f"{pre}.input_layernorm.weight", (H,)
         yield f"{pre}.pre_ff_layernorm.weight", (H,)
@@ -266,35 +292,50 @@ def _falcon_h1(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
         yield f"{pre}.self_attn.k_proj.weight", (kv * hd, H)
         yield f"{pre}.self_attn.v_proj.weight", (kv * hd, H)
         yield f"{pre}.self_attn.o_proj.weight", (H, heads * hd)
-        yield from _mamba(f"{pre}.mamba", hidden=H, intermediate=inter_m, heads=t.int("mamba_n_heads", 128),
-                          groups=t.int("mamba_n_groups", 1), state=t.int("mamba_d_state", 256),
-                          conv=t.int("mamba_d_conv", 4), conv_bias=t.bool("mamba_conv_bias", True),
-                          proj_bias=t.bool("mamba_proj_bias", False), rms_norm=t.bool("mamba_rms_norm", False))
+        yield from _mamba(
+            f"{pre}.mamba",
+            hidden=H,
+            intermediate=inter_m,
+            heads=t.integer("mamba_n_heads", 128),
+            groups=t.integer("mamba_n_groups", 1),
+            state=t.integer("mamba_d_state", 256),
+            conv=t.integer("mamba_d_conv", 4),
+            conv_bias=t.boolean("mamba_conv_bias", True),
+            proj_bias=t.boolean("mamba_proj_bias", False),
+            rms_norm=t.boolean("mamba_rms_norm", False),
+        )
         yield f"{pre}.feed_forward.gate_proj.weight", (inter, H)
         yield f"{pre}.feed_forward.up_proj.weight", (inter, H)
         yield f"{pre}.feed_forward.down_proj.weight", (H, inter)
 
 
 def _granite_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-    H, V = t.int("hidden_size", 4096), t.int("vocab_size", 100352)
-    heads, kv = t.int("num_attention_heads", 32), t.int("num_key_value_heads", 8)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 100352)
+    heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = H // heads
-    E, inter = t.int("num_local_experts", 0, minimum=0), t.int("intermediate_size", 1024)
-    shared = t.int("shared_intermediate_size", 0, minimum=0)
+    E, inter = t.integer("num_local_experts", 0, minimum=0), t.integer("intermediate_size", 1024)
+    shared = t.integer("shared_intermediate_size", 0, minimum=0)
     yield "model.embed_tokens.weight", (V, H)
     yield "model.norm.weight", (H,)
-    if not t.bool("tie_word_embeddings", False):
+    if not t.boolean("tie_word_embeddings", False):
         yield "lm_head.weight", (V, H)
-    for i, kind in enumerate(t.list("layer_types") or []):
+    for i, kind in enumerate(t.array("layer_types") or []):
         pre = f"model.layers.{i}"
         yield f"{pre}.input_layernorm.weight", (H,)
         yield f"{pre}.post_attention_layernorm.weight", (H,)
         if kind == "mamba":
-            yield from _mamba(f"{pre}.mamba", hidden=H, intermediate=int(t.float("mamba_expand", 2) * H),
-                              heads=t.int("mamba_n_heads", 128), groups=t.int("mamba_n_groups", 1),
-                              state=t.int("mamba_d_state", 256), conv=t.int("mamba_d_conv", 4),
-                              conv_bias=t.bool("mamba_conv_bias", True),
-                              proj_bias=t.bool("mamba_proj_bias", False), rms_norm=True)
+            yield from _mamba(
+                f"{pre}.mamba",
+                hidden=H,
+                intermediate=int(t.number("mamba_expand", 2) * H),
+                heads=t.integer("mamba_n_heads", 128),
+                groups=t.integer("mamba_n_groups", 1),
+                state=t.integer("mamba_d_state", 256),
+                conv=t.integer("mamba_d_conv", 4),
+                conv_bias=t.boolean("mamba_conv_bias", True),
+                proj_bias=t.boolean("mamba_proj_bias", False),
+                rms_norm=True,
+            )
         else:
             yield f"{pre}.self_attn.q_proj.weight", (heads * hd, H)
             yield f"{pre}.self_attn.k_proj.weight", (kv * hd, H)
@@ -332,7 +373,9 @@ def expected_tensors(config: Mapping[str, Any], source: str = "config.json") -> 
     for name, shape in _SCHEMAS[fam.name](cfg, text):
         if ".experts.E." in name:
             layer_cfg = text
-            count = layer_cfg.int("num_experts", 0, minimum=0) or layer_cfg.int("n_routed_experts", 0, minimum=0)
+            count = layer_cfg.integer("num_experts", 0, minimum=0) or layer_cfg.integer(
+                "n_routed_experts", 0, minimum=0
+            )
             for e in range(count):
                 yield name.replace(".experts.E.", f".experts.{e}."), shape
         else:
@@ -357,7 +400,3 @@ def check_shapes(ckpt: Checkpoint, config: Mapping[str, Any], source: str = "con
                 "--model-path at the directory that holds both)"
             )
     return checked
-
-
-def _unused(t: Tensor) -> None:  # pragma: no cover - keeps the import for typing readers
-    del t

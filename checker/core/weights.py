@@ -21,7 +21,7 @@ and the dtype the class holds it in, and sums them. The rules, from the classes'
   the MoE TP size; the router gate is replicated.
 * **Held dtypes.** Parameters are built in the model dtype (``--dtype``, else the config's), except where
   the class says otherwise: linear-attention ``A_log`` (and Kimi's ``dt_bias`` and conv weights), Mamba
-  ``A``, Falcon-H1's ``lm_head`` (``.float()``) in float32, some gated norms in the config's dtype.
+  ``A``, Falcon-H1's ``lm_head`` (``.number()``) in float32, some gated norms in the config's dtype.
 * **Left out.** ``mtp.*`` tensors (the target model skips them), a vision tower under
   ``--language-model-only``.
 
@@ -164,12 +164,17 @@ def release_partition(
         return parts
     if release is not None and _before(release, "0.5.6"):
         base = num_hidden_layers // pp_size
-        return tuple(base if k < pp_size - 1 else num_hidden_layers - base * (pp_size - 1) for k in range(pp_size))
+        return tuple(
+            base if k < pp_size - 1 else num_hidden_layers - base * (pp_size - 1) for k in range(pp_size)
+        )
     return parts
 
 
-def places(layout: WeightsLayout, num_hidden_layers: int, release: str | None) -> list[Place]:
-    """Every rank's place in the layout, in world-rank order."""
+def places(
+    layout: WeightsLayout, num_hidden_layers: int, release: str | None, *, all_layers: bool = False
+) -> list[Place]:
+    """Every rank's place in the layout, in world-rank order; ``all_layers``: every stage builds every
+    layer (the release's class ignores the stage)."""
     parts = release_partition(release, num_hidden_layers, layout.pp_size, layout.partition_env)
     bounds = stage_bounds(parts)
     group = layout.tp_group
@@ -177,7 +182,7 @@ def places(layout: WeightsLayout, num_hidden_layers: int, release: str | None) -
     out = []
     for rank in range(layout.world_size):
         pp_rank, tp_rank = divmod(rank, group)
-        start, end = (0, num_hidden_layers) if layout.builds_all_layers else bounds[pp_rank]
+        start, end = (0, num_hidden_layers) if layout.builds_all_layers or all_layers else bounds[pp_rank]
         out.append(
             Place(
                 rank=rank,
@@ -293,35 +298,68 @@ class _Builder:
         self.buffer(key, (max_position, rotary_dim), "float32")
 
     # column- and row-parallel linears: (out, in) weights
-    def column(self, name: str, out: int, inp: int, group: str, *, part: str = "layers", bias: bool = False,
-               dtype: str | None = None) -> None:
+    def column(
+        self,
+        name: str,
+        out: int,
+        inp: int,
+        group: str,
+        *,
+        part: str = "layers",
+        bias: bool = False,
+        dtype: str | None = None,
+    ) -> None:
         rows = _div(out, self.p.size(group), f"{name} output size")
         self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
         if bias:
             self.add(f"{name}.bias", (rows,), part=part, dtype=dtype)
 
-    def row(self, name: str, out: int, inp: int, group: str, *, part: str = "layers", bias: bool = False) -> None:
+    def row(
+        self, name: str, out: int, inp: int, group: str, *, part: str = "layers", bias: bool = False
+    ) -> None:
         cols = _div(inp, self.p.size(group), f"{name} input size")
         self.add(f"{name}.weight", (out, cols), part=part)
         if bias:
             self.add(f"{name}.bias", (out,), part=part)
 
-    def replicated(self, name: str, out: int, inp: int, *, part: str = "layers", bias: bool = False,
-                   dtype: str | None = None) -> None:
+    def replicated(
+        self,
+        name: str,
+        out: int,
+        inp: int,
+        *,
+        part: str = "layers",
+        bias: bool = False,
+        dtype: str | None = None,
+    ) -> None:
         self.add(f"{name}.weight", (out, inp), part=part, dtype=dtype)
         if bias:
             self.add(f"{name}.bias", (out,), part=part, dtype=dtype)
 
-    def norm(self, name: str, dim: int, *, part: str = "layers", bias: bool = False, dtype: str | None = None) -> None:
+    def norm(
+        self, name: str, dim: int, *, part: str = "layers", bias: bool = False, dtype: str | None = None
+    ) -> None:
         self.add(f"{name}.weight", (dim,), part=part, dtype=dtype)
         if bias:
             self.add(f"{name}.bias", (dim,), part=part, dtype=dtype)
 
-    def vocab(self, name: str, vocab: int, hidden: int, group: str, *, part: str, dtype: str | None = None) -> None:
+    def vocab(
+        self, name: str, vocab: int, hidden: int, group: str, *, part: str, dtype: str | None = None
+    ) -> None:
         self.add(f"{name}.weight", (vocab_rows(vocab, self.p.size(group)), hidden), part=part, dtype=dtype)
 
-    def qkv(self, name: str, hidden: int, head_dim: int, heads: int, kv_heads: int, group: str, *,
-            bias: bool = False, v_head_dim: int | None = None) -> None:
+    def qkv(
+        self,
+        name: str,
+        hidden: int,
+        head_dim: int,
+        heads: int,
+        kv_heads: int,
+        group: str,
+        *,
+        bias: bool = False,
+        v_head_dim: int | None = None,
+    ) -> None:
         size = self.p.size(group)
         q = _div(heads, size, "num_attention_heads") * head_dim
         kv = kv_heads_per_rank(kv_heads, size)
@@ -330,8 +368,16 @@ class _Builder:
         if bias:
             self.add(f"{name}.bias", (out,), part="layers")
 
-    def experts(self, name: str, num_experts: int, hidden: int, intermediate: int, *, shared_slots: int = 0,
-                gated: bool = True) -> None:
+    def experts(
+        self,
+        name: str,
+        num_experts: int,
+        hidden: int,
+        intermediate: int,
+        *,
+        shared_slots: int = 0,
+        gated: bool = True,
+    ) -> None:
         """A FusedMoE's ``w13``/``w2``: the EP rank's share of the routed experts (plus fused shared-expert
         slots, held by every rank), intermediate split by the MoE TP size (``fused_moe_triton/layer.py``)."""
         local = _div(num_experts, self.p.moe_ep_size, "num_experts") + shared_slots
@@ -351,14 +397,18 @@ class _Config:
         self.data, self.source, self.prefix = data, source, prefix
 
     def _error(self, key: str, value: Any, rule: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {self.prefix}{key}={shorten(value)} {rule}; fix it in the model config")
+        return ConfigError(
+            f"{self.source}: {self.prefix}{key}={shorten(value)} {rule}; fix it in the model config"
+        )
 
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
         value = self.data.get(key, default)
         if value is None:
             value = default
         if value is None:
-            raise ConfigError(f"{self.source}: config key {self.prefix}{key!r} is missing; the weights need it")
+            raise ConfigError(
+                f"{self.source}: config key {self.prefix}{key!r} is missing; the weights need it"
+            )
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._error(key, value, f"must be an integer, not {json_kind(value)}")
         if not minimum <= value <= 2**40:
@@ -368,9 +418,9 @@ class _Config:
     def opt_int(self, key: str) -> int | None:
         if self.data.get(key) is None:
             return None
-        return self.int(key)
+        return self.integer(key)
 
-    def bool(self, key: str, default: bool) -> bool:
+    def boolean(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if value is None:
             return default
@@ -378,7 +428,7 @@ class _Config:
             raise self._error(key, value, f"must be true or false, not {json_kind(value)}")
         return value
 
-    def float(self, key: str, default: float) -> float:
+    def number(self, key: str, default: float) -> float:
         value = self.data.get(key, default)
         if value is None:
             return default
@@ -386,7 +436,7 @@ class _Config:
             raise self._error(key, value, "must be a positive number")
         return float(value)
 
-    def str(self, key: str, default: str | None = None) -> str | None:
+    def string(self, key: str, default: str | None = None) -> str | None:
         value = self.data.get(key, default)
         if value is None:
             return default
@@ -394,7 +444,7 @@ class _Config:
             raise self._error(key, value, f"must be a string, not {json_kind(value)}")
         return value
 
-    def list(self, key: str) -> list[Any] | None:
+    def array(self, key: str) -> list[Any] | None:
         value = self.data.get(key)
         if value is None:
             return None
@@ -429,7 +479,9 @@ def model_dtype(cfg: _Config, flag: str) -> str:
     if f == "auto":
         return "float16" if conf == "float32" else conf
     if f not in _DTYPE_NAMES:
-        raise FlagError(f"--dtype {shorten(flag)} is not one SGLang accepts (auto, bfloat16, float16, float32)")
+        raise FlagError(
+            f"--dtype {shorten(flag)} is not one SGLang accepts (auto, bfloat16, float16, float32)"
+        )
     return _DTYPE_NAMES[f]
 
 
@@ -448,12 +500,24 @@ class Family:
     """(builder, the whole config, the text config, the layout, the release)"""
     single_stage: str | None = None
     """Where the class asserts a single stage (it cannot run under PP), or None."""
+    all_layers: tuple[str, str] | None = None
+    """Releases (first, last) whose class builds every layer on every stage (``make_layers`` without the
+    stage), or None."""
     notes: tuple[str, ...] = field(default=())
 
 
-def _embed_and_head(b: _Builder, vocab: int, hidden: int, *, tied: bool, embed_group: str,
-                    head_group: str, embed_name: str = "model.embed_tokens", head_dtype: str | None = None,
-                    first_only: bool = True) -> None:
+def _embed_and_head(
+    b: _Builder,
+    vocab: int,
+    hidden: int,
+    *,
+    tied: bool,
+    embed_group: str,
+    head_group: str,
+    embed_name: str = "model.embed_tokens",
+    head_dtype: str | None = None,
+    first_only: bool = True,
+) -> None:
     p = b.p
     if p.first or not first_only:
         b.vocab(embed_name, vocab, hidden, embed_group, part="embed", dtype=head_dtype if tied else None)
@@ -463,8 +527,13 @@ def _embed_and_head(b: _Builder, vocab: int, hidden: int, *, tied: bool, embed_g
         b.vocab("lm_head", vocab, hidden, head_group, part="head", dtype=head_dtype)
 
 
-def _moe_group(layout: WeightsLayout) -> str:
-    return "tp"
+def _dp_embed_group(layout: WeightsLayout, release: str, *, split_from: str) -> str:
+    """The embedding's group under attention DP where a release moved from replicating it
+    (``enable_tp=not is_dp_attention_enabled()``) to splitting it over attention TP
+    (``use_attn_tp_group=is_dp_attention_enabled()``) at ``split_from``; the TP group without DP."""
+    if layout.dp_size == 1:
+        return "tp"
+    return "none" if _before(release, split_from) else "attn_tp"
 
 
 # -- Qwen3-Next and Qwen3.5 ------------------------------------------------------------------------------
@@ -473,8 +542,8 @@ def _moe_group(layout: WeightsLayout) -> str:
 def _qwen_layer_types(t: _Config) -> list[str]:
     """``layers_block_type``: layer i is full attention when ``(i + 1) % full_attention_interval == 0``
     (``configs/qwen3_next.py``); Qwen3.5 reads ``layer_types`` when given."""
-    L = t.int("num_hidden_layers", 48)
-    types = t.list("layer_types")
+    L = t.integer("num_hidden_layers", 48)
+    types = t.array("layer_types")
     if types is not None and t.prefix:  # Qwen3.5: the text config's own list
         if len(types) != L or any(x not in ("linear_attention", "full_attention") for x in types):
             raise ConfigError(
@@ -482,15 +551,15 @@ def _qwen_layer_types(t: _Config) -> list[str]:
                 f"the {L} layers; fix it in the model config"
             )
         return ["attention" if x == "full_attention" else "linear_attention" for x in types]
-    interval = t.int("full_attention_interval", 4)
+    interval = t.integer("full_attention_interval", 4)
     return ["attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(L)]
 
 
 def _gated_delta_net(b: _Builder, t: _Config, i: int, *, norm_dtype: str) -> None:
-    H = t.int("hidden_size")
-    nk, nv = t.int("linear_num_key_heads", 16), t.int("linear_num_value_heads", 32)
-    dk, dv = t.int("linear_key_head_dim", 128), t.int("linear_value_head_dim", 128)
-    K = t.int("linear_conv_kernel_dim", 4)
+    H = t.integer("hidden_size")
+    nk, nv = t.integer("linear_num_key_heads", 16), t.integer("linear_num_value_heads", 32)
+    dk, dv = t.integer("linear_key_head_dim", 128), t.integer("linear_value_head_dim", 128)
+    K = t.integer("linear_conv_kernel_dim", 4)
     key_dim, value_dim = nk * dk, nv * dv
     g = "attn_tp"
     size = b.p.size(g)
@@ -517,14 +586,14 @@ def _rope_setting(t: _Config) -> tuple[int, float, Mapping[str, Any]]:
     factor = rope.get("partial_rotary_factor", t.data.get("partial_rotary_factor", 0.25))
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
         factor = 0.25
-    return t.int("max_position_embeddings", 32768), float(factor), rope
+    return t.integer("max_position_embeddings", 32768), float(factor), rope
 
 
 def _qwen_attention(b: _Builder, t: _Config, i: int) -> None:
-    H = t.int("hidden_size")
-    heads, kv = t.int("num_attention_heads", 16), t.int("num_key_value_heads", 2)
-    hd = t.int("head_dim", 256)
-    gate = t.bool("attn_output_gate", True)
+    H = t.integer("hidden_size")
+    heads, kv = t.integer("num_attention_heads", 16), t.integer("num_key_value_heads", 2)
+    hd = t.integer("head_dim", 256)
+    gate = t.boolean("attn_output_gate", True)
     pre = f"model.layers.{i}"
     b.qkv(f"{pre}.qkv_proj", H, hd, heads * (2 if gate else 1), kv, "attn_tp")
     b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp")
@@ -538,10 +607,10 @@ def _qwen_attention(b: _Builder, t: _Config, i: int) -> None:
 
 
 def _qwen_moe(b: _Builder, t: _Config, i: int, layout: WeightsLayout, *, fuse_shared: bool) -> None:
-    H = t.int("hidden_size")
-    E = t.int("num_experts", 512)
-    inter = t.int("moe_intermediate_size", 512)
-    shared = t.int("shared_expert_intermediate_size", 512, minimum=0)
+    H = t.integer("hidden_size")
+    E = t.integer("num_experts", 512)
+    inter = t.integer("moe_intermediate_size", 512)
+    shared = t.integer("shared_expert_intermediate_size", 512, minimum=0)
     if b.p.tp_size > E:
         raise LayoutError(f"the TP group ({b.p.tp_size}) is larger than num_experts={E}; SGLang refuses it")
     pre = f"model.layers.{i}.mlp"
@@ -557,9 +626,11 @@ def _qwen_moe(b: _Builder, t: _Config, i: int, layout: WeightsLayout, *, fuse_sh
 
 
 def _qwen3_next(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, release: str) -> None:
-    H, V = t.int("hidden_size"), t.int("vocab_size", 151936)
+    H, V = t.integer("hidden_size"), t.integer("vocab_size", 151936)
     types = _qwen_layer_types(t)
-    embed_g = "attn_tp" if layout.dp_size > 1 else "tp"
+    # Under attention DP the embedding is replicated up to 0.5.8 (enable_tp=not is_dp_attention_enabled())
+    # and split over the attention-TP group from 0.5.9 (use_attn_tp_group=is_dp_attention_enabled()).
+    embed_g = _dp_embed_group(layout, release, split_from="0.5.9")
     head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
     conf_dtype = config_dtype(t)
     _embed_and_head(b, V, H, tied=False, embed_group=embed_g, head_group=head_g)
@@ -568,8 +639,9 @@ def _qwen3_next(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, re
             _qwen_attention(b, t, i)
         else:
             _gated_delta_net(b, t, i, norm_dtype=conf_dtype)
-        # On CUDA the shared expert is fused into the experts (enable_cuda_shared_expert_fusion=True).
-        _qwen_moe(b, t, i, layout, fuse_shared=True)
+        # On CUDA the shared expert is fused into the experts from 0.5.14 (qwen3_next.py passes
+        # enable_cuda_shared_expert_fusion=True; qwen2_moe.py fuses when _is_cuda and it is set).
+        _qwen_moe(b, t, i, layout, fuse_shared=not _before(release, "0.5.14"))
         _gemma_norm(b, f"model.layers.{i}.input_layernorm", H)
         _gemma_norm(b, f"model.layers.{i}.post_attention_layernorm", H)
     if b.p.last:
@@ -580,20 +652,20 @@ def _qwen3_5_vision(b: _Builder, cfg: _Config, layout: WeightsLayout) -> None:
     """``Qwen3VLMoeVisionModel`` (``models/qwen3_vl.py``), built on every stage; only ``pos_embed`` is
     first-stage-only (``qwen3_vl.py:399-409``). Defaults are those of SGLang's ``Qwen3VLVisionConfig``."""
     v = cfg.section("vision_config")
-    hid = v.int("hidden_size", 1152)
-    depth = v.int("depth", 27)
-    inter = v.int("intermediate_size", 4304)
-    out = v.int("out_hidden_size", 3584)
-    patch, tpatch = v.int("patch_size", 16), v.int("temporal_patch_size", 2)
-    cin = v.int("in_channels", 3)
-    merge = v.int("spatial_merge_size", 2)
-    npos = v.int("num_position_embeddings", 2304)
-    deepstack = v.list("deepstack_visual_indexes")
+    hid = v.integer("hidden_size", 1152)
+    depth = v.integer("depth", 27)
+    inter = v.integer("intermediate_size", 4304)
+    out = v.integer("out_hidden_size", 3584)
+    patch, tpatch = v.integer("patch_size", 16), v.integer("temporal_patch_size", 2)
+    cin = v.integer("in_channels", 3)
+    merge = v.integer("spatial_merge_size", 2)
+    npos = v.integer("num_position_embeddings", 2304)
+    deepstack = v.array("deepstack_visual_indexes")
     if deepstack is None:
         deepstack = [8, 16, 24]
     g = "attn_tp" if layout.dp_size > 1 else "tp"
     pre = "visual"
-    heads = v.int("num_heads", 16)
+    heads = v.integer("num_heads", 16)
     b.buffer(f"{pre}.rotary_pos_emb.cos_sin_cache", (8192, hid // heads // 2), "float32")
     b.add(f"{pre}.patch_embed.proj.weight", (hid, cin, tpatch, patch, patch), part="vision")
     b.add(f"{pre}.patch_embed.proj.bias", (hid,), part="vision")
@@ -608,19 +680,22 @@ def _qwen3_5_vision(b: _Builder, cfg: _Config, layout: WeightsLayout) -> None:
         b.column(f"{bp}.mlp.linear_fc1", inter, hid, g, part="vision", bias=True)
         b.row(f"{bp}.mlp.linear_fc2", hid, inter, g, part="vision", bias=True)
     ctx = hid * merge * merge
-    for name, norm_dim in [("merger", hid)] + [(f"deepstack_merger_list.{k}", ctx) for k in range(len(deepstack))]:
+    for name, norm_dim in [("merger", hid)] + [
+        (f"deepstack_merger_list.{k}", ctx) for k in range(len(deepstack))
+    ]:
         b.norm(f"{pre}.{name}.norm", norm_dim, part="vision", bias=True)
         b.column(f"{pre}.{name}.linear_fc1", ctx, ctx, g, part="vision", bias=True)
         b.row(f"{pre}.{name}.linear_fc2", out, ctx, g, part="vision", bias=True)
 
 
 def _qwen3_5(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, release: str) -> None:
-    H, V = t.int("hidden_size"), t.int("vocab_size", 248320)
+    H, V = t.integer("hidden_size"), t.integer("vocab_size", 248320)
     types = _qwen_layer_types(t)
-    moe = (t.str("model_type") or cfg.str("model_type") or "").startswith("qwen3_5_moe")
-    embed_g = "attn_tp" if layout.dp_size > 1 else "tp"
+    moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
+    # replicated under attention DP in every release (qwen3_5.py: enable_tp=not is_dp_attention_enabled())
+    embed_g = "none" if layout.dp_size > 1 else "tp"
     head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
-    tied = cfg.bool("tie_word_embeddings", False)
+    tied = cfg.boolean("tie_word_embeddings", False)
     if not _language_model_only(cfg, layout, release):
         _qwen3_5_vision(b, cfg, layout)
     _embed_and_head(b, V, H, tied=tied, embed_group=embed_g, head_group=head_g)
@@ -632,7 +707,7 @@ def _qwen3_5(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, relea
         if moe:
             _qwen_moe(b, t, i, layout, fuse_shared=False)
         else:
-            inter = t.int("intermediate_size")
+            inter = t.integer("intermediate_size")
             b.column(f"model.layers.{i}.mlp.gate_up_proj", 2 * inter, H, "tp")
             b.row(f"model.layers.{i}.mlp.down_proj", H, inter, "tp")
         _gemma_norm(b, f"model.layers.{i}.input_layernorm", H)
@@ -653,37 +728,37 @@ def _language_model_only(cfg: _Config, layout: WeightsLayout, release: str) -> b
             )
         raise FlagError(
             f"SGLang {release} refuses --language-model-only for Qwen3.5 (its architecture is not in "
-            "LANGUAGE_MODEL_ONLY_ARCHITECTURES); drop it, or set \"language_model_only\": true in config.json, "
+            'LANGUAGE_MODEL_ONLY_ARCHITECTURES); drop it, or set "language_model_only": true in config.json, '
             "which the class reads"
         )
-    return not _before(release, "0.5.18") and cfg.bool("language_model_only", False)
+    return not _before(release, "0.5.18") and cfg.boolean("language_model_only", False)
 
 
 def _qwen_num_layers(t: _Config) -> int:
-    return t.int("num_hidden_layers", 48)
+    return t.integer("num_hidden_layers", 48)
 
 
 # -- Kimi-Linear ------------------------------------------------------------------------------------------
 
 
 def _kimi_linear(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, release: str) -> None:
-    H, V = t.int("hidden_size", 4096), t.int("vocab_size", 163840)
-    L = t.int("num_hidden_layers", 32)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 163840)
+    L = t.integer("num_hidden_layers", 32)
     lac = t.section("linear_attn_config")
-    kda = lac.list("kda_layers") or []
+    kda = lac.array("kda_layers") or []
     kda0 = {int(i) - 1 for i in kda}  # 1-based in the config
-    nh, hd = lac.int("num_heads"), lac.int("head_dim")
-    K = lac.int("short_conv_kernel_size", 4)
-    heads = t.int("num_attention_heads", 32)
-    nope, rope = t.int("qk_nope_head_dim"), t.int("qk_rope_head_dim")
-    vdim, kv_lora = t.int("v_head_dim"), t.int("kv_lora_rank")
+    nh, hd = lac.integer("num_heads"), lac.integer("head_dim")
+    K = lac.integer("short_conv_kernel_size", 4)
+    heads = t.integer("num_attention_heads", 32)
+    nope, rope = t.integer("qk_nope_head_dim"), t.integer("qk_rope_head_dim")
+    vdim, kv_lora = t.integer("v_head_dim"), t.integer("kv_lora_rank")
     q_lora = t.opt_int("q_lora_rank")
     E = t.opt_int("num_experts")
     moe_inter = t.opt_int("moe_intermediate_size")
-    n_shared = t.int("num_shared_experts", 0, minimum=0)
-    first_dense = t.int("first_k_dense_replace", 0, minimum=0)
-    freq = t.int("moe_layer_freq", 1)
-    inter = t.int("intermediate_size", 11008)
+    n_shared = t.integer("num_shared_experts", 0, minimum=0)
+    first_dense = t.integer("first_k_dense_replace", 0, minimum=0)
+    freq = t.integer("moe_layer_freq", 1)
+    inter = t.integer("intermediate_size", 11008)
     _embed_and_head(b, V, H, tied=False, embed_group="tp", head_group="tp")
     proj = nh * hd
     for i in range(b.p.start_layer, b.p.end_layer):
@@ -702,11 +777,19 @@ def _kimi_linear(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, r
             b.replicated(f"{pre}.g_a_proj", hd, H)
             b.column(f"{pre}.f_b_proj", proj, hd, g)
             b.column(f"{pre}.g_b_proj", proj, hd, g)
-            b.add(f"{pre}.dt_bias", (_div(proj, size, "linear_attn num_heads * head_dim"),), part="layers",
-                  dtype="float32")
+            b.add(
+                f"{pre}.dt_bias",
+                (_div(proj, size, "linear_attn num_heads * head_dim"),),
+                part="layers",
+                dtype="float32",
+            )
             b.add(f"{pre}.qkv_conv1d.weight", (3 * proj // size, 1, K), part="layers", dtype="float32")
-            b.add(f"{pre}.A_log", (1, 1, _div(nh, size, "linear_attn num_heads"), 1), part="layers",
-                  dtype="float32")
+            b.add(
+                f"{pre}.A_log",
+                (1, 1, _div(nh, size, "linear_attn num_heads"), 1),
+                part="layers",
+                dtype="float32",
+            )
             b.norm(f"{pre}.o_norm", hd)
             b.row(f"{pre}.o_proj", H, proj, g)
         else:
@@ -750,9 +833,21 @@ def _kimi_linear(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, r
 # -- Mamba2 mixers: Nemotron-H, Falcon-H1, Granite-4.0-H ------------------------------------------------
 
 
-def _mamba_mixer(b: _Builder, pre: str, *, hidden: int, intermediate: int, heads: int, n_groups: int,
-                 state: int, conv_kernel: int, conv_bias: bool, proj_bias: bool, rms_norm: bool,
-                 layout: WeightsLayout) -> None:
+def _mamba_mixer(
+    b: _Builder,
+    pre: str,
+    *,
+    hidden: int,
+    intermediate: int,
+    heads: int,
+    n_groups: int,
+    state: int,
+    conv_kernel: int,
+    conv_bias: bool,
+    proj_bias: bool,
+    rms_norm: bool,
+    layout: WeightsLayout,
+) -> None:
     """``MambaMixer2`` (``layers/attention/mamba/mamba.py``): over the attention-TP group under DP
     attention, else the TP group; a group count the group does not divide is replicated to it
     (``extra_groups_for_head_shards``: n_groups=1 becomes tp groups)."""
@@ -768,7 +863,9 @@ def _mamba_mixer(b: _Builder, pre: str, *, hidden: int, intermediate: int, heads
     b.add(f"{pre}.A", (heads // size,), part="layers", dtype="float32")
     b.add(f"{pre}.D", (heads // size,), part="layers")
     b.add(f"{pre}.dt_bias", (heads // size,), part="layers")
-    b.add(f"{pre}.conv1d.weight", (_div(conv_dim, size, "mamba conv channels"), 1, conv_kernel), part="layers")
+    b.add(
+        f"{pre}.conv1d.weight", (_div(conv_dim, size, "mamba conv channels"), 1, conv_kernel), part="layers"
+    )
     if conv_bias:
         b.add(f"{pre}.conv1d.bias", (conv_dim // size,), part="layers")
     in_proj = intermediate + conv_dim + heads
@@ -779,38 +876,54 @@ def _mamba_mixer(b: _Builder, pre: str, *, hidden: int, intermediate: int, heads
 
 
 def _nemotron_pattern(t: _Config) -> str:
-    types = t.list("layers_block_type")
+    types = t.array("layers_block_type")
     if types is not None:
         code = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
         return "".join(code.get(x, "?") for x in types)
-    return t.str("hybrid_override_pattern", "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-") or ""
+    return t.string("hybrid_override_pattern", "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-") or ""
 
 
 def _nemotron_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, release: str) -> None:
-    H, V = t.int("hidden_size", 4096), t.int("vocab_size", 131072)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 131072)
     pattern = _nemotron_pattern(t)
-    heads, kv = t.int("num_attention_heads", 32), t.int("num_key_value_heads", 8)
+    heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = t.opt_int("head_dim") or H // heads
-    m_heads = t.int("mamba_num_heads", 128)
-    m_hd = t.int("mamba_head_dim", 64)
-    groups = t.int("mamba_n_groups", 8) if "mamba_n_groups" in t.data else t.int("n_groups", 8)
-    state = t.int("ssm_state_size", 128)
-    conv = t.int("mamba_d_conv", 4) if "mamba_d_conv" in t.data else t.int("conv_kernel", 4)
+    m_heads = t.integer("mamba_num_heads", 128)
+    m_hd = t.integer("mamba_head_dim", 64)
+    groups = t.integer("mamba_n_groups", 8) if "mamba_n_groups" in t.data else t.integer("n_groups", 8)
+    state = t.integer("ssm_state_size", 128)
+    conv = t.integer("mamba_d_conv", 4) if "mamba_d_conv" in t.data else t.integer("conv_kernel", 4)
     inter_cfg = t.data.get("intermediate_size", 21504)
-    tied = t.bool("tie_word_embeddings", False)
-    embed_g = "attn_tp" if layout.dp_size > 1 else "tp"
+    tied = t.boolean("tie_word_embeddings", False)
+    # split over the whole TP group up to 0.5.13, over the attention-TP group under DP from 0.5.14
+    embed_g = "attn_tp" if layout.dp_size > 1 and not _before(release, "0.5.14") else "tp"
     head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
-    if b.p.first:
+    # 0.5.3.post1-0.5.7 build the whole model on every stage (no PPMissingLayer), the head tied to the
+    # embedding's own tensor when tie_word_embeddings.
+    whole = _before(release, "0.5.8")
+    first, last = b.p.first or whole, b.p.last or whole
+    if first:
         b.vocab("model.embed_tokens", V, H, embed_g, part="embed")
-    if b.p.last and not (tied and b.p.pp_size == 1):
+    if last and not (tied and (b.p.pp_size == 1 or whole)):
         b.vocab("lm_head", V, H, head_g, part="head")
     for i in range(b.p.start_layer, b.p.end_layer):
         c = pattern[i]
         pre = f"model.layers.{i}.mixer"
         if c == "M":
-            _mamba_mixer(b, pre, hidden=H, intermediate=m_heads * m_hd, heads=m_heads, n_groups=groups,
-                         state=state, conv_kernel=conv, conv_bias=t.bool("use_conv_bias", True),
-                         proj_bias=t.bool("use_bias", False), rms_norm=True, layout=layout)
+            _mamba_mixer(
+                b,
+                pre,
+                hidden=H,
+                intermediate=m_heads * m_hd,
+                heads=m_heads,
+                n_groups=groups,
+                state=state,
+                conv_kernel=conv,
+                conv_bias=t.boolean("use_conv_bias", True),
+                proj_bias=t.boolean("use_bias", False),
+                rms_norm=True,
+                layout=layout,
+            )
         elif c == "*":
             b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp")
             b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp")
@@ -819,8 +932,8 @@ def _nemotron_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, re
                 k = pattern[: i + 1].count("-") - 1
                 inter = inter_cfg[0] if len(inter_cfg) == 1 else inter_cfg[k]
             else:
-                inter = t.int("intermediate_size", 21504)
-            bias = t.bool("mlp_bias", False)
+                inter = t.integer("intermediate_size", 21504)
+            bias = t.boolean("mlp_bias", False)
             b.column(f"{pre}.up_proj", inter, H, "tp", bias=bias)
             b.row(f"{pre}.down_proj", H, inter, "tp", bias=bias)
         else:
@@ -829,7 +942,7 @@ def _nemotron_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, re
                 "Mamba (M), attention (*) and MLP (-) layers (a Nemotron-H MoE checkpoint is not modelled)"
             )
         b.norm(f"model.layers.{i}.norm", H)
-    if b.p.last:
+    if last:
         b.norm("model.norm_f", H, part="head")
 
 
@@ -838,15 +951,15 @@ def _nemotron_num_layers(t: _Config) -> int:
 
 
 def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, release: str) -> None:
-    H, V = t.int("hidden_size", 4096), t.int("vocab_size", 128000)
-    heads, kv = t.int("num_attention_heads", 32), t.int("num_key_value_heads", 8)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 128000)
+    heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = t.opt_int("head_dim") or H // heads
-    tied = t.bool("tie_word_embeddings", False)
-    embed_g = "attn_tp" if layout.dp_size > 1 else "tp"
+    tied = t.boolean("tie_word_embeddings", False)
+    embed_g = _dp_embed_group(layout, release, split_from="0.5.9")
     head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
     d_ssm = t.opt_int("mamba_d_ssm")
-    inter_m = d_ssm if d_ssm is not None else int(t.float("mamba_expand", 2) * H)
-    # lm_head is cast to float32 (falcon_h1.py ``self.lm_head = self.lm_head.float()``): when tied, that
+    inter_m = d_ssm if d_ssm is not None else int(t.number("mamba_expand", 2) * H)
+    # lm_head is cast to float32 (falcon_h1.py ``self.lm_head = self.lm_head.number()``): when tied, that
     # is the embedding itself.
     if b.p.first:
         b.vocab("model.embed_tokens", V, H, embed_g, part="embed", dtype="float32" if tied else None)
@@ -854,14 +967,23 @@ def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
         b.vocab("lm_head", V, H, head_g, part="head", dtype="float32")
     for i in range(b.p.start_layer, b.p.end_layer):
         pre = f"model.layers.{i}"
-        b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp", bias=t.bool("attention_bias", False))
-        b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", bias=t.bool("attention_bias", False))
-        _mamba_mixer(b, f"{pre}.mamba", hidden=H, intermediate=inter_m, heads=t.int("mamba_n_heads", 128),
-                     n_groups=t.int("mamba_n_groups", 1), state=t.int("mamba_d_state", 256),
-                     conv_kernel=t.int("mamba_d_conv", 4), conv_bias=t.bool("mamba_conv_bias", True),
-                     proj_bias=t.bool("mamba_proj_bias", False), rms_norm=t.bool("mamba_rms_norm", False),
-                     layout=layout)
-        inter = t.int("intermediate_size", 14336)
+        b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp", bias=t.boolean("attention_bias", False))
+        b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", bias=t.boolean("attention_bias", False))
+        _mamba_mixer(
+            b,
+            f"{pre}.mamba",
+            hidden=H,
+            intermediate=inter_m,
+            heads=t.integer("mamba_n_heads", 128),
+            n_groups=t.integer("mamba_n_groups", 1),
+            state=t.integer("mamba_d_state", 256),
+            conv_kernel=t.integer("mamba_d_conv", 4),
+            conv_bias=t.boolean("mamba_conv_bias", True),
+            proj_bias=t.boolean("mamba_proj_bias", False),
+            rms_norm=t.boolean("mamba_rms_norm", False),
+            layout=layout,
+        )
+        inter = t.integer("intermediate_size", 14336)
         b.column(f"{pre}.feed_forward.gate_up_proj", 2 * inter, H, "tp")
         b.row(f"{pre}.feed_forward.down_proj", H, inter, "tp")
         b.norm(f"{pre}.input_layernorm", H)
@@ -870,21 +992,21 @@ def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
         b.norm(f"{pre}.k_norm", hd)
         # the muP multipliers of the mixer's input projection: one row per rank's in_proj output
         b.buffer(f"{pre}.mup_vector", (1, b.params_named(f"{pre}.mamba.in_proj.weight").shape[0]))
-        b.rope(t.int("max_position_embeddings", 8192), hd)
+        b.rope(t.integer("max_position_embeddings", 8192), hd)
     if b.p.last:
         b.norm("model.final_layernorm", H, part="head")
 
 
 def _granite_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, release: str) -> None:
-    H, V = t.int("hidden_size", 4096), t.int("vocab_size", 100352)
-    types = t.list("layer_types") or []
-    heads, kv = t.int("num_attention_heads", 32), t.int("num_key_value_heads", 8)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 100352)
+    types = t.array("layer_types") or []
+    heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = H // heads
-    tied = t.bool("tie_word_embeddings", False)
-    E = t.int("num_local_experts", 0, minimum=0)
-    inter = t.int("intermediate_size", 1024)
-    shared = t.int("shared_intermediate_size", 0, minimum=0)
-    bias = t.bool("attention_bias", False)
+    tied = t.boolean("tie_word_embeddings", False)
+    E = t.integer("num_local_experts", 0, minimum=0)
+    inter = t.integer("intermediate_size", 1024)
+    shared = t.integer("shared_intermediate_size", 0, minimum=0)
+    bias = t.boolean("attention_bias", False)
     if b.p.first:
         b.vocab("model.embed_tokens", V, H, "tp", part="embed")
     # lm_head is built on every stage and tied to the embedding's tensor when tie_word_embeddings
@@ -894,11 +1016,20 @@ def _granite_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
     for i in range(b.p.start_layer, b.p.end_layer):
         pre = f"model.layers.{i}"
         if types[i] == "mamba":
-            _mamba_mixer(b, f"{pre}.mamba", hidden=H, intermediate=int(t.float("mamba_expand", 2) * H),
-                         heads=t.int("mamba_n_heads", 128), n_groups=t.int("mamba_n_groups", 1),
-                         state=t.int("mamba_d_state", 256), conv_kernel=t.int("mamba_d_conv", 4),
-                         conv_bias=t.bool("mamba_conv_bias", True), proj_bias=t.bool("mamba_proj_bias", False),
-                         rms_norm=True, layout=layout)
+            _mamba_mixer(
+                b,
+                f"{pre}.mamba",
+                hidden=H,
+                intermediate=int(t.number("mamba_expand", 2) * H),
+                heads=t.integer("mamba_n_heads", 128),
+                n_groups=t.integer("mamba_n_groups", 1),
+                state=t.integer("mamba_d_state", 256),
+                conv_kernel=t.integer("mamba_d_conv", 4),
+                conv_bias=t.boolean("mamba_conv_bias", True),
+                proj_bias=t.boolean("mamba_proj_bias", False),
+                rms_norm=True,
+                layout=layout,
+            )
         else:
             b.qkv(f"{pre}.self_attn.qkv_proj", H, hd, heads, kv, "tp", bias=bias)
             b.row(f"{pre}.self_attn.o_proj", H, H, "tp", bias=bias)
@@ -915,17 +1046,43 @@ def _granite_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
 
 
 def _plain_layers(key: str, default: int) -> Callable[[_Config], int]:
-    return lambda t: t.int(key, default)
+    return lambda t: t.integer(key, default)
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("Qwen3-Next", ("qwen3_next",), None, _qwen_num_layers, _qwen3_next,
-           single_stage="models/qwen3_next.py Qwen3NextForCausalLM.__init__ asserts one stage"),
-    Family("Qwen3.5", ("qwen3_5", "qwen3_5_moe"), "text_config", _qwen_num_layers, _qwen3_5),
+    Family(
+        "Qwen3-Next",
+        ("qwen3_next",),
+        None,
+        _qwen_num_layers,
+        _qwen3_next,
+        single_stage="models/qwen3_next.py Qwen3NextForCausalLM.__init__ asserts one stage",
+    ),
+    Family(
+        "Qwen3.5",
+        ("qwen3_5", "qwen3_5_moe"),
+        "text_config",
+        _qwen_num_layers,
+        _qwen3_5,
+        all_layers=("0.5.9", "0.5.9"),
+    ),  # 0.5.9 qwen3_5.py:692 make_layers without the stage
     Family("Kimi-Linear", ("kimi_linear",), None, _plain_layers("num_hidden_layers", 32), _kimi_linear),
-    Family("Nemotron-H", ("nemotron_h",), None, _nemotron_num_layers, _nemotron_h),
-    Family("Falcon-H1", ("falcon_h1",), None, _plain_layers("num_hidden_layers", 36), _falcon_h1,
-           single_stage="models/falcon_h1.py FalconH1ForCausalLM.__init__ asserts one stage"),
+    Family(
+        "Nemotron-H",
+        ("nemotron_h",),
+        None,
+        _nemotron_num_layers,
+        _nemotron_h,
+        all_layers=("0.5.3.post1", "0.5.7"),
+    ),  # make_layers_non_pp: the whole model on every stage
+    Family(
+        "Falcon-H1",
+        ("falcon_h1",),
+        None,
+        _plain_layers("num_hidden_layers", 36),
+        _falcon_h1,
+        single_stage="models/falcon_h1.py FalconH1ForCausalLM.__init__ asserts one stage",
+    ),
     Family("Granite-4.0-H", ("granitemoehybrid",), None, _plain_layers("num_hidden_layers", 40), _granite_h),
 )
 _BY_TYPE = {mt: f for f in FAMILIES for mt in f.model_types}
@@ -1013,7 +1170,7 @@ class ModelWeights:
 
 def family_of(config: Mapping[str, Any], source: str) -> tuple[Family, _Config, _Config]:
     cfg = _Config(config, source)
-    mt = cfg.str("model_type")
+    mt = cfg.string("model_type")
     fam = _BY_TYPE.get(mt or "")
     if fam is None:
         known = ", ".join(f.name for f in FAMILIES)
@@ -1027,8 +1184,9 @@ def family_of(config: Mapping[str, Any], source: str) -> tuple[Family, _Config, 
     return fam, cfg, text
 
 
-def rank_params(config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
-                ) -> list[tuple[Place, list[Param]]]:
+def rank_params(
+    config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
+) -> list[tuple[Place, list[Param]]]:
     """Every rank's parameters, buffers and kept copies (name, per-rank shape, held dtype), in
     world-rank order and in the order the class builds them."""
     fam, cfg, text = family_of(config, source)
@@ -1039,15 +1197,21 @@ def rank_params(config: Mapping[str, Any], layout: WeightsLayout, *, release: st
         )
     dtype = model_dtype(text, layout.dtype)
     out = []
-    for place in places(layout, fam.num_layers(text), release):
+    all_layers = (
+        fam.all_layers is not None
+        and not _before(release, fam.all_layers[0])
+        and not _before(fam.all_layers[1], release)
+    )
+    for place in places(layout, fam.num_layers(text), release, all_layers=all_layers):
         b = _Builder(place, dtype)
         fam.build(b, cfg, text, layout, release)
         out.append((place, b.params))
     return out
 
 
-def model_weights(config: Mapping[str, Any], layout: WeightsLayout, *, release: str,
-                  source: str = "config.json") -> ModelWeights:
+def model_weights(
+    config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
+) -> ModelWeights:
     """Every rank's weights for ``layout`` as SGLang ``release``'s class holds them."""
     fam, cfg, text = family_of(config, source)
     ranks = []
@@ -1065,7 +1229,7 @@ def model_weights(config: Mapping[str, Any], layout: WeightsLayout, *, release: 
                 rounding_bytes=allocator_bytes([prm.nbytes for prm in params]) - sum(by_part.values()),
             )
         )
-    archs = cfg.list("architectures") or [""]
+    archs = cfg.array("architectures") or [""]
     return ModelWeights(
         family=fam.name,
         architecture=str(archs[0]),
