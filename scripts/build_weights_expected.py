@@ -84,6 +84,7 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     "nemotron_h/partition": (f"{F}/nemotron_h_8b.json", ["pp=2,tp=2"], "20,32", {}),
     "nemotron_h/dp": (f"{F}/nemotron_h_8b.json", ["pp=2,tp=2,dp=2"], None, {}),
     "nemotron_h/tied": (f"{F}/weights/nemotron_h_tied.json", ["pp=1,tp=2", "pp=2,tp=2"], None, {}),
+    "falcon_h1/tied": (f"{F}/weights/falcon_h1_tied.json", ["pp=1,tp=2"], None, {}),
     "falcon_h1/tp": (
         f"{F}/falcon_h1_0_5b.json",
         ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8"],

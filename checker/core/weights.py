@@ -847,11 +847,12 @@ def _mamba_mixer(
     proj_bias: bool,
     rms_norm: bool,
     layout: WeightsLayout,
-) -> None:
+    release: str,
+) -> int:
     """``MambaMixer2`` (``layers/attention/mamba/mamba.py``): over the attention-TP group under DP
-    attention, else the TP group; a group count the group does not divide is replicated to it
-    (``extra_groups_for_head_shards``: n_groups=1 becomes tp groups)."""
-    g = "attn_tp" if layout.dp_size > 1 else "tp"
+    attention from 0.5.14 (the whole TP group before), else the TP group; a group count the group does
+    not divide is replicated to it (``extra_groups_for_head_shards``: n_groups=1 becomes tp groups)."""
+    g = "attn_tp" if layout.dp_size > 1 and not _before(release, "0.5.14") else "tp"
     size = b.p.size(g)
     _div(heads, size, "mamba heads")
     if n_groups % size and n_groups != 1:
@@ -873,6 +874,7 @@ def _mamba_mixer(
     b.row(f"{pre}.out_proj", hidden, intermediate, g, bias=proj_bias)
     if rms_norm:
         b.add(f"{pre}.norm.weight", (_div(intermediate, size, "mamba intermediate size"),), part="layers")
+    return groups  # the group count the mixer holds (n_groups, or the replicated one)
 
 
 def _nemotron_pattern(t: _Config) -> str:
@@ -923,6 +925,7 @@ def _nemotron_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, re
                 proj_bias=t.boolean("use_bias", False),
                 rms_norm=True,
                 layout=layout,
+                release=release,
             )
         elif c == "*":
             b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp")
@@ -969,7 +972,7 @@ def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
         pre = f"model.layers.{i}"
         b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp", bias=t.boolean("attention_bias", False))
         b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", bias=t.boolean("attention_bias", False))
-        _mamba_mixer(
+        groups = _mamba_mixer(
             b,
             f"{pre}.mamba",
             hidden=H,
@@ -982,6 +985,7 @@ def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
             proj_bias=t.boolean("mamba_proj_bias", False),
             rms_norm=t.boolean("mamba_rms_norm", False),
             layout=layout,
+            release=release,
         )
         inter = t.integer("intermediate_size", 14336)
         b.column(f"{pre}.feed_forward.gate_up_proj", 2 * inter, H, "tp")
@@ -990,8 +994,10 @@ def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
         b.norm(f"{pre}.pre_ff_layernorm", H)
         b.norm(f"{pre}.q_norm", hd)
         b.norm(f"{pre}.k_norm", hd)
-        # the muP multipliers of the mixer's input projection: one row per rank's in_proj output
-        b.buffer(f"{pre}.mup_vector", (1, b.params_named(f"{pre}.mamba.in_proj.weight").shape[0]))
+        # the muP multipliers of the mixer's input projection (falcon_h1.py _init_mup_vector), split by
+        # the whole TP group even where the mixer splits by attention TP
+        mup = 2 * inter_m + 2 * groups * t.integer("mamba_d_state", 256) + t.integer("mamba_n_heads", 128)
+        b.buffer(f"{pre}.mup_vector", (1, mup // b.p.tp_size))
         b.rope(t.integer("max_position_embeddings", 8192), hd)
     if b.p.last:
         b.norm("model.final_layernorm", H, part="head")
@@ -1029,6 +1035,7 @@ def _granite_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
                 proj_bias=t.boolean("mamba_proj_bias", False),
                 rms_norm=True,
                 layout=layout,
+                release=release,
             )
         else:
             b.qkv(f"{pre}.self_attn.qkv_proj", H, hd, heads, kv, "tp", bias=bias)
