@@ -98,6 +98,81 @@ class GroupOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WeightsFlags:
+    """What a rank's weights figure depends on beyond the layout and the sizing flags: where SGLang reads
+    the weights, and the launch command's flags that change what its model class holds."""
+
+    model_dir: str | None = None
+    """The directory SGLang loads the weights from (the model's own directory; a hub id's snapshot under
+    --download-dir where the launch command gives one); None for a preset or a JSON model spec."""
+    ep_size: int = 1
+    dtype: str = "auto"
+    quantization: str | None = None
+    enable_dp_lm_head: bool = False
+    language_model_only: bool = False
+    disable_shared_experts_fusion: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, model: ModelChoice) -> WeightsFlags:
+        launch = getattr(args, "launch", None)
+        given: dict[str, object] = dict(getattr(launch, "weights", {}) or {})
+        return cls(
+            model_dir=weights_directory(model, launch),
+            ep_size=int(given.get("ep_size", 1)),  # type: ignore[call-overload]
+            dtype=str(given.get("dtype", "auto")),
+            quantization=None if given.get("quantization") is None else str(given["quantization"]),
+            enable_dp_lm_head=bool(given.get("enable_dp_lm_head", False)),
+            language_model_only=bool(given.get("language_model_only", False)),
+            disable_shared_experts_fusion=bool(given.get("disable_shared_experts_fusion", False)),
+        )
+
+    def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None):  # noqa: ANN201
+        """The :class:`checker.core.weights.WeightsLayout` of a deployment."""
+        from checker.core.weights import WeightsLayout
+
+        return WeightsLayout(
+            pp_size=pp_size,
+            tp_size=sizing.tp_size,
+            dp_size=sizing.dp_size,
+            ep_size=self.ep_size,
+            partition_env=partition_env,
+            enable_dp_lm_head=self.enable_dp_lm_head,
+            language_model_only=self.language_model_only,
+            dtype=self.dtype,
+            disable_shared_experts_fusion=self.disable_shared_experts_fusion,
+        )
+
+
+def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> str | None:
+    """Where SGLang's loader reads the weights: the model's directory (beside its config.json), or, for a
+    hub id with ``--download-dir``, that cache's snapshot (``snapshot_download(cache_dir=download_dir)``)."""
+    import os
+
+    path = model.model_config
+    if path is None:
+        return None
+    if launch is not None and launch.download_dir:
+        from checker.core.errors import CheckerInputError
+        from checker.core.hub_cache import is_hub_id, local_model_path
+
+        raw = next((w for w in _model_path_words(launch.argv)), None)
+        if raw is not None and is_hub_id(raw) and not os.path.exists(raw):
+            try:
+                return local_model_path(raw, cache_dir=launch.download_dir)
+            except CheckerInputError:
+                return None  # not downloaded there yet: SGLang would fetch it at startup
+    return path if os.path.isdir(path) else os.path.dirname(path) or "."
+
+
+def _model_path_words(argv: tuple[str, ...]):  # noqa: ANN202
+    for i, word in enumerate(argv):
+        if word in ("--model-path", "--model") and i + 1 < len(argv):
+            yield argv[i + 1]
+        elif word.startswith(("--model-path=", "--model=")):
+            yield word.split("=", 1)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BudgetSource:
     """Where ``total_rest_memory`` comes from: a fixed GiB value, or free device memory."""
 
@@ -109,20 +184,31 @@ class BudgetSource:
     agree: bool = True
     """MIN over ranks, as SGLang all-reduces free memory (``--no-agree-budget`` turns it off)."""
     weights_gib: tuple[float, ...] = ()
-    """The weights' footprint per rank (one value, or one per rank); the checker loads none."""
+    """``--weights-gib`` (or ``--weights-from-log``): the weights' footprint per rank (one value, or one
+    per rank); unset, the checkpoint's figure per rank (``weights``), else none."""
     weights_source: str | None = None
     """Where ``weights_gib`` came from when not typed as ``--weights-gib``: ``--weights-from-log LOG``."""
+    weights: WeightsFlags = field(default_factory=WeightsFlags)
 
     @property
     def label(self) -> str:
         if self.from_device:
             agreement = "MIN over ranks" if self.agree else "not agreed"
-            weights = (
-                f", weights {','.join(f'{w:g}' for w in self.weights_gib)} GiB" if self.weights_gib else ""
-            )
-            weights += f" ({self.weights_source})" if self.weights_source and self.weights_gib else ""
-            return f"device free, --mem-fraction-static {self.mem_fraction_static:g}{weights}, {agreement}"
+            fraction = f"--mem-fraction-static {self.mem_fraction_static:g}"
+            return f"device free, {fraction}, {self.weights_label}, {agreement}"
         return "--budget-gib"
+
+    @property
+    def weights_label(self) -> str:
+        """Where the weights figure of --budget-from-device comes from, in words."""
+        from checker.core.checkpoint import has_safetensors
+
+        if self.weights_gib:
+            figures = ",".join(f"{w:g}" for w in self.weights_gib)
+            return f"weights {figures} GiB ({self.weights_source or '--weights-gib'})"
+        if self.weights.model_dir is not None and has_safetensors(self.weights.model_dir):
+            return "weights per rank from the checkpoint"
+        return "no weights figure (no --weights-gib, no checkpoint: a budget larger than the server's)"
 
 
 @dataclass(frozen=True, kw_only=True)

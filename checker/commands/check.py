@@ -36,6 +36,7 @@ from checker.config import (
     OutputOptions,
     PreflightConfig,
     SizingFlags,
+    WeightsFlags,
 )
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
@@ -195,8 +196,9 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             "--allow-single-rank for a single-rank deployment"
         )
     check_run_outputs(args, output_paths(args))
+    model = ModelChoice.from_args(args)
     return PreflightConfig(
-        model=ModelChoice.from_args(args),
+        model=model,
         sizing=SizingFlags.from_args(args),
         engine=EngineChoice.from_args(args),
         group=GroupOptions.from_args(args),
@@ -207,6 +209,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             device_free_gib=tuple(args.device_free_gib or ()),
             weights_gib=weights,
             weights_source=weights_source,
+            weights=WeightsFlags.from_args(args, model),
             agree=not args.no_agree_budget,
         ),
         output=OutputOptions(report=args.report, junit=args.junit, format=args.format, quiet=args.quiet),

@@ -108,9 +108,11 @@ def _qwen3_5(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
     for i, attention in enumerate(_qwen_types(t)):
         yield from _qwen_layer(t, f"{lm}.layers.{i}", attention, moe, True)
     v = cfg.section("vision_config")
-    hid, depth, inter = v.integer("hidden_size", 1152), v.integer("depth", 27), v.integer("intermediate_size", 4304)
+    hid, depth = v.integer("hidden_size", 1152), v.integer("depth", 27)
+    inter = v.integer("intermediate_size", 4304)
     out, merge = v.integer("out_hidden_size", 3584), v.integer("spatial_merge_size", 2)
-    patch, tpatch, cin = v.integer("patch_size", 16), v.integer("temporal_patch_size", 2), v.integer("in_channels", 3)
+    patch, tpatch = v.integer("patch_size", 16), v.integer("temporal_patch_size", 2)
+    cin = v.integer("in_channels", 3)
     vis = "model.visual"
     yield f"{vis}.patch_embed.proj.weight", (hid, cin, tpatch, patch, patch)
     yield f"{vis}.patch_embed.proj.bias", (hid,)
@@ -142,7 +144,8 @@ def _qwen3_5(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
 
 
 def _kimi_linear(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-    H, V, L = t.integer("hidden_size", 4096), t.integer("vocab_size", 163840), t.integer("num_hidden_layers", 32)
+    H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 163840)
+    L = t.integer("num_hidden_layers", 32)
     lac = t.section("linear_attn_config")
     kda = {int(i) - 1 for i in (lac.array("kda_layers") or [])}
     nh, hd, K = lac.integer("num_heads"), lac.integer("head_dim"), lac.integer("short_conv_kernel_size", 4)
@@ -256,7 +259,7 @@ def _nemotron_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
                 heads=mh,
                 groups=groups,
                 state=t.integer("ssm_state_size", 128),
-                conv=t.integer("mamba_d_conv", 4) if "mamba_d_conv" in t.data else t.integer("conv_kernel", 4),
+                conv=t.integer("mamba_d_conv" if "mamba_d_conv" in t.data else "conv_kernel", 4),
                 conv_bias=t.boolean("use_conv_bias", True),
                 proj_bias=t.boolean("use_bias", False),
                 rms_norm=True,

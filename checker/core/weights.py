@@ -589,7 +589,13 @@ def _rope_setting(t: _Config) -> tuple[int, float, Mapping[str, Any]]:
     return t.integer("max_position_embeddings", 32768), float(factor), rope
 
 
-def _qwen_attention(b: _Builder, t: _Config, i: int) -> None:
+def release_has_axis_map(release: str) -> bool:
+    """MRotaryEmbedding registers its ``axis_map`` for every mrope_section from 0.5.18
+    (``rotary_embedding/mrope.py`` ``_build_axis_map``); before, only for GLM's interleaving."""
+    return not _before(release, "0.5.19")
+
+
+def _qwen_attention(b: _Builder, t: _Config, i: int, release: str) -> None:
     H = t.integer("hidden_size")
     heads, kv = t.integer("num_attention_heads", 16), t.integer("num_key_value_heads", 2)
     hd = t.integer("head_dim", 256)
@@ -602,8 +608,9 @@ def _qwen_attention(b: _Builder, t: _Config, i: int) -> None:
     max_pos, factor, rope = _rope_setting(t)
     rotary = int(hd * factor)
     b.rope(max_pos, rotary)
-    if "mrope_section" in rope and not any(prm.name == "rope.axis_map" for prm in b.params):
-        b.buffer("rope.axis_map", (rotary // 2,), "int64")  # MRotaryEmbedding's interleave map
+    if "mrope_section" in rope and release_has_axis_map(release):
+        if not any(prm.name == "rope.axis_map" for prm in b.params):
+            b.buffer("rope.axis_map", (rotary // 2,), "int64")  # MRotaryEmbedding's lane -> axis map
 
 
 def _qwen_moe(b: _Builder, t: _Config, i: int, layout: WeightsLayout, *, fuse_shared: bool) -> None:
@@ -636,7 +643,7 @@ def _qwen3_next(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, re
     _embed_and_head(b, V, H, tied=False, embed_group=embed_g, head_group=head_g)
     for i in range(b.p.start_layer, b.p.end_layer):
         if types[i] == "attention":
-            _qwen_attention(b, t, i)
+            _qwen_attention(b, t, i, release)
         else:
             _gated_delta_net(b, t, i, norm_dtype=conf_dtype)
         # On CUDA the shared expert is fused into the experts from 0.5.14 (qwen3_next.py passes
@@ -701,7 +708,7 @@ def _qwen3_5(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, relea
     _embed_and_head(b, V, H, tied=tied, embed_group=embed_g, head_group=head_g)
     for i in range(b.p.start_layer, b.p.end_layer):
         if types[i] == "attention":
-            _qwen_attention(b, t, i)
+            _qwen_attention(b, t, i, release)
         else:
             _gated_delta_net(b, t, i, norm_dtype=b.dtype)
         if moe:

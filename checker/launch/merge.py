@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from checker.core.errors import FlagError
 from checker.core.releases import installed_sglang_version
@@ -45,6 +45,10 @@ class LaunchInputs:
     attention: str | None = None
     """The TP and attention-DP flags as the command gives them (``--tp-size 2 --enable-dp-attention
     --dp-size 2``), None where it gives none: the ``attention_layout`` input."""
+    weights: dict[str, object] = field(default_factory=dict)
+    """The flags that decide a rank's weights beyond the sizing inputs (``LaunchCommand.weights``)."""
+    download_dir: str | None = None
+    """``--download-dir``: where SGLang's loader keeps a hub model's weights."""
 
     @property
     def input(self) -> str:
@@ -167,6 +171,8 @@ def apply_launch_command(
         form=cmd.form,
         explicit=frozenset(k for k in values if _explicit(cmd, k)),
         attention=typed_attention(cmd),
+        weights=dict(cmd.weights),
+        download_dir=cmd.location.get("download_dir"),
     )
 
 
