@@ -272,6 +272,11 @@ class DeriveConfig:
     """The launch command's explicit sizing inputs, as read (its parser and release first)."""
     materialize: bool = False
     materialize_device: str = "cpu"
+    weights: WeightsFlags = field(default_factory=WeightsFlags)
+    """What the model's weights per rank depend on (the checkpoint's directory, the launch flags)."""
+    budget_formula: str | None = None
+    """derive --gpu-free-gib: how ``budget_gib`` was computed (the release's formula, the weights and
+    where they came from)."""
 
     @classmethod
     def from_args(
@@ -279,18 +284,39 @@ class DeriveConfig:
     ) -> DeriveConfig:
         """The config of a parsed derive or plan command line; ``given`` sets the fields only one of
         them has (``launch_command``, ``materialize``...)."""
+        model = ModelChoice.from_args(args)
         return cls(
-            model=ModelChoice.from_args(args),
+            model=model,
             sizing=SizingFlags.from_args(args),
             engine=EngineChoice.from_args(args),
             budget_gib=default_budget_gib if args.budget_gib is None else args.budget_gib,
             budget_given=args.budget_gib is not None,
             output=OutputOptions(format=args.format, quiet=args.quiet),
+            weights=WeightsFlags.from_args(args, model),
             **given,  # type: ignore[arg-type]
+        )
+
+    def rank_weights(self, inputs: CapacityInputs, env: Mapping[str, str]):  # noqa: ANN201
+        """Every rank's weights figure for this deployment, from the checkpoint beside the model's
+        config.json as the release's class holds it (a list of RankWeightsFigure; their source is
+        ``none`` without a checkpoint)."""
+        from checker.core.weights_source import weights_per_rank
+
+        w = self.weights
+        layout = w.layout(self.sizing, pp_size=inputs.pp_size, partition_env=env.get(PARTITION_ENV))
+        return weights_per_rank(
+            flag_gib=(),
+            world_size=layout.world_size,
+            model_dir=w.model_dir,
+            layout=layout,
+            release=self.release.modelled,
+            quantization=w.quantization,
         )
 
     @property
     def budget_source(self) -> str:
+        if self.budget_formula is not None:
+            return self.budget_formula
         return "--budget-gib" if self.budget_given else "default"
 
     @property
@@ -342,9 +368,12 @@ class PlanConfig:
     """--suggest-partition: layers a stage may hold beyond the even split (None: the default)."""
     gpu_free_gib: float | None = None
     weights_gib: float | None = None
-    """Both or neither: the budget found is also given as the --mem-fraction-static that reaches it."""
+    """With --gpu-free-gib, the budget found is also given as the --mem-fraction-static that reaches it,
+    with these weights on the busiest rank: --weights-gib (or --weights-from-log), else the checkpoint's."""
     weights_source: str | None = None
     """Where ``weights_gib`` came from when not typed: ``--weights-from-log LOG`` (the busiest rank's)."""
+    all_policies: bool = False
+    """--all-policies: every charging policy, not only the release's own."""
 
     def __post_init__(self) -> None:
         """Flags that belong to another mode, one line each (the first that applies)."""
@@ -369,6 +398,8 @@ class PlanConfig:
                 raise FlagError(
                     "--gpu-free-gib and --weights-gib apply to --target-max-running-requests; drop them"
                 )
+            if self.all_policies:
+                raise FlagError("--all-policies applies to --target-max-running-requests; drop it")
         elif derive.budget_given:
             raise FlagError(
                 "--budget-gib has no meaning with --target-max-running-requests: plan searches the budget; "
@@ -376,8 +407,13 @@ class PlanConfig:
             )
         elif self.partition_slack is not None:
             raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
-        if fraction_given and (self.gpu_free_gib is None or self.weights_gib is None):
-            raise FlagError("give both --gpu-free-gib and --weights-gib to get the --mem-fraction-static")
+        if self.weights_gib is not None and self.gpu_free_gib is None:
+            raise FlagError(
+                "--weights-gib needs --gpu-free-gib (free memory before the weights) to give the "
+                "--mem-fraction-static; add it"
+            )
+        if self.all_policies and derive.sizing.policy is not None:
+            raise FlagError("--all-policies and --policy both choose the policies; give one")
 
     @property
     def suggest_partition(self) -> bool:

@@ -590,7 +590,7 @@ def _rope_setting(t: _Config) -> tuple[int, float, Mapping[str, Any]]:
 
 
 def release_has_axis_map(release: str) -> bool:
-    """MRotaryEmbedding registers its ``axis_map`` for every mrope_section from 0.5.18
+    """MRotaryEmbedding registers its ``axis_map`` for every mrope_section from 0.5.19
     (``rotary_embedding/mrope.py`` ``_build_axis_map``); before, only for GLM's interleaving."""
     return not _before(release, "0.5.19")
 
