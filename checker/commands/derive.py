@@ -57,9 +57,8 @@ EXAMPLES = (
     "python -m checker derive -- sglang serve --model-path examples/models/Falcon-H1-0.5B --tp-size 2",
     "python -m checker derive --model-config examples/models/Nemotron-H-8B-Base-8K --format json",
     "python -m checker derive --model kimi-k3 --budget-gib 8 --sglang-version 0.5.17,0.5.23",
-    "# what --mem-fraction-static 0.85 gives on an 80 GiB GPU, the weights from the model's checkpoint:",
-    "python -m checker derive --gpu-free-gib 79 -- --model-path examples/models/Nemotron-H-8B-Base-8K "
-    "--pp-size 2 --mem-fraction-static 0.85",
+    "# what --mem-fraction-static 0.85 gives on an 80 GiB GPU (weights: the checkpoint's, or as given):",
+    "python -m checker derive --gpu-free-gib 79 --weights-gib 8 --mem-fraction-static 0.85",
     "python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize",
     "# SGLang's own code beside the checker's (exit 4 when the two differ):",
     "python -m checker derive --model-path examples/models/Qwen3.5-397B-A17B --engine both",
