@@ -4,6 +4,7 @@ The budget SGLang gives a rank (``--budget-from-device``, ``plan``'s fraction) i
 weights; the weights figure per rank is, by precedence:
 
 * ``flag``: ``--weights-gib`` (one value for every rank, or one per rank), when given;
+* ``log``: ``--weights-from-log`` (check, plan): the figures an earlier start's server logged;
 * ``checkpoint``: the model directory's safetensors checkpoint beside its config.json, read from the
   shard headers (:mod:`checker.core.checkpoint`), checked against config.json
   (:mod:`checker.core.checkpoint_names`), and held as the release's class holds it
@@ -35,10 +36,11 @@ class WeightsSource(enum.IntEnum):
     NONE = 0
     FLAG = 1
     CHECKPOINT = 2
+    LOG = 3
 
     @property
     def label(self) -> str:
-        return {0: "none", 1: "flag", 2: "checkpoint"}[int(self)]
+        return {0: "none", 1: "flag", 2: "checkpoint", 3: "log"}[int(self)]
 
 
 @dataclass(frozen=True)
@@ -95,14 +97,16 @@ def checkpoint_weights(
 def weights_per_rank(
     *,
     flag_gib: Sequence[float],
+    flag_source: WeightsSource = WeightsSource.FLAG,
     world_size: int,
     model_dir: str | Path | None,
     layout: WeightsLayout | None,
     release: str,
     quantization: str | None = None,
 ) -> list[RankWeightsFigure]:
-    """Every rank's weights figure, by precedence: ``--weights-gib``, else the checkpoint in
-    ``model_dir`` (when it holds safetensors), else none."""
+    """Every rank's weights figure, by precedence: ``--weights-gib`` (or the figures of
+    ``--weights-from-log``: ``flag_source`` LOG), else the checkpoint in ``model_dir`` (when it holds
+    safetensors), else none."""
     if flag_gib:
         if len(flag_gib) not in (1, world_size):
             raise FlagError(
@@ -110,7 +114,7 @@ def weights_per_rank(
                 "rank, or one per rank"
             )
         values = list(flag_gib) * (world_size if len(flag_gib) == 1 else 1)
-        return [RankWeightsFigure(v, WeightsSource.FLAG) for v in values]
+        return [RankWeightsFigure(v, flag_source) for v in values]
     if model_dir is None or layout is None or not has_safetensors(model_dir):
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
     mw, _ = checkpoint_weights(model_dir, layout, release=release, quantization=quantization)

@@ -205,12 +205,15 @@ def target_text(p: TargetPlan) -> list[str]:
         ]
     if any(f is not None for f in p.fractions.values()):
         assert p.weights is not None
+        w = p.weights
+        note = f" ({w.note})" if w.note else ""
         lines += [
             "",
-            f"as --mem-fraction-static, with {c.gpu_free_gib:g} GiB free before {p.weights.gib:.2f} GiB of "
-            f"weights ({inputs.release.label}):",
-            f"  {p.weights.line()}",
+            f"as --mem-fraction-static, with {c.gpu_free_gib:g} GiB free before {w.gib:g} GiB of "
+            f"weights{note} ({inputs.release.label}):",
         ]
+        if w.source == "checkpoint":
+            lines.append(f"  {w.line()}")
         lines += [
             f"  {name(policy)}: {fraction_text(f)}" for policy, f in p.fractions.items() if f is not None
         ]

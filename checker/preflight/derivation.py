@@ -23,7 +23,7 @@ from checker.core.layout import layout
 from checker.core.partition import PARTITION_ENV
 from checker.core.releases import ReleaseChoice, installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES
-from checker.core.weights_source import RankWeightsFigure, weights_per_rank
+from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.preflight.row import (
@@ -102,6 +102,7 @@ def rank_weights(
         layout = w.layout(config.sizing, pp_size=local.pp_size, partition_env=environ.get(PARTITION_ENV))
     return weights_per_rank(
         flag_gib=b.weights_gib,
+        flag_source=WeightsSource.LOG if b.weights_source else WeightsSource.FLAG,
         world_size=env.world_size,
         model_dir=w.model_dir,
         layout=layout,
