@@ -150,8 +150,9 @@ def device_budget(
         mem_fraction_static=b.mem_fraction_static,
     )
     agreement = "MIN over ranks" if b.agree else "this rank's own, not agreed"
-    source = weights[0].source.label if weights else "none"
-    return result.gib, f"device free ({agreement}), weights from {source}: {result.formula}"
+    # Where the weights came from is each rank's own field (weights_source): the formula is an input,
+    # cut at the wire's width, and keeps the numbers first.
+    return result.gib, f"device free ({agreement}): {result.formula}"
 
 
 def flag_inputs(sizing: SizingFlags, given: GivenFlags | None) -> dict[str, str | None]:
