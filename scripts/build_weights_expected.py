@@ -28,6 +28,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 HOME = Path(os.environ.get("SGLANG_CPU_HOME", Path.home() / ".cache/pp-checker/sglang-cpu"))
+PINNED = Path(os.environ.get("SGLANG_WEIGHTS_HOME", Path.home() / ".cache/pp-checker/sglang-cpu-weights"))
+"""Where a release's folder with the transformers it pins lives, when the shared one has another (0.5.9
+here: its shared folder has transformers 5.19, under which its Qwen3.5 and Granite configs do not load;
+0.5.9 pins 4.57.1): ``pip install --no-deps --target PINNED/releases/X sglang==X transformers==... ``."""
 OUT = REPO / "tests/fixtures/weights_expected.json"
 F = "tests/fixtures"
 
@@ -98,13 +102,16 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
 
 
 def release_env(release: str) -> tuple[str, dict[str, str]] | None:
-    folder = HOME / "releases" / release
+    folder = PINNED / "releases" / release
+    if not folder.is_dir():
+        folder = HOME / "releases" / release
     python = HOME / "venv/bin/python"
     if not folder.is_dir() or not python.exists():
         return None
     stubs = REPO / "scripts/sglang_stubs"
     path = f"{stubs}:{folder}"
-    if release.startswith(("0.5.9", "0.5.10", "0.5.11", "0.5.12")):
+    parts = [int(x) for x in release.replace("post", "").split(".") if x]
+    if parts[:3] < [0, 5, 13]:  # sgl_kernel imported at module level on the way to the models
         path = f"{stubs}/kernel:{path}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env["PYTHONPATH"] = path

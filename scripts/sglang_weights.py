@@ -62,6 +62,8 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     where the real package is absent (appended to sys.meta_path, after the real finders)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname.startswith(_ABSENT):
+            return None  # imported under try/except ImportError: absent, as on a CUDA host without vLLM
         if fullname.split(".")[0] in _MISSING:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
@@ -69,10 +71,13 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: Any) -> types.ModuleType:
         module = types.ModuleType(spec.name)
         module.__path__ = []
+        own = _OWN_CLASSES.get(spec.name)
 
         def getattr_(name: str) -> Any:
             if name.startswith("__"):
                 raise AttributeError(name)
+            if own is not None:  # the class SGLang defines itself, as on CUDA (see _OWN_CLASSES)
+                return getattr(sys.modules[own], name)
             return _Anything
 
         module.__getattr__ = getattr_  # type: ignore[method-assign]
@@ -81,6 +86,15 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         pass
 
+
+# 0.5.2-0.5.7 replace their own RMSNorm/GemmaRMSNorm by vLLM's on a platform without sgl-kernel
+# (layers/layernorm.py, at the end of the module: ``from vllm.model_executor.layers.layernorm import
+# GemmaRMSNorm, RMSNorm``); on CUDA they keep their own. The stand-in answers with the module's own
+# classes, already defined when that line runs, so the build holds what the CUDA build holds.
+_OWN_CLASSES = {"vllm.model_executor.layers.layernorm": "sglang.srt.layers.layernorm"}
+# 0.5.2-0.5.x import vLLM's quantization configs under ``try: ... except ImportError`` and patch them when
+# they import: absent here, as on a host without vLLM.
+_ABSENT = ("vllm.model_executor.layers.quantization",)
 
 sys.meta_path.append(_StandIns())
 
@@ -126,7 +140,12 @@ def _coordinator_class() -> type:
 # rest of the module's CUDA checks pick kernels at run time, which nothing here runs):
 # models/qwen2_moe.py Qwen2MoeSparseMoeBlock fuses the shared expert into the experts when
 # ``_is_cuda and enable_cuda_shared_expert_fusion`` (Qwen3-Next passes it).
-_CUDA_LAYOUT_FLAGS = (("sglang.srt.models.qwen2_moe", "_is_cuda"),)
+# layers/rotary_embedding.py (up to 0.5.15) keeps its cos/sin cache in float32 only when ``_is_cuda``
+# (0.5.16+ also reads SGLANG_ROPE_CACHE_FP32, set above).
+_CUDA_LAYOUT_FLAGS = (
+    ("sglang.srt.models.qwen2_moe", "_is_cuda"),
+    ("sglang.srt.layers.rotary_embedding", "_is_cuda"),
+)
 
 # group name -> (rank name, width name) in the release's parallel context
 _GROUPS = {
@@ -139,6 +158,17 @@ _GROUPS = {
     "moe_dp_group": ("moe_dp_rank", "moe_dp_size"),
     "dcp_group": ("attn_dcp_rank", "attn_dcp_size"),
 }
+
+
+def _direct_group(cls: type, world_rank: int) -> Any:
+    """A GroupCoordinator built directly (``GroupCoordinator(group_ranks=..., ...)``): this rank's group."""
+
+    def make(group_ranks: list[list[int]] | None = None, *args: Any, **kwargs: Any) -> Any:
+        ranks = group_ranks if group_ranks is not None else kwargs.get("group_ranks", [[world_rank]])
+        mine = next((list(g) for g in ranks if world_rank in g), [world_rank])
+        return cls(kwargs.get("group_name") or "group", mine, world_rank)
+
+    return make
 
 
 def _group(cls: type, name: str, world_rank: int, rank: int, size: int, *, stride: int = 1) -> Any:
@@ -318,6 +348,8 @@ class Release:
             stack.enter_context(_patched(dist, "get_backend", lambda group=None: "gloo"))
             stack.enter_context(_patched(dist, "new_group", lambda *a, **k: None))
             init(**{k: v for k, v in candidates.items() if k in accepted})
+            if hasattr(dp_attention, "GroupCoordinator"):  # up to 0.5.8 it builds the attention-TP group
+                stack.enter_context(_patched(dp_attention, "GroupCoordinator", _direct_group(Group, world_rank)))
             mc = self.ModelConfig.from_server_args(sa)
             init_dp = dp_attention.initialize_dp_attention
             dp_params = inspect.signature(init_dp).parameters
@@ -357,15 +389,21 @@ class Release:
             except ImportError:
                 pass
 
+        import inspect
+
         mc = self.ModelConfig.from_server_args(sa)
         lc = self.LoadConfig()
-        qc = self.loader._get_quantization_config(mc, lc)
+        init = self.loader._initialize_model
         with (
             self.loader.set_default_torch_dtype(mc.dtype),
             torch.device("meta"),
             _patched(torch.cuda, "Stream", _NoStream),
+            # 0.5.2-0.5.x pass device=torch.cuda.current_device() to some norms: the build's device here
+            _patched(torch.cuda, "current_device", lambda: torch.device("meta")),
         ):
-            return self.loader._initialize_model(mc, lc, qc)
+            if len(inspect.signature(init).parameters) == 2:  # up to 0.5.8 it takes the quant config itself
+                return init(mc, lc)
+            return init(mc, lc, self.loader._get_quantization_config(mc, lc))
 
 
 def rank_weights(model: Any, per_param: bool) -> dict[str, Any]:

@@ -57,7 +57,8 @@ verdict.
 <launch command> is the deployment's own SGLang command line, exactly as the server is started
 (python -m sglang.launch_server ARGS, sglang serve ARGS, or bare ARGS): the model path, layout and
 sizing flags are read from it by the release's own parser. The checker's options go before --; a
-budget source is required (--budget-gib, or --budget-from-device with --weights-gib). Without a launch
+budget source is required (--budget-gib, or --budget-from-device: the weights per rank come from the
+model directory's safetensors checkpoint, or --weights-gib). Without a launch
 command, the model and sizing options below describe the deployment.
 
 Exit codes: 0 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun turns
@@ -105,8 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GIB[,GIB...]",
         help="with --budget-from-device: the model weights' footprint per rank (one value, or one per "
         "rank); SGLang sizes from free memory measured before and after loading them, as your release "
-        "does. The figure: the largest 'mem usage=X GB' of the server's 'Load weight end.' log lines "
-        "(GiB). Default 0: free x --mem-fraction-static, a budget larger than the server's",
+        "does. Default: each rank's figure from the model directory's safetensors checkpoint (its "
+        "headers: the parameters the release's class holds on that rank, plus the stated margin); "
+        "without a checkpoint 0, a budget larger than the server's",
     )
     g.add_argument(
         "--weights-from-log",

@@ -270,9 +270,10 @@ def kv_heads_per_rank(kv_heads: int, size: int) -> int:
 class _Builder:
     """Collects one rank's parameters."""
 
-    def __init__(self, place: Place, dtype: str) -> None:
+    def __init__(self, place: Place, dtype: str, release: str = "0.5.23") -> None:
         self.p = place
         self.dtype = dtype
+        self.release = release
         self.params: list[Param] = []
 
     def add(self, name: str, shape: Sequence[int], *, part: str, dtype: str | None = None) -> None:
@@ -555,7 +556,9 @@ def _qwen_layer_types(t: _Config) -> list[str]:
     return ["attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(L)]
 
 
-def _gated_delta_net(b: _Builder, t: _Config, i: int, *, norm_dtype: str) -> None:
+def _gated_delta_net(
+    b: _Builder, t: _Config, i: int, *, norm_dtype: str, a_log_dtype: str = "float32"
+) -> None:
     H = t.integer("hidden_size")
     nk, nv = t.integer("linear_num_key_heads", 16), t.integer("linear_num_value_heads", 32)
     dk, dv = t.integer("linear_key_head_dim", 128), t.integer("linear_value_head_dim", 128)
@@ -565,7 +568,7 @@ def _gated_delta_net(b: _Builder, t: _Config, i: int, *, norm_dtype: str) -> Non
     size = b.p.size(g)
     pre = f"model.layers.{i}.linear_attn"
     b.add(f"{pre}.dt_bias", (_div(nv, size, "linear_num_value_heads"),), part="layers")
-    b.add(f"{pre}.A_log", (nv // size,), part="layers", dtype="float32")
+    b.add(f"{pre}.A_log", (nv // size,), part="layers", dtype=a_log_dtype)
     b.add(f"{pre}.conv1d.weight", (_div(2 * key_dim + value_dim, size, "conv channels"), 1, K), part="layers")
     b.column(f"{pre}.in_proj_qkvz", 2 * key_dim + 2 * value_dim, H, g)
     b.column(f"{pre}.in_proj_ba", 2 * nv, H, g)
@@ -574,9 +577,11 @@ def _gated_delta_net(b: _Builder, t: _Config, i: int, *, norm_dtype: str) -> Non
 
 
 def _gemma_norm(b: _Builder, name: str, dim: int, *, part: str = "layers") -> None:
-    """``GemmaRMSNorm``: its weight and a ``gemma_weight`` buffer of the same shape (weight + 1)."""
+    """``GemmaRMSNorm``: its weight, and from 0.5.11 a ``gemma_weight`` buffer of the same shape (weight
+    + 1, ``layers/layernorm.py``)."""
     b.norm(name, dim, part=part)
-    b.buffer(f"{name}.gemma_weight", (dim,))
+    if not _before(b.release, "0.5.11"):
+        b.buffer(f"{name}.gemma_weight", (dim,))
 
 
 def _rope_setting(t: _Config) -> tuple[int, float, Mapping[str, Any]]:
@@ -640,7 +645,9 @@ def _qwen3_next(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, re
     embed_g = _dp_embed_group(layout, release, split_from="0.5.9")
     head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
     conf_dtype = config_dtype(t)
-    _embed_and_head(b, V, H, tied=False, embed_group=embed_g, head_group=head_g)
+    # 0.5.2-0.5.5.post3 cast the head to float32 (qwen3_next.py ``self.lm_head = self.lm_head.float()``)
+    head_dtype = "float32" if _before(release, "0.5.6") else None
+    _embed_and_head(b, V, H, tied=False, embed_group=embed_g, head_group=head_g, head_dtype=head_dtype)
     for i in range(b.p.start_layer, b.p.end_layer):
         if types[i] == "attention":
             _qwen_attention(b, t, i, release)
@@ -710,7 +717,9 @@ def _qwen3_5(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, relea
         if types[i] == "attention":
             _qwen_attention(b, t, i, release)
         else:
-            _gated_delta_net(b, t, i, norm_dtype=b.dtype)
+            # A_log in float32 from 0.5.10; 0.5.9's qwen3_5.py builds it in the model dtype
+            a_log = b.dtype if _before(release, "0.5.10") else "float32"
+            _gated_delta_net(b, t, i, norm_dtype=b.dtype, a_log_dtype=a_log)
         if moe:
             _qwen_moe(b, t, i, layout, fuse_shared=False)
         else:
@@ -1217,7 +1226,7 @@ def rank_params(
         and not _before(fam.all_layers[1], release)
     )
     for place in places(layout, fam.num_layers(text), release, all_layers=all_layers):
-        b = _Builder(place, dtype)
+        b = _Builder(place, dtype, release)
         fam.build(b, cfg, text, layout, release)
         out.append((place, b.params))
     return out
