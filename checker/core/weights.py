@@ -709,7 +709,9 @@ def _qwen3_5(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, relea
     # replicated under attention DP in every release (qwen3_5.py: enable_tp=not is_dp_attention_enabled())
     embed_g = "none" if layout.dp_size > 1 else "tp"
     head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
-    tied = cfg.boolean("tie_word_embeddings", False)
+    # 0.5.9-0.5.10 read tie_word_embeddings from the text config (qwen3_vl.py ``self.config =
+    # config.text_config``); 0.5.11+ copy the top-level config's onto it.
+    tied = (t if _before(release, "0.5.11") else cfg).boolean("tie_word_embeddings", False)
     if not _language_model_only(cfg, layout, release):
         _qwen3_5_vision(b, cfg, layout)
     _embed_and_head(b, V, H, tied=tied, embed_group=embed_g, head_group=head_g)
@@ -876,7 +878,12 @@ def _mamba_mixer(
             f"mamba n_groups = {n_groups} is neither 1 nor divisible by the TP size {size}; SGLang refuses it"
         )
     groups = n_groups if n_groups % size == 0 else n_groups + (size - n_groups)
-    conv_dim = intermediate + 2 * groups * state
+    # The channels come from the model config's mamba2_cache_params (0.5.3.post1+), whose extra groups
+    # follow the attention-TP size; before 0.5.14 the mixer then splits them over the whole TP group
+    # under attention DP (Falcon-H1 at tp 2 x dp 2 on 0.5.7: 2 groups' channels over 4 ranks).
+    attn = b.p.attn_tp_size
+    cache_groups = n_groups if n_groups % attn == 0 else n_groups + (attn - n_groups)
+    conv_dim = intermediate + 2 * (cache_groups if not _before(release, "0.5.3.post1") else groups) * state
     b.add(f"{pre}.A", (heads // size,), part="layers", dtype="float32")
     b.add(f"{pre}.D", (heads // size,), part="layers")
     b.add(f"{pre}.dt_bias", (heads // size,), part="layers")
@@ -944,8 +951,10 @@ def _nemotron_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, re
                 release=release,
             )
         elif c == "*":
-            b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp")
-            b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp")
+            # over the attention-TP group from 0.5.14; the whole TP group before, even under DP
+            ag = "tp" if _before(release, "0.5.14") else "attn_tp"
+            b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, ag)
+            b.row(f"{pre}.o_proj", H, heads * hd, ag)
         elif c == "-":
             if isinstance(inter_cfg, list):
                 k = pattern[: i + 1].count("-") - 1

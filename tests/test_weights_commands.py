@@ -1,0 +1,145 @@
+"""The checkpoint's weights figure where a user reads it: check's budget and report, plan's fraction,
+derive's server budget.
+
+Model directories hold a sparse checkpoint of the real shapes (tests/checkpoints.py: real headers, no
+data). The figures are held to :func:`checker.core.weights.model_weights` (itself held to SGLang's own
+classes in tests/test_weights.py) and to the release's budget formula worked by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import run_world
+
+from checker.core.weights import GIB, WeightsLayout, model_weights
+from tests.checkpoints import header_bytes, model_dir, write_shard
+
+FIXTURES = Path(__file__).parent / "fixtures"
+KIMI = FIXTURES / "kimi_linear_48b_a3b.json"
+QWEN3_NEXT = FIXTURES / "qwen3_next_80b_a3b.json"
+FAST = ["--timeout-s", "20", "--backend", "gloo"]
+
+
+@pytest.fixture(scope="module")
+def kimi_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return model_dir(tmp_path_factory.mktemp("kimi") / "Kimi-Linear-48B-A3B", KIMI, shards=6)
+
+
+def _figures(config: Path, layout: WeightsLayout) -> list[float]:
+    mw = model_weights(json.loads(config.read_text()), layout, release="0.5.23")
+    return [r.total_bytes / GIB for r in mw.ranks]
+
+
+def test_check_takes_each_rank_weights_from_the_checkpoint(kimi_dir: Path, tmp_path: Path) -> None:
+    """Two ranks at pp 2: each rank's report carries its own figure and source; the budget takes the
+    busiest rank's figure off the agreed free memory, as SGLang's MIN over ranks does."""
+    argv = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
+    argv += ["--", "--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]
+    res = run_world(argv, world_size=2, tmp_path=tmp_path)
+    assert res.codes == [0, 0], res.ranks[0].stderr[-2000:]
+    rep = res.report()
+    want = _figures(KIMI, WeightsLayout(pp_size=2, tp_size=1))
+    got = [r["weights_bytes"] / GIB for r in rep["ranks"]]
+    assert got == pytest.approx(want, abs=1e-6)
+    assert [r["weights_source"] for r in rep["ranks"]] == ["checkpoint", "checkpoint"]
+    assert rep["weights_gib"] == pytest.approx(want, abs=1e-5) and "checkpoint" in rep["weights_source"]
+    budget = 139 - max(want) - 139 * 0.15
+    assert [r["budget_gib"] for r in rep["ranks"]] == pytest.approx([budget] * 2, abs=1e-3)
+    text = res.ranks[0].stdout
+    assert "weights" in text and f"{want[1]:.2f} GiB (checkpoint)" in text
+
+
+@pytest.mark.slow
+def test_weights_gib_overrides_the_checkpoint(kimi_dir: Path, tmp_path: Path) -> None:
+    argv = ["check", "--budget-from-device", "--device-free-gib", "139", "--weights-gib", "30", *FAST]
+    argv += ["--", "--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]
+    res = run_world(argv, world_size=2, tmp_path=tmp_path)
+    assert res.codes == [0, 0], res.ranks[0].stderr[-2000:]
+    rep = res.report()
+    assert [r["weights_source"] for r in rep["ranks"]] == ["flag", "flag"]
+    assert [r["weights_bytes"] for r in rep["ranks"]] == [30 * GIB, 30 * GIB]
+
+
+@pytest.mark.slow
+def test_a_truncated_shard_is_one_line_and_exit_2_on_every_rank(kimi_dir: Path, tmp_path: Path) -> None:
+    d = tmp_path / "broken"
+    d.mkdir()
+    for p in kimi_dir.iterdir():
+        (d / p.name).symlink_to(p)
+    shard = sorted(d.glob("*.safetensors"))[0]
+    tensors = [("w", (1024, 64), "BF16")]
+    shard.unlink()
+    _, data = header_bytes(tensors)
+    write_shard(shard, tensors, data_bytes=data // 2)
+    argv = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
+    argv += ["--", "--model-path", str(d), "--pp-size", "2", "--mem-fraction-static", "0.85"]
+    res = run_world(argv, world_size=2, tmp_path=tmp_path)
+    assert res.codes == [2, 2]
+    rep = res.report()
+    assert rep["status"] == "error"
+    line = rep["ranks"][0]["error"]
+    assert "truncated" in line and shard.name in line and "\n" not in line
+
+
+def test_the_launch_command_ep_size_changes_each_rank_figure(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """--ep-size in the launch command: every EP rank holds a quarter of the experts (and Qwen3-Next's
+    fused shared expert), so the figure plan assumes falls with it."""
+    d = model_dir(tmp_path / "Qwen3-Next-80B-A3B", QWEN3_NEXT, shards=4)
+    base = ["plan", "--target-max-running-requests", "8", "--gpu-free-gib", "139", "--format", "json"]
+    gib = {}
+    for ep in ("1", "4"):
+        code, out, err = cli([*base, "--", "--model-path", str(d), "--tp-size", "4", "--ep-size", ep])
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["weights"]["source"] == "checkpoint"
+        gib[ep] = doc["weights"]["gib"]
+    want = {
+        ep: max(_figures(QWEN3_NEXT, WeightsLayout(pp_size=1, tp_size=4, ep_size=int(ep))))
+        for ep in ("1", "4")
+    }
+    assert gib == pytest.approx(want, abs=1e-6)
+    assert gib["4"] != gib["1"]
+
+
+def test_plan_states_the_weights_it_assumed(kimi_dir: Path, cli: Callable[..., Any]) -> None:
+    argv = ["plan", "--target-max-running-requests", "48", "--gpu-free-gib", "139"]
+    code, out, err = cli([*argv, "--", "--model-path", str(kimi_dir), "--pp-size", "3"])
+    assert code == 0, err
+    want = _figures(KIMI, WeightsLayout(pp_size=3, tp_size=1))
+    busiest = max(range(3), key=lambda r: want[r])
+    assert f"before {max(want):g} GiB of weights" in out
+    assert f"on the busiest rank, rank {busiest} (from the checkpoint" in out
+
+
+def test_derive_answers_what_a_fraction_gives(kimi_dir: Path, cli: Callable[..., Any]) -> None:
+    """derive --gpu-free-gib with the launch command's --mem-fraction-static: the budget is the release's
+    formula with the busiest rank's figure from the checkpoint."""
+    argv = ["derive", "--gpu-free-gib", "79", "--format", "json", "--"]
+    code, out, err = cli(
+        [*argv, "--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    weights = max(_figures(KIMI, WeightsLayout(pp_size=2, tp_size=1)))
+    assert doc["inputs"]["budget_gib"] == pytest.approx(79 - weights - 79 * 0.15, abs=1e-3)
+    assert "the checkpoint" in doc["inputs"]["budget_source"]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--gpu-free-gib", "79"], "needs the server's --mem-fraction-static"),
+        (["--weights-gib", "8"], "--weights-gib applies with --gpu-free-gib"),
+        (["--gpu-free-gib", "79", "--budget-gib", "8", "--mem-fraction-static", "0.9"], "two budget sources"),
+    ],
+)
+def test_derive_refuses_a_half_given_fraction_question(
+    argv: list[str], words: str, cli: Callable[..., Any]
+) -> None:
+    code, _, err = cli(["derive", *argv])
+    assert code == 2 and words in err and err.count("\n") <= 1
