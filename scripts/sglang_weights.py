@@ -140,11 +140,12 @@ def _coordinator_class() -> type:
 # rest of the module's CUDA checks pick kernels at run time, which nothing here runs):
 # models/qwen2_moe.py Qwen2MoeSparseMoeBlock fuses the shared expert into the experts when
 # ``_is_cuda and enable_cuda_shared_expert_fusion`` (Qwen3-Next passes it).
-# layers/rotary_embedding.py (up to 0.5.15) keeps its cos/sin cache in float32 only when ``_is_cuda``
-# (0.5.16+ also reads SGLANG_ROPE_CACHE_FP32, set above).
+# layers/rotary_embedding.py (up to 0.5.9; rotary_embedding/base.py from 0.5.10) keeps its cos/sin cache
+# in float32 only when ``_is_cuda`` (0.5.16+ also reads SGLANG_ROPE_CACHE_FP32, set above).
 _CUDA_LAYOUT_FLAGS = (
     ("sglang.srt.models.qwen2_moe", "_is_cuda"),
     ("sglang.srt.layers.rotary_embedding", "_is_cuda"),
+    ("sglang.srt.layers.rotary_embedding.base", "_is_cuda"),
 )
 
 # group name -> (rank name, width name) in the release's parallel context
@@ -349,7 +350,9 @@ class Release:
             stack.enter_context(_patched(dist, "new_group", lambda *a, **k: None))
             init(**{k: v for k, v in candidates.items() if k in accepted})
             if hasattr(dp_attention, "GroupCoordinator"):  # up to 0.5.8 it builds the attention-TP group
-                stack.enter_context(_patched(dp_attention, "GroupCoordinator", _direct_group(Group, world_rank)))
+                stack.enter_context(
+                    _patched(dp_attention, "GroupCoordinator", _direct_group(Group, world_rank))
+                )
             mc = self.ModelConfig.from_server_args(sa)
             init_dp = dp_attention.initialize_dp_attention
             dp_params = inspect.signature(init_dp).parameters
