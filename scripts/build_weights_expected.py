@@ -80,13 +80,13 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     "kimi_linear/dp": (f"{F}/kimi_linear_48b_a3b.json", ["pp=2,tp=2,dp=2"], None, {}),
     "kimi_linear/ep": (f"{F}/kimi_linear_48b_a3b.json", ["pp=2,tp=4,ep=4"], None, {}),
     "nemotron_h/pp-tp": (
-        f"{F}/nemotron_h_8b.json",
+        f"{F}/weights/nemotron_h_8b.json",
         ["pp=1,tp=1", "pp=2,tp=4", "pp=3,tp=2", "pp=4,tp=2", "pp=1,tp=8"],
         None,
         {},
     ),
-    "nemotron_h/partition": (f"{F}/nemotron_h_8b.json", ["pp=2,tp=2"], "20,32", {}),
-    "nemotron_h/dp": (f"{F}/nemotron_h_8b.json", ["pp=2,tp=2,dp=2"], None, {}),
+    "nemotron_h/partition": (f"{F}/weights/nemotron_h_8b.json", ["pp=2,tp=2"], "20,32", {}),
+    "nemotron_h/dp": (f"{F}/weights/nemotron_h_8b.json", ["pp=2,tp=2,dp=2"], None, {}),
     "nemotron_h/tied": (f"{F}/weights/nemotron_h_tied.json", ["pp=1,tp=2", "pp=2,tp=2"], None, {}),
     "falcon_h1/tied": (f"{F}/weights/falcon_h1_tied.json", ["pp=1,tp=2"], None, {}),
     "falcon_h1/tp": (

@@ -61,10 +61,15 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Import-only stand-ins for packages a release imports on the way but never calls here. Only used
     where the real package is absent (appended to sys.meta_path, after the real finders)."""
 
+    late: tuple[str, ...] = ()
+    """Stood in for only once SGLang's own import is done (``cuda``: tvm_ffi, which xgrammar imports on
+    the way, treats an importable ``cuda`` as CUDA bindings to call; the model modules of 0.5.8-0.5.15
+    import it at the top of ``jit_kernel/cutedsl_gdn.py`` via ``hybrid_linear_attn_backend``)."""
+
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname.startswith(_ABSENT):
             return None  # imported under try/except ImportError: absent, as on a CUDA host without vLLM
-        if fullname.split(".")[0] in _MISSING:
+        if fullname.split(".")[0] in _MISSING or fullname.split(".")[0] in self.late:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -96,7 +101,8 @@ _OWN_CLASSES = {"vllm.model_executor.layers.layernorm": "sglang.srt.layers.layer
 # they import: absent here, as on a host without vLLM.
 _ABSENT = ("vllm.model_executor.layers.quantization",)
 
-sys.meta_path.append(_StandIns())
+_STAND_INS = _StandIns()
+sys.meta_path.append(_STAND_INS)
 
 
 def _coordinator_class() -> type:
@@ -232,6 +238,7 @@ class Release:
             loader,
         )
         self.fields = {f for f in getattr(ServerArgs, "__dataclass_fields__", {})}
+        _STAND_INS.late = ("cuda",)
         try:
             self.rc = importlib.import_module("sglang.srt.runtime_context")
         except ImportError:
@@ -386,16 +393,19 @@ class Release:
     def build(self, sa: Any) -> Any:
         import torch
 
-        for module, attr in _CUDA_LAYOUT_FLAGS:  # the layout the class builds on CUDA
-            try:
-                setattr(importlib.import_module(module), attr, True)
-            except ImportError:
-                pass
 
         import inspect
 
         mc = self.ModelConfig.from_server_args(sa)
         lc = self.LoadConfig()
+        # Import the model's module (and the registry's) first, then set the CUDA layout flags: a module
+        # imported after them would read them at its own import and reach for CUDA-only packages.
+        self.loader.get_model_architecture(mc)
+        for module, attr in _CUDA_LAYOUT_FLAGS:  # the layout the class builds on CUDA
+            try:
+                setattr(importlib.import_module(module), attr, True)
+            except ImportError:
+                pass
         init = self.loader._initialize_model
         with (
             self.loader.set_default_torch_dtype(mc.dtype),
