@@ -161,7 +161,10 @@ def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> str | 
                 return local_model_path(raw, cache_dir=launch.download_dir)
             except CheckerInputError:
                 return None  # not downloaded there yet: SGLang would fetch it at startup
-    return path if os.path.isdir(path) else os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        return path
+    # a config.json's directory is the model's; any other file (a JSON model spec, a fixture) stands alone
+    return (os.path.dirname(path) or ".") if os.path.basename(path) == "config.json" else None
 
 
 def _model_path_words(argv: tuple[str, ...]):  # noqa: ANN202

@@ -19,7 +19,7 @@ from checker.core.errors import ConfigError
 from tests.checkpoints import disk_bytes, header_bytes, model_dir, write_checkpoint, write_shard
 
 FIXTURES = Path(__file__).parent / "fixtures"
-QWEN3_NEXT = FIXTURES / "qwen3_next_80b_a3b.json"
+KIMI = FIXTURES / "kimi_linear_48b_a3b.json"
 NEMOTRON = FIXTURES / "nemotron_h_8b.json"
 
 SMALL = [
@@ -36,18 +36,18 @@ def one_line(exc: pytest.ExceptionInfo[ConfigError]) -> str:
 
 
 def test_a_real_sized_checkpoint_is_read_from_headers_on_a_few_mb_of_disk(tmp_path: Path) -> None:
-    """Qwen3-Next-80B's 74,391 tensors over 8 shards: every tensor's dtype and shape comes back, and the
-    logical size (what the headers say) is the model's 159 GB while the disk holds only headers."""
-    d = model_dir(tmp_path / "m", QWEN3_NEXT, shards=8)
+    """Kimi-Linear-48B's 20,493 tensors over 8 shards: every tensor's dtype and shape comes back, and the
+    logical size (what the headers say) is the model's 98 GB while the disk holds only headers."""
+    d = model_dir(tmp_path / "m", KIMI, shards=8)
     ckpt = read_checkpoint(d)
-    want = dict(expected_tensors(json.loads(QWEN3_NEXT.read_text())))
+    want = dict(expected_tensors(json.loads(KIMI.read_text())))
     assert set(ckpt.tensors) == set(want)
-    assert ckpt.tensors["model.layers.3.self_attn.q_proj.weight"].shape == (8192, 2048)
-    assert ckpt.tensors["model.layers.0.linear_attn.A_log"].dtype == "F32"
+    assert ckpt.tensors["model.layers.3.self_attn.kv_b_proj.weight"].shape == (8192, 512)
+    assert ckpt.tensors["model.layers.0.self_attn.A_log"].dtype == "F32"
     assert len(ckpt.shards) == 8 and ckpt.indexed
-    assert 159e9 < ckpt.total_bytes < 160e9
-    assert disk_bytes(d) < 32 * 2**20
-    assert ckpt.header_bytes < 16 * 2**20
+    assert 98e9 < ckpt.total_bytes < 99e9
+    assert disk_bytes(d) < 8 * 2**20
+    assert ckpt.header_bytes < 4 * 2**20
 
 
 def test_reads_stop_at_the_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
