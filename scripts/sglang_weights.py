@@ -62,9 +62,10 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     where the real package is absent (appended to sys.meta_path, after the real finders)."""
 
     late: tuple[str, ...] = ()
-    """Stood in for only once SGLang's own import is done (``cuda``: tvm_ffi, which xgrammar imports on
-    the way, treats an importable ``cuda`` as CUDA bindings to call; the model modules of 0.5.8-0.5.15
-    import it at the top of ``jit_kernel/cutedsl_gdn.py`` via ``hybrid_linear_attn_backend``)."""
+    """Stood in for only where a release needs it, and only once SGLang's own import is done (``cuda``:
+    tvm_ffi, which xgrammar imports on the way, and later releases' modules treat an importable ``cuda``
+    as CUDA bindings to call; 0.5.8-0.5.15 import it unguarded at the top of
+    ``jit_kernel/cutedsl_gdn.py`` via ``hybrid_linear_attn_backend``)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname.startswith(_ABSENT):
@@ -238,7 +239,13 @@ class Release:
             loader,
         )
         self.fields = {f for f in getattr(ServerArgs, "__dataclass_fields__", {})}
-        _STAND_INS.late = ("cuda",)
+        try:  # the hybrid models' attention backend; 0.5.8-0.5.15 reach cuda-python at its import
+            importlib.import_module("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] == "cuda":
+                _STAND_INS.late = ("cuda",)  # stood in for from here on (the failed import is retried)
+        except Exception:
+            pass
         try:
             self.rc = importlib.import_module("sglang.srt.runtime_context")
         except ImportError:
