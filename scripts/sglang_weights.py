@@ -64,8 +64,8 @@ class _StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     late: tuple[str, ...] = ()
     """Stood in for only where a release needs it, and only once SGLang's own import is done (``cuda``:
     tvm_ffi, which xgrammar imports on the way, and later releases' modules treat an importable ``cuda``
-    as CUDA bindings to call; 0.5.8-0.5.15 import it unguarded at the top of
-    ``jit_kernel/cutedsl_gdn.py`` via ``hybrid_linear_attn_backend``)."""
+    as CUDA bindings to call; 0.5.8-0.5.15 import it unguarded on the way to some model modules, e.g.
+    at the top of ``jit_kernel/cutedsl_gdn.py`` via ``hybrid_linear_attn_backend``)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname.startswith(_ABSENT):
@@ -103,6 +103,7 @@ _OWN_CLASSES = {"vllm.model_executor.layers.layernorm": "sglang.srt.layers.layer
 _ABSENT = ("vllm.model_executor.layers.quantization",)
 
 _STAND_INS = _StandIns()
+_FAMILY_MODULES = ("qwen3_next", "qwen3_5", "kimi_linear", "nemotron_h", "falcon_h1", "granitemoehybrid")
 sys.meta_path.append(_STAND_INS)
 
 
@@ -239,13 +240,14 @@ class Release:
             loader,
         )
         self.fields = {f for f in getattr(ServerArgs, "__dataclass_fields__", {})}
-        try:  # the hybrid models' attention backend; 0.5.8-0.5.15 reach cuda-python at its import
-            importlib.import_module("sglang.srt.layers.attention.hybrid_linear_attn_backend")
-        except ModuleNotFoundError as exc:
-            if (exc.name or "").split(".")[0] == "cuda":
-                _STAND_INS.late = ("cuda",)  # stood in for from here on (the failed import is retried)
-        except Exception:
-            pass
+        for name in _FAMILY_MODULES:  # 0.5.8-0.5.15 reach cuda-python unguarded on the way to some
+            try:
+                importlib.import_module(f"sglang.srt.models.{name}")
+            except ModuleNotFoundError as exc:
+                if (exc.name or "").split(".")[0] == "cuda":
+                    _STAND_INS.late = ("cuda",)  # stood in for from here on (the failed import is retried)
+            except Exception:
+                pass
         try:
             self.rc = importlib.import_module("sglang.srt.runtime_context")
         except ImportError:
