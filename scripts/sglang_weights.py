@@ -221,6 +221,26 @@ def _env(values: dict[str, str | None]):
                 os.environ[k] = v
 
 
+def _tolerate_stub_kernels() -> None:
+    """0.5.3.post1-0.5.3.post3 wrap Triton kernels at import in ``CachedKernel``, which asserts a real
+    ``JITFunction`` (utils/common.py); with the import-only Triton stub that assertion fails and the
+    Falcon-H1 and Nemotron-H modules (which import LoRA's kernels on the way) do not import. The wrapper
+    keeps the plain function instead: no kernel runs here."""
+    common = sys.modules.get("sglang.srt.utils.common")
+    kernel = getattr(common, "CachedKernel", None)
+    if kernel is None:
+        return
+    real_init = kernel.__init__
+
+    def init(self: Any, fn: Any, key_fn: Any = None) -> None:
+        try:
+            real_init(self, fn, key_fn)
+        except (AssertionError, AttributeError):
+            self.fn, self.key_fn = fn, key_fn
+
+    kernel.__init__ = init
+
+
 class Release:
     """What differs between releases in how a rank's model is built (feature tests on the installed
     code, never a version switch)."""
@@ -240,6 +260,7 @@ class Release:
             loader,
         )
         self.fields = {f for f in getattr(ServerArgs, "__dataclass_fields__", {})}
+        _tolerate_stub_kernels()
         for name in _FAMILY_MODULES:  # 0.5.8-0.5.15 reach cuda-python unguarded on the way to some
             try:
                 importlib.import_module(f"sglang.srt.models.{name}")

@@ -866,6 +866,7 @@ def _mamba_mixer(
     rms_norm: bool,
     layout: WeightsLayout,
     release: str,
+    cache_tp_size: int | None = None,
 ) -> int:
     """``MambaMixer2`` (``layers/attention/mamba/mamba.py``): over the attention-TP group under DP
     attention from 0.5.14 (the whole TP group before), else the TP group; a group count the group does
@@ -881,7 +882,7 @@ def _mamba_mixer(
     # The channels come from the model config's mamba2_cache_params (0.5.3.post1+), whose extra groups
     # follow the attention-TP size; before 0.5.14 the mixer then splits them over the whole TP group
     # under attention DP (Falcon-H1 at tp 2 x dp 2 on 0.5.7: 2 groups' channels over 4 ranks).
-    attn = b.p.attn_tp_size
+    attn = cache_tp_size or b.p.attn_tp_size
     cache_groups = n_groups if n_groups % attn == 0 else n_groups + (attn - n_groups)
     conv_dim = intermediate + 2 * (cache_groups if not _before(release, "0.5.3.post1") else groups) * state
     b.add(f"{pre}.A", (heads // size,), part="layers", dtype="float32")
@@ -1011,6 +1012,8 @@ def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
             rms_norm=t.boolean("mamba_rms_norm", False),
             layout=layout,
             release=release,
+            # the config computed the cache params with the whole TP group up to 0.5.4.post3
+            cache_tp_size=b.p.tp_size if _before(release, "0.5.5") else None,
         )
         inter = t.integer("intermediate_size", 14336)
         b.column(f"{pre}.feed_forward.gate_up_proj", 2 * inter, H, "tp")
