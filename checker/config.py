@@ -111,6 +111,7 @@ class WeightsFlags:
     enable_dp_lm_head: bool = False
     language_model_only: bool = False
     disable_shared_experts_fusion: bool = False
+    moe_runner_backend: str = "auto"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model: ModelChoice) -> WeightsFlags:
@@ -124,6 +125,7 @@ class WeightsFlags:
             enable_dp_lm_head=bool(given.get("enable_dp_lm_head", False)),
             language_model_only=bool(given.get("language_model_only", False)),
             disable_shared_experts_fusion=bool(given.get("disable_shared_experts_fusion", False)),
+            moe_runner_backend=str(given.get("moe_runner_backend", "auto")),
         )
 
     def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None):  # noqa: ANN201
@@ -140,6 +142,7 @@ class WeightsFlags:
             language_model_only=self.language_model_only,
             dtype=self.dtype,
             disable_shared_experts_fusion=self.disable_shared_experts_fusion,
+            moe_runner_backend=self.moe_runner_backend,
         )
 
 

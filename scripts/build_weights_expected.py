@@ -1,4 +1,4 @@
-"""Regenerate tests/fixtures/weights_expected.json: every rank's parameter bytes of each case below, as
+"""Regenerate tests/fixtures/weights/expected.json: every rank's parameter bytes of each case below, as
 SGLang's own model classes hold them, built on the meta device by each release's real code.
 
     python3 scripts/build_weights_expected.py                     # every release with a CPU environment
@@ -32,7 +32,7 @@ PINNED = Path(os.environ.get("SGLANG_WEIGHTS_HOME", Path.home() / ".cache/pp-che
 """Where a release's folder with the transformers it pins lives, when the shared one has another (0.5.9
 here: its shared folder has transformers 5.19, under which its Qwen3.5 and Granite configs do not load;
 0.5.9 pins 4.57.1): ``pip install --no-deps --target PINNED/releases/X sglang==X transformers==... ``."""
-OUT = REPO / "tests/fixtures/weights_expected.json"
+OUT = REPO / "tests/fixtures/weights/expected.json"
 F = "tests/fixtures"
 
 # id -> (config, layouts, partition env or None, ServerArgs flags)
@@ -55,7 +55,6 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         {},
     ),
     "qwen3_5/partition": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=4,tp=2"], "14,16,16,14", {}),
-    # 0.5.23 refuses the vision tower under attention DP unless attention TP is 1 (VisionAttention).
     "qwen3_5/dp": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=2,tp=1,dp=2"], None, {}),
     "qwen3_5/dp-vision": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=2,tp=2,dp=2"], None, {}),
     "qwen3_5/dp-language-only": (f"{F}/weights/qwen3_5_language_only.json", ["pp=2,tp=2,dp=2"], None, {}),

@@ -1,6 +1,6 @@
 """Each rank's weights, held to SGLang's own model classes.
 
-``tests/fixtures/weights_expected.json`` holds, per release and per case, every rank's parameter and
+``tests/fixtures/weights/expected.json`` holds, per release and per case, every rank's parameter and
 buffer bytes of SGLang's own class built on the meta device from that release's real code
 (``scripts/build_weights_expected.py`` runs ``scripts/sglang_weights.py`` in each release's CPU
 environment). The quick suite holds the torch-free rules of ``checker/core/weights.py`` to them, rank by
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from checker.core.errors import CheckerInputError, FlagError, LayoutError
+from checker.core.errors import CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.model_support import check_architectures, registers
 from checker.core.releases import MODELLED_RELEASES
 from checker.core.weights import (
@@ -33,7 +33,7 @@ from checker.core.weights import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-EXPECTED = json.loads((REPO / "tests/fixtures/weights_expected.json").read_text())
+EXPECTED = json.loads((REPO / "tests/fixtures/weights/expected.json").read_text())
 FIGURES: dict[str, dict[str, Any]] = EXPECTED["figures"]
 CASES: dict[str, dict[str, Any]] = EXPECTED["cases"]
 FAMILIES = ("qwen3_next", "qwen3_5", "kimi_linear", "nemotron_h", "falcon_h1", "granite_h")
@@ -216,3 +216,37 @@ def test_the_newest_modelled_release_has_figures_for_every_family() -> None:
 def test_a_rank_figure_in_gib() -> None:
     r = model_weights(KIMI, WeightsLayout(pp_size=1, tp_size=1), release="0.5.23").ranks[0]
     assert r.total_gib == r.total_bytes / GIB
+
+
+def test_a_moe_runner_that_re_lays_the_experts_is_refused_in_one_line() -> None:
+    cfg = json.loads((REPO / "tests/fixtures/qwen3_next_80b_a3b.json").read_text())
+    with pytest.raises(FlagError) as exc:
+        rank_params(
+            cfg, WeightsLayout(pp_size=1, tp_size=2, moe_runner_backend="flashinfer_trtllm"), release="0.5.23"
+        )
+    assert "--moe-runner-backend 'flashinfer_trtllm'" in str(exc.value) and "--weights-gib" in str(exc.value)
+    falcon = json.loads((REPO / "tests/fixtures/falcon_h1_0_5b.json").read_text())  # no experts: no matter
+    assert rank_params(
+        falcon, WeightsLayout(pp_size=1, tp_size=2, moe_runner_backend="flashinfer_trtllm"), release="0.5.23"
+    )
+
+
+def test_a_quantized_model_is_refused_in_one_line(tmp_path: Path) -> None:
+    from checker.core.weights_source import checkpoint_weights
+    from tests.checkpoints import model_dir
+
+    cfg = json.loads((REPO / "tests/fixtures/qwen3_next_80b_a3b.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    src = tmp_path / "config.json"
+    src.write_text(json.dumps(cfg))
+    d = model_dir(tmp_path / "m", REPO / "tests/fixtures/nemotron_h_8b.json", shards=1)
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(FlagError) as exc:
+        checkpoint_weights(d, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
+    assert "quantized (fp8)" in str(exc.value) and "--weights-gib" in str(exc.value)
+
+
+def test_an_unmodelled_family_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError) as exc:
+        rank_params({"model_type": "kimi_k3"}, WeightsLayout(pp_size=1, tp_size=1), release="0.5.23")
+    assert "model_type='kimi_k3' is not a family whose weights the checker models" in str(exc.value)

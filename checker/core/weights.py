@@ -88,6 +88,9 @@ class WeightsLayout:
     language_model_only: bool = False
     dtype: str = "auto"
     disable_shared_experts_fusion: bool = False
+    moe_runner_backend: str = "auto"
+    """``--moe-runner-backend``: the expert weights are modelled as ``auto``/``triton`` hold them (other
+    backends pad or re-lay them: refused for a model with experts)."""
     builds_all_layers: bool = False
     """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):
     from ``checker.core`` startup rules once they land; until then the caller says."""
@@ -1231,6 +1234,13 @@ def rank_params(
             f"--pp-size 1 (the same GPUs as --tp-size)"
         )
     dtype = model_dtype(text, layout.dtype)
+    experts = text.integer("num_experts", 0, minimum=0) or text.integer("num_local_experts", 0, minimum=0)
+    if experts and layout.moe_runner_backend not in ("auto", "triton"):
+        raise FlagError(
+            f"--moe-runner-backend {shorten(layout.moe_runner_backend)}: the checker models the expert "
+            "weights as the auto/triton runners hold them (others pad or re-lay them); give the weights "
+            "per GPU with --weights-gib"
+        )
     out = []
     all_layers = (
         fam.all_layers is not None

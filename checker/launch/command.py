@@ -97,6 +97,7 @@ WEIGHTS_DESTS = {
     "--enable-dp-lm-head": "enable_dp_lm_head",
     "--language-model-only": "language_model_only",
     "--disable-shared-experts-fusion": "disable_shared_experts_fusion",
+    "--moe-runner-backend": "moe_runner_backend",
 }
 # Old dest -> the ServerArgs field from_cli_args copies it to (0.5.2-0.5.13.post1), or the older
 # spelling of a field (--mamba-scheduler-strategy, renamed in 0.5.14).
