@@ -83,7 +83,8 @@ def main() -> None:
             print(
                 f"{name:20} {len(ckpt.tensors):>8,} {ckpt.total_bytes / 1e9:>7.1f}GB "
                 f"{disk_bytes(d) / 2**20:>6.1f}MB {ckpt.header_bytes / 2**20:>6.1f}MB "
-                f"{read_s[0]:>6.3f}/{read_s[1]:.3f} {whole_s[0]:>6.3f}/{whole_s[1]:.3f} {peak / 2**20:>7.1f}MB"
+                f"{read_s[0]:>6.3f}/{read_s[1]:.3f} {whole_s[0]:>6.3f}/{whole_s[1]:.3f} "
+                f"{peak / 2**20:>7.1f}MB"
             )
 
 

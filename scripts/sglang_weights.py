@@ -421,10 +421,9 @@ class Release:
         return seen
 
     def build(self, sa: Any) -> Any:
-        import torch
-
-
         import inspect
+
+        import torch
 
         mc = self.ModelConfig.from_server_args(sa)
         lc = self.LoadConfig()

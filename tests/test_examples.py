@@ -225,7 +225,7 @@ EXPECTED_EXIT: dict[tuple[str, str], int] = {
 
 INVENTORY: dict[str, int] = {
     "README.md": 5,
-    "docs/derive-plan-sweep.md": 7,
+    "docs/derive-plan-sweep.md": 8,
     "docs/engine.md": 3,
     "docs/how-it-computes.md": 1,
     "docs/launchers.md": 2,

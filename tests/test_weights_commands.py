@@ -17,6 +17,11 @@ import pytest
 from harness import run_world
 
 from checker.core.weights import GIB, WeightsLayout, model_weights
+from checker.distributed.launch_env import RankEnv
+from checker.distributed.wire import decode_row, encode_row
+from checker.outputs.report import to_json, to_text
+from checker.preflight import derivation
+from checker.preflight.verdict import decide
 from tests.checkpoints import header_bytes, model_dir, write_shard
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -35,6 +40,67 @@ def _figures(config: Path, layout: WeightsLayout) -> list[float]:
     return [r.total_bytes / GIB for r in mw.ranks]
 
 
+def _env(rank: int, world_size: int) -> RankEnv:
+    return RankEnv(
+        rank=rank,
+        world_size=world_size,
+        local_rank=rank,
+        local_world_size=world_size,
+        node_rank=0,
+        host="node-0",
+        master_addr=None,
+        master_port=None,
+        use_agent_store=False,
+        restart_count=0,
+        max_restarts=0,
+    )
+
+
+def test_each_rank_row_carries_its_checkpoint_figure(kimi_dir: Path) -> None:
+    """In-process, as each node builds its row (the real parser, the launch-command merge, derive_row, the
+    wire's round trip, decide): at pp 2 each rank's row carries its own checkpoint figure and source, the
+    budget takes the busiest rank's figure off the agreed free memory (SGLang's MIN over ranks), and the
+    JSON and text reports show both."""
+    from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
+    from checker.commands.check import config_from_args
+    from checker.launch.merge import apply_launch_command, given_dests
+
+    words = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
+    launch = ["--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]
+    rows = []
+    for rank in range(2):
+        words = join_negative_values(with_default_command(list(words)))
+        parser = build_parser()
+        args = parser.parse_args(words)
+        args.given = given_dests(_subparser(parser, "check"), words[1:])
+        args, args.launch = apply_launch_command(args, launch, given=args.given)
+        env = _env(rank, 2)
+        config = config_from_args(args, env)
+        facts = derivation.local_facts(config, env, None)
+        row = derivation.derive_row(
+            config,
+            env,
+            facts,
+            all_free=[facts.device_free_bytes] * 2,
+            torch_version="2.8.0",
+            device=None,
+            environ={},
+        )
+        rows.append(decode_row(encode_row(row)))
+    verdict = decide(rows, world_size=2)
+    want = _figures(KIMI, WeightsLayout(pp_size=2, tp_size=1))
+    doc = to_json(verdict, extra={})
+    ranks = doc["ranks"]
+    assert isinstance(ranks, list)
+    assert [r["weights_bytes"] / GIB for r in ranks] == pytest.approx(want, abs=1e-6)
+    assert [r["weights_source"] for r in ranks] == ["checkpoint", "checkpoint"]
+    budget = 139 - max(want) - 139 * 0.15
+    assert [r["budget_gib"] for r in ranks] == pytest.approx([budget] * 2, abs=1e-3)
+    text = to_text(verdict, summary="", elapsed_s=1.0)
+    assert f"{want[0]:.2f} GiB (checkpoint)" in text and f"{want[1]:.2f} GiB (checkpoint)" in text
+
+
+@pytest.mark.slow
 def test_check_takes_each_rank_weights_from_the_checkpoint(kimi_dir: Path, tmp_path: Path) -> None:
     """Two ranks at pp 2: each rank's report carries its own figure and source; the budget takes the
     busiest rank's figure off the agreed free memory, as SGLang's MIN over ranks does."""

@@ -9,9 +9,10 @@ other than what runs is the drift this tool exists to catch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from checker.core.errors import FlagError
 from checker.core.releases import installed_sglang_version
@@ -45,7 +46,7 @@ class LaunchInputs:
     attention: str | None = None
     """The TP and attention-DP flags as the command gives them (``--tp-size 2 --enable-dp-attention
     --dp-size 2``), None where it gives none: the ``attention_layout`` input."""
-    weights: dict[str, object] = field(default_factory=dict)
+    weights: dict[str, object] = dataclasses.field(default_factory=dict)
     """The flags that decide a rank's weights beyond the sizing inputs (``LaunchCommand.weights``)."""
     download_dir: str | None = None
     """``--download-dir``: where SGLang's loader keeps a hub model's weights."""
