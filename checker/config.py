@@ -105,6 +105,8 @@ class WeightsFlags:
     model_dir: str | None = None
     """The directory SGLang loads the weights from (the model's own directory; a hub id's snapshot under
     --download-dir where the launch command gives one); None for a preset or a JSON model spec."""
+    looked: str = ""
+    """Where no checkpoint was found, in words, for the line that asks for --weights-gib instead."""
     ep_size: int = 1
     dtype: str = "auto"
     quantization: str | None = None
@@ -117,8 +119,10 @@ class WeightsFlags:
     def from_args(cls, args: argparse.Namespace, model: ModelChoice) -> WeightsFlags:
         launch = getattr(args, "launch", None)
         given: dict[str, object] = dict(getattr(launch, "weights", {}) or {})
+        model_dir, looked = weights_directory(model, launch)
         return cls(
-            model_dir=weights_directory(model, launch),
+            model_dir=model_dir,
+            looked=looked,
             ep_size=int(given.get("ep_size", 1)),  # type: ignore[call-overload]
             dtype=str(given.get("dtype", "auto")),
             quantization=None if given.get("quantization") is None else str(given["quantization"]),
@@ -127,6 +131,13 @@ class WeightsFlags:
             disable_shared_experts_fusion=bool(given.get("disable_shared_experts_fusion", False)),
             moe_runner_backend=str(given.get("moe_runner_backend", "auto")),
         )
+
+    @property
+    def no_checkpoint(self) -> str:
+        """Why no rank has a checkpoint figure, in words (the model is resolved and holds no shards)."""
+        if self.model_dir is not None:
+            return f"{self.model_dir} holds no *.safetensors beside its config.json"
+        return self.looked or "the model is not a model directory"
 
     def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None):  # noqa: ANN201
         """The :class:`checker.core.weights.WeightsLayout` of a deployment."""
@@ -146,28 +157,34 @@ class WeightsFlags:
         )
 
 
-def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> str | None:
+def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[str | None, str]:
     """Where SGLang's loader reads the weights: the model's directory (beside its config.json), or, for a
-    hub id with ``--download-dir``, that cache's snapshot (``snapshot_download(cache_dir=download_dir)``)."""
+    hub id with ``--download-dir``, that cache's snapshot (``snapshot_download(cache_dir=download_dir)``);
+    and, where there is none, where it would be, in words."""
     import os
 
     path = model.model_config
     if path is None:
-        return None
+        return None, f"{model.label} is a preset, not a model directory"
     if launch is not None and launch.download_dir:
-        from checker.core.errors import CheckerInputError
+        from checker.core.errors import CheckerInputError, printable
         from checker.core.hub_cache import is_hub_id, local_model_path
 
         raw = next((w for w in _model_path_words(launch.argv)), None)
         if raw is not None and is_hub_id(raw) and not os.path.exists(raw):
             try:
-                return local_model_path(raw, cache_dir=launch.download_dir)
-            except CheckerInputError:
-                return None  # not downloaded there yet: SGLang would fetch it at startup
+                return local_model_path(raw, revision=launch.revision, cache_dir=launch.download_dir), ""
+            except CheckerInputError:  # not downloaded there yet: SGLang would fetch it at start-up
+                return None, (
+                    f"--download-dir {printable(launch.download_dir)} holds no snapshot of {printable(raw)} "
+                    "yet; SGLang downloads it there at start-up"
+                )
     if os.path.isdir(path):
-        return path
+        return path, ""
     # a config.json's directory is the model's; any other file (a JSON model spec, a fixture) stands alone
-    return (os.path.dirname(path) or ".") if os.path.basename(path) == "config.json" else None
+    if os.path.basename(path) == "config.json":
+        return os.path.dirname(path) or ".", ""
+    return None, f"{model.label} is a model spec, not a model directory"
 
 
 def _model_path_words(argv: tuple[str, ...]):  # noqa: ANN202

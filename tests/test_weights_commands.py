@@ -209,3 +209,71 @@ def test_derive_refuses_a_half_given_fraction_question(
 ) -> None:
     code, _, err = cli(["derive", *argv])
     assert code == 2 and words in err and err.count("\n") <= 1
+
+
+def _snapshot(cache: Path, repo: str, source: Path, revision: str = "main") -> Path:
+    """A hub cache as ``hf download`` leaves it: refs/<revision> naming a snapshot holding ``source``'s
+    files."""
+    folder = cache / ("models--" + repo.replace("/", "--"))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = folder / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for p in source.iterdir():
+        (snap / p.name).symlink_to(p)
+    (folder / "refs").mkdir()
+    (folder / "refs" / revision).write_text(commit)
+    return snap
+
+
+def test_a_hub_id_weights_come_from_the_download_dir(
+    kimi_dir: Path, tmp_path: Path, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub id with the launch command's --download-dir: config.json from the hub cache (as SGLang's
+    config reader finds it), the weights from that directory's snapshot (SGLang's loader downloads there:
+    ``snapshot_download(cache_dir=download_dir)``); where the directory lacks it, no checkpoint figure."""
+    repo = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    (config_only / "config.json").symlink_to(kimi_dir / "config.json")
+    for name in ("HF_HOME", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "TRANSFORMERS_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent-home")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    _snapshot(tmp_path / "hub", repo, config_only, revision="v1")
+    _snapshot(tmp_path / "weights", repo, kimi_dir, revision="v1")
+    argv = ["plan", "--target-max-running-requests", "48", "--gpu-free-gib", "139", "--format", "json"]
+    launch = ["--", "--model-path", repo, "--revision", "v1", "--pp-size", "3"]
+    code, out, err = cli([*argv, *launch, "--download-dir", str(tmp_path / "weights")])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["weights"]["source"] == "checkpoint"
+    assert doc["weights"]["gib"] == pytest.approx(max(_figures(KIMI, WeightsLayout(pp_size=3, tp_size=1))))
+    # not downloaded there yet: SGLang would fetch it at start-up, so there is no figure to assume
+    code, out, err = cli([*argv, *launch, "--download-dir", str(tmp_path / "empty")])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert (
+        f"--download-dir {tmp_path / 'empty'} holds no snapshot of {repo}" in err and "--weights-gib" in err
+    )
+    # without --download-dir the weights are beside config.json in the hub cache: none there
+    code, out, err = cli([*argv, *launch])
+    assert code == 2 and "holds no *.safetensors beside its config.json" in err, err
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        (["--model", "kimi-k3"], "kimi-k3 is a preset, not a model directory"),
+        (["--model-config", str(KIMI)], "is a model spec, not a model directory"),
+    ],
+)
+@pytest.mark.parametrize("command", ["plan", "derive"])
+def test_the_fraction_question_without_a_checkpoint_names_why(
+    command: str, model: list[str], why: str, cli: Callable[..., Any]
+) -> None:
+    """--gpu-free-gib with neither --weights-gib nor a checkpoint: one line, exit 2, saying why there is no
+    checkpoint and naming --weights-gib."""
+    argv = [command, *model, "--gpu-free-gib", "139", "--pp-size", "2"]
+    argv += ["--target-max-running-requests", "8"] if command == "plan" else ["--mem-fraction-static", "0.85"]
+    code, out, err = cli(argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert why in err and "--weights-gib" in err

@@ -154,7 +154,7 @@ def server_budget(
         if not known:
             raise FlagError(
                 f"--gpu-free-gib needs the weights: give --weights-gib, or the model's directory with its "
-                f"safetensors checkpoint ({config.model.label} has none beside its config.json)"
+                f"safetensors checkpoint ({config.weights.no_checkpoint})"
             )
         weights, busiest = max(known, key=lambda k: (k[0], -k[1]))
         source = f"the checkpoint, busiest rank {busiest}"

@@ -225,8 +225,7 @@ def assumed_weights(config: PlanConfig, inputs: CapacityInputs) -> AssumedWeight
     if not known:
         raise FlagError(
             f"--gpu-free-gib needs the weights' footprint: give --weights-gib, or point the model at its "
-            f"directory with the safetensors checkpoint ({config.derive.model.label} has none beside its "
-            "config.json)"
+            f"directory with the safetensors checkpoint ({config.derive.weights.no_checkpoint})"
         )
     gib, busiest, figure = max(known, key=lambda k: (k[0], -k[1]))
     return AssumedWeights(

@@ -50,6 +50,8 @@ class LaunchInputs:
     """The flags that decide a rank's weights beyond the sizing inputs (``LaunchCommand.weights``)."""
     download_dir: str | None = None
     """``--download-dir``: where SGLang's loader keeps a hub model's weights."""
+    revision: str | None = None
+    """``--revision``: the hub revision whose snapshot under ``download_dir`` holds the weights."""
 
     @property
     def input(self) -> str:
@@ -174,6 +176,7 @@ def apply_launch_command(
         attention=typed_attention(cmd),
         weights=dict(cmd.weights),
         download_dir=cmd.location.get("download_dir"),
+        revision=cmd.location.get("revision"),
     )
 
 
