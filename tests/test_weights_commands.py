@@ -19,7 +19,7 @@ from harness import run_world
 from checker.core.weights import GIB, WeightsLayout, model_weights
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
-from checker.outputs.report import to_json, to_text
+from checker.outputs.report import to_json, to_markdown, to_text
 from checker.preflight import derivation
 from checker.preflight.verdict import decide
 from tests.checkpoints import header_bytes, model_dir, write_shard
@@ -98,6 +98,8 @@ def test_each_rank_row_carries_its_checkpoint_figure(kimi_dir: Path) -> None:
     assert [r["budget_gib"] for r in ranks] == pytest.approx([budget] * 2, abs=1e-3)
     text = to_text(verdict, summary="", elapsed_s=1.0)
     assert f"{want[0]:.2f} GiB (checkpoint)" in text and f"{want[1]:.2f} GiB (checkpoint)" in text
+    summary = to_markdown(verdict, summary="")  # the step summary
+    assert f"{want[0]:.2f} GiB (checkpoint)" in summary and f"{want[1]:.2f} GiB (checkpoint)" in summary
 
 
 @pytest.mark.slow
