@@ -98,6 +98,104 @@ class GroupOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WeightsFlags:
+    """What a rank's weights figure depends on beyond the layout and the sizing flags: where SGLang reads
+    the weights, and the launch command's flags that change what its model class holds."""
+
+    model_dir: str | None = None
+    """The directory SGLang loads the weights from (the model's own directory; a hub id's snapshot under
+    --download-dir where the launch command gives one); None for a preset or a JSON model spec."""
+    looked: str = ""
+    """Where no checkpoint was found, in words, for the line that asks for --weights-gib instead."""
+    ep_size: int = 1
+    dtype: str = "auto"
+    quantization: str | None = None
+    enable_dp_lm_head: bool = False
+    language_model_only: bool = False
+    disable_shared_experts_fusion: bool = False
+    moe_runner_backend: str = "auto"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, model: ModelChoice) -> WeightsFlags:
+        launch = getattr(args, "launch", None)
+        given: dict[str, object] = dict(getattr(launch, "weights", {}) or {})
+        model_dir, looked = weights_directory(model, launch)
+        return cls(
+            model_dir=model_dir,
+            looked=looked,
+            ep_size=int(given.get("ep_size", 1)),  # type: ignore[call-overload]
+            dtype=str(given.get("dtype", "auto")),
+            quantization=None if given.get("quantization") is None else str(given["quantization"]),
+            enable_dp_lm_head=bool(given.get("enable_dp_lm_head", False)),
+            language_model_only=bool(given.get("language_model_only", False)),
+            disable_shared_experts_fusion=bool(given.get("disable_shared_experts_fusion", False)),
+            moe_runner_backend=str(given.get("moe_runner_backend", "auto")),
+        )
+
+    @property
+    def no_checkpoint(self) -> str:
+        """Why no rank has a checkpoint figure, in words (the model is resolved and holds no shards)."""
+        if self.model_dir is not None:
+            return f"{self.model_dir} holds no *.safetensors beside its config.json"
+        return self.looked or "the model is not a model directory"
+
+    def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None):  # noqa: ANN201
+        """The :class:`checker.core.weights.WeightsLayout` of a deployment."""
+        from checker.core.weights import WeightsLayout
+
+        return WeightsLayout(
+            pp_size=pp_size,
+            tp_size=sizing.tp_size,
+            dp_size=sizing.dp_size,
+            ep_size=self.ep_size,
+            partition_env=partition_env,
+            enable_dp_lm_head=self.enable_dp_lm_head,
+            language_model_only=self.language_model_only,
+            dtype=self.dtype,
+            disable_shared_experts_fusion=self.disable_shared_experts_fusion,
+            moe_runner_backend=self.moe_runner_backend,
+        )
+
+
+def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[str | None, str]:
+    """Where SGLang's loader reads the weights: the model's directory (beside its config.json), or, for a
+    hub id with ``--download-dir``, that cache's snapshot (``snapshot_download(cache_dir=download_dir)``);
+    and, where there is none, where it would be, in words."""
+    import os
+
+    path = model.model_config
+    if path is None:
+        return None, f"{model.label} is a preset, not a model directory"
+    if launch is not None and launch.download_dir:
+        from checker.core.errors import CheckerInputError, printable
+        from checker.core.hub_cache import is_hub_id, local_model_path
+
+        raw = next((w for w in _model_path_words(launch.argv)), None)
+        if raw is not None and is_hub_id(raw) and not os.path.exists(raw):
+            try:
+                return local_model_path(raw, revision=launch.revision, cache_dir=launch.download_dir), ""
+            except CheckerInputError:  # not downloaded there yet: SGLang would fetch it at start-up
+                return None, (
+                    f"--download-dir {printable(launch.download_dir)} holds no snapshot of {printable(raw)} "
+                    "yet; SGLang downloads it there at start-up"
+                )
+    if os.path.isdir(path):
+        return path, ""
+    # a config.json's directory is the model's; any other file (a JSON model spec, a fixture) stands alone
+    if os.path.basename(path) == "config.json":
+        return os.path.dirname(path) or ".", ""
+    return None, f"{model.label} is a model spec, not a model directory"
+
+
+def _model_path_words(argv: tuple[str, ...]):  # noqa: ANN202
+    for i, word in enumerate(argv):
+        if word in ("--model-path", "--model") and i + 1 < len(argv):
+            yield argv[i + 1]
+        elif word.startswith(("--model-path=", "--model=")):
+            yield word.split("=", 1)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BudgetSource:
     """Where ``total_rest_memory`` comes from: a fixed GiB value, or free device memory."""
 
@@ -109,20 +207,31 @@ class BudgetSource:
     agree: bool = True
     """MIN over ranks, as SGLang all-reduces free memory (``--no-agree-budget`` turns it off)."""
     weights_gib: tuple[float, ...] = ()
-    """The weights' footprint per rank (one value, or one per rank); the checker loads none."""
+    """``--weights-gib`` (or ``--weights-from-log``): the weights' footprint per rank (one value, or one
+    per rank); unset, the checkpoint's figure per rank (``weights``), else none."""
     weights_source: str | None = None
     """Where ``weights_gib`` came from when not typed as ``--weights-gib``: ``--weights-from-log LOG``."""
+    weights: WeightsFlags = field(default_factory=WeightsFlags)
 
     @property
     def label(self) -> str:
         if self.from_device:
             agreement = "MIN over ranks" if self.agree else "not agreed"
-            weights = (
-                f", weights {','.join(f'{w:g}' for w in self.weights_gib)} GiB" if self.weights_gib else ""
-            )
-            weights += f" ({self.weights_source})" if self.weights_source and self.weights_gib else ""
-            return f"device free, --mem-fraction-static {self.mem_fraction_static:g}{weights}, {agreement}"
+            fraction = f"--mem-fraction-static {self.mem_fraction_static:g}"
+            return f"device free, {fraction}, {self.weights_label}, {agreement}"
         return "--budget-gib"
+
+    @property
+    def weights_label(self) -> str:
+        """Where the weights figure of --budget-from-device comes from, in words."""
+        from checker.core.checkpoint import has_safetensors
+
+        if self.weights_gib:
+            figures = ",".join(f"{w:g}" for w in self.weights_gib)
+            return f"weights {figures} GiB ({self.weights_source or '--weights-gib'})"
+        if self.weights.model_dir is not None and has_safetensors(self.weights.model_dir):
+            return "weights per rank from the checkpoint"
+        return "no weights figure (no --weights-gib, no checkpoint: a budget larger than the server's)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +295,11 @@ class DeriveConfig:
     """The launch command's explicit sizing inputs, as read (its parser and release first)."""
     materialize: bool = False
     materialize_device: str = "cpu"
+    weights: WeightsFlags = field(default_factory=WeightsFlags)
+    """What the model's weights per rank depend on (the checkpoint's directory, the launch flags)."""
+    budget_formula: str | None = None
+    """derive --gpu-free-gib: how ``budget_gib`` was computed (the release's formula, the weights and
+    where they came from)."""
 
     @classmethod
     def from_args(
@@ -193,18 +307,39 @@ class DeriveConfig:
     ) -> DeriveConfig:
         """The config of a parsed derive or plan command line; ``given`` sets the fields only one of
         them has (``launch_command``, ``materialize``...)."""
+        model = ModelChoice.from_args(args)
         return cls(
-            model=ModelChoice.from_args(args),
+            model=model,
             sizing=SizingFlags.from_args(args),
             engine=EngineChoice.from_args(args),
             budget_gib=default_budget_gib if args.budget_gib is None else args.budget_gib,
             budget_given=args.budget_gib is not None,
             output=OutputOptions(format=args.format, quiet=args.quiet),
+            weights=WeightsFlags.from_args(args, model),
             **given,  # type: ignore[arg-type]
+        )
+
+    def rank_weights(self, inputs: CapacityInputs, env: Mapping[str, str]):  # noqa: ANN201
+        """Every rank's weights figure for this deployment, from the checkpoint beside the model's
+        config.json as the release's class holds it (a list of RankWeightsFigure; their source is
+        ``none`` without a checkpoint)."""
+        from checker.core.weights_source import weights_per_rank
+
+        w = self.weights
+        layout = w.layout(self.sizing, pp_size=inputs.pp_size, partition_env=env.get(PARTITION_ENV))
+        return weights_per_rank(
+            flag_gib=(),
+            world_size=layout.world_size,
+            model_dir=w.model_dir,
+            layout=layout,
+            release=self.release.modelled,
+            quantization=w.quantization,
         )
 
     @property
     def budget_source(self) -> str:
+        if self.budget_formula is not None:
+            return self.budget_formula
         return "--budget-gib" if self.budget_given else "default"
 
     @property
@@ -256,9 +391,12 @@ class PlanConfig:
     """--suggest-partition: layers a stage may hold beyond the even split (None: the default)."""
     gpu_free_gib: float | None = None
     weights_gib: float | None = None
-    """Both or neither: the budget found is also given as the --mem-fraction-static that reaches it."""
+    """With --gpu-free-gib, the budget found is also given as the --mem-fraction-static that reaches it,
+    with these weights on the busiest rank: --weights-gib (or --weights-from-log), else the checkpoint's."""
     weights_source: str | None = None
     """Where ``weights_gib`` came from when not typed: ``--weights-from-log LOG`` (the busiest rank's)."""
+    all_policies: bool = False
+    """--all-policies: every charging policy, not only the release's own."""
 
     def __post_init__(self) -> None:
         """Flags that belong to another mode, one line each (the first that applies)."""
@@ -283,6 +421,8 @@ class PlanConfig:
                 raise FlagError(
                     "--gpu-free-gib and --weights-gib apply to --target-max-running-requests; drop them"
                 )
+            if self.all_policies:
+                raise FlagError("--all-policies applies to --target-max-running-requests; drop it")
         elif derive.budget_given:
             raise FlagError(
                 "--budget-gib has no meaning with --target-max-running-requests: plan searches the budget; "
@@ -290,8 +430,13 @@ class PlanConfig:
             )
         elif self.partition_slack is not None:
             raise FlagError("--partition-slack only applies to --suggest-partition; drop it")
-        if fraction_given and (self.gpu_free_gib is None or self.weights_gib is None):
-            raise FlagError("give both --gpu-free-gib and --weights-gib to get the --mem-fraction-static")
+        if self.weights_gib is not None and self.gpu_free_gib is None:
+            raise FlagError(
+                "--weights-gib needs --gpu-free-gib (free memory before the weights) to give the "
+                "--mem-fraction-static; add it"
+            )
+        if self.all_policies and derive.sizing.policy is not None:
+            raise FlagError("--all-policies and --policy both choose the policies; give one")
 
     @property
     def suggest_partition(self) -> bool:

@@ -225,7 +225,7 @@ EXPECTED_EXIT: dict[tuple[str, str], int] = {
 
 INVENTORY: dict[str, int] = {
     "README.md": 5,
-    "docs/derive-plan-sweep.md": 7,
+    "docs/derive-plan-sweep.md": 8,
     "docs/engine.md": 3,
     "docs/how-it-computes.md": 1,
     "docs/launchers.md": 2,
@@ -239,7 +239,7 @@ INVENTORY: dict[str, int] = {
     "launchers/k8s-pytorchjob.yaml": 2,
     "checker --help": 2,
     "checker check --help": 2,
-    "checker derive --help": 6,
+    "checker derive --help": 7,
     "checker plan --help": 4,
     "checker sweep --help": 5,
     "docs/postflight.md": 5,  # the two forms of the weights-from-log block count once each

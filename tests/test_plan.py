@@ -35,6 +35,9 @@ NEMOTRON = REPO / "tests" / "fixtures" / "nemotron_h_8b.json"
 # --- the partition optimiser --------------------------------------------------------------------------
 
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
 def brute_force(L: int, P: int, ids: set[int], slack: int) -> tuple[int, tuple[int, ...]]:
     """Every partition within the bounds, ranked by (largest linear count, distance to the even split,
     the counts themselves): the documented objective, computed without the optimiser's code. Returns the
@@ -268,14 +271,24 @@ def test_min_budget_for_the_upstream_numbers_is_at_most_their_budget() -> None:
 
 
 def test_target_json_and_text(cli: Callable[..., Any]) -> None:
-    """JSON carries min_budget_gib per policy and the derivation there; the text table names every
-    policy with its budget. Re-deriving at each printed budget through the CLI must reach the target."""
+    """JSON carries min_budget_gib per policy (--all-policies: all three) and the derivation there; the
+    text table names every policy with its budget, the release's own marked. Re-deriving at each printed
+    budget through the CLI must reach the target."""
     code, out, err = cli(
-        ["plan", "--pp-size", "8", "--target-max-running-requests", "30", "--format", "json"]
+        [
+            "plan",
+            "--pp-size",
+            "8",
+            "--target-max-running-requests",
+            "30",
+            "--all-policies",
+            "--format",
+            "json",
+        ]
     )
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc["min_budget_gib"]) == set(POLICIES)
+    assert set(doc["min_budget_gib"]) == set(POLICIES) and doc["own_policy"] == "max-share"
     for policy, gib in doc["min_budget_gib"].items():
         ranks = doc["policies"][policy]["ranks"]
         assert len(ranks) == 8 and min(r["max_running_requests"] for r in ranks) >= 30
@@ -284,10 +297,25 @@ def test_target_json_and_text(cli: Callable[..., Any]) -> None:
         )
         assert code == 0, err
         assert min(r["max_running_requests"] for r in json.loads(out)["ranks"]) >= 30
-    code, out, _ = cli(["plan", "--pp-size", "8", "--target-max-running-requests", "30"])
+    code, out, _ = cli(["plan", "--pp-size", "8", "--target-max-running-requests", "30", "--all-policies"])
     assert code == 0
     for policy, gib in doc["min_budget_gib"].items():
-        assert any(line.split()[:2] == [policy, f"{gib:.2f}"] for line in out.splitlines())
+        assert any(line.split()[:1] == [policy] and f"{gib:.2f}" in line.split() for line in out.splitlines())
+    assert any(line.startswith("max-share (SGLang 0.5.23's own)") for line in out.splitlines())
+
+
+def test_plan_searches_the_release_own_policy_unless_asked_for_all(cli: Callable[..., Any]) -> None:
+    """With --sglang-version 0.5.16 (whole-model charging) plan shows whole-model alone, and names it as
+    that release's own: the max-share figure a 0.5.23 server would need is not the one shown first."""
+    argv = ["plan", "--model-config", str(FIXTURES / "kimi_linear_48b_a3b.json"), "--pp-size", "3"]
+    argv += ["--target-max-running-requests", "30", "--sglang-version", "0.5.16"]
+    code, out, err = cli([*argv, "--format", "json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert list(doc["min_budget_gib"]) == ["whole-model"] and doc["own_policy"] == "whole-model"
+    code, out, err = cli(argv)
+    assert code == 0, err
+    assert "policy: whole-model, SGLang 0.5.16's own (--all-policies: all three)" in out
 
 
 @pytest.mark.parametrize(

@@ -196,7 +196,8 @@ def test_derive_env_and_materialize_under_check_names(cli):
 
 
 PLAN = {
-    "target-all-policies": ["--pp-size", "8", "--target-max-running-requests", "30"],
+    "target-all-policies": ["--pp-size", "8", "--target-max-running-requests", "30", "--all-policies"],
+    "target-own-policy": ["--pp-size", "8", "--target-max-running-requests", "30"],
     "target-one-policy": ["--pp-size", "8", "--target-max-running-requests", "30", "--policy", "own-share"],
     "target-mem-fraction": [
         *["--pp-size", "8", "--target-max-running-requests", "30"],

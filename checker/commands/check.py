@@ -36,6 +36,7 @@ from checker.config import (
     OutputOptions,
     PreflightConfig,
     SizingFlags,
+    WeightsFlags,
 )
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
@@ -56,7 +57,8 @@ verdict.
 <launch command> is the deployment's own SGLang command line, exactly as the server is started
 (python -m sglang.launch_server ARGS, sglang serve ARGS, or bare ARGS): the model path, layout and
 sizing flags are read from it by the release's own parser. The checker's options go before --; a
-budget source is required (--budget-gib, or --budget-from-device with --weights-gib). Without a launch
+budget source is required (--budget-gib, or --budget-from-device: the weights per rank come from the
+model directory's safetensors checkpoint, or --weights-gib). Without a launch
 command, the model and sizing options below describe the deployment.
 
 Exit codes: 0 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun turns
@@ -104,8 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GIB[,GIB...]",
         help="with --budget-from-device: the model weights' footprint per rank (one value, or one per "
         "rank); SGLang sizes from free memory measured before and after loading them, as your release "
-        "does. The figure: the largest 'mem usage=X GB' of the server's 'Load weight end.' log lines "
-        "(GiB). Default 0: free x --mem-fraction-static, a budget larger than the server's",
+        "does. Default: each rank's figure from the model directory's safetensors checkpoint (its "
+        "headers: the parameters the release's class holds on that rank, plus the stated margin); "
+        "without a checkpoint 0, a budget larger than the server's",
     )
     g.add_argument(
         "--weights-from-log",
@@ -195,8 +198,9 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             "--allow-single-rank for a single-rank deployment"
         )
     check_run_outputs(args, output_paths(args))
+    model = ModelChoice.from_args(args)
     return PreflightConfig(
-        model=ModelChoice.from_args(args),
+        model=model,
         sizing=SizingFlags.from_args(args),
         engine=EngineChoice.from_args(args),
         group=GroupOptions.from_args(args),
@@ -207,6 +211,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             device_free_gib=tuple(args.device_free_gib or ()),
             weights_gib=weights,
             weights_source=weights_source,
+            weights=WeightsFlags.from_args(args, model),
             agree=not args.no_agree_budget,
         ),
         output=OutputOptions(report=args.report, junit=args.junit, format=args.format, quiet=args.quiet),

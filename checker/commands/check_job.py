@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from checker import __version__
 from checker.config import OutputOptions, PreflightConfig
+from checker.core.weights_source import WeightsSource
 from checker.distributed.exchange import RankError
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.session import Session
@@ -136,7 +137,7 @@ class CheckJob:
             "timings": {**session.timings, "total_s": elapsed},
             "launch_command": launch_command_doc(self.config.launch if self.config is not None else None),
             "own_inputs": self.own_inputs,
-            **_weights_doc(self.config),
+            **_weights_doc(self.config, verdict.rows),
         }
         problems = report.write_all(
             verdict,
@@ -215,13 +216,20 @@ def _torch_version() -> str:
     return str(getattr(torch, "__version__", "?"))
 
 
-def _weights_doc(config: PreflightConfig | None) -> dict[str, object]:
+def _weights_doc(config: PreflightConfig | None, rows: Sequence[RankRow] = ()) -> dict[str, object]:
     """The weights figures the budget used, whole (the ranks' ``budget_source`` text is cut at the wire's
     width): what the post-flight holds each rank's logged ``mem usage`` to. Empty without a device
-    budget."""
+    budget. Figures from the checkpoint are each rank's own, from the rows (rank order)."""
     if config is None or not config.budget.from_device:
         return {}
     b = config.budget
+    if not b.weights_gib and rows and all(r.weights_source == int(WeightsSource.CHECKPOINT) for r in rows):
+        figures = [r.weights_bytes / 2**30 for r in sorted(rows, key=lambda r: r.rank)]
+        return {
+            "weights_gib": [round(f, 6) for f in figures],
+            "weights_source": "the checkpoint: each rank's parameters as its release's class holds them, "
+            "plus the stated margin",
+        }
     return {
         "weights_gib": list(b.weights_gib) or [0.0],
         "weights_source": b.weights_source or ("--weights-gib" if b.weights_gib else "none (0 GiB)"),

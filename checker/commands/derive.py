@@ -20,6 +20,8 @@ from checker.cli.options import (
     add_layout_args,
     add_model_args,
     add_output_args,
+    positive_gib,
+    unit_fraction,
 )
 from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
@@ -44,14 +46,19 @@ Every pipeline stage's derivation in one process, for capacity planning: the max
 max_running_requests and pp_max_micro_batch_size each stage derives, as the SGLang release does. No
 torch, GPU or process group is needed. <launch command> is the deployment's SGLang command line, as in
 check (python -m sglang.launch_server ARGS, sglang serve ARGS, or bare ARGS): the model and sizing
-flags are read from it. Several releases (--sglang-version A,B) show each one's values and the rule
-changes that explain a difference. Exit 0 whatever the stages derive (check is the gate), 2 on bad
+flags are read from it. With --gpu-free-gib the budget is the one the server gets: free memory before
+the weights, the weights of every rank (--weights-gib, else the model directory's safetensors checkpoint
+as the release's class holds them) and --mem-fraction-static (the launch command's), by the release's
+own formula. Several releases (--sglang-version A,B) show each one's values and the rule changes that
+explain a difference. Exit 0 whatever the stages derive (check is the gate), 2 on bad
 input, 4 on model drift with --engine both."""
 EXAMPLES = (
     "python -m checker derive --model kimi-k3 --pp-size 8 --budget-gib 8",
     "python -m checker derive -- sglang serve --model-path examples/models/Falcon-H1-0.5B --tp-size 2",
     "python -m checker derive --model-config examples/models/Nemotron-H-8B-Base-8K --format json",
     "python -m checker derive --model kimi-k3 --budget-gib 8 --sglang-version 0.5.17,0.5.23",
+    "# what --mem-fraction-static 0.85 gives on an 80 GiB GPU (weights: the checkpoint's, or as given):",
+    "python -m checker derive --gpu-free-gib 79 --weights-gib 8 --mem-fraction-static 0.85",
     "python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize",
     "# SGLang's own code beside the checker's (exit 4 when the two differ):",
     "python -m checker derive --model-path examples/models/Qwen3.5-397B-A17B --engine both",
@@ -70,6 +77,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="allocate every stage's pool for real, one stage at a time (SGLang's shapes "
         "and dtypes), and compare with the prediction; exit 2 on a failure or mismatch",
     )
+    b = parser.add_argument_group(
+        "the budget the server gets (instead of --budget-gib)",
+        "SGLang sizes from free device memory measured before and after loading the weights, and "
+        "--mem-fraction-static: give the free memory, and the budget is the release's own formula.",
+    )
+    b.add_argument(
+        "--gpu-free-gib",
+        type=positive_gib,
+        metavar="GIB",
+        help="free device memory before the weights load (e.g. 79 on an idle 80 GiB GPU)",
+    )
+    b.add_argument(
+        "--weights-gib",
+        type=positive_gib,
+        metavar="GIB",
+        help="with --gpu-free-gib: the weights on the busiest rank (GiB); default: the model directory's "
+        "safetensors checkpoint, each rank's as the release's class holds them",
+    )
+    b.add_argument(
+        "--mem-fraction-static",
+        type=unit_fraction,
+        metavar="F",
+        help="with --gpu-free-gib: the server's --mem-fraction-static (read from the launch command)",
+    )
     parser.add_argument(
         "--materialize-device",
         metavar="DEVICE",
@@ -79,13 +110,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> DeriveConfig:
-    return DeriveConfig.from_args(
+    config = DeriveConfig.from_args(
         args,
         default_budget_gib=DEFAULT_BUDGET_GIB,
         launch_command=launch_text(args, compared=False),
         materialize=args.materialize,
         materialize_device=args.materialize_device,
     )
+    if args.gpu_free_gib is None:
+        for flag, value in (
+            ("--weights-gib", args.weights_gib),
+            ("--mem-fraction-static", args.mem_fraction_static),
+        ):
+            if value is not None and not (flag == "--mem-fraction-static" and getattr(args, "launch", None)):
+                raise FlagError(f"{flag} applies with --gpu-free-gib (the budget the server gets); add it")
+        return config
+    if config.budget_given:
+        raise FlagError("--budget-gib and --gpu-free-gib are two budget sources; give one")
+    if args.mem_fraction_static is None:
+        raise FlagError(
+            "--gpu-free-gib needs the server's --mem-fraction-static (in the launch command, or as a flag): "
+            "SGLang picks one by GPU when it is unset, which the checker cannot know"
+        )
+    if len(config.releases) > 1:
+        raise FlagError("--gpu-free-gib computes one release's budget; give one --sglang-version")
+    return server_budget(config, args.gpu_free_gib, args.weights_gib, args.mem_fraction_static)
+
+
+def server_budget(
+    config: DeriveConfig, free_gib: float, weights_gib: float | None, fraction: float
+) -> DeriveConfig:
+    """The config at the budget the server gets: ``sizing_budget`` of the release, with free-after taken
+    as free-before less the busiest rank's weights (SGLang all-reduces free memory MIN over ranks)."""
+    from dataclasses import replace
+
+    from checker.core.budget import sizing_budget
+
+    if weights_gib is not None:
+        weights, source = weights_gib, "--weights-gib"
+    else:
+        figures = config.rank_weights(config.inputs(os.environ), os.environ)
+        known = [(f.gib, i) for i, f in enumerate(figures) if f.gib is not None]
+        if not known:
+            raise FlagError(
+                f"--gpu-free-gib needs the weights: give --weights-gib, or the model's directory with its "
+                f"safetensors checkpoint ({config.weights.no_checkpoint})"
+            )
+        weights, busiest = max(known, key=lambda k: (k[0], -k[1]))
+        source = f"the checkpoint, busiest rank {busiest}"
+    result = sizing_budget(
+        config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
+    )
+    formula = f"weights {weights:.2f} GiB ({source}); {result.formula}"
+    return replace(config, budget_gib=result.gib, budget_given=True, budget_formula=formula)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,11 +28,13 @@ from checker.config import DeriveConfig, PlanConfig
 from checker.core.errors import BudgetError, FlagError
 from checker.core.partition import PARTITION_ENV
 from checker.core.planning import MemFraction, MinBudget, min_budget, min_mem_fraction, suggest_partition
+from checker.core.releases import release_model
 from checker.core.sizing import POLICIES, CapacityInputs, StageCapacity
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.engines.drift import Drift
 from checker.launch.merge import launch_text
 from checker.outputs.plan import (
+    AssumedWeights,
     PartitionPlan,
     ReleaseTargets,
     TargetPlan,
@@ -50,8 +52,10 @@ USAGE = ("python -m checker plan",)
 DESCRIPTION = """\
 Capacity planning from the same derivation every rank runs (no torch needed). Two questions, one per
 mode. --target-max-running-requests N: the smallest budget (0.01 GiB steps) at which every stage
-reaches N running requests, per charging policy; with --gpu-free-gib and --weights-gib, also the
---mem-fraction-static to start the server with. --suggest-partition: the SGLANG_PP_LAYER_PARTITION
+reaches N running requests under the release's own charging policy (--all-policies: all three, the
+release's marked); with --gpu-free-gib, also the --mem-fraction-static to start the server with, for
+the weights of the busiest rank (--weights-gib, else the model directory's safetensors checkpoint as the
+release's class holds it per rank). --suggest-partition: the SGLANG_PP_LAYER_PARTITION
 that leaves the busiest stage the fewest linear layers (a larger pool under max-share), to export
 identically on every node; check verifies that they do.
 
@@ -78,8 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sizing_flag(
         g,
         "policy",
-        help="restrict the budget search to one policy (default: all three); the policy the partition "
-        "comparison derives with (default max-share)",
+        help="search the budget under this policy (default: the release's own); the policy the "
+        "partition comparison derives with (default max-share)",
+    )
+    g.add_argument(
+        "--all-policies",
+        action="store_true",
+        help="search the budget under all three charging policies (the release's own is marked); "
+        "default: the release's own only",
     )
     mode = g.add_mutually_exclusive_group(required=True)
     mode.add_argument(
@@ -118,8 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights-gib",
         type=positive_gib,
         metavar="GIB",
-        help="the weights' footprint on the busiest rank: the largest 'mem usage=X GB' of the server's "
-        "'Load weight end.' log lines (GiB)",
+        help="the weights' footprint on the busiest rank (GiB): the largest 'mem usage=X GB' of the "
+        "server's 'Load weight end.' log lines. Default: the model directory's safetensors checkpoint, "
+        "each rank's parameters as the release's class holds them plus the stated margin",
     )
     d.add_argument(
         "--weights-from-log",
@@ -153,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> PlanConfig:
         gpu_free_gib=args.gpu_free_gib,
         weights_gib=weights,
         weights_source=source,
+        all_policies=args.all_policies,
     )
 
 
@@ -166,35 +178,71 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_target(config: PlanConfig) -> int:
-    """The smallest budget at which every stage reaches the target, per policy (all three unless
-    --policy; SGLang ships max-share only, so with its engine the release's own)."""
+    """The smallest budget at which every stage reaches the target: under the release's own charging
+    policy (--policy: that one; --all-policies: all three, the release's own first; SGLang ships
+    max-share only, so with its engine the release's own)."""
     derive, target = config.derive, config.target_max_running_requests
     assert target is not None
     chosen = derive.sizing.policy
-    policies = (chosen,) if chosen else POLICIES if derive.release.engine == "builtin" else (None,)
+    own = release_model(derive.release.modelled).rules.policy
+    if chosen:
+        policies: tuple[str | None, ...] = (chosen,)
+    elif derive.release.engine != "builtin":
+        policies = (None,)
+    elif config.all_policies:
+        policies = (own, *(p for p in POLICIES if p != own))
+    else:
+        policies = (own,)
     results = [min_budget(derive.inputs(os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(derive, results)
     inputs = derive.inputs(os.environ, policy=policies[0])
+    weights = assumed_weights(config, inputs)
     result = TargetPlan(
         config=config,
         inputs=inputs,
         results=results,
-        fractions={r.policy: _fraction(config, inputs, r.budget_gib) for r in results},
+        fractions={r.policy: _fraction(config, inputs, r.budget_gib, weights) for r in results},
         drifts=drifts,
         sglang_version=sglang_version,
+        own_policy=own,
+        weights=weights,
     )
     show(config.derive.output, lambda: target_doc(result), lambda: target_text(result))
     return result.exit_code
 
 
-def _fraction(config: PlanConfig, inputs: CapacityInputs, budget_gib: float) -> MemFraction | None:
+def assumed_weights(config: PlanConfig, inputs: CapacityInputs) -> AssumedWeights | None:
+    """The weights the fraction assumes (None without --gpu-free-gib): --weights-gib, else the busiest
+    rank's figure from the checkpoint; neither is one line naming both ways out."""
+    if config.gpu_free_gib is None:
+        return None
+    if config.weights_gib is not None:
+        if config.weights_source:  # --weights-from-log
+            return AssumedWeights(gib=config.weights_gib, source="log", note=config.weights_source)
+        return AssumedWeights(gib=config.weights_gib, source="flag")
+    ranks = config.derive.rank_weights(inputs, os.environ)
+    known = [(r.gib, i, r) for i, r in enumerate(ranks) if r.gib is not None]
+    if not known:
+        raise FlagError(
+            f"--gpu-free-gib needs the weights' footprint: give --weights-gib, or point the model at its "
+            f"directory with the safetensors checkpoint ({config.derive.weights.no_checkpoint})"
+        )
+    gib, busiest, figure = max(known, key=lambda k: (k[0], -k[1]))
+    return AssumedWeights(
+        gib=gib, source="checkpoint", rank=busiest, figures=tuple(ranks), detail=figure.detail
+    )
+
+
+def _fraction(
+    config: PlanConfig, inputs: CapacityInputs, budget_gib: float, weights: AssumedWeights | None
+) -> MemFraction | None:
     """The --mem-fraction-static that reaches ``budget_gib`` (None without --gpu-free-gib)."""
-    if config.gpu_free_gib is None or config.weights_gib is None:
+    if config.gpu_free_gib is None or weights is None:
         return None
     return min_mem_fraction(
         inputs.release.version,
         free_before_gib=config.gpu_free_gib,
-        weights_gib=config.weights_gib,
+        weights_gib=weights.gib,
         budget_gib=budget_gib,
     )
 
@@ -302,7 +350,10 @@ def run_releases(config: PlanConfig) -> int:
         releases=derive.releases,
         inputs=inputs,
         results=results,
-        fractions={v: _fraction(config, inputs[v], r.budget_gib) for v, r in results.items()},
+        fractions={
+            v: _fraction(config, inputs[v], r.budget_gib, assumed_weights(config, inputs[v]))
+            for v, r in results.items()
+        },
         explanations=explanations,
     )
     show(config.derive.output, lambda: releases_doc(result), lambda: releases_text(result))

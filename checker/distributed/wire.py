@@ -27,7 +27,7 @@ from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """3: the row defined once in checker.preflight.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
@@ -38,7 +38,8 @@ the model's layer count (``num_layers``), the digest of its definition (``model_
 launch command (``launch_digest``), so the verdict proves the stages tile one model; the input
 ``attention_layout`` (the TP/attention-DP flags as typed), and the sizing-flag inputs hold what was given,
 never a release parser's default (a rank of 6 would name a default nobody typed); 8: the row carries the
-operator's NODE_RANK (``operator_node_rank``) beside torchrun's GROUP_RANK."""
+operator's NODE_RANK (``operator_node_rank``) beside torchrun's GROUP_RANK; 9: two more int slots, each
+rank's weights figure and its source (``weights_bytes``, ``weights_source``)."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

@@ -86,6 +86,19 @@ SIZING_DESTS = frozenset(
 # hub revision of a --model-path that names a hub id (checker.core.hub_cache), and --download-dir, where
 # SGLang's weights loader keeps its own cache. The flag tables store them as plain option rows.
 LOCATION_DESTS = {"--revision": "revision", "--download-dir": "download_dir"}
+# Flags that decide what a rank's model class holds (checker.core.weights), read beside the sizing inputs
+# for the weights figure; the same dests in every release's ServerArgs (``ep_size`` under any spelling).
+WEIGHTS_DESTS = {
+    "--ep-size": "ep_size",
+    "--expert-parallel-size": "ep_size",
+    "--ep": "ep_size",
+    "--dtype": "dtype",
+    "--quantization": "quantization",
+    "--enable-dp-lm-head": "enable_dp_lm_head",
+    "--language-model-only": "language_model_only",
+    "--disable-shared-experts-fusion": "disable_shared_experts_fusion",
+    "--moe-runner-backend": "moe_runner_backend",
+}
 # Old dest -> the ServerArgs field from_cli_args copies it to (0.5.2-0.5.13.post1), or the older
 # spelling of a field (--mamba-scheduler-strategy, renamed in 0.5.14).
 _FIELD_OF = {
@@ -175,6 +188,9 @@ class LaunchCommand:
     sglang_explicit: frozenset[str] = frozenset()
     location: dict[str, str] = field(default_factory=dict)
     """``revision`` and ``download_dir`` where the command gives them (:data:`LOCATION_DESTS`)."""
+    weights: dict[str, object] = field(default_factory=dict)
+    """What the rank's weights depend on beyond the sizing inputs (:data:`WEIGHTS_DESTS`), where the
+    command gives it: ``ep_size`` (int), ``dtype``, ``quantization`` (str), the switches (True)."""
 
     @property
     def label(self) -> str:
@@ -349,8 +365,13 @@ def table_parser(version: str) -> argparse.ArgumentParser:
         nargs = row[1]
         if len(row) == 2:  # not read by sizing: only its spelling and arity matter
             where = next((LOCATION_DESTS[o] for o in opts if o in LOCATION_DESTS), None)
+            weights = next((WEIGHTS_DESTS[o] for o in opts if o in WEIGHTS_DESTS), None)
             if where is not None and nargs is None:
                 parser.add_argument(*opts, dest=where, default=None)
+            elif weights is not None and nargs == 0:
+                parser.add_argument(*opts, dest=weights, action="store_const", const=True, default=None)
+            elif weights is not None and nargs is None:
+                parser.add_argument(*opts, dest=weights, default=None)
             elif nargs == 0:
                 parser.add_argument(*opts, dest=f"_other_{i}", action="store_const", const=True)
             else:
@@ -679,6 +700,7 @@ def parse_launch_command(
             raise FlagError(f"SGLang {version} refuses the launch command: {exc} ({label})") from None
     raw, raw_explicit = _raw(ns, given)
     location = {d: str(ns[d]) for d in LOCATION_DESTS.values() if ns.get(d) is not None}
+    weights = _weights_values(ns, given)
     values, explicit = _checker_values(
         raw, raw_explicit, version, check_model_path=check_model_path, revision=location.get("revision")
     )
@@ -692,4 +714,24 @@ def parse_launch_command(
         sglang_values=raw,
         sglang_explicit=frozenset(raw_explicit),
         location=location,
+        weights=weights,
     )
+
+
+def _weights_values(ns: dict[str, Any], given: set[str]) -> dict[str, object]:
+    """The weights-deciding flags the command gave (:data:`WEIGHTS_DESTS`): the release's own parser
+    stores them typed, the table parser as text (``--ep-size`` read as SGLang's ``int``)."""
+    out: dict[str, object] = {}
+    for dest in sorted(set(WEIGHTS_DESTS.values())):
+        value = ns.get(dest)
+        if value is None or value is False or (dest not in given and dest != "ep_size"):
+            continue
+        if dest == "ep_size":
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise FlagError(f"--ep-size {value} in the launch command is not an integer") from None
+            if value < 1:
+                raise FlagError(f"--ep-size {value} in the launch command must be a positive integer")
+        out[dest] = value
+    return out

@@ -9,6 +9,7 @@ other than what runs is the drift this tool exists to catch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,12 @@ class LaunchInputs:
     attention: str | None = None
     """The TP and attention-DP flags as the command gives them (``--tp-size 2 --enable-dp-attention
     --dp-size 2``), None where it gives none: the ``attention_layout`` input."""
+    weights: dict[str, object] = dataclasses.field(default_factory=dict)
+    """The flags that decide a rank's weights beyond the sizing inputs (``LaunchCommand.weights``)."""
+    download_dir: str | None = None
+    """``--download-dir``: where SGLang's loader keeps a hub model's weights."""
+    revision: str | None = None
+    """``--revision``: the hub revision whose snapshot under ``download_dir`` holds the weights."""
 
     @property
     def input(self) -> str:
@@ -167,6 +174,9 @@ def apply_launch_command(
         form=cmd.form,
         explicit=frozenset(k for k in values if _explicit(cmd, k)),
         attention=typed_attention(cmd),
+        weights=dict(cmd.weights),
+        download_dir=cmd.location.get("download_dir"),
+        revision=cmd.location.get("revision"),
     )
 
 

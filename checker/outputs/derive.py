@@ -118,8 +118,10 @@ def derivation_text(d: Derivation) -> list[str]:
         )
     if d.config.output.quiet:
         return [agreement_line(d.stages)]
-    lines = [
-        header(d.inputs, state=True, policy=True, budget=True, partition=True),
+    lines = [header(d.inputs, state=True, policy=True, budget=True, partition=True)]
+    if d.config.budget_formula is not None:
+        lines.append(f"budget: {d.config.budget_formula}")
+    lines += [
         "",
         stage_table(d.stages, d.materialized),
         "",

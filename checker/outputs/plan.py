@@ -37,6 +37,49 @@ class _EngineFindings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AssumedWeights:
+    """The weights a --mem-fraction-static assumes on the busiest rank, and where they came from."""
+
+    gib: float
+    source: str
+    """``flag`` (--weights-gib), ``log`` (--weights-from-log) or ``checkpoint``."""
+    note: str | None = None
+    """--weights-from-log: which log line the figure is (the largest mem usage, and its prefix)."""
+    rank: int | None = None
+    """The busiest rank (checkpoint): the one whose figure the fraction uses."""
+    figures: tuple = ()
+    """Every rank's figure (checkpoint): checker.core.weights_source.RankWeightsFigure."""
+    detail: object = None
+    """The busiest rank's parts (checker.core.weights.RankWeights)."""
+
+    def line(self) -> str:
+        if self.source == "flag":
+            return f"weights {self.gib:.2f} GiB on the busiest rank (--weights-gib)"
+        if self.source == "log":
+            return f"weights {self.gib:.2f} GiB on the busiest rank ({self.note}, --weights-from-log)"
+        d = self.detail
+        parts = ""
+        if d is not None:
+            p = d.by_part
+            named = [(k, p[k]) for k in ("embed", "layers", "head", "vision") if p[k]]
+            parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in named)
+            params, margin = d.param_bytes / 2**30, d.margin_bytes / 2**30
+            parts = f": parameters {params:.2f} GiB ({parts}) + margin {margin:.2f}"
+        return (
+            f"weights {self.gib:.2f} GiB on the busiest rank, rank {self.rank} (from the checkpoint{parts}; "
+            "--weights-gib overrides)"
+        )
+
+    def doc(self) -> dict[str, object]:
+        return {
+            "gib": self.gib,
+            "source": self.source,
+            "busiest_rank": self.rank,
+            "per_rank_gib": [f.gib for f in self.figures] if self.figures else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class TargetPlan(_EngineFindings):
     """The smallest budget for the target, per policy."""
 
@@ -46,6 +89,9 @@ class TargetPlan(_EngineFindings):
     results: list[MinBudget]
     fractions: dict[str, MemFraction | None]
     """By policy: the --mem-fraction-static reaching its budget (None without --gpu-free-gib)."""
+    own_policy: str = "max-share"
+    """The charging policy the release derives with (its own; marked among several)."""
+    weights: AssumedWeights | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,9 +179,14 @@ def target_text(p: TargetPlan) -> list[str]:
     if inputs.partition_env and inputs.pp_size > 1:
         lines.append(f"{PARTITION_ENV}={inputs.partition_env}")
     lines += [f"target: every stage derives max_running_requests >= {target}", ""]
+
+    def name(policy: str) -> str:
+        own = policy == p.own_policy and len(p.results) > 1
+        return f"{policy} (SGLang {inputs.release.version}'s own)" if own else policy
+
     rows = [
         [
-            r.policy,
+            name(r.policy),
             f"{r.budget_gib:.2f}",
             *(_span(r.stages, n) for n in CHECKED_VALUES),
             f"{r.below_budget_gib:.2f}",
@@ -147,13 +198,25 @@ def target_text(p: TargetPlan) -> list[str]:
     lines.append(format_table(headers, rows))
     if any(len({getattr(s, n) for s in r.stages}) > 1 for r in p.results for n in CHECKED_VALUES):
         lines += ["", "* differs across stages (own-share): the lowest stage is the one the target binds"]
-    if any(f is not None for f in p.fractions.values()):
+    if len(p.results) == 1 and p.results[0].policy == p.own_policy and not c.derive.sizing.policy:
         lines += [
             "",
-            f"as --mem-fraction-static, with {c.gpu_free_gib:g} GiB free before {c.weights_gib:g} GiB of "
-            f"weights{f' ({c.weights_source})' if c.weights_source else ''} ({inputs.release.label}):",
+            f"policy: {p.own_policy}, SGLang {inputs.release.version}'s own (--all-policies: all three)",
         ]
-        lines += [f"  {policy}: {fraction_text(f)}" for policy, f in p.fractions.items() if f is not None]
+    if any(f is not None for f in p.fractions.values()):
+        assert p.weights is not None
+        w = p.weights
+        note = f" ({w.note})" if w.note else ""
+        lines += [
+            "",
+            f"as --mem-fraction-static, with {c.gpu_free_gib:g} GiB free before {w.gib:g} GiB of "
+            f"weights{note} ({inputs.release.label}):",
+        ]
+        if w.source == "checkpoint":
+            lines.append(f"  {w.line()}")
+        lines += [
+            f"  {name(policy)}: {fraction_text(f)}" for policy, f in p.fractions.items() if f is not None
+        ]
     return lines + engine_lines(c, p)
 
 
@@ -170,6 +233,8 @@ def target_doc(p: TargetPlan) -> dict[str, object]:
         "target_max_running_requests": p.config.target_max_running_requests,
         "min_budget_gib": {r.policy: r.budget_gib for r in p.results},
         "mem_fraction_static": {k: fraction_doc(f) for k, f in p.fractions.items() if f is not None},
+        "own_policy": p.own_policy,
+        "weights": None if p.weights is None else p.weights.doc(),
         **_engine_doc(p.config, p),
         "policies": {
             r.policy: {

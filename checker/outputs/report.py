@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES
+from checker.core.weights_source import WeightsSource
 from checker.distributed.wire import VALUE_BYTES, digest
 from checker.outputs.files import append_file, write_file
 from checker.outputs.tables import fmt_int, format_table, mark, outliers, rank_ranges
@@ -115,6 +116,9 @@ def _row_inputs(row: RankRow) -> dict[str, object]:
 # -- JSON ----------------------------------------------------------------------------------------------
 
 
+_SOURCES = {int(s) for s in WeightsSource}
+
+
 def _known(value: int) -> int | None:
     return None if value in (MISSING, 0) else value
 
@@ -132,6 +136,7 @@ def rank_dict(row: RankRow) -> dict[str, object]:
         value = getattr(row, name)
         d[name] = None if value == MISSING else value
     d["budget_gib"] = row.budget_gib
+    d["weights_source"] = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else None
     if row.materialize_status == MISSING:
         for name in ("predicted_bytes", "allocated_bytes"):
             d.pop(name)
@@ -352,10 +357,26 @@ DIFFERING_HEADERS = ["value", "derived", "share", "ranks", "pp_ranks", "layers",
 # -- text ----------------------------------------------------------------------------------------------
 
 
+def weights_cell(row: RankRow) -> str:
+    """A rank's weights figure and its source ("15.11 GiB (checkpoint)"), "-" where it has none."""
+    if row.weights_bytes == MISSING:
+        return "-"
+    source = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else "?"
+    return f"{row.weights_bytes / 2**30:.2f} GiB ({source})"
+
+
+def _with_weights(rows: Sequence[RankRow]) -> bool:
+    """Whether the ranks took weights off free memory (--budget-from-device with a figure)."""
+    return any(r.weights_bytes != MISSING for r in rows)
+
+
 def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
     materialized = any(r.materialize_status != MISSING for r in rows)
+    weights = _with_weights(rows)
     odd = {n: outliers([getattr(r, n) for r in rows]) if n in divergent else set() for n in CHECKED_VALUES}
     headers = ["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES, "state alloc/charged"]
+    if weights:
+        headers.append("weights")
     if materialized:
         headers += ["predicted_bytes", "allocated_bytes"]
     body = []
@@ -370,6 +391,8 @@ def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
             *(mark(_v(getattr(r, n)), i in odd[n]) for n in CHECKED_VALUES),
             eff,
         ]
+        if weights:
+            cells.append(weights_cell(r))
         if materialized:
             cells += [_v(r.predicted_bytes), _v(r.allocated_bytes)]
         body.append(cells)
@@ -557,11 +580,16 @@ def to_markdown(verdict: Verdict, *, summary: str) -> str:
         else:
             lines += ["Every rank:", ""]
         body = []
+        weights = _with_weights(verdict.rows)
         for i, r in enumerate(verdict.rows):
             cells = [f"**{_v(getattr(r, n))}**" if i in odd[n] else _v(getattr(r, n)) for n in CHECKED_VALUES]
             layers = f"[{r.start_layer}, {r.end_layer})" if r.start_layer != MISSING else "-"
-            body.append([r.rank, r.host, _v(r.pp_rank), layers, _v(r.stage_linear_layers), *cells])
-        lines += _md_table(["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES], body) + [""]
+            extra = [weights_cell(r)] if weights else []
+            body.append([r.rank, r.host, _v(r.pp_rank), layers, _v(r.stage_linear_layers), *cells, *extra])
+        headers = ["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES] + (
+            ["weights"] if weights else []
+        )
+        lines += _md_table(headers, body) + [""]
     for item in verdict.errors:
         lines.append(f"- error: {_md(item)}")
     if verdict.status == INFRASTRUCTURE_FAILURE:

@@ -20,8 +20,10 @@ from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_
 from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.layout import layout
+from checker.core.partition import PARTITION_ENV
 from checker.core.releases import ReleaseChoice, installed_sglang_version
 from checker.core.sizing import CHECKED_VALUES
+from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.preflight.row import (
@@ -87,24 +89,54 @@ def _device_free_bytes(config: PreflightConfig, env: RankEnv, device) -> int:
     )
 
 
+def rank_weights(
+    config: PreflightConfig, env: RankEnv, local: LocalFacts, *, release: str, environ: Mapping[str, str]
+) -> list[RankWeightsFigure]:
+    """Every rank's weights figure, by precedence (:func:`checker.core.weights_source.weights_per_rank`):
+    ``--weights-gib``, else the checkpoint beside the model's config.json as ``release``'s class holds it
+    on each rank of this layout (every rank reads the same headers and gets the same list), else none."""
+    b = config.budget
+    w = b.weights
+    layout = None
+    if not b.weights_gib and w.model_dir is not None:
+        layout = w.layout(config.sizing, pp_size=local.pp_size, partition_env=environ.get(PARTITION_ENV))
+    return weights_per_rank(
+        flag_gib=b.weights_gib,
+        flag_source=WeightsSource.LOG if b.weights_source else WeightsSource.FLAG,
+        world_size=env.world_size,
+        model_dir=w.model_dir,
+        layout=layout,
+        release=release,
+        quantization=w.quantization,
+    )
+
+
 def device_budget(
-    config: PreflightConfig, env: RankEnv, local: LocalFacts, all_free: Sequence[int], *, release: str
+    config: PreflightConfig,
+    env: RankEnv,
+    local: LocalFacts,
+    all_free: Sequence[int],
+    *,
+    release: str,
+    weights: Sequence[RankWeightsFigure] | None = None,
 ) -> tuple[float, str]:
     """``--budget-from-device``: the memory handed to sizing, computed as this rank's release does
     (:func:`checker.core.budget.sizing_budget`), and the formula it used.
 
     SGLang measures free memory before and after loading the weights, each all-reduced MIN over the
-    ranks; the checker loads none, so free-after is free-before minus ``--weights-gib`` on each rank.
+    ranks; the checker loads none, so free-after is free-before minus each rank's weights figure
+    (``weights``: :func:`rank_weights`; none is 0, a budget larger than the server's by the weights).
     ``release``: the modelled SGLang release whose budget formula applies (ReleaseChoice.modelled).
     """
     b = config.budget
-    weights = b.weights_gib or (0.0,)
-    if len(weights) not in (1, env.world_size):
+    if weights is None:
+        weights = rank_weights(config, env, local, release=release, environ=os.environ)
+    per_rank = [w.gib or 0.0 for w in weights]
+    if len(per_rank) != env.world_size:
         raise LayoutError(
-            f"--weights-gib has {len(weights)} values for world_size {env.world_size}; give one value or "
+            f"--weights-gib has {len(per_rank)} values for world_size {env.world_size}; give one value or "
             "one per rank"
         )
-    per_rank = [weights[0] if len(weights) == 1 else weights[r] for r in range(env.world_size)]
     if b.agree:
         known = [(r, f) for r, f in enumerate(all_free) if f != MISSING]
     else:
@@ -118,6 +150,8 @@ def device_budget(
         mem_fraction_static=b.mem_fraction_static,
     )
     agreement = "MIN over ranks" if b.agree else "this rank's own, not agreed"
+    # Where the weights came from is each rank's own field (weights_source): the formula is an input,
+    # cut at the wire's width, and keeps the numbers first.
     return result.gib, f"device free ({agreement}): {result.formula}"
 
 
@@ -243,7 +277,14 @@ def _derive_into(
 
     b = config.budget
     if b.from_device:
-        budget, formula = device_budget(config, env, local, all_free, release=release.modelled)
+        weights = rank_weights(config, env, local, release=release.modelled, environ=environ)
+        mine = weights[env.rank]
+        row.weights_source = int(mine.source)
+        if mine.gib is not None:
+            row.weights_bytes = round(mine.gib * GIB)
+        budget, formula = device_budget(
+            config, env, local, all_free, release=release.modelled, weights=weights
+        )
         # Agreed (MIN over ranks), the formula is every rank's and says how the budget was reached; not
         # agreed, its numbers are this rank's own free memory, not an input: the flags are the source
         # then, and each rank's budget_gib shows what its memory gave.

@@ -65,6 +65,12 @@ class RankRow:
     launch_digest: int = _int(report=False)
     """The first 64 bits of the SHA-256 of the whole launch command as given (``launch_command.text`` of
     the report; MISSING: none): the report groups ranks by the command they ran, every word of it."""
+    weights_bytes: int = _int()
+    """The weights figure this rank's budget takes off free memory (--budget-from-device): the
+    checkpoint's parameters plus the stated margin, or --weights-gib; MISSING when there is none."""
+    weights_source: int = _int(default=0)
+    """Where ``weights_bytes`` came from (checker.core.weights_source.WeightsSource: 0 none, 1 flag,
+    2 checkpoint)."""
     # --materialize
     predicted_bytes: int = _int()
     allocated_bytes: int = _int()

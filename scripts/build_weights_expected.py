@@ -1,0 +1,203 @@
+"""Regenerate tests/fixtures/weights/expected.json: every rank's parameter bytes of each case below, as
+SGLang's own model classes hold them, built on the meta device by each release's real code.
+
+    python3 scripts/build_weights_expected.py                     # every release with a CPU environment
+    python3 scripts/build_weights_expected.py --release 0.5.23    # one release (merged into the file)
+    python3 scripts/build_weights_expected.py --case qwen3_next   # cases whose id starts with this
+
+Each (release, case) runs ``scripts/sglang_weights.py`` in that release's CPU environment (built by
+``scripts/sglang_cpu_env.sh``: ``$SGLANG_CPU_HOME/releases/X`` with the venv's Python). The quick suite
+(``tests/test_weights.py``) holds the torch-free rules of ``checker/core/weights.py`` to these figures, so
+it needs no SGLang; ``pytest -m sglang`` builds the classes again where SGLang imports.
+
+A case a release cannot build (its class asserts one stage, or the release does not register the
+architecture) is recorded with the release's own one-line error instead of figures: the rules refuse it
+too, or the startup rules do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HOME = Path(os.environ.get("SGLANG_CPU_HOME", Path.home() / ".cache/pp-checker/sglang-cpu"))
+PINNED = Path(os.environ.get("SGLANG_WEIGHTS_HOME", Path.home() / ".cache/pp-checker/sglang-cpu-weights"))
+"""Where a release's folder with the transformers it pins lives, when the shared one has another (0.5.9
+here: its shared folder has transformers 5.19, under which its Qwen3.5 and Granite configs do not load;
+0.5.9 pins 4.57.1): ``pip install --no-deps --target PINNED/releases/X sglang==X transformers==... ``."""
+OUT = REPO / "tests/fixtures/weights/expected.json"
+F = "tests/fixtures"
+
+# id -> (config, layouts, partition env or None, ServerArgs flags)
+CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
+    "qwen3_next/tp": (f"{F}/qwen3_next_80b_a3b.json", ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=8"], None, {}),
+    "qwen3_next/dp": (f"{F}/qwen3_next_80b_a3b.json", ["pp=1,tp=2,dp=2"], None, {}),
+    "qwen3_next/ep": (f"{F}/qwen3_next_80b_a3b.json", ["pp=1,tp=8,ep=8", "pp=1,tp=4,ep=2"], None, {}),
+    "qwen3_next/no-fusion": (
+        f"{F}/qwen3_next_80b_a3b.json",
+        ["pp=1,tp=4,ep=4"],
+        None,
+        {"disable_shared_experts_fusion": True},
+    ),
+    "qwen3_next/fp16": (f"{F}/qwen3_next_80b_a3b.json", ["pp=1,tp=2"], None, {"dtype": "float16"}),
+    "qwen3_next/pp": (f"{F}/qwen3_next_80b_a3b.json", ["pp=2,tp=1"], None, {}),
+    "qwen3_5/pp-tp": (
+        f"{F}/weights/qwen3_5_397b_a17b.json",
+        ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"],
+        None,
+        {},
+    ),
+    "qwen3_5/partition": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=4,tp=2"], "14,16,16,14", {}),
+    "qwen3_5/dp": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=2,tp=1,dp=2"], None, {}),
+    "qwen3_5/dp-vision": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=2,tp=2,dp=2"], None, {}),
+    "qwen3_5/dp-language-only": (f"{F}/weights/qwen3_5_language_only.json", ["pp=2,tp=2,dp=2"], None, {}),
+    "qwen3_5/ep": (f"{F}/weights/qwen3_5_397b_a17b.json", ["pp=2,tp=4,ep=4"], None, {}),
+    # --language-model-only is refused for Qwen3.5 (0.5.18+ allow-list); the config key is read instead.
+    "qwen3_5/language-only": (f"{F}/weights/qwen3_5_language_only.json", ["pp=2,tp=2"], None, {}),
+    "qwen3_5/language-only-flag": (
+        f"{F}/weights/qwen3_5_397b_a17b.json",
+        ["pp=1,tp=2"],
+        None,
+        {"language_model_only": True},
+    ),
+    "qwen3_5/tied": (f"{F}/weights/qwen3_5_moe_tied.json", ["pp=1,tp=2", "pp=2,tp=2"], None, {}),
+    "qwen3_5/dense": (f"{F}/weights/qwen3_5_dense.json", ["pp=1,tp=4", "pp=2,tp=2"], None, {}),
+    "kimi_linear/pp-tp": (
+        f"{F}/kimi_linear_48b_a3b.json",
+        ["pp=1,tp=2", "pp=2,tp=4", "pp=3,tp=2", "pp=4,tp=1"],
+        None,
+        {},
+    ),
+    "kimi_linear/partition": (f"{F}/kimi_linear_48b_a3b.json", ["pp=2,tp=2"], "10,17", {}),
+    "kimi_linear/dp": (f"{F}/kimi_linear_48b_a3b.json", ["pp=2,tp=2,dp=2"], None, {}),
+    "kimi_linear/ep": (f"{F}/kimi_linear_48b_a3b.json", ["pp=2,tp=4,ep=4"], None, {}),
+    "nemotron_h/pp-tp": (
+        f"{F}/weights/nemotron_h_8b.json",
+        ["pp=1,tp=1", "pp=2,tp=4", "pp=3,tp=2", "pp=4,tp=2", "pp=1,tp=8"],
+        None,
+        {},
+    ),
+    "nemotron_h/partition": (f"{F}/weights/nemotron_h_8b.json", ["pp=2,tp=2"], "20,32", {}),
+    "nemotron_h/dp": (f"{F}/weights/nemotron_h_8b.json", ["pp=2,tp=2,dp=2"], None, {}),
+    "nemotron_h/tied": (f"{F}/weights/nemotron_h_tied.json", ["pp=1,tp=2", "pp=2,tp=2"], None, {}),
+    "falcon_h1/tied": (f"{F}/weights/falcon_h1_tied.json", ["pp=1,tp=2"], None, {}),
+    "falcon_h1/tp": (
+        f"{F}/falcon_h1_0_5b.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8"],
+        None,
+        {},
+    ),
+    "falcon_h1/dp": (f"{F}/falcon_h1_0_5b.json", ["pp=1,tp=2,dp=2"], None, {}),
+    "granite_h/tp": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=8"], None, {}),
+    "granite_h/ep": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=8,ep=8"], None, {}),
+}
+
+
+def release_env(release: str) -> tuple[str, dict[str, str]] | None:
+    folder = PINNED / "releases" / release
+    if not folder.is_dir():
+        folder = HOME / "releases" / release
+    python = HOME / "venv/bin/python"
+    if not folder.is_dir() or not python.exists():
+        return None
+    stubs = REPO / "scripts/sglang_stubs"
+    path = f"{stubs}:{folder}"
+    parts = [int(x) for x in release.replace("post", "").split(".") if x]
+    if parts[:3] < [0, 5, 13]:  # sgl_kernel imported at module level on the way to the models
+        path = f"{stubs}/kernel:{path}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    env["PYTHONPATH"] = path
+    return str(python), env
+
+
+def run_release(release: str, cases: list[str], timeout_s: float) -> dict[str, dict[str, object]]:
+    """Every case in one process of the release's environment (the import costs most of the time)."""
+    found = release_env(release)
+    if found is None:
+        raise SystemExit(f"no CPU environment for SGLang {release} under {HOME} (scripts/sglang_cpu_env.sh)")
+    python, env = found
+    spec = {
+        cid: {
+            "config": CASES[cid][0],
+            "layouts": CASES[cid][1],
+            "partition": CASES[cid][2],
+            "flags": CASES[cid][3],
+        }
+        for cid in cases
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(spec, f)
+        f.flush()
+        proc = subprocess.run(
+            [python, str(REPO / "scripts/sglang_weights.py"), "--cases", f.name],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    if proc.returncode != 0:
+        raise SystemExit(f"SGLang {release}: the harness failed: {proc.stderr[-2000:]}")
+    results = json.loads(proc.stdout)["cases"]
+    out: dict[str, dict[str, object]] = {}
+    for cid, result in results.items():
+        if "error" in result:
+            out[cid] = {"error": result["error"]}
+            continue
+        out[cid] = {
+            "layouts": [
+                {
+                    "layout": entry["layout"],
+                    "ranks": [[r["rank"], r["param_bytes"], r["buffer_bytes"]] for r in entry["ranks"]],
+                }
+                for entry in result["layouts"]
+            ]
+        }
+    return out
+
+
+def _dump(doc: dict[str, object]) -> str:
+    """The figures one rank per line: a diff shows which ranks of which release moved."""
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    import re
+
+    # fold [rank, params, buffers] triples onto one line each
+    text = re.sub(r"\[\n\s*(\d+),\n\s*(\d+),\n\s*(\d+)\n\s*\]", r"[\1, \2, \3]", text)
+    return text + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--release", action="append", help="default: every release with a CPU environment")
+    ap.add_argument("--case", help="only cases whose id starts with this")
+    ap.add_argument("--timeout-s", type=float, default=5400)
+    args = ap.parse_args()
+    releases = args.release or sorted(
+        (p.name for p in (HOME / "releases").iterdir() if p.is_dir()),
+        key=lambda v: [int(x) if x.isdigit() else x for x in v.replace("post", ".").split(".")],
+    )
+    doc = json.loads(OUT.read_text()) if OUT.exists() else {"cases": {}, "figures": {}}
+    doc["cases"] = {
+        k: {"config": c, "layouts": ls, "partition": p, "flags": f} for k, (c, ls, p, f) in CASES.items()
+    }
+    for release in releases:
+        chosen = [c for c in CASES if not args.case or c.startswith(args.case)]
+        t0 = time.monotonic()
+        figures = run_release(release, chosen, args.timeout_s)
+        doc["figures"].setdefault(release, {}).update(figures)
+        for cid in chosen:
+            print(f"{release} {cid}: {figures[cid].get('error') or 'ok'}", flush=True)
+        print(f"{release}: {len(chosen)} cases in {time.monotonic() - t0:.0f} s", flush=True)
+        OUT.write_text(_dump(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

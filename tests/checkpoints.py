@@ -1,0 +1,85 @@
+"""Sparse safetensors checkpoints for the tests and the bench: real headers, no data.
+
+Each shard is a valid safetensors file (the 8-byte length, the JSON header, the data region at its full
+size), but the data region is a hole (``ftruncate``), so a 160 GB logical checkpoint takes a few KB of
+disk. The checker reads only the headers, so it cannot tell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from checker.core.checkpoint import INDEX_NAME, nbytes
+from checker.core.checkpoint_names import expected_tensors
+
+Spec = tuple[str, tuple[int, ...], str]
+F32_SUFFIXES = ("A_log", ".e_score_correction_bias")
+
+
+def header_bytes(tensors: Iterable[Spec]) -> tuple[bytes, int]:
+    """A shard's header (8-byte length + JSON) and the size of its data region."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape, dtype in tensors:
+        n = nbytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors pads the header to 8 bytes
+    return len(raw).to_bytes(8, "little") + raw, offset
+
+
+def write_shard(path: Path, tensors: Iterable[Spec], *, data_bytes: int | None = None) -> int:
+    """Write one sparse shard; ``data_bytes`` overrides the data region's size (a truncated file)."""
+    head, data = header_bytes(tensors)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + (data if data_bytes is None else data_bytes))
+    return len(head) + data
+
+
+def write_checkpoint(
+    directory: Path, tensors: Iterable[Spec], *, shards: int = 4, index: bool = True
+) -> dict[str, str]:
+    """Split ``tensors`` over ``shards`` sparse shards (the HF naming), with an index when asked.
+    Returns the index's weight map."""
+    directory.mkdir(parents=True, exist_ok=True)
+    items = list(tensors)
+    per = -(-len(items) // shards) if items else 1
+    weight_map: dict[str, str] = {}
+    for k in range(shards):
+        chunk = items[k * per : (k + 1) * per]
+        name = f"model-{k + 1:05d}-of-{shards:05d}.safetensors" if shards > 1 else "model.safetensors"
+        write_shard(directory / name, chunk)
+        weight_map.update({t[0]: name for t in chunk})
+    if index:
+        (directory / INDEX_NAME).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return weight_map
+
+
+def model_tensors(config: Mapping[str, Any], dtype: str = "BF16") -> list[Spec]:
+    """The checkpoint of ``config``'s family, real shapes, ``dtype`` (A_log and router biases F32)."""
+    return [
+        (name, shape, "F32" if name.endswith(F32_SUFFIXES) else dtype)
+        for name, shape in expected_tensors(config)
+    ]
+
+
+def model_dir(
+    directory: Path, config_path: str | Path, *, shards: int = 4, extra: Iterable[Spec] = ()
+) -> Path:
+    """A model directory: config.json (copied) and a sparse checkpoint of its real shapes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = Path(config_path).read_text()
+    (directory / "config.json").write_text(text)
+    write_checkpoint(directory, model_tensors(json.loads(text)) + list(extra), shards=shards)
+    return directory
+
+
+def disk_bytes(directory: Path) -> int:
+    """Blocks actually allocated under ``directory`` (st_blocks is in 512-byte units)."""
+    return sum(os.stat(p).st_blocks * 512 for p in directory.iterdir())
