@@ -473,18 +473,27 @@ def capacity_inputs(
     if release is None:
         release = EngineChoice().choose(installed_sglang_version(), own_code=False)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
-    if release.modelled == release.derived_as:  # a release the checker models: its registry is known
-        from checker.core.model_support import check_architectures, model_architectures
+    stages = pp_size or sizing.pp_size or 1
+    if release.modelled == release.derived_as:  # a release the checker models: its code is known
+        from checker.core.model_support import check_architectures, check_pipeline, model_architectures
 
         archs = model_architectures(model=model.model, model_config=model.model_config)
         check_architectures(release.derived_as, archs, model=model.label, env=env)
+        check_pipeline(
+            release.derived_as,
+            archs,
+            pp_size=stages,
+            tp_group_size=sizing.tp_group_size,
+            env=env,
+            tp_fits=lambda n: _shards(model, n // sizing.dp_size),
+        )
     geometry = resolve_dtypes(geometry, env=env, mamba_ssm_dtype=sizing.mamba_ssm_dtype)
     ratio = sizing.mamba_full_memory_ratio
     if ratio is None:
         ratio = release_model(release.modelled).rules.default_full_memory_ratio
     flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
     resolved = {
-        "pp_size": pp_size or sizing.pp_size or 1,
+        "pp_size": stages,
         "mamba_full_memory_ratio": ratio,
         "policy": policy or sizing.policy,
     }
@@ -499,6 +508,18 @@ def capacity_inputs(
         sglang_version=release.derived_as if release.best_effort else release.modelled,
         sglang_best_effort=release.best_effort,
     )
+
+
+def _shards(model: ModelChoice, tp_size: int) -> bool:
+    """Whether the model's state shapes split over ``tp_size`` attention-TP ranks (the way out a refusal
+    under PP offers: the same GPUs as TP)."""
+    from checker.core.errors import CheckerInputError
+
+    try:
+        load_geometry(model=model.model, model_config=model.model_config, tp_size=tp_size)
+    except CheckerInputError:
+        return False
+    return True
 
 
 def sglang_env(env: Mapping[str, str]) -> dict[str, str | None]:

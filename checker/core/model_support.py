@@ -14,15 +14,25 @@ model's architectures is an error naming the release where the architecture arri
 checker cannot see through: an external model package (SGLANG_EXTERNAL_MODEL_PACKAGE, 0.5.6+)
 registers classes of the user's, so the check is skipped when it is set; and a JSON model spec names no
 architecture, so it is not checked.
+
+Under pipeline parallelism the class the registry picks must also start on every stage: its constructor
+must not assert a single stage, its ``forward`` must take ``pp_proxy_tensors`` (the model runner's
+``support_pp``), each stage must build and run only its own layers, and its ``load_weights`` must skip
+what another stage holds. :mod:`checker.core.pp_support` (built from each release's code by
+``scripts/build_pp_support.py``) says, per class and release, which of these stops it and where;
+:func:`check_pipeline` turns that into the refusal, with a way out that starts. A JSON model spec names no
+class: ``ReleaseRules.pp_hybrid`` (:func:`any_class_runs_under_pp`, the same table) refuses pp > 1 only
+on the releases where no hybrid class the checker reads runs under PP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from checker.core.errors import FlagError
 from checker.core.model_registry import EXTERNAL_PACKAGE, REGISTERED
 from checker.core.models import DEFAULT_MODEL, read_json
+from checker.core.pp_support import MODEL_RUNNER_ASSERT, PIPELINE
 from checker.core.releases import MODELLED_RELEASES
 
 EXTERNAL_PACKAGE_ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
@@ -93,3 +103,111 @@ def model_architectures(*, model: str | None, model_config: str | None) -> tuple
     if "linear_layer_ids" in data or not isinstance(archs, list):
         return ()
     return tuple(a for a in archs if isinstance(a, str))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Pipeline parallelism: does the release's class start on every stage?
+# ------------------------------------------------------------------------------------------------------
+
+STARTS = "stages"
+"""The :data:`PIPELINE` status of a class whose every stage builds and runs its own layers."""
+
+
+def registry_choice(release: str, architectures: Sequence[str]) -> str | None:
+    """The architecture modelled ``release``'s registry resolves the config's list to: the first it has
+    (``models/registry.py`` ``resolve_model_cls``); None: none (check_architectures refuses that)."""
+    return next((a for a in architectures if isinstance(a, str) and registers(release, a)), None)
+
+
+def pipeline_status(release: str, architecture: str) -> tuple[str, str, str] | None:
+    """(status, where, also) of ``architecture`` on modelled ``release`` (:mod:`checker.core.pp_support`);
+    None: a class the table does not cover, or a release that does not register it."""
+    return PIPELINE.get(architecture, {}).get(release)
+
+
+def runs_under_pp(release: str, architecture: str) -> bool | None:
+    """Whether ``release`` starts ``architecture`` at pp > 1 (None: the table does not cover it)."""
+    entry = pipeline_status(release, architecture)
+    return None if entry is None else entry[0] == STARTS
+
+
+def builds_all_layers(release: str, architecture: str) -> bool:
+    """Whether, at pp > 1, every stage of ``release`` would build every layer of ``architecture`` (the
+    whole model's weights on each stage: Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7). Such a
+    deployment is refused (:func:`check_pipeline`): each stage also runs every layer."""
+    entry = pipeline_status(release, architecture)
+    return entry is not None and entry[0] == "all-layers"
+
+
+def any_class_runs_under_pp(release: str) -> bool:
+    """Whether any hybrid class the checker reads starts at pp > 1 on ``release`` (what a JSON model
+    spec, which names no class, is checked against: ``ReleaseRules.pp_hybrid``)."""
+    return any(by_release.get(release, ("",))[0] == STARTS for by_release in PIPELINE.values())
+
+
+def first_release_under_pp(architecture: str, after: str) -> str | None:
+    """The first modelled release after ``after`` that starts ``architecture`` under PP."""
+    later = MODELLED_RELEASES[_index(after) + 1 :]
+    return next((v for v in later if runs_under_pp(v, architecture)), None)
+
+
+def _why(release: str, status: str, where: str, also: str) -> str:
+    """What stops the class, with the SGLang file:line (``also``: a second line of the same file)."""
+    at = f"sglang/srt/{where}"
+    line = f":{also.rsplit(':', 1)[-1]}" if also else ""
+    if status == "single-stage":
+        return f"its constructor asserts a single pipeline stage ({at})"
+    if status == "no-pp":
+        runner = MODEL_RUNNER_ASSERT.get(release)
+        if runner:
+            return (
+                f"its forward takes no pp_proxy_tensors ({at}), which the model runner asserts under PP "
+                f"(sglang/srt/{runner})"
+            )
+        return f"its forward takes no pp_proxy_tensors ({at}): a later stage never gets the activations"
+    if status == "all-layers":
+        runs = f" and runs them all ({line})" if also else ""
+        return f"every stage builds every layer ({at}){runs}: the stages do not split the model"
+    if status == "unfiltered-load":
+        tie = f"; with tie_word_embeddings the later stages fail first, in the constructor ({line})" if also else ""
+        return f"its load_weights has no stage filter ({at}: KeyError on another stage's layers){tie}"
+    return f"{status} ({at})"
+
+
+def check_pipeline(
+    release: str,
+    architectures: Sequence[str],
+    *,
+    pp_size: int,
+    tp_group_size: int,
+    env: Mapping[str, str | None],
+    tp_fits: Callable[[int], bool] | None = None,
+) -> None:
+    """FlagError unless modelled ``release`` starts the class it picks from ``architectures`` at
+    ``pp_size`` stages. ``tp_group_size``: the GPUs of one stage (SGLang's --tp-size); ``tp_fits(n)``:
+    whether the model shards over a TP group of ``n`` (the way out offers the same GPUs as TP only then).
+
+    The message names the class, the release, the SGLang file:line that stops it, and a way out that
+    starts: the same GPUs as tensor parallelism, and the first release whose class runs under PP."""
+    if pp_size <= 1 or release not in MODELLED_RELEASES:
+        return
+    if env.get(EXTERNAL_PACKAGE_ENV) and _in(EXTERNAL_PACKAGE, release):
+        return  # the user's own package may register its own class for the architecture
+    arch = registry_choice(release, architectures)
+    entry = pipeline_status(release, arch) if arch is not None else None
+    if arch is None or entry is None or entry[0] == STARTS:
+        return
+    status, where, also = entry
+    outs = []
+    gpus = pp_size * tp_group_size
+    if tp_fits is None or tp_fits(gpus):
+        outs.append(f"--pp-size 1 --tp-size {gpus} (the same GPUs as tensor parallelism)")
+    else:
+        outs.append(f"--pp-size 1 (it does not shard over --tp-size {gpus})")
+    later = first_release_under_pp(arch, release)
+    if later is not None:
+        outs.append(f"SGLang {later} (the first release that starts it under PP)")
+    raise FlagError(
+        f"SGLang {release} cannot start {arch} at --pp-size {pp_size}: {_why(release, status, where, also)}; "
+        f"use {' or '.join(outs)}"
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from checker.core.errors import CheckerInputError, FlagError, shorten
@@ -193,10 +193,12 @@ class ReleaseRules:
     (0.5.15+), from which KimiLinear is missing in 0.5.14-0.5.15.post1. Found by running each release's
     own code (``--engine both``)."""
     pp_hybrid: bool = True
-    """False up to 0.5.4.post1: no hybrid model supports pipeline parallelism (models/qwen3_next.py and
-    falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``; nemotron_h.py builds every layer on
-    every rank with ``make_layers_non_pp``); models/kimi_linear.py (0.5.4.post2) is the first that splits
-    its layers over PP ranks."""
+    """Whether any hybrid class the checker reads starts under pipeline parallelism: False up to
+    0.5.4.post1 (models/qwen3_next.py and falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``;
+    nemotron_h.py builds and runs every layer on every stage), True from 0.5.4.post2 (models/kimi_linear.py
+    splits its layers over the stages). Not typed here: each group's value is read from the table of
+    :mod:`checker.core.pp_support` (``_pp_hybrid``), which :func:`checker.core.model_support.check_pipeline`
+    applies per class; this coarse answer is what a JSON model spec, which names no class, is held to."""
     pp_with_spec: bool = True
     """False up to 0.5.20: server_args.py ``check_server_args`` (0.5.2-0.5.18) and
     arg_groups/validation_hook.py (0.5.19; 0.5.20 on every non-NPU platform) assert ``disable_overlap_schedule
@@ -238,7 +240,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.__init__ (hybrid GDN block), profile_max_num_token",
             pool_rule="fixed",
             radix_rule="forced-off",
-            pp_hybrid=False,
             pool_families=GDN_FAMILIES,
             **_PRE_SCHEDULER,
         ),
@@ -250,7 +251,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.handle_max_mamba_cache",
             pool_rule="ratio",
             radix_rule="fixed-ratio",
-            pp_hybrid=False,
             default_full_memory_ratio=0.2,
             pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
             dp_split_families=GDN_FAMILIES,
@@ -265,7 +265,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.handle_max_mamba_cache",
             pool_rule="ratio",
             radix_rule="fixed-ratio",
-            pp_hybrid=False,
             pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
             dp_split_families=GDN_FAMILIES,
             radix_off_families=MAMBA2_FAMILIES,
@@ -454,6 +453,19 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
         ),
     ),
 )
+
+
+def _pp_hybrid(versions: tuple[str, ...]) -> bool:
+    """Whether the group's releases start any hybrid class under PP (:mod:`checker.core.pp_support`, built
+    from each release's code): one answer for the whole group, or the grouping is wrong."""
+    from checker.core.pp_support import PIPELINE
+
+    answers = {any(table.get(v, ("",))[0] == "stages" for table in PIPELINE.values()) for v in versions}
+    assert len(answers) == 1, f"{versions}: the releases of one group differ in starting a class under PP"
+    return answers.pop()
+
+
+_GROUPS = tuple((versions, replace(rules, pp_hybrid=_pp_hybrid(versions))) for versions, rules in _GROUPS)
 _RULES_BY_RELEASE: dict[str, ReleaseRules] = {v: rules for versions, rules in _GROUPS for v in versions}
 GROUPS: tuple[ReleaseRules, ...] = tuple(rules for _, rules in _GROUPS)
 assert tuple(_RULES_BY_RELEASE) == MODELLED_RELEASES, "every modelled release in exactly one group"

@@ -28,7 +28,7 @@ from typing import TypeVar
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
-from checker.core.releases import ReleaseModel, ReleaseRules, release_model
+from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, release_model
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
 from checker.core.server_args import STRATEGIES as STRATEGIES
 from checker.core.server_args import SizingFlags
@@ -48,6 +48,10 @@ _TRUE = ("true", "1", "yes", "y")
 # it: the extra-buffer startup asserts (arg_groups/mamba_hook.py validate_mamba_extra_buffer) are checked
 # against this default.
 MAMBA_TRACK_INTERVAL = 256
+
+
+_FIRST_PP_HYBRID = next(g.group.split("-")[0] for g in GROUPS if g.pp_hybrid)
+"""The first release that starts any hybrid class under PP (from :mod:`checker.core.pp_support`)."""
 
 
 def env_flag(value: str | None) -> bool:
@@ -107,11 +111,13 @@ class CapacityInputs(SizingFlags):
             )
         sg = self.release.label
         if self.pp_size > 1 and not rules.pp_hybrid:
+            # A class the config names is refused per class before this (model_support.check_pipeline);
+            # this is what a JSON model spec, which names none, is held to (checker.core.pp_support).
             raise FlagError(
-                f"--pp-size {self.pp_size}: {sg} runs no hybrid (mamba / linear-attention) model under "
-                "pipeline parallelism (models/qwen3_next.py and falcon_h1.py assert a single PP rank; "
-                "nemotron_h.py puts every layer on every rank); use --pp-size 1, or SGLang 0.5.4.post2 or "
-                "later"
+                f"--pp-size {self.pp_size}: {sg} starts no hybrid (mamba / linear-attention) model class "
+                "under pipeline parallelism (models/qwen3_next.py and falcon_h1.py assert a single stage; "
+                "nemotron_h.py builds and runs every layer on every stage); use --pp-size 1, or SGLang "
+                f"{_FIRST_PP_HYBRID} or later"
             )
         if self.pp_size > 1 and self.speculative_num_draft_tokens and not rules.pp_with_spec:
             raise FlagError(
