@@ -336,15 +336,15 @@ def test_report_paths_exist_only_where_asked(tmp_path: Path, cli):
 
 def test_model_path_takes_a_model_directory(cli, tmp_path, fixtures_dir):
     """SGLang users pass the model directory (--model-path): DIR/config.json is read."""
-    model = tmp_path / "Qwen3-Next-80B-A3B"
+    model = tmp_path / "Qwen3.5-397B-A17B"
     model.mkdir()
-    (model / "config.json").write_text((fixtures_dir / "qwen3_next_80b_a3b.json").read_text())
+    (model / "config.json").write_text((fixtures_dir / "qwen3_5_397b_a17b.json").read_text())
     by_dir = cli(["derive", "--model-path", str(model), "--pp-size", "4", "--format", "json"])
     by_file = cli(
         [
             "derive",
             "--model-config",
-            str(fixtures_dir / "qwen3_next_80b_a3b.json"),
+            str(fixtures_dir / "qwen3_5_397b_a17b.json"),
             "--pp-size",
             "4",
             "--format",

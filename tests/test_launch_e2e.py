@@ -23,29 +23,38 @@ NOISE = ["--host", "0.0.0.0", "--port", "30000", "--trust-remote-code", "--serve
 
 # family fixture -> (launch flags, the same in checker flags)
 FAMILIES = {
+    # Qwen3-Next, Falcon-H1 and Granite-4.0-H start at one pipeline stage only (their constructor asserts
+    # it, or load_weights has no stage filter: checker/core/pp_support.py): their GPUs go to TP here.
     "qwen3_next_80b_a3b.json": (
-        ["--pp-size", "4", "--tp-size", "2", "--mem-fraction-static", "0.85"],
-        ["--pp-size", "4", "--tp-size", "2"],
+        ["--pp-size", "1", "--tp-size", "8", "--mem-fraction-static", "0.85"],
+        ["--pp-size", "1", "--tp-size", "8"],
     ),
     "qwen3_5_397b_a17b.json": (
         ["--pipeline-parallel-size", "4", "--tensor-parallel-size", "4", "--max-running-requests", "64"],
         ["--pp-size", "4", "--tp-size", "4", "--max-running-requests", "64"],
     ),
     "kimi_linear_48b_a3b.json": (
-        ["--pp-size", "2", "--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64"],
-        ["--pp-size", "2", "--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64"],
+        [
+            *("--pp-size", "2", "--tp-size", "4", "--dp-size", "2", "--enable-dp-attention"),
+            *("--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64"),
+        ],
+        [
+            *("--pp-size", "2", "--tp-size", "2", "--dp-size", "2"),  # attention TP = tp / attention dp
+            *("--mamba-radix-cache-strategy", "extra_buffer", "--page-size", "64"),
+        ],
     ),
     "nemotron_h_8b.json": (
         ["--pp-size", "8", "--disable-radix-cache", "--max-running-requests", "32"],
         ["--pp-size", "8", "--disable-radix-cache", "--max-running-requests", "32"],
     ),
     "falcon_h1_0_5b.json": (
-        ["--pp-size", "2", "--mamba-full-memory-ratio", "0.5", "--context-length", "8192"],
-        ["--pp-size", "2", "--mamba-full-memory-ratio", "0.5", "--context-len", "8192"],
+        ["--tp-size", "2", "--mamba-full-memory-ratio", "0.5", "--context-length", "8192"],
+        # derive's own default is --pp-size 8; SGLang's is 1, which the launch command leaves to it
+        ["--pp-size", "1", "--tp-size", "2", "--mamba-full-memory-ratio", "0.5", "--context-len", "8192"],
     ),
     "granite_4_0_h_small.json": (
-        ["--pp-size", "4", "--tp-size", "4", "--dp-size", "2", "--enable-dp-attention"],
-        ["--pp-size", "4", "--tp-size", "2", "--dp-size", "2"],  # attention TP = tp / attention dp
+        ["--pp-size", "1", "--tp-size", "4", "--dp-size", "2", "--enable-dp-attention"],
+        ["--pp-size", "1", "--tp-size", "2", "--dp-size", "2"],  # attention TP = tp / attention dp
     ),
 }
 
@@ -119,7 +128,7 @@ def test_equal_values_in_both_places_are_fine(cli, tmp_path):
             "--tp-size",
             "2",
             "--pp-size",
-            "2",
+            "1",
         ]
     )
     assert res.rc == 0, res.err
@@ -135,8 +144,9 @@ def test_a_missing_or_foreign_launch_command_is_refused(cli, launch):
 def test_check_on_real_ranks_names_a_node_started_differently(tmp_path):
     """Two ranks (pp 2), the same model; rank 1's command adds --max-running-requests 8. Each rank
     parses its own command: the values diverge and the report names the flag, alone (the launch_command
-    input carries only what no other input does, so one flag changed is one cause)."""
-    model = _model_dir(tmp_path, "qwen3_next_80b_a3b.json")
+    input carries only what no other input does, so one flag changed is one cause). Qwen3.5: a class
+    that starts under PP (Qwen3-Next asserts a single stage)."""
+    model = _model_dir(tmp_path, "qwen3_5_397b_a17b.json")
     base = [
         "check",
         "--budget-gib",
@@ -181,8 +191,9 @@ def test_check_on_real_ranks_lays_out_attention_dp_as_sglang_does(tmp_path):
     """SGLang's world is pp x its --tp-size, with attention DP inside the TP group: pp 2 x tp 2 with
     2-way attention DP is 4 ranks, ranks 0-1 stage 0 and 2-3 stage 1. It was refused as "world_size 4
     is not pp_size x tp_size = 2 x 1" (the attention TP width alone), and 2 ranks of tp 2 with attention
-    DP as "1 x 1"; a world the command does not ask for names the whole group."""
-    model = _model_dir(tmp_path, "granite_4_0_h_small.json")
+    DP as "1 x 1"; a world the command does not ask for names the whole group. Kimi-Linear: a class that
+    starts under PP (Granite-4.0-H's load_weights has no stage filter)."""
+    model = _model_dir(tmp_path, "kimi_linear_48b_a3b.json")
     base = ["check", "--budget-gib", "40", "--timeout-s", "30", "--", *SERVE, "--model-path", str(model)]
     dp = ["--tp-size", "2", "--enable-dp-attention", "--dp-size", "2"]
     four = run_world([*base, "--pp-size", "2", *dp], world_size=4, tmp_path=tmp_path)
@@ -203,11 +214,9 @@ def test_check_on_real_ranks_keeps_a_long_launch_command_whole(tmp_path):
     """A model path longer than the wire's 120 bytes (an organisation and a revision in it): the report
     holds the command as given (argv, text, its sha256 as `printf %s "$CMD" | sha256sum` prints it) and
     the model path whole, not the wire's cut text; the terminal shows the path whole too."""
-    deep = tmp_path / "an-organisation-with-a-long-name" / "models-mirrored-from-the-hub" / "qwen3-next"
+    deep = tmp_path / "an-organisation-with-a-long-name" / "models-mirrored-from-the-hub" / "qwen3.5"
     deep.mkdir(parents=True)
-    model = _model_dir(deep, "qwen3_next_80b_a3b.json").rename(
-        deep / "Qwen3-Next-80B-A3B-Instruct-FP8-rev-2026"
-    )
+    model = _model_dir(deep, "qwen3_5_397b_a17b.json").rename(deep / "Qwen3.5-397B-A17B-Instruct-FP8-rev-2026")
     assert len(str(model / "config.json")) > 120
     launch = [*SERVE, "--model-path", str(model), "--pp-size", "2", *NOISE]
     res = run_world(
@@ -218,5 +227,5 @@ def test_check_on_real_ranks_keeps_a_long_launch_command_whole(tmp_path):
     lc = rep["launch_command"]
     assert lc["argv"] == launch and shlex.split(lc["text"]) == launch
     assert lc["sha256"] == hashlib.sha256(shlex.join(launch).encode()).hexdigest()
-    assert rep["inputs"]["model"].startswith(f"{model}/config.json (qwen3_next) #")  # whole, not cut
+    assert rep["inputs"]["model"].startswith(f"{model}/config.json (qwen3_5_moe) #")  # whole, not cut
     assert str(model / "config.json") in res.ranks[0].stdout

@@ -1099,13 +1099,13 @@ def test_github_cpu_smoke_step_runs(tmp_path):
 @pytest.mark.slow
 def test_torchrun_sh_with_a_launch_command_runs(tmp_path):
     """One node, two real gloo ranks: torchrun.sh with a budget before ``--`` and the deployment's launch
-    command after it (a model directory holding Qwen3-Next-80B-A3B's config.json, pp 2, a request cap,
+    command after it (a model directory holding Qwen3.5-397B-A17B's config.json, pp 2, a request cap,
     and flags sizing ignores). Both ranks read the same command: consistent, the report records what the
     command set, and read-verdict.sh says so. The values are the ones the same deployment spelled in the
     checker's own flags derives (an independent path: no launch command)."""
-    model = tmp_path / "Qwen3-Next-80B-A3B"
+    model = tmp_path / "Qwen3.5-397B-A17B"
     model.mkdir()
-    shutil.copy(FIXTURES / "qwen3_next_80b_a3b.json", model / "config.json")
+    shutil.copy(FIXTURES / "qwen3_5_397b_a17b.json", model / "config.json")
     report = tmp_path / "out" / "report.json"
     report.parent.mkdir()
     launch = [*SERVE, "--model-path", str(model), "--pp-size", "2", "--max-running-requests", "64"]

@@ -34,8 +34,9 @@ from checker.device.materialize import (
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = {
-    # GatedDeltaNet: conv state (channels, K-1), window axis last.
-    "qwen3-next": ["--model-config", str(FIXTURES / "qwen3_next_80b_a3b.json")],
+    # GatedDeltaNet: conv state (channels, K-1), window axis last. Qwen3.5 (Qwen3-Next asserts a single
+    # stage), at Qwen3-Next's linear-attention size so each world stays under WORLD_ALLOC_LIMIT.
+    "qwen3.5": ["--model-config", str(FIXTURES / "qwen3_5_gdn_small.json")],
     # KDA: conv state (K-1, 3*H*d), window axis first; a different pool layout.
     "kimi-linear": ["--model-config", str(FIXTURES / "kimi_linear_48b_a3b.json")],
 }
@@ -81,7 +82,7 @@ def _world_alloc_bytes(argv: list[str]) -> int:
 
 # The quick run keeps one case per family (each layout kind: KDA's window-first conv, GDN's channels-first;
 # with and without the spec scratch); the whole family x world x spec matrix runs in the slow group.
-QUICK_CASES = {("qwen3-next", 2, True)}  # one multi-rank case; the matrix runs in the slow step
+QUICK_CASES = {("qwen3.5", 2, True)}  # one multi-rank case; the matrix runs in the slow step
 
 
 def _matrix():
@@ -174,7 +175,7 @@ def test_failed_allocation_is_an_error_every_rank_reports(tmp_path):
     Breaks if a failing rank crashes or returns early (the others would hang or report consistent),
     or if the failure loses its numbers.
     """
-    argv = _pool_args("qwen3-next", 3, spec=False)
+    argv = _pool_args("qwen3.5", 3, spec=False)
     predicted = _world_alloc_bytes(argv) // 3
     limit = predicted // 2
     res = run_world(
@@ -338,7 +339,7 @@ def test_derive_reports_a_failed_stage(cli):
     """An injected OOM in derive: exit 2 and one error line per stage with its numbers."""
     argv = [
         "derive",
-        *FAMILIES["qwen3-next"],
+        *FAMILIES["qwen3.5"],
         "--pp-size",
         "2",
         "--disable-radix-cache",
@@ -364,7 +365,7 @@ def test_gpu_world_one_nccl_materialize(tmp_path):
     res = run_world(
         [
             "check",
-            *FAMILIES["qwen3-next"],
+            *FAMILIES["qwen3.5"],
             "--backend",
             "nccl",
             "--budget-from-device",

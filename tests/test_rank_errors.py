@@ -99,7 +99,8 @@ def test_a_launch_command_one_node_cannot_read_is_named(tmp_path, metadata):
     (site / "METADATA").write_bytes(b"Metadata-Version: 2.1\nName: sglang\nVersion: 0.3.0\n" + summary)
     path = os.pathsep.join(p for p in (str(site.parent), os.environ.get("PYTHONPATH", "")) if p)
     model = Path(__file__).resolve().parent / "fixtures" / "launch-model"
-    launch = ["--", "python", "-m", "sglang.launch_server", "--model-path", str(model), "--pp-size", "2"]
+    # tp 2 (Qwen3-Next, the model there, asserts a single pipeline stage)
+    launch = ["--", "python", "-m", "sglang.launch_server", "--model-path", str(model), "--tp-size", "2"]
     res = run_world(
         ["check", "--budget-gib", "8", "--timeout-s", "60", *launch],
         world_size=2,

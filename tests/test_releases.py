@@ -580,7 +580,7 @@ def test_pp_refused_until_a_hybrid_model_supports_it() -> None:
     handle_max_mamba_cache sizes K = --max-running-requests 16 (no // dp: not GDN), charged 16 * per_req;
     1 slot a request: tp_worker.py min(16 // 1, min(16, 16 // 1)) = 16, micro 16 // 8 = 2. Spec decoding
     under PP is refused up to 0.5.20 (check_server_args / validation_hook.py)."""
-    with pytest.raises(FlagError, match="--pp-size 8: SGLang 0.5.4.post1 runs no hybrid"):
+    with pytest.raises(FlagError, match="--pp-size 8: SGLang 0.5.4.post1 starts no hybrid"):
         make("0.5.4.post1", geometry=QWEN, mamba_radix_cache_strategy="auto")
     kimi = replace(PRESET, family="kimi_linear")
     auto = dict(mamba_radix_cache_strategy="auto", max_running_requests=16)

@@ -22,7 +22,8 @@ from checker.core.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.launch.merge import given_dests
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-MODEL = str(FIXTURES / "qwen3_next_80b_a3b.json")
+# Qwen3.5: a GatedDeltaNet model whose class starts under PP (Qwen3-Next asserts a single stage).
+MODEL = str(FIXTURES / "qwen3_5_397b_a17b.json")
 SERVE = ["python", "-m", "sglang.launch_server", "--model-path", MODEL]
 
 
@@ -418,7 +419,7 @@ def test_a_launch_commands_value_is_read_as_sglang_reads_it():
 )
 def test_skip_decode_lock_env_reaches_the_slots_as_sglang_reads_it(value, slots):
     """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK is an EnvBool in SGLang (lower-cased, not stripped; yes/y count):
-    set, the base slots a request holds drop from 3 to 2. Qwen3-Next at pp 8 with default flags runs
+    set, the base slots a request holds drop from 3 to 2. Qwen3.5 at pp 8 with default flags runs
     extra_buffer without overlap: 3 + 1 = 4 slots, 2 + 1 = 3 with the variable set (0.5.23)."""
     env = {} if value is None else {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": value}
     release = choose_release("0.5.23", None)  # whatever SGLang this machine has installed

@@ -253,10 +253,11 @@ SERVE = ["python", "-m", "sglang.launch_server"]
 
 
 def _model_dir(tmp_path: Path) -> Path:
-    """A model directory as SGLang's --model-path takes it: Qwen3-Next-80B-A3B's config.json."""
-    model = tmp_path / "Qwen3-Next-80B-A3B"
+    """A model directory as SGLang's --model-path takes it: Qwen3.5-397B-A17B's config.json (a class that
+    starts under PP; Qwen3-Next asserts a single stage)."""
+    model = tmp_path / "Qwen3.5-397B-A17B"
     model.mkdir()
-    shutil.copy(netns.REPO_ROOT / "tests" / "fixtures" / "qwen3_next_80b_a3b.json", model / "config.json")
+    shutil.copy(netns.REPO_ROOT / "tests" / "fixtures" / "qwen3_5_397b_a17b.json", model / "config.json")
     return model
 
 
