@@ -492,10 +492,25 @@ def capacity_inputs(
     if ratio is None:
         ratio = release_model(release.modelled).rules.default_full_memory_ratio
     flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
+    # What the release resolves of the speculative setup itself, before any sizing (a launch command's
+    # --speculative-algorithm EAGLE alone runs with the release's own draft tokens and request cap).
+    from checker.core.startup import resolve_speculative
+
+    spec = resolve_speculative(
+        release.modelled,
+        algorithm=sizing.speculative_algorithm,
+        steps=sizing.speculative_num_steps,
+        topk=sizing.speculative_eagle_topk,
+        draft_tokens=sizing.speculative_num_draft_tokens,
+        max_running_requests=sizing.max_running_requests,
+    )
     resolved = {
         "pp_size": stages,
         "mamba_full_memory_ratio": ratio,
         "policy": policy or sizing.policy,
+        "speculative_algorithm": spec.algorithm,
+        "speculative_num_draft_tokens": spec.draft_tokens,
+        "max_running_requests": spec.max_running_requests,
     }
     return CapacityInputs(
         **{**flags, **resolved},
@@ -503,6 +518,8 @@ def capacity_inputs(
         budget_gib=budget_gib,
         partition_env=env.get(PARTITION_ENV),
         skip_decode_lock=env_flag(env.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")),
+        pp_spec_env=env_flag(env.get("SGLANG_ENABLE_PP_SPEC")),
+        spec_note=spec.note,
         # The model the checker's own pieces apply: derived_as, or the newest one standing in for a
         # release it does not model (the label, from ``release``, says which).
         sglang_version=release.derived_as if release.best_effort else release.modelled,

@@ -45,7 +45,7 @@ sys.path[:0] = [str(HERE), str(REPO)]
 import sglang_wheels as wheels  # noqa: E402
 
 from checker.core.releases import MODELLED_RELEASES  # noqa: E402
-from checker.engines.model_code import MODELS, ClassReading, Source, model_runner_assert, read_class  # noqa: E402
+from checker.engines.model_code import MODELS, Source, model_runner_assert, pipeline_status, read_class  # noqa: E402
 
 TARGET = REPO / "checker" / "core" / "pp_support.py"
 HYBRID_ARCHITECTURES = (
@@ -119,24 +119,6 @@ HAND_CHECKED = (
 )
 
 
-def statuses(reading: ClassReading, runner_assert: str | None) -> tuple[str, str, str]:
-    """(status, where, also) of one class in one release: see the module docstring."""
-    if reading.single_stage is not None:
-        return "single-stage", str(reading.single_stage), ""
-    if not reading.takes_proxy:
-        return "no-pp", str(reading.forward), runner_assert or ""
-    if reading.layers == "all":
-        return "all-layers", str(reading.layers_at), str(reading.runs_all_at or "")
-    if reading.unfiltered_load is not None:
-        return "unfiltered-load", str(reading.unfiltered_load), str(reading.tied_head or "")
-    if reading.layers != "stage":
-        raise SystemExit(
-            f"{reading.architecture} ({reading.path}): no layer builder found; read the class and add a "
-            "hand-checked rule"
-        )
-    return "stages", str(reading.layers_at), ""
-
-
 def release_source(version: str, wheels_dir: Path, src_dir: Path) -> tuple[Source, Path]:
     root = src_dir / version
     if (root / "sglang").is_dir():
@@ -168,7 +150,13 @@ def read_release(version: str, wheels_dir: Path, src_dir: Path) -> tuple[str | N
         reading = read_class(arch, f"{MODELS}{module}.py", source)
         if reading is None:
             raise SystemExit(f"{version}: {arch} is registered by models/{module}.py but not defined there")
-        out[arch] = statuses(reading, str(runner) if runner else None)
+        status = pipeline_status(reading, runner)
+        if status is None:
+            raise SystemExit(
+                f"{version}: {arch} ({reading.path}): no layer builder found; read the class and add a "
+                "hand-checked rule"
+            )
+        out[arch] = status
     return (str(runner) if runner else None), out
 
 

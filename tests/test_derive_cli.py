@@ -428,13 +428,14 @@ STARTUP_REFUSALS = [
     ("auto page 3", ["--page-size", "3"], "--page-size 3", "auto (resolved to extra_buffer)"),
     (
         "extra_buffer 257 draft tokens",
-        [*EXTRA, "--max-running-requests", "8", "--speculative-num-draft-tokens", "257"],
+        # pp 1: under PP 0.5.23 starts speculative decoding only with SGLANG_ENABLE_PP_SPEC (tested apart)
+        [*EXTRA, "--pp-size", "1", "--max-running-requests", "8", "--speculative-num-draft-tokens", "257"],
         "--speculative-num-draft-tokens 257",
         "at most 256 draft tokens",
     ),
     (
         "auto 300 draft tokens",
-        ["--max-running-requests", "8", "--speculative-num-draft-tokens", "300"],
+        ["--pp-size", "1", "--max-running-requests", "8", "--speculative-num-draft-tokens", "300"],
         "--speculative-num-draft-tokens 300",
         "auto (resolved to extra_buffer)",
     ),

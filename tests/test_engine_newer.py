@@ -25,7 +25,9 @@ pytestmark = pytest.mark.sglang
 
 REPO = Path(__file__).resolve().parent.parent
 STUBS = REPO / "scripts" / "sglang_stubs"
-QWEN = str(REPO / "tests" / "fixtures" / "qwen3_next_80b_a3b.json")
+# A class that starts under PP (Qwen3-Next's constructor asserts a single stage: tested below).
+QWEN = str(REPO / "tests" / "fixtures" / "qwen3_5_397b_a17b.json")
+QWEN3_NEXT = str(REPO / "tests" / "fixtures" / "qwen3_next_80b_a3b.json")
 NEWER = "0.9.0"
 TIMEOUT_S = 300  # a cold SGLang import under a loaded 2-core machine takes up to a minute
 
@@ -160,3 +162,25 @@ def test_a_release_reading_an_unknown_input_fails_naming_it(sglang_engine, cli, 
     (line,) = r.err.strip().splitlines()
     assert f"{api.host_cls.__name__}.unknown_pool_input" in line and "does not know" in line
     assert "Traceback" not in r.err
+
+
+def test_a_newer_release_is_judged_under_pp_by_its_own_class(sglang_engine, tmp_path: Path) -> None:
+    """Qwen3-Next at --pp-size 2 on "0.9.0" (the installed release's code under a higher number): the
+    checker has no table for it, so the installed class's own code decides (its constructor's assert of
+    a single stage, read from the installed file): exit 2, one line naming the class, the release and
+    the same file:line the table holds for the real release; at --pp-size 1 --tp-size 2 it derives."""
+    from checker.core.model_support import pipeline_status
+
+    site = renamed_release(sglang_engine.version, tmp_path)
+    refused = _checker(["derive", "--model-config", QWEN3_NEXT, "--pp-size", "2", "--budget-gib", "16"], site)
+    assert refused.returncode == 2, refused.stderr[-800:]
+    (line,) = refused.stderr.strip().splitlines()
+    status, where, _ = pipeline_status(sglang_engine.version, "Qwen3NextForCausalLM")
+    assert status == "single-stage"
+    assert f"SGLang {NEWER} cannot start Qwen3NextForCausalLM at --pp-size 2" in line, line
+    assert f"its constructor asserts a single pipeline stage (sglang/srt/{where})" in line, line
+    assert line.endswith("use --pp-size 1 --tp-size 2 (the same GPUs as tensor parallelism)"), line
+    ok = _checker(
+        ["derive", "--model-config", QWEN3_NEXT, "--pp-size", "1", "--tp-size", "2", "--budget-gib", "16"], site
+    )
+    assert ok.returncode == 0, ok.stderr[-800:]

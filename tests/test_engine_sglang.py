@@ -51,6 +51,10 @@ FAMILIES = (
     "qwen3_5_397b_a17b",
     "qwen3_next_80b_a3b",
 )
+GDN = "qwen3_5_gdn_small"
+"""A GatedDeltaNet model whose class starts under PP, laid out as Qwen3-Next (48 layers, every 4th full
+attention, 32 value heads): Qwen3.5's config at Qwen3-Next's size. Qwen3-Next itself asserts a single
+stage in every release (checker/core/pp_support.py), so the comparisons that need stages use this."""
 no_sglang = pytest.mark.skipif(
     installed_version() is not None, reason=f"sglang {installed_version()} is installed here"
 )
@@ -349,7 +353,7 @@ def _compare_release(
     """Every stage with both: the builtin as the installed release, and that release's own code."""
     from checker.core.errors import CheckerInputError
 
-    base: dict[str, Any] = {"budget_gib": 16.0, "pp_size": 4, "tp_size": 2} | flags
+    base: dict[str, Any] = {"budget_gib": 16.0, "pp_size": _stages(engine, source, 4), "tp_size": 2} | flags
     g = resolve_dtypes(
         load_geometry(model=source.model, model_config=source.model_config, tp_size=base["tp_size"]), env=env
     )
@@ -384,6 +388,16 @@ def _compare_release(
                 if getattr(b.stage, name) != getattr(s.stage, name)
             ]
     return drifts, outs
+
+
+def _stages(engine: Any, source: Any, pp: int) -> int:
+    """``pp``, or 1 for a class the installed release does not start under PP (Qwen3-Next, Falcon-H1,
+    Granite-4.0-H: checker/core/pp_support.py): their sizing is compared on the deployment SGLang starts."""
+    from checker.core.model_support import model_architectures, registry_choice, runs_under_pp
+
+    archs = model_architectures(model=source.model, model_config=source.model_config)
+    arch = registry_choice(engine.version, archs)
+    return 1 if arch is not None and runs_under_pp(engine.version, arch) is False else pp
 
 
 def _builtin_outcome(inputs: CapacityInputs, k: int) -> Outcome:
@@ -437,7 +451,7 @@ def test_builtin_of_the_installed_release_matches_its_code(sglang_engine, family
     ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()),
 )
 def test_builtin_of_the_installed_release_matches_its_code_on_env(sglang_engine, env: dict[str, str]) -> None:
-    """The env vars SGLang reads while sizing (partition, skip-decode-lock, state dtype), Qwen3-Next
+    """The env vars SGLang reads while sizing (partition, skip-decode-lock, state dtype), a GDN model of
     48 layers at pp 4, as the installed release reads them."""
     from checker.core.sizing import env_flag as flag
 
@@ -446,9 +460,7 @@ def test_builtin_of_the_installed_release_matches_its_code_on_env(sglang_engine,
         flags["partition_env"] = env["SGLANG_PP_LAYER_PARTITION"]
     if "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK" in env:
         flags["skip_decode_lock"] = flag(env["SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"])
-    drifts, outs = _compare_release(
-        sglang_engine, _family("qwen3_next_80b_a3b"), env, budget_gib=8.0, **flags
-    )
+    drifts, outs = _compare_release(sglang_engine, _family(GDN), env, budget_gib=8.0, **flags)
     assert drifts == [], [str(d) for d in drifts]
     assert all(o.stage is not None for o in outs), [str(o.error) for o in outs if o.error]
 
@@ -527,8 +539,9 @@ def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: 
     """Every family x branch x strategy at pp 4 and tp 2: the builtin and SGLang's own code derive the
     same K, max_running_requests, micro-batch, slices and stage_per_req on every stage. A model error
     shows as exit 4 with the drift listed."""
+    pp = _stages(sglang_engine, _family(family), 4)
     rc, doc = _both(
-        cli, [*_fixture(family), "--pp-size", "4", "--tp-size", "2", "--budget-gib", "16", *FLAG_SETS[flags]]
+        cli, [*_fixture(family), "--pp-size", str(pp), "--tp-size", "2", "--budget-gib", "16", *FLAG_SETS[flags]]
     )
     if rc == 2:  # both refuse (e.g. a family the release gives no extra buffer): an input error, no drift
         assert "drift" not in doc and "SGLang" in doc["error"], doc
@@ -556,7 +569,7 @@ def test_engines_agree_across_pp_sizes(sglang_engine, cli, pp: int, model: list[
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
 
 
-PARTITIONS = {  # qwen3_next: 48 layers, every 4th full attention
+PARTITIONS = {  # GDN: 48 layers, every 4th full attention
     "front-heavy": "16,12,12,8",
     "uneven": "9,13,13,13",
     "empty-stage": "0,16,16,16",
@@ -571,7 +584,7 @@ def test_engines_agree_on_the_partition_env(sglang_engine, cli, name: str) -> No
     busiest-stage share, same pool on every stage."""
     rc, doc = _both(
         cli,
-        [*_fixture("qwen3_next_80b_a3b"), "--pp-size", "4", "--budget-gib", "8"],
+        [*_fixture(GDN), "--pp-size", "4", "--budget-gib", "8"],
         {"SGLANG_PP_LAYER_PARTITION": PARTITIONS[name]},
     )
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
@@ -594,8 +607,10 @@ ENVS = [
 @pytest.mark.parametrize("family", ["kimi_linear_48b_a3b", "qwen3_5_397b_a17b", "granite_4_0_h_small"])
 def test_engines_agree_on_env(sglang_engine, cli, family: str, env: dict[str, str]) -> None:
     """The env vars SGLang reads at sizing time (slots per request, state dtypes; Kimi and Granite
-    ignore the config dtype) parse the same way in both engines."""
-    rc, doc = _both(cli, [*_fixture(family), "--pp-size", "4", "--budget-gib", "8"], env)
+    ignore the config dtype) parse the same way in both engines (Granite at pp 1: it does not start
+    under PP)."""
+    pp = _stages(sglang_engine, _family(family), 4)
+    rc, doc = _both(cli, [*_fixture(family), "--pp-size", str(pp), "--budget-gib", "8"], env)
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
 
 
@@ -643,8 +658,11 @@ def test_a_model_error_is_reported_as_drift(sglang_engine, cli, monkeypatch) -> 
 @pytest.mark.sglang
 def test_engine_sglang_refuses_policies_sglang_does_not_have(sglang_engine, cli) -> None:
     """own-share/whole-model are the checker's what-ifs: asking SGLang for them is a clear exit 2.
-    (Qwen3-Next: every modelled release loads it; the default kimi-k3 arrived in 0.5.17.)"""
-    res = cli(["derive", "--engine", "sglang", *_fixture("qwen3_next_80b_a3b"), "--policy", "own-share"])
+    (Qwen3-Next at pp 1: every modelled release loads it, at one stage; the default kimi-k3 arrived in
+    0.5.17.)"""
+    res = cli(
+        ["derive", "--engine", "sglang", *_fixture("qwen3_next_80b_a3b"), "--pp-size", "1", "--policy", "own-share"]
+    )
     assert res.rc == 2 and "--policy own-share is a checker what-if" in res.err
     assert len(res.err.strip().splitlines()) == 1
 
@@ -657,7 +675,7 @@ def test_engine_sglang_reports_sglang_refusals_as_input_errors(sglang_engine, cl
 
     if release_model(sglang_engine.version).rules.radix_rule != "strategies":
         pytest.skip(f"SGLang {sglang_engine.version} resolves auto to no_buffer: no extra-buffer page check")
-    argv = [*_fixture("qwen3_next_80b_a3b"), "--pp-size", "2", "--page-size", "24"]  # loads in every release
+    argv = [*_fixture(GDN), "--pp-size", "2", "--page-size", "24"]  # loads in every release the engine runs
     res = cli(["derive", "--engine", "sglang", *argv])
     assert res.rc == 2 and "SGLang rejects the flags" in res.err and "page_size" in res.err
 
@@ -696,7 +714,7 @@ def test_engines_refuse_the_same_cache_flags(sglang_engine, cli, flags: str) -> 
             "derive",
             "--engine",
             "both",
-            *_fixture("qwen3_next_80b_a3b"),
+            *_fixture(GDN),
             "--pp-size",
             "4",
             "--budget-gib",
@@ -780,7 +798,7 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
 
     base = [
         "check",
-        *_fixture("qwen3_next_80b_a3b"),
+        *_fixture(GDN),
         "--budget-gib",
         "8",
         "--engine",

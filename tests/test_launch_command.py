@@ -152,7 +152,15 @@ FAMILIES = {
             "--max-running-requests",
             "32",
         ],
-        dict(pp_size=4, tp_size=2, speculative_num_draft_tokens=4, max_running_requests=32),
+        dict(
+            pp_size=4,
+            tp_size=2,
+            speculative_algorithm="EAGLE",
+            speculative_num_steps=3,
+            speculative_eagle_topk=1,
+            speculative_num_draft_tokens=4,
+            max_running_requests=32,
+        ),
     ),
 }
 FAMILY_IDS = [f.removesuffix(".json") for f in FAMILIES]
@@ -189,6 +197,9 @@ EXPLICIT = {
         "pp_size",
         "tp_size",
         "dp_size",
+        "speculative_algorithm",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
         "speculative_num_draft_tokens",
         "max_running_requests",
     },
@@ -229,8 +240,9 @@ def test_defaults_are_the_releases_and_not_explicit(tmp_path: Path) -> None:
     cmd = parse_launch_command(["--model-path", model], release="0.5.23", prefer_installed=False)
     assert cmd.form == FORMS[2]
     assert cmd.explicit == {"model_config"}
-    # 0.5.23's parser: tp/pp 1, radix and overlap on, strategy auto; page size, memory fraction and the
-    # memory ratio are None there (resolved at startup), so they are not inputs of the command.
+    # 0.5.23's parser: tp/pp 1, radix and overlap on, strategy auto, mixed chunking off; page size,
+    # memory fraction and the memory ratio are None there (resolved at startup), so they are not inputs
+    # of the command.
     assert cmd.values == dict(
         model_config=model,
         pp_size=1,
@@ -239,6 +251,7 @@ def test_defaults_are_the_releases_and_not_explicit(tmp_path: Path) -> None:
         disable_radix_cache=False,
         disable_overlap_schedule=False,
         mamba_radix_cache_strategy="auto",
+        enable_mixed_chunk=False,
     )
     # 0.5.14 still defaults the memory ratio to 0.9 in its parser.
     old = parse_launch_command(["--model-path", model], release="0.5.14", prefer_installed=False)

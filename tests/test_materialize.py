@@ -48,9 +48,14 @@ FAST = ["--timeout-s", "60", "--budget-gib", "8"]  # generous timeout: ranks sta
 SPEC_D = 2
 
 
+PP_SPEC = {"SGLANG_ENABLE_PP_SPEC": "1"}
+"""0.5.21+ start speculative decoding under PP only with it (or on a prefill node): every spec case here
+is a deployment SGLang 0.5.23 starts."""
+
+
 def _inputs(argv: list[str]) -> CapacityInputs:
     args = build_parser().parse_args(["derive", *argv])
-    return DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB).inputs({})
+    return DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB).inputs(PP_SPEC)
 
 
 def _pool_args(family: str, world_size: int, spec: bool) -> list[str]:
@@ -105,7 +110,7 @@ def test_every_rank_allocates_exactly_the_prediction(tmp_path, family, world_siz
     assert _world_alloc_bytes(argv) < WORLD_ALLOC_LIMIT, "test pool too large for this machine"
     single = ["--allow-single-rank"] if world_size == 1 else []
     res = run_world(
-        ["check", *argv, *single, "--materialize", *FAST], world_size=world_size, tmp_path=tmp_path
+        ["check", *argv, *single, "--materialize", *FAST], world_size=world_size, tmp_path=tmp_path, env=PP_SPEC
     )
     assert res.codes == [0] * world_size, [r.stderr[-500:] for r in res.ranks]
     rep = res.report()
@@ -202,7 +207,8 @@ def test_failed_allocation_is_an_error_every_rank_reports(tmp_path):
 
 
 def _small_stage(spec: bool = False):
-    geo = load_geometry(model_config=str(FIXTURES / "falcon_h1_0_5b.json"), tp_size=1)
+    # Nemotron-H: a Mamba2 layout whose class starts under PP (Falcon-H1's asserts a single stage).
+    geo = load_geometry(model_config=str(FIXTURES / "nemotron_h_8b.json"), tp_size=1)
     inputs = CapacityInputs(
         geometry=geo,
         budget_gib=8.0,
@@ -211,6 +217,7 @@ def _small_stage(spec: bool = False):
         max_running_requests=1,
         max_mamba_cache_size=1,
         speculative_num_draft_tokens=SPEC_D if spec else None,
+        pp_spec_env=True,
     )
     return inputs, derive_stage(inputs, 1)
 
@@ -246,7 +253,12 @@ def test_spec_scratch_is_own_layers_not_the_reservation():
 
     geo = load_geometry(model="kimi-k3", tp_size=8)
     inputs = CapacityInputs(
-        geometry=geo, budget_gib=40.0, pp_size=2, max_running_requests=8, speculative_num_draft_tokens=SPEC_D
+        geometry=geo,
+        budget_gib=40.0,
+        pp_size=2,
+        max_running_requests=8,
+        speculative_num_draft_tokens=SPEC_D,
+        pp_spec_env=True,
     )
     s0, s1 = derive_all(inputs)
     for s in (s0, s1):
@@ -327,7 +339,7 @@ def test_derive_materializes_every_stage(cli):
     from checker.device.materialize import predicted_bytes
 
     assert max(predicted_bytes(inputs, s) for s in derive_all(inputs)) < WORLD_ALLOC_LIMIT
-    res = cli([*argv, "--materialize", "--format", "json"])
+    res = cli([*argv, "--materialize", "--format", "json"], env=PP_SPEC)
     assert res.rc == 0, res.err
     doc = json.loads(res.out)
     assert doc["materialize"]["ok"] and doc["materialize"]["device"] == "cpu"

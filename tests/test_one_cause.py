@@ -148,17 +148,30 @@ FLAG_CHANGE: dict[str, list[str]] = {
     "max_mamba_cache_size": ["--max-mamba-cache-size", "40"],
     "pp_max_micro_batch_size": ["--pp-max-micro-batch-size", "1"],
     "speculative_num_draft_tokens": ["--speculative-num-draft-tokens", "4"],
+    "speculative_algorithm": ["--speculative-algorithm", "EAGLE"],
+    "speculative_num_steps": ["--speculative-num-steps", "5"],
+    "speculative_eagle_topk": ["--speculative-eagle-topk", "2"],
+    "enable_mixed_chunk": ["--enable-mixed-chunk"],
     "mamba_ssm_dtype": ["--mamba-ssm-dtype", "bfloat16"],
     "token_capacity": ["--token-capacity", "100000"],
     "context_len": ["--context-len", "4096"],
 }
 # What a flag needs beside it on every rank (so that only the flag differs).
-FLAG_NEEDS: dict[str, list[str]] = {"speculative_num_draft_tokens": ["--max-running-requests", "8"]}
+_EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
+FLAG_NEEDS: dict[str, list[str]] = {
+    "speculative_num_draft_tokens": ["--max-running-requests", "8"],
+    "speculative_num_steps": _EAGLE,
+    "speculative_eagle_topk": [*_EAGLE, "--speculative-num-draft-tokens", "8"],
+}
+PP_SPEC = (("SGLANG_ENABLE_PP_SPEC", "1"),)
+"""Every node of a speculative case exports it: SGLang 0.5.23 starts speculative decoding under PP only
+with it (checker/core/startup.py check_pp_spec)."""
 ENV_CHANGE = {
     "SGLANG_PP_LAYER_PARTITION": "24,23,23,23",
     "SGLANG_MAMBA_CONV_DTYPE": "float32",
     "SGLANG_MAMBA_SSM_DTYPE": "bfloat16",
     "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1",
+    "SGLANG_ENABLE_PP_SPEC": "1",
 }
 
 ATTENTION_FLAGS = ("tp_size", "dp_size")
@@ -183,6 +196,10 @@ LAUNCH_CHANGE: dict[str, tuple[list[str], str]] = {
     "max_mamba_cache_size": (["--max-mamba-cache-size", "40"], "max_mamba_cache_size"),
     "pp_max_micro_batch_size": (["--pp-max-micro-batch-size", "1"], "pp_max_micro_batch_size"),
     "speculative_num_draft_tokens": (["--speculative-num-draft-tokens", "4"], "speculative_num_draft_tokens"),
+    "speculative_algorithm": (["--speculative-algorithm", "NEXTN"], "speculative_algorithm"),
+    "speculative_num_steps": (["--speculative-num-steps", "5"], "speculative_num_steps"),
+    "speculative_eagle_topk": (["--speculative-eagle-topk", "2"], "speculative_eagle_topk"),
+    "enable_mixed_chunk": (["--enable-mixed-chunk"], "enable_mixed_chunk"),
     "mamba_ssm_dtype": (["--mamba-ssm-dtype", "bfloat16"], "mamba_ssm_dtype"),
     "context_len": (["--context-length", "4096"], "context_len"),
     "mem_fraction_static": (["--mem-fraction-static", "0.8"], "launch_command"),
@@ -204,10 +221,11 @@ def _cases(tmp: str) -> dict[str, Case]:
         need = FLAG_NEEDS.get(name, [])
         # --tp-size and --dp-size are named as typed (attention_layout), not as the sizes derived from them.
         expected = ATTENTION_LAYOUT if name in ATTENTION_FLAGS else name
+        env = PP_SPEC if name.startswith("speculative") else ()
         cases[f"flag {name}"] = Case(
             expected,
-            Node(argv=(*BASE, *need)),
-            Node(argv=(*BASE, *need, *words)),
+            Node(argv=(*BASE, *need), env=env),
+            Node(argv=(*BASE, *need, *words), env=env),
             covers=(name, expected),
         )
     for name, value in ENV_CHANGE.items():
@@ -242,15 +260,20 @@ def _cases(tmp: str) -> dict[str, Case]:
             base = (*SERVE, "--model-path", model_dir)
         elif name == "dp_size":
             base = (*SERVE, "--model-path", model_dir, "--tp-size", "2")
-        elif name == "speculative_num_draft_tokens":  # what the flag needs, on every rank
-            base = (*launch_base, "--speculative-algorithm", "EAGLE", "--max-running-requests", "8")
+        elif name in ("speculative_num_draft_tokens", "speculative_num_steps"):  # what it needs, everywhere
+            base = (*launch_base, *_EAGLE, "--max-running-requests", "8")
+        elif name == "speculative_eagle_topk":
+            base = (*launch_base, *_EAGLE, "--speculative-num-draft-tokens", "8")
+        elif name == "speculative_algorithm":  # EAGLE on ranks 0-1, its alias NEXTN on ranks 2-3
+            base = (*launch_base, "--speculative-algorithm", "EAGLE")
+        env = PP_SPEC if name.startswith("speculative") else ()
         odd_json = KIMI_LINEAR
         if name == "model_config":  # the same path, another file on ranks 2-3
             odd_json = json.dumps({**json.loads(KIMI_LINEAR), "num_nextn_predict_layers": 1})
         cases[f"launch {name}"] = Case(
             expected,
-            Node(argv=checker, launch=base, model_json=KIMI_LINEAR),
-            Node(argv=checker, launch=(*base, *words), model_json=odd_json),
+            Node(argv=checker, launch=base, model_json=KIMI_LINEAR, env=env),
+            Node(argv=checker, launch=(*base, *words), model_json=odd_json, env=env),
             covers=(f"launch {name}", expected),
         )
     for name, words in LAUNCH_ONLY_CHANGE.items():

@@ -183,9 +183,12 @@ def budget_cases(draw: st.DrawFn) -> tuple[CapacityInputs, int]:
         extra_per_slot_bytes=draw(st.sampled_from([0, 0, 4096])),
     )
     flags: dict[str, object] = {}
+    dp = draw(st.sampled_from([1, 1, 2]))
     if draw(st.booleans()):
         flags["max_running_requests"] = draw(st.integers(1, 300))
-        if draw(st.booleans()):
+        # Under PP SGLang 0.5.21+ start speculative decoding only with SGLANG_ENABLE_PP_SPEC (exported
+        # below) and without attention DP.
+        if draw(st.booleans()) and (P == 1 or dp == 1):
             flags["speculative_num_draft_tokens"] = draw(st.integers(1, 4))
     if draw(st.integers(0, 4)) == 0:
         flags["disable_radix_cache"] = True
@@ -198,7 +201,8 @@ def budget_cases(draw: st.DrawFn) -> tuple[CapacityInputs, int]:
         geometry=geometry,
         budget_gib=8.0,
         pp_size=P,
-        dp_size=draw(st.sampled_from([1, 1, 2])),
+        dp_size=dp,
+        pp_spec_env=True,
         policy=draw(st.sampled_from(["max-share", "whole-model"])),
         mamba_full_memory_ratio=draw(st.sampled_from([0.5, 0.9, 1.7])),
         mamba_radix_cache_strategy=draw(st.sampled_from(["auto", "no_buffer", "extra_buffer"])),

@@ -320,7 +320,8 @@ def test_an_installed_version_that_is_no_release_number_shows_it_and_the_way_out
 
 
 def _inputs(**kw: Any) -> CapacityInputs:
-    """The upstream unit test's setting (spec section 9: kimi-k3, r 0.5, P 8, 3 slots per request)."""
+    """The upstream unit test's setting (spec section 9: kimi-k3, r 0.5, P 8, 3 slots per request), on
+    nodes exporting SGLANG_ENABLE_PP_SPEC=1 (SGLang 0.5.21+ start speculative decoding under PP only then)."""
     base: dict[str, Any] = dict(
         geometry=KIMI,
         budget_gib=8.0,
@@ -328,6 +329,7 @@ def _inputs(**kw: Any) -> CapacityInputs:
         mamba_full_memory_ratio=0.5,
         mamba_radix_cache_strategy="no_buffer",
         disable_overlap_schedule=True,
+        pp_spec_env=True,
     )
     base.update(kw)
     return CapacityInputs(**base)

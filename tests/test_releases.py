@@ -47,7 +47,9 @@ MAX_SHARE_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22"
 
 
 def make(version: str | None, **kw: Any) -> CapacityInputs:
-    """The upstream test's setting (8 GiB, r 0.5, P 8) with the 3-slot strategy SGLang starts with."""
+    """The upstream test's setting (8 GiB, r 0.5, P 8) with the 3-slot strategy SGLang starts with, on
+    nodes that export SGLANG_ENABLE_PP_SPEC=1 (0.5.21+ start EAGLE under PP only with it; it sizes
+    nothing)."""
     base: dict[str, Any] = dict(
         geometry=PRESET,
         budget_gib=8.0,
@@ -56,6 +58,7 @@ def make(version: str | None, **kw: Any) -> CapacityInputs:
         mamba_radix_cache_strategy="no_buffer",
         disable_overlap_schedule=True,
         sglang_version=version,
+        pp_spec_env=True,
     )
     base.update(kw)
     return CapacityInputs(**base)
@@ -186,7 +189,8 @@ def test_explain_release_difference() -> None:
     assert any("padding slot" in x for x in lines)
     assert explain_release_difference("0.5.18", "0.5.20") == []
     assert explain_release_difference("0.5.20", "0.5.21") == [
-        "0.5.20 refuses speculative decoding under pipeline parallelism; 0.5.21 accepts it"
+        "0.5.20 refuses speculative decoding under pipeline parallelism; 0.5.21 accepts EAGLE with "
+        "SGLANG_ENABLE_PP_SPEC=1"
     ]
     assert explain_release_difference("0.5.15", "0.5.15.post1") == []
     floors = explain_release_difference("0.5.22", "0.5.23")
@@ -588,7 +592,9 @@ def test_pp_refused_until_a_hybrid_model_supports_it() -> None:
     for v in ("0.5.13", "0.5.14", "0.5.18", "0.5.19", "0.5.20"):
         with pytest.raises(FlagError, match="Pipeline parallelism is not compatible"):
             make(v, speculative_num_draft_tokens=2, max_running_requests=8)
-    make("0.5.21", speculative_num_draft_tokens=2, max_running_requests=8)  # EAGLE under PP accepted
+    make("0.5.21", speculative_num_draft_tokens=2, max_running_requests=8)  # EAGLE with SGLANG_ENABLE_PP_SPEC
+    with pytest.raises(FlagError, match="starts it only with SGLANG_ENABLE_PP_SPEC=1, or on a prefill node"):
+        make("0.5.21", speculative_num_draft_tokens=2, max_running_requests=8, pp_spec_env=False)
 
 
 def test_no_strategy_flag_before_0_5_7() -> None:

@@ -207,7 +207,10 @@ FLOOR = (
     "0.5.23 floors --max-running-requests // dp at 1 (resolver, no-radix pool, spec reservation); 0.5.22 "
     "lets it reach 0 and refuses to start"
 )
-SPEC_UNDER_PP = "0.5.20 refuses speculative decoding under pipeline parallelism; 0.5.21 accepts it"
+SPEC_UNDER_PP = (
+    "0.5.20 refuses speculative decoding under pipeline parallelism; 0.5.21 accepts EAGLE with "
+    "SGLANG_ENABLE_PP_SPEC=1"
+)
 SKIP_LOCK = "0.5.17 and later read SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK (base 2 slots per request instead of 3)"
 BUDGET_RULE = "0.5.17 and 0.5.18 compute the memory handed to sizing differently"
 

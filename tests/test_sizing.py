@@ -32,8 +32,12 @@ PRESET = load_geometry(model="kimi-k3")
 
 
 def make(**kw: Any) -> CapacityInputs:
-    """The upstream test's setting (rest 8 GiB, r 0.5, P 8, radix cache on) with overrides."""
-    base: dict[str, Any] = dict(geometry=PRESET, budget_gib=8.0, pp_size=8, mamba_full_memory_ratio=0.5)
+    """The upstream test's setting (rest 8 GiB, r 0.5, P 8, radix cache on) with overrides. Every node
+    exports SGLANG_ENABLE_PP_SPEC=1: with it SGLang 0.5.21+ start speculative decoding (EAGLE) under PP,
+    and it sizes nothing (its refusal is tested with pp_spec_env=False)."""
+    base: dict[str, Any] = dict(
+        geometry=PRESET, budget_gib=8.0, pp_size=8, mamba_full_memory_ratio=0.5, pp_spec_env=True
+    )
     base.update(kw)
     return CapacityInputs(**base)
 
@@ -554,20 +558,6 @@ SPEC_CASES = [
         9,
         8,
     ),
-    # A with dp 2: K = 20; reservation min(8//2, 20//4) + 1 = 5.
-    (
-        "A dp 2",
-        {
-            "speculative_num_draft_tokens": 2,
-            "max_running_requests": 8,
-            "max_mamba_cache_size": 40,
-            "dp_size": 2,
-        },
-        "A",
-        20,
-        5,
-        4,
-    ),
     # B: K = 20 and the reservation uses K + 1 = 21 slots.
     (
         "B",
@@ -586,7 +576,6 @@ SPEC_KV_BYTES_LEFT = {
     ("C", 40): 5_780_160_512,  # 41 + 11 x 3 = 74 x SPR9
     ("C", 48): 5_742_190_592,  # 49 + 13 x 2 = 75 x SPR9
     ("A", 40): 6_349_709_312,  # 41 + 9 x 2 = 59 x SPR9
-    ("A", 20): 7_412_867_072,  # 21 + 5 x 2 = 31 x SPR9
     ("B", 20): 6_197_829_632,  # 21 + 21 x 2 = 63 x SPR9
 }
 
@@ -607,6 +596,32 @@ def test_spec_decoding_branches(
     assert s.intermediate_state_bytes == SPR9 * reserved_slots * D
     # To the byte: the pool's K + 1 slots and the intermediate state both come off the 8 GiB.
     assert s.kv_budget_gib * GIB == SPEC_KV_BYTES_LEFT[branch, K]
+
+
+def test_spec_decoding_branch_a_splits_over_attention_dp_at_one_stage() -> None:
+    """Branch A with attention DP 2: K = 40 // 2 = 20 per DP worker, the reservation min(8 // 2, 20 // 3)
+    + 1 = 5 slots (no_buffer, 3 a request), max_running_requests min(4, 6) = 4. At one stage: SGLang
+    0.5.21+ refuse SGLANG_ENABLE_PP_SPEC with attention DP, and up to 0.5.20 any spec under PP (the case
+    ran at P=8 before those refusals were modelled). kimi-k3 whole (per_req 291,102,720), 20 GiB: KV
+    left 20 * 2**30 - (21 + 5 * 2) * 291,102,720 = 21,474,836,480 - 9,024,184,320 = 12,450,652,160."""
+    s = derive_stage(
+        make(
+            speculative_num_draft_tokens=2,
+            max_running_requests=8,
+            max_mamba_cache_size=40,
+            dp_size=2,
+            pp_size=1,
+            budget_gib=20.0,
+            mamba_radix_cache_strategy="no_buffer",
+            disable_overlap_schedule=True,
+        ),
+        0,
+    )
+    assert (s.branch, s.max_mamba_cache_size, s.max_running_requests) == ("A", 20, 4)
+    assert s.intermediate_state_bytes == 291_102_720 * 5 * 2
+    assert s.kv_budget_gib * GIB == 12_450_652_160
+    with pytest.raises(FlagError, match="SGLANG_ENABLE_PP_SPEC is not compatible with attention DP"):
+        make(speculative_num_draft_tokens=2, max_running_requests=8, max_mamba_cache_size=40, dp_size=2)
 
 
 def test_spec_decoding_needs_max_running_requests() -> None:
@@ -840,11 +855,14 @@ def test_any_pipeline_split_is_refused_where_sglang_refuses_it(pp: int) -> None:
     with pytest.raises(FlagError) as refused:
         make(pp_size=pp, sglang_version="0.5.20", **spec)
     assert str(refused.value) == (
-        f"--speculative-num-draft-tokens with --pp-size {pp}: SGLang 0.5.20 refuses it at startup "
-        '("Pipeline parallelism is not compatible with overlap schedule, speculative decoding"); '
-        "drop speculative decoding or use --pp-size 1"
+        f"speculative decoding with --pp-size {pp}: SGLang 0.5.20 refuses it at start-up (sglang/srt/"
+        'arg_groups/validation_hook.py check_server_args: "Pipeline parallelism is not compatible with '
+        'overlap schedule, speculative decoding"); drop speculative decoding, use --pp-size 1, or SGLang '
+        "0.5.21 or later (EAGLE)"
     )
-    make(pp_size=pp, sglang_version="0.5.21", **spec)
+    make(pp_size=pp, sglang_version="0.5.21", **spec)  # SGLANG_ENABLE_PP_SPEC=1 (make's nodes export it)
+    with pytest.raises(FlagError, match=f"^speculative decoding with --pp-size {pp}: SGLang 0.5.21 starts it "):
+        make(pp_size=pp, sglang_version="0.5.21", pp_spec_env=False, **spec)
 
 
 @pytest.mark.parametrize("version", ["0.5.2", "0.5.3.post2", "0.5.6.post2"])
@@ -1002,7 +1020,7 @@ REFUSED_INPUTS = [
         "spec decoding without a request count",
         {"speculative_num_draft_tokens": 2},
         "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the spec-decoding "
-        "intermediate state from it",
+        "intermediate state from it (or give --speculative-algorithm, and the release picks its own)",
     ),
     (
         "token capacity without a context length",

@@ -35,6 +35,8 @@ def _other_value(row: ServerArg) -> object:
         return "bfloat16"
     if row.choices is not None:
         return next(c for c in reversed(row.choices) if c != row.default)
+    if row.kind is str:  # the speculative algorithm: a name SGLang knows
+        return "EAGLE"
     return 0.25 if row.kind is float else 2
 
 
@@ -77,6 +79,12 @@ def test_each_flag_reaches_the_cores_inputs(row):
     value = _other_value(row)
     companions = {
         "speculative_num_draft_tokens": {"max_running_requests": 8},
+        "speculative_num_steps": {"speculative_algorithm": "EAGLE", "speculative_eagle_topk": 1},
+        "speculative_eagle_topk": {
+            "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": 3,
+            "speculative_num_draft_tokens": 8,
+        },
         "token_capacity": {"context_len": 4096},
     }.get(row.name, {})
     sizing = SizingFlags(**{row.name: value, **companions})
@@ -152,14 +160,25 @@ def test_mem_fraction_static_is_checked_alike_in_both_places(cli):
 
 
 def test_a_zero_micro_batch_cap_in_the_launch_command_means_what_sglang_makes_it(cli):
-    """SGLang's scheduler reads --pp-max-micro-batch-size 0 as unset (``if not pp_max_micro_batch_size``:
-    max_running_requests // pp_size); the checker's own flag refuses 0, the launch command's gets
-    SGLang's meaning instead of an error or a cap of 0."""
-    argv = ["derive", "--format", "json", "--", *SERVE, "--pp-size", "4"]
+    """Up to 0.5.10.post1 SGLang's scheduler reads --pp-max-micro-batch-size 0 as unset (``if not
+    pp_max_micro_batch_size``: max_running_requests // pp_size); from 0.5.11 ``check_server_args``
+    refuses it at start-up ("pp_max_micro_batch_size must be a positive integer or None"). The
+    checker's own flag refuses 0; the launch command's gets each release's meaning."""
+    argv = ["derive", "--format", "json", "--sglang-version", "0.5.10.post1", "--", *SERVE, "--pp-size", "4"]
     zero = cli([*argv, "--pp-max-micro-batch-size", "0"])
     unset = cli(argv)
     assert zero.rc == unset.rc == 0, zero.err
     assert json.loads(zero.out)["ranks"] == json.loads(unset.out)["ranks"]
+    for release in ("0.5.11", "0.5.23"):
+        argv = ["derive", "--sglang-version", release, "--", *SERVE, "--pp-size", "4"]
+        refused = cli([*argv, "--pp-max-micro-batch-size", "0"])
+        assert refused.rc == 2, refused.err
+        assert refused.err.strip().endswith(
+            f"launch command --pp-max-micro-batch-size 0: SGLang {release} refuses it at start-up "
+            '(check_server_args: "pp_max_micro_batch_size must be a positive integer or None"); leave it '
+            "out for max_running_requests // pp_size, or give a positive cap"
+        ), refused.err
+        assert cli(argv).rc == 0
     assert cli(["derive", "--model-config", MODEL, "--pp-max-micro-batch-size", "0"]).rc == 2
 
 

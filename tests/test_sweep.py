@@ -157,11 +157,16 @@ def capacity_inputs(draw: st.DrawFn) -> CapacityInputs:
     if D and mrr is None:
         mrr = draw(st.integers(1, 5000))  # SGLang needs it for spec decoding
     T = draw(st.one_of(st.none(), st.integers(1, 2_000_000)))
+    pp = draw(st.integers(1, min(8, g.num_hidden_layers)))
+    # SGLang 0.5.21+ start speculative decoding under PP only with SGLANG_ENABLE_PP_SPEC (exported here),
+    # and not with attention DP: such a deployment is refused, not swept.
+    dp = 1 if D and pp > 1 else draw(st.sampled_from([1, 1, 2, 4]))
     return CapacityInputs(
         geometry=g,
         budget_gib=8.0,
-        pp_size=draw(st.integers(1, min(8, g.num_hidden_layers))),
-        dp_size=draw(st.sampled_from([1, 1, 2, 4])),
+        pp_size=pp,
+        dp_size=dp,
+        pp_spec_env=True,
         policy=draw(st.sampled_from(POLICIES)),
         mamba_full_memory_ratio=draw(st.one_of(st.sampled_from([0.5, 0.9]), st.floats(0.01, 20))),
         mamba_radix_cache_strategy=draw(st.sampled_from(STRATEGIES)),

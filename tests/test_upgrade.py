@@ -271,7 +271,7 @@ def test_the_upgrade_facts_describe_the_deployment_as_configured() -> None:
     assert plain.strategy != "extra_buffer_lazy"
     given = UpgradeFacts.of(
         _capacity_inputs(
-            {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"},
+            {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1", "SGLANG_ENABLE_PP_SPEC": "1"},
             pp_size=4,
             max_running_requests=8,
             speculative_num_draft_tokens=3,

@@ -2,7 +2,8 @@
 
 Each one changes what a rank derives, so each one joins the preflight's inputs (compared by digest
 across ranks): the layer partition (``sglang/srt/distributed/utils.py`` ``get_pp_indices``), the state
-dtypes (``sglang/srt/configs/mamba_utils.py``) and the decode-lock switch (``sglang/srt/environ.py``).
+dtypes (``sglang/srt/configs/mamba_utils.py``), the decode-lock switch (``sglang/srt/environ.py``) and
+whether speculative decoding starts under PP (``SGLANG_ENABLE_PP_SPEC``, 0.5.21+).
 """
 
 from __future__ import annotations
@@ -12,5 +13,8 @@ from checker.core.partition import PARTITION_ENV
 MAMBA_CONV_DTYPE_ENV = "SGLANG_MAMBA_CONV_DTYPE"
 MAMBA_SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
 SKIP_DECODE_LOCK_ENV = "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"
+PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"
+"""0.5.21+: speculative decoding (EAGLE) under pipeline parallelism starts only with it set
+(``arg_groups/validation_hook.py`` ``check_pipeline_parallel_compat``), outside a prefill node."""
 
-SGLANG_ENV_VARS = (PARTITION_ENV, MAMBA_CONV_DTYPE_ENV, MAMBA_SSM_DTYPE_ENV, SKIP_DECODE_LOCK_ENV)
+SGLANG_ENV_VARS = (PARTITION_ENV, MAMBA_CONV_DTYPE_ENV, MAMBA_SSM_DTYPE_ENV, SKIP_DECODE_LOCK_ENV, PP_SPEC_ENV)

@@ -151,14 +151,14 @@ def first_release_under_pp(architecture: str, after: str) -> str | None:
     return next((v for v in later if runs_under_pp(v, architecture)), None)
 
 
-def _why(release: str, status: str, where: str, also: str) -> str:
-    """What stops the class, with the SGLang file:line (``also``: a second line of the same file)."""
+def _why(status: str, where: str, also: str, runner: str | None) -> str:
+    """What stops the class, with the SGLang file:line (``also``: a second line of the same file;
+    ``runner``: where the release's model runner asserts ``support_pp``, None where it does not)."""
     at = f"sglang/srt/{where}"
     line = f":{also.rsplit(':', 1)[-1]}" if also else ""
     if status == "single-stage":
         return f"its constructor asserts a single pipeline stage ({at})"
     if status == "no-pp":
-        runner = MODEL_RUNNER_ASSERT.get(release)
         if runner:
             return (
                 f"its forward takes no pp_proxy_tensors ({at}), which the model runner asserts under PP "
@@ -172,6 +172,35 @@ def _why(release: str, status: str, where: str, also: str) -> str:
         tie = f"; with tie_word_embeddings the later stages fail first, in the constructor ({line})" if also else ""
         return f"its load_weights has no stage filter ({at}: KeyError on another stage's layers){tie}"
     return f"{status} ({at})"
+
+
+def pipeline_refusal(
+    release: str,
+    arch: str,
+    entry: tuple[str, str, str],
+    *,
+    runner: str | None,
+    pp_size: int,
+    tp_group_size: int,
+    tp_fits: Callable[[int], bool] | None = None,
+    later: str | None = None,
+) -> FlagError:
+    """The one line for a class ``release`` does not start at ``pp_size`` stages: ``entry`` (status,
+    where, also) as :mod:`checker.core.pp_support` or the installed code says, ``runner`` the model
+    runner's assert, ``later`` the first release that starts it; the way out names the same GPUs as
+    tensor parallelism where the model shards over them (``tp_fits``)."""
+    status, where, also = entry
+    gpus = pp_size * tp_group_size
+    if tp_fits is None or tp_fits(gpus):
+        outs = [f"--pp-size 1 --tp-size {gpus} (the same GPUs as tensor parallelism)"]
+    else:
+        outs = [f"--pp-size 1 (it does not shard over --tp-size {gpus})"]
+    if later is not None:
+        outs.append(f"SGLang {later} (the first release that starts it under PP)")
+    return FlagError(
+        f"SGLang {release} cannot start {arch} at --pp-size {pp_size}: {_why(status, where, also, runner)}; "
+        f"use {' or '.join(outs)}"
+    )
 
 
 def check_pipeline(
@@ -197,17 +226,13 @@ def check_pipeline(
     entry = pipeline_status(release, arch) if arch is not None else None
     if arch is None or entry is None or entry[0] == STARTS:
         return
-    status, where, also = entry
-    outs = []
-    gpus = pp_size * tp_group_size
-    if tp_fits is None or tp_fits(gpus):
-        outs.append(f"--pp-size 1 --tp-size {gpus} (the same GPUs as tensor parallelism)")
-    else:
-        outs.append(f"--pp-size 1 (it does not shard over --tp-size {gpus})")
-    later = first_release_under_pp(arch, release)
-    if later is not None:
-        outs.append(f"SGLang {later} (the first release that starts it under PP)")
-    raise FlagError(
-        f"SGLang {release} cannot start {arch} at --pp-size {pp_size}: {_why(release, status, where, also)}; "
-        f"use {' or '.join(outs)}"
+    raise pipeline_refusal(
+        release,
+        arch,
+        entry,
+        runner=MODEL_RUNNER_ASSERT.get(release),
+        pp_size=pp_size,
+        tp_group_size=tp_group_size,
+        tp_fits=tp_fits,
+        later=first_release_under_pp(arch, release),
     )

@@ -204,7 +204,8 @@ class ReleaseRules:
     arg_groups/validation_hook.py (0.5.19; 0.5.20 on every non-NPU platform) assert ``disable_overlap_schedule
     and speculative_algorithm is None`` under pp > 1 ("Pipeline parallelism is not compatible with overlap
     schedule, speculative decoding"). 0.5.21+ (validation_hook.py ``check_pipeline_parallel_compat``) accept
-    EAGLE (non-multi-layer) under PP."""
+    EAGLE (non-multi-layer) under PP with SGLANG_ENABLE_PP_SPEC set, or on a prefill node. The refusal
+    itself is :func:`checker.core.startup.check_pp_spec` (which reads the release's own ranges)."""
     default_full_memory_ratio: float = 0.9
     """SGLang's --mamba-full-memory-ratio default (server_args.py ``ServerArgs``): 0.2 in 0.5.3.post2."""
 
@@ -820,7 +821,8 @@ _EXPLAIN: dict[str, str] = {
     "request_cap": "{old} and {new} cap max_running_requests differently ({a} vs {b})",
     "radix_rule": "{old} and {new} count slots per request differently ({a} vs {b})",
     "pp_hybrid": "{old} has no hybrid model that runs under pipeline parallelism; {new} and later do",
-    "pp_with_spec": "{old} refuses speculative decoding under pipeline parallelism; {new} accepts it",
+    "pp_with_spec": "{old} refuses speculative decoding under pipeline parallelism; {new} accepts EAGLE with "
+    "SGLANG_ENABLE_PP_SPEC=1",
     "spec_reserve": "{old} and {new} charge the spec-decoding state differently ({a} vs {b})",
     "has_lazy": "{new} and later accept the extra_buffer_lazy strategy; {old} has none",
     "pool_families": "{old} and {new} give a state pool to different model families ({a} vs {b})",

@@ -241,8 +241,28 @@ class SizingFlags:
         **_positive(
             metavar="D",
             sglang="speculative_num_draft_tokens",
-            help="spec decoding draft tokens (needs --max-running-requests)",
+            help="spec decoding draft tokens; alone (no --speculative-algorithm): speculative decoding "
+            "with D draft tokens, which needs --max-running-requests",
         ),
+    )
+    speculative_algorithm: str | None = _arg(
+        None,
+        metavar="ALG",
+        sglang="speculative_algorithm",
+        help="spec decoding on, as SGLang resolves it (EAGLE, EAGLE3, NEXTN, STANDALONE): unset steps, "
+        "top-k, draft tokens and --max-running-requests get the release's own values",
+    )
+    """The algorithm as given (checker.core.startup resolves the setup per release; None: no algorithm)."""
+    speculative_num_steps: int | None = _arg(
+        None, **_positive(metavar="N", sglang="speculative_num_steps", help="spec decoding draft steps")
+    )
+    speculative_eagle_topk: int | None = _arg(
+        None, **_positive(metavar="K", sglang="speculative_eagle_topk", help="spec decoding top-k per step")
+    )
+    enable_mixed_chunk: bool = _arg(
+        False,
+        sglang="enable_mixed_chunk",
+        help="mixed chunked prefill (sizes nothing; SGLang up to 0.5.10.post1 refuses it under pp > 1)",
     )
     mamba_ssm_dtype: str | None = _arg(
         None,

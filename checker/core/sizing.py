@@ -32,6 +32,7 @@ from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, release_mo
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
 from checker.core.server_args import STRATEGIES as STRATEGIES
 from checker.core.server_args import SizingFlags
+from checker.core.startup import check_mixed_chunk, check_pp_spec
 
 _T = TypeVar("_T")
 GIB = 2**30
@@ -80,6 +81,10 @@ class CapacityInputs(SizingFlags):
     """The value of SGLANG_PP_LAYER_PARTITION on this rank (None when unset)."""
     skip_decode_lock: bool = False
     """SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK set truthy."""
+    pp_spec_env: bool = False
+    """SGLANG_ENABLE_PP_SPEC set truthy (0.5.21+: speculative decoding under PP starts only with it)."""
+    spec_note: str = ""
+    """What the release resolved of the speculative setup itself (checker.core.startup), for reports."""
 
     def __post_init__(self) -> None:
         super().__post_init__()  # every flag as its row says (type, range, choices)
@@ -99,10 +104,16 @@ class CapacityInputs(SizingFlags):
                 f"{self.release.label} charges no per-slot extra state (extra_mamba_cache_bytes_per_req "
                 "arrived in 0.5.22); drop it from the model spec or derive for 0.5.22 or later"
             )
+        if self.speculative_algorithm is not None and self.speculative_num_draft_tokens is None:
+            raise TypeError(
+                "CapacityInputs.speculative_algorithm is resolved before sizing "
+                "(checker.core.startup.resolve_speculative): its draft tokens are None"
+            )
         if self.speculative_num_draft_tokens and self.max_running_requests is None:
             raise FlagError(
                 "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the "
-                "spec-decoding intermediate state from it"
+                "spec-decoding intermediate state from it (or give --speculative-algorithm, and the "
+                "release picks its own)"
             )
         if self.token_capacity is not None and self.resolved_context_len is None:
             raise FlagError(
@@ -119,12 +130,22 @@ class CapacityInputs(SizingFlags):
                 "nemotron_h.py builds and runs every layer on every stage); use --pp-size 1, or SGLang "
                 f"{_FIRST_PP_HYBRID} or later"
             )
-        if self.pp_size > 1 and self.speculative_num_draft_tokens and not rules.pp_with_spec:
-            raise FlagError(
-                f"--speculative-num-draft-tokens with --pp-size {self.pp_size}: {sg} refuses it at startup "
-                '("Pipeline parallelism is not compatible with overlap schedule, speculative decoding"); '
-                "drop speculative decoding or use --pp-size 1"
-            )
+        # The start-up refusals of the flags under PP (checker.core.startup), as the modelled release
+        # whose rules apply makes them.
+        check_pp_spec(
+            self.release.version,
+            pp_size=self.pp_size,
+            algorithm=self.speculative_algorithm,
+            speculative=bool(self.speculative_num_draft_tokens),
+            pp_spec_env=self.pp_spec_env,
+            attention_dp=self.dp_size > 1,
+        )
+        check_mixed_chunk(
+            self.release.version,
+            pp_size=self.pp_size,
+            enable_mixed_chunk=self.enable_mixed_chunk,
+            speculative=bool(self.speculative_num_draft_tokens),
+        )
         self._refuse_family(rules, sg)
         if rules.radix_rule in ("forced-off", "fixed-ratio") and self.mamba_radix_cache_strategy != "auto":
             raise FlagError(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 MODELS = "sglang/srt/models/"
 Source = Callable[[str], "str | None"]
@@ -428,4 +429,48 @@ def model_runner_assert(source: Source) -> Where | None:
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Assert) and "support_pp" in ast.unparse(node.test):
             return Where(MODEL_RUNNER, node.lineno)
+    return None
+
+
+def pipeline_status(reading: ClassReading, runner_assert: Where | None) -> tuple[str, str, str] | None:
+    """(status, where, also) of one class in one release, in the order SGLang would stop it: the
+    constructor's assert of one stage (``single-stage``), a ``forward`` without ``pp_proxy_tensors``
+    (``no-pp``; ``also``: the model runner's assert), every layer built on every stage (``all-layers``;
+    ``also``: the forward's loop over them all), ``load_weights`` without a stage filter
+    (``unfiltered-load``; ``also``: a tied head), else ``stages``. None: no layer builder found (the code
+    reading cannot settle it; scripts/build_pp_support.py asks for a hand-checked rule)."""
+    if reading.single_stage is not None:
+        return "single-stage", str(reading.single_stage), ""
+    if not reading.takes_proxy:
+        return "no-pp", str(reading.forward), str(runner_assert or "")
+    if reading.layers == "all":
+        return "all-layers", str(reading.layers_at), str(reading.runs_all_at or "")
+    if reading.unfiltered_load is not None:
+        return "unfiltered-load", str(reading.unfiltered_load), str(reading.tied_head or "")
+    if reading.layers != "stage":
+        return None
+    return "stages", str(reading.layers_at), ""
+
+
+def entry_module(architecture: str, package_root: Path) -> str | None:
+    """The module of an installed release's ``sglang/srt/models`` whose ``EntryClass`` lists
+    ``architecture`` (as ``models/registry.py`` ``import_model_classes`` finds it), without importing
+    anything; ``package_root``: the folder holding ``sglang/``. Only files naming it are parsed."""
+    folder = package_root / MODELS
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if architecture not in text or "EntryClass" not in text:
+            continue
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in targets):
+                value = node.value  # type: ignore[attr-defined]
+                items = value.elts if isinstance(value, ast.List | ast.Tuple) else [value]
+                names = {i.id if isinstance(i, ast.Name) else getattr(i, "attr", None) for i in items}
+                if architecture in names:
+                    return f"{MODELS}{path.name}"
     return None

@@ -499,12 +499,58 @@ class SglangEngine:
                 f"SGLang {self.version}'s own code derives here ({self.reason}), and it charges {policy} "
                 f"only; --policy {inputs.policy} is a checker what-if (use --engine builtin for it)"
             )
+        self.check_pipeline(inputs, source)
         env = dict(env)
         # The slices follow the inputs (plan compares partitions by changing them), like the builtin's.
         env.pop("SGLANG_PP_LAYER_PARTITION", None)
         if inputs.partition_env is not None:
             env["SGLANG_PP_LAYER_PARTITION"] = inputs.partition_env
         return PreparedSglang(self, inputs, source, env)
+
+    def check_pipeline(self, inputs: CapacityInputs, source: ModelSource) -> None:
+        """Under pp > 1: whether the INSTALLED release starts the class its registry picks for the model,
+        read from that class's own code (:mod:`checker.engines.model_code`: its constructor's asserts and
+        layer builder, ``forward``'s ``pp_proxy_tensors``, ``load_weights``), the same rule the table of
+        modelled releases holds (:func:`checker.core.model_support.check_pipeline`): a release newer than
+        the modelled ones is judged by its own code. Nothing is imported: the files are read."""
+        if inputs.pp_size <= 1:
+            return
+        from checker.core.model_support import model_architectures, pipeline_refusal
+        from checker.engines import model_code
+
+        archs = model_architectures(model=source.model, model_config=source.model_config)
+        spec = importlib.util.find_spec("sglang")
+        if not archs or spec is None or not spec.submodule_search_locations:
+            return  # a JSON model spec names no class (the release rules hold it to the coarse answer)
+        root = Path(next(iter(spec.submodule_search_locations))).parent
+
+        def installed(path: str) -> str | None:
+            f = root / path
+            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+
+        arch, module = next(
+            ((a, m) for a in archs if (m := model_code.entry_module(a, root)) is not None), (None, None)
+        )
+        if arch is None or module is None:
+            return  # no class of the release's own: check_architectures' question, not this one
+        reading = model_code.read_class(arch, module, installed)
+        runner = model_code.model_runner_assert(installed)
+        entry = model_code.pipeline_status(reading, runner) if reading is not None else None
+        if entry is None:
+            raise FlagError(
+                f"SGLang {self.version}: the checker cannot tell from {module.removeprefix('sglang/srt/')} "
+                f"whether {arch} builds only its own layers on each pipeline stage (no make_layers / "
+                "make_pp_layers in its constructor); run it at --pp-size 1, or report it"
+            )
+        if entry[0] != "stages":
+            raise pipeline_refusal(
+                str(self.version),
+                arch,
+                entry,
+                runner=str(runner) if runner else None,
+                pp_size=inputs.pp_size,
+                tp_group_size=inputs.tp_group_size,
+            )
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -162,6 +162,7 @@ def apply_launch_command(
                 )
             continue
         setattr(args, key, value)
+    _refuse_draft_tokens_alone(cmd, args)
     compared = _compared_apart(args)
     items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
     given_items = [(k, v) for k, v in items if _explicit(cmd, k)]
@@ -264,6 +265,30 @@ def _compared_apart(args: argparse.Namespace) -> set[str]:
     return out
 
 
+def _refuse_draft_tokens_alone(cmd, args: argparse.Namespace) -> None:  # noqa: ANN001 - a LaunchCommand
+    """``--speculative-num-draft-tokens`` in the launch command with no algorithm anywhere: SGLang runs
+    no speculative decoding then (the pool sizing asks ``spec_algorithm.is_none()``; 0.5.3.post2-0.5.6.post2
+    still scale the pool by the draft tokens), while the checker's own flag alone means speculative
+    decoding. Which one is meant is the user's to say, not the checker's to guess."""
+    if "speculative_num_draft_tokens" not in cmd.explicit or getattr(args, "speculative_algorithm", None):
+        return
+    d = cmd.values.get("speculative_num_draft_tokens")
+    raise FlagError(
+        f"--speculative-num-draft-tokens {d} in the launch command without --speculative-algorithm: SGLang "
+        f"{cmd.release} runs no speculative decoding then; add --speculative-algorithm (e.g. EAGLE) to the "
+        "launch command, or drop the draft tokens"
+    )
+
+
+def _zero_micro_batch_refused(release: str) -> bool:
+    from checker.core.startup import zero_micro_batch_refused
+
+    try:
+        return zero_micro_batch_refused(release)
+    except FlagError:  # an installed pre-release or local build: as the releases after 0.5.11 do
+        return True
+
+
 def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
     """The launch command's inputs, each checked by its row of the table as the checker's own flag is
     (exit 2 naming the launch command's flag) and read as SGLang reads it (0 is unset where SGLang says
@@ -275,6 +300,17 @@ def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
         if row is None:
             continue
         typed = cmd.sglang_values.get(row.sglang)
+        if (
+            key == "pp_max_micro_batch_size"
+            and typed == 0
+            and row.sglang in cmd.sglang_explicit
+            and _zero_micro_batch_refused(cmd.release)
+        ):
+            raise FlagError(
+                f"launch command --pp-max-micro-batch-size 0: SGLang {cmd.release} refuses it at start-up "
+                '(check_server_args: "pp_max_micro_batch_size must be a positive integer or None"); leave '
+                "it out for max_running_requests // pp_size, or give a positive cap"
+            )
         if typed is not None and row.sglang in cmd.sglang_explicit:
             row.launch_value(typed)
         out[key] = row.launch_value(value)
