@@ -87,9 +87,9 @@ HAND_CHECKED = (
         "unfiltered-load",
         "built on the meta device from 0.5.23's code at pp 2 (scripts/pp_meta_build.py, tests/fixtures/"
         "granite_4_0_h_small.json): stage 1's constructor fails at granitemoehybrid.py:510 (AttributeError: "
-        "'PPMissingLayer' object has no attribute 'weight': lm_head is tied to embed_tokens, which only stage "
-        "0 builds); stage 0 builds, and its load_weights raises KeyError: 'model.layers.20.input_layernorm."
-        "weight' at :602 (params_dict[n], no stage filter)",
+        "'PPMissingLayer' object has no attribute 'weight': lm_head is tied to embed_tokens, which only "
+        "stage 0 builds); stage 0 builds, and its load_weights raises KeyError: "
+        "'model.layers.20.input_layernorm.weight' at :602 (params_dict[n], no stage filter)",
     ),
     HandCheck(
         "GraniteMoeHybridForCausalLM",
@@ -113,8 +113,8 @@ HAND_CHECKED = (
         "0.5.7",
         "all-layers",
         "models/nemotron_h.py:540 make_layers_non_pp: every stage builds every layer, embedding and head "
-        "included, and NemotronHModel.forward loops over all of them (:565) on the hidden states the previous "
-        "stage sent: it starts, but each token passes through the whole model once per stage",
+        "included, and NemotronHModel.forward loops over all of them (:565) on the hidden states the "
+        "previous stage sent: it starts, but each token passes through the whole model once per stage",
     ),
 )
 
@@ -138,7 +138,9 @@ def release_source(version: str, wheels_dir: Path, src_dir: Path) -> tuple[Sourc
     return from_wheel, wheel
 
 
-def read_release(version: str, wheels_dir: Path, src_dir: Path) -> tuple[str | None, dict[str, tuple[str, str, str]]]:
+def read_release(
+    version: str, wheels_dir: Path, src_dir: Path
+) -> tuple[str | None, dict[str, tuple[str, str, str]]]:
     source, where = release_source(version, wheels_dir, src_dir)
     registered = wheels.registered_architectures(where)
     runner = model_runner_assert(source)
@@ -213,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     lines.append("}")
     lines.append("# fmt: on")
     TARGET.write_text("\n".join(lines) + "\n")
-    print(f"wrote {TARGET.relative_to(REPO)}: {len(HYBRID_ARCHITECTURES)} classes over {len(MODELLED_RELEASES)} releases")
+    print(
+        f"wrote {TARGET.relative_to(REPO)}: {len(HYBRID_ARCHITECTURES)} classes over "
+        f"{len(MODELLED_RELEASES)} releases"
+    )
     return 0
 
 

@@ -145,8 +145,15 @@ def _stage(rc, new: bool, server_args, rank: int, pp: int):  # noqa: ANN001, ANN
             setattr(ps, name, one)
     ps._PP = Group(range(pp), rank)
     dpa = importlib.import_module("sglang.srt.layers.dp_attention")
-    for name, value in (("_ATTN_TP_SIZE", 1), ("_ATTN_TP_RANK", 0), ("_ATTN_DP_SIZE", 1), ("_ATTN_DP_RANK", 0),
-                        ("_LOCAL_ATTN_DP_SIZE", 1), ("_LOCAL_ATTN_DP_RANK", 0), ("_ENABLE_DP_ATTENTION_FLAG", False)):
+    for name, value in (
+        ("_ATTN_TP_SIZE", 1),
+        ("_ATTN_TP_RANK", 0),
+        ("_ATTN_DP_SIZE", 1),
+        ("_ATTN_DP_RANK", 0),
+        ("_LOCAL_ATTN_DP_SIZE", 1),
+        ("_LOCAL_ATTN_DP_RANK", 0),
+        ("_ENABLE_DP_ATTENTION_FLAG", False),
+    ):
         if hasattr(dpa, name):
             setattr(dpa, name, value)
     sa = importlib.import_module("sglang.srt.server_args")
@@ -172,6 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     sys.meta_path.insert(0, _ImportOnly())
     os.environ.setdefault("SGLANG_ROPE_CACHE_FP32", "1")
     import torch
+
+    if not torch.cuda.is_available():  # a side stream some constructors ask for (alt_stream): none here
+        torch.cuda.Stream = lambda *a, **k: None  # type: ignore[assignment,misc]
+    copy = torch.Tensor.copy_
+
+    def meta_copy(self, src, *args, **kwargs):  # a weight loader copying a meta tensor: nothing to move
+        if getattr(src, "is_meta", False) or self.is_meta:
+            return self
+        return copy(self, src, *args, **kwargs)
+
+    torch.Tensor.copy_ = meta_copy  # type: ignore[method-assign]
 
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader.loader import _initialize_model

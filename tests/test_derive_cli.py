@@ -268,7 +268,8 @@ def test_every_family_derives_and_agrees_under_max_share(
     model = str(config)
     if name in ("qwen3_next_80b_a3b", "falcon_h1_0_5b", "granite_4_0_h_small"):
         geo = load_geometry(model_config=config, tp_size=2).describe()
-        spec = {key: geo[key] for key in ("num_hidden_layers", "linear_layer_ids", "conv_shapes", "temporal_shape")}
+        keys = ("num_hidden_layers", "linear_layer_ids", "conv_shapes", "temporal_shape")
+        spec = {key: geo[key] for key in keys}
         spec["dtypes"] = {"conv": geo["conv_dtype"], "temporal": geo["temporal_dtype"]}
         model = str(tmp_path / "spec.json")
         Path(model).write_text(json.dumps(spec))

@@ -181,6 +181,7 @@ def test_a_newer_release_is_judged_under_pp_by_its_own_class(sglang_engine, tmp_
     assert f"its constructor asserts a single pipeline stage (sglang/srt/{where})" in line, line
     assert line.endswith("use --pp-size 1 --tp-size 2 (the same GPUs as tensor parallelism)"), line
     ok = _checker(
-        ["derive", "--model-config", QWEN3_NEXT, "--pp-size", "1", "--tp-size", "2", "--budget-gib", "16"], site
+        ["derive", "--model-config", QWEN3_NEXT, "--pp-size", "1", "--tp-size", "2", "--budget-gib", "16"],
+        site,
     )
     assert ok.returncode == 0, ok.stderr[-800:]

@@ -541,7 +541,8 @@ def test_engines_agree_across_families_and_branches(sglang_engine, cli, family: 
     shows as exit 4 with the drift listed."""
     pp = _stages(sglang_engine, _family(family), 4)
     rc, doc = _both(
-        cli, [*_fixture(family), "--pp-size", str(pp), "--tp-size", "2", "--budget-gib", "16", *FLAG_SETS[flags]]
+        cli,
+        [*_fixture(family), "--pp-size", str(pp), "--tp-size", "2", "--budget-gib", "16", *FLAG_SETS[flags]],
     )
     if rc == 2:  # both refuse (e.g. a family the release gives no extra buffer): an input error, no drift
         assert "drift" not in doc and "SGLang" in doc["error"], doc
@@ -661,7 +662,8 @@ def test_engine_sglang_refuses_policies_sglang_does_not_have(sglang_engine, cli)
     (Qwen3-Next at pp 1: every modelled release loads it, at one stage; the default kimi-k3 arrived in
     0.5.17.)"""
     res = cli(
-        ["derive", "--engine", "sglang", *_fixture("qwen3_next_80b_a3b"), "--pp-size", "1", "--policy", "own-share"]
+        ["derive", "--engine", "sglang", *_fixture("qwen3_next_80b_a3b"), "--pp-size", "1"]
+        + ["--policy", "own-share"]
     )
     assert res.rc == 2 and "--policy own-share is a checker what-if" in res.err
     assert len(res.err.strip().splitlines()) == 1

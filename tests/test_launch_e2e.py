@@ -216,7 +216,8 @@ def test_check_on_real_ranks_keeps_a_long_launch_command_whole(tmp_path):
     the model path whole, not the wire's cut text; the terminal shows the path whole too."""
     deep = tmp_path / "an-organisation-with-a-long-name" / "models-mirrored-from-the-hub" / "qwen3.5"
     deep.mkdir(parents=True)
-    model = _model_dir(deep, "qwen3_5_397b_a17b.json").rename(deep / "Qwen3.5-397B-A17B-Instruct-FP8-rev-2026")
+    model = _model_dir(deep, "qwen3_5_397b_a17b.json")
+    model = model.rename(deep / "Qwen3.5-397B-A17B-Instruct-FP8-rev-2026")
     assert len(str(model / "config.json")) > 120
     launch = [*SERVE, "--model-path", str(model), "--pp-size", "2", *NOISE]
     res = run_world(

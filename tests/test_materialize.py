@@ -110,7 +110,10 @@ def test_every_rank_allocates_exactly_the_prediction(tmp_path, family, world_siz
     assert _world_alloc_bytes(argv) < WORLD_ALLOC_LIMIT, "test pool too large for this machine"
     single = ["--allow-single-rank"] if world_size == 1 else []
     res = run_world(
-        ["check", *argv, *single, "--materialize", *FAST], world_size=world_size, tmp_path=tmp_path, env=PP_SPEC
+        ["check", *argv, *single, "--materialize", *FAST],
+        world_size=world_size,
+        tmp_path=tmp_path,
+        env=PP_SPEC,
     )
     assert res.codes == [0] * world_size, [r.stderr[-500:] for r in res.ranks]
     rep = res.report()

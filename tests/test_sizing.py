@@ -861,7 +861,8 @@ def test_any_pipeline_split_is_refused_where_sglang_refuses_it(pp: int) -> None:
         "0.5.21 or later (EAGLE)"
     )
     make(pp_size=pp, sglang_version="0.5.21", **spec)  # SGLANG_ENABLE_PP_SPEC=1 (make's nodes export it)
-    with pytest.raises(FlagError, match=f"^speculative decoding with --pp-size {pp}: SGLang 0.5.21 starts it "):
+    starts = f"^speculative decoding with --pp-size {pp}: SGLang 0.5.21 starts it "
+    with pytest.raises(FlagError, match=starts):
         make(pp_size=pp, sglang_version="0.5.21", pp_spec_env=False, **spec)
 
 

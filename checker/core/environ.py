@@ -17,4 +17,10 @@ PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"
 """0.5.21+: speculative decoding (EAGLE) under pipeline parallelism starts only with it set
 (``arg_groups/validation_hook.py`` ``check_pipeline_parallel_compat``), outside a prefill node."""
 
-SGLANG_ENV_VARS = (PARTITION_ENV, MAMBA_CONV_DTYPE_ENV, MAMBA_SSM_DTYPE_ENV, SKIP_DECODE_LOCK_ENV, PP_SPEC_ENV)
+SGLANG_ENV_VARS = (
+    PARTITION_ENV,
+    MAMBA_CONV_DTYPE_ENV,
+    MAMBA_SSM_DTYPE_ENV,
+    SKIP_DECODE_LOCK_ENV,
+    PP_SPEC_ENV,
+)

@@ -169,7 +169,11 @@ def _why(status: str, where: str, also: str, runner: str | None) -> str:
         runs = f" and runs them all ({line})" if also else ""
         return f"every stage builds every layer ({at}){runs}: the stages do not split the model"
     if status == "unfiltered-load":
-        tie = f"; with tie_word_embeddings the later stages fail first, in the constructor ({line})" if also else ""
+        tie = (
+            f"; with tie_word_embeddings the later stages fail first, in the constructor ({line})"
+            if also
+            else ""
+        )
         return f"its load_weights has no stage filter ({at}: KeyError on another stage's layers){tie}"
     return f"{status} ({at})"
 

@@ -112,8 +112,8 @@ def resolve_speculative(
         if topk is not None or draft_tokens is not None:
             raise FlagError(
                 f"--speculative-eagle-topk / --speculative-num-draft-tokens without --speculative-num-steps: "
-                f"SGLang {release} refuses it at start-up (it picks all three itself, asserting the other two "
-                "unset); give --speculative-num-steps too, or none of them"
+                f"SGLang {release} refuses it at start-up (it picks all three itself, asserting the other "
+                "two unset); give --speculative-num-steps too, or none of them"
             )
         auto = _AUTO_STANDALONE if alg == "STANDALONE" else auto_params(release)
         steps, topk, draft_tokens = auto
@@ -129,7 +129,8 @@ def resolve_speculative(
     if draft_tokens is None:
         raise FlagError(
             f"--speculative-eagle-topk {topk} without --speculative-num-draft-tokens: SGLang {release} "
-            "sizes the speculative state from the draft tokens and has none; give --speculative-num-draft-tokens"
+            "sizes the speculative state from the draft tokens and has none; give "
+            "--speculative-num-draft-tokens"
         )
     note = f"SGLang {release} resolves {alg}: {', '.join(notes)}" if notes else ""
     return SpecSetup(alg, draft_tokens, mrr, note)
@@ -165,23 +166,23 @@ def check_pp_spec(
     where = f"sglang/srt/{_validation_file(release)}"
     if not release_model(release).rules.pp_with_spec:
         raise FlagError(
-            f"speculative decoding with --pp-size {pp_size}: SGLang {release} refuses it at start-up ({where} "
-            f'check_server_args: "{_pp_message(release)}"); drop speculative decoding, use --pp-size 1, or '
-            f"SGLang {FIRST_PP_SPEC} or later (EAGLE)"
+            f"speculative decoding with --pp-size {pp_size}: SGLang {release} refuses it at start-up "
+            f'({where} check_server_args: "{_pp_message(release)}"); drop speculative decoding, use '
+            f"--pp-size 1, or SGLang {FIRST_PP_SPEC} or later (EAGLE)"
         )
     alg = algorithm or "EAGLE"
     if alg != "EAGLE":
         raise FlagError(
-            f"--speculative-algorithm {alg} with --pp-size {pp_size}: SGLang {release} refuses it at start-up "
-            f'({where}: "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative '
-            'decoding"); use EAGLE (or NEXTN), or --pp-size 1'
+            f"--speculative-algorithm {alg} with --pp-size {pp_size}: SGLang {release} refuses it at "
+            f'start-up ({where}: "Pipeline parallelism currently only supports EAGLE (non-multi-layer) '
+            'speculative decoding"); use EAGLE (or NEXTN), or --pp-size 1'
         )
     if not pp_spec_env:
         raise FlagError(
             f"speculative decoding with --pp-size {pp_size}: SGLang {release} starts it only with "
-            f"SGLANG_ENABLE_PP_SPEC=1, or on a prefill node ({where}: \"PP + speculative decoding (MTP) is only "
-            'supported on prefill nodes (disaggregation-mode=prefill)"), whose pools the checker does not '
-            "model; export SGLANG_ENABLE_PP_SPEC=1 on every node, or use --pp-size 1"
+            f'SGLANG_ENABLE_PP_SPEC=1, or on a prefill node ({where}: "PP + speculative decoding (MTP) is '
+            'only supported on prefill nodes (disaggregation-mode=prefill)"), whose pools the checker does '
+            "not model; export SGLANG_ENABLE_PP_SPEC=1 on every node, or use --pp-size 1"
         )
     if attention_dp:
         raise FlagError(

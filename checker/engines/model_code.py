@@ -63,7 +63,8 @@ class ClassReading:
     single_stage: Where | None
     """The constructor's assert of a single stage (None: none)."""
     layers: str
-    """``stage`` (each stage builds its own slice), ``all`` (every stage builds every layer) or ``unknown``."""
+    """``stage`` (each stage builds its own slice), ``all`` (every stage builds every layer), or
+    ``unknown``."""
     layers_at: Where | None
     runs_all_at: Where | None
     """Where the forward of the module that builds every layer loops over all of them (only with
@@ -252,12 +253,17 @@ def _builder_kind(call: ast.Call) -> str | None:
 def _pp_guarded(parents: list[ast.AST]) -> bool:
     """Inside an ``if`` (or conditional expression) whose test reads the pipeline group."""
     return any(
-        isinstance(p, ast.If | ast.IfExp) and _mentions(p.test, ("pp_group", "is_first_rank", "is_last_rank", "world_size", "pp_size", "pp_rank"))
+        isinstance(p, ast.If | ast.IfExp)
+        and _mentions(
+            p.test, ("pp_group", "is_first_rank", "is_last_rank", "world_size", "pp_size", "pp_rank")
+        )
         for p in parents
     )
 
 
-def _walk_with_parents(node: ast.AST, parents: list[ast.AST] | None = None) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
+def _walk_with_parents(
+    node: ast.AST, parents: list[ast.AST] | None = None
+) -> Iterator[tuple[ast.AST, list[ast.AST]]]:
     parents = parents or []
     for child in ast.iter_child_nodes(node):
         yield child, parents
@@ -303,7 +309,7 @@ def _walk_constructor(reader: _Reader, entry: tuple[_Module, ast.ClassDef]) -> _
             continue
         seen.add(id(fn))
         for node, parents in _walk_with_parents(fn):
-            if _is_single_stage_assert(node) and found.single_stage is None:
+            if isinstance(node, ast.Assert) and _is_single_stage_assert(node) and found.single_stage is None:
                 found.single_stage = Where(mod.path, node.lineno)
             if isinstance(node, ast.Assign):
                 _read_assign(node, parents, mod, found)
@@ -313,22 +319,22 @@ def _walk_constructor(reader: _Reader, entry: tuple[_Module, ast.ClassDef]) -> _
             if kind is not None:
                 found.builders.append((kind, Where(mod.path, node.lineno), mod, fn))
                 continue
-            name = _call_name(node)
+            called = _call_name(node)
             target = None
             if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
-                if node.func.value.id == "self" and name:
-                    m = _method(owner_chain, name)  # a method of the class being built
+                if node.func.value.id == "self" and called:
+                    m = _method(owner_chain, called)  # a method of the class being built
                     if m is not None:
                         todo.append((m[0], m[1], owner_chain))
                         continue
-                    attr = _class_attribute(owner_chain, name)  # a class held as a class attribute
+                    attr = _class_attribute(owner_chain, called)  # a class held as a class attribute
                     target = reader.resolve_expr(*attr) if attr is not None else None
                 else:
                     target = reader.resolve_expr(mod, node.func)  # module.Class
-            elif isinstance(node.func, ast.Name) and name is not None:
-                target = reader.resolve(mod, name)
-                if target is None and name in _param_names(fn):
-                    target = class_params.get(name)
+            elif isinstance(node.func, ast.Name) and called is not None:
+                target = reader.resolve(mod, called)
+                if target is None and called in _param_names(fn):
+                    target = class_params.get(called)
             if target is None:
                 continue
             sub_chain = reader.mro(*target)
@@ -466,9 +472,10 @@ def entry_module(architecture: str, package_root: Path) -> str | None:
         except SyntaxError:
             continue
         for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else []
-            if any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in targets):
-                value = node.value  # type: ignore[attr-defined]
+            if not isinstance(node, ast.Assign):
+                continue
+            if any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+                value = node.value
                 items = value.elts if isinstance(value, ast.List | ast.Tuple) else [value]
                 names = {i.id if isinstance(i, ast.Name) else getattr(i, "attr", None) for i in items}
                 if architecture in names:

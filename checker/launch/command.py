@@ -374,7 +374,9 @@ def table_parser(version: str) -> argparse.ArgumentParser:
         opts = row[0].split()
         nargs = row[1]
         if len(row) == 2 and nargs == 0 and opts[0] in _SWITCHES:
-            parser.add_argument(*opts, dest=_SWITCHES[opts[0]], action="store_const", const=True, default=False)
+            parser.add_argument(
+                *opts, dest=_SWITCHES[opts[0]], action="store_const", const=True, default=False
+            )
             continue
         if len(row) == 2:  # not read by sizing: only its spelling and arity matter
             where = next((LOCATION_DESTS[o] for o in opts if o in LOCATION_DESTS), None)

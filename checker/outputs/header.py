@@ -43,6 +43,8 @@ def header(
         T = inputs.token_capacity
         layout += f"; KV token capacity {'not modelled (does not bind)' if T is None else f'{T:,}'}"
     lines = [model, layout]
+    if inputs.spec_note:  # what the release picked itself from --speculative-algorithm (checker.core.startup)
+        lines.append(inputs.spec_note)
     if partition and inputs.partition_env and inputs.pp_size > 1:
         lines.append(f"SGLANG_PP_LAYER_PARTITION={inputs.partition_env}")
     return "\n".join(lines)

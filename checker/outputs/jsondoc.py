@@ -55,6 +55,9 @@ def json_inputs(
         d["resolved_strategy"] = None if inputs.disable_radix_cache else inputs.resolved_strategy
         d["overlap_schedule"] = inputs.effective_overlap_schedule
         d["slots_per_request"] = inputs.slots_per_request()
+        # What the release resolves itself from --speculative-algorithm (checker.core.startup).
+        d["resolved_speculative_num_draft_tokens"] = inputs.speculative_num_draft_tokens
+        d["resolved_max_running_requests"] = inputs.max_running_requests
     return d
 
 
