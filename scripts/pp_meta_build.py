@@ -181,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():  # a side stream some constructors ask for (alt_stream): none here
-        torch.cuda.Stream = lambda *a, **k: None  # type: ignore[assignment,misc]
+
+        class _NoStream:
+            def __init__(self, *a: object, **k: object) -> None:
+                pass
+
+        torch.cuda.Stream = _NoStream  # type: ignore[assignment,misc]
     copy = torch.Tensor.copy_
 
     def meta_copy(self, src, *args, **kwargs):  # a weight loader copying a meta tensor: nothing to move
