@@ -219,6 +219,7 @@ PROSE: dict[tuple[str, str], str] = {
 EXPECTED_EXIT: dict[tuple[str, str], int] = {
     # (file, part of the checker command) -> the exit code the page shows it ending with
     ("docs/preflight.md", "--policy own-share --mamba-full-memory-ratio 0.5"): 1,  # the divergent example
+    ("docs/preflight.md", "Qwen3-Next-80B-A3B --pp-size 2 --tp-size 2"): 2,  # a start-up refusal, shown
     ("docs/postflight.md", "other-node1.log"): 1,  # node 1 started with smaller pools
     ("checker postflight --help", "other-node1.log"): 1,
 }
@@ -230,7 +231,7 @@ INVENTORY: dict[str, int] = {
     "docs/how-it-computes.md": 1,
     "docs/launchers.md": 2,
     "docs/materialize.md": 4,
-    "docs/preflight.md": 4,
+    "docs/preflight.md": 5,
     "launchers/torchrun.sh": 2,
     "launchers/read-verdict.sh": 1,
     "launchers/slurm.sbatch": 2,
