@@ -239,6 +239,16 @@ def test_mixed_chunked_prefill_under_pp_is_refused_up_to_0_5_10_post1(cli) -> No
     )  # 0.5.23
 
 
+def test_every_sglang_variable_read_is_in_each_deriving_commands_help(cli) -> None:
+    """SGLANG_ENABLE_PP_SPEC decides whether a deployment starts: a user must find it in --help, as the
+    other variables a derivation reads."""
+    from checker.core.environ import SGLANG_ENV_VARS
+
+    for command in ("check", "derive", "plan", "sweep"):
+        res = cli([command, "--help"])
+        assert res.rc == 0 and all(name in res.out for name in SGLANG_ENV_VARS), (command, res.out[-600:])
+
+
 def test_a_zero_micro_batch_cap_is_refused_from_0_5_11() -> None:
     assert [v for v in MODELLED_RELEASES if zero_micro_batch_refused(v)][0] == "0.5.11"
 

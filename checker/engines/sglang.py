@@ -45,9 +45,13 @@ Not callable standalone, so reproduced here (each one says where the SGLang code
   set; resolving a real draft setup would need a draft model. SGLang's sizing only asks whether spec
   decoding is on and reads D from the resolved spec config.
 * Startup validation that runs after argument resolution (``ServerArgs.check_server_args``, called by
-  ``entrypoints/engine.py``) is not run: it needs a real speculative setup. So on 0.5.16-0.5.20, where it
-  refuses speculative decoding under pp > 1, the engine sizes what the server would refuse to start
-  (the builtin model refuses it; ``--engine both`` reports an ``outcome`` finding).
+  ``entrypoints/engine.py``) is not run: it needs a real speculative setup. Its refusals of the inputs
+  the checker reads are made before either engine runs (:mod:`checker.core.startup`, in
+  ``CapacityInputs``: speculative decoding and mixed chunking under PP), with the rules of the modelled
+  release (the newest one for a release the checker does not model).
+* Whether the installed release STARTS the model's class under PP is read from that class's own code
+  (:meth:`SglangEngine.check_pipeline`, :mod:`checker.engines.model_code`), the rule
+  :mod:`checker.core.pp_support` holds for the modelled releases.
 * Presets and JSON model specs have no config.json: their layer ids, shapes and dtypes are the
   checker's, packed into an object whose ``mamba_cache_per_req`` is SGLang's own property
   (``BaseLinearStateParams``); the resolution runs on a Qwen3-Next config.json with the same layer
