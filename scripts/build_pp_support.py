@@ -99,6 +99,22 @@ HAND_CHECKED = (
         "constructor, :600 KeyError in load_weights)",
     ),
     HandCheck(
+        "KimiLinearForCausalLM",
+        "0.5.9",
+        "unfiltered-load",
+        "built on the meta device from 0.5.9's code at pp 2 (tests/fixtures/kimi_linear_48b_a3b.json): both "
+        "stages build their own layers, and their load_weights raise KeyError on the other stage's names "
+        "(stage 0: 'model.layers.13.self_attn.o_norm.weight' at kimi_linear.py:797; its "
+        "is_pp_missing_parameter checks are commented out); 0.5.17 adds _is_non_local_pp_weight",
+    ),
+    HandCheck(
+        "KimiLinearForCausalLM",
+        "0.5.23",
+        "stages",
+        "built on the meta device from 0.5.23's code at pp 2: each stage's load_weights takes the 13 / 14 "
+        "layers' names it holds and skips the rest (_is_non_local_pp_weight)",
+    ),
+    HandCheck(
         "Qwen3_5MoeForConditionalGeneration",
         "0.5.9",
         "all-layers",

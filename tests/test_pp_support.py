@@ -181,17 +181,17 @@ def test_the_registry_picks_the_class_the_rule_applies_to() -> None:
 
 
 def test_a_model_spec_is_held_to_the_releases_coarse_answer(cli, tmp_path):
-    """A JSON model spec names no class: up to 0.5.4.post1 no hybrid class the checker reads starts
-    under PP (ReleaseRules.pp_hybrid, read from the same table), from 0.5.4.post2 (Kimi-Linear) one does."""
+    """A JSON model spec names no class: up to 0.5.7 no hybrid class the checker reads starts under PP
+    (ReleaseRules.pp_hybrid, read from the same table), from 0.5.8 (Nemotron-H) one does."""
     spec = FIXTURES / "kimi_k3_shape_spec.json"
     first = next(v for v in MODELLED_RELEASES if any_class_runs_under_pp(v))
-    assert first == "0.5.4.post2"
+    assert first == "0.5.8"
     assert [g.pp_hybrid for g in map(lambda v: release_model(v).rules, MODELLED_RELEASES)] == [
         any_class_runs_under_pp(v) for v in MODELLED_RELEASES
     ]
-    old = cli(["derive", "--model-config", str(spec), "--pp-size", "4", "--sglang-version", "0.5.4.post1"])
+    old = cli(["derive", "--model-config", str(spec), "--pp-size", "4", "--sglang-version", "0.5.7"])
     assert old.rc == 2 and "starts no hybrid (mamba / linear-attention) model class" in old.err
-    assert old.err.strip().endswith("use --pp-size 1, or SGLang 0.5.4.post2 or later")
+    assert old.err.strip().endswith("use --pp-size 1, or SGLang 0.5.8 or later")
     assert (
         cli(["derive", "--model-config", str(spec), "--pp-size", "4", "--sglang-version", "0.5.23"]).rc == 0
     )

@@ -31,6 +31,7 @@ def test_two_values_are_quoted_where_the_rule_is_a_choice() -> None:
     assert explain_release_difference("0.5.7", "0.5.8") == [
         "0.5.7 and 0.5.8 charge the spec-decoding state differently (auto-fit-raw vs up-front)",
         "0.5.7 and 0.5.8 count slots per request differently (scheduler-v1 vs scheduler-spec)",
+        "0.5.7 starts no hybrid model class under pipeline parallelism; 0.5.8 and later do",
     ]
 
 

@@ -579,16 +579,21 @@ def test_ratio_pool_0_5_3_post2_to_0_5_6_post2(version: str) -> None:
 
 
 def test_pp_refused_until_a_hybrid_model_supports_it() -> None:
-    """Up to 0.5.4.post1 no hybrid model splits its layers over PP ranks (qwen3_next.py asserts a single
-    rank); kimi_linear.py (0.5.4.post2) does. server_args.py forces KimiLinear's radix cache off, so
+    """Up to 0.5.7 no hybrid class starts under PP (qwen3_next.py asserts a single stage; kimi_linear.py,
+    0.5.4.post2, splits its layers but its load_weights KeyErrors on another stage's until 0.5.17);
+    nemotron_h.py does from 0.5.8 (checker/core/pp_support.py). A JSON model spec is held to that.
+    Kimi-Linear on 0.5.4.post2 at one stage: server_args.py forces KimiLinear's radix cache off, so
     handle_max_mamba_cache sizes K = --max-running-requests 16 (no // dp: not GDN), charged 16 * per_req;
-    1 slot a request: tp_worker.py min(16 // 1, min(16, 16 // 1)) = 16, micro 16 // 8 = 2. Spec decoding
+    1 slot a request: tp_worker.py min(16 // 1, min(16, 16 // 1)) = 16, micro 16 // 1 = 16. Spec decoding
     under PP is refused up to 0.5.20 (check_server_args / validation_hook.py)."""
     with pytest.raises(FlagError, match="--pp-size 8: SGLang 0.5.4.post1 starts no hybrid"):
         make("0.5.4.post1", geometry=QWEN, mamba_radix_cache_strategy="auto")
     kimi = replace(PRESET, family="kimi_linear")
     auto = dict(mamba_radix_cache_strategy="auto", max_running_requests=16)
-    assert values(derive_all(make("0.5.4.post2", geometry=kimi, **auto))) == {(16, 16, 2)}
+    with pytest.raises(FlagError, match="--pp-size 8: SGLang 0.5.7 starts no hybrid"):
+        make("0.5.7", geometry=kimi, max_running_requests=16)
+    assert values(derive_all(make("0.5.4.post2", geometry=kimi, pp_size=1, **auto))) == {(16, 16, 16)}
+    derive_all(make("0.5.8", max_running_requests=16))  # 0.5.8: Nemotron-H starts under PP
     for v in ("0.5.13", "0.5.14", "0.5.18", "0.5.19", "0.5.20"):
         with pytest.raises(FlagError, match="Pipeline parallelism is not compatible"):
             make(v, speculative_num_draft_tokens=2, max_running_requests=8)
@@ -640,8 +645,11 @@ def test_no_buffer_slot_ratio_0_5_7_to_0_5_13(version: str, want: tuple[int, int
     K = int(B // per_req) = int(9.84) = 9 in every release here. 0.5.7 init_memory_pool adds
     MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP (2) unless extra_buffer runs with spec decoding, so no_buffer
     holds 3 + 2 = 5 slots: min(4096, 9 // 5) = 1 request; 0.5.8 adds it only under extra_buffer: 9 // 3
-    = 3. Micro batch max(n // 8, 1) = 1. KV left 8 - 9 * per_req / 2**30 (no padding slot)."""
-    stages = derive_all(make(version, geometry=QWEN))
+    = 3. Micro batch max(n // 8, 1) = 1. KV left 8 - 9 * per_req / 2**30 (no padding slot). 0.5.7 at one
+    stage (micro batch 1 // 1 = 1): no hybrid class starts under PP there (checker/core/pp_support.py),
+    and whole-model charging makes K the same at any pp size."""
+    pp = {"pp_size": 1} if version == "0.5.7" else {}
+    stages = derive_all(make(version, geometry=QWEN, **pp))
     assert values(stages) == {want}
     assert {s.kv_budget_gib for s in stages} == {728761 / 131072}
 

@@ -843,14 +843,14 @@ def test_unresolved_inputs_are_a_bug_not_a_default(name: str) -> None:
 
 @pytest.mark.parametrize("pp", [2, 8])
 def test_any_pipeline_split_is_refused_where_sglang_refuses_it(pp: int) -> None:
-    """Up to 0.5.4.post1 no hybrid model runs under PP, at any pp size > 1; up to 0.5.20 spec decoding
+    """Up to 0.5.7 no hybrid class starts under PP, at any pp size > 1; up to 0.5.20 spec decoding
     is refused under PP, at any pp size > 1 (check_server_args). Each refusal says what to do."""
     qwen = replace(PRESET, family="qwen3_next")
     with pytest.raises(FlagError) as old:
         make(geometry=qwen, pp_size=pp, sglang_version="0.5.4.post1", mamba_radix_cache_strategy="auto")
     assert str(old.value).startswith(f"--pp-size {pp}: SGLang 0.5.4.post1 starts no hybrid")
     assert "(models/qwen3_next.py and falcon_h1.py assert a single stage; nemotron_h.py" in str(old.value)
-    assert str(old.value).endswith("use --pp-size 1, or SGLang 0.5.4.post2 or later")
+    assert str(old.value).endswith("use --pp-size 1, or SGLang 0.5.8 or later")
     spec = dict(speculative_num_draft_tokens=2, max_running_requests=8)
     with pytest.raises(FlagError) as refused:
         make(pp_size=pp, sglang_version="0.5.20", **spec)

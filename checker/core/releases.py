@@ -193,10 +193,11 @@ class ReleaseRules:
     (0.5.15+), from which KimiLinear is missing in 0.5.14-0.5.15.post1. Found by running each release's
     own code (``--engine both``)."""
     pp_hybrid: bool = True
-    """Whether any hybrid class the checker reads starts under pipeline parallelism: False up to
-    0.5.4.post1 (models/qwen3_next.py and falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``;
-    nemotron_h.py builds and runs every layer on every stage), True from 0.5.4.post2 (models/kimi_linear.py
-    splits its layers over the stages). Not typed here: each group's value is read from the table of
+    """Whether any hybrid class the checker reads starts under pipeline parallelism: False up to 0.5.7
+    (models/qwen3_next.py and falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``;
+    nemotron_h.py builds and runs every layer on every stage; kimi_linear.py, from 0.5.4.post2, splits its
+    layers but its load_weights has no stage filter until 0.5.17), True from 0.5.8 (nemotron_h.py splits
+    them). Not typed here: each group's value is read from the table of
     :mod:`checker.core.pp_support` (``_pp_hybrid``), which :func:`checker.core.model_support.check_pipeline`
     applies per class; this coarse answer is what a JSON model spec, which names no class, is held to."""
     pp_with_spec: bool = True
@@ -820,7 +821,7 @@ _EXPLAIN: dict[str, str] = {
     "pool_rule": "{old} and {new} choose the pool size K differently ({a} vs {b})",
     "request_cap": "{old} and {new} cap max_running_requests differently ({a} vs {b})",
     "radix_rule": "{old} and {new} count slots per request differently ({a} vs {b})",
-    "pp_hybrid": "{old} has no hybrid model that runs under pipeline parallelism; {new} and later do",
+    "pp_hybrid": "{old} starts no hybrid model class under pipeline parallelism; {new} and later do",
     "pp_with_spec": "{old} refuses speculative decoding under pipeline parallelism; {new} accepts EAGLE with "
     "SGLANG_ENABLE_PP_SPEC=1",
     "spec_reserve": "{old} and {new} charge the spec-decoding state differently ({a} vs {b})",

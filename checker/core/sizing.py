@@ -127,8 +127,8 @@ class CapacityInputs(SizingFlags):
             raise FlagError(
                 f"--pp-size {self.pp_size}: {sg} starts no hybrid (mamba / linear-attention) model class "
                 "under pipeline parallelism (models/qwen3_next.py and falcon_h1.py assert a single stage; "
-                "nemotron_h.py builds and runs every layer on every stage); use --pp-size 1, or SGLang "
-                f"{_FIRST_PP_HYBRID} or later"
+                "nemotron_h.py builds and runs every layer on every stage; kimi_linear.py loads no other "
+                f"stage's weights safely); use --pp-size 1, or SGLang {_FIRST_PP_HYBRID} or later"
             )
         # The start-up refusals of the flags under PP (checker.core.startup), as the modelled release
         # whose rules apply makes them.

@@ -37,7 +37,6 @@ Source = Callable[[str], "str | None"]
 
 _OWN_STAGE_BUILDERS = frozenset({"make_pp_layers"})
 _ALL_LAYER_BUILDERS = frozenset({"make_layers_non_pp"})
-_STAGE_NAMES = ("is_pp_missing_parameter", "start_layer", "end_layer", "PPMissingLayer", "pp_group")
 
 
 @dataclass(frozen=True)
@@ -358,22 +357,98 @@ def _read_assign(node: ast.Assign, parents: list[ast.AST], mod: _Module, found: 
             found.tied_head = Where(mod.path, node.lineno)
 
 
+def _is_dict(expr: ast.expr) -> bool:
+    """``params_dict`` or ``params_dict.keys()``."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "keys":
+        expr = expr.func.value
+    return isinstance(expr, ast.Name) and expr.id == "params_dict"
+
+
+def _tests_membership(test: ast.expr, key: str, op: type[ast.cmpop]) -> bool:
+    """``test`` is ``key in params_dict`` (``op`` In) or ``key not in params_dict`` (NotIn), alone or as
+    a conjunct (In: the body runs only when the name is held) / disjunct (NotIn: it skips when not)."""
+    parts = [test]
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And if op is ast.In else ast.Or):
+        parts = list(test.values)
+    return any(
+        isinstance(p, ast.Compare)
+        and len(p.ops) == 1
+        and isinstance(p.ops[0], op)
+        and ast.unparse(p.left) == key
+        and _is_dict(p.comparators[0])
+        for p in parts
+    )
+
+
+def _leaves(body: list[ast.stmt]) -> bool:
+    """A block that leaves the loop iteration or the function (continue, return, raise)."""
+    return bool(body) and isinstance(body[-1], ast.Continue | ast.Return | ast.Raise)
+
+
+def _guarded(key: str, parents: list[ast.AST], node: ast.AST) -> bool:
+    """Whether ``params_dict[key]`` at ``node`` runs only for a name the dict holds: inside ``if key in
+    params_dict``, or after ``if key not in params_dict: continue`` in an enclosing block."""
+    chain = [*parents, node]
+    for depth, parent in enumerate(parents):
+        child = chain[depth + 1]
+        if isinstance(parent, ast.If) and child in parent.body:
+            if _tests_membership(parent.test, key, ast.In):
+                return True
+        for block in ("body", "orelse"):
+            stmts = getattr(parent, block, None)
+            if not isinstance(stmts, list) or child not in stmts:
+                continue
+            for earlier in stmts[: stmts.index(child)]:
+                if (
+                    isinstance(earlier, ast.If)
+                    and _tests_membership(earlier.test, key, ast.NotIn)
+                    and _leaves(earlier.body)
+                ):
+                    return True
+    return False
+
+
+_STAGE_WORDS = frozenset({"start_layer", "end_layer", "is_pp_missing_parameter"})
+
+
+def _names(node: ast.AST) -> set[str]:
+    out = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    return out | {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _layer_filter(fn: ast.FunctionDef, chain: list[tuple[_Module, ast.ClassDef]]) -> bool:
+    """An ``if`` that skips the name on the stage's layer range (``start_layer``/``end_layer``) or
+    ``is_pp_missing_parameter``, directly or through a method of the class (Kimi-Linear 0.5.17+
+    ``self._is_non_local_pp_weight(name)``): the stage filter SGLang's classes use."""
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.If) or not _leaves(node.body):
+            continue
+        words = _names(node.test)
+        if words & _STAGE_WORDS:
+            return True
+        for call in ast.walk(node.test):
+            f = call.func if isinstance(call, ast.Call) else None
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                method = _method(chain, f.attr)
+                if method is not None and _names(method[1]) & _STAGE_WORDS:
+                    return True
+    return False
+
+
 def _read_load_weights(reader: _Reader, chain: list[tuple[_Module, ast.ClassDef]]) -> Where | None:
-    """Where ``load_weights`` indexes ``params_dict[...]`` with no stage filter anywhere in it."""
+    """Where ``load_weights`` indexes ``params_dict[name]`` with no stage filter: no skip on the stage's
+    layer range or ``is_pp_missing_parameter``, and this index not behind a ``name in params_dict``
+    test. A checkpoint name of another stage's layer then raises KeyError (None: every index is safe)."""
     found = _method(chain, "load_weights")
     if found is None:
         return None
     mod, fn = found
-    text = ast.unparse(fn)
-    if any(n in text for n in _STAGE_NAMES) or "in params_dict" in text or "params_dict.get(" in text:
+    if _layer_filter(fn, chain):
         return None
-    for node in ast.walk(fn):
-        if (
-            isinstance(node, ast.Subscript)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "params_dict"
-        ):
-            return Where(mod.path, node.lineno)
+    for node, parents in _walk_with_parents(fn):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_dict(node.value):
+            if not _guarded(ast.unparse(node.slice), parents, node):
+                return Where(mod.path, node.lineno)
     return None
 
 
