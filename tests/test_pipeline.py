@@ -28,7 +28,9 @@ from checker.preflight.pipeline import pipeline_faults
 from checker.preflight.verdict import decide
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-QWEN3_NEXT = json.loads((FIXTURES / "qwen3_next_80b_a3b.json").read_text())  # 48 layers
+# A GatedDeltaNet model of 48 layers whose class starts under PP (Qwen3.5's config at Qwen3-Next's size:
+# Qwen3-Next itself asserts a single stage in every release, checker/core/pp_support.py).
+QWEN3_NEXT = json.loads((FIXTURES / "qwen3_5_gdn_small.json").read_text())  # 48 layers
 PARTITION = "SGLANG_PP_LAYER_PARTITION"
 OVERLAP_LINE = (
     "pipeline: layer 11 is on two stages: rank 0 holds [0, 12) (pp_rank 0), rank 1 holds [11, 24) "
@@ -37,7 +39,9 @@ OVERLAP_LINE = (
 
 
 def _qwen(num_layers: int = 48) -> str:
-    return json.dumps({**QWEN3_NEXT, "num_hidden_layers": num_layers})
+    text = QWEN3_NEXT["text_config"]
+    layers = {"num_hidden_layers": num_layers, "layer_types": text["layer_types"][:num_layers]}
+    return json.dumps({**QWEN3_NEXT, "text_config": {**text, **layers}})
 
 
 def _node(tmp_path: Path, **kw) -> Node:
