@@ -354,6 +354,28 @@ def test_an_unfiltered_load_and_an_unguarded_tie_are_found() -> None:
         "            params_dict[n]", "            if n in params_dict:\n                params_dict[n]"
     )
     assert _read(guarded).unfiltered_load is None
+    # Kimi-Linear up to 0.5.16: a membership test on one path only (a GPTQ bias) guards nothing else.
+    bias_only = body.replace(
+        "            params_dict[n].copy_(p)",
+        "            if n.endswith('.bias') and n not in params_dict:\n                continue\n"
+        "            params_dict[n].copy_(p)",
+    )
+    assert _read(bias_only).unfiltered_load == Where(MODEL, 23)
+    skipped = body.replace(
+        "            params_dict[n].copy_(p)",
+        "            if n not in params_dict:\n                continue\n            params_dict[n].copy_(p)",
+    )
+    assert _read(skipped).unfiltered_load is None
+    # Kimi-Linear 0.5.17+: the stage's layer range behind a method of the class.
+    method = body.replace(
+        "            params_dict[n].copy_(p)",
+        "            if self._is_non_local(n):\n                continue\n"
+        "            params_dict[n].copy_(p)",
+    ) + (
+        "    def _is_non_local(self, name):\n"
+        "        return not (self.model.start_layer <= layer_of(name) < self.model.end_layer)\n"
+    )
+    assert _read(method).unfiltered_load is None
     pp_tie = body.replace("if config.tie_word_embeddings:", "if self.pp_group.world_size == 1:")
     assert _read(pp_tie).tied_head is None
 
