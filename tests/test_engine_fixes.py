@@ -43,10 +43,11 @@ from checker.core.sizing import CapacityInputs, derive_stage
 pytestmark = pytest.mark.sglang
 
 REPO = Path(__file__).resolve().parent.parent
-# A GDN model laid out as Qwen3-Next (48 layers, every 4th full attention: layers 3, 7, ...; 36 linear-
-# attention layers, the same state shapes): Qwen3.5's class, which starts under PP (Qwen3-Next's asserts a
-# single stage, checker/core/pp_support.py).
-MODEL = REPO / "tests" / "fixtures" / "qwen3_5_gdn_small.json"
+# A model laid out as Qwen3-Next (48 layers, every 4th full attention: layers 3, 7, ...; 36 linear-
+# attention layers): Nemotron-H's config, a text-only class that starts under PP in every release the
+# engine runs (Qwen3-Next's asserts a single stage, checker/core/pp_support.py; Qwen3.5's is multimodal,
+# and 0.5.18+ take a multimodal reservation off the budget _profile_available_bytes measures).
+MODEL = REPO / "tests" / "fixtures" / "nemotron_h_48l.json"
 GIB = 1 << 30
 ONE_BYTE_GIB = 1 / GIB
 # The runtime slack _profile_available_bytes keeps back, pre_model_load_memory * (1 - mem_fraction_static):
