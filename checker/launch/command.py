@@ -359,11 +359,6 @@ _TYPES: dict[str | None, Any] = {
 _human_readable_int.__name__ = "human_readable_int"  # argparse names the type in "invalid X value"
 
 
-_SWITCHES = {"--enable-mixed-chunk": "enable_mixed_chunk"}
-"""Switches sizing does not read but a start-up refusal does (checker.core.startup), tabled without their
-dest (the table predates them): every release's parser stores ``True`` there, default False."""
-
-
 def table_parser(version: str) -> argparse.ArgumentParser:
     """An argparse parser rebuilt from the stored table of SGLang ``version``'s flags."""
     from checker.launch.flags import release_rows
@@ -373,11 +368,6 @@ def table_parser(version: str) -> argparse.ArgumentParser:
     for i, row in enumerate(rows):
         opts = row[0].split()
         nargs = row[1]
-        if len(row) == 2 and nargs == 0 and opts[0] in _SWITCHES:
-            parser.add_argument(
-                *opts, dest=_SWITCHES[opts[0]], action="store_const", const=True, default=False
-            )
-            continue
         if len(row) == 2:  # not read by sizing: only its spelling and arity matter
             where = next((LOCATION_DESTS[o] for o in opts if o in LOCATION_DESTS), None)
             weights = next((WEIGHTS_DESTS[o] for o in opts if o in WEIGHTS_DESTS), None)

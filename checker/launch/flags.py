@@ -175,7 +175,7 @@ ACTIONS: tuple[tuple, ...] = (
     ('--disable-custom-all-reduce', 0),
     ('--enable-mscclpp', 0),
     ('--disable-overlap-schedule', 0, 'disable_overlap_schedule', None, False, None, False, True),
-    ('--enable-mixed-chunk', 0),
+    ('--enable-mixed-chunk', 0, 'enable_mixed_chunk', None, False, None, False, True),
     ('--enable-dp-attention', 0, 'enable_dp_attention', None, False, None, False, True),
     ('--enable-dp-lm-head', 0),
     ('--enable-two-batch-overlap', 0),
