@@ -240,9 +240,8 @@ def test_defaults_are_the_releases_and_not_explicit(tmp_path: Path) -> None:
     cmd = parse_launch_command(["--model-path", model], release="0.5.23", prefer_installed=False)
     assert cmd.form == FORMS[2]
     assert cmd.explicit == {"model_config"}
-    # 0.5.23's parser: tp/pp 1, radix and overlap on, strategy auto, mixed chunking off; page size,
-    # memory fraction and the memory ratio are None there (resolved at startup), so they are not inputs
-    # of the command.
+    # 0.5.23's parser: tp/pp 1, radix and overlap on, strategy auto; page size, memory fraction and the
+    # memory ratio are None there (resolved at startup), so they are not inputs of the command.
     assert cmd.values == dict(
         model_config=model,
         pp_size=1,
@@ -251,7 +250,6 @@ def test_defaults_are_the_releases_and_not_explicit(tmp_path: Path) -> None:
         disable_radix_cache=False,
         disable_overlap_schedule=False,
         mamba_radix_cache_strategy="auto",
-        enable_mixed_chunk=False,
     )
     # 0.5.14 still defaults the memory ratio to 0.9 in its parser.
     old = parse_launch_command(["--model-path", model], release="0.5.14", prefer_installed=False)

@@ -151,7 +151,6 @@ FLAG_CHANGE: dict[str, list[str]] = {
     "speculative_algorithm": ["--speculative-algorithm", "EAGLE"],
     "speculative_num_steps": ["--speculative-num-steps", "5"],
     "speculative_eagle_topk": ["--speculative-eagle-topk", "2"],
-    "enable_mixed_chunk": ["--enable-mixed-chunk"],
     "mamba_ssm_dtype": ["--mamba-ssm-dtype", "bfloat16"],
     "token_capacity": ["--token-capacity", "100000"],
     "context_len": ["--context-len", "4096"],
@@ -171,7 +170,6 @@ ENV_CHANGE = {
     "SGLANG_MAMBA_CONV_DTYPE": "float32",
     "SGLANG_MAMBA_SSM_DTYPE": "bfloat16",
     "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1",
-    "SGLANG_ENABLE_PP_SPEC": "1",
 }
 
 ATTENTION_FLAGS = ("tp_size", "dp_size")
@@ -199,7 +197,6 @@ LAUNCH_CHANGE: dict[str, tuple[list[str], str]] = {
     "speculative_algorithm": (["--speculative-algorithm", "NEXTN"], "speculative_algorithm"),
     "speculative_num_steps": (["--speculative-num-steps", "5"], "speculative_num_steps"),
     "speculative_eagle_topk": (["--speculative-eagle-topk", "2"], "speculative_eagle_topk"),
-    "enable_mixed_chunk": (["--enable-mixed-chunk"], "enable_mixed_chunk"),
     "mamba_ssm_dtype": (["--mamba-ssm-dtype", "bfloat16"], "mamba_ssm_dtype"),
     "context_len": (["--context-length", "4096"], "context_len"),
     "mem_fraction_static": (["--mem-fraction-static", "0.8"], "launch_command"),
@@ -211,6 +208,7 @@ LAUNCH_ONLY_CHANGE = {
     "max_prefill_tokens": ["--max-prefill-tokens", "8192"],
     "max_total_tokens": ["--max-total-tokens", "100000"],
     "mamba_track_interval": ["--mamba-track-interval", "128"],
+    "enable_mixed_chunk": ["--enable-mixed-chunk"],  # a start-up refusal's switch, sizes nothing
 }
 
 

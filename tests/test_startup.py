@@ -232,21 +232,25 @@ def test_mixed_chunked_prefill_under_pp_is_refused_up_to_0_5_10_post1(cli) -> No
         'speculative decoding, mixed chunked prefill."); drop --enable-mixed-chunk or use SGLang 0.5.11 or '
         "later"
     )
-    launch = ["derive", "--sglang-version", "0.5.10", "--", *SERVE, "--pp-size", "2", "--enable-mixed-chunk"]
-    assert cli(launch).rc == 2
-    assert (
-        cli(["derive", "--model-config", QWEN35, "--pp-size", "2", "--enable-mixed-chunk"]).rc == 0
-    )  # 0.5.23
+    # A launch command's switch (it sizes nothing): refused where the release refuses it, at its pp size.
+    for release, pp, rc in (("0.5.10", "2", 2), ("0.5.10", "1", 0), ("0.5.11", "2", 0), ("0.5.23", "2", 0)):
+        res = cli(
+            ["derive", "--sglang-version", release, "--", *SERVE, "--pp-size", pp, "--enable-mixed-chunk"]
+        )
+        assert res.rc == rc, (release, pp, res.err)
+        if rc:
+            assert "--enable-mixed-chunk with --pp-size 2: SGLang 0.5.10 refuses it at start-up" in res.err
 
 
 def test_every_sglang_variable_read_is_in_each_deriving_commands_help(cli) -> None:
     """SGLANG_ENABLE_PP_SPEC decides whether a deployment starts: a user must find it in --help, as the
     other variables a derivation reads."""
-    from checker.core.environ import SGLANG_ENV_VARS
+    from checker.core.environ import PP_SPEC_ENV, SGLANG_ENV_VARS
 
     for command in ("check", "derive", "plan", "sweep"):
         res = cli([command, "--help"])
-        assert res.rc == 0 and all(name in res.out for name in SGLANG_ENV_VARS), (command, res.out[-600:])
+        names = (*SGLANG_ENV_VARS, PP_SPEC_ENV)
+        assert res.rc == 0 and all(name in res.out for name in names), (command, res.out[-600:])
 
 
 def test_a_zero_micro_batch_cap_is_refused_from_0_5_11() -> None:

@@ -45,7 +45,11 @@ ENVIRONMENT = (
     ("SGLANG_MAMBA_CONV_DTYPE", "conv state dtype (default bfloat16)", _DERIVING),
     ("SGLANG_MAMBA_SSM_DTYPE", "temporal state dtype (--mamba-ssm-dtype wins)", _DERIVING),
     ("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "SGLang's decode-lock switch", _DERIVING),
-    ("SGLANG_ENABLE_PP_SPEC", "0.5.21+: speculative decoding under PP starts only with it", _DERIVING),
+    (
+        "SGLANG_ENABLE_PP_SPEC",
+        "0.5.21+: spec decoding under PP needs it (not compared)",
+        _DERIVING,
+    ),
     ("RANK, WORLD_SIZE, MASTER_ADDR, ...", "set by torchrun", _GROUP),
     ("CHECKER_HOSTNAME", "the host name a rank reports (default: the machine's)", _GROUP),
     ("GITHUB_STEP_SUMMARY", "rank 0 appends a markdown verdict there", ("check", "postflight")),

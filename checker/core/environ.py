@@ -2,8 +2,10 @@
 
 Each one changes what a rank derives, so each one joins the preflight's inputs (compared by digest
 across ranks): the layer partition (``sglang/srt/distributed/utils.py`` ``get_pp_indices``), the state
-dtypes (``sglang/srt/configs/mamba_utils.py``), the decode-lock switch (``sglang/srt/environ.py``) and
-whether speculative decoding starts under PP (``SGLANG_ENABLE_PP_SPEC``, 0.5.21+).
+dtypes (``sglang/srt/configs/mamba_utils.py``) and the decode-lock switch (``sglang/srt/environ.py``).
+``SGLANG_ENABLE_PP_SPEC`` (:data:`PP_SPEC_ENV`) is read too, but only decides whether speculative
+decoding under PP starts, which each rank refuses on its own (:mod:`checker.core.startup`): it sizes
+nothing, so it is not a compared input.
 """
 
 from __future__ import annotations
@@ -17,10 +19,4 @@ PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"
 """0.5.21+: speculative decoding (EAGLE) under pipeline parallelism starts only with it set
 (``arg_groups/validation_hook.py`` ``check_pipeline_parallel_compat``), outside a prefill node."""
 
-SGLANG_ENV_VARS = (
-    PARTITION_ENV,
-    MAMBA_CONV_DTYPE_ENV,
-    MAMBA_SSM_DTYPE_ENV,
-    SKIP_DECODE_LOCK_ENV,
-    PP_SPEC_ENV,
-)
+SGLANG_ENV_VARS = (PARTITION_ENV, MAMBA_CONV_DTYPE_ENV, MAMBA_SSM_DTYPE_ENV, SKIP_DECODE_LOCK_ENV)

@@ -259,11 +259,6 @@ class SizingFlags:
     speculative_eagle_topk: int | None = _arg(
         None, **_positive(metavar="K", sglang="speculative_eagle_topk", help="spec decoding top-k per step")
     )
-    enable_mixed_chunk: bool = _arg(
-        False,
-        sglang="enable_mixed_chunk",
-        help="mixed chunked prefill (sizes nothing; SGLang up to 0.5.10.post1 refuses it under pp > 1)",
-    )
     mamba_ssm_dtype: str | None = _arg(
         None,
         dtype=True,

@@ -32,7 +32,7 @@ from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, release_mo
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
 from checker.core.server_args import STRATEGIES as STRATEGIES
 from checker.core.server_args import SizingFlags
-from checker.core.startup import check_mixed_chunk, check_pp_spec
+from checker.core.startup import check_pp_spec
 
 _T = TypeVar("_T")
 GIB = 2**30
@@ -139,12 +139,6 @@ class CapacityInputs(SizingFlags):
             speculative=bool(self.speculative_num_draft_tokens),
             pp_spec_env=self.pp_spec_env,
             attention_dp=self.dp_size > 1,
-        )
-        check_mixed_chunk(
-            self.release.version,
-            pp_size=self.pp_size,
-            enable_mixed_chunk=self.enable_mixed_chunk,
-            speculative=bool(self.speculative_num_draft_tokens),
         )
         self._refuse_family(rules, sg)
         if rules.radix_rule in ("forced-off", "fixed-ratio") and self.mamba_radix_cache_strategy != "auto":

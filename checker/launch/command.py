@@ -126,7 +126,6 @@ _DIRECT = (
     "speculative_algorithm",
     "speculative_num_steps",
     "speculative_eagle_topk",
-    "enable_mixed_chunk",
     "context_length",
     "pp_max_micro_batch_size",
 )

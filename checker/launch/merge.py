@@ -163,6 +163,7 @@ def apply_launch_command(
             continue
         setattr(args, key, value)
     _refuse_draft_tokens_alone(cmd, args)
+    _refuse_mixed_chunk(cmd, args)
     compared = _compared_apart(args)
     items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
     given_items = [(k, v) for k, v in items if _explicit(cmd, k)]
@@ -278,6 +279,23 @@ def _refuse_draft_tokens_alone(cmd, args: argparse.Namespace) -> None:  # noqa: 
         f"{cmd.release} runs no speculative decoding then; add --speculative-algorithm (e.g. EAGLE) to the "
         "launch command, or drop the draft tokens"
     )
+
+
+def _refuse_mixed_chunk(cmd, args: argparse.Namespace) -> None:  # noqa: ANN001 - a LaunchCommand
+    """``--enable-mixed-chunk`` in the launch command under pp > 1: 0.5.2-0.5.10.post1 refuse it at
+    start-up (:func:`checker.core.startup.check_mixed_chunk`). A switch that sizes nothing, so it is the
+    launch command's alone (compared inside the ``launch_command`` input), checked where it is read. The
+    pp size is the one the deployment runs: the launch command's (SGLang's default 1), or the checker's."""
+    if not cmd.sglang_values.get("enable_mixed_chunk") or "enable_mixed_chunk" not in cmd.sglang_explicit:
+        return
+    from checker.core.releases import MODELLED_RELEASES
+    from checker.core.startup import check_mixed_chunk
+
+    if cmd.release not in MODELLED_RELEASES:
+        return
+    pp = getattr(args, "pp_size", None) or cmd.values.get("pp_size") or 1
+    speculative = bool(getattr(args, "speculative_algorithm", None))  # an EAGLE setup turns it off first
+    check_mixed_chunk(cmd.release, pp_size=int(pp), enable_mixed_chunk=True, speculative=speculative)
 
 
 def _zero_micro_batch_refused(release: str) -> bool:
