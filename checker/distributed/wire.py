@@ -39,9 +39,9 @@ launch command (``launch_digest``), so the verdict proves the stages tile one mo
 ``attention_layout`` (the TP/attention-DP flags as typed), and the sizing-flag inputs hold what was given,
 never a release parser's default (a rank of 6 would name a default nobody typed); 8: the row carries the
 operator's NODE_RANK (``operator_node_rank``) beside torchrun's GROUP_RANK; 9: two more int slots, each
-rank's weights figure and its source (``weights_bytes``, ``weights_source``); 10: three inputs more, each a slot of
-its own (the speculative algorithm, steps and top-k): the release resolves the speculative setup from
-them, and the start-up refusals under PP read them."""
+rank's weights figure and its source (``weights_bytes``, ``weights_source``); 10: three inputs more, each
+a slot of its own (the speculative algorithm, steps and top-k): the release resolves the speculative
+setup from them, and the start-up refusals under PP read them."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384
