@@ -494,16 +494,29 @@ def capacity_inputs(
     flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
     # What the release resolves of the speculative setup itself, before any sizing (a launch command's
     # --speculative-algorithm EAGLE alone runs with the release's own draft tokens and request cap).
-    from checker.core.startup import resolve_speculative
+    from checker.core.startup import check_pp_spec, resolve_speculative
 
-    spec = resolve_speculative(
-        release.modelled,
-        algorithm=sizing.speculative_algorithm,
-        steps=sizing.speculative_num_steps,
-        topk=sizing.speculative_eagle_topk,
-        draft_tokens=sizing.speculative_num_draft_tokens,
-        max_running_requests=sizing.max_running_requests,
-    )
+    try:
+        spec = resolve_speculative(
+            release.modelled,
+            algorithm=sizing.speculative_algorithm,
+            steps=sizing.speculative_num_steps,
+            topk=sizing.speculative_eagle_topk,
+            draft_tokens=sizing.speculative_num_draft_tokens,
+            max_running_requests=sizing.max_running_requests,
+        )
+    except FlagError:
+        # An algorithm whose setup is not modelled (NGRAM, ...) that the release refuses under PP
+        # anyway: the start-up refusal is what the user meets first, and it names the way out.
+        check_pp_spec(
+            release.modelled,
+            pp_size=stages,
+            algorithm=(sizing.speculative_algorithm or "").strip().upper() or None,
+            speculative=sizing.speculative_algorithm is not None,
+            pp_spec_env=env_flag(env.get("SGLANG_ENABLE_PP_SPEC")),
+            attention_dp=sizing.dp_size > 1,
+        )
+        raise
     resolved = {
         "pp_size": stages,
         "mamba_full_memory_ratio": ratio,

@@ -221,6 +221,37 @@ def test_the_environment_reaches_the_refusal_through_the_cli(cli) -> None:
     assert cli(argv, env={"SGLANG_ENABLE_PP_SPEC": "no"}).rc == 2  # an EnvBool: "no" is false
 
 
+def test_an_unmodelled_algorithm_under_pp_gets_the_releases_start_up_refusal_first(cli) -> None:
+    """SGLang refuses NGRAM under PP before it sizes anything: the user meets that refusal (and its way
+    out), not the checker's "not modelled", which stays for a deployment the release would start."""
+    base = ["derive", "--budget-gib", "40"]
+    for release, pp, words in (
+        ("0.5.20", "2", "speculative decoding with --pp-size 2: SGLang 0.5.20 refuses it at start-up"),
+        (
+            "0.5.23",
+            "2",
+            "--speculative-algorithm NGRAM with --pp-size 2: SGLang 0.5.23 refuses it at start-up",
+        ),
+        ("0.5.23", "1", "how SGLang 0.5.23 sizes NGRAM is not modelled"),
+    ):
+        res = cli(
+            [
+                *base,
+                "--sglang-version",
+                release,
+                "--",
+                *SERVE,
+                "--pp-size",
+                pp,
+                "--speculative-algorithm",
+                "ngram",
+            ]
+        )
+        assert res.rc == 2, res.err
+        assert words in res.err, res.err
+        assert res.err.count("\n") == 1, res.err
+
+
 def test_mixed_chunked_prefill_under_pp_is_refused_up_to_0_5_10_post1(cli) -> None:
     check_mixed_chunk("0.5.11", pp_size=2, enable_mixed_chunk=True, speculative=False)
     check_mixed_chunk("0.5.10.post1", pp_size=1, enable_mixed_chunk=True, speculative=False)

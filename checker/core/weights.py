@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
+from checker.core.model_support import pipeline_status
 from checker.core.partition import stage_bounds, stage_partition
 
 GIB = 2**30
@@ -502,11 +503,6 @@ class Family:
     num_layers: Callable[[_Config], int]
     build: Callable[[_Builder, _Config, _Config, WeightsLayout, str], None]
     """(builder, the whole config, the text config, the layout, the release)"""
-    single_stage: str | None = None
-    """Where the class asserts a single stage (it cannot run under PP), or None."""
-    all_layers: tuple[str, str] | None = None
-    """Releases (first, last) whose class builds every layer on every stage (``make_layers`` without the
-    stage), or None."""
     notes: tuple[str, ...] = field(default=())
 
 
@@ -1094,7 +1090,6 @@ FAMILIES: tuple[Family, ...] = (
         None,
         _qwen_num_layers,
         _qwen3_next,
-        single_stage="models/qwen3_next.py Qwen3NextForCausalLM.__init__ asserts one stage",
     ),
     Family(
         "Qwen3.5",
@@ -1102,8 +1097,7 @@ FAMILIES: tuple[Family, ...] = (
         "text_config",
         _qwen_num_layers,
         _qwen3_5,
-        all_layers=("0.5.9", "0.5.9"),
-    ),  # 0.5.9 qwen3_5.py:692 make_layers without the stage
+    ),
     Family("Kimi-Linear", ("kimi_linear",), None, _plain_layers("num_hidden_layers", 32), _kimi_linear),
     Family(
         "Nemotron-H",
@@ -1111,15 +1105,13 @@ FAMILIES: tuple[Family, ...] = (
         None,
         _nemotron_num_layers,
         _nemotron_h,
-        all_layers=("0.5.3.post1", "0.5.7"),
-    ),  # make_layers_non_pp: the whole model on every stage
+    ),
     Family(
         "Falcon-H1",
         ("falcon_h1",),
         None,
         _plain_layers("num_hidden_layers", 36),
         _falcon_h1,
-        single_stage="models/falcon_h1.py FalconH1ForCausalLM.__init__ asserts one stage",
     ),
     Family("Granite-4.0-H", ("granitemoehybrid",), None, _plain_layers("num_hidden_layers", 40), _granite_h),
 )
@@ -1228,10 +1220,20 @@ def rank_params(
     """Every rank's parameters, buffers and kept copies (name, per-rank shape, held dtype), in
     world-rank order and in the order the class builds them."""
     fam, cfg, text = family_of(config, source)
-    if fam.single_stage and layout.pp_size > 1:
+    # What the release's class does under PP is read from its own code (checker.core.pp_support), the
+    # table that refuses such a deployment before sizing (model_support.check_pipeline). Asked again
+    # here for a direct caller, only where the class cannot be built at all: a class that builds but
+    # fails later (load_weights with no stage filter) still holds what it built.
+    architecture = str((cfg.array("architectures") or [""])[0])
+    status = pipeline_status(release, architecture) if layout.pp_size > 1 else None
+    unbuilt = {
+        "single-stage": "its constructor asserts one stage",
+        "no-pp": "its forward takes no pp_proxy_tensors",
+    }
+    if status is not None and status[0] in unbuilt:
         raise LayoutError(
-            f"{fam.name} cannot run under pipeline parallelism in SGLang {release} ({fam.single_stage}); use "
-            f"--pp-size 1 (the same GPUs as --tp-size)"
+            f"{architecture} cannot run under pipeline parallelism in SGLang {release} "
+            f"({unbuilt[status[0]]}: sglang/srt/{status[1]}); use --pp-size 1 (the same GPUs as --tp-size)"
         )
     dtype = model_dtype(text, layout.dtype)
     experts = text.integer("num_experts", 0, minimum=0) or text.integer("num_local_experts", 0, minimum=0)
@@ -1242,11 +1244,7 @@ def rank_params(
             "per GPU with --weights-gib"
         )
     out = []
-    all_layers = (
-        fam.all_layers is not None
-        and not _before(release, fam.all_layers[0])
-        and not _before(fam.all_layers[1], release)
-    )
+    all_layers = status is not None and status[0] == "all-layers"
     for place in places(layout, fam.num_layers(text), release, all_layers=all_layers):
         b = _Builder(place, dtype, release)
         fam.build(b, cfg, text, layout, release)
