@@ -146,12 +146,13 @@ EOF
    # their own SGLang processes: run on the last release of the list only (the newest by default).
    newer="" what=""
    if [[ "$v" == "${RELEASES[${#RELEASES[@]}-1]}" ]]; then newer=tests/test_engine_newer.py what=", a newer release"; fi
-   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser, the installed class under PP$what)  (SGLang $v)"
+   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser, the installed class under PP, its weights, the --engine examples$what)  (SGLang $v)"
    t2=$(date +%s)
    rc=0
    # shellcheck disable=SC2086  # $newer: no word or one
    CHECKER_REQUIRE_SGLANG="$v" PYTHONPATH="$pp" "$VENV/bin/python" -m pytest tests/test_engine_sglang.py \
-     tests/test_engine_fixes.py tests/test_launch_command.py tests/test_pp_support.py $newer -m sglang \
+     tests/test_engine_fixes.py tests/test_launch_command.py tests/test_pp_support.py tests/test_weights.py \
+     tests/test_examples.py $newer -m sglang \
      -p no:cacheprovider -n 0 "$@" || rc=$?
    echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s"
    exit $rc) || status=1
