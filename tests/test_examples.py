@@ -196,6 +196,7 @@ SCHEMATIC: dict[tuple[str, str], str] = {
 PROSE: dict[tuple[str, str], str] = {
     ("README.md", "| `python -m checker derive` |"): "the commands table: the command's name",
     ("README.md", "| `python -m checker plan` |"): "the commands table: the command's name",
+    ("README.md", "| `python -m checker postflight` |"): "the commands table: the command's name",
     ("docs/preflight.md", "(`-m checker` and `-m checker check` are the same)"): "prose",
     ("docs/performance.md", "(`-m checker` puts the working directory first on `sys.path`"): "prose",
     ("docs/engine.md", "(the one that runs `python -m sglang.launch_server`)"): "a comment in an example",
@@ -225,7 +226,7 @@ EXPECTED_EXIT: dict[tuple[str, str], int] = {
 }
 
 INVENTORY: dict[str, int] = {
-    "README.md": 5,
+    "README.md": 6,
     "docs/derive-plan-sweep.md": 8,
     "docs/engine.md": 3,
     "docs/how-it-computes.md": 1,
