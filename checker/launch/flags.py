@@ -9,8 +9,14 @@ order, which rows its parser has (index ranges).
 
 from __future__ import annotations
 
+# A row: (option strings, nargs) for a flag sizing only names; a flag sizing reads also has dest, type
+# name, default, choices, required and const (checker.launch.command.parser_rows).
+OptionRow = tuple[str, int | str | None]
+SizingRow = tuple[str, int | str | None, str, str | None, object, tuple[object, ...] | None, bool, object]
+FlagRow = OptionRow | SizingRow
+
 # fmt: off
-ACTIONS: tuple[tuple, ...] = (
+ACTIONS: tuple[FlagRow, ...] = (
     ('--model-path --model', None, 'model_path', 'str', None, None, True, None),
     ('--tokenizer-path', None),
     ('--tokenizer-mode', None),
@@ -688,9 +694,9 @@ RELEASES: dict[str, str] = {
 # fmt: on
 
 
-def release_rows(version: str) -> list[tuple]:
+def release_rows(version: str) -> list[FlagRow]:
     """The rows of release ``version``'s parser, in its order (KeyError: not tabled)."""
-    rows: list[tuple] = []
+    rows: list[FlagRow] = []
     for part in RELEASES[version].split(","):
         first, _, last = part.partition("-")
         rows.extend(ACTIONS[int(first) : int(last or first) + 1])
