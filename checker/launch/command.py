@@ -37,12 +37,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from checker.core.errors import FlagError, printable
 from checker.core.models import path_stat, shown_path
 from checker.engines import quiet_sglang
 from checker.launch.repeats import OptionIndex, collapse_repeats
+
+if TYPE_CHECKING:  # the table itself is imported where a parser is rebuilt from it
+    from checker.launch.flags import FlagRow
 
 # ServerArgs dests sizing reads (raw, by the release's own dest name). Every other flag is only named.
 SIZING_DESTS = frozenset(
@@ -290,21 +293,21 @@ class _ArgparseError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors and exits raise instead of printing and exiting the process."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _ArgparseError(message)
 
-    def exit(self, status: int = 0, message: str | None = None):  # type: ignore[override]
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise _ArgparseError(message or "-h/--help asked for help, not a server")
 
-    def print_help(self, file=None) -> None:  # noqa: ARG002 - help is not a launch command
+    def print_help(self, file: object = None) -> None:  # noqa: ARG002 - help is not a launch command
         raise _ArgparseError("-h/--help asked for help, not a server")
 
 
-def parser_rows(parser: argparse.ArgumentParser) -> list[tuple]:
+def parser_rows(parser: argparse.ArgumentParser) -> list[FlagRow]:
     """The table form of a parser (what :mod:`checker.launch.flags` stores per release): per action,
     ``(option strings, nargs)``; for :data:`SIZING_DESTS` also dest, type name, default, choices,
     required."""
-    rows: list[tuple] = []
+    rows: list[FlagRow] = []
     for a in parser._actions:
         if isinstance(a, argparse._HelpAction):
             continue
