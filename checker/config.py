@@ -20,12 +20,19 @@ from checker.core.errors import FlagError
 from checker.core.geometry import resolve_dtypes
 from checker.core.models import load_geometry
 from checker.core.partition import PARTITION_ENV
-from checker.core.server_args import SIZING_ARGS, SizingFlags
+from checker.core.server_args import SIZING_ARGS
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
+from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from checker.core.releases import ReleaseChoice
+    from checker.core.weights import WeightsLayout
+    from checker.core.weights_source import RankWeightsFigure
+    from checker.engines import ModelSource
+    from checker.engines.drift import EngineSet
     from checker.launch.merge import GivenFlags, LaunchInputs
 
 
@@ -139,7 +146,7 @@ class WeightsFlags:
             return f"{self.model_dir} holds no *.safetensors beside its config.json"
         return self.looked or "the model is not a model directory"
 
-    def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None):  # noqa: ANN201
+    def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None) -> WeightsLayout:
         """The :class:`checker.core.weights.WeightsLayout` of a deployment."""
         from checker.core.weights import WeightsLayout
 
@@ -187,7 +194,7 @@ def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[
     return None, f"{model.label} is a model spec, not a model directory"
 
 
-def _model_path_words(argv: tuple[str, ...]):  # noqa: ANN202
+def _model_path_words(argv: tuple[str, ...]) -> Iterator[str]:
     for i, word in enumerate(argv):
         if word in ("--model-path", "--model") and i + 1 < len(argv):
             yield argv[i + 1]
@@ -319,7 +326,7 @@ class DeriveConfig:
             **given,  # type: ignore[arg-type]
         )
 
-    def rank_weights(self, inputs: CapacityInputs, env: Mapping[str, str]):  # noqa: ANN201
+    def rank_weights(self, inputs: CapacityInputs, env: Mapping[str, str]) -> list[RankWeightsFigure]:
         """Every rank's weights figure for this deployment, from the checkpoint beside the model's
         config.json as the release's class holds it (a list of RankWeightsFigure; their source is
         ``none`` without a checkpoint)."""
@@ -364,7 +371,7 @@ class DeriveConfig:
             self.model, self.sizing, budget_gib=self.budget_gib, policy=policy, env=env, release=self.release
         )
 
-    def engines(self, inputs: CapacityInputs, env: Mapping[str, str]):
+    def engines(self, inputs: CapacityInputs, env: Mapping[str, str]) -> EngineSet:
         """The engines of ``--engine`` (``sglang`` for a release the checker does not model), prepared for
         ``inputs`` (an ``EngineSet``)."""
         from checker.engines.drift import prepare_engines
@@ -443,7 +450,7 @@ class PlanConfig:
         return self.target_max_running_requests is None
 
 
-def model_source(model: ModelChoice, sizing: SizingFlags):
+def model_source(model: ModelChoice, sizing: SizingFlags) -> ModelSource:
     """What the sglang engine rebuilds the geometry from: the model as the user named it."""
     from checker.engines import ModelSource
 
