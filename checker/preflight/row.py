@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from checker.core.environ import SGLANG_ENV_VARS
+from checker.core.geometry import ModelGeometry
 from checker.core.server_args import SIZING_FLAG_NAMES
 from checker.status import ROW_OK
 
@@ -20,7 +21,7 @@ MISSING = -1
 """A value a rank could not compute (its status says why), or a fact it does not have."""
 
 
-def _int(*, report: bool = True, default: int = MISSING):
+def _int(*, report: bool = True, default: int = MISSING) -> int:
     return field(default=default, metadata={"report": report})
 
 
@@ -135,7 +136,7 @@ was given. The ``tp_size`` and ``dp_size`` inputs are what a rank derives with (
 nobody types under a launch command, so a root cause names this one instead (FOLLOWS)."""
 
 
-def model_digest(geometry) -> str:
+def model_digest(geometry: ModelGeometry) -> str:
     """The digest of the model's own definition (its config.json, or the preset): 8 hex digits."""
     digest = geometry.source_digest
     if not digest:  # a geometry built without load_geometry (another engine's rebuild): its shapes
@@ -144,7 +145,7 @@ def model_digest(geometry) -> str:
     return str(digest)
 
 
-def model_label(geometry) -> str:
+def model_label(geometry: ModelGeometry) -> str:
     """The ``model`` input: the model's name and a digest of the model's own definition (its config.json,
     or the preset), so two ranks that load different configs under one name still differ, and a rank
     that only sets a state dtype or another TP size does not differ in its model."""
