@@ -164,7 +164,8 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
             parts.append(f"{ranks} (on {hosts}) {_release_words(version, one=len(members) == 1)}")
     line = f"{INSTALLED}: " + "; ".join(parts)
     # In release order (0.5.9 before 0.5.10), so each step is explained between neighbours.
-    installed = sorted({r.inputs.get(INSTALLED) for r in rows} - {None, NOT_INSTALLED}, key=_release_order)
+    named = {v for r in rows if (v := r.inputs.get(INSTALLED)) is not None}
+    installed = sorted(named - {NOT_INSTALLED}, key=_release_order)
     why: list[str] = []
     for a, b in zip(installed, installed[1:], strict=False):
         try:
