@@ -11,11 +11,12 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from checker import __version__
 from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs
-from checker.core.sweep import BudgetGrid
+from checker.core.sweep import BudgetGrid, SweepSummary
 from checker.outputs.files import write_file
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES
 
@@ -64,7 +65,7 @@ def _policy_json(info: Mapping[str, object]) -> dict[str, object]:
 
 
 def build_report(
-    analysis: dict,
+    analysis: SweepSummary,
     grid: BudgetGrid,
     inputs: CapacityInputs,
     required: Sequence[str],
@@ -73,7 +74,8 @@ def build_report(
     *,
     mode: str = "single-process",
     world_size: int = 1,
-) -> dict:
+) -> dict[str, Any]:
+    """The --report document (JSON values, read back by the text and the plot)."""
     failing = [p for p in required if not analysis["policies"][p]["consistent"]]
     return {
         "command": "sweep",
