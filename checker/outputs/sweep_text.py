@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs
 from checker.core.sweep import BudgetGrid, budget_runs
@@ -41,7 +42,7 @@ def header(inputs: CapacityInputs, grid: BudgetGrid) -> str:
     )
 
 
-def text_report(report: dict, grid: BudgetGrid) -> str:
+def text_report(report: Mapping[str, Any], grid: BudgetGrid) -> str:
     n = report["num_budgets"]
 
     def cell(count: int) -> str:
@@ -69,7 +70,7 @@ def text_report(report: dict, grid: BudgetGrid) -> str:
     return "\n".join(lines)
 
 
-def finding_lines(report: dict, grid: BudgetGrid) -> list[str]:
+def finding_lines(report: Mapping[str, Any], grid: BudgetGrid) -> list[str]:
     """One line per policy and value that diverges, and per policy with budgets where stages cannot boot:
     where, in runs of budgets."""
     budgets = grid.budgets
@@ -89,7 +90,7 @@ def finding_lines(report: dict, grid: BudgetGrid) -> list[str]:
     return details
 
 
-def required_line(report: dict) -> str | None:
+def required_line(report: Mapping[str, Any]) -> str | None:
     """The verdict line: each --require-consistent policy, and the exit code it gives."""
     required = report["require_consistent"]
     if not required:
@@ -100,7 +101,7 @@ def required_line(report: dict) -> str | None:
     return f"required consistent: {state} -> exit {code}"
 
 
-def quiet_report(report: dict, grid: BudgetGrid) -> str:
+def quiet_report(report: Mapping[str, Any], grid: BudgetGrid) -> str:
     """``--quiet``: what diverges, one line each (a summary line alone hid every other value that
     diverges), then the verdict line."""
     required = required_line(report)
