@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from checker.config import SweepConfig, capacity_inputs
 from checker.core.errors import CheckerInputError, FlagError
 from checker.core.sizing import CapacityInputs
-from checker.core.sweep import BudgetGrid, parse_budgets
+from checker.core.sweep import BudgetGrid, SweepSummary, parse_budgets
 from checker.status import DIVERGENT, EXIT_CODES, exit_after_outputs
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
@@ -75,9 +75,9 @@ class SweepFindings:
     """A (stages, policies, budgets, 3) stack and its analysis, analysed once."""
 
     plan: SweepPlan
-    stack: Any
-    """torch.Tensor, int64 on CPU."""
-    analysis: dict[str, Any]
+    stack: torch.Tensor
+    """int64 on CPU."""
+    analysis: SweepSummary
     device: str
     mode: str = "single-process"
     world_size: int = 1
