@@ -23,11 +23,18 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from checker.core.errors import FlagError
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs
-from checker.core.sweep import BudgetGrid, budget_runs
+from checker.core.sweep import BudgetGrid, PolicySummary, SweepSummary, budget_runs
 from checker.outputs.files import write_file
+
+if TYPE_CHECKING:  # matplotlib (and numpy, its dependency) are imported only when a plot is drawn
+    import numpy as np
+    import numpy.typing as npt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure, SubFigure
 
 FIG_WIDTH_IN = 8.0
 """GitHub shows a README image at most about 800 px wide: 8 inches at 100 px per inch."""
@@ -37,7 +44,20 @@ MIN_MARK_FRACTION = 0.025
 """Narrowest band drawn, as a fraction of the budget axis: about 5 px of a 200 px panel at 800 px."""
 
 DIFFERS, NO_BOOT, PARTIAL_BOOT = "differs", "no boot", "partial boot"
-_MARK_STYLE = {
+
+
+class _BandStyle(TypedDict, total=False):
+    """A band's keyword arguments to ``axvspan`` (a legend's ``Patch`` takes them less ``zorder``)."""
+
+    facecolor: str
+    edgecolor: str
+    alpha: float
+    hatch: str
+    lw: float
+    zorder: float
+
+
+_MARK_STYLE: dict[str, _BandStyle] = {
     DIFFERS: {"facecolor": "#f4a3a8", "edgecolor": "none", "alpha": 0.75, "zorder": 0.5},
     NO_BOOT: {"facecolor": "#9e9e9e", "edgecolor": "#252525", "hatch": "///", "lw": 0, "zorder": 0.6},
     PARTIAL_BOOT: {"facecolor": "#fdb863", "edgecolor": "#b35806", "hatch": "xx", "lw": 0, "zorder": 0.7},
@@ -100,7 +120,7 @@ def install_hint(*, source_root: Path | None = None, cwd: Path | None = None) ->
     return "pip install " + " ".join(shlex.quote(r) for r in extra or ["matplotlib"])
 
 
-def _matplotlib():
+def _matplotlib() -> tuple[type[Figure], type[FigureCanvasAgg]]:
     try:
         # The Agg canvas directly, never pyplot: no window, no global backend state on headless nodes.
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -156,8 +176,8 @@ def plot_sweep(
     path: str | Path,
     *,
     budgets: Sequence[float],
-    values: Mapping[str, Sequence[Sequence[Sequence[int]]]],
-    analysis: Mapping[str, object],
+    values: Mapping[str, npt.ArrayLike],
+    analysis: SweepSummary,
     title: str,
 ) -> None:
     """Write the sweep plot as a PNG to ``path``.
@@ -183,23 +203,24 @@ def plot_sweep(
 def sweep_figure(
     *,
     budgets: Sequence[float],
-    values: Mapping[str, Sequence[Sequence[Sequence[int]]]],
-    analysis: Mapping[str, object],
+    values: Mapping[str, npt.ArrayLike],
+    analysis: SweepSummary,
     title: str,
-):  # noqa: ANN201 - a matplotlib Figure; matplotlib is imported lazily
+) -> Figure:
     """The figure :func:`plot_sweep` saves, at :data:`SAVE_DPI`. Every band is a patch whose gid is
     ``"<policy>|<kind>|<value or ''>|<first budget>"``, so a test can find what was drawn."""
     Figure, FigureCanvasAgg = _matplotlib()
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     policies = list(values)
-    fig = Figure(figsize=(FIG_WIDTH_IN, 0.75 + 2.75 * len(policies)), dpi=SAVE_DPI, layout="constrained")
+    layout = ConstrainedLayoutEngine(h_pad=0.06, hspace=0.04, w_pad=0.04, wspace=0.04)
+    fig = Figure(figsize=(FIG_WIDTH_IN, 0.75 + 2.75 * len(policies)), dpi=SAVE_DPI, layout=layout)
     FigureCanvasAgg(fig)
-    fig.get_layout_engine().set(h_pad=0.06, hspace=0.04, w_pad=0.04, wspace=0.04)
     rows = fig.subfigures(len(policies), 1, squeeze=False)[:, 0]
     edges = _cell_edges(budgets)
     lo, hi = edges[0], edges[-1]
     for row, policy in zip(rows, policies, strict=True):
-        info = analysis["policies"][policy]  # type: ignore[index]
+        info = analysis["policies"][policy]
         marks = _draw_row(row, policy, budgets, values[policy], info)
         lo, hi = min([lo, *(m.x0 for m in marks)]), max([hi, *(m.x1 for m in marks)])
     for ax in fig.axes:
@@ -209,9 +230,12 @@ def sweep_figure(
     return fig
 
 
-def _draw_row(row, policy: str, budgets: Sequence[float], stages, info: Mapping) -> list[Mark]:  # noqa: ANN001
+def _draw_row(
+    row: SubFigure, policy: str, budgets: Sequence[float], stages: npt.ArrayLike, info: PolicySummary
+) -> list[Mark]:
     """One policy: a panel per checked value, its bands, and a legend headed by the verdict in words."""
     import numpy as np  # a matplotlib dependency
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
@@ -225,13 +249,21 @@ def _draw_row(row, policy: str, budgets: Sequence[float], stages, info: Mapping)
     data[data <= 0] = np.nan  # cannot boot: a gap in the line, not a point at -1
     marks = event_marks(budgets, info)
     axes = row.subplots(1, len(CHECKED_VALUES), sharex=True)
-    handles = []
+    handles: list[Artist] = []
     for c, ranks in enumerate(_stage_groups(data)):
-        style = {"color": _COLOURS[c % len(_COLOURS)], "ls": _STYLES[c % len(_STYLES)]}
+        colour, ls = _COLOURS[c % len(_COLOURS)], _STYLES[c % len(_STYLES)]
         label = f"all {len(data)} stages" if len(ranks) == len(data) else _ranks_label(ranks)
         for v, ax in enumerate(axes):
-            ax.plot(x, data[ranks[0], :, v], lw=2.0, marker="o" if len(x) <= 40 else None, ms=4, **style)
-        handles.append(Line2D([], [], lw=2.0, label=label, **style))
+            ax.plot(
+                x,
+                data[ranks[0], :, v],
+                lw=2.0,
+                marker="o" if len(x) <= 40 else None,
+                ms=4,
+                color=colour,
+                ls=ls,
+            )
+        handles.append(Line2D([], [], lw=2.0, label=label, color=colour, ls=ls))
     for v, (name, ax) in enumerate(zip(CHECKED_VALUES, axes, strict=True)):
         for m in marks:
             if m.value in (None, name):
@@ -275,7 +307,7 @@ def _draw_row(row, policy: str, budgets: Sequence[float], stages, info: Mapping)
     return marks
 
 
-def panel_note(info: Mapping, name: str, n: int) -> str:
+def panel_note(info: PolicySummary, name: str, n: int) -> str:
     """The line under a panel's title: how many budgets that value differs at, in words."""
     count = info["divergent"][name]
     if count:
@@ -284,7 +316,7 @@ def panel_note(info: Mapping, name: str, n: int) -> str:
     return "no stage boots" if info["boot_failures"] == n else "same on every stage"
 
 
-def headline_for(policy: str, info: Mapping, budgets: Sequence[float]) -> tuple[str, bool]:
+def headline_for(policy: str, info: PolicySummary, budgets: Sequence[float]) -> tuple[str, bool]:
     """The words over a policy's row, and whether it diverges.
 
     ``info`` is one policy of the ``analyse`` dict. A policy with no divergence says so outright ("all
@@ -316,7 +348,7 @@ def _budget_list(flagged: Sequence[float], budgets: Sequence[float]) -> str:
     return (f"{a:g}" if a == b else f"{a:g}-{b:g}") + " GiB"
 
 
-def event_marks(budgets: Sequence[float], info: Mapping) -> list[Mark]:
+def event_marks(budgets: Sequence[float], info: PolicySummary) -> list[Mark]:
     """Every band one policy's panels get, from its ``analyse`` entry ``info``.
 
     Flagged budgets become runs of grid cells (a cell reaches halfway to each neighbour), each widened
@@ -387,7 +419,7 @@ def _cell_edges(budgets: Sequence[float]) -> list[float]:
     return [float(2 * b[0] - mids[0]), *mids.tolist(), float(2 * b[-1] - mids[-1])]
 
 
-def _stage_groups(data) -> list[list[int]]:  # noqa: ANN001 - a (stages, budgets, 3) float array
+def _stage_groups(data: npt.NDArray[np.float64]) -> list[list[int]]:
     """Stages with identical triples at every budget, largest pool first: eight overlapping lines would
     hide each other, and which stages agree is the point of the plot."""
     groups: dict[bytes, list[int]] = {}
@@ -408,7 +440,7 @@ def _ranks_label(ranks: Sequence[int]) -> str:
     return ("pp_rank " if len(ranks) == 1 else "pp_ranks ") + ", ".join(parts)
 
 
-def _legend_style(kind: str) -> dict:
-    style = dict(_MARK_STYLE[kind])
+def _legend_style(kind: str) -> _BandStyle:
+    style = _MARK_STYLE[kind].copy()
     style.pop("zorder")
     return style
