@@ -144,7 +144,7 @@ def rank_dict(row: RankRow) -> dict[str, object]:
     return d
 
 
-def inputs_view(verdict: Verdict, *, whole: Mapping[str, str] | None = None) -> dict[str, object]:
+def inputs_view(verdict: Verdict, *, whole: Mapping[str, str | None] | None = None) -> dict[str, object]:
     """Every input once: its value where all ranks agree; ``{"by_rank": [...]}`` (one value per entry
     of ``ranks``, in the same order) where they differ. ``whole``: inputs this rank has whole (its own
     launch command), shown instead of the wire's cut text where every rank sent that same value."""
@@ -153,10 +153,11 @@ def inputs_view(verdict: Verdict, *, whole: Mapping[str, str] | None = None) -> 
         return out
     first = verdict.rows[0]
     for name in first.inputs:
+        known = (whole or {}).get(name)
         if name in verdict.differing_inputs:
             out[name] = {"by_rank": [typed_input(name, sent_text(r, name)) for r in verdict.rows]}
-        elif (whole or {}).get(name) is not None and digest(whole[name]) == first.input_digests.get(name):
-            out[name] = typed_input(name, whole[name])
+        elif known is not None and digest(known) == first.input_digests.get(name):
+            out[name] = typed_input(name, known)
         else:
             out[name] = typed_input(name, sent_text(first, name))
     return out
@@ -235,7 +236,10 @@ def to_json(verdict: Verdict, *, extra: Mapping[str, object]) -> dict[str, objec
     ``inputs`` where every rank sent the same value: a long model path is kept whole)."""
     extra = dict(extra)
     own = extra.pop("launch_command", None)
-    whole = dict(extra.pop("own_inputs", None) or {})
+    own_inputs = extra.pop("own_inputs", None)
+    assert own is None or isinstance(own, Mapping), own  # launch_command_doc's dict
+    assert own_inputs is None or isinstance(own_inputs, Mapping), own_inputs  # RankRow.inputs
+    whole: dict[str, str | None] = dict(own_inputs or {})
     if own:
         whole["launch_command"] = own["input"]
     return {
