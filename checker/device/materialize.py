@@ -44,7 +44,8 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict
 
 from checker.core.errors import FlagError
 from checker.core.geometry import DTYPE_ITEMSIZE
@@ -184,6 +185,15 @@ def _limit_bytes() -> int | None:
         raise FlagError(f"{LIMIT_ENV}={text!r} is not an integer number of bytes") from None
 
 
+class _Measured(TypedDict):
+    """The fields of a :class:`MaterializeResult` known before allocating, whatever the outcome."""
+
+    predicted_bytes: int
+    device: str
+    num_tensors: int
+    reserved_intermediate_bytes: int
+
+
 def _gib(n: int) -> str:
     return f"{n:,} B ({n / 2**30:.3f} GiB)"
 
@@ -191,13 +201,13 @@ def _gib(n: int) -> str:
 class _Meter:
     """Bytes allocated on one device: allocator statistics on CUDA, storage sizes on CPU."""
 
-    def __init__(self, torch_mod, device) -> None:
-        self.torch, self.device = torch_mod, device
+    def __init__(self, torch_mod: ModuleType, device: torch.device) -> None:
+        self.torch, self.device = torch_mod, device  # torch_mod: the torch module, imported by the caller
         self.cuda = device.type == "cuda"
         self.tensor_bytes = 0
         if self.cuda:
             torch_mod.cuda.synchronize(device)
-            self.base_allocated = torch_mod.cuda.memory_allocated(device)
+            self.base_allocated: int = torch_mod.cuda.memory_allocated(device)
             self.base_requested = self._requested()
 
     def _requested(self) -> int | None:
@@ -205,7 +215,7 @@ class _Meter:
         value = stats.get("requested_bytes.all.current")
         return None if value is None else int(value)
 
-    def add(self, t) -> None:
+    def add(self, t: torch.Tensor) -> None:
         self.tensor_bytes += t.untyped_storage().nbytes()
 
     def measured(self) -> int:
@@ -215,7 +225,8 @@ class _Meter:
         now = self._requested()
         if now is not None and self.base_requested is not None:
             return now - self.base_requested
-        return self.torch.cuda.memory_allocated(self.device) - self.base_allocated
+        allocated: int = self.torch.cuda.memory_allocated(self.device)
+        return allocated - self.base_allocated
 
     def left_over(self) -> int:
         """After freeing: bytes the pool still holds (0 when everything went back)."""
@@ -223,7 +234,8 @@ class _Meter:
             return 0
         self.torch.cuda.synchronize(self.device)
         self.torch.cuda.empty_cache()
-        return self.torch.cuda.memory_allocated(self.device) - self.base_allocated
+        allocated: int = self.torch.cuda.memory_allocated(self.device)
+        return allocated - self.base_allocated
 
 
 def materialize_stage(
@@ -248,7 +260,7 @@ def materialize_stage(
     predicted = predicted_bytes(inputs, stage)
     specs = pool_tensors(inputs, stage)
     where = f"stage {stage.pp_rank} on {device}"
-    base = dict(
+    base = _Measured(
         predicted_bytes=predicted,
         device=str(device),
         num_tensors=len(specs),
@@ -283,7 +295,8 @@ def materialize_stage(
                 )
     oom_type = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
     tensors: list[torch.Tensor] = []
-    refs: list[weakref.ref] = []
+    refs: list[weakref.ref[torch.Tensor]] = []
+    t: torch.Tensor | None = None
     meter = _Meter(torch, device)
     error = ""
     allocated = 0
