@@ -22,7 +22,7 @@ from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.layout import layout
 from checker.core.partition import PARTITION_ENV
 from checker.core.releases import ReleaseChoice, installed_sglang_version
-from checker.core.sizing import CHECKED_VALUES
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
@@ -39,6 +39,8 @@ from checker.preflight.row import (
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 if TYPE_CHECKING:
+    import torch
+
     from checker.launch.merge import GivenFlags
 
 GIB = 2**30
@@ -55,7 +57,7 @@ class LocalFacts:
     error: str = ""
 
 
-def local_facts(config: PreflightConfig, env: RankEnv, device) -> LocalFacts:
+def local_facts(config: PreflightConfig, env: RankEnv, device: torch.device | None) -> LocalFacts:
     try:
         pp_size, pp_rank = layout(
             env.world_size,
@@ -70,7 +72,7 @@ def local_facts(config: PreflightConfig, env: RankEnv, device) -> LocalFacts:
     return LocalFacts(pp_size=pp_size, pp_rank=pp_rank, device_free_bytes=free)
 
 
-def _device_free_bytes(config: PreflightConfig, env: RankEnv, device) -> int:
+def _device_free_bytes(config: PreflightConfig, env: RankEnv, device: torch.device | None) -> int:
     given = config.budget.device_free_gib
     if given:
         if len(given) not in (1, env.world_size):
@@ -186,7 +188,7 @@ def derive_row(
     *,
     all_free: Sequence[int],
     torch_version: str,
-    device=None,
+    device: torch.device | None = None,
     deadline: float | None = None,
     timings: dict[str, float] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -268,12 +270,15 @@ def _derive_into(
     *,
     release: ReleaseChoice,
     all_free: Sequence[int],
-    device,
+    device: torch.device | None,
     deadline: float | None,
     timings: dict[str, float] | None,
     environ: Mapping[str, str],
 ) -> None:
     from checker.engines.drift import drift_summary, prepare_engines
+
+    inputs = dict(row.inputs)  # this rank fills in its own row's inputs as it resolves them
+    row.inputs = inputs
 
     b = config.budget
     if b.from_device:
@@ -288,11 +293,11 @@ def _derive_into(
         # Agreed (MIN over ranks), the formula is every rank's and says how the budget was reached; not
         # agreed, its numbers are this rank's own free memory, not an input: the flags are the source
         # then, and each rank's budget_gib shows what its memory gave.
-        row.inputs["budget_source"] = formula if b.agree else b.label
+        inputs["budget_source"] = formula if b.agree else b.label
     else:
         assert b.budget_gib is not None
         budget = b.budget_gib
-    row.inputs["budget_gib"] = input_text(float(budget))
+    inputs["budget_gib"] = input_text(float(budget))
     row.budget_millionths_gib = round(budget * 1e6)
     maybe_inject(env.rank, "derive")
     cap = capacity_inputs(
@@ -304,7 +309,7 @@ def _derive_into(
         release=release,
     )
     # The model's own definition (not the dtypes or TP size this rank resolved: inputs of their own).
-    row.inputs["model"] = model_label(cap.geometry)
+    inputs["model"] = model_label(cap.geometry)
     row.num_layers = cap.geometry.num_hidden_layers
     row.model_digest = int(model_digest(cap.geometry), 16)
     source = model_source(config.model, config.sizing)
@@ -338,7 +343,9 @@ def _derive_into(
         _materialize(row, config, env, cap, stage, device=device, deadline=deadline, timings=timings)
 
 
-def check_on_device(cap, pp_rank: int, budget: float, stage, device) -> None:
+def check_on_device(
+    cap: CapacityInputs, pp_rank: int, budget: float, stage: StageCapacity, device: torch.device
+) -> None:
     """Derive the stage again on the rank's own device (the sweep's vectorised path, float64 tensors)
     and hold it against the scalar core: on a GPU rank this is the derivation done on the GPU."""
     from checker.device.sweep import derive_sweep
@@ -356,10 +363,10 @@ def _materialize(
     row: RankRow,
     config: PreflightConfig,
     env: RankEnv,
-    cap,
-    stage,
+    cap: CapacityInputs,
+    stage: StageCapacity,
     *,
-    device,
+    device: torch.device | None,
     deadline: float | None,
     timings: dict[str, float] | None,
 ) -> None:
