@@ -90,7 +90,7 @@ class EngineSet:
 
     mode: str
     """builtin | sglang | both"""
-    primary: PreparedEngine | None
+    primary: PreparedEngine
     """Whose values the command reports: builtin for builtin/both, sglang for sglang."""
     shadow: PreparedEngine | None = None
     """The SGLang engine under ``both`` (None when it refused to prepare: see shadow_error)."""
@@ -112,9 +112,12 @@ class EngineSet:
             return self.release.label
         return f"SGLang {self.sglang_version}'s own sizing code"
 
-    def derive(self, pp_rank: int, budget_gib: float | None = None) -> tuple[StageCapacity, list[Drift]]:
+    def derive(
+        self, pp_rank: int, budget_gib: float | None = None
+    ) -> tuple[StageCapacity | None, list[Drift]]:
         """The primary engine's stage; under ``both`` also every drift. Raises the primary's input error
-        when nothing drifts (both refuse, or only one engine runs)."""
+        when nothing drifts (both refuse, or only one engine runs); None for the stage when the primary
+        refused and the drift says why."""
         first = outcome(self.primary, pp_rank, budget_gib)
         drifts: list[Drift] = []
         if self.compares:
@@ -122,7 +125,7 @@ class EngineSet:
         if first.stage is None and not drifts:
             assert first.error is not None
             raise first.error
-        return first.stage, drifts  # type: ignore[return-value]
+        return first.stage, drifts
 
     def derive_all(
         self, pp_size: int, budget_gib: float | None = None
