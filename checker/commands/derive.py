@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from checker.cli.options import (
     DEFAULT_BUDGET_GIB,
@@ -38,6 +39,9 @@ from checker.outputs.derive import (
 )
 from checker.outputs.stdout import show
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
+
+if TYPE_CHECKING:  # torch is imported when --materialize runs
+    from checker.device.materialize import MaterializeResult
 
 HELP = "derive every stage's pool size and limits in one process (no torch needed)"
 USAGE = ("python -m checker derive",)
@@ -208,7 +212,9 @@ def run_derive(config: DeriveConfig) -> int:
     return code
 
 
-def materialize_all(inputs: CapacityInputs, stages: list[StageCapacity], device_name: str) -> list:
+def materialize_all(
+    inputs: CapacityInputs, stages: list[StageCapacity], device_name: str
+) -> list[MaterializeResult]:
     """One stage at a time, each freed before the next: the peak is the largest stage, not the sum."""
     from checker.device.materialize import materialize_stage, resolve_device
 
@@ -237,7 +243,12 @@ def run_releases(config: DeriveConfig) -> int:
         inputs[version] = as_release.inputs(os.environ)
         engines = as_release.engines(inputs[version], os.environ)
         try:
-            stages[version] = [engines.derive(k)[0] for k in range(inputs[version].pp_size)]
+            derived: list[StageCapacity] = []
+            for k in range(inputs[version].pp_size):
+                stage, _ = engines.derive(k)
+                assert stage is not None  # one engine, no comparison (--engine refused above): it raises
+                derived.append(stage)
+            stages[version] = derived
         except BudgetError as exc:  # does not boot under this release: part of the answer
             errors[version] = str(exc)
     differences = release_differences(stages)
