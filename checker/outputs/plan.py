@@ -8,6 +8,7 @@ The JSON uses check's report's names (docs/json-output.md, docs/report.schema.js
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from checker.config import DeriveConfig, PlanConfig
 from checker.core.partition import PARTITION_ENV
@@ -18,6 +19,10 @@ from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
 from checker.outputs.tables import fmt_int, format_table
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
+
+if TYPE_CHECKING:
+    from checker.core.weights import RankWeights
+    from checker.core.weights_source import RankWeightsFigure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,10 +52,10 @@ class AssumedWeights:
     """--weights-from-log: which log line the figure is (the largest mem usage, and its prefix)."""
     rank: int | None = None
     """The busiest rank (checkpoint): the one whose figure the fraction uses."""
-    figures: tuple = ()
-    """Every rank's figure (checkpoint): checker.core.weights_source.RankWeightsFigure."""
-    detail: object = None
-    """The busiest rank's parts (checker.core.weights.RankWeights)."""
+    figures: tuple[RankWeightsFigure, ...] = ()
+    """Every rank's figure (checkpoint)."""
+    detail: RankWeights | None = None
+    """The busiest rank's parts."""
 
     def line(self) -> str:
         if self.source == "flag":
