@@ -13,7 +13,7 @@ from checker import __version__
 from checker.config import SizingFlags, sglang_env
 from checker.core.releases import ReleaseChoice
 from checker.core.sizing import CapacityInputs, StageCapacity
-from checker.device.materialize import MATERIALIZE_STATUS_NAMES
+from checker.device.materialize import MATERIALIZE_STATUS_NAMES, MaterializeResult
 from checker.preflight.row import NOT_INSTALLED, model_label
 from checker.status import ERROR
 
@@ -71,7 +71,7 @@ def json_layout(inputs: CapacityInputs) -> dict[str, int]:
     }
 
 
-def stage_dict(s: StageCapacity, group_size: int, m=None) -> dict[str, object]:
+def stage_dict(s: StageCapacity, group_size: int, m: MaterializeResult | None = None) -> dict[str, object]:
     """One stage, with check's per-rank names: ``rank`` is the stage's first rank (the TP group,
     ``tp_group_size``, is the inner dimension: pp_rank = rank // group_size), ``status``/``error`` fold
     in a --materialize failure."""
