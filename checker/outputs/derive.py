@@ -8,6 +8,7 @@ The JSON uses check's report's names (docs/json-output.md, docs/report.schema.js
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from checker.config import DeriveConfig
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
@@ -15,6 +16,9 @@ from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
 from checker.outputs.tables import fmt_bytes, fmt_int, format_table, mark, outliers
+
+if TYPE_CHECKING:
+    from checker.device.materialize import MaterializeResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +39,7 @@ class Derivation:
     modelled and derived by its own code)."""
     status: str
     exit_code: int
-    materialized: list | None = None
+    materialized: list[MaterializeResult] | None = None
     """--materialize: each stage's allocation, in stage order (``device.materialize``'s results)."""
     materialize_s: float = 0.0
 
@@ -57,7 +61,7 @@ class ReleaseComparison:
 # -- one derivation ------------------------------------------------------------------------------------
 
 
-def stage_table(stages: list[StageCapacity], materialized: list | None = None) -> str:
+def stage_table(stages: list[StageCapacity], materialized: list[MaterializeResult] | None = None) -> str:
     marks = {n: outliers([getattr(s, n) for s in stages]) for n in CHECKED_VALUES}
     rows = [
         [
