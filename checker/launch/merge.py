@@ -13,10 +13,14 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from checker.core.errors import FlagError
 from checker.core.releases import installed_sglang_version
 from checker.core.server_args import LAUNCH_ARGS
+
+if TYPE_CHECKING:  # the flag tables load only when a launch command is parsed
+    from checker.launch.command import LaunchCommand
 
 # The launch command's inputs by the checker's name (LaunchCommand.values' keys): the rows of the table of
 # sizing inputs with an SGLang spelling, plus the model and --mem-fraction-static.
@@ -193,7 +197,7 @@ _ATTENTION_SPELLING = (
 )
 
 
-def typed_attention(cmd) -> str | None:  # noqa: ANN001 - a LaunchCommand
+def typed_attention(cmd: LaunchCommand) -> str | None:
     """The TP and attention-DP flags the launch command gives, as it gives them (its canonical spelling of
     each; a flag is only named when typed, never at its parser default). None: it gives none.
 
@@ -266,7 +270,7 @@ def _compared_apart(args: argparse.Namespace) -> set[str]:
     return out
 
 
-def _refuse_draft_tokens_alone(cmd, args: argparse.Namespace) -> None:  # noqa: ANN001 - a LaunchCommand
+def _refuse_draft_tokens_alone(cmd: LaunchCommand, args: argparse.Namespace) -> None:
     """``--speculative-num-draft-tokens`` in the launch command with no algorithm anywhere: SGLang runs
     no speculative decoding then (the pool sizing asks ``spec_algorithm.is_none()``; 0.5.3.post2-0.5.6.post2
     still scale the pool by the draft tokens), while the checker's own flag alone means speculative
@@ -281,7 +285,7 @@ def _refuse_draft_tokens_alone(cmd, args: argparse.Namespace) -> None:  # noqa: 
     )
 
 
-def _refuse_mixed_chunk(cmd, args: argparse.Namespace) -> None:  # noqa: ANN001 - a LaunchCommand
+def _refuse_mixed_chunk(cmd: LaunchCommand, args: argparse.Namespace) -> None:
     """``--enable-mixed-chunk`` in the launch command under pp > 1: 0.5.2-0.5.10.post1 refuse it at
     start-up (:func:`checker.core.startup.check_mixed_chunk`). A switch that sizes nothing, so it is the
     launch command's alone (compared inside the ``launch_command`` input), checked where it is read. The
@@ -293,7 +297,8 @@ def _refuse_mixed_chunk(cmd, args: argparse.Namespace) -> None:  # noqa: ANN001 
 
     if cmd.release not in MODELLED_RELEASES:
         return
-    pp = getattr(args, "pp_size", None) or cmd.values.get("pp_size") or 1
+    launch_pp = cmd.values.get("pp_size")  # an int: every release's parser types --pp-size int
+    pp = getattr(args, "pp_size", None) or (launch_pp if isinstance(launch_pp, int) else None) or 1
     speculative = bool(getattr(args, "speculative_algorithm", None))  # an EAGLE setup turns it off first
     check_mixed_chunk(cmd.release, pp_size=int(pp), enable_mixed_chunk=True, speculative=speculative)
 
@@ -307,7 +312,7 @@ def _zero_micro_batch_refused(release: str) -> bool:
         return True
 
 
-def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
+def _checked_values(cmd: LaunchCommand) -> dict[str, object]:
     """The launch command's inputs, each checked by its row of the table as the checker's own flag is
     (exit 2 naming the launch command's flag) and read as SGLang reads it (0 is unset where SGLang says
     so). What the command typed is checked too where the checker's value is derived from it: --tp-size 4
@@ -317,7 +322,7 @@ def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
         row = LAUNCH_ARGS.get(key)
         if row is None:
             continue
-        typed = cmd.sglang_values.get(row.sglang)
+        typed = None if row.sglang is None else cmd.sglang_values.get(row.sglang)
         if (
             key == "pp_max_micro_batch_size"
             and typed == 0
@@ -335,7 +340,7 @@ def _checked_values(cmd) -> dict[str, object]:  # noqa: ANN001 - a LaunchCommand
     return out
 
 
-def _refuse_unread_config(cmd, launch: Sequence[str]) -> None:  # noqa: ANN001 - a LaunchCommand
+def _refuse_unread_config(cmd: LaunchCommand, launch: Sequence[str]) -> None:
     """SGLang reads a config file only for the exact word ``--config`` (server_args.py
     ``prepare_server_args``: ``if "--config" in argv``, in every release that has the flag); argparse
     still accepts ``--conf FILE`` or ``--config=FILE`` and stores a path nothing reads. The server would
@@ -354,7 +359,7 @@ def _refuse_unread_config(cmd, launch: Sequence[str]) -> None:  # noqa: ANN001 -
     )
 
 
-def _explicit(cmd, key: str) -> bool:
+def _explicit(cmd: LaunchCommand, key: str) -> bool:
     """Whether the command gave ``key`` (a LaunchCommand's checker name, or ``sglang.X``)."""
     if key.startswith("sglang."):
         return key.removeprefix("sglang.") in cmd.sglang_explicit
@@ -364,7 +369,7 @@ def _explicit(cmd, key: str) -> bool:
 def launch_text(args: argparse.Namespace, *, compared: bool = True) -> str | None:
     """The ``launch_command`` input: as ranks compare it (``compared``: the flags no other input
     carries), or as a single process reports it (every explicit sizing flag and the parser)."""
-    launch = getattr(args, "launch", None)
+    launch: LaunchInputs | None = getattr(args, "launch", None)
     if launch is None:
         return None
     return launch.input if compared else launch.described
