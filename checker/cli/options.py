@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from checker.core.budget import MAX_BUDGET_GIB
 from checker.core.errors import SHOWN_CHARS, shorten
@@ -29,7 +29,7 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{shorten(text)} is not an integer") from None
 
 
-def int_at_least(minimum: int):
+def int_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``minimum``, with a one-line reason otherwise."""
 
     def parse(text: str) -> int:
@@ -55,7 +55,9 @@ def finite_float(text: str) -> float:
     return value
 
 
-def bounded_float(*, low: float, high: float, low_inclusive: bool = False, what: str = ""):
+def bounded_float(
+    *, low: float, high: float, low_inclusive: bool = False, what: str = ""
+) -> Callable[[str], float]:
     """An argparse type: a finite number in (low, high] (or [low, high]), with a one-line reason."""
 
     def parse(text: str) -> float:
@@ -69,7 +71,7 @@ def bounded_float(*, low: float, high: float, low_inclusive: bool = False, what:
     return parse
 
 
-def row_type(row: ServerArg):
+def row_type(row: ServerArg) -> Callable[[str], object]:
     """An argparse type for a sizing input: the text read as the row's kind, then checked by the row
     (:mod:`checker.core.server_args`), so the flag refuses exactly what the typed config refuses."""
 
