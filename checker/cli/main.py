@@ -18,6 +18,7 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, Protocol, cast
 
 from checker import __version__
 from checker.commands.lifecycle import COMMANDS as GROUP_COMMANDS
@@ -84,11 +85,11 @@ class UsageError(Exception):
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is a single line naming the way out, with "did you mean"."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # argparse.ArgumentParser's own arguments
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # "argument --budget-gib: 0 must be ..." -> "--budget-gib 0 must be ...": the flag as typed.
         message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: (?=[^ ]+ must )", r"\1 ", message)
         message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: ", r"\1: ", message)
@@ -171,8 +172,22 @@ def _launch_flag_hint(parser: argparse.ArgumentParser, word: str) -> str:
     )
 
 
-def _command(name: str):
-    return importlib.import_module(f"checker.commands.{name}")
+class CommandModule(Protocol):
+    """What each ``checker.commands.<name>`` module provides: its help, its options, its entry point."""
+
+    HELP: str
+    USAGE: Sequence[str]
+    DESCRIPTION: str
+    EXAMPLES: Sequence[str]
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _command(name: str) -> CommandModule:
+    # imported by name, so a rank imports only the command it runs (build_parser)
+    return cast(CommandModule, importlib.import_module(f"checker.commands.{name}"))
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -259,7 +274,9 @@ def _refuse_unknown_flags(parser: argparse.ArgumentParser, words: Sequence[str])
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    action: argparse._SubParsersAction[argparse.ArgumentParser] = next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    )
     return action.choices[name]
 
 
