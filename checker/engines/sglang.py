@@ -114,7 +114,7 @@ import re
 import sys
 import tempfile
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,6 +345,7 @@ def _import_api() -> types.SimpleNamespace:
         host, host_cls = "configurator", kv.KVCacheConfigurator
         methods = ("_handle_max_mamba_cache", "_calculate_mamba_ratio", "resolve_max_num_reqs")
     else:
+        assert runner is not None  # imported above where the configurator module is not there
         host, host_cls = "runner", runner.ModelRunner
         methods = ("handle_max_mamba_cache", "_calculate_mamba_ratio", "_resolve_max_num_reqs")
     missing_methods = [m for m in methods if not callable(getattr(host_cls, m, None))]
@@ -601,7 +602,10 @@ class _CheckerStateParams(_StandIn):
         self.dtype = api.Mamba2StateDType(
             conv=getattr(torch, g.conv_dtype), temporal=getattr(torch, g.temporal_dtype)
         )
-        self._per_req = api.BaseLinearStateParams.mamba_cache_per_req.fget  # SGLang's property body
+        # SGLang's property body (an int of bytes)
+        self._per_req: Callable[[_CheckerStateParams], int] = (
+            api.BaseLinearStateParams.mamba_cache_per_req.fget
+        )
 
     @property
     def mamba_cache_per_req(self) -> int:
@@ -678,7 +682,7 @@ class PreparedSglang:
         Path(self._tmp.name, "config.json").write_text(json.dumps(hf or _carrier_config(inputs)))
         rt = self.api.runtime
         self._parallel_widths: dict[str, int] | None = None
-        self.context = None
+        self.context: Any = None  # SGLang's runtime context (0.5.16+; untyped there); None before
         with self._scope(activate=False):
             self.server_args = self._resolve(source)
             try:
@@ -755,7 +759,7 @@ class PreparedSglang:
         data = read_json(source.model_config)
         return None if "linear_layer_ids" in data else data
 
-    def _resolve(self, source: ModelSource):
+    def _resolve(self, source: ModelSource) -> Any:  # the release's ServerArgs (untyped there)
         i = self.inputs
         fields = self.api.server_arg_fields
         # The strategy flag's name up to 0.5.13.post1 is --mamba-scheduler-strategy.
