@@ -140,7 +140,7 @@ def derivation_text(d: Derivation) -> list[str]:
     return lines + engine_lines(d)
 
 
-def _inputs_doc(config: DeriveConfig, inputs: CapacityInputs, **kwargs: object) -> dict[str, object]:
+def _inputs_doc(config: DeriveConfig, inputs: CapacityInputs, *, resolved: bool = True) -> dict[str, object]:
     return json_inputs(
         inputs,
         config.sizing,
@@ -148,7 +148,7 @@ def _inputs_doc(config: DeriveConfig, inputs: CapacityInputs, **kwargs: object) 
         budget_gib=float(inputs.budget_gib),
         budget_source=config.budget_source,
         launch_command=config.launch_command,
-        **kwargs,  # type: ignore[arg-type]
+        resolved=resolved,
     )
 
 
