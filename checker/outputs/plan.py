@@ -164,8 +164,23 @@ def _engine_doc(config: PlanConfig, findings: _EngineFindings) -> dict[str, obje
     return {"engine": config.derive.release.engine, "drift": [vars(d) for d in findings.drifts]}
 
 
-def _inputs_doc(d: DeriveConfig, inputs: CapacityInputs, **kwargs: object) -> dict[str, object]:
-    return json_inputs(inputs, d.sizing, d.release, launch_command=d.launch_command, **kwargs)  # type: ignore[arg-type]
+def _inputs_doc(
+    d: DeriveConfig,
+    inputs: CapacityInputs,
+    *,
+    budget_source: str | None,
+    budget_gib: float | None = None,
+    resolved: bool = True,
+) -> dict[str, object]:
+    return json_inputs(
+        inputs,
+        d.sizing,
+        d.release,
+        budget_source=budget_source,
+        budget_gib=budget_gib,
+        resolved=resolved,
+        launch_command=d.launch_command,
+    )
 
 
 # -- the smallest budget for a target ------------------------------------------------------------------
