@@ -130,6 +130,7 @@ class WeightsFlags:
         return cls(
             model_dir=model_dir,
             looked=looked,
+            # the launch command's --ep-size, parsed as an int (command.WEIGHTS_DESTS); given holds objects
             ep_size=int(given.get("ep_size", 1)),  # type: ignore[call-overload]
             dtype=str(given.get("dtype", "auto")),
             quantization=None if given.get("quantization") is None else str(given["quantization"]),
@@ -323,7 +324,7 @@ class DeriveConfig:
             budget_given=args.budget_gib is not None,
             output=OutputOptions(format=args.format, quiet=args.quiet),
             weights=WeightsFlags.from_args(args, model),
-            **given,  # type: ignore[arg-type]
+            **given,  # type: ignore[arg-type]  # each a field's value, named by the caller (from_args' docstring)
         )
 
     def rank_weights(self, inputs: CapacityInputs, env: Mapping[str, str]) -> list[RankWeightsFigure]:
