@@ -156,6 +156,7 @@ def _add_row(group: argparse._ActionsContainer, row: ServerArg, **override: obje
         kwargs["choices"] = row.choices
     else:
         kwargs.update(type=row_type(row), metavar=row.metavar)
+    # argparse's keyword arguments, each typed apart in its stubs; assembled here per row kind
     group.add_argument(row.flag, **{**kwargs, **override})  # type: ignore[arg-type]
 
 
