@@ -115,7 +115,7 @@ def _same(a: object, b: object, key: str = "") -> bool:
         return _config_file(a) == _config_file(b)
     if isinstance(a, float) or isinstance(b, float):
         try:
-            return float(a) == float(b)  # type: ignore[arg-type]
+            return float(a) == float(b)  # type: ignore[arg-type]  # any object: a TypeError is caught
         except (TypeError, ValueError):
             return False
     return a == b
