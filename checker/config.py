@@ -1,7 +1,8 @@
 """Typed, frozen configuration: built once from argparse at a command's entry (torch-free).
 
 Nothing below the command layer sees an ``argparse.Namespace``: the derivation reads
-:class:`SizingFlags` and :class:`ModelChoice`, the process group reads :class:`GroupOptions`, engines
+:class:`SizingFlags` and :class:`ModelChoice`, the process group reads
+:class:`~checker.distributed.group_options.GroupOptions` (defined beside the session), engines
 read :class:`EngineChoice`. :class:`SizingFlags` is the table of sizing inputs
 (:mod:`checker.core.server_args`): its field names are SGLang's server-arg names, so the preflight's
 inputs (which ranks compare by digest) follow from :data:`SIZING_FLAG_NAMES` and need no list of their own.
@@ -24,6 +25,7 @@ from checker.core.server_args import SIZING_ARGS
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
+from checker.distributed.group_options import GroupOptions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -89,19 +91,6 @@ class EngineChoice:
             best_effort=self.best_effort,
             own_code=own_code,
         )
-
-
-@dataclass(frozen=True, kw_only=True)
-class GroupOptions:
-    """How a rank joins the process group (check and sweep under torchrun)."""
-
-    backend: str = "auto"
-    timeout_s: float = 60.0
-    init_method: str | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> GroupOptions:
-        return cls(backend=args.backend, timeout_s=args.timeout_s, init_method=args.init_method)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,12 +21,12 @@ from checker.commands.check_job import _weights_doc
 from checker.config import (
     BudgetSource,
     EngineChoice,
-    GroupOptions,
     ModelChoice,
     OutputOptions,
     PreflightConfig,
     SizingFlags,
 )
+from checker.distributed.group_options import GroupOptions
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
 from checker.outputs.report import to_json

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from checker.core.row import INPUT_NAMES, RankRow
 from checker.distributed.wire import digest
-from checker.preflight.row import INPUT_NAMES, RankRow
 
 
 def world(

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from checker.cli.main import COMMANDS, HELP_WIDTH, LAUNCH_COMMANDS, build_parser
-from checker.outputs.files import append_file, write_file
+from checker.files import append_file, write_file
 
 KIMI = ["--model", "kimi-k3", "--budget-gib", "8"]
 

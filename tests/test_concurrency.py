@@ -93,7 +93,7 @@ def test_a_rendering_bug_in_the_abort_report_leaves_a_traceback(capfd):
 def test_the_backstop_stays_armed_until_the_group_is_destroyed():
     """destroy_process_group can block (a peer stuck in a collective): the GIL-free backstop must still
     be armed while it runs, and disarmed only after it returned."""
-    from checker.config import GroupOptions
+    from checker.distributed.group_options import GroupOptions
     from checker.distributed.launch_env import RankEnv
     from checker.distributed.session import Session
 
@@ -160,7 +160,7 @@ def test_a_run_gives_the_process_back_as_it_found_it():
     again, and the watcher thread has ended."""
     import signal
 
-    from checker.config import GroupOptions
+    from checker.distributed.group_options import GroupOptions
     from checker.distributed.launch_env import RankEnv
     from checker.distributed.session import Session
 
@@ -185,7 +185,7 @@ def test_a_write_leaves_the_process_umask_alone(tmp_path, monkeypatch):
     """Reading the umask by setting it changes it for every thread: a file another thread creates in
     that moment gets the wrong mode (group/world-readable under a 077 umask). A write must read the
     umask without ever setting another one, and still give the file the umask's mode."""
-    from checker.outputs.files import write_file
+    from checker.files import write_file
 
     old = os.umask(0o077)
     seen: list[int] = []

@@ -26,6 +26,7 @@ import pytest
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import resolve_dtypes
 from checker.core.models import load_geometry
+from checker.core.row import NOT_INSTALLED, RankRow
 from checker.core.sizing import CapacityInputs, derive_stage, env_flag
 from checker.engines.drift import DRIFT_VALUES, Drift, Outcome, compare, drift_lines, drift_summary
 from checker.engines.sglang import (
@@ -35,7 +36,6 @@ from checker.engines.sglang import (
     check_version,
     installed_version,
 )
-from checker.preflight.row import NOT_INSTALLED, RankRow
 from checker.preflight.verdict import decide
 from checker.status import EXIT_CODES
 from checker.status import ROW_DRIFT as STATUS_DRIFT

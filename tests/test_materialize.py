@@ -20,7 +20,7 @@ import pytest
 from harness import requires_gpu, run_world
 
 from checker.cli.main import build_parser
-from checker.cli.options import DEFAULT_BUDGET_GIB
+from checker.commands.options import DEFAULT_BUDGET_GIB
 from checker.config import DeriveConfig
 from checker.core.models import load_geometry
 from checker.core.sizing import CapacityInputs, derive_all, derive_stage

@@ -20,11 +20,11 @@ import pytest
 
 from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.releases import _installed_on_sys_path
+from checker.core.row import ATTENTION_LAYOUT, INPUT_NAMES
 from checker.core.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
 from checker.preflight import derivation
-from checker.preflight.row import ATTENTION_LAYOUT, INPUT_NAMES
 from checker.preflight.verdict import Verdict, decide
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -1,7 +1,7 @@
 """Output paths never destroy what is there: every kind of thing a path can name, as root.
 
 ``--report``, ``--junit``, ``--plot``, GITHUB_STEP_SUMMARY and torchrun's TORCHELASTIC_ERROR_FILE are
-written by checker/outputs/files.py: a new path or a regular file atomically (temp file + rename), a
+written by checker/files.py: a new path or a regular file atomically (temp file + rename), a
 character device or a FIFO in place (bounded), anything else refused naming it. The device nodes are made
 with mknod in tmp_path (the numbers of /dev/null for the character device), so a regression replaces a
 node of the test's own and not the machine's /dev/null. A symlink is followed and its target obeys the
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli.options import run_inputs
+from checker.commands.options import run_inputs
 from checker.core.errors import FlagError
-from checker.outputs.files import append_file, check_output_path, check_outputs, write_file
+from checker.files import append_file, check_output_path, check_outputs, write_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READ_VERDICT = REPO_ROOT / "launchers" / "read-verdict.sh"
@@ -175,7 +175,7 @@ def _fail_writing(path: Path) -> subprocess.CompletedProcess[str]:
     fails a write half-way)."""
     code = (
         "import resource, signal, sys\n"
-        "from checker.outputs.files import write_file\n"
+        "from checker.files import write_file\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
         f"print(write_file({str(path)!r}, 'x' * 100_000, what='--report'))\n"
@@ -229,7 +229,7 @@ def test_a_failing_write_empties_a_report_it_cannot_remove():
         shared.chmod(0o755)  # root's: user 1234 may not create or remove a name in it
         code = (
             "import os, resource, signal\n"
-            "from checker.outputs.files import write_file\n"
+            "from checker.files import write_file\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
             "os.setegid(1234); os.seteuid(1234)\n"
@@ -286,7 +286,7 @@ def test_a_report_whose_owner_cannot_be_kept_is_written_in_place():
         path.chmod(0o666)
         code = (
             "import os\n"
-            "from checker.outputs.files import write_file\n"
+            "from checker.files import write_file\n"
             "os.setegid(1234); os.seteuid(1234)\n"
             f"print(write_file({str(path)!r}, 'new', what='--report'))\n"
         )
@@ -328,7 +328,7 @@ def test_a_path_the_kernel_refuses_is_refused_not_normalised(tmp_path, shape):
 
 _STREAM = """
 import os, sys
-from checker.outputs.files import write_file
+from checker.files import write_file
 print("before", flush=True)
 print(write_file(sys.argv[1], "REPORT\\n", what="--report"), flush=True)
 print("after", flush=True)

@@ -473,7 +473,7 @@ def test_title_of_a_long_model_path_fits_the_figure(readme_sweep: Sweep) -> None
 def test_unwritable_path_is_a_flag_error(readme_sweep: Sweep, tmp_path: Path) -> None:
     """A --plot path that cannot be written (here under a regular file) is a one-line FlagError naming
     --plot, not a traceback. (A missing folder is made, as for --report: the plot is written as every
-    output is, checker/outputs/files.py.)"""
+    output is, checker/files.py.)"""
     (tmp_path / "file.txt").write_text("")
     with pytest.raises(FlagError, match=r"cannot write --plot .*file.txt/dir.png"):
         plot_sweep(

@@ -28,12 +28,12 @@ from rank_rows import world
 from checker.config import (
     BudgetSource,
     EngineChoice,
-    GroupOptions,
     ModelChoice,
     OutputOptions,
     PreflightConfig,
     SizingFlags,
 )
+from checker.distributed.group_options import GroupOptions
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
 from checker.outputs.report import one_line, to_json, to_junit, to_markdown, to_text

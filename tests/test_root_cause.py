@@ -15,9 +15,9 @@ from collections.abc import Collection
 import pytest
 from rank_rows import world
 
+from checker.core.ranks import is_split, outliers
+from checker.core.row import RankRow
 from checker.distributed.wire import VALUE_BYTES
-from checker.outputs.tables import is_split, outliers
-from checker.preflight.row import RankRow
 from checker.preflight.verdict import decide, explain_input, infrastructure_failure
 from checker.status import ROW_DRIFT, ROW_INTERNAL
 

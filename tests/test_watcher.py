@@ -291,8 +291,8 @@ def test_when_rank_0_never_announces_after_a_failed_gather_a_survivor_publishes_
 def test_a_start_up_timeout_says_how_many_ranks_joined_and_which_did_not(monkeypatch):
     from types import SimpleNamespace
 
-    from checker.config import GroupOptions
     from checker.distributed import session as session_module
+    from checker.distributed.group_options import GroupOptions
     from checker.distributed.launch_env import RankEnv
     from checker.distributed.session import Session
 
@@ -318,8 +318,8 @@ def test_a_rank_waiting_for_rank_0_stops_waiting_once_rank_0_is_seen_stopped(mon
     the lease's bound (and takes the lease over) instead of waiting out the time a live rank 0 gets."""
     from types import SimpleNamespace
 
-    from checker.config import GroupOptions
     from checker.distributed import session as session_module
+    from checker.distributed.group_options import GroupOptions
     from checker.distributed.launch_env import RankEnv
     from checker.distributed.session import Session
 
@@ -342,8 +342,8 @@ def test_a_rank_not_yet_beating_is_never_taken_for_a_stopped_publisher(monkeypat
     still 0): that is a slow start, not a lost publisher; the wait runs its course."""
     from types import SimpleNamespace
 
-    from checker.config import GroupOptions
     from checker.distributed import session as session_module
+    from checker.distributed.group_options import GroupOptions
     from checker.distributed.launch_env import RankEnv
     from checker.distributed.session import Session
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from checker.core.row import INPUT_NAMES, INT_FIELDS, RankRow
 from checker.distributed.wire import (
     ERROR_BYTES,
     HOST_BYTES,
@@ -23,7 +24,6 @@ from checker.distributed.wire import (
     digest,
     encode_row,
 )
-from checker.preflight.row import INPUT_NAMES, INT_FIELDS, RankRow
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 

@@ -15,9 +15,10 @@ import argparse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from checker.cli.options import run_inputs
 from checker.commands.lifecycle import GroupFlags
-from checker.config import GroupOptions, OutputOptions
+from checker.commands.options import run_inputs
+from checker.config import OutputOptions
+from checker.distributed.group_options import GroupOptions
 
 GROUP_DESTS = ("backend", "timeout_s", "init_method")
 OUTPUT_DESTS = ("report", "junit", "format", "quiet")

@@ -15,7 +15,9 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from checker.cli.options import (
+from checker.commands import lifecycle
+from checker.commands.lifecycle import GroupCommand, GroupFlags
+from checker.commands.options import (
     add_engine_args,
     add_flag_args,
     add_group_args,
@@ -26,12 +28,9 @@ from checker.cli.options import (
     gib_list,
     unit_fraction,
 )
-from checker.commands import lifecycle
-from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.config import (
     BudgetSource,
     EngineChoice,
-    GroupOptions,
     ModelChoice,
     OutputOptions,
     PreflightConfig,
@@ -39,6 +38,7 @@ from checker.config import (
     WeightsFlags,
 )
 from checker.core.errors import FlagError
+from checker.distributed.group_options import GroupOptions
 from checker.distributed.launch_env import RankEnv
 from checker.launch.merge import given_flags, launch_text
 

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from checker.cli.options import (
+from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
     add_flag_args,

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from checker.config import GroupOptions, OutputOptions
+from checker.config import OutputOptions
 from checker.core.errors import CheckerInputError
+from checker.distributed.group_options import GroupOptions
 from checker.distributed.launch_env import RankEnv
 from checker.status import EXIT_USAGE
 
@@ -48,14 +49,14 @@ class GroupFlags:
     group: GroupOptions = field(default_factory=GroupOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
     inputs: tuple[tuple[str, str], ...] = ()
-    """What the run reads, each with how it was named (checker.cli.options.run_inputs): no output of a
+    """What the run reads, each with how it was named (checker.commands.options.run_inputs): no output of a
     refused rank may replace one either."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, launch: Sequence[str] | None = None) -> GroupFlags:
         """From a command line that parsed (its launch command or the command's config failed later).
         ``launch``: the launch command's words, when ``args`` does not hold it read."""
-        from checker.cli.options import run_inputs
+        from checker.commands.options import run_inputs
 
         read = getattr(args, "launch", None)
         words = read.argv if read is not None and hasattr(read, "argv") else launch
@@ -149,10 +150,10 @@ def _start(
 
 def usable_outputs(flags: GroupFlags, message: str) -> OutputOptions:
     """A refused rank's outputs, through the check every output passes before anything is written
-    (:func:`checker.outputs.files.usable_outputs`: a path that can never be written, one that is an input
+    (:func:`checker.files.usable_outputs`: a path that can never be written, one that is an input
     of the run or lies in its model directory, one another output names): each that fails it is left
     out, and said once unless the refusal already says it."""
-    from checker.outputs.files import usable_outputs as checked
+    from checker.files import usable_outputs as checked
 
     output = flags.output
     error_file = "TORCHELASTIC_ERROR_FILE"

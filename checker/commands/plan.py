@@ -12,7 +12,7 @@ import argparse
 import os
 from dataclasses import replace
 
-from checker.cli.options import (
+from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
     add_flag_args,

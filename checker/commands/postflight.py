@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from checker.cli.options import bounded_float
+from checker.commands.options import bounded_float
 from checker.core.errors import CheckerInputError, FlagError
 from checker.status import exit_after_outputs
 
@@ -75,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Before anything is written: no output may be an input (the preflight report, a log) or another
-    output's file (:func:`checker.outputs.files.check_outputs`, the one check every command uses)."""
-    from checker.outputs.files import check_outputs
+    output's file (:func:`checker.files.check_outputs`, the one check every command uses)."""
+    from checker.files import check_outputs
 
     outputs = [
         ("--postflight-report", args.postflight_report),

@@ -13,7 +13,9 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from checker.cli.options import (
+from checker.commands import lifecycle
+from checker.commands.lifecycle import GroupCommand, GroupFlags
+from checker.commands.options import (
     add_flag_args,
     add_group_args,
     add_layout_args,
@@ -21,11 +23,10 @@ from checker.cli.options import (
     add_output_args,
     check_run_outputs,
 )
-from checker.commands import lifecycle
-from checker.commands.lifecycle import GroupCommand, GroupFlags
-from checker.config import GroupOptions, ModelChoice, OutputOptions, SizingFlags, SweepConfig
+from checker.config import ModelChoice, OutputOptions, SizingFlags, SweepConfig
 from checker.core.sizing import POLICIES
 from checker.core.sweep import UPSTREAM_GRID
+from checker.distributed.group_options import GroupOptions
 from checker.distributed.launch_env import RankEnv
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Each field of :class:`SizingFlags` is one row of the table: its type and default
 metadata (:class:`ServerArg`) says what a value must be, the help text, and how SGLang's launch command
 spells it. Everything else follows from the table, none of it lists the inputs again:
 
-* the checker's flags: ``checker.cli.options.add_layout_args`` and ``add_flag_args`` add one argparse
+* the checker's flags: ``checker.commands.options.add_layout_args`` and ``add_flag_args`` add one argparse
   option per row, typed and checked by the row;
 * the typed config: :class:`SizingFlags` itself, every field checked by its row when it is built (a
   value of the wrong type is a bug and raises TypeError: a list never lands in a scalar field);
@@ -287,7 +287,7 @@ class SizingFlags:
     @classmethod
     def from_args(cls, args: object, **given: object) -> SizingFlags:
         """The flags of a parsed command line (an ``argparse.Namespace`` with one attribute per row, as
-        ``checker.cli.options`` adds them); ``given`` replaces the fields a command reads its own way
+        ``checker.commands.options`` adds them); ``given`` replaces the fields a command reads its own way
         (the sweep's repeatable --policy is a list of policies, not this field)."""
         values = {row.name: getattr(args, row.name) for row in SIZING_ARGS}
         return cls(**{**values, **given})

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 from checker.bounded import call_bounded
 from checker.core.errors import CheckerInputError
+from checker.core.ranks import rank_ranges
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import LOST_AFTER_S, describe
@@ -582,7 +583,6 @@ class _Run(Generic[L, O]):
 
 
 def _size_mismatch(headers: Sequence[Header]) -> str | None:
-    from checker.outputs.tables import rank_ranges
 
     by: dict[int, list[int]] = {}
     for h in headers:

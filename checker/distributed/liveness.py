@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from checker.bounded import call_bounded
+from checker.core.ranks import rank_ranges
 
 HEARTBEAT_S = 0.25
 STALE_AFTER_S = 1.0
@@ -406,7 +407,6 @@ def named_gone(
 def describe(ranks: Sequence[int], hosts: Mapping[int, str] | None = None) -> str:
     """``rank 2 (node-b)``, ``ranks 0-3 (node-a, node-b)``: the ranks, and where they run when known (at
     most :data:`SHOW_HOSTS` hosts, then how many); "none identified" for no rank."""
-    from checker.outputs.tables import rank_ranges
 
     if not ranks:
         return "none identified"

@@ -36,9 +36,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from checker.config import GroupOptions
+from checker.core.ranks import ranks_do
 from checker.distributed import liveness
 from checker.distributed.backstop import Backstop
+from checker.distributed.group_options import GroupOptions
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import (
     LOST_AFTER_S,
@@ -53,8 +54,7 @@ from checker.distributed.liveness import (
 )
 from checker.distributed.watcher import Watcher
 from checker.distributed.wire import ERROR_BYTES, PAYLOAD_PREFIX_LEN, Header, pack_text, unpack_text
-from checker.outputs.files import write_file
-from checker.outputs.tables import ranks_do
+from checker.files import write_file
 from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_OK
 
 if TYPE_CHECKING:  # torch is imported when the group is made, so --help and input errors cost none

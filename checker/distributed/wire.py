@@ -23,12 +23,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from checker.preflight.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
+from checker.core.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
 SCHEMA_VERSION = 10
-"""3: the row defined once in checker.preflight.row; 4: the launch command input; 5: a rank's error
+"""3: the row defined once in checker.core.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
 slots, new meanings: ``model`` digests the model's own files (not resolved dtypes or TP), ``launch_command``

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from checker.config import DeriveConfig
+from checker.core.ranks import outliers
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
-from checker.outputs.tables import fmt_bytes, fmt_int, format_table, mark, outliers
+from checker.outputs.tables import fmt_bytes, fmt_int, format_table, mark
 
 if TYPE_CHECKING:
     from checker.device.materialize import MaterializeResult

@@ -12,9 +12,9 @@ from dataclasses import fields
 from checker import __version__
 from checker.config import SizingFlags, sglang_env
 from checker.core.releases import ReleaseChoice
+from checker.core.row import NOT_INSTALLED, model_label
 from checker.core.sizing import CapacityInputs, StageCapacity
 from checker.device.materialize import MATERIALIZE_STATUS_NAMES, MaterializeResult
-from checker.preflight.row import NOT_INSTALLED, model_label
 from checker.status import ERROR
 
 

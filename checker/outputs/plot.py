@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypedDict
 from checker.core.errors import FlagError
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs
 from checker.core.sweep import BudgetGrid, PolicySummary, SweepSummary, budget_runs
-from checker.outputs.files import write_file
+from checker.files import write_file
 
 if TYPE_CHECKING:  # matplotlib (and numpy, its dependency) are imported only when a plot is drawn
     import numpy as np
@@ -193,7 +193,7 @@ def plot_sweep(
     fig = sweep_figure(budgets=budgets, values=values, analysis=analysis, title=title)
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi="figure")
-    # Written as every output is (checker/outputs/files.py): atomic for a file, in place for a device
+    # Written as every output is (checker/files.py): atomic for a file, in place for a device
     # or FIFO, bounded.
     problem = write_file(str(path), png.getvalue(), what="--plot")
     if problem:

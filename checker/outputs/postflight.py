@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from checker import __version__
-from checker.outputs.files import append_file, write_file
+from checker.files import append_file, write_file
 from checker.outputs.tables import format_table
 from checker.postflight.compare import (
     DIVERGES,

@@ -20,13 +20,14 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from checker.config import SizingFlags
+from checker.core.ranks import outliers, rank_ranges
+from checker.core.row import MISSING, REPORTED_INTS, RankRow
 from checker.core.sizing import CHECKED_VALUES
 from checker.core.weights_source import WeightsSource
 from checker.distributed.wire import VALUE_BYTES, digest
-from checker.outputs.files import append_file, write_file
-from checker.outputs.tables import fmt_int, format_table, mark, outliers, rank_ranges
+from checker.files import append_file, write_file
+from checker.outputs.tables import fmt_int, format_table, mark
 from checker.preflight.pipeline import agreed_num_layers
-from checker.preflight.row import MISSING, REPORTED_INTS, RankRow
 from checker.preflight.verdict import ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
 

@@ -17,7 +17,7 @@ from checker import __version__
 from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs
 from checker.core.sweep import BudgetGrid, SweepSummary
-from checker.outputs.files import write_file
+from checker.files import write_file
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES
 
 PRETTY_REPORT_BUDGETS = 2_000

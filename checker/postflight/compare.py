@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from checker.core.ranks import outliers, rank_ranges
 from checker.postflight.prediction import Prediction, RankPrediction
 from checker.postflight.ranks import Logged, RankRead, span
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES
@@ -522,7 +523,6 @@ def _root_causes(checks: Sequence[Check], extra: Sequence[str]) -> list[str]:
 
 
 def _rank_list(ranks: list[int], replicas: list[int]) -> str:
-    from checker.outputs.tables import rank_ranges
 
     text = rank_ranges(ranks)
     return f"{text} of replicas DP{', DP'.join(map(str, replicas))}" if replicas else text
@@ -584,7 +584,6 @@ def across(
                     **base,  # type: ignore[arg-type]
                 )
             )
-    from checker.outputs.tables import outliers
 
     divergent = []
     for value in VALUES[:3]:  # the weights differ across stages by design

@@ -22,11 +22,7 @@ from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.layout import layout
 from checker.core.partition import PARTITION_ENV
 from checker.core.releases import ReleaseChoice, installed_sglang_version
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
-from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
-from checker.distributed.faults import maybe_inject
-from checker.distributed.launch_env import RankEnv
-from checker.preflight.row import (
+from checker.core.row import (
     ATTENTION_LAYOUT,
     MISSING,
     NOT_INSTALLED,
@@ -36,6 +32,10 @@ from checker.preflight.row import (
     model_digest,
     model_label,
 )
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
+from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
+from checker.distributed.faults import maybe_inject
+from checker.distributed.launch_env import RankEnv
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from checker.core.partition import PARTITION_ENV
-from checker.outputs.tables import rank_ranges, ranks_do
-from checker.preflight.row import MISSING, RankRow
+from checker.core.ranks import rank_ranges, ranks_do
+from checker.core.row import MISSING, RankRow
 
 PLACEMENT_INPUTS = (
     PARTITION_ENV,

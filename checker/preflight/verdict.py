@@ -12,13 +12,9 @@ from dataclasses import dataclass, field
 
 from checker.core.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
 from checker.core.errors import CheckerInputError
+from checker.core.ranks import is_split, outliers, rank_ranges, ranks_do
 from checker.core.releases import parse_version
-from checker.core.sizing import CHECKED_VALUES, env_flag
-from checker.core.upgrade import UpgradeFacts, explain
-from checker.distributed.wire import VALUE_BYTES
-from checker.outputs.tables import is_split, outliers, rank_ranges, ranks_do
-from checker.preflight.pipeline import PipelineFault, pipeline_faults
-from checker.preflight.row import (
+from checker.core.row import (
     ATTENTION_LAYOUT,
     FOLLOWS,
     NOT_INSTALLED,
@@ -26,6 +22,10 @@ from checker.preflight.row import (
     VERSION_INPUTS,
     RankRow,
 )
+from checker.core.sizing import CHECKED_VALUES, env_flag
+from checker.core.upgrade import UpgradeFacts, explain
+from checker.distributed.wire import VALUE_BYTES
+from checker.preflight.pipeline import PipelineFault, pipeline_faults
 from checker.status import (
     CONSISTENT,
     DIVERGENT,

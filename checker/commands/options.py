@@ -345,8 +345,8 @@ def run_inputs(
 
 def check_run_outputs(args: argparse.Namespace, outputs: Sequence[tuple[str, str | None]]) -> None:
     """Before anything is written: every output ``(flag, path)`` checked against the run's inputs and the
-    other outputs (:func:`checker.outputs.files.check_outputs`); FlagError, one line naming both."""
-    from checker.outputs.files import check_outputs
+    other outputs (:func:`checker.files.check_outputs`); FlagError, one line naming both."""
+    from checker.files import check_outputs
 
     launch = getattr(args, "launch", None)
     inputs = run_inputs(
