@@ -17,14 +17,16 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from checker.core.environ import SGLANG_ENV_VARS
-from checker.core.errors import FlagError
+from checker.core.errors import CheckerInputError, FlagError, printable
 from checker.core.geometry import resolve_dtypes
-from checker.core.models import load_geometry
+from checker.core.models import DEFAULT_MODEL, load_geometry
 from checker.core.partition import PARTITION_ENV
+from checker.core.releases import choose_release, installed_sglang_version, release_model
 from checker.core.server_args import SIZING_ARGS
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
+from checker.core.startup import check_pp_spec, resolve_speculative
 from checker.distributed.group_options import GroupOptions
 
 if TYPE_CHECKING:
@@ -59,7 +61,6 @@ class ModelChoice:
 
     @property
     def label(self) -> str:
-        from checker.core.models import DEFAULT_MODEL
 
         return self.model_config or self.model or DEFAULT_MODEL  # none named: the default preset
 
@@ -82,7 +83,6 @@ class EngineChoice:
     def choose(self, installed: str | None, *, own_code: bool = True) -> ReleaseChoice:
         """The release to derive as and who derives it (:func:`checker.core.releases.choose_release`, the one
         place this is decided); ``installed``: this rank's installed SGLang version (None: none)."""
-        from checker.core.releases import choose_release
 
         return choose_release(
             self.sglang_version,
@@ -164,7 +164,6 @@ def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[
     if path is None:
         return None, f"{model.label} is a preset, not a model directory"
     if launch is not None and launch.download_dir:
-        from checker.core.errors import CheckerInputError, printable
         from checker.core.hub_cache import is_hub_id, local_model_path
 
         raw = next((w for w in _model_path_words(launch.argv)), None)
@@ -352,7 +351,6 @@ class DeriveConfig:
     def release(self) -> ReleaseChoice:
         """The release derived as and who derives it, chosen once for this process (derive and plan run
         as the installed SGLang, like one rank)."""
-        from checker.core.releases import installed_sglang_version
 
         return self.engine.choose(installed_sglang_version())
 
@@ -465,7 +463,6 @@ def capacity_inputs(
     """One rank's :class:`CapacityInputs`, derived as ``release`` (chosen by the caller, once; None: the
     installed release's model, for commands that run the checker's model only); raises CheckerInputError
     on anything invalid."""
-    from checker.core.releases import installed_sglang_version, release_model
 
     if release is None:
         release = EngineChoice().choose(installed_sglang_version(), own_code=False)
@@ -491,7 +488,6 @@ def capacity_inputs(
     flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
     # What the release resolves of the speculative setup itself, before any sizing (a launch command's
     # --speculative-algorithm EAGLE alone runs with the release's own draft tokens and request cap).
-    from checker.core.startup import check_pp_spec, resolve_speculative
 
     try:
         spec = resolve_speculative(
@@ -540,7 +536,6 @@ def capacity_inputs(
 def _shards(model: ModelChoice, tp_size: int) -> bool:
     """Whether the model's state shapes split over ``tp_size`` attention-TP ranks (the way out a refusal
     under PP offers: the same GPUs as TP)."""
-    from checker.core.errors import CheckerInputError
 
     try:
         load_geometry(model=model.model, model_config=model.model_config, tp_size=tp_size)

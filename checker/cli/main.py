@@ -23,8 +23,15 @@ from typing import Any, NoReturn, Protocol, cast
 from checker import __version__
 from checker.commands.lifecycle import COMMANDS as GROUP_COMMANDS
 from checker.commands.lifecycle import GroupFlags
+from checker.commands.lifecycle import refuse as refuse_rank
 from checker.core.errors import CheckerInputError, printable
-from checker.launch.merge import apply_launch_command, given_dests, split_launch_command
+from checker.launch.merge import (
+    CHECKER_FLAG,
+    SGLANG_FLAG,
+    apply_launch_command,
+    given_dests,
+    split_launch_command,
+)
 from checker.launch.repeats import OptionIndex, collapse_repeats
 from checker.status import ERROR, EXIT_CODES, EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -155,7 +162,6 @@ def _launch_flag_hint(parser: argparse.ArgumentParser, word: str) -> str:
     if not word.startswith("--"):
         return ""
     from checker.launch.flags import ACTIONS
-    from checker.launch.merge import CHECKER_FLAG, SGLANG_FLAG
 
     if not any(word in row[0].split() for row in ACTIONS):
         return ""
@@ -290,8 +296,6 @@ def refuse(command: str, message: str, flags: Callable[[], GroupFlags]) -> int:
     """This rank cannot run ``command``: one line, exit 2; a command that runs over a process group runs
     its lifecycle anyway, as a rank that only reports (``flags``: what it could read of its command line)."""
     if command in GROUP_COMMANDS:
-        from checker.commands.lifecycle import refuse as refuse_rank
-
         return refuse_rank(command, message, flags())
     print(message, file=sys.stderr, flush=True)
     return EXIT_USAGE

@@ -19,9 +19,11 @@ from checker.core.weights_source import WeightsSource
 from checker.distributed.exchange import RankError
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.session import Session
-from checker.distributed.wire import ROW_LEN, Header
-from checker.preflight.derivation import LocalFacts
-from checker.preflight.verdict import Verdict
+from checker.distributed.wire import ROW_LEN, Header, decode_row, encode_row
+from checker.outputs import report
+from checker.outputs.report import launch_command_doc, one_line
+from checker.preflight.derivation import LocalFacts, derive_row, local_facts
+from checker.preflight.verdict import Verdict, decide, infrastructure_failure
 from checker.status import ERROR
 
 if TYPE_CHECKING:
@@ -55,7 +57,6 @@ class CheckJob:
 
     # -- before and during the exchange ----------------------------------------------------------------
     def local(self, device: torch.device | None) -> LocalFacts:
-        from checker.preflight.derivation import local_facts
 
         assert self.config is not None
         return local_facts(self.config, self.env, device)
@@ -67,8 +68,6 @@ class CheckJob:
         return None  # a rank whose local facts failed says so in its row
 
     def payload(self, local: LocalFacts, headers: Sequence[Header]) -> list[int]:
-        from checker.distributed.wire import encode_row
-        from checker.preflight.derivation import derive_row
 
         config, session = self.config, self.session
         assert config is not None
@@ -89,8 +88,6 @@ class CheckJob:
         return encode_row(row)
 
     def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> CheckOutcome:
-        from checker.distributed.wire import decode_row
-        from checker.preflight.verdict import decide
 
         assert self.config is not None
         rows = [decode_row(r) for r in gathered.tolist()]
@@ -106,7 +103,6 @@ class CheckJob:
         return CheckOutcome(verdict=verdict, summary=self.summary, before_rows=exchanged)
 
     def lost(self, detail: str, missing_ranks: Sequence[int]) -> CheckOutcome:
-        from checker.preflight.verdict import infrastructure_failure
 
         verdict = infrastructure_failure(
             world_size=self.env.world_size, detail=detail, missing_ranks=missing_ranks
@@ -117,7 +113,6 @@ class CheckJob:
         return outcome.verdict.exit_code
 
     def one_line(self, outcome: CheckOutcome) -> str:
-        from checker.outputs.report import one_line
 
         return one_line(outcome.verdict)
 
@@ -125,8 +120,6 @@ class CheckJob:
     def publish(self, outcome: CheckOutcome) -> str | None:
         """The publisher: every artefact (each write bounded), then stdout; what could not be written
         (the verdict still prints, and the run fails by :func:`checker.status.exit_after_outputs`)."""
-        from checker.outputs import report
-        from checker.outputs.report import launch_command_doc
 
         out, verdict, session = self.output, outcome.verdict, self.session
         elapsed = session.elapsed_s()
@@ -163,7 +156,6 @@ class CheckJob:
         return "; ".join(problems) or None
 
     def fallback(self, outcome: CheckOutcome) -> None:
-        from checker.outputs import report
 
         if outcome.before_rows:
             text = "\n".join(self._error_lines(outcome.before_rows))

@@ -25,6 +25,7 @@ from checker.commands.options import (
     unit_fraction,
 )
 from checker.config import DeriveConfig
+from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, FlagError
 from checker.core.sizing import CapacityInputs, StageCapacity, divergent_values
 from checker.core.upgrade import UpgradeFacts, explain, release_differences
@@ -147,8 +148,6 @@ def server_budget(
     """The config at the budget the server gets: ``sizing_budget`` of the release, with free-after taken
     as free-before less the busiest rank's weights (SGLang all-reduces free memory MIN over ranks)."""
     from dataclasses import replace
-
-    from checker.core.budget import sizing_budget
 
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from checker.commands.options import run_inputs
 from checker.config import OutputOptions
 from checker.core.errors import CheckerInputError
 from checker.distributed.group_options import GroupOptions
@@ -56,7 +57,6 @@ class GroupFlags:
     def from_args(cls, args: argparse.Namespace, *, launch: Sequence[str] | None = None) -> GroupFlags:
         """From a command line that parsed (its launch command or the command's config failed later).
         ``launch``: the launch command's words, when ``args`` does not hold it read."""
-        from checker.commands.options import run_inputs
 
         read = getattr(args, "launch", None)
         words = read.argv if read is not None and hasattr(read, "argv") else launch

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from checker.core.budget import MAX_BUDGET_GIB
-from checker.core.errors import SHOWN_CHARS, shorten
+from checker.core.errors import SHOWN_CHARS, CheckerInputError, shorten
 from checker.core.models import DEFAULT_MODEL, PRESETS
 from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARG, SIZING_ARGS, ServerArg
 
@@ -302,7 +302,6 @@ def _word_value(words: Sequence[str], flag: str) -> str | None:
 
 def _local(path: str, revision: str | None = None) -> str:
     """A hub id as the local snapshot the run reads (the model's own rule); itself where it is none."""
-    from checker.core.errors import CheckerInputError
     from checker.core.hub_cache import local_model_path
 
     try:

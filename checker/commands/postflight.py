@@ -16,6 +16,7 @@ import time
 
 from checker.commands.options import bounded_float
 from checker.core.errors import CheckerInputError, FlagError
+from checker.postflight.compare import WEIGHTS_MARGIN_GIB, across, hold
 from checker.status import exit_after_outputs
 
 HELP = "hold the started server's log to the preflight's prediction, rank by rank (no torch needed)"
@@ -40,7 +41,6 @@ MARGIN_GIB = bounded_float(low=0, high=1024, low_inclusive=True, what=" GiB")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from checker.postflight.compare import WEIGHTS_MARGIN_GIB
 
     parser.add_argument("logs", nargs="+", metavar="LOG", help="a server log (- for standard input)")
     g = parser.add_argument_group("prediction")
@@ -104,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, t0: float) -> int:
     from checker.outputs import postflight as out
-    from checker.postflight.compare import across, hold
     from checker.postflight.prediction import read_prediction
     from checker.postflight.ranks import ranks_read
     from checker.postflight.reader import findings, read_logs

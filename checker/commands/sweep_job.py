@@ -17,10 +17,15 @@ from typing import TYPE_CHECKING, Any
 from checker.commands.sweep_plan import SweepFindings, SweepPlan, present
 from checker.config import OutputOptions, SweepConfig
 from checker.core.errors import CheckerInputError
+from checker.core.layout import layout
 from checker.core.sizing import CHECKED_VALUES
+from checker.device.choice import sweep_device, use_one_cpu_thread
 from checker.distributed.exchange import RankError
 from checker.distributed.launch_env import RankEnv
+from checker.distributed.liveness import describe
 from checker.distributed.wire import Header
+from checker.outputs.progress import Progress, progress_wanted
+from checker.outputs.sweep_report import failure_report, write_report
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
@@ -50,7 +55,6 @@ class SweepOutcome:
 
     def lines(self) -> list[str]:
         """What went wrong, one line each (errors and lost ranks; findings print as a table)."""
-        from checker.distributed.liveness import describe
 
         if self.status == INFRASTRUCTURE_FAILURE:
             return [f"{self.detail}; missing: {describe(self.missing_ranks)}"]
@@ -86,10 +90,7 @@ class SweepJob:
             raise
 
     def _derive(self, device: torch.device | None) -> SweepLocal:
-        from checker.core.layout import layout
-        from checker.device.choice import sweep_device, use_one_cpu_thread
         from checker.device.sweep import local_sweep
-        from checker.outputs.progress import Progress, progress_wanted
 
         config, env = self.config, self.env
         assert config is not None
@@ -166,8 +167,6 @@ class SweepJob:
         if self.output.format == "json":
             print(json.dumps(self._failure_report(outcome), indent=1))
         if self.output.report:
-            from checker.outputs.sweep_report import write_report
-
             return write_report(self.output.report, self._failure_report(outcome))
         return None
 
@@ -176,7 +175,6 @@ class SweepJob:
             self.say(outcome.status, line)
 
     def _failure_report(self, outcome: SweepOutcome) -> dict[str, object]:
-        from checker.outputs.sweep_report import failure_report
 
         return failure_report(
             status=outcome.status,

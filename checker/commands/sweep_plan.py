@@ -13,6 +13,9 @@ from checker.config import SweepConfig, capacity_inputs
 from checker.core.errors import CheckerInputError, FlagError
 from checker.core.sizing import CapacityInputs
 from checker.core.sweep import BudgetGrid, SweepSummary, parse_budgets
+from checker.outputs.plot import plot_sweep, plot_title
+from checker.outputs.sweep_report import build_report, to_json_text, write_report
+from checker.outputs.sweep_text import header, quiet_report, text_report
 from checker.status import DIVERGENT, EXIT_CODES, exit_after_outputs
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
@@ -97,8 +100,6 @@ class SweepFindings:
 def present(config: SweepConfig, findings: SweepFindings) -> list[str]:
     """Print the findings, write --report and --plot; what could not be written (one line each: every
     other output is still written)."""
-    from checker.outputs.sweep_report import build_report, to_json_text, write_report
-    from checker.outputs.sweep_text import header, quiet_report, text_report
 
     plan = findings.plan
     report = build_report(
@@ -125,8 +126,6 @@ def present(config: SweepConfig, findings: SweepFindings) -> list[str]:
         if problem:
             problems.append(problem)
     if config.plot:
-        from checker.outputs.plot import plot_sweep, plot_title
-
         values = {p: findings.stack[:, i].numpy() for i, p in enumerate(plan.policies)}
         try:
             plot_sweep(

@@ -18,7 +18,7 @@ from typing import Any
 
 from checker.core.checkpoint import Checkpoint
 from checker.core.errors import ConfigError, shorten
-from checker.core.weights import _Config, family_of
+from checker.core.weights import _Config, _nemotron_pattern, _qwen_layer_types, family_of
 
 Shape = tuple[int, ...]
 _EXPERT = re.compile(r"\.experts\.\d+\.")
@@ -83,7 +83,6 @@ def _qwen_layer(
 
 
 def _qwen_types(t: _Config) -> list[bool]:
-    from checker.core.weights import _qwen_layer_types
 
     return [x == "attention" for x in _qwen_layer_types(t)]
 
@@ -236,7 +235,6 @@ def _mamba(
 
 
 def _nemotron_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-    from checker.core.weights import _nemotron_pattern
 
     H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 131072)
     heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 
 from checker.core.errors import CheckerInputError, ConfigError, printable
+from checker.core.releases import release_key
 
 CONFIG_NAME = "config.json"
 REPO_ID = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b")
@@ -93,7 +94,6 @@ def _transformers_4(release: str | None) -> bool:
         pass
     if release is None:
         return False
-    from checker.core.releases import release_key
 
     try:
         key = release_key(release)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from checker.core.errors import CheckerInputError, FlagError, shorten
+from checker.core.pp_support import PIPELINE
 
 # Every release the builtin model covers, oldest first (post releases included: PyPI ships them as
 # separate wheels, and a deployment pins one).
@@ -460,7 +461,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
 def _pp_hybrid(versions: tuple[str, ...]) -> bool:
     """Whether the group's releases start any hybrid class under PP (:mod:`checker.core.pp_support`, built
     from each release's code): one answer for the whole group, or the grouping is wrong."""
-    from checker.core.pp_support import PIPELINE
 
     answers = {any(table.get(v, ("",))[0] == "stages" for table in PIPELINE.values()) for v in versions}
     assert len(answers) == 1, f"{versions}: the releases of one group differ in starting a class under PP"

@@ -27,6 +27,7 @@ from typing import Any
 from checker.core.checkpoint import Checkpoint, has_safetensors, read_checkpoint
 from checker.core.checkpoint_names import check_shapes
 from checker.core.errors import ConfigError, FlagError
+from checker.core.models import read_json
 from checker.core.weights import GIB, ModelWeights, RankWeights, WeightsLayout, family_of, model_weights
 
 
@@ -78,7 +79,6 @@ def checkpoint_weights(
     contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
     d = Path(directory)
     if config is None:
-        from checker.core.models import read_json
 
         config = read_json(d / "config.json")
     method = _quantization(config, quantization)

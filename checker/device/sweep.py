@@ -29,6 +29,7 @@ from checker.core.sizing import (
     running_request_cap,
     size_pool,
 )
+from checker.core.sweep import PolicyFlags, flags_from_stack, summarise
 
 if TYPE_CHECKING:  # the sweep's tables load with the sweep; check derives one budget without them
     from checker.core.sweep import PolicyFlags, SweepSummary
@@ -210,7 +211,6 @@ def stack_stages(
 
 def flags_from_tensor(stack: torch.Tensor) -> list[PolicyFlags]:
     """:func:`checker.core.sweep.flags_from_stack`, vectorised over a (P, policies, budgets, 3) tensor."""
-    from checker.core.sweep import PolicyFlags
 
     stack = stack.cpu()
     failed = stack[..., 0] == BOOT_FAILURE  # (P, policies, budgets)
@@ -238,7 +238,6 @@ def analyse(
     policies: Sequence[str],
 ) -> SweepSummary:
     """The sweep's findings from a (P, policies, budgets, 3) stack, a tensor or nested lists alike."""
-    from checker.core.sweep import flags_from_stack, summarise
 
     if isinstance(stack, torch.Tensor):
         expected = (len(policies), len(budgets), len(CHECKED_VALUES))

@@ -122,10 +122,11 @@ from typing import Any
 from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import canonical_dtype
+from checker.core.model_support import model_architectures, pipeline_refusal
 from checker.core.models import read_json
 from checker.core.releases import MODELLED_RELEASES, release_key
 from checker.core.sizing import CapacityInputs, StageCapacity
-from checker.engines import ModelSource, quiet_sglang
+from checker.engines import ModelSource, model_code, quiet_sglang
 
 FIRST_SUPPORTED = "0.5.10"
 """The first release whose three sizing steps (pool size, slots per request, request cap) are methods the
@@ -520,8 +521,6 @@ class SglangEngine:
         the modelled ones is judged by its own code. Nothing is imported: the files are read."""
         if inputs.pp_size <= 1:
             return
-        from checker.core.model_support import model_architectures, pipeline_refusal
-        from checker.engines import model_code
 
         archs = model_architectures(model=source.model, model_config=source.model_config)
         spec = importlib.util.find_spec("sglang")

@@ -40,8 +40,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from checker.core.errors import FlagError, printable
+from checker.core.hub_cache import local_model_path
 from checker.core.models import path_stat, shown_path
+from checker.core.releases import installed_sglang_version, parse_version, release_key
 from checker.engines import quiet_sglang
+from checker.launch.flags import RELEASES, release_rows
 from checker.launch.repeats import OptionIndex, collapse_repeats
 
 if TYPE_CHECKING:  # the table itself is imported where a parser is rebuilt from it
@@ -149,7 +152,6 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.?post(\d+))?$")
 
 def _key(version: str) -> tuple[int, ...]:
     """A release's order (an installed pre-release or local build too: checker.core.releases)."""
-    from checker.core.releases import release_key
 
     m = _VERSION.match(version.strip())
     if m is None:
@@ -166,7 +168,6 @@ def _same_release(a: str, b: str) -> bool:
 
 def _canonical(version: str, *, source: str = "--sglang-version") -> str:
     """A final or post release number (what the flag tables are keyed by); FlagError naming ``source``."""
-    from checker.core.releases import parse_version
 
     a, b, c, post = parse_version(version, source=source)
     return f"{a}.{b}.{c}" + (f".post{post}" if post else "")
@@ -363,7 +364,6 @@ _human_readable_int.__name__ = "human_readable_int"  # argparse names the type i
 
 def table_parser(version: str) -> argparse.ArgumentParser:
     """An argparse parser rebuilt from the stored table of SGLang ``version``'s flags."""
-    from checker.launch.flags import release_rows
 
     rows = release_rows(version)
     parser = _Parser(prog="sglang serve")
@@ -567,7 +567,6 @@ def _attention(raw: dict[str, Any], given: set[str], version: str) -> tuple[int,
 def _model_config(path: str, *, revision: str | None = None, release: str | None = None) -> str:
     """The local model SGLang reads for ``--model-path`` (a hub id: its cached snapshot of ``revision``,
     :func:`checker.core.hub_cache.local_model_path`)."""
-    from checker.core.hub_cache import local_model_path
 
     path = local_model_path(path, revision=revision, flag="--model-path", release=release)
     p = Path(path)
@@ -624,13 +623,11 @@ def _checker_values(
 
 
 def tabled_releases() -> tuple[str, ...]:
-    from checker.launch.flags import RELEASES
 
     return tuple(RELEASES)
 
 
 def _installed() -> str | None:
-    from checker.core.releases import installed_sglang_version
 
     return installed_sglang_version()
 

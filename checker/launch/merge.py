@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from checker.core.errors import FlagError
-from checker.core.releases import installed_sglang_version
-from checker.core.server_args import LAUNCH_ARGS
+from checker.core.releases import MODELLED_RELEASES, installed_sglang_version
+from checker.core.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
+from checker.core.startup import check_mixed_chunk, zero_micro_batch_refused
 
 if TYPE_CHECKING:  # the flag tables load only when a launch command is parsed
     from checker.launch.command import LaunchCommand
@@ -262,7 +263,6 @@ def _compared_apart(args: argparse.Namespace) -> set[str]:
     ``launch_command`` input so that one flag changed on some nodes is named once, as itself: every
     sizing flag, the model (``model``, by its config's content), the TP layout, and
     --mem-fraction-static where it makes the budget (``budget_source`` under --budget-from-device)."""
-    from checker.core.server_args import SIZING_FLAG_NAMES
 
     out = {*SIZING_FLAG_NAMES, "model_config", *_ATTENTION_FIELDS}
     if getattr(args, "budget_from_device", False):
@@ -292,8 +292,6 @@ def _refuse_mixed_chunk(cmd: LaunchCommand, args: argparse.Namespace) -> None:
     pp size is the one the deployment runs: the launch command's (SGLang's default 1), or the checker's."""
     if not cmd.sglang_values.get("enable_mixed_chunk") or "enable_mixed_chunk" not in cmd.sglang_explicit:
         return
-    from checker.core.releases import MODELLED_RELEASES
-    from checker.core.startup import check_mixed_chunk
 
     if cmd.release not in MODELLED_RELEASES:
         return
@@ -304,7 +302,6 @@ def _refuse_mixed_chunk(cmd: LaunchCommand, args: argparse.Namespace) -> None:
 
 
 def _zero_micro_batch_refused(release: str) -> bool:
-    from checker.core.startup import zero_micro_batch_refused
 
     try:
         return zero_micro_batch_refused(release)

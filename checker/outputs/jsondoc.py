@@ -10,8 +10,8 @@ import os
 from dataclasses import fields
 
 from checker import __version__
-from checker.config import SizingFlags, sglang_env
-from checker.core.releases import ReleaseChoice
+from checker.config import EngineChoice, SizingFlags, sglang_env
+from checker.core.releases import ReleaseChoice, installed_sglang_version
 from checker.core.row import NOT_INSTALLED, model_label
 from checker.core.sizing import CapacityInputs, StageCapacity
 from checker.device.materialize import MATERIALIZE_STATUS_NAMES, MaterializeResult
@@ -33,9 +33,6 @@ def json_inputs(
     release derived as (``release``: the command's one choice); then what the flags resolve to
     (``resolved_*``), as derive/plan/sweep add. ``release`` None: the installed release's model (sweep)."""
     if release is None:
-        from checker.config import EngineChoice
-        from checker.core.releases import installed_sglang_version
-
         release = EngineChoice().choose(installed_sglang_version(), own_code=False)
     d: dict[str, object] = {
         "checker_version": __version__,

@@ -26,6 +26,7 @@ from checker.postflight.compare import (
     tp_group,
     who_of,
 )
+from checker.postflight.log_formats import RELEASES
 from checker.postflight.ranks import RankRead, span
 from checker.postflight.reader import LogReading
 from checker.status import CONSISTENT, DIVERGENT, ERROR, HEADLINE
@@ -51,7 +52,6 @@ def _releases(reads: Sequence[RankRead]) -> str:
 
 
 def _order(release: str) -> int:
-    from checker.postflight.log_formats import RELEASES
 
     return RELEASES.index(release)
 

@@ -18,6 +18,7 @@ from checker.config import SizingFlags
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs
 from checker.core.sweep import BudgetGrid, SweepSummary
 from checker.files import write_file
+from checker.outputs.jsondoc import json_inputs
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES
 
 PRETTY_REPORT_BUDGETS = 2_000
@@ -42,7 +43,6 @@ def notes(inputs: CapacityInputs) -> dict[str, str]:
 def sweep_json_inputs(inputs: CapacityInputs, sizing: SizingFlags | None) -> dict[str, object]:
     """Everything the counts depend on, under check's names: budget_gib null (the grid is
     ``budget_grid``) and no ``policy`` (the policies swept are the keys of ``policies``)."""
-    from checker.outputs.jsondoc import json_inputs
 
     d = json_inputs(inputs, replace(sizing or SizingFlags(), policy=None), None, budget_source=None)
     for k in ("policy", "resolved_policy"):

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from checker.core.ranks import outliers, rank_ranges
+from checker.core.server_args import SIZING_ARG
 from checker.postflight.prediction import Prediction, RankPrediction
 from checker.postflight.ranks import Logged, RankRead, span
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES
@@ -112,7 +113,6 @@ def _fmt(value: float | int | None) -> str:
 def _inputs_line(pred: RankPrediction) -> str:
     """The preflight's inputs for a rank, short: its budget, release, the sizing flags it was given away
     from their defaults and the SGLANG_* variables set: what a node started differently would differ in."""
-    from checker.core.server_args import SIZING_ARG
 
     i = pred.inputs
     parts = []

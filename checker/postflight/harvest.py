@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from checker.core.errors import FlagError, printable
 from checker.postflight.ranks import RankRead, ranks_read
-from checker.postflight.reader import LogReadError, read_logs
+from checker.postflight.reader import LogReadError, findings, read_logs
 
 FLAG = "--weights-from-log"
 
@@ -64,7 +64,6 @@ class LoggedWeights:
 
 def logged_weights(paths: Sequence[str]) -> LoggedWeights:
     """Every rank's weights figure in ``paths`` (one-line FlagError when there is none to take)."""
-    from checker.postflight.reader import findings
 
     shown = f"{FLAG} {', '.join(printable(p) for p in paths)}"
     if "-" in paths:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
-from checker.postflight.formats import ANCHORS, KINDS, PREFIX_TOKENS, best_scan
+from checker.postflight.formats import ANCHORS, KINDS, PREFIX_TOKENS, best_scan, line_formats, looked_for
 
 CHUNK_BYTES = 8 << 20
 MAX_LINE_BYTES = 1 << 20
@@ -323,7 +323,6 @@ class UnknownLogFormat(LogReadError):
 def findings(reading: LogReading) -> tuple[list[str], list[str]]:
     """(errors, warnings) about the logs themselves. Raises :class:`UnknownLogFormat` when no rank's line
     was read at all: a log in another format (a custom logging config), or not the server's log."""
-    from checker.postflight.formats import line_formats, looked_for
 
     logs = ", ".join(s.path for s in reading.logs) or "no log"
     if not reading.sightings:

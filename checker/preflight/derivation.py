@@ -34,8 +34,10 @@ from checker.core.row import (
 )
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
+from checker.device.materialize import MATERIALIZE_FAILED, materialize_stage, predicted_bytes, resolve_device
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
+from checker.engines.drift import drift_summary, prepare_engines
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 if TYPE_CHECKING:
@@ -275,7 +277,6 @@ def _derive_into(
     timings: dict[str, float] | None,
     environ: Mapping[str, str],
 ) -> None:
-    from checker.engines.drift import drift_summary, prepare_engines
 
     inputs = dict(row.inputs)  # this rank fills in its own row's inputs as it resolves them
     row.inputs = inputs
@@ -371,12 +372,6 @@ def _materialize(
     timings: dict[str, float] | None,
 ) -> None:
     """--materialize: allocate this stage's pool and fill the three wire slots; a finding is an error."""
-    from checker.device.materialize import (
-        MATERIALIZE_FAILED,
-        materialize_stage,
-        predicted_bytes,
-        resolve_device,
-    )
 
     # The prediction is reported even when the device cannot be resolved.
     row.predicted_bytes = predicted_bytes(cap, stage)
