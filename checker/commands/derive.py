@@ -29,6 +29,7 @@ from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, FlagError
 from checker.core.sizing import CapacityInputs, StageCapacity, divergent_values
 from checker.core.upgrade import UpgradeFacts, explain, release_differences
+from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
 from checker.outputs.derive import (
     Derivation,
@@ -215,7 +216,6 @@ def materialize_all(
     inputs: CapacityInputs, stages: list[StageCapacity], device_name: str
 ) -> list[MaterializeResult]:
     """One stage at a time, each freed before the next: the peak is the largest stage, not the sum."""
-    from checker.device.materialize import materialize_stage, resolve_device
 
     device = resolve_device(device_name)
     return [materialize_stage(inputs, s, device) for s in stages]

@@ -14,6 +14,7 @@ from checker.core.budget import MAX_BUDGET_GIB
 from checker.core.errors import SHOWN_CHARS, CheckerInputError, shorten
 from checker.core.models import DEFAULT_MODEL, PRESETS
 from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARG, SIZING_ARGS, ServerArg
+from checker.distributed.rendezvous import init_method_problem
 
 DEFAULT_BUDGET_GIB = 8.0
 """derive, plan and sweep only: the upstream unit test's budget. check requires an explicit source."""
@@ -102,7 +103,6 @@ def gib_list(text: str) -> tuple[float, ...]:
 
 def init_method(text: str) -> str:
     """--init-method: file:///path (a fresh file in an existing directory) or env://."""
-    from checker.distributed.rendezvous import init_method_problem
 
     problem = init_method_problem(text)
     if problem:

@@ -32,6 +32,7 @@ from checker.core.releases import release_model
 from checker.core.sizing import POLICIES, CapacityInputs, StageCapacity
 from checker.core.upgrade import UpgradeFacts, explain
 from checker.engines.drift import Drift
+from checker.engines.planning import engine_min_budget, min_budget_drift
 from checker.launch.merge import launch_text
 from checker.outputs.plan import (
     AssumedWeights,
@@ -254,7 +255,6 @@ def _engine_min_budgets(
     mode = derive.release.engine  # --engine, or sglang for a release the checker does not model
     if mode == "builtin":
         return results, [], None
-    from checker.engines.planning import engine_min_budget, min_budget_drift
 
     out: list[MinBudget] = []
     drifts: list[Drift] = []

@@ -17,6 +17,9 @@ import time
 from checker.commands.options import bounded_float
 from checker.core.errors import CheckerInputError, FlagError
 from checker.postflight.compare import WEIGHTS_MARGIN_GIB, across, hold
+from checker.postflight.prediction import read_prediction
+from checker.postflight.ranks import ranks_read
+from checker.postflight.reader import findings, read_logs
 from checker.status import exit_after_outputs
 
 HELP = "hold the started server's log to the preflight's prediction, rank by rank (no torch needed)"
@@ -104,9 +107,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, t0: float) -> int:
     from checker.outputs import postflight as out
-    from checker.postflight.prediction import read_prediction
-    from checker.postflight.ranks import ranks_read
-    from checker.postflight.reader import findings, read_logs
 
     if args.logs.count("-") > 1:
         raise FlagError("- (standard input) is given twice; give it once")

@@ -79,7 +79,6 @@ def checkpoint_weights(
     contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
     d = Path(directory)
     if config is None:
-
         config = read_json(d / "config.json")
     method = _quantization(config, quantization)
     if method:

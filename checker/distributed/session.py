@@ -52,6 +52,7 @@ from checker.distributed.liveness import (
     read,
     store_call,
 )
+from checker.distributed.solo import SoloGroup
 from checker.distributed.watcher import Watcher
 from checker.distributed.wire import ERROR_BYTES, PAYLOAD_PREFIX_LEN, Header, pack_text, unpack_text
 from checker.files import write_file
@@ -259,8 +260,6 @@ class Session:
         group's device; one that only reports, alone, gathers with itself (no torch)."""
         o = self.options
         if not needs_device and self.alone:
-            from checker.distributed.solo import SoloGroup
-
             self.group = SoloGroup(o.backend)
             return
         from checker.distributed.group import Group
