@@ -51,6 +51,7 @@ class ModelChoice:
     def from_args(cls, args: argparse.Namespace) -> ModelChoice:
         """``--model-config`` as a local path: a hub id is found in the local Hugging Face cache, by the
         launch command's ``--model-path`` rule (:func:`checker.core.hub_cache.local_model_path`)."""
+        # start-up: the hub cache rules (~2.5 ms) load only for a --model-config
         from checker.core.hub_cache import local_model_path
 
         path = args.model_config
@@ -138,6 +139,7 @@ class WeightsFlags:
 
     def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None) -> WeightsLayout:
         """The :class:`checker.core.weights.WeightsLayout` of a deployment."""
+        # start-up: the weights rules (~18 ms) load only when a weights figure is derived
         from checker.core.weights import WeightsLayout
 
         return WeightsLayout(
@@ -164,6 +166,7 @@ def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[
     if path is None:
         return None, f"{model.label} is a preset, not a model directory"
     if launch is not None and launch.download_dir:
+        # start-up: the hub cache rules (~2.5 ms) load only under --download-dir
         from checker.core.hub_cache import is_hub_id, local_model_path
 
         raw = next((w for w in _model_path_words(launch.argv)), None)
@@ -220,6 +223,7 @@ class BudgetSource:
     @property
     def weights_label(self) -> str:
         """Where the weights figure of --budget-from-device comes from, in words."""
+        # start-up: the checkpoint reader (~3 ms) loads only when the weights source is named
         from checker.core.checkpoint import has_safetensors
 
         if self.weights_gib:
@@ -319,6 +323,7 @@ class DeriveConfig:
         """Every rank's weights figure for this deployment, from the checkpoint beside the model's
         config.json as the release's class holds it (a list of RankWeightsFigure; their source is
         ``none`` without a checkpoint)."""
+        # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
         from checker.core.weights_source import weights_per_rank
 
         w = self.weights
@@ -362,6 +367,7 @@ class DeriveConfig:
     def engines(self, inputs: CapacityInputs, env: Mapping[str, str]) -> EngineSet:
         """The engines of ``--engine`` (``sglang`` for a release the checker does not model), prepared for
         ``inputs`` (an ``EngineSet``)."""
+        # start-up: the engines and their comparison (~7 ms) load only when a command derives
         from checker.engines.drift import prepare_engines
 
         return prepare_engines(
@@ -440,6 +446,7 @@ class PlanConfig:
 
 def model_source(model: ModelChoice, sizing: SizingFlags) -> ModelSource:
     """What the sglang engine rebuilds the geometry from: the model as the user named it."""
+    # start-up: the engine registry (~4 ms with logging) loads only when a command derives
     from checker.engines import ModelSource
 
     return ModelSource(
@@ -469,6 +476,7 @@ def capacity_inputs(
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
     stages = pp_size or sizing.pp_size or 1
     if release.modelled == release.derived_as:  # a release the checker models: its code is known
+        # start-up: the model registry tables (~4 ms) load only for a modelled release's check
         from checker.core.model_support import check_architectures, check_pipeline, model_architectures
 
         archs = model_architectures(model=model.model, model_config=model.model_config)

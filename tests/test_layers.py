@@ -51,7 +51,7 @@ class Import:
     """The imported checker module (``checker.z`` or ``checker.z.w``)."""
     in_function: bool
     commented: bool
-    """A comment on the import's first line or on the line above it."""
+    """A comment on the import's first line, or on the line above it or above its block of imports."""
 
 
 def room(module: str) -> str:
@@ -86,9 +86,14 @@ def imports(root: Path) -> Iterator[Import]:
         tree = ast.parse(text, filename=str(path))
 
         def commented(lineno: int) -> bool:
-            same = "#" in lines[lineno - 1]
-            above = lineno >= 2 and lines[lineno - 2].strip().startswith("#")
-            return same or above
+            """A comment on the import's line, or on the line above it or above the block of imports
+            it opens with (one comment may say why ``from a import x`` and ``from b import y`` wait)."""
+            if "#" in lines[lineno - 1]:
+                return True
+            above = lineno - 2
+            while above >= 0 and lines[above].strip().startswith(("from ", "import ")):
+                above -= 1
+            return above >= 0 and lines[above].strip().startswith("#")
 
         def walk(node: ast.AST, in_function: bool) -> Iterator[Import]:
             for child in ast.iter_child_nodes(node):

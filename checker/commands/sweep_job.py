@@ -90,6 +90,7 @@ class SweepJob:
             raise
 
     def _derive(self, device: torch.device | None) -> SweepLocal:
+        # torch: device.sweep imports it (~1.1 s)
         from checker.device.sweep import local_sweep
 
         config, env = self.config, self.env

@@ -262,6 +262,7 @@ class Session:
         if not needs_device and self.alone:
             self.group = SoloGroup(o.backend)
             return
+        # torch: group imports it (~1.1 s), so --help and input errors cost none
         from checker.distributed.group import Group
 
         self.group = Group(self.env, backend=o.backend, timeout_s=o.timeout_s, init_method=o.init_method)

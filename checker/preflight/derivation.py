@@ -349,6 +349,7 @@ def check_on_device(
 ) -> None:
     """Derive the stage again on the rank's own device (the sweep's vectorised path, float64 tensors)
     and hold it against the scalar core: on a GPU rank this is the derivation done on the GPU."""
+    # torch: device.sweep imports it (~1.1 s), only on a rank that derives on a device
     from checker.device.sweep import derive_sweep
 
     on_device = derive_sweep(cap, pp_rank, [budget], device)[0].tolist()
