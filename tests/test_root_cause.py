@@ -17,7 +17,7 @@ from rank_rows import world
 
 from checker.core.ranks import is_split, outliers
 from checker.core.row import RankRow
-from checker.distributed.wire import VALUE_BYTES
+from checker.distributed.wire import VALUE_BYTES, decode_row, encode_row, sent_text
 from checker.preflight.verdict import decide, explain_input, infrastructure_failure
 from checker.status import ROW_DRIFT, ROW_INTERNAL
 
@@ -417,13 +417,18 @@ def test_each_kind_of_input_is_worded_for_what_it_is(name: str, values: tuple, l
 
 
 def test_a_value_cut_on_the_wire_is_shown_cut() -> None:
-    """Values travel in VALUE_BYTES bytes (the digest covers the whole text): one that filled the slot
-    may have been cut, and is shown with "..."; one a byte shorter is whole and shown as is."""
-    full, short = "a" * VALUE_BYTES, "b" * (VALUE_BYTES - 1)
-    rows = world(3, inputs_of=lambda r: {PARTITION: full if r == 1 else short if r == 2 else None})
-    line = explain_input(PARTITION, rows)
-    assert f"rank 1 sets {PARTITION}={full}... (on node-1)" in line
+    """Values travel in VALUE_BYTES bytes (the digest covers the whole text): one the wire cut is shown
+    with "...", the mark the JSON report gives it too (one rule: checker.distributed.wire.sent_text); one
+    that exactly fills the slot, or is a byte shorter, is whole and shown as is."""
+    cut, full, short = "a" * (VALUE_BYTES + 8), "c" * VALUE_BYTES, "b" * (VALUE_BYTES - 1)
+    values = {1: cut, 2: short, 3: full}
+    sent = [decode_row(encode_row(r)) for r in world(4, inputs_of=lambda r: {PARTITION: values.get(r)})]
+    line = explain_input(PARTITION, sent)
+    assert f"rank 1 sets {PARTITION}={cut[:VALUE_BYTES]}... (on node-1)" in line
     assert f"rank 2 sets {PARTITION}={short} (on node-2)" in line
+    assert f"rank 3 sets {PARTITION}={full} (on node-3)" in line
+    assert sent_text(sent[1], PARTITION) == cut[:VALUE_BYTES] + "..."
+    assert sent_text(sent[3], PARTITION) == full
 
 
 def test_an_infrastructure_failure_keeps_the_rows_it_has() -> None:

@@ -76,6 +76,21 @@ def unpack_text(ints: Sequence[int]) -> str:
     return raw.rstrip(b"\x00").decode(errors="replace")
 
 
+CUT_MARK = "..."
+"""Ends an input's text that the wire cut (``VALUE_BYTES``); the digest of the whole text decides equality."""
+
+
+def sent_text(row: RankRow, name: str) -> str | None:
+    """Input ``name``'s text as ``row`` carries it, ending in :data:`CUT_MARK` where the wire cut it: the
+    text no longer matches the digest the rank computed of its whole value. The one rule every reader of
+    a row uses (the verdict's lines, the report's inputs), so a value is marked cut in both or neither."""
+    text = row.inputs.get(name)
+    sent = row.input_digests.get(name)
+    if text is None or sent is None or digest(text) == sent:
+        return text
+    return text + CUT_MARK
+
+
 @dataclass(frozen=True, kw_only=True)
 class Header:
     """What every rank says before the exchange (``HEADER_LEN`` ints). Slot 6 is unused: it carried a

@@ -24,7 +24,7 @@ from checker.core.ranks import outliers, rank_ranges
 from checker.core.row import MISSING, REPORTED_INTS, RankRow
 from checker.core.sizing import CHECKED_VALUES
 from checker.core.weights_source import WeightsSource
-from checker.distributed.wire import VALUE_BYTES, digest
+from checker.distributed.wire import VALUE_BYTES, digest, sent_text
 from checker.files import append_file, write_file
 from checker.outputs.tables import fmt_int, format_table, mark
 from checker.preflight.pipeline import agreed_num_layers
@@ -94,20 +94,6 @@ def typed_input(name: str, text: str | None) -> object:
 
 def typed_inputs(inputs: Mapping[str, str | None]) -> dict[str, object]:
     return {name: typed_input(name, value) for name, value in inputs.items()}
-
-
-CUT_MARK = "..."
-"""Ends an input's text that the wire cut (VALUE_BYTES); its digest, of the whole text, decides equality."""
-
-
-def sent_text(row: RankRow, name: str) -> str | None:
-    """An input's text as the row carries it, ending in CUT_MARK where the wire cut it (the text no longer
-    matches the digest the rank computed of its whole value)."""
-    text = row.inputs.get(name)
-    sent = row.input_digests.get(name)
-    if text is None or sent is None or digest(text) == sent:
-        return text
-    return text + CUT_MARK
 
 
 def _row_inputs(row: RankRow) -> dict[str, object]:

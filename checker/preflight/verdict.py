@@ -24,7 +24,7 @@ from checker.core.row import (
 )
 from checker.core.sizing import CHECKED_VALUES, env_flag
 from checker.core.upgrade import UpgradeFacts, explain
-from checker.distributed.wire import VALUE_BYTES
+from checker.distributed.wire import sent_text
 from checker.preflight.pipeline import PipelineFault, pipeline_faults
 from checker.status import (
     CONSISTENT,
@@ -89,11 +89,12 @@ class Verdict:
 
 
 def _show(value: str | None) -> str:
+    """A value as a line shows it: ``value`` is :func:`checker.distributed.wire.sent_text` (cut marked)."""
     if value is None:
         return "<unset>"
     if value == "":  # set to the empty string, which is not unset: quoted so the reader sees it
         return "''"
-    return value + ("..." if len(value.encode()) >= VALUE_BYTES else "")
+    return value
 
 
 def _upgrade_facts(rows: Sequence[RankRow]) -> UpgradeFacts:
@@ -194,7 +195,7 @@ def explain_input(name: str, rows: Sequence[RankRow]) -> str:
     parts = []
     for i, g in enumerate(_odd_first_order(list(by_digest.values()))):
         ranks = [r.rank for r in g]
-        value = g[0].inputs.get(name)
+        value = sent_text(g[0], name)  # as the wire carried it: a cut value ends in CUT_MARK
         if name in SGLANG_ENV_VARS:
             part = (
                 f"{ranks_do(ranks, 'leaves', 'leave')} it unset"
