@@ -59,7 +59,7 @@ def test_slack_budget_0_5_15() -> None:
     """0.5.14-0.5.15.post1: rest = available - pre * (1 - mfs). 80 GiB free, 20 GiB of weights, mfs 0.9:
     80 * (1 - 0.9) = 80 * 0.09999999999999998 = 7.999999999999998; 60 - 7.999999999999998 = 52.0."""
     b = sizing_budget("0.5.15", free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=0.9)
-    assert b.gib == 52.0
+    assert b.budget_gib == 52.0
     assert "free_after 60 - free_before 80 * (1 - 0.9)" in b.formula and "\n" not in b.formula
     with pytest.raises(FlagError, match="0.5.16"):
         sizing_budget(
@@ -81,7 +81,7 @@ def test_pre_capture_reserve_from_0_5_16() -> None:
         mem_fraction_static=0.9,
         pre_capture_reserve_mb=10240,
     )
-    assert b.gib == 50.0
+    assert b.budget_gib == 50.0
     # A reserve below the static slack changes nothing: max(7.999..., 4) -> 52.
     assert (
         sizing_budget(
@@ -90,7 +90,7 @@ def test_pre_capture_reserve_from_0_5_16() -> None:
             weights_gib=20.0,
             mem_fraction_static=0.9,
             pre_capture_reserve_mb=4096,
-        ).gib
+        ).budget_gib
         == 52.0
     )
     with pytest.raises(FlagError, match="0.5.18"):
@@ -109,7 +109,7 @@ def test_multimodal_reservation_from_0_5_18() -> None:
         pre_capture_reserve_mb=10240,
         mm_reservation_gb=1.5,
     )
-    assert b.gib == 48.5 and "multimodal reservation 1.5" in b.formula
+    assert b.budget_gib == 48.5 and "multimodal reservation 1.5" in b.formula
 
 
 def test_weights_filling_the_static_budget_do_not_start() -> None:
@@ -117,7 +117,7 @@ def test_weights_filling_the_static_budget_do_not_start() -> None:
     7 - 7.999999999999998 < 0. 72 GiB leaves 8 - 7.999999999999998 = 1.8e-15 GiB, which SGLang accepts."""
     with pytest.raises(BudgetError, match="leave no memory"):
         sizing_budget(None, free_before_gib=80.0, weights_gib=73.0, mem_fraction_static=0.9)
-    assert sizing_budget(None, free_before_gib=80.0, weights_gib=72.0, mem_fraction_static=0.9).gib > 0
+    assert sizing_budget(None, free_before_gib=80.0, weights_gib=72.0, mem_fraction_static=0.9).budget_gib > 0
 
 
 @pytest.mark.parametrize(
@@ -187,8 +187,12 @@ def test_bad_budget_inputs_name_the_value_and_the_rule(kw: dict, message: str) -
 def test_budget_inputs_at_their_edges_are_accepted() -> None:
     """No weights (0 GiB, e.g. a draft-free dry run) and --mem-fraction-static 1 are inputs SGLang
     takes: 80 GiB free, nothing loaded, all of it static: 80 - 80 * 0 = 80 GiB."""
-    assert sizing_budget(None, free_before_gib=80.0, weights_gib=0.0, mem_fraction_static=1.0).gib == 80.0
-    assert sizing_budget(None, free_before_gib=8.0, weights_gib=0.5, mem_fraction_static=0.5).gib == 3.5
+    assert (
+        sizing_budget(None, free_before_gib=80.0, weights_gib=0.0, mem_fraction_static=1.0).budget_gib == 80.0
+    )
+    assert (
+        sizing_budget(None, free_before_gib=8.0, weights_gib=0.5, mem_fraction_static=0.5).budget_gib == 3.5
+    )
 
 
 def test_exactly_nothing_left_does_not_start() -> None:

@@ -55,7 +55,8 @@ class Import:
 
 
 def room(module: str) -> str:
-    """``checker.commands.check`` -> ``commands``; ``checker`` (the package's ``__init__``) -> ``__init__``."""
+    """``checker.commands.check`` -> ``commands``; ``checker`` (the package's own ``__init__``) ->
+    ``__init__``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -77,40 +78,38 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -
     return [base]
 
 
+def _commented(lines: Sequence[str], lineno: int) -> bool:
+    """A comment on the import's line, or on the line above it or above the block of imports it opens
+    with (one comment may say why ``from a import x`` and ``from b import y`` both wait)."""
+    if "#" in lines[lineno - 1]:
+        return True
+    above = lineno - 2
+    while above >= 0 and lines[above].strip().startswith(("from ", "import ")):
+        above -= 1
+    return above >= 0 and lines[above].strip().startswith("#")
+
+
+def _file_imports(root: Path, path: Path) -> Iterator[Import]:
+    module = _module_name(root, path)
+    text = path.read_text()
+    lines = text.splitlines()
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+    todo: list[tuple[ast.AST, bool]] = [(ast.parse(text, filename=str(path)), False)]
+    while todo:
+        node, in_function = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in _targets(child, module, path.name == "__init__.py"):
+                    if target == "checker" or target.startswith("checker."):
+                        rel = str(path.relative_to(root))
+                        yield Import(rel, child.lineno, target, in_function, _commented(lines, child.lineno))
+            todo.append((child, in_function or isinstance(child, functions)))
+
+
 def imports(root: Path) -> Iterator[Import]:
     """Every import of a checker module by a checker module under ``root``, with where it sits."""
     for path in sorted((root / "checker").rglob("*.py")):
-        module = _module_name(root, path)
-        text = path.read_text()
-        lines = text.splitlines()
-        tree = ast.parse(text, filename=str(path))
-
-        def commented(lineno: int) -> bool:
-            """A comment on the import's line, or on the line above it or above the block of imports
-            it opens with (one comment may say why ``from a import x`` and ``from b import y`` wait)."""
-            if "#" in lines[lineno - 1]:
-                return True
-            above = lineno - 2
-            while above >= 0 and lines[above].strip().startswith(("from ", "import ")):
-                above -= 1
-            return above >= 0 and lines[above].strip().startswith("#")
-
-        def walk(node: ast.AST, in_function: bool) -> Iterator[Import]:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    for target in _targets(child, module, path.name == "__init__.py"):
-                        if target == "checker" or target.startswith("checker."):
-                            yield Import(
-                                str(path.relative_to(root)),
-                                child.lineno,
-                                target,
-                                in_function,
-                                commented(child.lineno),
-                            )
-                funcs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-                yield from walk(child, in_function or isinstance(child, funcs))
-
-        yield from walk(tree, False)
+        yield from sorted(_file_imports(root, path), key=lambda i: (i.line, i.target))
 
 
 def violations(root: Path, layers: Sequence[Sequence[str]] = LAYERS, sideways=SIDEWAYS) -> list[str]:
@@ -202,7 +201,8 @@ def test_a_sideways_edge_and_a_relative_one_fail_unless_declared(tmp_path: Path)
     layers = (("commands",), ("distributed", "outputs"), ("core",), ("__init__",))
     assert violations(root, layers) == [
         "checker/core/row.py:1 imports checker.commands (up: layer core -> layer commands)",
-        "checker/outputs/report.py:1 imports checker.distributed (sideways: layer outputs -> layer distributed)",
+        "checker/outputs/report.py:1 imports checker.distributed "
+        "(sideways: layer outputs -> layer distributed)",
     ]
     assert violations(root, layers, frozenset({("outputs", "distributed")})) == [
         "checker/core/row.py:1 imports checker.commands (up: layer core -> layer commands)"

@@ -530,12 +530,12 @@ def test_the_fraction_that_gives_a_budget_is_found_again(
     """Round trip through the release's own budget formula: the budget --mem-fraction-static f leaves is
     reached first at f itself (the formula grows with f), and the formula printed is the one at f."""
     budget = sizing_budget(version, free_before_gib=free, weights_gib=weights, mem_fraction_static=f)
-    got = min_mem_fraction(version, free_before_gib=free, weights_gib=weights, budget_gib=budget.gib)
-    assert (got.value, got.formula, got.budget_gib) == (f, budget.formula, budget.gib)
+    got = min_mem_fraction(version, free_before_gib=free, weights_gib=weights, budget_gib=budget.budget_gib)
+    assert (got.value, got.formula, got.budget_gib) == (f, budget.formula, budget.budget_gib)
 
 
 def test_no_fraction_reaches_a_budget_beyond_what_1_0_leaves() -> None:
-    top = sizing_budget("0.5.23", free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=1.0).gib
+    top = sizing_budget("0.5.23", free_before_gib=80.0, weights_gib=20.0, mem_fraction_static=1.0).budget_gib
     got = min_mem_fraction("0.5.23", free_before_gib=80.0, weights_gib=20.0, budget_gib=top + 0.01)
     assert got.value is None and got.budget_gib == top + 0.01
     assert got.formula == f"even 1.0 leaves {top:.2f} GiB (60.00 GiB free after the weights)"

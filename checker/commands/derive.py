@@ -166,7 +166,7 @@ def server_budget(
         config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )
     formula = f"weights {weights:.2f} GiB ({source}); {result.formula}"
-    return replace(config, budget_gib=result.gib, budget_given=True, budget_formula=formula)
+    return replace(config, budget_gib=result.budget_gib, budget_given=True, budget_formula=formula)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -90,7 +90,7 @@ def pre_capture_activation_reserve_mb(
 
 @dataclass(frozen=True, kw_only=True)
 class SizingBudget:
-    gib: float
+    budget_gib: float
     """``total_rest_memory`` in GiB, as the release hands it to the pool sizing."""
     formula: str
     """One line: the release group's formula with the numbers put in."""
@@ -138,19 +138,21 @@ def sizing_budget(
             f"free_after {available:.6g} - max(free_before {pre:.6g} * (1 - {f:g}), "
             f"pre-capture reserve {pre_capture_reserve_mb:g} MB / 1024)"
         )
-    rest = available - slack
+    budget_gib = available - slack
     if mm_reservation_gb:
         if rules.budget_rule != "slack+pre-capture+mm":
             raise FlagError(
                 f"SGLang {release_model(sglang_version).version} takes no multimodal reservation off the "
                 "budget (it arrived in 0.5.18); drop it"
             )
-        rest = available - slack - mm_reservation_gb
+        budget_gib = available - slack - mm_reservation_gb
         formula += f" - multimodal reservation {mm_reservation_gb:g}"
-    if rest <= 0:
+    if budget_gib <= 0:
         raise BudgetError(
-            f"the weights leave no memory for the KV and state pools: {formula} = {rest:.6g} GiB; SGLang "
-            'refuses to start ("Loaded weights leave no GPU memory for the KV cache"); raise '
+            f"the weights leave no memory for the KV and state pools: {formula} = {budget_gib:.6g} GiB; "
+            'SGLang refuses to start ("Loaded weights leave no GPU memory for the KV cache"); raise '
             "--mem-fraction-static or lower the weights"
         )
-    return SizingBudget(gib=rest, formula=f"total_rest_memory = {formula} = {rest:.6g} GiB ({rules.group})")
+    return SizingBudget(
+        budget_gib=budget_gib, formula=f"total_rest_memory = {formula} = {budget_gib:.6g} GiB ({rules.group})"
+    )

@@ -422,19 +422,19 @@ def min_mem_fraction(
     """Solve SGLang's ``total_rest_memory(f) >= budget`` for f in 0.001 steps, each step checked with the
     release's own formula (:func:`checker.core.budget.sizing_budget`)."""
 
-    def rest(thousandths: int) -> float | None:
+    def budget_gib_at(thousandths: int) -> float | None:
         try:
             return sizing_budget(
                 sglang_version,
                 free_before_gib=free_before_gib,
                 weights_gib=weights_gib,
                 mem_fraction_static=thousandths / 1000,
-            ).gib
+            ).budget_gib
         except BudgetError:
             return None
 
-    lo, hi = 1, 1000  # rest grows with f: bisect for the first f whose rest reaches the budget
-    top = rest(hi)
+    lo, hi = 1, 1000  # the budget grows with f: bisect for the first f whose budget reaches budget_gib
+    top = budget_gib_at(hi)
     if top is None or top < budget_gib:
         avail = free_before_gib - weights_gib
         return MemFraction(
@@ -444,7 +444,7 @@ def min_mem_fraction(
         )
     while lo < hi:
         mid = (lo + hi) // 2
-        r = rest(mid)
+        r = budget_gib_at(mid)
         if r is not None and r >= budget_gib:
             hi = mid
         else:

@@ -19,6 +19,8 @@ from checker.status import ROW_OK
 
 MISSING = -1
 """A value a rank could not compute (its status says why), or a fact it does not have."""
+BUDGET_MILLIONTHS = 1_000_000
+"""``budget_millionths_gib`` per GiB."""
 
 
 def _int(*, report: bool = True, default: int = MISSING) -> int:
@@ -58,7 +60,8 @@ class RankRow:
     state_charged_bytes: int = _int()
     # from what
     budget_millionths_gib: int = _int(report=False)
-    """The budget this rank derived with, in millionths of a GiB (reported as ``budget_gib``)."""
+    """``budget_gib`` on the wire: the budget this rank derived with, in millionths of a GiB (the one int
+    form of the budget; :func:`budget_slots` writes it, :attr:`budget_gib` reads it back)."""
     device_free_bytes: int = _int()
     model_digest: int = _int(report=False)
     """The digest of the model's own definition (the hex after ``#`` in the ``model`` input, as an int):
@@ -89,7 +92,7 @@ class RankRow:
     @property
     def budget_gib(self) -> float | None:
         b = self.budget_millionths_gib
-        return None if b == MISSING else b / 1e6
+        return None if b == MISSING else b / BUDGET_MILLIONTHS
 
 
 INT_FIELDS = tuple(f.name for f in fields(RankRow) if f.type == "int")
@@ -167,3 +170,10 @@ def input_text(value: object) -> str | None:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def budget_slots(budget_gib: float) -> tuple[str | None, int]:
+    """The budget a rank derives with, under its one name, as its row carries it: the ``budget_gib``
+    input's text (exact: ranks compare its digest, the report shows it) and its int form
+    (:attr:`RankRow.budget_millionths_gib`), computed together so they cannot disagree."""
+    return input_text(float(budget_gib)), round(budget_gib * BUDGET_MILLIONTHS)

@@ -27,6 +27,7 @@ from checker.core.row import (
     MISSING,
     NOT_INSTALLED,
     RankRow,
+    budget_slots,
     input_text,
     launch_digest,
     model_digest,
@@ -156,7 +157,7 @@ def device_budget(
     agreement = "MIN over ranks" if b.agree else "this rank's own, not agreed"
     # Where the weights came from is each rank's own field (weights_source): the formula is an input,
     # cut at the wire's width, and keeps the numbers first.
-    return result.gib, f"device free ({agreement}): {result.formula}"
+    return result.budget_gib, f"device free ({agreement}): {result.formula}"
 
 
 def flag_inputs(sizing: SizingFlags, given: GivenFlags | None) -> dict[str, str | None]:
@@ -227,7 +228,7 @@ def derive_row(
         sglang_installed=None,
         model=None,
         budget_source=None if config.budget.from_device else config.budget.label,
-        budget_gib=None if fixed_budget is None else input_text(float(fixed_budget)),
+        budget_gib=None if fixed_budget is None else budget_slots(fixed_budget)[0],
         derived_as=None,
         launch_command=config.launch_command,
     )
@@ -288,7 +289,7 @@ def _derive_into(
         row.weights_source = int(mine.source)
         if mine.gib is not None:
             row.weights_bytes = round(mine.gib * GIB)
-        budget, formula = device_budget(
+        budget_gib, formula = device_budget(
             config, env, local, all_free, release=release.modelled, weights=weights
         )
         # Agreed (MIN over ranks), the formula is every rank's and says how the budget was reached; not
@@ -297,14 +298,13 @@ def _derive_into(
         inputs["budget_source"] = formula if b.agree else b.label
     else:
         assert b.budget_gib is not None
-        budget = b.budget_gib
-    inputs["budget_gib"] = input_text(float(budget))
-    row.budget_millionths_gib = round(budget * 1e6)
+        budget_gib = b.budget_gib
+    inputs["budget_gib"], row.budget_millionths_gib = budget_slots(budget_gib)
     maybe_inject(env.rank, "derive")
     cap = capacity_inputs(
         config.model,
         config.sizing,
-        budget_gib=budget,
+        budget_gib=budget_gib,
         pp_size=local.pp_size,
         env=environ,
         release=release,
@@ -339,7 +339,7 @@ def _derive_into(
     if device is not None and engines.mode != "sglang":
         # The device path re-derives with the builtin model: it checks the builtin's numbers, not those
         # of SGLang's own code (under --engine sglang, or a release the checker does not model).
-        check_on_device(cap, local.pp_rank, budget, stage, device)
+        check_on_device(cap, local.pp_rank, budget_gib, stage, device)
     if config.materialize:
         _materialize(row, config, env, cap, stage, device=device, deadline=deadline, timings=timings)
 
