@@ -90,6 +90,10 @@ def row_type(row: ServerArg) -> Callable[[str], object]:
     return parse
 
 
+# The edge: a GiB value from the command line (--budget-gib, --device-free-gib, ...) is checked here,
+# once, and keeps its name (budget_gib) down to the row. CapacityInputs (checker.core.sizing) is the one
+# validating constructor every derivation builds; for a value that came through here its check cannot
+# fire, it is there for callers that are not the parser (code, a plan's search, a config file).
 positive_gib = bounded_float(low=0, high=MAX_GIB, what=" GiB")
 unit_fraction = row_type(MEM_FRACTION_STATIC)
 timeout_seconds = bounded_float(low=0, high=MAX_TIMEOUT_S, what=" seconds")
