@@ -62,7 +62,6 @@ class ModelChoice:
 
     @property
     def label(self) -> str:
-
         return self.model_config or self.model or DEFAULT_MODEL  # none named: the default preset
 
 
@@ -496,7 +495,6 @@ def capacity_inputs(
     flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
     # What the release resolves of the speculative setup itself, before any sizing (a launch command's
     # --speculative-algorithm EAGLE alone runs with the release's own draft tokens and request cap).
-
     try:
         spec = resolve_speculative(
             release.modelled,

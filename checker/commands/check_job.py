@@ -57,7 +57,6 @@ class CheckJob:
 
     # -- before and during the exchange ----------------------------------------------------------------
     def local(self, device: torch.device | None) -> LocalFacts:
-
         assert self.config is not None
         return local_facts(self.config, self.env, device)
 
@@ -68,7 +67,6 @@ class CheckJob:
         return None  # a rank whose local facts failed says so in its row
 
     def payload(self, local: LocalFacts, headers: Sequence[Header]) -> list[int]:
-
         config, session = self.config, self.session
         assert config is not None
         t0 = time.monotonic()
@@ -88,7 +86,6 @@ class CheckJob:
         return encode_row(row)
 
     def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> CheckOutcome:
-
         assert self.config is not None
         rows = [decode_row(r) for r in gathered.tolist()]
         verdict = decide(rows, world_size=self.env.world_size, strict_inputs=self.config.strict_inputs)
@@ -103,7 +100,6 @@ class CheckJob:
         return CheckOutcome(verdict=verdict, summary=self.summary, before_rows=exchanged)
 
     def lost(self, detail: str, missing_ranks: Sequence[int]) -> CheckOutcome:
-
         verdict = infrastructure_failure(
             world_size=self.env.world_size, detail=detail, missing_ranks=missing_ranks
         )
@@ -113,7 +109,6 @@ class CheckJob:
         return outcome.verdict.exit_code
 
     def one_line(self, outcome: CheckOutcome) -> str:
-
         return one_line(outcome.verdict)
 
     # -- publishing ----------------------------------------------------------------------------------
@@ -156,7 +151,6 @@ class CheckJob:
         return "; ".join(problems) or None
 
     def fallback(self, outcome: CheckOutcome) -> None:
-
         if outcome.before_rows:
             text = "\n".join(self._error_lines(outcome.before_rows))
         else:

@@ -44,7 +44,6 @@ MARGIN_GIB = bounded_float(low=0, high=1024, low_inclusive=True, what=" GiB")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-
     parser.add_argument("logs", nargs="+", metavar="LOG", help="a server log (- for standard input)")
     g = parser.add_argument_group("prediction")
     g.add_argument(

@@ -176,7 +176,6 @@ class SweepJob:
             self.say(outcome.status, line)
 
     def _failure_report(self, outcome: SweepOutcome) -> dict[str, object]:
-
         return failure_report(
             status=outcome.status,
             world_size=self.env.world_size,

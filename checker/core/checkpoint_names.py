@@ -83,7 +83,6 @@ def _qwen_layer(
 
 
 def _qwen_types(t: _Config) -> list[bool]:
-
     return [x == "attention" for x in _qwen_layer_types(t)]
 
 
@@ -235,7 +234,6 @@ def _mamba(
 
 
 def _nemotron_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
-
     H, V = t.integer("hidden_size", 4096), t.integer("vocab_size", 131072)
     heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = t.opt_int("head_dim") or H // heads

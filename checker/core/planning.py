@@ -344,7 +344,6 @@ def suggest_partition(
     """The partition that minimises the largest stage's linear-layer count within the slack bounds.
 
     Exact, by lexicographic optimisation of (largest count, distance to the even split, the parts):
-
     1. Binary search over the largest count M: M is achievable iff a DP over layer prefixes finds a
        partition with every stage within bounds and at most M linear layers; achievability is monotone
        in M (a partition for M works for M + 1), so the search finds the least M.

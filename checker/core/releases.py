@@ -461,7 +461,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
 def _pp_hybrid(versions: tuple[str, ...]) -> bool:
     """Whether the group's releases start any hybrid class under PP (:mod:`checker.core.pp_support`, built
     from each release's code): one answer for the whole group, or the grouping is wrong."""
-
     answers = {any(table.get(v, ("",))[0] == "stages" for table in PIPELINE.values()) for v in versions}
     assert len(answers) == 1, f"{versions}: the releases of one group differ in starting a class under PP"
     return answers.pop()

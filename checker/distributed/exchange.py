@@ -584,7 +584,6 @@ class _Run(Generic[L, O]):
 
 
 def _size_mismatch(headers: Sequence[Header]) -> str | None:
-
     by: dict[int, list[int]] = {}
     for h in headers:
         by.setdefault(h.payload_len, []).append(h.rank)

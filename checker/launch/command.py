@@ -623,12 +623,10 @@ def _checker_values(
 
 
 def tabled_releases() -> tuple[str, ...]:
-
     return tuple(RELEASES)
 
 
 def _installed() -> str | None:
-
     return installed_sglang_version()
 
 

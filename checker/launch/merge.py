@@ -304,7 +304,6 @@ def _refuse_mixed_chunk(cmd: LaunchCommand, args: argparse.Namespace) -> None:
 
 
 def _zero_micro_batch_refused(release: str) -> bool:
-
     try:
         return zero_micro_batch_refused(release)
     except FlagError:  # an installed pre-release or local build: as the releases after 0.5.11 do

@@ -52,7 +52,6 @@ def _releases(reads: Sequence[RankRead]) -> str:
 
 
 def _order(release: str) -> int:
-
     return RELEASES.index(release)
 
 

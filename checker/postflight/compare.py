@@ -523,7 +523,6 @@ def _root_causes(checks: Sequence[Check], extra: Sequence[str]) -> list[str]:
 
 
 def _rank_list(ranks: list[int], replicas: list[int]) -> str:
-
     text = rank_ranges(ranks)
     return f"{text} of replicas DP{', DP'.join(map(str, replicas))}" if replicas else text
 
