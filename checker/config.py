@@ -2,7 +2,7 @@
 
 Nothing below the command layer sees an ``argparse.Namespace``: the derivation reads
 :class:`SizingFlags` and :class:`ModelChoice`, the process group reads
-:class:`~checker.distributed.group_options.GroupOptions` (defined beside the session), engines
+:class:`~checker.distributed.launch_env.GroupOptions` (defined beside the session), engines
 read :class:`EngineChoice`. :class:`SizingFlags` is the table of sizing inputs
 (:mod:`checker.core.server_args`): its field names are SGLang's server-arg names, so the preflight's
 inputs (which ranks compare by digest) follow from :data:`SIZING_FLAG_NAMES` and need no list of their own.
@@ -27,7 +27,7 @@ from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # r
 from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
 from checker.core.startup import check_pp_spec, resolve_speculative
-from checker.distributed.group_options import GroupOptions
+from checker.distributed.launch_env import GroupOptions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -26,8 +26,7 @@ from checker.config import (
     PreflightConfig,
     SizingFlags,
 )
-from checker.distributed.group_options import GroupOptions
-from checker.distributed.launch_env import RankEnv
+from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.distributed.wire import decode_row, encode_row
 from checker.outputs.report import to_json
 from checker.postflight import formats as F

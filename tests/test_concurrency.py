@@ -93,8 +93,7 @@ def test_a_rendering_bug_in_the_abort_report_leaves_a_traceback(capfd):
 def test_the_backstop_stays_armed_until_the_group_is_destroyed():
     """destroy_process_group can block (a peer stuck in a collective): the GIL-free backstop must still
     be armed while it runs, and disarmed only after it returned."""
-    from checker.distributed.group_options import GroupOptions
-    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.launch_env import GroupOptions, RankEnv
     from checker.distributed.session import Session
 
     events: list[str] = []
@@ -160,8 +159,7 @@ def test_a_run_gives_the_process_back_as_it_found_it():
     again, and the watcher thread has ended."""
     import signal
 
-    from checker.distributed.group_options import GroupOptions
-    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.launch_env import GroupOptions, RankEnv
     from checker.distributed.session import Session
 
     handler = signal.getsignal(signal.SIGTERM)

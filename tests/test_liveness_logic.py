@@ -181,8 +181,7 @@ def test_a_header_of_another_length_is_a_wire_error(n):
 def _session_on(store: FakeStore, rank: int = 1):
     from types import SimpleNamespace
 
-    from checker.distributed.group_options import GroupOptions
-    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.launch_env import GroupOptions, RankEnv
     from checker.distributed.session import Session
 
     session = Session(RankEnv.from_environ({"RANK": str(rank), "WORLD_SIZE": "2"}), GroupOptions())
@@ -249,8 +248,7 @@ def test_a_rank_that_leaves_with_its_own_verdict_says_so_unless_its_store_is_gon
     store that stopped answering it does not spend another store call's bound on that."""
     from types import SimpleNamespace
 
-    from checker.distributed.group_options import GroupOptions
-    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.launch_env import GroupOptions, RankEnv
     from checker.distributed.session import Session
 
     class Left(Exception):

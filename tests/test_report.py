@@ -33,8 +33,7 @@ from checker.config import (
     PreflightConfig,
     SizingFlags,
 )
-from checker.distributed.group_options import GroupOptions
-from checker.distributed.launch_env import RankEnv
+from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.distributed.wire import decode_row, encode_row
 from checker.outputs.report import one_line, to_json, to_junit, to_markdown, to_text
 from checker.preflight.derivation import derive_row, local_facts

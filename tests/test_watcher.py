@@ -292,8 +292,7 @@ def test_a_start_up_timeout_says_how_many_ranks_joined_and_which_did_not(monkeyp
     from types import SimpleNamespace
 
     from checker.distributed import session as session_module
-    from checker.distributed.group_options import GroupOptions
-    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.launch_env import GroupOptions, RankEnv
     from checker.distributed.session import Session
 
     monkeypatch.setattr(session_module, "gone_ranks", lambda *a, **kw: [5, 7])
@@ -319,8 +318,7 @@ def test_a_rank_waiting_for_rank_0_stops_waiting_once_rank_0_is_seen_stopped(mon
     from types import SimpleNamespace
 
     from checker.distributed import session as session_module
-    from checker.distributed.group_options import GroupOptions
-    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.launch_env import GroupOptions, RankEnv
     from checker.distributed.session import Session
 
     monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.02)
@@ -343,8 +341,7 @@ def test_a_rank_not_yet_beating_is_never_taken_for_a_stopped_publisher(monkeypat
     from types import SimpleNamespace
 
     from checker.distributed import session as session_module
-    from checker.distributed.group_options import GroupOptions
-    from checker.distributed.launch_env import RankEnv
+    from checker.distributed.launch_env import GroupOptions, RankEnv
     from checker.distributed.session import Session
 
     monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.02)

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from checker.commands.lifecycle import GroupFlags
 from checker.commands.options import run_inputs
 from checker.config import OutputOptions
-from checker.distributed.group_options import GroupOptions
+from checker.distributed.launch_env import GroupOptions
 
 GROUP_DESTS = ("backend", "timeout_s", "init_method")
 OUTPUT_DESTS = ("report", "junit", "format", "quiet")

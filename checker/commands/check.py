@@ -38,8 +38,7 @@ from checker.config import (
     WeightsFlags,
 )
 from checker.core.errors import FlagError
-from checker.distributed.group_options import GroupOptions
-from checker.distributed.launch_env import RankEnv
+from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.launch.merge import given_flags, launch_text
 
 if TYPE_CHECKING:

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from checker.commands.options import run_inputs
 from checker.config import OutputOptions
 from checker.core.errors import CheckerInputError
-from checker.distributed.group_options import GroupOptions
-from checker.distributed.launch_env import RankEnv
+from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.status import EXIT_USAGE
 
 if TYPE_CHECKING:

@@ -26,8 +26,7 @@ from checker.commands.options import (
 from checker.config import ModelChoice, OutputOptions, SizingFlags, SweepConfig
 from checker.core.sizing import POLICIES
 from checker.core.sweep import UPSTREAM_GRID
-from checker.distributed.group_options import GroupOptions
-from checker.distributed.launch_env import RankEnv
+from checker.distributed.launch_env import GroupOptions, RankEnv
 
 if TYPE_CHECKING:
     from checker.commands.sweep_job import SweepJob

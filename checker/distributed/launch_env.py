@@ -1,7 +1,12 @@
-"""What torchrun tells a worker, read once (torch-free)."""
+"""What torchrun tells a worker, read once, and how the worker joins the process group (torch-free).
+
+:class:`GroupOptions` lives here, beside :class:`RankEnv`, so the distributed layer imports nothing above
+it (the typed config, :mod:`checker.config`, holds one) and start-up loads no module more for it.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 from collections.abc import Mapping
@@ -54,3 +59,17 @@ class RankEnv:
             max_restarts=num("TORCHELASTIC_MAX_RESTARTS", 0),
             operator_node_rank=num("NODE_RANK", -1) if env.get("NODE_RANK", "").strip().isdigit() else None,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupOptions:
+    """How a rank joins the process group (check and sweep under torchrun): ``--backend``,
+    ``--timeout-s``, ``--init-method``, built once from the command line; the session reads it."""
+
+    backend: str = "auto"
+    timeout_s: float = 60.0
+    init_method: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> GroupOptions:
+        return cls(backend=args.backend, timeout_s=args.timeout_s, init_method=args.init_method)

@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from checker.core.ranks import ranks_do
 from checker.distributed import liveness
 from checker.distributed.backstop import Backstop
-from checker.distributed.group_options import GroupOptions
-from checker.distributed.launch_env import RankEnv
+from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.distributed.liveness import (
     LOST_AFTER_S,
     STALE_AFTER_S,
