@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from checker import __version__
 from checker.files import append_file, write_file
+from checker.outputs.markup import cut, md_cell, md_table
 from checker.outputs.tables import format_table
 from checker.postflight.compare import (
     DIVERGES,
@@ -31,7 +32,6 @@ from checker.postflight.ranks import RankRead, span
 from checker.postflight.reader import LogReading
 from checker.status import CONSISTENT, DIVERGENT, ERROR, HEADLINE
 
-JUNIT_PART_CHARS = 1000
 SHOWN_CHECKS = 50
 """Differing values listed in the text and the step summary; the JSON has them all."""
 
@@ -324,10 +324,6 @@ def one_line(result: Postflight) -> str:
 # -- JUnit ---------------------------------------------------------------------------------------------
 
 
-def _cut(text: str, limit: int = JUNIT_PART_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def to_junit(result: Postflight, *, elapsed_s: float) -> str:
     """One case per value held, plus ``ranks`` (a rank the prediction or the logs lack)."""
     from xml.etree import ElementTree as ET
@@ -346,21 +342,21 @@ def to_junit(result: Postflight, *, elapsed_s: float) -> str:
                 case,
                 "failure",
                 type="divergent",
-                message=_cut(f"{value} differs from the preflight's prediction: " + "; ".join(lines)),
+                message=cut(f"{value} differs from the preflight's prediction: " + "; ".join(lines)),
             )
             el.text = "\n".join(lines)
         elif result.status == ERROR and not result.checks:
-            el = ET.SubElement(case, "error", type="error", message=_cut("; ".join(result.errors)))
+            el = ET.SubElement(case, "error", type="error", message=cut("; ".join(result.errors)))
             el.text = "\n".join(result.errors)
         elif not any(c.value == value and c.status not in (MISSING, SKIPPED) for c in result.checks):
             ET.SubElement(case, "skipped", message="not held: the logs or the prediction have no such value")
     case = ET.SubElement(suite, "testcase", classname="checker.postflight", name="ranks")
     if result.extra:
-        el = ET.SubElement(case, "failure", type="divergent", message=_cut("; ".join(result.extra)))
+        el = ET.SubElement(case, "failure", type="divergent", message=cut("; ".join(result.extra)))
         el.text = "\n".join(result.extra)
     elif result.missing or (result.errors and result.checks):
         problems = [*result.missing, *result.errors]
-        el = ET.SubElement(case, "error", type="error", message=_cut("; ".join(problems)))
+        el = ET.SubElement(case, "error", type="error", message=cut("; ".join(problems)))
         el.text = "\n".join(problems)
     suite.set("tests", str(len(VALUES) + 1))
     suite.set("failures", str(len(suite.findall(".//failure"))))
@@ -373,38 +369,29 @@ def to_junit(result: Postflight, *, elapsed_s: float) -> str:
 # -- GitHub step summary -------------------------------------------------------------------------------
 
 
-def _md(text: object) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(_md(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-    return lines + ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
-
-
 def to_markdown(result: Postflight, reading: LogReading) -> str:
     lines = [f"### PP capacity post-flight: {HEADLINE[result.status]}", ""]
     if result.root_causes:
-        lines += ["**Root cause:**", ""] + [f"- {_md(c)}" for c in result.root_causes] + [""]
-    lines += [_md(summary(result, reading)), ""]
+        lines += ["**Root cause:**", ""] + [f"- {md_cell(c)}" for c in result.root_causes] + [""]
+    lines += [md_cell(summary(result, reading)), ""]
     differing = _differing(result)
     if differing and result.prediction is not None:
         lines += ["**Values that differ from the prediction:**", ""]
-        lines += _md_table(DIFF_HEADERS, _diff_rows(differing)) + [""]
+        lines += md_table(DIFF_HEADERS, _diff_rows(differing)) + [""]
     if result.checks:
         headers, rows = rank_rows(result)
-        lines += ["Every rank (logged; * differs):", ""] + _md_table(headers, rows) + [""]
-    lines += [f"- missing: {_md(m)}" for m in result.missing]
-    lines += [f"- not predicted: {_md(m)}" for m in result.extra]
-    lines += [f"- error: {_md(e)}" for e in result.errors]
-    lines += [f"- warning: {_md(w)}" for w in result.warnings]
+        lines += ["Every rank (logged; * differs):", ""] + md_table(headers, rows) + [""]
+    lines += [f"- missing: {md_cell(m)}" for m in result.missing]
+    lines += [f"- not predicted: {md_cell(m)}" for m in result.extra]
+    lines += [f"- error: {md_cell(e)}" for e in result.errors]
+    lines += [f"- warning: {md_cell(w)}" for w in result.warnings]
     lines.append(f"\nverdict: `{result.status}` (exit {result.exit_code})\n")
     return "\n".join(lines)
 
 
 def error_markdown(message: str) -> str:
     head = f"### PP capacity post-flight: {HEADLINE[ERROR]}"
-    return f"{head}\n\n- error: {_md(message)}\n\nverdict: `error` (exit 2)\n"
+    return f"{head}\n\n- error: {md_cell(message)}\n\nverdict: `error` (exit 2)\n"
 
 
 def error_junit(message: str) -> str:
@@ -419,7 +406,7 @@ def error_junit(message: str) -> str:
     )
     for value in (*VALUES, "ranks"):
         case = ET.SubElement(suite, "testcase", classname="checker.postflight", name=value)
-        el = ET.SubElement(case, "error", type="error", message=_cut(message))
+        el = ET.SubElement(case, "error", type="error", message=cut(message))
         el.text = message
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

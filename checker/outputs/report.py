@@ -26,6 +26,7 @@ from checker.core.sizing import CHECKED_VALUES
 from checker.core.weights_source import WeightsSource
 from checker.distributed.wire import VALUE_BYTES, digest, sent_text
 from checker.files import append_file, write_file
+from checker.outputs.markup import cut, md_cell, md_table
 from checker.outputs.tables import fmt_int, format_table, mark
 from checker.preflight.pipeline import agreed_num_layers
 from checker.preflight.verdict import ValueGroup, Verdict
@@ -34,8 +35,6 @@ from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, M
 if TYPE_CHECKING:
     from checker.launch.merge import LaunchInputs
 
-JUNIT_PART_CHARS = 1000
-"""Each part of a JUnit failure message (values, root cause) is cut to this many characters."""
 SHOW_HOSTS = 3
 SHOW_SLICES = 3
 
@@ -452,10 +451,6 @@ def one_line(verdict: Verdict) -> str:
 # -- JUnit ---------------------------------------------------------------------------------------------
 
 
-def _cut(text: str, limit: int = JUNIT_PART_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _group_detail(name: str, groups: Sequence[ValueGroup]) -> list[str]:
     return [
         f"  {name} = {g.value} ({g.share}): {rank_ranges(g.ranks)}, pp_ranks {_ranks(g.pp_ranks)}, "
@@ -480,13 +475,13 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
             msg = "; ".join(verdict.errors) or verdict.infrastructure_detail
             if verdict.missing_ranks:
                 msg += f"; missing: {rank_ranges(verdict.missing_ranks)}"
-            el = ET.SubElement(case, "error", message=_cut(f"{verdict.status}: {msg}"), type=verdict.status)
+            el = ET.SubElement(case, "error", message=cut(f"{verdict.status}: {msg}"), type=verdict.status)
             el.text = "\n".join(verdict.errors or [msg])
         elif name in verdict.divergent:
             groups = verdict.divergent_groups[name]
-            message = _cut(f"{name} differs across ranks: " + "; ".join(group_text(g) for g in groups))
+            message = cut(f"{name} differs across ranks: " + "; ".join(group_text(g) for g in groups))
             if cause_text:
-                message += ". " + _cut(cause_text)
+                message += ". " + cut(cause_text)
             el = ET.SubElement(case, "failure", message=message, type="divergent")
             el.text = "\n".join(
                 [
@@ -502,7 +497,7 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
             case,
             "failure",
             type="divergent",
-            message=_cut(
+            message=cut(
                 "the stages are not one pipeline of one model: "
                 + " | ".join(f.text for f in verdict.pipeline)
             ),
@@ -517,7 +512,7 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
                 case,
                 "failure",
                 type="divergent",
-                message=_cut(
+                message=cut(
                     "inputs differ across ranks (--strict-inputs): " + " | ".join(verdict.input_causes)
                 ),
             )
@@ -534,33 +529,22 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
 # -- GitHub step summary -------------------------------------------------------------------------------
 
 
-def _md(text: object) -> str:
-    """A table cell: pipes escaped, no line breaks."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(_md(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
-    return lines
-
-
 def to_markdown(verdict: Verdict, *, summary: str) -> str:
     lines = [f"### PP capacity preflight: {HEADLINE[verdict.status]}", ""]
     causes = root_cause_lines(verdict)
     if causes:
         lines += [f"**{'Root cause' if _diverged(verdict) else 'Inputs that differ across ranks'}:**", ""]
-        lines += [f"- {_md(c)}" for c in causes] + [""]
+        lines += [f"- {md_cell(c)}" for c in causes] + [""]
         note = cut_note(verdict)
-        lines += [f"({_md(note)})", ""] if note else []
-    lines += [_md(summary), ""]
+        lines += [f"({md_cell(note)})", ""] if note else []
+    lines += [md_cell(summary), ""]
     if verdict.divergent:
         lines += [
             "**Values that differ across ranks** (one row per group of ranks; share: majority, "
             "outlier, or split when no value has a majority):",
             "",
         ]
-        lines += _md_table(DIFFERING_HEADERS, differing_rows(verdict)) + [""]
+        lines += md_table(DIFFERING_HEADERS, differing_rows(verdict)) + [""]
     if verdict.rows and verdict.status != INFRASTRUCTURE_FAILURE:
         odd = {
             n: outliers([getattr(r, n) for r in verdict.rows]) if n in verdict.divergent else set()
@@ -580,14 +564,16 @@ def to_markdown(verdict: Verdict, *, summary: str) -> str:
         headers = ["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES] + (
             ["weights"] if weights else []
         )
-        lines += _md_table(headers, body) + [""]
+        lines += md_table(headers, body) + [""]
     for item in verdict.errors:
-        lines.append(f"- error: {_md(item)}")
+        lines.append(f"- error: {md_cell(item)}")
     if verdict.status == INFRASTRUCTURE_FAILURE:
         missing = rank_ranges(verdict.missing_ranks) if verdict.missing_ranks else "none identified"
-        lines.append(f"- infrastructure failure: {_md(verdict.infrastructure_detail)}; missing: {missing}")
+        lines.append(
+            f"- infrastructure failure: {md_cell(verdict.infrastructure_detail)}; missing: {missing}"
+        )
     for item in verdict.warnings:
-        lines.append(f"- warning: {_md(item)}")
+        lines.append(f"- warning: {md_cell(item)}")
     lines.append(f"\nverdict: `{verdict.status}` (exit {verdict.exit_code})\n")
     return "\n".join(lines)
 
