@@ -242,14 +242,30 @@ class FakeSession:
         return None
 
     @property
+    def backend(self) -> str:
+        return "gloo"
+
+    @property
+    def deadline(self) -> float:
+        return self.t0 + 60.0
+
+    @property
     def has_store(self) -> bool:
         return self.joined and not self.world.store_down
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
 
-    def start(self, on_abort: Callable[[str, bool], None]) -> FakeSession:
+    def start(
+        self,
+        on_abort: Callable[[str, bool], None],
+        *,
+        on_lost: Callable[[Sequence[int]], None] | None = None,
+        on_announced: Callable[[], None] | None = None,
+        on_refused: Callable[[Sequence[int]], None] | None = None,
+    ) -> FakeSession:
         self.on_abort = on_abort
+        self.on_lost, self.on_announced, self.on_refused = on_lost, on_announced, on_refused
         return self
 
     def stand_down(self, finish_s: float) -> None:
@@ -294,14 +310,6 @@ class FakeSession:
             statuses=[r[0] for r in rows], messages=[r[1] for r in rows], body=[r[2] for r in rows]
         )
 
-    def watch(
-        self,
-        on_lost: Callable[[Sequence[int]], None],
-        on_announced: Callable[[], None],
-        on_refused: Callable[[Sequence[int]], None],
-    ) -> None:
-        self.on_lost, self.on_announced, self.on_refused = on_lost, on_announced, on_refused
-
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
         return Abort(detail=detail, missing_ranks=list(self.world.missing))
 
@@ -344,6 +352,8 @@ class FakeSession:
     def await_announcement(self, within_s: float) -> Wait:
         """Bounded by ``within_s`` and the world's ``announce_wait_s``; a holder in ``frozen`` is seen
         stopped at once."""
+        if not self.has_store:
+            return Wait()
         deadline = time.monotonic() + min(within_s, self.world.announce_wait_s)
         while True:
             if self.world.announced is not None:
@@ -399,29 +409,29 @@ class FakeJob:
         self.fallbacks: list[Any] = []
         self.publishing = threading.Event()
 
-    def local(self, device: Any) -> str:
+    def local(self, ctx: Any) -> str:
         if self.local_error is not None:
             raise self.local_error
         return f"facts of rank {self.rank}"
 
-    def header(self, local: str) -> Header:
+    def header(self, ctx: Any, local: str) -> Header:
         return Header(rank=self.rank, payload_len=self.payload_len)
 
     def mismatch(self, headers: Sequence[Header]) -> str | None:
         return None
 
-    def payload(self, local: str, headers: Sequence[Header]) -> list[int]:
+    def payload(self, ctx: Any, local: str, headers: Sequence[Header]) -> tuple[str, list[int]]:
         if self.payload_error is not None:
             raise self.payload_error
-        return [self.rank] * self.payload_len
+        return local, [self.rank] * self.payload_len
 
-    def decide(self, gathered: Any, headers: Sequence[Header]) -> tuple[Any, ...]:
+    def decide(self, ctx: Any, local: str, gathered: Any, headers: Sequence[Header]) -> tuple[Any, ...]:
         return ("decided", self.code, [list(r) for r in gathered])
 
-    def errors(self, errors: Sequence[Any]) -> tuple[Any, ...]:
+    def errors(self, ctx: Any, local: str | None, errors: Sequence[Any]) -> tuple[Any, ...]:
         return ("errors", [e.line() for e in errors])
 
-    def lost(self, detail: str, missing_ranks: Sequence[int]) -> tuple[Any, ...]:
+    def lost(self, ctx: Any, local: str | None, detail: str, missing_ranks: Sequence[int]) -> tuple[Any, ...]:
         return ("lost", detail, list(missing_ranks))
 
     def exit_code(self, outcome: tuple[Any, ...]) -> int:
@@ -430,7 +440,7 @@ class FakeJob:
     def one_line(self, outcome: tuple[Any, ...]) -> str:
         return f"fake {outcome[0]}"
 
-    def publish(self, outcome: tuple[Any, ...]) -> str | None:
+    def publish(self, ctx: Any, outcome: tuple[Any, ...]) -> str | None:
         if self.dies_publishing is not None:
             self.dies_publishing.add(self.rank)
             raise Killed(f"rank {self.rank} killed while publishing")
@@ -442,7 +452,7 @@ class FakeJob:
             raise self.publish_error
         return self.publish_problem
 
-    def fallback(self, outcome: tuple[Any, ...]) -> None:
+    def fallback(self, ctx: Any, outcome: tuple[Any, ...]) -> None:
         self.fallbacks.append(outcome)
 
 

@@ -826,18 +826,6 @@ class _Rows(list):  # type: ignore[type-arg]
         return list(self)
 
 
-class _Session:
-    """What check's job asks of its session, when no process group is made."""
-
-    def __init__(self, backend: str, device: Any) -> None:
-        self.backend, self.device = backend, device
-        self.t0 = time.monotonic()
-        self.timings: dict[str, float] = {}
-
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self.t0
-
-
 def rank_env(rank: int, world: TorchrunWorld) -> Any:
     from checker.distributed.launch_env import RankEnv
 
@@ -873,31 +861,38 @@ def check_world(args: Any, world: TorchrunWorld, *, on_gpu: bool = False) -> int
     from checker.commands.check import config_from_args
     from checker.commands.check_job import CheckJob
     from checker.core.errors import CheckerInputError
-    from checker.distributed.exchange import group_errors
+    from checker.distributed.exchange import JobContext, group_errors
 
     backend = "nccl" if on_gpu else "gloo"
-    jobs = []
+    jobs, contexts = [], []
     for rank in range(world.world_size):
         env = rank_env(rank, world)
         config = config_from_args(args, env)  # a refused flag: main's one line, exit 2
-        session = _Session(backend, _device(env.local_rank, on_gpu))
-        jobs.append(CheckJob(config=config, env=env, session=session, output=config.output))  # type: ignore[arg-type]
-    locals_ = [job.local(job.session.device) for job in jobs]
-    headers = [job.header(local) for job, local in zip(jobs, locals_, strict=True)]
+        ctx = JobContext(
+            env=env, backend=backend, device=_device(env.local_rank, on_gpu), deadline=time.monotonic() + 600
+        )
+        jobs.append(CheckJob(config=config, output=config.output))
+        contexts.append(ctx)
+    locals_ = [job.local(ctx) for job, ctx in zip(jobs, contexts, strict=True)]
+    headers = [job.header(ctx, local) for job, ctx, local in zip(jobs, contexts, locals_, strict=True)]
     rows: list[list[int]] = []
     messages: list[str] = []
-    for job, local in zip(jobs, locals_, strict=True):
+    derived = []
+    for job, ctx, local in zip(jobs, contexts, locals_, strict=True):
         try:
-            rows.append(list(job.payload(local, headers)))
+            mine, body = job.payload(ctx, local, headers)
+            derived.append(mine)
+            rows.append(list(body))
             messages.append("")
         except CheckerInputError as exc:
+            derived.append(local)
             rows.append([])
             messages.append(str(exc))
     if any(messages):
-        outcome = jobs[0].errors(group_errors(messages))
+        outcome = jobs[0].errors(contexts[0], derived[0], group_errors(messages))
     else:
-        outcome = jobs[0].decide(_Rows(rows), headers)  # type: ignore[arg-type]
-    jobs[0].publish(outcome)
+        outcome = jobs[0].decide(contexts[0], derived[0], _Rows(rows), headers)  # type: ignore[arg-type]
+    jobs[0].publish(contexts[0], outcome)
     return jobs[0].exit_code(outcome)
 
 

@@ -268,17 +268,16 @@ def test_a_postflight_that_cannot_write_its_report_fails_too(cli, tmp_path):
 def test_checks_publisher_says_what_it_could_not_write(capsys):
     """The real check job hands the protocol what it could not write (the protocol then fails the run:
     tests/test_protocol.py), where it used to print a warning and let the run pass."""
-    from types import SimpleNamespace
-
     from checker.commands.check_job import CheckJob
     from checker.config import OutputOptions
-    from checker.distributed.exchange import RankError
+    from checker.distributed.exchange import JobContext, RankError
     from checker.distributed.launch_env import RankEnv
 
     env = RankEnv.from_environ({"RANK": "0", "WORLD_SIZE": "2"})
-    session = SimpleNamespace(elapsed_s=lambda: 0.1, timings={}, backend="gloo", device=None)
+    ctx = JobContext(env=env, backend="gloo", device=None, deadline=0.0, elapsed_s=0.1)
     output = OutputOptions(report="/proc/self/cannot.json")
-    job = CheckJob(config=None, env=env, session=session, output=output)  # type: ignore[arg-type]
-    outcome = job.errors([RankError(message="bad flag", ranks=(1,), hosts={1: "node-b"})])
-    assert job.publish(outcome) == "cannot write --report /proc/self/cannot.json: No such file or directory"
+    job = CheckJob(config=None, output=output)
+    outcome = job.errors(ctx, None, [RankError(message="bad flag", ranks=(1,), hosts={1: "node-b"})])
+    problem = job.publish(ctx, outcome)
+    assert problem == "cannot write --report /proc/self/cannot.json: No such file or directory"
     assert capsys.readouterr().err == "rank 1 (node-b): bad flag\n"

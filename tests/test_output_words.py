@@ -15,7 +15,6 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import pytest
 from test_one_cause import BASE, KIMI, Case, Node, _env, _rank_row
@@ -101,6 +100,7 @@ def rendered(case: Case, rows: list, v) -> dict[str, list[str]]:  # noqa: ANN001
     from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
     from checker.commands.check import config_from_args
     from checker.commands.check_job import CheckJob
+    from checker.distributed.exchange import JobContext
     from checker.launch.merge import apply_launch_command, given_dests
 
     words = join_negative_values(with_default_command(list(case.same.argv)))
@@ -111,9 +111,9 @@ def rendered(case: Case, rows: list, v) -> dict[str, list[str]]:  # noqa: ANN001
         given = given_dests(_subparser(parser, "check"), words[1:])
         args, args.launch = apply_launch_command(args, list(case.same.launch), given=given)
     config = config_from_args(args, _env(0))
-    # The summary line as rank 0 writes it (the session is asked only for its backend's name).
-    job = CheckJob(config=config, env=_env(0), session=SimpleNamespace(backend="gloo"), output=config.output)
-    summary = job._summary(rows[0])
+    # The summary line as rank 0 writes it (the context is asked only for the world and the backend).
+    ctx = JobContext(env=_env(0), backend="gloo", device=None, deadline=0.0)
+    summary = CheckJob(config=config, output=config.output)._summary(ctx, rows[0])
     doc = to_json(v, extra={})
     return {
         "text": to_text(v, summary=summary, elapsed_s=1.0).splitlines(),

@@ -43,7 +43,6 @@ from checker.launch.merge import given_flags, launch_text
 
 if TYPE_CHECKING:
     from checker.commands.check_job import CheckJob
-    from checker.distributed.session import Session
 
 HELP = "the preflight under torchrun: every rank derives locally, all ranks agree or the job fails"
 USAGE = ("torchrun [torchrun options] -m checker [check]",)
@@ -224,11 +223,11 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
     )
 
 
-def _job(config: PreflightConfig | None, env: RankEnv, session: Session, output: OutputOptions) -> CheckJob:
+def _job(config: PreflightConfig | None, output: OutputOptions) -> CheckJob:
     # start-up: the job, the derivation, verdict and report (~125 ms, 48 modules) load on a rank that runs
     from checker.commands.check_job import CheckJob
 
-    return CheckJob(config=config, env=env, session=session, output=output)
+    return CheckJob(config=config, output=output)
 
 
 GROUP_COMMAND: GroupCommand[PreflightConfig] = GroupCommand(

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, ClassVar
 
 from checker import __version__
 from checker.config import OutputOptions, PreflightConfig
 from checker.core.weights_source import WeightsSource
-from checker.distributed.exchange import RankError
-from checker.distributed.launch_env import RankEnv
-from checker.distributed.session import Session
+from checker.distributed.exchange import JobContext, RankError
 from checker.distributed.wire import ROW_LEN, Header, decode_row, encode_row
 from checker.outputs import report
 from checker.outputs.report import launch_command_doc, one_line
@@ -33,77 +31,117 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckLocal:
+    """What this rank knows: its local facts, then (after the header gather) the row it derived."""
+
+    facts: LocalFacts
+    row: RankRow | None = None
+    derive_s: float | None = None
+    """How long the derivation took (with what it measured itself, e.g. ``materialize_s``)."""
+    timings: Mapping[str, float] = field(default_factory=dict)
+    """What the derivation measured (``materialize_s``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckOutcome:
+    """Everything the publisher needs besides its context: the verdict, the summary line, this rank's
+    inputs whole, the derivation's timings."""
+
     verdict: Verdict
     summary: str
     """The first line of the text report: the world and what it derived."""
     before_rows: tuple[RankError, ...] = ()
     """Ranks that failed before any row was derived (a command line, an environment): printed as error
     lines on stderr, like a usage error, rather than as a report with no rows."""
+    own_inputs: Mapping[str, str | None] = field(default_factory=dict)
+    """The publishing rank's inputs whole (the wire cuts each text to its width)."""
+    timings: Mapping[str, float] = field(default_factory=dict)
+    """What the publishing rank's derivation measured: ``derive_s``, ``materialize_s``."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class CheckJob:
     """One rank's preflight. ``config`` is None on a rank that could not read its command line: it
-    only ever reports (the protocol never asks it for local facts or a row)."""
+    only ever reports (the protocol never asks it for local facts or a row). Frozen: every piece is a
+    function of its context and inputs."""
 
-    name = "check"
-
-    def __init__(
-        self, *, config: PreflightConfig | None, env: RankEnv, session: Session, output: OutputOptions
-    ) -> None:
-        self.config, self.env, self.session, self.output = config, env, session, output
-        self.summary = f"world {env.world_size}"
-        self.own_inputs: dict[str, str | None] = {}
+    config: PreflightConfig | None
+    output: OutputOptions
+    name: ClassVar[str] = "check"
 
     # -- before and during the exchange ----------------------------------------------------------------
-    def local(self, device: torch.device | None) -> LocalFacts:
+    def local(self, ctx: JobContext) -> CheckLocal:
         assert self.config is not None
-        return local_facts(self.config, self.env, device)
+        return CheckLocal(facts=local_facts(self.config, ctx.env, ctx.device))
 
-    def header(self, local: LocalFacts) -> Header:
-        return Header(rank=self.env.rank, device_free_bytes=local.device_free_bytes, payload_len=ROW_LEN)
+    def header(self, ctx: JobContext, local: CheckLocal) -> Header:
+        return Header(rank=ctx.rank, device_free_bytes=local.facts.device_free_bytes, payload_len=ROW_LEN)
 
     def mismatch(self, headers: Sequence[Header]) -> str | None:
         return None  # a rank whose local facts failed says so in its row
 
-    def payload(self, local: LocalFacts, headers: Sequence[Header]) -> list[int]:
-        config, session = self.config, self.session
+    def payload(
+        self, ctx: JobContext, local: CheckLocal, headers: Sequence[Header]
+    ) -> tuple[CheckLocal, list[int]]:
+        config = self.config
         assert config is not None
         t0 = time.monotonic()
+        measured: dict[str, float] = {}
         row = derive_row(
             config,
-            self.env,
-            local,
+            ctx.env,
+            local.facts,
             all_free=[h.device_free_bytes for h in headers],
             torch_version=_torch_version(),
-            device=session.device,
-            deadline=session.t0 + config.group.timeout_s,
-            timings=session.timings,
+            device=ctx.device,
+            deadline=ctx.deadline,
+            timings=measured,
         )
-        session.timings["derive_s"] = time.monotonic() - t0
-        self.summary = self._summary(row)
-        self.own_inputs = dict(row.inputs)  # whole: the wire cuts each text to its width
-        return encode_row(row)
+        derived = replace(local, row=row, derive_s=time.monotonic() - t0, timings=measured)
+        return derived, encode_row(row)
 
-    def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> CheckOutcome:
+    def decide(
+        self, ctx: JobContext, local: CheckLocal, gathered: torch.Tensor, headers: Sequence[Header]
+    ) -> CheckOutcome:
         assert self.config is not None
         rows = [decode_row(r) for r in gathered.tolist()]
-        verdict = decide(rows, world_size=self.env.world_size, strict_inputs=self.config.strict_inputs)
-        return CheckOutcome(verdict=verdict, summary=self.summary)
+        verdict = decide(rows, world_size=ctx.world_size, strict_inputs=self.config.strict_inputs)
+        return self._outcome(ctx, local, verdict)
+
+    def _outcome(
+        self,
+        ctx: JobContext,
+        local: CheckLocal | None,
+        verdict: Verdict,
+        before_rows: tuple[RankError, ...] = (),
+    ) -> CheckOutcome:
+        row = local.row if local is not None else None
+        if row is None:
+            return CheckOutcome(verdict=verdict, summary=f"world {ctx.world_size}", before_rows=before_rows)
+        assert local is not None and local.derive_s is not None
+        return CheckOutcome(
+            verdict=verdict,
+            summary=self._summary(ctx, row),
+            before_rows=before_rows,
+            own_inputs=dict(row.inputs),  # whole: the wire cuts each text to its width
+            timings={**local.timings, "derive_s": local.derive_s},
+        )
 
     # -- outcomes without rows -----------------------------------------------------------------------
-    def errors(self, errors: Sequence[RankError]) -> CheckOutcome:
+    def errors(self, ctx: JobContext, local: CheckLocal | None, errors: Sequence[RankError]) -> CheckOutcome:
         # Each names its ranks and their hosts; a world of one has nobody else to tell it from.
-        lines = [e.message if self.env.world_size == 1 else e.line() for e in errors]
-        verdict = Verdict(status=ERROR, world_size=self.env.world_size, errors=lines)
+        lines = [e.message if ctx.world_size == 1 else e.line() for e in errors]
+        verdict = Verdict(status=ERROR, world_size=ctx.world_size, errors=lines)
         exchanged = tuple(errors) if any(e.ranks for e in errors) else ()
-        return CheckOutcome(verdict=verdict, summary=self.summary, before_rows=exchanged)
+        return self._outcome(ctx, local, verdict, exchanged)
 
-    def lost(self, detail: str, missing_ranks: Sequence[int]) -> CheckOutcome:
+    def lost(
+        self, ctx: JobContext, local: CheckLocal | None, detail: str, missing_ranks: Sequence[int]
+    ) -> CheckOutcome:
         verdict = infrastructure_failure(
-            world_size=self.env.world_size, detail=detail, missing_ranks=missing_ranks
+            world_size=ctx.world_size, detail=detail, missing_ranks=missing_ranks
         )
-        return CheckOutcome(verdict=verdict, summary=self.summary)
+        return self._outcome(ctx, local, verdict)
 
     def exit_code(self, outcome: CheckOutcome) -> int:
         return outcome.verdict.exit_code
@@ -112,19 +150,18 @@ class CheckJob:
         return one_line(outcome.verdict)
 
     # -- publishing ----------------------------------------------------------------------------------
-    def publish(self, outcome: CheckOutcome) -> str | None:
+    def publish(self, ctx: JobContext, outcome: CheckOutcome) -> str | None:
         """The publisher: every artefact (each write bounded), then stdout; what could not be written
         (the verdict still prints, and the run fails by :func:`checker.status.exit_after_outputs`)."""
-
-        out, verdict, session = self.output, outcome.verdict, self.session
-        elapsed = session.elapsed_s()
+        out, verdict = self.output, outcome.verdict
+        elapsed = ctx.elapsed_s
         extra: dict[str, object] = {
             "checker_version": __version__,
             "torch_version": _torch_version(),
-            "backend": session.backend,
-            "timings": {**session.timings, "total_s": elapsed},
+            "backend": ctx.backend,
+            "timings": _timings(ctx, outcome),
             "launch_command": launch_command_doc(self.config.launch if self.config is not None else None),
-            "own_inputs": self.own_inputs,
+            "own_inputs": dict(outcome.own_inputs),
             **_weights_doc(self.config, verdict.rows),
         }
         problems = report.write_all(
@@ -137,7 +174,7 @@ class CheckJob:
             step_summary=not outcome.before_rows,
         )
         if outcome.before_rows:  # ranks' own errors: one line each on stderr, as any usage error
-            for line in self._error_lines(outcome.before_rows):
+            for line in self._error_lines(ctx, outcome.before_rows):
                 print(line, file=sys.stderr, flush=True)
         if not outcome.before_rows or out.format == "json":
             report.print_verdict(
@@ -150,27 +187,25 @@ class CheckJob:
             )
         return "; ".join(problems) or None
 
-    def fallback(self, outcome: CheckOutcome) -> None:
+    def fallback(self, ctx: JobContext, outcome: CheckOutcome) -> None:
         if outcome.before_rows:
-            text = "\n".join(self._error_lines(outcome.before_rows))
+            text = "\n".join(self._error_lines(ctx, outcome.before_rows))
         else:
-            text = report.to_text(
-                outcome.verdict, summary=outcome.summary, elapsed_s=self.session.elapsed_s()
-            )
-        print(f"[rank {self.env.rank}] " + text, file=sys.stderr, flush=True)
+            text = report.to_text(outcome.verdict, summary=outcome.summary, elapsed_s=ctx.elapsed_s)
+        print(f"[rank {ctx.rank}] " + text, file=sys.stderr, flush=True)
 
-    def _error_lines(self, errors: Sequence[RankError]) -> list[str]:
+    def _error_lines(self, ctx: JobContext, errors: Sequence[RankError]) -> list[str]:
         """A message every rank gave is printed as given (a usage error reads as one); another names
         its ranks."""
-        world = tuple(range(self.env.world_size))
+        world = tuple(range(ctx.world_size))
         return [e.message if e.ranks == world else e.line() for e in errors]
 
-    def _summary(self, row: RankRow) -> str:
+    def _summary(self, ctx: JobContext, row: RankRow) -> str:
         c = self.config
         assert c is not None
         # Only what is known: a rank that failed before laying out the world or resolving its budget,
         # model or release says what it was given instead (never a "?" for a value the user passed).
-        w, tp, dp = self.env.world_size, c.sizing.tp_size, c.sizing.dp_size
+        w, tp, dp = ctx.world_size, c.sizing.tp_size, c.sizing.dp_size
         # The TP group, SGLang's --tp-size: attention TP x attention DP (the checker's --tp-size is the
         # attention TP width).
         group = f"tp {tp}" if dp == 1 else f"tp {c.sizing.tp_group_size} (attention TP {tp} x DP {dp})"
@@ -188,13 +223,19 @@ class CheckJob:
         else:
             budget = f"budget from {c.budget.label}"
         model = row.inputs.get("model") or c.model.label
-        parts = [f"{layout}, {self.session.backend}", f"{model}, {budget}"]
+        parts = [f"{layout}, {ctx.backend}", f"{model}, {budget}"]
         release = row.inputs.get("derived_as")
         if release:
             parts.append(release + (f", policy {c.sizing.policy}" if c.sizing.policy else ""))
         elif c.sizing.policy:
             parts.append(f"policy {c.sizing.policy}")
         return "; ".join(parts)
+
+
+def _timings(ctx: JobContext, outcome: CheckOutcome) -> dict[str, float]:
+    """The report's timings in the order the run took them: start-up, the derivation, the exchange, all."""
+    started = {k: v for k, v in ctx.timings.items() if k == "init_s"}
+    return {**started, **outcome.timings, **ctx.timings, "total_s": ctx.elapsed_s}
 
 
 def _torch_version() -> str:

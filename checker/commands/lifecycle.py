@@ -32,7 +32,6 @@ from checker.status import EXIT_USAGE
 
 if TYPE_CHECKING:
     from checker.distributed.exchange import Job
-    from checker.distributed.session import Session
 
 C = TypeVar("C")
 
@@ -79,8 +78,9 @@ class GroupCommand(Generic[C]):
     config: Callable[[argparse.Namespace, RankEnv], C]
     """The typed config from the parsed flags; the user's errors raise :class:`CheckerInputError`."""
     flags: Callable[[C], GroupFlags]
-    job: Callable[[C | None, RankEnv, Session, OutputOptions], Job[Any, Any]]
-    """The command's job; ``config`` is None on a refused rank (its job only ever reports)."""
+    job: Callable[[C | None, OutputOptions], Job[Any, Any]]
+    """The command's job (pure: the protocol hands it a context at each step); ``config`` is None on a
+    refused rank (its job only ever reports)."""
     alone: Callable[[C], int] | None = None
     """The whole command in this process where a world of one has no group to run over (sweep), or
     None: the command always runs the protocol (check: a world of one still publishes a verdict)."""
@@ -145,7 +145,7 @@ def _start(
     from checker.distributed.session import Session
 
     session = Session(env, flags.group)
-    job = command.job(config, env, session, flags.output)
+    job = command.job(config, flags.output)
     return run_protocol(session, job, refused=RankError(message=refused) if refused is not None else None)
 
 

@@ -30,7 +30,6 @@ from checker.distributed.launch_env import GroupOptions, RankEnv
 
 if TYPE_CHECKING:
     from checker.commands.sweep_job import SweepJob
-    from checker.distributed.session import Session
 
 DEFAULT_PP_SIZE = 8
 """Without torchrun a sweep derives every stage of a pp 8 deployment unless --pp-size says otherwise."""
@@ -122,11 +121,11 @@ def _config(args: argparse.Namespace, env: RankEnv) -> SweepConfig:
     return config
 
 
-def _job(config: SweepConfig | None, env: RankEnv, session: Session, output: OutputOptions) -> SweepJob:
+def _job(config: SweepConfig | None, output: OutputOptions) -> SweepJob:
     # start-up: the sweep job and its report (~55 ms, 68 modules) load on a rank that runs
     from checker.commands.sweep_job import SweepJob
 
-    return SweepJob(config=config, env=env, session=session, output=output)
+    return SweepJob(config=config, output=output)
 
 
 def run(args: argparse.Namespace) -> int:

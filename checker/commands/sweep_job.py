@@ -12,15 +12,15 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from checker.commands.sweep_plan import SweepFindings, SweepPlan, present
 from checker.config import OutputOptions, SweepConfig
 from checker.core.errors import CheckerInputError
-from checker.core.layout import layout
 from checker.core.sizing import CHECKED_VALUES
+from checker.core.layout import layout
 from checker.device.choice import sweep_device, use_one_cpu_thread
-from checker.distributed.exchange import RankError
+from checker.distributed.exchange import JobContext, RankError
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import describe
 from checker.distributed.wire import Header
@@ -30,8 +30,6 @@ from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, INFRASTRUCT
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
     import torch
-
-    from checker.distributed.session import Session
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +42,7 @@ class SweepLocal:
 @dataclass(frozen=True, kw_only=True)
 class SweepOutcome:
     status: str
+    world_size: int = 1
     findings: SweepFindings | None = None
     errors: tuple[RankError, ...] = ()
     missing_ranks: tuple[int, ...] = ()
@@ -55,10 +54,19 @@ class SweepOutcome:
 
     def lines(self) -> list[str]:
         """What went wrong, one line each (errors and lost ranks; findings print as a table)."""
-
         if self.status == INFRASTRUCTURE_FAILURE:
             return [f"{self.detail}; missing: {describe(self.missing_ranks)}"]
         return [_error_line(e) for e in self.errors]
+
+    def failure_report(self) -> dict[str, object]:
+        """The ``--report`` document of a sweep that ended without findings."""
+        return failure_report(
+            status=self.status,
+            world_size=self.world_size,
+            errors=[e.line() for e in self.errors],
+            missing_ranks=self.missing_ranks,
+            infrastructure_detail=self.detail or None,
+        )
 
 
 def _error_line(error: RankError) -> str:
@@ -67,33 +75,28 @@ def _error_line(error: RankError) -> str:
     return f"{error.where()} could not derive the sweep: {error.message}"
 
 
+@dataclass(frozen=True, kw_only=True)
 class SweepJob:
     """Each rank derives its own stage for every budget and policy. ``config`` is None on a rank that
-    could not read its command line: it only ever reports."""
+    could not read its command line: it only ever reports. Frozen: every piece is a function of its
+    context and inputs."""
 
-    name = "sweep"
+    config: SweepConfig | None
+    output: OutputOptions
+    name: ClassVar[str] = "sweep"
 
-    def __init__(
-        self, *, config: SweepConfig | None, env: RankEnv, session: Session, output: OutputOptions
-    ) -> None:
-        self.config, self.env, self.session, self.output = config, env, session, output
-        self._plan: SweepPlan | None = None
-
-    def say(self, status: str, detail: str) -> None:
-        print(f"[rank {self.env.rank}] checker sweep: {status}: {detail}", file=sys.stderr, flush=True)
-
-    def local(self, device: torch.device | None) -> SweepLocal:
+    def local(self, ctx: JobContext) -> SweepLocal:
         try:
-            return self._derive(device)
+            return self._derive(ctx.env, ctx.device)
         except CheckerInputError as exc:
-            self.say(ERROR, str(exc))  # on this rank's own log too (a node's log may be all one reads)
+            _say(ctx, ERROR, str(exc))  # on this rank's own log too (a node's log may be all one reads)
             raise
 
-    def _derive(self, device: torch.device | None) -> SweepLocal:
+    def _derive(self, env: RankEnv, device: torch.device | None) -> SweepLocal:
         # torch: device.sweep imports it (~1.1 s)
         from checker.device.sweep import local_sweep
 
-        config, env = self.config, self.env
+        config = self.config
         assert config is not None
         pp_size, pp_rank = layout(
             env.world_size,
@@ -102,7 +105,7 @@ class SweepJob:
             tp_size=config.sizing.tp_size,
             dp_size=config.sizing.dp_size,
         )
-        plan = self._plan = SweepPlan.build(config, pp_size)
+        plan = SweepPlan.build(config, pp_size)
         if device is None or device.type != "cuda":
             device = sweep_device(config.device)
         use_one_cpu_thread(device)
@@ -117,37 +120,47 @@ class SweepJob:
         progress.close()
         return SweepLocal(plan=plan, payload=payload)
 
-    def header(self, local: SweepLocal) -> Header:
-        return Header(rank=self.env.rank, payload_len=int(local.payload.numel()))
+    def header(self, ctx: JobContext, local: SweepLocal) -> Header:
+        return Header(rank=ctx.rank, payload_len=int(local.payload.numel()))
 
     def mismatch(self, headers: Sequence[Header]) -> str | None:
         if len({h.payload_len for h in headers}) > 1:
             return "ranks derive sweeps of different sizes: pass the same --budgets and --policy everywhere"
         return None
 
-    def payload(self, local: SweepLocal, headers: Sequence[Header]) -> torch.Tensor:
+    def payload(
+        self, ctx: JobContext, local: SweepLocal, headers: Sequence[Header]
+    ) -> tuple[SweepLocal, torch.Tensor]:
         payload: torch.Tensor = local.payload
-        return payload
+        return local, payload
 
-    def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> SweepOutcome:
-        plan = self._plan
-        assert plan is not None
-        stack = gathered.view(self.env.world_size, len(plan.policies), len(plan.grid), len(CHECKED_VALUES))
+    def decide(
+        self, ctx: JobContext, local: SweepLocal, gathered: torch.Tensor, headers: Sequence[Header]
+    ) -> SweepOutcome:
+        plan = local.plan
+        stack = gathered.view(ctx.world_size, len(plan.policies), len(plan.grid), len(CHECKED_VALUES))
         findings = SweepFindings.analyse(
             stack,
             plan,
-            device=str(self.session.device),
+            device=str(ctx.device),
             mode="distributed",
-            world_size=self.env.world_size,
+            world_size=ctx.world_size,
         )
         status = DIVERGENT if findings.exit_code else CONSISTENT
         return SweepOutcome(status=status, findings=findings)
 
-    def errors(self, errors: Sequence[RankError]) -> SweepOutcome:
-        return SweepOutcome(status=ERROR, errors=tuple(errors))
+    def errors(self, ctx: JobContext, local: SweepLocal | None, errors: Sequence[RankError]) -> SweepOutcome:
+        return SweepOutcome(status=ERROR, world_size=ctx.world_size, errors=tuple(errors))
 
-    def lost(self, detail: str, missing_ranks: Sequence[int]) -> SweepOutcome:
-        return SweepOutcome(status=INFRASTRUCTURE_FAILURE, detail=detail, missing_ranks=tuple(missing_ranks))
+    def lost(
+        self, ctx: JobContext, local: SweepLocal | None, detail: str, missing_ranks: Sequence[int]
+    ) -> SweepOutcome:
+        return SweepOutcome(
+            status=INFRASTRUCTURE_FAILURE,
+            world_size=ctx.world_size,
+            detail=detail,
+            missing_ranks=tuple(missing_ranks),
+        )
 
     def exit_code(self, outcome: SweepOutcome) -> int:
         return outcome.exit_code
@@ -157,29 +170,24 @@ class SweepJob:
             return f"checker sweep: a required policy diverges (exit {outcome.exit_code})"
         return f"checker sweep {outcome.status}: " + "; ".join(outcome.lines())
 
-    def publish(self, outcome: SweepOutcome) -> str | None:
+    def publish(self, ctx: JobContext, outcome: SweepOutcome) -> str | None:
         """The publisher: the findings (stdout, --report, --plot), or what went wrong (stderr, and
         --report); what could not be written, or None."""
         if outcome.findings is not None:
             assert self.config is not None
             return "; ".join(present(self.config, outcome.findings)) or None
         for line in outcome.lines():
-            self.say(outcome.status, line)
+            _say(ctx, outcome.status, line)
         if self.output.format == "json":
-            print(json.dumps(self._failure_report(outcome), indent=1))
+            print(json.dumps(outcome.failure_report(), indent=1))
         if self.output.report:
-            return write_report(self.output.report, self._failure_report(outcome))
+            return write_report(self.output.report, outcome.failure_report())
         return None
 
-    def fallback(self, outcome: SweepOutcome) -> None:
+    def fallback(self, ctx: JobContext, outcome: SweepOutcome) -> None:
         for line in outcome.lines():
-            self.say(outcome.status, line)
+            _say(ctx, outcome.status, line)
 
-    def _failure_report(self, outcome: SweepOutcome) -> dict[str, object]:
-        return failure_report(
-            status=outcome.status,
-            world_size=self.env.world_size,
-            errors=[e.line() for e in outcome.errors],
-            missing_ranks=outcome.missing_ranks,
-            infrastructure_detail=outcome.detail or None,
-        )
+
+def _say(ctx: JobContext, status: str, detail: str) -> None:
+    print(f"[rank {ctx.rank}] checker sweep: {status}: {detail}", file=sys.stderr, flush=True)

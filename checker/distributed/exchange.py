@@ -47,7 +47,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
@@ -114,19 +113,51 @@ def internal_error(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """What the protocol hands a job at each step: who this rank is, where it computes, and how long the
+    run has taken so far. Frozen, and made afresh for each step: a job keeps nothing between calls."""
+
+    env: RankEnv
+    """This rank: ``rank``, ``world_size``, ``local_rank``, ``host``, ..."""
+    backend: str
+    """The process group's backend (``gloo``, ``nccl``), or the one asked for before the group exists."""
+    device: torch.device | None
+    """Where this rank computes (the group's device), None before the group is made."""
+    deadline: float
+    """The ``time.monotonic()`` by which ``--timeout-s`` ends: a job's long step (materializing) stops by
+    it."""
+    timings: Mapping[str, float] = field(default_factory=dict)
+    """The protocol's timings so far, seconds from this rank's start: ``init_s``, ``exchange_s``,
+    ``total_s`` (when publishing)."""
+    elapsed_s: float = 0.0
+    """Seconds from this rank's start when this context was made."""
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+
 class Job(Protocol[L, O]):
-    """What a command hands the protocol. ``local`` and ``payload`` may raise: a user's error as
-    :class:`CheckerInputError`, anything else is reported as an internal error of that rank; every rank
-    still joins every gather. The other pieces run where a rank cannot leave the others waiting: an
-    exception there is a bug, printed with its traceback and ended as an ``error``."""
+    """What a command hands the protocol: pure pieces, each a function of the :class:`JobContext` and
+    its inputs (a job holds only what it was built with; nothing is kept between calls). ``local`` and
+    ``payload`` may raise: a user's error as :class:`CheckerInputError`, anything else is reported as an
+    internal error of that rank; every rank still joins every gather. The other pieces run where a rank
+    cannot leave the others waiting: an exception there is a bug, printed with its traceback and ended
+    as an ``error``."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
-    def local(self, device: torch.device | None) -> L:
+    def local(self, ctx: JobContext) -> L:
         """What this rank knows before any collective (no collective here)."""
         ...
 
-    def header(self, local: L) -> Header:
+    def header(self, ctx: JobContext, local: L) -> Header:
         """This rank's header: ``payload_len`` (and ``device_free_bytes`` where the job needs it); its
         ``rank`` and ``status`` are the protocol's."""
         ...
@@ -135,19 +166,24 @@ class Job(Protocol[L, O]):
         """A disagreement the headers already show (then no payload is gathered), or None."""
         ...
 
-    def payload(self, local: L, headers: Sequence[Header]) -> Sequence[int] | torch.Tensor:
-        """This rank's ints for the payload gather, ``payload_len`` of them."""
+    def payload(
+        self, ctx: JobContext, local: L, headers: Sequence[Header]
+    ) -> tuple[L, Sequence[int] | torch.Tensor]:
+        """What this rank knows now (``local`` with what it derived from the headers) and its ints for
+        the payload gather, ``payload_len`` of them. The protocol hands that ``local`` on to ``decide``."""
         ...
 
-    def decide(self, gathered: torch.Tensor, headers: Sequence[Header]) -> O:
-        """The outcome from every rank's payload, (world_size, payload_len): the same on every rank."""
+    def decide(self, ctx: JobContext, local: L, gathered: torch.Tensor, headers: Sequence[Header]) -> O:
+        """The outcome from every rank's payload, (world_size, payload_len): the same verdict on every rank,
+        with everything publishing needs."""
         ...
 
-    def errors(self, errors: Sequence[RankError]) -> O:
-        """The outcome when the run ends on errors before anything could be decided."""
+    def errors(self, ctx: JobContext, local: L | None, errors: Sequence[RankError]) -> O:
+        """The outcome when the run ends on errors before anything could be decided (``local``: what
+        this rank knew by then, None when its local facts failed)."""
         ...
 
-    def lost(self, detail: str, missing_ranks: Sequence[int]) -> O:
+    def lost(self, ctx: JobContext, local: L | None, detail: str, missing_ranks: Sequence[int]) -> O:
         """The outcome when a rank is lost, hung or unreachable (or the run was stopped)."""
         ...
 
@@ -157,32 +193,39 @@ class Job(Protocol[L, O]):
         """The outcome in one line, for torchrun's error file."""
         ...
 
-    def publish(self, outcome: O) -> str | None:
+    def publish(self, ctx: JobContext, outcome: O) -> str | None:
         """The publisher: print the outcome, write its files. What could not be delivered (one line
         naming each output), or None: the run then fails by :func:`checker.status.exit_after_outputs`."""
         ...
 
-    def fallback(self, outcome: O) -> None:
+    def fallback(self, ctx: JobContext, outcome: O) -> None:
         """Another rank, when no verdict can reach it: print the outcome on this rank's stderr."""
         ...
 
 
 class SessionLike(Protocol):
-    """What the protocol asks of :class:`checker.distributed.session.Session` (tests hand a fake)."""
+    """What the protocol asks of :class:`checker.distributed.session.Session` (the real one over a fake
+    group and store in tests/seam.py; a scripted one in tests/fakes.py)."""
 
-    @property
-    def is_rank0(self) -> bool: ...
     @property
     def device(self) -> torch.device | None: ...
     @property
-    def has_store(self) -> bool: ...
+    def backend(self) -> str: ...
+    @property
+    def deadline(self) -> float: ...
 
     env: RankEnv
-    timings: dict[str, float]
     store_lost: bool
 
     def elapsed_s(self) -> float: ...
-    def start(self, on_abort: Callable[[str, bool], None]) -> Any: ...
+    def start(
+        self,
+        on_abort: Callable[[str, bool], None],
+        *,
+        on_lost: Callable[[Sequence[int]], None],
+        on_announced: Callable[[], None],
+        on_refused: Callable[[Sequence[int]], None],
+    ) -> Any: ...
     def stand_down(self, finish_s: float) -> None: ...
     def make_group(self, *, needs_device: bool = True) -> None: ...
     def join(self) -> None: ...
@@ -190,12 +233,6 @@ class SessionLike(Protocol):
     def exchange_headers(self, header: Header) -> list[Header]: ...
     def gather_text(self, text: str) -> list[str]: ...
     def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered: ...
-    def watch(
-        self,
-        on_lost: Callable[[Sequence[int]], None],
-        on_announced: Callable[[], None],
-        on_refused: Callable[[Sequence[int]], None],
-    ) -> None: ...
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort: ...
     def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool: ...
     def earlier_publishers(self) -> list[int]: ...
@@ -222,8 +259,26 @@ class _Run(Generic[L, O]):
     def __init__(self, session: SessionLike, job: Job[L, O], *, refused: RankError | None) -> None:
         self.session, self.job, self.refused = session, job, refused
         self.rank: int = session.env.rank
+        self.is_rank0 = self.rank == 0
         self._lock = threading.Lock()
         """Held by whichever of finish and abort comes first: only that one publishes."""
+        self.timings: dict[str, float] = {}
+        """The protocol's own: init_s, exchange_s, total_s (handed to the job in each context)."""
+        self.known: L | None = None
+        """What this rank's job knew last (its ``local``, then what its ``payload`` derived): handed back
+        to the job for an outcome without rows (the protocol keeps the state, the job keeps none)."""
+
+    def context(self) -> JobContext:
+        """A fresh context for the next step of the job: the timings so far."""
+        s = self.session
+        return JobContext(
+            env=s.env,
+            backend=s.backend,
+            device=s.device,
+            deadline=s.deadline,
+            timings=dict(self.timings),
+            elapsed_s=s.elapsed_s(),
+        )
 
     def say(self, text: str) -> None:
         print(f"[rank {self.rank}] checker {self.job.name}: {text}", file=sys.stderr, flush=True)
@@ -231,8 +286,7 @@ class _Run(Generic[L, O]):
     # -- the steps -----------------------------------------------------------------------------------
     def run(self) -> int:
         s, job = self.session, self.job
-        s.start(self.abort)
-        s.watch(self.lost_seen, self.announced, self.refusal_seen)
+        s.start(self.abort, on_lost=self.lost_seen, on_announced=self.announced, on_refused=self.refusal_seen)
         maybe_inject(self.rank, "start")
         try:
             s.make_group(needs_device=self.refused is None)
@@ -241,11 +295,11 @@ class _Run(Generic[L, O]):
         local, status, message = self._local()
         try:
             s.connect()
-            s.timings["init_s"] = s.elapsed_s()
+            self.timings["init_s"] = s.elapsed_s()
             maybe_inject(self.rank, "exchange")
             mine = Header(rank=self.rank, status=status)
             if local is not None:
-                mine = replace(job.header(local), rank=self.rank, status=ROW_OK)
+                mine = replace(job.header(self.context(), local), rank=self.rank, status=ROW_OK)
             headers = s.exchange_headers(mine)
             if any(h.status != ROW_OK for h in headers):
                 return self._ranks_failed(group_errors(self._whole(s.gather_text(message), message)))
@@ -254,12 +308,13 @@ class _Run(Generic[L, O]):
                 return self._error(why)
             assert local is not None  # every header is ok, this rank's too
             status, message, body = self._payload(local, headers)
+            local = self.known if self.known is not None else local
             t0 = s.elapsed_s()
             gathered = s.gather_payload(status, message, body)
-            s.timings["exchange_s"] = s.elapsed_s() - t0
+            self.timings["exchange_s"] = s.elapsed_s() - t0
             if any(st != ROW_OK for st in gathered.statuses):
                 return self._ranks_failed(group_errors(self._whole(gathered.messages, message)))
-            outcome = job.decide(gathered.body, headers)
+            outcome = job.decide(self.context(), local, gathered.body, headers)
             maybe_inject(self.rank, "verdict")
         except CheckerInputError as exc:  # a stale rendezvous store: the user's to fix
             return self._error(str(exc), clean=False)
@@ -272,11 +327,7 @@ class _Run(Generic[L, O]):
     def _ranks_failed(self, errors: Sequence[RankError], *, clean: bool = True) -> int:
         """End on ranks' own errors, exchanged: each named with its host by the rank that publishes.
         torchrun's error file gets the line once per node (its local rank 0), not once per rank."""
-        return self.finish(
-            lambda named: self.job.errors(self._placed(errors) if named else errors),
-            clean=clean,
-            every_rank=False,
-        )
+        return self.finish(lambda named: self._errors(errors, named), clean=clean, every_rank=False)
 
     def _error(self, message: str | None, *, mine: bool = False, clean: bool = True) -> int:
         """End on this rank's own finding, not exchanged: ``mine``, this rank's alone (named with its
@@ -285,9 +336,11 @@ class _Run(Generic[L, O]):
         errors = [RankError(message=self.refused.message, ranks=(self.rank,))] if self.refused else []
         if message:
             errors.append(RankError(message=message, ranks=(self.rank,) if mine else ()))
-        return self.finish(
-            lambda named: self.job.errors(self._placed(errors) if named else errors), clean=clean
-        )
+        return self.finish(lambda named: self._errors(errors, named), clean=clean)
+
+    def _errors(self, errors: Sequence[RankError], named: bool) -> O:
+        """The job's outcome for ``errors``; ``named``: this rank publishes it, naming their hosts."""
+        return self.job.errors(self.context(), self.known, self._placed(errors) if named else errors)
 
     def _outside(self, problem: str) -> int:
         """This rank cannot take part in the process group (it cannot use its ``--backend``): it joins the
@@ -323,7 +376,8 @@ class _Run(Generic[L, O]):
         if self.refused is not None:
             return None, CheckerInputError.code, self.refused.message
         try:
-            return self.job.local(self.session.device), ROW_OK, ""
+            self.known = self.job.local(self.context())
+            return self.known, ROW_OK, ""
         except CheckerInputError as exc:
             return None, exc.code, str(exc)
         except Exception as exc:  # a bug or a broken environment: still join, still report
@@ -331,7 +385,8 @@ class _Run(Generic[L, O]):
 
     def _payload(self, local: L, headers: Sequence[Header]) -> tuple[int, str, Sequence[int] | torch.Tensor]:
         try:
-            return ROW_OK, "", self.job.payload(local, headers)
+            self.known, body = self.job.payload(self.context(), local, headers)
+            return ROW_OK, "", body
         except CheckerInputError as exc:
             status, message = exc.code, str(exc)
         except Exception as exc:
@@ -357,9 +412,12 @@ class _Run(Generic[L, O]):
             abort: Abort = self.session.failed(detail, behind_is_hung=timed_out)
             return abort.detail, abort.missing_ranks
 
-        if self.session.is_rank0:
-            return self.finish(lambda named: self.job.lost(*lost()), clean=False)
-        return self.finish(lambda named: self.job.lost(detail, []), clean=False, fallback=lost)
+        if self.is_rank0:
+            return self.finish(lambda named: self._lost(*lost()), clean=False)
+        return self.finish(lambda named: self._lost(detail, []), clean=False, fallback=lost)
+
+    def _lost(self, detail: str, missing_ranks: Sequence[int]) -> O:
+        return self.job.lost(self.context(), self.known, detail, missing_ranks)
 
     # -- the end -------------------------------------------------------------------------------------
     def finish(
@@ -386,7 +444,7 @@ class _Run(Generic[L, O]):
             s.wait_for_exit(SIGTERM_BUDGET_S + ABORT_BUDGET_S)  # an abort is publishing; it ends the process
         if not clean:
             s.shorten_store_timeout()  # a store on a lost node must not hold us
-        publishes = s.is_rank0 and s.claim_publisher(default=True)
+        publishes = self.is_rank0 and s.claim_publisher(default=True)
         if publishes:
             maybe_inject(self.rank, "publish")
         decided = decide(publishes)  # under the lock: an abort can no longer publish another verdict
@@ -399,8 +457,9 @@ class _Run(Generic[L, O]):
                 # A group that lost a rank may not tear down (a peer gone mid-teardown can block it).
                 clean = clean and not publisher_lost and code != EXIT_INFRASTRUCTURE
             else:  # no verdict can reach this rank: it must not leave without one
-                shown = job.lost(*fallback()) if fallback is not None and not s.store_lost else decided
-                call_bounded(lambda: job.fallback(shown), ABORT_BUDGET_S).report("printing the verdict")
+                shown = self._lost(*fallback()) if fallback is not None and not s.store_lost else decided
+                ctx = self.context()
+                call_bounded(lambda: job.fallback(ctx, shown), ABORT_BUDGET_S).report("printing the verdict")
                 code, line = job.exit_code(shown), job.one_line(shown)
                 clean = False  # a store call may still hang in an abandoned thread
         if code and (every_rank or s.env.local_rank == 0):
@@ -418,12 +477,10 @@ class _Run(Generic[L, O]):
         no verdict can reach this rank (its store stopped answering, or a live publisher ran out of
         time): it prints its own."""
         s = self.session
-        if not s.has_store:
-            return None
-        deadline = time.monotonic() + PUBLISH_WAIT_S
+        deadline = s.elapsed_s() + PUBLISH_WAIT_S
         lost: list[int] = []
         while True:
-            wait = s.await_announcement(max(0.0, deadline - time.monotonic()))
+            wait = s.await_announcement(max(0.0, deadline - s.elapsed_s()))
             if wait.announced is not None:
                 code, line = wait.announced
                 return code, line, bool(lost)
@@ -446,21 +503,21 @@ class _Run(Generic[L, O]):
         lost = sorted({*lost, *self.session.earlier_publishers()})
         if fallback is not None:
             detail, missing = fallback()
-            return job.lost(detail, sorted({*missing, *lost}))
+            return self._lost(detail, sorted({*missing, *lost}))
         detail = (
             f"{describe(lost, self.session.hosts(lost))} stopped beating for {LOST_AFTER_S:g} s before "
             "the verdict was published (killed, frozen or cut off); every rank had decided: "
             + job.one_line(decided)
         )
-        return job.lost(detail, lost)
+        return self._lost(detail, lost)
 
     def _publish(self, outcome: O) -> tuple[int, str]:
         """Publish ``outcome`` and announce the exit code every rank leaves with; that code and line."""
         s, job = self.session, self.job
-        s.timings["total_s"] = s.elapsed_s()
+        self.timings["total_s"] = s.elapsed_s()
         code, line = job.exit_code(outcome), job.one_line(outcome)
         try:
-            problem = job.publish(outcome)
+            problem = job.publish(self.context(), outcome)
         except BrokenPipeError:  # stdout's reader left: an output not delivered, like a file
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             problem = "stdout: its reader left before the verdict was printed (broken pipe)"
@@ -483,7 +540,7 @@ class _Run(Generic[L, O]):
         return self.session.claim_publisher(default=False, lost=missing)
 
     def _writes(self, missing: Sequence[int]) -> bool:
-        if self.session.is_rank0:
+        if self.is_rank0:
             return self.session.claim_publisher(default=True)
         return self._stands_in(missing)
 
@@ -495,7 +552,7 @@ class _Run(Generic[L, O]):
         """The watcher (its thread): these ranks stopped beating while this one waits. Rank 0 ends the
         run naming them; when rank 0 is among them, the lowest surviving rank does in its place; every
         other rank waits for that verdict."""
-        if self.session.is_rank0 or (0 in ranks and self._lowest_survivor(ranks)):
+        if self.is_rank0 or (0 in ranks and self._lowest_survivor(ranks)):
             detail = (
                 f"{describe(ranks, self.session.hosts(ranks))} stopped beating for {LOST_AFTER_S:g} s "
                 "while the others waited (killed, frozen or cut off)"
@@ -507,7 +564,7 @@ class _Run(Generic[L, O]):
         the store. Rank 0 ends the run now with an ``error`` naming them and their hosts (the others
         wait to form a group that can never form) and leaves with its exit code; every other rank hears
         that verdict."""
-        if not self.session.is_rank0 or not self._lock.acquire(blocking=False):
+        if not self.is_rank0 or not self._lock.acquire(blocking=False):
             return
         s, job = self.session, self.job
         s.mark_exiting("done")
@@ -515,7 +572,8 @@ class _Run(Generic[L, O]):
         by: dict[str, list[int]] = {}
         for r in ranks:
             by.setdefault(said.get(r) or "cannot take part in the process group", []).append(r)
-        outcome = job.errors(self._placed([RankError(message=m, ranks=tuple(rs)) for m, rs in by.items()]))
+        placed = self._placed([RankError(message=m, ranks=tuple(rs)) for m, rs in by.items()])
+        outcome = job.errors(self.context(), self.known, placed)
         verdict = [(job.exit_code(outcome), job.one_line(outcome))]
 
         def publish() -> None:
@@ -559,23 +617,23 @@ class _Run(Generic[L, O]):
         # watchdog (it leaves with a verdict, it is not lost).
         s.mark_exiting("sigterm" if sigterm else "done" if missing is not None else "watchdog")
         print(f"[rank {self.rank}] checker: {detail}", file=sys.stderr, flush=True)
-        box: list[O] = [job.lost(detail, missing or [])]
+        box: list[O] = [self._lost(detail, missing or [])]
         # Told to stop, a rank other than 0 only looks for the gone ranks if it may have to stand in
         # for a lost rank 0 (torchrun stops every worker when rank 0 is killed): the watchers.
-        if s.is_rank0 or not sigterm or self.rank < WATCHERS:
+        if self.is_rank0 or not sigterm or self.rank < WATCHERS:
 
             def publish() -> None:
                 abort = s.failed(detail, stopping=sigterm) if missing is None else None
                 gone = abort.missing_ranks if abort is not None else list(missing or [])
-                box[0] = job.lost(abort.detail if abort is not None else detail, gone)
+                box[0] = self._lost(abort.detail if abort is not None else detail, gone)
                 if self._writes(gone):
-                    s.timings["total_s"] = s.elapsed_s()
+                    self.timings["total_s"] = s.elapsed_s()
                     try:
-                        job.publish(box[0])
+                        job.publish(self.context(), box[0])
                     finally:  # ranks waiting for the verdict (its heartbeat still beats) stop waiting
                         s.announce(EXIT_INFRASTRUCTURE, job.one_line(box[0]))
                 elif not sigterm:
-                    job.fallback(box[0])
+                    job.fallback(self.context(), box[0])
 
             budget = SIGTERM_BUDGET_S if sigterm else ABORT_BUDGET_S
             call_bounded(publish, budget, name="checker-abort").report("publishing the verdict")

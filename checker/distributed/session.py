@@ -73,6 +73,32 @@ this long on its own clock: as long as the watcher waits before naming a lost ra
 publisher starved of CPU is never taken over (two writers)."""
 
 
+class Clock(Protocol):
+    """The session's time: :data:`SYSTEM_CLOCK`, or a test's virtual clock (tests/seam.py), under which a
+    30 s wait costs milliseconds."""
+
+    def monotonic(self) -> float: ...
+    def sleep(self, seconds: float) -> None: ...
+
+
+class _SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+SYSTEM_CLOCK: Clock = _SystemClock()
+
+
+class BackstopLike(Protocol):
+    """:class:`checker.distributed.backstop.Backstop`: a GIL-free timer that ends the process."""
+
+    def arm(self, seconds: float) -> Any: ...
+    def close(self) -> None: ...
+
+
 class GroupLike(Protocol):
     """What a session drives: :class:`checker.distributed.group.Group`, or, for a world of one that
     only reports, :class:`checker.distributed.solo.SoloGroup`."""
@@ -145,15 +171,28 @@ class Session:
     """This rank's process group, liveness, watchdog and exit path. See the module docstring."""
 
     def __init__(
-        self, env: RankEnv, options: GroupOptions, *, exit_process: Callable[[int], NoReturn] = os._exit
+        self,
+        env: RankEnv,
+        options: GroupOptions,
+        *,
+        exit_process: Callable[[int], NoReturn] = os._exit,
+        clock: Clock = SYSTEM_CLOCK,
+        make_group: Callable[[RankEnv, GroupOptions], GroupLike] | None = None,
+        backstop: Callable[[], BackstopLike] = Backstop,
+        watcher: Callable[..., Watcher] = Watcher,
     ) -> None:
+        """The keywords are the seams a test replaces (tests/seam.py): how the process ends (``os._exit``),
+        time, the group (:class:`checker.distributed.group.Group` or the solo one), the GIL-free backstop,
+        and the watcher (a test polls it itself)."""
         self.env = env
         self.options = options
         self.group: GroupLike | None = None
-        self.t0 = time.monotonic()
-        self.timings: dict[str, float] = {}
-        """Seconds from this rank's start: init_s, exchange_s (the protocol), derive_s (a job), total_s."""
+        self.clock = clock
+        self.t0 = clock.monotonic()
         self._exit_process = exit_process
+        self._make_group = make_group
+        self._make_backstop = backstop
+        self._make_watcher = watcher
         self._timer: threading.Timer | None = None
         self._steps = 0
         """Collectives this rank has entered (the liveness store's ``step/<rank>``)."""
@@ -165,12 +204,17 @@ class Session:
         self._on_refused: Callable[[Sequence[int]], None] | None = None
         self.watcher: Watcher | None = None
         self._joined = False
-        self._backstop: Backstop | None = None
+        self._backstop: BackstopLike | None = None
         self._give_back_signals: Callable[[], None] | None = None
 
     @property
     def is_rank0(self) -> bool:
         return self.env.rank == 0
+
+    @property
+    def deadline(self) -> float:
+        """The clock's time at which ``--timeout-s`` ends for this rank."""
+        return self.t0 + self.options.timeout_s
 
     @property
     def backend(self) -> str:
@@ -185,12 +229,23 @@ class Session:
         return self.group is not None and self.group.store is not None
 
     def elapsed_s(self) -> float:
-        return time.monotonic() - self.t0
+        return self.clock.monotonic() - self.t0
 
     # -- 1. start ------------------------------------------------------------------------------------
-    def start(self, on_abort: Callable[[str, bool], None]) -> Session:
+    def start(
+        self,
+        on_abort: Callable[[str, bool], None],
+        *,
+        on_lost: Callable[[Sequence[int]], None] | None = None,
+        on_announced: Callable[[], None] | None = None,
+        on_refused: Callable[[Sequence[int]], None] | None = None,
+    ) -> Session:
         """Arm the watchdog, the backstop and the SIGTERM watcher; each calls ``on_abort(detail,
-        sigterm)``, which publishes a verdict and leaves the process."""
+        sigterm)``, which publishes a verdict and leaves the process. Once this rank has joined, its
+        watcher (:mod:`checker.distributed.watcher`) hands ranks that stopped beating to ``on_lost``, a
+        verdict published while this rank waits to ``on_announced``, and ranks that cannot take part in
+        the group to ``on_refused`` (all from the watcher's thread)."""
+        self._on_lost, self._on_announced, self._on_refused = on_lost, on_announced, on_refused
         timeout = self.options.timeout_s
         detail = f"no verdict within --timeout-s {timeout:g} s + {WATCHDOG_EXTRA_S:g} s (watchdog)"
         self._timer = threading.Timer(timeout + WATCHDOG_EXTRA_S, on_abort, args=(detail, False))
@@ -198,7 +253,8 @@ class Session:
         self._timer.start()
         # A C++ call that blocks holding the GIL stalls every Python thread: the backstop dumps the
         # stacks and ends the process a little later, whatever holds the GIL.
-        self._backstop = Backstop().arm(timeout + 2 * WATCHDOG_EXTRA_S)
+        self._backstop = self._make_backstop()
+        self._backstop.arm(timeout + 2 * WATCHDOG_EXTRA_S)
         self._watch_sigterm(on_abort)
         if self.env.max_restarts > 0 and self.is_rank0:
             print(
@@ -258,6 +314,10 @@ class Session:
         the group still there to :meth:`join` its store. ``needs_device``: this rank computes on the
         group's device; one that only reports, alone, gathers with itself (no torch)."""
         o = self.options
+        if self._make_group is not None:
+            self.group = self._make_group(self.env, o)
+            self.group.resolve()
+            return
         if not needs_device and self.alone:
             self.group = SoloGroup(o.backend)
             return
@@ -266,17 +326,6 @@ class Session:
 
         self.group = Group(self.env, backend=o.backend, timeout_s=o.timeout_s, init_method=o.init_method)
         self.group.resolve()
-
-    def watch(
-        self,
-        on_lost: Callable[[Sequence[int]], None],
-        on_announced: Callable[[], None],
-        on_refused: Callable[[Sequence[int]], None],
-    ) -> None:
-        """Once this rank has joined, its watcher (:mod:`checker.distributed.watcher`) hands ranks that
-        stopped beating to ``on_lost``, a verdict published while this rank waits to ``on_announced``,
-        and ranks that cannot take part in the group to ``on_refused`` (all from the watcher's thread)."""
-        self._on_lost, self._on_announced, self._on_refused = on_lost, on_announced, on_refused
 
     def join(self) -> None:
         """Join the store (this rank's liveness keys and heartbeat) and start the watcher."""
@@ -288,7 +337,7 @@ class Session:
         self._joined = True
         live = group.liveness_store
         if live is not None and self._on_lost is not None and self._on_announced is not None:
-            self.watcher = Watcher(
+            self.watcher = self._make_watcher(
                 live,
                 rank=self.env.rank,
                 world_size=self.env.world_size,
@@ -296,6 +345,7 @@ class Session:
                 on_announced=self._on_announced,
                 on_refused=self._on_refused or (lambda ranks: None),
                 announcement=ANNOUNCEMENT,
+                clock=self.clock.monotonic,
             ).start()
 
     def connect(self) -> None:
@@ -359,6 +409,7 @@ class Session:
                     my_step=self._steps,
                     stopping=stopping,
                     behind_is_hung=behind_is_hung,
+                    sleep=self.clock.sleep,
                 )
                 if len(snapshot.joined) < self.env.world_size:
                     line = starting_line(len(snapshot.joined), snapshot.not_joined(), self.elapsed_s())
@@ -435,7 +486,8 @@ class Session:
         live = group.liveness_store if group is not None else None
         if store is None or live is None:
             return Wait()
-        t0 = time.monotonic()
+        clock = self.clock
+        t0 = clock.monotonic()
         deadline = t0 + within_s
         # The holder's beat is sampled at once and every STALE_AFTER_S, measured on this rank's clock.
         seen: tuple[int, int] | None = None
@@ -449,7 +501,7 @@ class Session:
                 if heard is not None:
                     return Wait(announced=heard)
             answered = announced is not None
-            now = time.monotonic()
+            now = clock.monotonic()
             if answered and now >= sampled + STALE_AFTER_S:
                 latest = store_call(lambda: _holder_beat(live), None)
                 if latest is None:
@@ -468,7 +520,7 @@ class Session:
                 return Wait()
             if now >= deadline:
                 return Wait()
-            time.sleep(announcement_poll_s(self.env.world_size))
+            clock.sleep(announcement_poll_s(self.env.world_size))
 
     # -- 5. leave ------------------------------------------------------------------------------------
     def announcement(self) -> tuple[int, str] | None:
@@ -519,12 +571,14 @@ class Session:
     def exit_now(self, exit_code: int) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
+        if self._timer is not None:  # past the flushes (they can block): only the process's end is left
+            self._timer.cancel()
         self._exit_process(exit_code)
 
     def wait_for_exit(self, seconds: float) -> NoReturn:
         """Another thread is publishing an abort and ends the process; if it does not within
         ``seconds``, leave with its exit code anyway."""
-        time.sleep(seconds)
+        self.clock.sleep(seconds)
         self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
 
 
