@@ -400,6 +400,8 @@ class FakeJob:
     publish_error: Exception | None = None
     publish_gate: threading.Event | None = None
     """publish waits for this (a slow report write), after setting ``publishing``."""
+    before_publish: Callable[[], None] | None = None
+    """Runs first when publishing (a slow report write on a virtual clock: tests/seam.py)."""
     dies_publishing: set[int] | None = None
     """Killed as it publishes: its rank joins this set (the world's ``frozen``: its beat stops)."""
     name: str = "fake"
@@ -441,6 +443,8 @@ class FakeJob:
         return f"fake {outcome[0]}"
 
     def publish(self, ctx: Any, outcome: tuple[Any, ...]) -> str | None:
+        if self.before_publish is not None:
+            self.before_publish()
         if self.dies_publishing is not None:
             self.dies_publishing.add(self.rank)
             raise Killed(f"rank {self.rank} killed while publishing")

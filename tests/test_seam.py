@@ -1,0 +1,254 @@
+"""The lifecycle's decisions at the real seam: the real Session and run protocol over a store whose reads
+block as torch's do, on a virtual clock (tests/seam.py), so a 30 s timeout costs milliseconds.
+
+Each test runs :func:`checker.distributed.exchange.run` on real :class:`checker.distributed.session.Session`
+objects: a rank that never arrives, a late announcement, the publisher lease taken over, a refused rank,
+the verdict's publication. The subprocess matrices (tests/test_faults.py, test_liveness.py) stay the
+end-to-end proof under torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from fakes import FakeJob, Killed
+from seam import ProcessExit, SeamWorld, VirtualClock
+from torch.distributed import DistStoreError
+
+from checker.distributed import exchange
+from checker.distributed.liveness import LOST_AFTER_S, STALE_AFTER_S
+from checker.distributed.session import ANNOUNCEMENT
+
+
+@pytest.fixture(autouse=True)
+def _no_error_file(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    monkeypatch.delenv("CHECKER_INJECT_FAULT", raising=False)
+
+
+def jobs(n: int, **per_rank) -> list[FakeJob]:
+    """``per_rank``: field -> {rank: value}."""
+    return [FakeJob(rank=r, **{k: v[r] for k, v in per_rank.items() if r in v}) for r in range(n)]
+
+
+def codes(processes) -> list[int | None]:
+    return [p.code for p in processes]
+
+
+# -- the fakes keep torch's semantics ------------------------------------------------------------------
+
+
+def test_a_read_of_a_missing_key_blocks_until_the_store_timeout_then_raises_torchs_error():
+    """torch 2.13's TCPStore: ``get`` of a key nobody sets waits out the store's timeout and raises
+    DistStoreError ("wait timeout after 30000ms, keys: /k"); the fake does the same on the virtual
+    clock (30 s of it), where the old fake raised KeyError at once."""
+    world = SeamWorld(1)
+    client = world.store.client(timeout_s=30)
+    t0 = world.clock.monotonic()
+    with pytest.raises(DistStoreError, match=r"wait timeout after 30000ms, keys: /report_written"):
+        client.get("report_written")
+    assert world.clock.monotonic() - t0 == pytest.approx(30.0)
+    client.set_timeout(timedelta(seconds=2))
+    with pytest.raises(DistStoreError, match="after 2000ms"):
+        client.multi_get(["a", "b"])
+
+
+def test_a_blocked_read_returns_once_another_party_sets_the_key():
+    """A reader waits (time stands still while the writer still works), and returns the value it set."""
+    clock = VirtualClock()
+    world = SeamWorld(2, clock=clock)
+    reader, writer = world.store.client(30), world.store.client(30)
+    got: list[bytes] = []
+    with clock.cond:
+        clock.parties = 2
+
+    def read() -> None:
+        try:
+            got.append(reader.get("k"))
+        finally:
+            with clock.cond:
+                clock.parties -= 1
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    time.sleep(0.02)  # the writer is busy (real time): virtual time must not pass for the reader
+    assert clock.monotonic() == 1000.0
+    clock.sleep(5.0)  # now the writer waits too: time passes, and the reader is still waiting
+    writer.set("k", "v")
+    with clock.cond:
+        clock.parties -= 1
+    t.join(5)
+    assert got == [b"v"] and clock.monotonic() == 1005.0
+
+
+# -- the lifecycle's decisions ---------------------------------------------------------------------------
+
+
+def test_the_verdict_is_published_once_and_every_rank_leaves_with_its_code():
+    """Rank 0 holds the publisher lease, publishes what every rank sent, announces the code in the
+    store; the others adopt it and every group is torn down cleanly."""
+    world = SeamWorld(3)
+    js = jobs(3, code={0: 1, 1: 1, 2: 1})
+    t0 = time.monotonic()
+    processes = world.run(js)
+    assert codes(processes) == [1, 1, 1]
+    assert js[0].published == [("decided", 1, [[0, 0], [1, 1], [2, 2]])]
+    assert not js[1].published and not js[2].published
+    assert world.value(ANNOUNCEMENT) == "1\nfake decided"
+    assert world.value("publisher") == "0"
+    assert set((world.value("marks") or "").strip(",").split(",")) == {"0:done", "1:done", "2:done"}
+    assert all(p.session.group.closed for p in processes)  # type: ignore[union-attr]
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_a_rank_that_never_arrives_is_named_when_the_rendezvous_times_out():
+    """Rank 1 never starts: rank 0 waits out --timeout-s 30 in the rendezvous (virtual: milliseconds),
+    then names rank 1 as never joined, publishes an infrastructure failure and leaves with 3."""
+    world = SeamWorld(2, timeout_s=30)
+    js = jobs(2)
+    t0 = time.monotonic()
+    (rank0,) = world.run(js, ranks=[0])
+    assert rank0.code == 3
+    ((kind, detail, missing),) = js[0].published
+    assert kind == "lost" and missing == [1]
+    assert "init: DistStoreError: wait timeout after 30000ms" in detail
+    # Counted after the rendezvous timeout and the liveness look that names the gone (STALE_AFTER_S).
+    assert f"1 of 2 joined after {30 + STALE_AFTER_S:.0f} s (not joined: rank 1)" in detail
+    assert world.value(ANNOUNCEMENT) == "3\nfake lost"
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_a_late_announcement_is_waited_for_while_the_publisher_beats():
+    """Rank 0 takes 5 s to publish (a slow report write, longer than LOST_AFTER_S) while beating: rank 1
+    waits for it, never takes the lease over, and leaves with rank 0's code."""
+    world = SeamWorld(2)
+    js = jobs(2, code={0: 1, 1: 1}, before_publish={0: lambda: world.clock.sleep(5.0)})
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    assert codes(processes) == [1, 1]
+    assert world.clock.monotonic() - t0 >= 5.0 > LOST_AFTER_S
+    assert [o[0] for o in js[0].published] == ["decided"] and not js[1].published
+    assert world.value("publisher") == "0"  # nobody took the lease over
+
+
+def test_the_publisher_lease_is_taken_over_when_its_holder_dies_publishing():
+    """Rank 0 is killed while it publishes: its beat stops; rank 1 takes the lease over after
+    LOST_AFTER_S, publishes an infrastructure failure naming rank 0 and its host, and leaves with 3."""
+    died: set[int] = set()
+    world = SeamWorld(2)
+    js = jobs(2, dies_publishing={0: died})
+    processes = world.run(js)
+    assert died == {0} and isinstance(processes[0].error, Killed)
+    assert processes[1].code == 3
+    ((kind, detail, missing),) = js[1].published
+    assert kind == "lost" and missing == [0]
+    assert detail.startswith(f"rank 0 (node-0) stopped beating for {LOST_AFTER_S:g} s before the verdict")
+    assert world.value("publisher") == "0,1"
+    assert world.value(ANNOUNCEMENT) == "3\nfake lost"
+
+
+def test_a_rank_that_cannot_use_its_backend_is_named_by_rank_0s_watcher():
+    """Rank 1 cannot use its --backend: it joins the store only and says why; rank 0 waits in the
+    rendezvous, its watcher finds the refusal and ends the run at once with an error naming rank 1 and
+    its host (long before --timeout-s); rank 1 adopts the verdict. Both leave with 2."""
+    world = SeamWorld(2, timeout_s=30, backend_errors={1: "--backend nccl needs a CUDA GPU"})
+    js = jobs(2)
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    assert codes(processes) == [2, 2]
+    assert js[0].published == [("errors", ["rank 1 (node-0): --backend nccl needs a CUDA GPU"])]
+    assert world.clock.monotonic() - t0 < 30  # the watcher, not the rendezvous timeout
+    assert world.value(ANNOUNCEMENT) == "2\nfake errors"
+
+
+def test_a_refused_rank_joins_and_its_error_reaches_the_report():
+    """Rank 2's command line was refused: it joins with its message only; rank 0 names it."""
+    world = SeamWorld(3)
+    js = jobs(3)
+    said = "checker check: error: unrecognized arguments: --polcy"
+    processes = world.run(js, refused={2: said})
+    assert codes(processes) == [2, 2, 2]
+    assert js[0].published == [("errors", [f"rank 2 (node-1): {said}"])]
+
+
+def test_an_unwritable_output_fails_a_passing_run_on_every_rank(monkeypatch, tmp_path):
+    """The publisher could not deliver an output (checker.status.exit_after_outputs): a run that would
+    have passed leaves with 2 on every rank, the reason in each rank's torchrun error file."""
+    recorded: list[str] = []
+    monkeypatch.setattr(exchange, "record_for_torchrun", recorded.append)
+    world = SeamWorld(2)
+    js = jobs(2, publish_problem={0: "cannot write --report /r.json: Permission denied"})
+    assert codes(world.run(js)) == [2, 2]
+    line = "checker fake error: cannot write --report /r.json: Permission denied"
+    assert world.value(ANNOUNCEMENT) == f"2\n{line}"
+    assert recorded == [line, line]
+
+
+def test_a_rank_killed_before_the_exchange_is_named_by_the_watcher_in_seconds():
+    """Rank 1 joined, then its process stops (killed) before the header gather: rank 0's watcher sees
+    its beat stand still for LOST_AFTER_S and ends the run naming it, long before --timeout-s 30."""
+    world = SeamWorld(2, timeout_s=30)
+
+    def killed(ctx, local):  # rank 1's process ends while rank 0 waits in the header gather
+        raise Killed("rank 1 killed")
+
+    js = jobs(2)
+    js[1].header = killed  # type: ignore[method-assign]
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    assert processes[0].code == 3 and isinstance(processes[1].error, Killed)
+    ((kind, detail, missing),) = js[0].published
+    assert kind == "lost" and missing == [1]
+    assert "rank 1 (node-0) stopped beating" in detail
+    assert world.clock.monotonic() - t0 < 10
+
+
+def test_a_jobs_state_never_changes_during_a_run(tmp_path):
+    """The real jobs are frozen: the protocol hands them a context at each step and they keep nothing
+    (check and sweep); a job whose attribute is set fails at once."""
+    from dataclasses import FrozenInstanceError
+
+    from checker.commands.check_job import CheckJob
+    from checker.commands.sweep_job import SweepJob
+    from checker.config import OutputOptions
+
+    for job in (CheckJob(config=None, output=OutputOptions()), SweepJob(config=None, output=OutputOptions())):
+        before = dict(vars(job))
+        with pytest.raises(FrozenInstanceError):
+            job.summary = "x"  # type: ignore[misc,attr-defined]
+        assert vars(job) == before
+
+
+def test_a_check_job_run_over_the_seam_keeps_nothing_and_publishes_its_report(tmp_path):
+    """The real CheckJob on ranks that were refused (no config): the protocol's verdict is the report's,
+    and the job's attributes are the same after the run as before."""
+    from checker.commands.check_job import CheckJob
+    from checker.config import OutputOptions
+
+    report = tmp_path / "report.json"
+    world = SeamWorld(2)
+    js = [CheckJob(config=None, output=OutputOptions(report=str(report))) for _ in range(2)]
+    before = [dict(vars(j)) for j in js]
+    said = "checker check: error: --pp-size 3 does not divide world size 2"
+    processes = world.run(js, refused={0: said, 1: said})
+    assert codes(processes) == [2, 2]
+    assert [dict(vars(j)) for j in js] == before
+    doc = json.loads(report.read_text())
+    assert doc["status"] == "error" and doc["exit_code"] == 2
+    assert set(doc["timings"]) >= {"init_s", "total_s"}
+
+
+def test_process_exit_ends_every_thread_of_a_rank():
+    """What os._exit does, in the fake: the first exit code is the process's, and another of its threads
+    stops at its next wait."""
+    world = SeamWorld(1)
+    process = world.processes[0]
+    with pytest.raises(ProcessExit):
+        process.exit(3)
+    with pytest.raises(ProcessExit):
+        process.exit(0)
+    assert process.code == 3
