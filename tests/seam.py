@@ -484,9 +484,8 @@ class SeamWorld:
         """The protocol on ``ranks`` (every rank by default; a rank left out never starts), each in its
         own thread, over real Sessions; every process as it ended."""
         started = list(range(self.size)) if ranks is None else list(ranks)
-        options = GroupOptions(backend="gloo", timeout_s=self.timeout_s)
         for r in started:
-            self.processes[r].make_session(options)
+            self.processes[r].make_session(self.options)
         with self.clock.cond:
             self.clock.parties += len(started)  # counted before any starts: time waits for them all
 
@@ -530,6 +529,10 @@ class SeamWorld:
             if session is not None and session.watcher is not None:
                 session.watcher.stop(join_s=1.0)
         return [self.processes[r] for r in started]
+
+    @property
+    def options(self) -> GroupOptions:
+        return GroupOptions(backend="gloo", timeout_s=self.timeout_s)
 
     def value(self, key: str) -> str | None:
         raw = self.store.data.get(key)

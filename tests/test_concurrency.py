@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import Exited, FakeJob, FakeStore, World, run_ranks
+from fakes import Exited, FakeJob, FakeStore, World
 
 from checker.distributed import liveness
 
@@ -44,33 +44,57 @@ def test_a_heartbeat_survives_a_transient_store_error(monkeypatch):
 def test_an_abort_during_finish_never_publishes_a_second_verdict():
     """SIGTERM (or the watchdog) takes the verdict first and is still writing rank 0's report when the
     main thread reaches its own finish: the main thread must not publish too (two reports, the later
-    one overwriting the infrastructure failure) but leave it to the abort, which ends the process."""
+    one overwriting the infrastructure failure) but leave it to the abort, which ends the process with 3.
+    On the real Session (tests/seam.py): the process's exit is the abort's, its verdict the only one."""
+    from seam import ProcessExit, SeamWorld, _local
+
     gate = threading.Event()
-    world = World(1)
+    world = SeamWorld(1)
     job = FakeJob(rank=0, publish_gate=gate)
-    session = world.sessions[0]
-    aborting = threading.Thread(target=_abort, args=(session, "terminated by SIGTERM", True), daemon=True)
-    connect = session.connect
+    process = world.processes[0]
+    exits: list[tuple[str, int]] = []
+    process_exit = process.exit
 
-    def abort_then_connect() -> None:  # SIGTERM arrives while the run is under way
-        aborting.start()
+    def exit_process(code: int):  # os._exit, noting which thread ended the process
+        exits.append((threading.current_thread().name, code))
+        process_exit(code)
+
+    process.exit = exit_process  # type: ignore[method-assign]
+
+    def sigterm(ctx) -> str:  # SIGTERM arrives while the run is under way: the abort thread starts
+        session = process.session
+        assert session is not None
+        wait_for_exit = session.wait_for_exit
+
+        def waits(seconds: float):  # the main thread reached its finish: only now may the abort finish
+            gate.set()
+            wait_for_exit(seconds)
+
+        session.wait_for_exit = waits  # type: ignore[method-assign]
+        clock = world.clock
+        with clock.cond:
+            clock.parties += 1  # a thread of the rank's process: time waits for it too
+
+        def abort() -> None:
+            _local.process = process
+            try:
+                session.on_abort("terminated by SIGTERM", True)
+            except ProcessExit:
+                pass
+            finally:
+                with clock.cond:
+                    clock.parties -= 1
+                    clock.notify()
+
+        threading.Thread(target=abort, daemon=True, name="checker-sigterm").start()
         assert job.publishing.wait(5), "the abort never started publishing"
-        connect()
+        return "facts"
 
-    session.connect = abort_then_connect  # type: ignore[method-assign]
-    threading.Timer(0.3, gate.set).start()  # the abort's report write takes 0.3 s
-    (rank0,) = run_ranks(world, [job])
-    aborting.join(5)
+    job.local = sigterm  # type: ignore[method-assign]
+    (rank0,) = world.run([job])
     assert [o[0] for o in job.published] == ["lost"], job.published
-    # The main thread waited for the abort to end the process (and would leave with 3 itself).
-    assert world.waited_for_exit == {0} and rank0.code == 3
-
-
-def _abort(session, detail: str, sigterm: bool) -> None:
-    try:
-        session.on_abort(detail, sigterm)
-    except Exited:  # the fake process exit
-        pass
+    assert rank0.code == 3 and exits[0] == ("checker-sigterm", 3), exits
+    assert world.value("report_written") == "3\nfake lost"
 
 
 def test_a_rendering_bug_in_the_abort_report_leaves_a_traceback(capfd):

@@ -43,14 +43,26 @@ def test_a_collection_says_how_many_entries_only_when_some_are_left_out(value: o
     assert shorten(value) == shown
 
 
-@pytest.mark.parametrize("value", ["a" * 56, "a" * 57, "a" * 58, "\n" * 29, "\x00" * 15])
-def test_a_string_cut_short_always_says_its_length(value: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "cut"),
+    [
+        ("a" * 56, False),  # quoted, 58 characters: the limit, shown whole
+        ("a" * 57, True),  # quoted, 59
+        ("a" * 58, True),
+        ("\n" * 28, False),  # 28 escapes, quoted: 58 characters
+        ("\n" * 29, True),  # 29 escapes: 60 characters quoted, though the string is only 29 long
+        ("\x00" * 14, False),
+        ("\x00" * 15, True),
+    ],
+)
+def test_a_string_cut_short_always_says_its_length(value: str, cut: bool) -> None:
     """Whenever the quote leaves characters out ("..."), the line says how long the value was; a value
     shown whole carries no count. 57 and 58 characters, and short strings of escapes, are cut by their
-    quoted length (quotes and backslashes count) before they reach 58 characters."""
+    quoted length (quotes and backslashes count) past 58 characters."""
     shown = shorten(value)
-    if "..." in shown:
-        assert shown.endswith(f" ({len(value):,} chars)")
+    if cut:
+        assert "..." in shown and shown.endswith(f" ({len(value):,} chars)"), shown
+        assert len(shown.removesuffix(f" ({len(value):,} chars)")) <= 58
     else:
         assert shown == repr(value)
 

@@ -5,7 +5,6 @@ the same exit code on every rank, in milliseconds. Real process groups: tests/te
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
@@ -49,16 +48,39 @@ def test_every_rank_leaves_with_the_decided_code_and_only_rank_0_publishes():
     assert all(s.closed == (1, True) for s in world.sessions)
 
 
-def test_a_file_rank_0_cannot_write_fails_every_rank_alike(monkeypatch, tmp_path):
-    """Rank 0 cannot write its --report (the job says so: checker.status.exit_after_outputs): a run that
-    would have passed leaves with 2 on every rank (they adopt the code rank 0 announces), and torchrun's
-    error file says why on each."""
-    error_file = tmp_path / "error.json"
-    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-    world, js = World(3), jobs(3, publish_problem={0: "cannot write --report /r.json: Permission denied"})
-    assert codes(run_ranks(world, js)) == [2, 2, 2]
-    line = json.loads(error_file.read_text())["message"]["message"]
-    assert line == "checker fake error: cannot write --report /r.json: Permission denied"
+def test_a_report_the_real_check_job_cannot_write_fails_a_passing_run_on_every_rank(
+    monkeypatch, tmp_path, capfd
+):
+    """The real CheckJob on the real Session (tests/seam.py): a consistent world whose --report cannot be
+    written (its directory is a file). The job says so, the protocol turns the pass into 2
+    (checker.status.exit_after_outputs) and announces it, and every rank leaves with 2, the reason in
+    torchrun's error file; the verdict still prints."""
+    from seam import SeamWorld
+
+    from checker.cli.main import build_parser, join_negative_values, with_default_command
+    from checker.commands.check import config_from_args
+    from checker.commands.check_job import CheckJob
+    from checker.config import OutputOptions
+
+    recorded: list[str] = []
+    monkeypatch.setattr(exchange, "record_for_torchrun", recorded.append)
+    (tmp_path / "taken").write_text("a file, not a directory")
+    report = tmp_path / "taken" / "report.json"
+    words = ["check", "--model", "kimi-k3", "--budget-gib", "8", "--mamba-full-memory-ratio", "0.5"]
+    args = build_parser().parse_args(join_negative_values(with_default_command(words)))
+    args.launch = None
+    world = SeamWorld(2)
+    js = []
+    for process in world.processes:
+        env = process.make_session(world.options).env
+        js.append(CheckJob(config=config_from_args(args, env), output=OutputOptions(report=str(report))))
+    processes = world.run(js)
+    assert [p.code for p in processes] == [2, 2]
+    line = world.value("report_written") or ""
+    assert line.startswith("2\nchecker check error: cannot write --report"), line
+    assert recorded == [line.partition("\n")[2]] * 2
+    out = capfd.readouterr().out
+    assert "CONSISTENT" in out and not report.exists()
 
 
 def test_an_input_error_on_one_rank_is_named_and_every_rank_exits_2(capfd):

@@ -9,6 +9,7 @@ At 8 GiB and r = 0.5 the auto-fit budget is B = 8 * 0.5 / 1.5 * 2**30 = 2,863,31
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -71,50 +72,53 @@ def values(stages: list) -> set[tuple[int, int, int]]:
 # ---- which releases, and how a version is read ----
 
 
-def test_modelled_releases_are_every_published_release_in_the_range() -> None:
-    """PyPI's sglang releases from 0.5.2 to 0.5.23 (``pip index versions sglang``, November 2026; the
-    wheels unpacked in /work/wheels/src), in order: a missing or misordered release shows here."""
-    assert MODELLED_RELEASES == (
-        "0.5.2",
-        "0.5.3",
-        "0.5.3.post1",
-        "0.5.3.post2",
-        "0.5.3.post3",
-        "0.5.4",
-        "0.5.4.post1",
-        "0.5.4.post2",
-        "0.5.4.post3",
-        "0.5.5",
-        "0.5.5.post1",
-        "0.5.5.post2",
-        "0.5.5.post3",
-        "0.5.6",
-        "0.5.6.post1",
-        "0.5.6.post2",
-        "0.5.7",
-        "0.5.8",
-        "0.5.8.post1",
-        "0.5.9",
-        "0.5.10",
-        "0.5.10.post1",
-        "0.5.11",
-        "0.5.12",
-        "0.5.12.post1",
-        "0.5.13",
-        "0.5.13.post1",
-        "0.5.14",
-        "0.5.15",
-        "0.5.15.post1",
-        "0.5.16",
-        "0.5.17",
-        "0.5.18",
-        "0.5.19",
-        "0.5.20",
-        "0.5.21",
-        "0.5.22",
-        "0.5.23",
+def test_modelled_releases_are_in_release_order_each_once() -> None:
+    """The list is ordered as the releases were published (PEP 440 order, .postN after its release),
+    without a repeat, from FIRST_MODELLED to NEWEST_MODELLED: everything that indexes it ("from 0.5.13 on")
+    relies on that order."""
+    from packaging.version import Version
+
+    versions = [Version(v) for v in MODELLED_RELEASES]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
+    assert (MODELLED_RELEASES[0], MODELLED_RELEASES[-1]) == (FIRST_MODELLED, NEWEST_MODELLED)
+
+
+def test_modelled_releases_are_the_wheels_in_the_wheel_folder() -> None:
+    """Every release between the first and the newest modelled one whose wheel was fetched
+    (scripts/sglang_wheels.py puts each published release's wheel there) is modelled, and every modelled
+    release has its wheel: a release missing from the list, or one listed that was never published,
+    fails here."""
+    folder = Path(os.environ.get("CHECKER_SGLANG_WHEELS", Path.home() / ".cache" / "pp-checker" / "wheels"))
+    from packaging.version import Version
+
+    fetched = {w.name.split("-")[1] for w in folder.glob("sglang-*.whl")}
+    if not fetched:
+        pytest.skip(f"no SGLang wheel in {folder}: run scripts/build_model_support.py to fetch them")
+    in_range = {v for v in fetched if Version(FIRST_MODELLED) <= Version(v) <= Version(NEWEST_MODELLED)}
+    assert in_range == set(MODELLED_RELEASES), sorted(in_range ^ set(MODELLED_RELEASES))
+
+
+def test_the_tables_generated_from_the_wheels_cover_every_modelled_release() -> None:
+    """scripts/build_pp_support.py read each release's own code into checker/core/pp_support.py: the
+    releases it covers are the modelled ones, in order (a release added to the list without regenerating
+    the table, or one dropped from it, shows here)."""
+    from checker.core.pp_support import MODEL_RUNNER_ASSERT
+
+    assert tuple(MODEL_RUNNER_ASSERT) == MODELLED_RELEASES
+
+
+@pytest.mark.parametrize("version", MODELLED_RELEASES)
+def test_each_modelled_release_has_its_own_model_and_derives(version: str) -> None:
+    """Each release names itself and derives the fixture as a model every release sizes (qwen3_next), at
+    pp 1 (releases before 0.5.8 refuse pipeline parallelism) with the strategy flag left at auto (it
+    arrived in 0.5.7), on a budget that holds 0.5.2-0.5.3.post1's fixed 512-slot pool: no release is listed
+    without a model behind it."""
+    model = release_model(version)
+    assert model.version == version and not model.best_effort
+    (stage,) = derive_all(
+        make(version, pp_size=1, geometry=QWEN, mamba_radix_cache_strategy="auto", budget_gib=400.0)
     )
-    assert (FIRST_MODELLED, NEWEST_MODELLED) == ("0.5.2", "0.5.23")
+    assert stage.max_running_requests > 0 and stage.max_mamba_cache_size > 0
 
 
 @pytest.mark.parametrize(

@@ -246,6 +246,8 @@ class Session:
         verdict published while this rank waits to ``on_announced``, and ranks that cannot take part in
         the group to ``on_refused`` (all from the watcher's thread)."""
         self._on_lost, self._on_announced, self._on_refused = on_lost, on_announced, on_refused
+        self.on_abort = on_abort
+        """What the watchdog and SIGTERM call (a test calls it as SIGTERM would)."""
         timeout = self.options.timeout_s
         detail = f"no verdict within --timeout-s {timeout:g} s + {WATCHDOG_EXTRA_S:g} s (watchdog)"
         self._timer = threading.Timer(timeout + WATCHDOG_EXTRA_S, on_abort, args=(detail, False))
