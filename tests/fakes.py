@@ -7,7 +7,9 @@
   that skips a gather leaves the others at the barrier, which fails them as a real collective would.
 * :class:`FakeJob`: a job whose every piece is scripted per rank.
 
-Real process groups stay in the transport and end-to-end tests (tests/test_check.py, test_faults.py).
+The real Session's decisions are tested at its own seam in tests/seam.py (a store whose reads block as
+torch's do, on a virtual clock). Real process groups stay in the transport and end-to-end tests
+(tests/test_check.py, test_faults.py).
 """
 
 from __future__ import annotations

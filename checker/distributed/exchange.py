@@ -3,8 +3,10 @@
     exit_code = run(session, job, refused=None)
 
 The protocol owns the order of steps, every failure branch, the lock between finishing and aborting,
-and the one exit code every rank leaves with. A :class:`Job` supplies pure pieces: this rank's local
-facts, its payload, the outcome of what every rank sent, and how an outcome is published.
+and the one exit code every rank leaves with. A :class:`Job` supplies pure pieces, each handed a fresh
+:class:`JobContext` (rank, backend, device, deadline, timings): this rank's local facts, its payload,
+the outcome of what every rank sent, and how an outcome is published. The protocol keeps the run's
+state (the timings, what the job's last step returned); the job keeps none.
 
 The steps, the same on every rank whatever its inputs (a rank that returns early is how hangs start):
 
