@@ -74,8 +74,10 @@ def test_a_report_the_real_check_job_cannot_write_fails_a_passing_run_on_every_r
     for process in world.processes:
         env = process.make_session(world.options).env
         js.append(CheckJob(config=config_from_args(args, env), output=OutputOptions(report=str(report))))
+    before = [dict(vars(j)) for j in js]
     processes = world.run(js)
     assert [p.code for p in processes] == [2, 2]
+    assert [dict(vars(j)) for j in js] == before  # a pure job: nothing kept between its calls
     line = world.value("report_written") or ""
     assert line.startswith("2\nchecker check error: cannot write --report"), line
     assert recorded == [line.partition("\n")[2]] * 2

@@ -127,8 +127,8 @@ class JobContext:
     device: torch.device | None
     """Where this rank computes (the group's device), None before the group is made."""
     deadline: float
-    """The ``time.monotonic()`` by which ``--timeout-s`` ends: a job's long step (materializing) stops by
-    it."""
+    """The session clock's time (``time.monotonic()`` in a run) by which ``--timeout-s`` ends: a job's
+    long step (materializing) stops by it."""
     timings: Mapping[str, float] = field(default_factory=dict)
     """The protocol's timings so far, seconds from this rank's start: ``init_s``, ``exchange_s``,
     ``total_s`` (when publishing)."""
