@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from torch.distributed import DistStoreError
+
 from checker.core.errors import FlagError, LayoutError
 from checker.distributed import liveness
 from checker.distributed.group import InfrastructureFailure, StaleStore
@@ -36,12 +38,15 @@ class StoreDown(RuntimeError):
 
 
 class FakeStore:
-    """``add``/``set``/``check``/``get``/``append``/``multi_get``/``multi_set`` of torch's Store.
-    ``fail_calls``: the next N calls raise; ``fail_methods``: calls of these methods always raise.
-    ``calls``: round trips made (a ``multi_get`` is one)."""
+    """``add``/``set``/``check``/``get``/``append``/``multi_get``/``multi_set`` of torch's Store, without
+    time. ``fail_calls``: the next N calls raise; ``fail_methods``: calls of these methods always raise.
+    ``calls``: round trips made (a ``multi_get`` is one). A read of a key nobody set would block until the
+    store's timeout under torch: it raises torch's ``DistStoreError`` at once and is noted in ``blocked``
+    (a test asserts none; tests/seam.py has a store that really waits, on a virtual clock)."""
 
     def __init__(self) -> None:
         self.data: dict[str, Any] = {}
+        self.blocked: list[str] = []
         self.fail_calls = 0
         self.fail_methods: set[str] = set()
         self.calls = 0
@@ -69,9 +74,16 @@ class FakeStore:
             self._maybe_fail("check")
             return all(k in self.data for k in keys)
 
+    def _present(self, keys: Sequence[str]) -> None:
+        missing = [k for k in keys if k not in self.data]
+        if missing:
+            self.blocked.extend(missing)
+            raise DistStoreError("wait timeout after 300000ms, keys: " + ", ".join(f"/{k}" for k in missing))
+
     def get(self, key: str) -> bytes:
         with self._lock:
             self._maybe_fail("get")
+            self._present([key])
             return str(self.data[key]).encode()
 
     def append(self, key: str, value: str) -> None:
@@ -82,7 +94,8 @@ class FakeStore:
     def multi_get(self, keys: list[str]) -> list[bytes]:
         with self._lock:
             self._maybe_fail("multi_get")
-            return [str(self.data[k]).encode() for k in keys]  # KeyError: torch's would block
+            self._present(keys)
+            return [str(self.data[k]).encode() for k in keys]
 
     def multi_set(self, keys: list[str], values: list[str]) -> None:
         with self._lock:

@@ -86,14 +86,17 @@ def test_an_abort_during_finish_never_publishes_a_second_verdict():
                     clock.parties -= 1
                     clock.notify()
 
-        threading.Thread(target=abort, daemon=True, name="checker-sigterm").start()
+        aborting.append(threading.Thread(target=abort, daemon=True, name="rank-0-sigterm"))
+        aborting[0].start()
         assert job.publishing.wait(5), "the abort never started publishing"
         return "facts"
 
+    aborting: list[threading.Thread] = []
     job.local = sigterm  # type: ignore[method-assign]
     (rank0,) = world.run([job])
+    aborting[0].join(5)
     assert [o[0] for o in job.published] == ["lost"], job.published
-    assert rank0.code == 3 and exits[0] == ("checker-sigterm", 3), exits
+    assert rank0.code == 3 and exits[0] == ("rank-0-sigterm", 3), exits
     assert world.value("report_written") == "3\nfake lost"
 
 

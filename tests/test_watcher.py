@@ -154,9 +154,11 @@ def test_a_rank_not_joined_reads_as_never_beating_and_its_keys_are_never_waited_
     """torch's multi_get blocks on a missing key: only joined ranks' keys are asked for."""
     store = FakeStore()
     liveness.join(store, 1)
-    snapshot = liveness.read(store, 3)  # the fake raises KeyError where torch would block
+    snapshot = liveness.read(store, 3)
     assert snapshot is not None and snapshot.joined == {1} and snapshot.not_joined() == [0, 2]
-    assert liveness.read(FakeStore(), 3) == liveness.Snapshot(world_size=3, joined=frozenset())
+    empty = FakeStore()
+    assert liveness.read(empty, 3) == liveness.Snapshot(world_size=3, joined=frozenset())
+    assert store.blocked == empty.blocked == []  # no read of a key nobody set (torch's would wait)
 
 
 # -- the watcher thread --------------------------------------------------------------------------------
