@@ -345,6 +345,7 @@ class FakeSession:
         return {} if self.world.store_down else {r: host_of(r) for r in ranks}
 
     def refuse(self, message: str) -> None:
+        self.join()
         self.world.refused[self.env.rank] = message
 
     def refusals(self, ranks: Sequence[int]) -> dict[int, str]:

@@ -446,8 +446,9 @@ class Session:
         return liveness.hosts(store, ranks)
 
     def refuse(self, message: str) -> None:
-        """This rank cannot take part in the group: say why in the store (bounded), for rank 0's
-        watcher to publish."""
+        """This rank cannot take part in the group: join the store (:meth:`join`, which raises as it
+        does: no store, or a stale one) and say why there (bounded), for rank 0's watcher to publish."""
+        self.join()
         store = self.group.liveness_store if self.group is not None else None
         if store is not None:
             store_call(lambda: liveness.refuse(store, self.env.rank, message), None)
