@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 import torch
-from torch.distributed import DistStoreError
+from torch.distributed import DistNetworkError, DistStoreError
 
 from checker.config import GroupOptions
 from checker.core.errors import FlagError
@@ -148,6 +148,8 @@ class BlockingStore:
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
         self.data: dict[str, bytes] = {}
+        self.down = False
+        """Its host is gone: every call fails at once, as torch's client on a reset connection."""
 
     def client(self, timeout_s: float) -> StoreClient:
         return StoreClient(self, timeout_s)
@@ -173,8 +175,14 @@ class StoreClient:
     def set_timeout(self, timeout: timedelta) -> None:
         self.timeout = timeout
 
+    def _answer(self) -> None:
+        _stop_if_ended()
+        if self.server.down:
+            raise DistNetworkError("failed to recv, got 0 bytes: Connection reset by peer")
+
     def _await(self, keys: Sequence[str], timeout: timedelta | None = None) -> None:
         bound = (timeout or self.timeout).total_seconds()
+        self._answer()
         if not self.clock.wait_until(lambda: all(k in self.data for k in keys), self.clock.now + bound):
             ms = int(bound * 1000)
             raise DistStoreError(f"wait timeout after {ms}ms, keys: " + ", ".join(f"/{k}" for k in keys))
@@ -195,24 +203,24 @@ class StoreClient:
 
     def check(self, keys: list[str]) -> bool:
         with self.clock.cond:
-            _stop_if_ended()
+            self._answer()
             return all(k in self.data for k in keys)
 
     def set(self, key: str, value: str | bytes) -> None:
         with self.clock.cond:
-            _stop_if_ended()
+            self._answer()
             self.data[key] = _b(value)
             self.clock.notify()
 
     def multi_set(self, keys: list[str], values: list[str]) -> None:
         with self.clock.cond:
-            _stop_if_ended()
+            self._answer()
             self.data.update({k: _b(v) for k, v in zip(keys, values, strict=True)})
             self.clock.notify()
 
     def add(self, key: str, value: int) -> int:
         with self.clock.cond:
-            _stop_if_ended()
+            self._answer()
             total = int(self.data.get(key, b"0")) + value
             self.data[key] = str(total).encode()
             self.clock.notify()
@@ -220,7 +228,7 @@ class StoreClient:
 
     def append(self, key: str, value: str) -> None:
         with self.clock.cond:
-            _stop_if_ended()
+            self._answer()
             self.data[key] = self.data.get(key, b"") + _b(value)
             self.clock.notify()
 
@@ -229,7 +237,7 @@ class StoreClient:
         ``expected_value`` is empty); the value the key holds afterwards (``expected_value`` when it is
         absent and nothing was set)."""
         with self.clock.cond:
-            _stop_if_ended()
+            self._answer()
             held = self.data.get(key)
             if (held is None and expected_value == "") or held == _b(expected_value):
                 self.data[key] = _b(desired_value)

@@ -3,8 +3,8 @@ block as torch's do, on a virtual clock (tests/seam.py), so a 30 s timeout costs
 
 Each test runs :func:`checker.distributed.exchange.run` on real :class:`checker.distributed.session.Session`
 objects: a rank that never arrives, a late announcement, the publisher lease taken over, a refused rank,
-the verdict's publication. The subprocess matrices (tests/test_faults.py, test_liveness.py) stay the
-end-to-end proof under torchrun.
+a rank killed while the others wait, a store that stops answering, the verdict's publication. The
+subprocess matrices (tests/test_faults.py, test_liveness.py) stay the end-to-end proof under torchrun.
 """
 
 from __future__ import annotations
@@ -205,6 +205,25 @@ def test_a_rank_killed_before_the_exchange_is_named_by_the_watcher_in_seconds():
     assert kind == "lost" and missing == [1]
     assert "rank 1 (node-0) stopped beating" in detail
     assert world.clock.monotonic() - t0 < 10
+
+
+def test_a_rank_no_verdict_can_reach_prints_its_own():
+    """Rank 0's node goes down as it publishes, and the store with it: rank 1's reads fail twice in a
+    row, so no verdict can reach it; it prints its own (the decided outcome) on its stderr and leaves with
+    that outcome's code, without a clean teardown."""
+    world = SeamWorld(2)
+
+    def node_down() -> None:
+        world.store.down = True
+        raise Killed("rank 0's node is gone")
+
+    js = jobs(2, code={0: 1, 1: 1}, before_publish={0: node_down})
+    processes = world.run(js)
+    assert isinstance(processes[0].error, Killed) and processes[1].code == 1
+    assert js[1].fallbacks == [("decided", 1, [[0, 0], [1, 1]])] and not js[1].published
+    session = processes[1].session
+    assert session is not None and session.store_lost
+    assert not session.group.closed  # type: ignore[union-attr]
 
 
 def test_a_jobs_state_never_changes_during_a_run(tmp_path):
