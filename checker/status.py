@@ -43,6 +43,17 @@ def exit_after_outputs(code: int, *, undelivered: bool) -> int:
     return (code or EXIT_CODES[ERROR]) if undelivered else code
 
 
+def undelivered_note(code: int) -> str:
+    """What to add to the line naming an output not delivered when that changes the exit code: the
+    verdict printed above it says "(exit 0)", and the run leaves with another code."""
+    failed = exit_after_outputs(code, undelivered=True)
+    return (
+        f" (the verdict above stands, but the run exits {failed}: an output not delivered)"
+        if failed != code
+        else ""
+    )
+
+
 HEADLINE: dict[str, str] = {
     CONSISTENT: "CONSISTENT",
     DIVERGENT: "DIVERGENT",

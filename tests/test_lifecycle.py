@@ -102,7 +102,7 @@ def test_an_output_that_cannot_be_written_fails_a_passing_sweep(cli):
     assert "required consistent" in res.out
     assert (
         res.err.strip()
-        == "checker sweep: error: cannot write --report /proc/self/cannot.json: No such file or directory"
+        == "checker sweep: error: cannot write --report /proc/self/cannot.json: No such file or directory (the verdict above stands, but the run exits 2: an output not delivered)"
     )
 
 
@@ -263,6 +263,7 @@ def test_a_postflight_that_cannot_write_its_report_fails_too(cli, tmp_path):
     assert res.rc == EXIT_CODES["error"], res
     said = "checker postflight: error: cannot write --postflight-report /proc/self/cannot.json"
     assert res.out and said in res.err
+    assert "the run exits 2: an output not delivered" in res.err  # the verdict printed says exit 0
 
 
 def test_checks_publisher_says_what_it_could_not_write(capsys):

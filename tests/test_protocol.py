@@ -81,8 +81,10 @@ def test_a_report_the_real_check_job_cannot_write_fails_a_passing_run_on_every_r
     line = world.value("report_written") or ""
     assert line.startswith("2\nchecker check error: cannot write --report"), line
     assert recorded == [line.partition("\n")[2]] * 2
-    out = capfd.readouterr().out
+    out, err = capfd.readouterr()
     assert "CONSISTENT" in out and not report.exists()
+    # The verdict line says "(exit 0)"; the error line under it says the code the run leaves with.
+    assert "(the verdict above stands, but the run exits 2: an output not delivered)" in err
 
 
 def test_an_input_error_on_one_rank_is_named_and_every_rank_exits_2(capfd):

@@ -20,7 +20,7 @@ from checker.postflight.compare import WEIGHTS_MARGIN_GIB, across, hold
 from checker.postflight.prediction import read_prediction
 from checker.postflight.ranks import ranks_read
 from checker.postflight.reader import findings, read_logs
-from checker.status import exit_after_outputs
+from checker.status import exit_after_outputs, undelivered_note
 
 HELP = "hold the started server's log to the preflight's prediction, rank by rank (no torch needed)"
 USAGE = ("python -m checker postflight [--report PREFLIGHT.json] LOG [LOG ...]",)
@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace, t0: float) -> int:
     else:
         print(out.to_text(result, reading), flush=True)
     for p in problems:  # the one policy for an output that cannot be written (checker.status)
-        print(f"checker postflight: error: {p}", file=sys.stderr)
+        print(f"checker postflight: error: {p}{undelivered_note(result.exit_code)}", file=sys.stderr)
     return exit_after_outputs(result.exit_code, undelivered=bool(problems))
 
 

@@ -16,7 +16,7 @@ from checker.core.sweep import BudgetGrid, SweepSummary, parse_budgets
 from checker.outputs.plot import plot_sweep, plot_title
 from checker.outputs.sweep_report import build_report, to_json_text, write_report
 from checker.outputs.sweep_text import header, quiet_report, text_report
-from checker.status import DIVERGENT, EXIT_CODES, exit_after_outputs
+from checker.status import DIVERGENT, EXIT_CODES, exit_after_outputs, undelivered_note
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
     import torch
@@ -146,5 +146,9 @@ def present_and_exit(config: SweepConfig, findings: SweepFindings) -> int:
     exit code by the one policy for that (:func:`checker.status.exit_after_outputs`)."""
     problems = present(config, findings)
     for problem in problems:
-        print(f"checker sweep: error: {problem}", file=sys.stderr, flush=True)
+        print(
+            f"checker sweep: error: {problem}{undelivered_note(findings.exit_code)}",
+            file=sys.stderr,
+            flush=True,
+        )
     return exit_after_outputs(findings.exit_code, undelivered=bool(problems))

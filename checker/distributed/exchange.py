@@ -62,7 +62,14 @@ from checker.distributed.liveness import LOST_AFTER_S, describe
 from checker.distributed.session import Abort, Gathered, SchemaMismatch, Wait, record_for_torchrun
 from checker.distributed.watcher import WATCHERS
 from checker.distributed.wire import Header, WireError
-from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_INTERNAL, ROW_OK, exit_after_outputs
+from checker.status import (
+    EXIT_CODES,
+    INFRASTRUCTURE_FAILURE,
+    ROW_INTERNAL,
+    ROW_OK,
+    exit_after_outputs,
+    undelivered_note,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -527,7 +534,7 @@ class _Run(Generic[L, O]):
             traceback.print_exc()
             problem = f"the verdict could not be published: {internal_error(exc)}"
         if problem is not None:
-            self.say(f"error: {problem}")
+            self.say(f"error: {problem}{undelivered_note(code)}")
             code, line = exit_after_outputs(code, undelivered=True), f"checker {job.name} error: {problem}"
         s.announce(code, line)
         return code, line
