@@ -102,7 +102,8 @@ def test_an_output_that_cannot_be_written_fails_a_passing_sweep(cli):
     assert "required consistent" in res.out
     assert (
         res.err.strip()
-        == "checker sweep: error: cannot write --report /proc/self/cannot.json: No such file or directory (the verdict above stands, but the run exits 2: an output not delivered)"
+        == "checker sweep: error: cannot write --report /proc/self/cannot.json: No such file or directory "
+        "(the verdict above stands, but the run exits 2: an output not delivered)"
     )
 
 
