@@ -162,13 +162,17 @@ def test_the_backstop_ends_a_rank_stuck_holding_the_gil_with_the_no_verdict_code
         """
         import ctypes, ctypes.util, sys, time
         from checker.distributed.backstop import Backstop
-        backstop = Backstop().arm(0.3)
+        # Everything looked up before arming: the dump (DUMP_LEAD_S before the exit) must find the
+        # thread stuck in C, as a rank's is; faulthandler reading the frames of a thread still running
+        # Python (here find_library's regexes) can crash the process instead (seen under load).
+        libc_sleep = ctypes.PyDLL(ctypes.util.find_library("c")).sleep
+        backstop = Backstop().arm(0.8)
         if sys.argv[1] == "disarm":
             backstop.disarm()
-            time.sleep(0.5)
+            time.sleep(1.0)
             print("alive")
         else:
-            ctypes.PyDLL(ctypes.util.find_library("c")).sleep(20)
+            libc_sleep(20)
         """
     )
     t0 = time.monotonic()
