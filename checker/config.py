@@ -26,7 +26,7 @@ from checker.core.server_args import SIZING_ARGS
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
-from checker.core.startup import check_pp_spec, resolve_speculative
+from checker.core.startup import EAGLE_FAMILY, check_pp_spec, resolve_speculative
 from checker.distributed.launch_env import GroupOptions
 
 if TYPE_CHECKING:
@@ -506,15 +506,18 @@ def capacity_inputs(
         )
     except FlagError:
         # An algorithm whose setup is not modelled (NGRAM, ...) that the release refuses under PP
-        # anyway: the start-up refusal is what the user meets first, and it names the way out.
-        check_pp_spec(
-            release.modelled,
-            pp_size=stages,
-            algorithm=(sizing.speculative_algorithm or "").strip().upper() or None,
-            speculative=sizing.speculative_algorithm is not None,
-            pp_spec_env=env_flag(env.get("SGLANG_ENABLE_PP_SPEC")),
-            attention_dp=sizing.dp_size > 1,
-        )
+        # anyway: the start-up refusal is what the user meets first, and it names the way out. (A setup
+        # of the EAGLE family that does not go together is refused as SGLang does, before that check.)
+        algorithm = (sizing.speculative_algorithm or "").strip().upper()
+        if algorithm and algorithm not in EAGLE_FAMILY and algorithm != "NEXTN":
+            check_pp_spec(
+                release.modelled,
+                pp_size=stages,
+                algorithm=algorithm,
+                speculative=True,
+                pp_spec_env=env_flag(env.get("SGLANG_ENABLE_PP_SPEC")),
+                attention_dp=sizing.dp_size > 1,
+            )
         raise
     resolved = {
         "pp_size": stages,
