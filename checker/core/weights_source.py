@@ -22,13 +22,14 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from checker.core.checkpoint import Checkpoint, has_safetensors, read_checkpoint
-from checker.core.checkpoint_names import check_shapes
 from checker.core.errors import ConfigError, FlagError
 from checker.core.models import read_json
-from checker.core.weights import GIB, ModelWeights, RankWeights, WeightsLayout, family_of, model_weights
+
+if TYPE_CHECKING:
+    from checker.core.checkpoint import Checkpoint
+    from checker.core.weights import ModelWeights, RankWeights, WeightsLayout
 
 
 class WeightsSource(enum.IntEnum):
@@ -77,6 +78,12 @@ def checkpoint_weights(
     Refused in one line: a quantized model (``quantization_config`` in config.json, or ``--quantization``):
     its held weights are not modelled; a family the checker does not model; a checkpoint whose tensors
     contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
+    # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
+    # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
+    from checker.core.checkpoint import read_checkpoint
+    from checker.core.checkpoint_names import check_shapes
+    from checker.core.weights import family_of, model_weights
+
     d = Path(directory)
     if config is None:
         config = read_json(d / "config.json")
@@ -114,7 +121,13 @@ def weights_per_rank(
             )
         values = list(flag_gib) * (world_size if len(flag_gib) == 1 else 1)
         return [RankWeightsFigure(v, flag_source) for v in values]
-    if model_dir is None or layout is None or not has_safetensors(model_dir):
+    if model_dir is None or layout is None:
+        return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
+    # start-up: as in checkpoint_weights (a layout is given only where a checkpoint may be read)
+    from checker.core.checkpoint import has_safetensors
+    from checker.core.weights import GIB
+
+    if not has_safetensors(model_dir):
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
     mw, _ = checkpoint_weights(model_dir, layout, release=release, quantization=quantization)
     if len(mw.ranks) != world_size:
