@@ -223,6 +223,7 @@ def _runs(world: World, js: list[FakeJob]):
     runs = [_Run(world.sessions[r], js[r], refused=None) for r in range(world.size)]
     for r, run in enumerate(runs):
         world.sessions[r].start(run.abort)
+        world.sessions[r].join()  # the watcher runs on a rank that joined the store
     return runs
 
 
@@ -284,7 +285,8 @@ def test_when_rank_0_never_announces_after_a_failed_gather_a_survivor_publishes_
     results = run_ranks(world, js)
     assert [r.code for r in results] == [3, 3, 3], [r.error for r in results]
     ((writer, outcome),) = [(j.rank, o) for j in js for o in j.published]
-    assert writer in (1, 2) and outcome == ("lost", "exchange: a peer left the gather", [0])
+    why = "rank 0 (node-0) stopped beating for 3 s before the verdict was published (killed, frozen or cut off)"
+    assert writer in (1, 2) and outcome == ("lost", f"exchange: a peer left the gather; {why}", [0])
 
 
 # -- start-up ----------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ class Group:
                 )
             live = self.liveness_store
             assert live is not None
-            join(live, self.env.rank, self.env.host)
+            join(live, self.env.rank, self.env.host, node=self.env.node_ranks)
             self.heartbeat = Heartbeat(live, self.env.rank).start()
         except (InfrastructureFailure, StaleStore):
             raise

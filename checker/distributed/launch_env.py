@@ -34,6 +34,16 @@ class RankEnv:
     """NODE_RANK as the operator exported it on this node (the launchers' numbering: node 0 hosts the
     rendezvous store); None when unset or not a number."""
 
+    @property
+    def node_ranks(self) -> tuple[int, int]:
+        """The first rank torchrun started on this node and how many it started: its agent numbers a
+        node's workers ``RANK - LOCAL_RANK`` on, ``LOCAL_WORLD_SIZE`` of them. This rank alone when the
+        numbers do not fit that (a launcher of its own)."""
+        first = self.rank - self.local_rank
+        if first < 0 or not 0 <= self.local_rank < self.local_world_size:
+            return self.rank, 1
+        return first, self.local_world_size
+
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> RankEnv:
         env = os.environ if env is None else env
