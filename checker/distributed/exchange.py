@@ -597,14 +597,16 @@ class _Run(Generic[L, O]):
         s, job = self.session, self.job
         ranks = sorted({*lost, *s.earlier_publishers()})
         hosts = s.hosts(ranks)
-        why = "; ".join(
-            f"{describe(rs, hosts)} {self._lost_why(cause)}"
-            for cause, rs in _by_cause({r: lost.get(r, "") for r in ranks}).items()
-        )
-        if fallback is not None:
+
+        def why(these: Sequence[int]) -> str:
+            by = _by_cause({r: lost.get(r, "") for r in these})
+            return "; ".join(f"{describe(rs, hosts)} {self._lost_why(cause)}" for cause, rs in by.items())
+
+        if fallback is not None:  # after a failed collective: its detail names the gone ranks it found
             detail, missing = fallback()
-            return self._lost(f"{detail}; {why}", sorted({*missing, *ranks}))
-        return self._lost(f"{why}; every rank had decided: {job.one_line(decided)}", ranks)
+            unnamed = [r for r in ranks if r not in missing]
+            return self._lost(f"{detail}; {why(unnamed)}" if unnamed else detail, sorted({*missing, *ranks}))
+        return self._lost(f"{why(ranks)}; every rank had decided: {job.one_line(decided)}", ranks)
 
     def _lost_why(self, cause: str) -> str:
         """Why a publisher is held lost (:attr:`checker.distributed.session.Wait.cause`), in words."""

@@ -454,10 +454,17 @@ class Session:
 
     def _await_every_join(self, snapshot: liveness.Snapshot) -> liveness.Snapshot:
         """Told to stop: the latest snapshot once every rank has joined, or :data:`STOP_JOIN_S` after the
-        signal."""
+        signal. A rank other than 0 looks only for whether rank 0 is there to publish (else it may stand
+        in): it stops waiting once rank 0 has joined."""
         clock = self.clock
         since = self.sigterm_at if self.sigterm_at is not None else clock.monotonic()
-        while len(snapshot.joined) < self.env.world_size and clock.monotonic() < since + STOP_JOIN_S:
+
+        def waiting(snap: liveness.Snapshot) -> bool:
+            if self.env.rank != 0 and 0 in snap.joined:
+                return False
+            return len(snap.joined) < self.env.world_size and clock.monotonic() < since + STOP_JOIN_S
+
+        while waiting(snapshot):
             clock.sleep(0.1)
             latest = read(self.group.liveness_store if self.group is not None else None, self.env.world_size)
             if latest is None:

@@ -125,7 +125,7 @@ def watch(on_sigterm: Callable[[], None]) -> Callable[[], None] | None:
     process's SIGTERM handling back, or None where signals cannot be set up (not the main thread)."""
     global _WATCH
     if threading.current_thread() is not threading.main_thread():
-        return None  # signals are the main thread's: a run on another thread (an embedding caller) does without
+        return None  # signals are the main thread's: a run on another thread (embedded) does without
     if _WATCH is None:
         fresh = SigtermWatch()
         if not fresh.install():
