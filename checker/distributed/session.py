@@ -696,11 +696,22 @@ class Session:
         self._exit_process(exit_code)
 
     def wait_for_exit(self, seconds: float) -> NoReturn:
-        """Another thread of this rank is publishing and ends the process; if it does not within
-        ``seconds``, leave with the verdict it announced (else 3, no verdict) anyway."""
-        self.clock.sleep(seconds)
-        heard = self.announcement()
-        self.exit_now(heard[0] if heard is not None else EXIT_CODES[INFRASTRUCTURE_FAILURE])
+        """Another thread of this rank is publishing and ends the process: leave once a verdict is
+        announced (this rank's or another's: the code every rank leaves with), or after ``seconds`` with
+        3 (no verdict)."""
+        deadline = self.clock.monotonic() + seconds
+        while True:
+            heard = self.announcement()
+            if heard is not None:
+                # The publishing thread leaves right after it announced (its exit code, its line in
+                # torchrun's error file): it goes first, this one only if it did not.
+                self.clock.sleep(min(1.0, max(0.0, deadline - self.clock.monotonic())))
+                if heard[0]:
+                    record_for_torchrun(heard[1])
+                self.exit_now(heard[0])
+            if self.clock.monotonic() >= deadline:
+                self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
+            self.clock.sleep(0.05)
 
 
 def announcement_poll_s(world_size: int) -> float:
