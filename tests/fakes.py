@@ -356,13 +356,18 @@ class FakeSession:
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
         return Abort(detail=detail, missing_ranks=list(self.world.missing))
 
-    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool:
+    def claim_publisher(
+        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
+    ) -> bool:
         with self.world.lock:
             self.world.claims += 1
             if self.world.store_down:
                 return default
             me, holders = self.env.rank, self.world.holders
-            if not holders or (holders[-1] in lost and holders[-1] != me):
+            if not holders:
+                holders.extend(r for r in unclaimed_by if r != me)
+                holders.append(me)
+            elif holders[-1] in lost and holders[-1] != me:
                 holders.append(me)
             return holders[-1] == me
 

@@ -263,7 +263,9 @@ class SessionLike(Protocol):
     def gather_text(self, text: str) -> list[str]: ...
     def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered: ...
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort: ...
-    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool: ...
+    def claim_publisher(
+        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
+    ) -> bool: ...
     def earlier_publishers(self) -> list[int]: ...
     def hosts(self, ranks: Sequence[int]) -> dict[int, str]: ...
     def refuse(self, message: str) -> None: ...
@@ -581,7 +583,7 @@ class _Run(Generic[L, O]):
                 return None
             lost[wait.stopped] = wait.cause
             takeover = [r for r, cause in lost.items() if cause in (BEAT_STOPPED, HELD)]
-            if not s.claim_publisher(default=False, lost=takeover):
+            if not s.claim_publisher(default=False, lost=takeover, unclaimed_by=[0] if 0 in lost else []):
                 continue  # another survivor holds the lease now (or the publisher came): wait for its verdict
             self._take_gate()
             maybe_inject(self.rank, "publish")
@@ -600,7 +602,10 @@ class _Run(Generic[L, O]):
 
         def why(these: Sequence[int]) -> str:
             by = _by_cause({r: lost.get(r, "") for r in these})
-            return "; ".join(f"{describe(rs, hosts)} {self._lost_why(cause)}" for cause, rs in by.items())
+            return "; ".join(
+                f"{describe(rs, hosts)} {self._lost_why(cause, verdict=fallback is None)}"
+                for cause, rs in by.items()
+            )
 
         if fallback is not None:  # after a failed collective: its detail names the gone ranks it found
             detail, missing = fallback()
@@ -608,8 +613,9 @@ class _Run(Generic[L, O]):
             return self._lost(f"{detail}; {why(unnamed)}" if unnamed else detail, sorted({*missing, *ranks}))
         return self._lost(f"{why(ranks)}; every rank had decided: {job.one_line(decided)}", ranks)
 
-    def _lost_why(self, cause: str) -> str:
-        """Why a publisher is held lost (:attr:`checker.distributed.session.Wait.cause`), in words."""
+    def _lost_why(self, cause: str, *, verdict: bool) -> str:
+        """Why a publisher is held lost (:attr:`checker.distributed.session.Wait.cause`), in words;
+        ``verdict``: the others waited for the verdict (else in a collective that failed)."""
         timeout = self.session.timeout_s
         if cause == BEAT_STOPPED:
             return (
@@ -619,7 +625,8 @@ class _Run(Generic[L, O]):
         if cause == NEVER_JOINED:
             return f"never joined the rendezvous store within --timeout-s {timeout:g} s"
         if cause == BEHIND:
-            return f"did not reach where the others waited within --timeout-s {timeout:g} s (alive but stuck)"
+            where = "the verdict" if verdict else "the collective the others failed in"
+            return f"did not reach {where} within --timeout-s {timeout:g} s (alive but stuck)"
         if cause == HELD:
             return f"held the publisher lease for {PUBLISH_WAIT_S:g} s without publishing (alive but stuck)"
         return "was lost while it held the publisher lease"
@@ -650,7 +657,7 @@ class _Run(Generic[L, O]):
         it takes the lease over (exactly one writer, whatever each rank saw)."""
         if 0 not in missing or not self._lowest_survivor(missing):
             return False
-        return self.session.claim_publisher(default=False, lost=missing)
+        return self.session.claim_publisher(default=False, lost=missing, unclaimed_by=[0])
 
     def _writes(self, missing: Sequence[int]) -> bool:
         """An abort publishes: rank 0 holding the lease (when it has joined the store, where another

@@ -204,16 +204,25 @@ def read(store: Store | None, world_size: int, *, steps: bool = False) -> Snapsh
     return store_call(lambda: _read(store, world_size, steps), None)
 
 
-def claim_publisher(store: Store | None, rank: int, *, lost: Collection[int] = (), default: bool) -> bool:
+def claim_publisher(
+    store: Store | None,
+    rank: int,
+    *,
+    lost: Collection[int] = (),
+    unclaimed_by: Sequence[int] = (),
+    default: bool,
+) -> bool:
     """Whether ``rank`` publishes the verdict: it holds the publisher lease. The first claim wins; a lease
     whose holder is in ``lost`` (its beat stopped) is taken over, by exactly one claimant (one
     compare-and-set from that holder). The key keeps every holder in turn (``0,1``), so whoever publishes
-    in the end can name each one that was lost (:func:`publishers`). ``default`` when the store cannot
-    answer (rank 0 still writes its report; a stand-in does not)."""
+    in the end can name each one that was lost (:func:`publishers`); ``unclaimed_by``: the ranks whose
+    turn it was, lost before they claimed it (rank 0), go first in the key when this claim is the first.
+    ``default`` when the store cannot answer (rank 0 still writes its report; a stand-in does not)."""
     if store is None:
         return default
     me = str(rank)
-    held = store_call(lambda: store.compare_set(PUBLISHER, "", me), None)
+    first = ",".join([*(str(r) for r in unclaimed_by if r != rank), me])
+    held = store_call(lambda: store.compare_set(PUBLISHER, "", first), None)
     if held is None:
         return default
     chain = held.decode(errors="replace")

@@ -488,12 +488,16 @@ class Session:
         published, and the others name it in their report."""
         return self.has_store or self.env.world_size == 1
 
-    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool:
-        """Whether this rank publishes the verdict: it holds the publisher lease (the first claim; or
-        a lease whose holder is in ``lost``, taken over by exactly one claimant). ``default`` when the
-        store cannot answer."""
+    def claim_publisher(
+        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
+    ) -> bool:
+        """Whether this rank publishes the verdict: it holds the publisher lease (the first claim, after
+        ``unclaimed_by`` when it is in their place; or a lease whose holder is in ``lost``, taken over by
+        exactly one claimant). ``default`` when the store cannot answer."""
         store = self.group.liveness_store if self.group is not None else None
-        return liveness.claim_publisher(store, self.env.rank, lost=lost, default=default)
+        return liveness.claim_publisher(
+            store, self.env.rank, lost=lost, unclaimed_by=unclaimed_by, default=default
+        )
 
     def earlier_publishers(self) -> list[int]:
         """The ranks that held the publisher lease before its holder now (each lost in turn)."""
