@@ -582,6 +582,13 @@ class _Run(Generic[L, O]):
             if wait.stopped is None or wait.stopped in lost:
                 return None
             lost[wait.stopped] = wait.cause
+            if not self._lowest_survivor(list(lost)):
+                # The lowest rank not lost claims first (the "the lowest survivor names it"); this
+                # one waits its turn, and claims only if that rank published nothing by then (it may be
+                # gone too: then the lease's chain names both).
+                heard = s.await_announcement(LOST_AFTER_S)
+                if heard.announced is not None:
+                    return (*heard.announced, True)
             takeover = [r for r, cause in lost.items() if cause in (BEAT_STOPPED, HELD)]
             if not s.claim_publisher(default=False, lost=takeover, unclaimed_by=[0] if 0 in lost else []):
                 continue  # another survivor holds the lease now (or the publisher came): wait for its verdict
