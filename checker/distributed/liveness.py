@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from checker.bounded import call_bounded
+from checker.core.errors import printable
 from checker.core.ranks import rank_ranges
 
 HEARTBEAT_S = 0.25
@@ -243,7 +244,9 @@ def hosts(store: Store | None, ranks: Collection[int]) -> dict[int, str]:
         joined = _parse_joined(store.get(JOINED), max(ranks) + 1) if store.check([JOINED]) else frozenset()
         known = sorted(r for r in ranks if r in joined)  # multi_get would wait for a key never written
         values = store.multi_get([f"host/{r}" for r in known]) if known else []
-        return {r: v.decode(errors="replace") for r, v in zip(known, values, strict=True) if v}
+        # Each rank wrote its own host (escaped where it read it); escaped again here, as what any peer
+        # wrote to the store reaches this rank's output.
+        return {r: printable(v.decode(errors="replace")) for r, v in zip(known, values, strict=True) if v}
 
     return store_call(read_hosts, {})
 
