@@ -494,6 +494,12 @@ def capacity_inputs(
 
     if release is None:
         release = EngineChoice().choose(installed_sglang_version(), own_code=False)
+    if model.model_config is not None and release.modelled == release.derived_as:
+        # start-up: the config classes' rules (~1 ms) load only for a model config. First: what the
+        # release refuses at load is named with its file:line, before the geometry reader's own words.
+        from checker.core.config_rules import check_model_config
+
+        check_model_config(release.derived_as, model.model_config)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
     stages = pp_size or sizing.pp_size or 1
     if release.modelled == release.derived_as:  # a release the checker models: its code is known
