@@ -18,6 +18,7 @@ from typing import Any
 
 from checker.core.checkpoint import Checkpoint
 from checker.core.errors import ConfigError, shorten
+from checker.core.models import FALCON_H1_D_SSM, GRANITE_LAYER_NAMES
 from checker.core.weights import _Config, _nemotron_pattern, _qwen_layer_types, family_of
 
 Shape = tuple[int, ...]
@@ -277,7 +278,7 @@ def _falcon_h1(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
     heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = t.opt_int("head_dim") or H // heads
     inter = t.integer("intermediate_size", 14336)
-    d_ssm = t.opt_int("mamba_d_ssm")
+    d_ssm = FALCON_H1_D_SSM if "mamba_d_ssm" not in t.data else t.opt_int("mamba_d_ssm")
     inter_m = d_ssm if d_ssm is not None else int(t.number("mamba_expand", 2) * H)
     yield "model.embed_tokens.weight", (V, H)
     yield "model.final_layernorm.weight", (H,)
@@ -322,7 +323,7 @@ def _granite_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
         pre = f"model.layers.{i}"
         yield f"{pre}.input_layernorm.weight", (H,)
         yield f"{pre}.post_attention_layernorm.weight", (H,)
-        if kind == "mamba":
+        if GRANITE_LAYER_NAMES.get(kind) == "mamba":
             yield from _mamba(
                 f"{pre}.mamba",
                 hidden=H,

@@ -411,6 +411,17 @@ def _falcon_h1(k: _Keys, tp: int) -> dict[str, Any]:
     )
 
 
+GRANITE_LAYER_NAMES = {
+    "mamba": "mamba",
+    "attention": "attention",
+    "linear_attention": "mamba",
+    "full_attention": "attention",
+}
+"""Granite-4.0-H's layer types: "linear_attention" / "full_attention" are transformers 5.15's names, which
+0.5.19+ maps back (earlier releases refuse them: :mod:`checker.core.config_rules`); every release
+refuses any other."""
+
+
 def _granite_h(k: _Keys, tp: int) -> dict[str, Any]:
     L = k.layers()
     types = k.get("layer_types")
@@ -419,14 +430,7 @@ def _granite_h(k: _Keys, tp: int) -> dict[str, Any]:
         raise ConfigError(
             f"{k.source}: layer_types must be a list of num_hidden_layers={L} entries, got {got}; {FIX}"
         )
-    # "linear_attention" / "full_attention": transformers 5.15's names, which 0.5.19+ maps back (earlier
-    # releases refuse them: checker.core.config_rules); any other is refused by every release.
-    names = {
-        "mamba": "mamba",
-        "linear_attention": "mamba",
-        "attention": "attention",
-        "full_attention": "attention",
-    }
+    names = GRANITE_LAYER_NAMES
     bad = next((i for i, t in enumerate(types) if not isinstance(t, str) or t not in names), None)
     if bad is not None:
         raise ConfigError(
