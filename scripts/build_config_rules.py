@@ -45,6 +45,8 @@ class Rule:
     """Under sglang/srt/."""
     anchor: str
     """Text only the rule's line holds (the first line that contains it is the rule's)."""
+    nth: int = 0
+    """The rule's line is the anchor's ``nth`` occurrence (0: the first)."""
 
 
 RULES: tuple[Rule, ...] = (
@@ -70,6 +72,8 @@ RULES: tuple[Rule, ...] = (
     Rule("falcon_h1.d_ssm_default", "configs/falcon_h1.py", "mamba_d_ssm=1024,"),
     Rule("falcon_h1.heads_divide", "configs/falcon_h1.py", 'raise ValueError("mamba_n_heads must divide mamba_expand * hidden_size")'),
     Rule("falcon_h1.head_dim", "configs/falcon_h1.py", '"The dimensions for the Mamba head state do not match the model intermediate_size"'),
+    # load_weights (models/falcon_h1.py): the unguarded params_dict[name] of a tensor no stacked projection takes
+    Rule("falcon_h1.load_unknown", "models/falcon_h1.py", "param = params_dict[name]", nth=1),
     # -- Granite-4.0-H: configs/granitemoehybrid.py GraniteMoeHybridConfig
     Rule("granitemoehybrid.layer_types_length", "configs/granitemoehybrid.py", 'f"layer_types must have length equal to num_hidden_layers'),
     Rule("granitemoehybrid.layer_types_values", "configs/granitemoehybrid.py", 'f"Each element in layer_types must be either'),
@@ -86,9 +90,10 @@ def find(rule: Rule, text: str | None) -> int | None:
     that raises, a dict entry)."""
     if text is None:
         return None
-    line = next((i for i, t in enumerate(text.splitlines(), 1) if rule.anchor in t), None)
-    if line is None:
+    lines = [i for i, t in enumerate(text.splitlines(), 1) if rule.anchor in t]
+    if len(lines) <= rule.nth:
         return None
+    line = lines[rule.nth]
     raising = [n for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Assert, ast.Raise))]
     around = [n for n in raising if n.lineno <= line <= (n.end_lineno or n.lineno)]
     if around:

@@ -400,3 +400,55 @@ def check_shapes(ckpt: Checkpoint, config: Mapping[str, Any], source: str = "con
                 "--model-path at the directory that holds both)"
             )
     return checked
+
+
+# Falcon-H1's load_weights (models/falcon_h1.py, the same in every release) leaves these to no parameter
+# silently: the rotary cache, a stacked projection's name (mapped onto qkv_proj / gate_up_proj, skipped
+# when that is no parameter either) and a bias the class has none of. Any other name it indexes
+# params_dict with: a tensor the class has no parameter for is a KeyError.
+_FALCON_SKIPS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+
+
+def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str, source: str) -> None:
+    """Refuse (one ConfigError line naming the tensor and its shard) a checkpoint tensor the release's
+    class has no parameter for, where its ``load_weights`` raises on one: Falcon-H1's. The other families'
+    classes skip a name they have no parameter for (``if name not in params_dict: continue``) on the
+    paths a checkpoint of theirs takes, or refuse it by stage (:mod:`checker.core.pp_support`)."""
+    # start-up: the config rules' table loads only when a checkpoint is read
+    from checker.core.config_rules import where
+
+    fam, _, _ = family_of(config, source)
+    at = where("falcon_h1.load_unknown", release)
+    if fam.name != "Falcon-H1" or at is None:
+        return
+    expected = expected_shapes(config, source)
+    for name, tensor in ckpt.tensors.items():
+        if name in expected or "rotary_emb.inv_freq" in name or name.endswith(".bias"):
+            continue
+        if any(s in name for s in _FALCON_SKIPS):
+            continue
+        raise ConfigError(
+            f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is no parameter of SGLang {release}'s "
+            f"Falcon-H1 class under {source}, and its load_weights indexes every such name (KeyError, "
+            f"sglang/srt/{at}): the checkpoint holds more than config.json describes (another model's "
+            "layers, or quantization scales without a quantization config); point --model-path at the "
+            "directory whose config.json matches its shards"
+        )
+
+
+_FLOAT8 = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2")
+"""Safetensors dtypes that only a quantized checkpoint stores its weights or scales in."""
+
+
+def check_declared_dtypes(ckpt: Checkpoint, source: str) -> None:
+    """Refuse a checkpoint holding float8 (or narrower float) tensors under a config.json that declares no
+    quantization: read as bf16 its figure would be wrong, and SGLang would cast the values without their
+    scales."""
+    for name, tensor in ckpt.tensors.items():
+        if tensor.dtype in _FLOAT8:
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {tensor.dtype}, but {source} "
+                "declares no quantization: the checkpoint is quantized and the checker derives the weights "
+                "of unquantized (bf16/fp16/fp32) checkpoints only: give the weights per GPU with "
+                "--weights-gib (the largest 'mem usage' of an earlier server start's 'Load weight end' lines)"
+            )
