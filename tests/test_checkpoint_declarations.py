@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from checker.core.releases import MODELLED_RELEASES
 from tests.checkpoints import model_dir, model_tensors, write_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -116,19 +117,105 @@ def test_a_checkpoint_with_more_layers_than_the_config_is_refused_naming_tensor_
     assert "KeyError" in line and "models/falcon_h1.py:552" in line, line
 
 
-def test_scale_tensors_without_a_quantization_config_are_refused(cli, tmp_path):
-    """``*.weight_scale_inv`` beside bf16 weights with no quantization config: no parameter takes them."""
-    cfg = json.loads(FALCON.read_text())
-    scale = ("model.layers.0.mamba.in_proj.weight_scale_inv", (1, 1), "F32")
-    d = model_dir(tmp_path / "m", FALCON, shards=2, extra=[scale])
+SKIPPED_BY_LOAD = ("model.layers.0.mamba.out_proj.bias", "model.layers.0.self_attn.rotary_emb.inv_freq")
+"""Names Falcon-H1's load_weights leaves to no parameter without a word: a bias the class has none of,
+the rotary cache."""
+UNKNOWN = (
+    "model.layers.0.mamba.in_proj.weight_scale_inv",
+    "model.layers.0.self_attn.q_proj.weight_scale_inv",
+    "model.layers.40.self_attn.q_proj.weight",
+    "model.layers.40.input_layernorm.weight",
+)
+"""Names it indexes params_dict with and has no parameter for (a stacked projection's too): KeyError."""
+
+
+@pytest.mark.parametrize("name", UNKNOWN)
+def test_scale_tensors_and_extra_layers_are_refused(cli, tmp_path, name):
+    """``*.weight_scale_inv`` beside bf16 weights with no quantization config, or a layer the config does
+    not have: no parameter takes them, and load_weights raises."""
+    d = model_dir(tmp_path / "m", FALCON, shards=2, extra=[(name, (1, 1), "F32")])
     line = _one_line(_derive(cli, d))
-    assert "tensor 'model.layers.0.mamba.in_proj.weight_scale_inv'" in line, line
-    # The names load_weights skips by itself are no refusal: a stacked projection's (q/k/v, gate/up) and
-    # a bias the class has no parameter for.
-    skipped = [
-        ("model.layers.0.self_attn.q_proj.weight_scale_inv", (1, 1), "F32"),
-        ("model.layers.0.mamba.out_proj.bias", (cfg["hidden_size"],), "BF16"),
-        ("model.layers.0.self_attn.rotary_emb.inv_freq", (32,), "F32"),
-    ]
+    assert f"tensor {name!r}" in line, line
+
+
+def test_the_names_load_weights_skips_are_no_refusal(cli, tmp_path):
+    cfg = json.loads(FALCON.read_text())
+    skipped = [(SKIPPED_BY_LOAD[0], (cfg["hidden_size"],), "BF16"), (SKIPPED_BY_LOAD[1], (32,), "F32")]
     ok = model_dir(tmp_path / "ok", FALCON, shards=2, extra=skipped)
     assert _derive(cli, ok).rc == 0
+
+
+_PROBE = """
+import os, sys, importlib
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import pp_meta_build as pm
+sys.meta_path.insert(0, pm._ImportOnly())
+os.environ.setdefault("SGLANG_ROPE_CACHE_FP32", "1")
+import torch
+class _NoStream:
+    def __init__(self, *a, **k): pass
+torch.cuda.Stream = _NoStream
+copy = torch.Tensor.copy_
+def meta_copy(self, src, *a, **k):
+    if getattr(src, "is_meta", False) or self.is_meta: return self
+    return copy(self, src, *a, **k)
+torch.Tensor.copy_ = meta_copy
+from sglang.srt.configs.load_config import LoadConfig
+from sglang.srt.model_loader.loader import _initialize_model
+from sglang.srt.server_args import ServerArgs
+rc = pm._optional("sglang.srt.runtime_context")
+with pm._extra_buffer_on_cpu():
+    sa = ServerArgs(model_path=sys.argv[2], device="cpu", tp_size=1, pp_size=1, skip_tokenizer_init=True,
+                    disable_radix_cache=True)
+    if hasattr(sa, "resolve_once"):
+        sa.resolve_once()
+importlib.import_module("sglang.srt.models.registry").ModelRegistry.get_supported_archs()
+mc = pm._stage(rc, True, sa, 0, 1)
+torch.set_default_dtype(mc.dtype)
+with torch.device("meta"):
+    model = _initialize_model(mc, LoadConfig())
+for n in sys.argv[3:]:
+    try:
+        model.load_weights(iter([(n, torch.empty((1,), device="meta"))]))
+        print("LOADS", n)
+    except KeyError as e:
+        print("KEYERROR", n, pm._sglang_frame(e))
+"""
+
+
+@pytest.mark.sglang
+def test_the_installed_falcon_h1_class_raises_on_exactly_these_names(sglang_engine, tmp_path):
+    """Falcon-H1 built on the meta device from the installed release's own code (0.5.22+, as
+    scripts/pp_meta_build.py builds it), each name streamed through its own load_weights: the names the
+    checker refuses raise KeyError at the line it names, the names it lets through load."""
+    import subprocess
+    import sys
+
+    from checker.core.config_rules import where
+
+    release = sglang_engine.version
+    if MODELLED_RELEASES.index(release) < MODELLED_RELEASES.index("0.5.22"):
+        pytest.skip("scripts/pp_meta_build.py builds classes of 0.5.22+ only")
+    d = tmp_path / "falcon"
+    d.mkdir()
+    (d / "config.json").write_text(FALCON.read_text())
+    (tmp_path / "probe.py").write_text(_PROBE)
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "probe.py"), scripts, str(d), *UNKNOWN, *SKIPPED_BY_LOAD],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    said: dict[str, tuple[str, ...]] = {}
+    for line in proc.stdout.splitlines():
+        status, *rest = line.split()
+        if status in ("LOADS", "KEYERROR") and rest:
+            said[rest[0]] = (status, *rest[1:])
+    at = where("falcon_h1.load_unknown", release)
+    shown = (proc.stdout[-1500:], proc.stderr[-1500:])
+    for name in UNKNOWN:
+        assert said.get(name) == ("KEYERROR", at), (name, said.get(name), shown)
+    for name in SKIPPED_BY_LOAD:
+        assert said.get(name) == ("LOADS",), (name, said.get(name), shown)
