@@ -27,7 +27,17 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
 from checker.core.errors import printable
-from checker.postflight.formats import ANCHORS, KINDS, PREFIX_TOKENS, best_scan, line_formats, looked_for
+from checker.postflight.formats import (
+    ANCHORS,
+    KINDS,
+    PREFIX_TOKENS,
+    OlderForm,
+    best_scan,
+    line_formats,
+    looked_for,
+    older_form,
+)
+from checker.postflight.log_formats import RELEASES
 
 CHUNK_BYTES = 8 << 20
 MAX_LINE_BYTES = 1 << 20
@@ -127,6 +137,10 @@ class LogStats:
     cut_example: str = ""
     skipped_runs: int = 0
     """Runs longer than MAX_LINE_BYTES without a line break (binary noise)."""
+    older: int = 0
+    """Lines in a form only a release older than any modelled writes (formats.OLDER_MESSAGES)."""
+    older_example: str = ""
+    older_form: OlderForm | None = None
     compressed: bool = False
     ms: bool = False
     """Timestamps with milliseconds (SGLANG_LOG_MS)."""
@@ -277,6 +291,13 @@ def _one(reading: LogReading, stats: LogStats, before: str, message: str, line: 
     if key is None:
         return
     scan, releases = best_scan(kind, message)
+    if scan is None or not scan.complete:
+        older = older_form(kind, message)
+        if older is not None:  # not a cut line of a modelled release: a whole line of an older one
+            stats.older += 1
+            stats.older_form = stats.older_form or older
+            stats.older_example = stats.older_example or _example(path, line, message)
+            return
     if scan is None:
         return
     stats.read += 1
@@ -327,11 +348,31 @@ class UnknownLogFormat(LogReadError):
     """No line the checker reads was found: one line naming what it looked for."""
 
 
+class OlderRelease(UnknownLogFormat):
+    """A line only a release older than any modelled writes: one line naming the form and the release."""
+
+
+def looked_for_releases() -> str:
+    """The releases whose lines the post-flight reads: ``0.5.2-0.5.23``."""
+    return f"SGLang {RELEASES[0]}-{RELEASES[-1]}"
+
+
 def findings(reading: LogReading) -> tuple[list[str], list[str]]:
     """(errors, warnings) about the logs themselves. Raises :class:`UnknownLogFormat` when no rank's line
     was read at all: a log in another format (a custom logging config), or not the server's log."""
 
     logs = ", ".join(s.shown for s in reading.logs) or "no log"
+    older = [s for s in reading.logs if s.older]
+    if older:
+        s = older[0]
+        f = s.older_form
+        assert f is not None  # set with the count
+        raise OlderRelease(
+            f"{s.shown}: {sum(x.older for x in older)} line(s) in the form SGLang {f.release} writes "
+            f"(sglang/srt/{f.where} of {f.release}; first: {s.older_example}): the server is older than any "
+            f"modelled release, and the post-flight reads the lines of {looked_for_releases()}; hold a log "
+            "of a modelled release (upgrade the server)"
+        )
     if not reading.sightings:
         unknown = [s for s in reading.logs if s.unknown_format]
         wanted = looked_for()
