@@ -233,7 +233,9 @@ def _cases(tmp: str) -> dict[str, Case]:
     cases["budget"] = Case("budget_gib", Node(), Node(argv=(*KIMI, "--budget-gib", "9", "--pp-size", "4")))
     device = (*KIMI, "--pp-size", "4", "--budget-from-device", "--device-free-gib", "10")
     cases["budget source"] = Case(
-        "budget_source", Node(argv=device), Node(argv=(*device, "--mem-fraction-static", "0.8"))
+        "budget_source",
+        Node(argv=(*device, "--mem-fraction-static", "0.9")),
+        Node(argv=(*device, "--mem-fraction-static", "0.8")),
     )
     cases["model file"] = Case(
         "model",

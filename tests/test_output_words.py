@@ -23,7 +23,8 @@ from checker.outputs.report import one_line, to_json, to_junit, to_markdown, to_
 from checker.preflight.verdict import decide
 
 PARTITION = "SGLANG_PP_LAYER_PARTITION"
-DEVICE = (*KIMI, "--pp-size", "4", "--budget-from-device", "--device-free-gib", "10")
+FRACTION = ("--mem-fraction-static", "0.9")
+DEVICE = (*KIMI, "--pp-size", "4", "--budget-from-device", *FRACTION, "--device-free-gib", "10")
 
 EXTRA: dict[str, Case] = {
     "pp x tp is not the world": Case("", Node(argv=(*KIMI, "--budget-gib", "8", "--pp-size", "3")), Node()),

@@ -12,6 +12,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from checker.core.errors import printable
+
 
 @dataclass(frozen=True, kw_only=True)
 class RankEnv:
@@ -61,7 +63,9 @@ class RankEnv:
             local_rank=num("LOCAL_RANK", 0),
             local_world_size=num("LOCAL_WORLD_SIZE", 1),
             node_rank=num("GROUP_RANK", 0),
-            host=env.get("CHECKER_HOSTNAME") or socket.gethostname(),
+            # Shown in every rank's lines and sent to rank 0: escaped (a terminal escape in a name
+            # must not act on the CI log).
+            host=printable(env.get("CHECKER_HOSTNAME") or socket.gethostname()),
             master_addr=env.get("MASTER_ADDR"),
             master_port=int(port) if port and port.isdigit() else None,
             use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",

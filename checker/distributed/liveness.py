@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from checker.bounded import call_bounded
+from checker.core.errors import printable
 from checker.core.ranks import rank_ranges
 
 HEARTBEAT_S = 0.25
@@ -268,7 +269,9 @@ def hosts(store: Store | None, ranks: Collection[int]) -> dict[int, str]:
         # A rank not joined is placed by its node-mates' ranges: every joined rank's host and node.
         asked = joined if unknown else known
         values = store.multi_get([f"host/{r}" for r in asked]) if asked else []
-        host = {r: v.decode(errors="replace") for r, v in zip(asked, values, strict=True)}
+        # Each rank wrote its own host (escaped where it read it); escaped again here, as what any peer
+        # wrote to the store reaches this rank's output.
+        host = {r: printable(v.decode(errors="replace")) for r, v in zip(asked, values, strict=True)}
         out = {r: host[r] for r in known if host.get(r)}
         nodes = [f"node/{r}" for r in asked]
         if unknown and asked and store.check(nodes):  # a rank of an older checker wrote no node key

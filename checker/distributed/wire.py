@@ -23,6 +23,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checker.core.errors import printable
 from checker.core.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
@@ -146,7 +147,8 @@ def decode_row(ints: Sequence[int]) -> RankRow:
     pos = 3
     values = dict(zip(INT_FIELDS, ints[pos : pos + len(INT_FIELDS)], strict=True))
     pos += len(INT_FIELDS)
-    host = unpack_text(ints[pos : pos + _HOST_INTS])
+    # A peer's host name lands in rank 0's table, report and CI log: escaped as every echoed name is.
+    host = printable(unpack_text(ints[pos : pos + _HOST_INTS]))
     pos += _HOST_INTS
     error = unpack_text(ints[pos : pos + _ERROR_INTS])
     pos += _ERROR_INTS

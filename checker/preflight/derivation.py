@@ -152,7 +152,7 @@ def device_budget(
         release,
         free_before_gib=before,
         weights_gib=max(before - after, 0.0),
-        mem_fraction_static=b.mem_fraction_static,
+        mem_fraction_static=b.fraction,
     )
     agreement = "MIN over ranks" if b.agree else "this rank's own, not agreed"
     # Where the weights came from is each rank's own field (weights_source): the formula is an input,
