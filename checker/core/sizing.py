@@ -28,7 +28,9 @@ from typing import TypeVar
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
-from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, release_model
+from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, parse_version, release_model
+from checker.core.replay import FIRST_FLAG as FIRST_REPLAY_FLAG
+from checker.core.replay import RingCharge, ring_charge, ring_rule
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
 from checker.core.server_args import STRATEGIES as STRATEGIES
 from checker.core.server_args import SizingFlags
@@ -143,6 +145,7 @@ class CapacityInputs(SizingFlags):
             attention_dp=self.dp_size > 1,
         )
         self._refuse_family(rules, sg)
+        self._refuse_replay(sg)
         if rules.radix_rule in ("forced-off", "fixed-ratio") and self.mamba_radix_cache_strategy != "auto":
             raise FlagError(
                 f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy}: {sg} has no mamba cache "
@@ -178,6 +181,48 @@ class CapacityInputs(SizingFlags):
                 f"{self.geometry.name}: {sg} sizes a mamba state pool only for model_type "
                 f"{', '.join(rules.pool_families)}, not {fam}; use a later release"
             )
+
+    def _refuse_replay(self, sg: str) -> None:
+        """The ReplaySSM ring's flags where the release has none, or a model whose kind (GDN, KDA,
+        Mamba2) the sizing cannot tell (checker.core.replay)."""
+        version = parse_version(self.release.version)
+        if self.enable_linear_replayssm_spec and version < parse_version(FIRST_REPLAY_FLAG):
+            raise FlagError(
+                f"--enable-linear-replayssm-spec: {sg} has no ReplaySSM spec-verify ring (the flag arrived "
+                f"in {FIRST_REPLAY_FLAG} as --enable-gdn-replayssm-spec); drop it, or derive for "
+                f"{FIRST_REPLAY_FLAG} or "
+                "later"
+            )
+        if self.linear_replayssm_cache_len is not None and version < parse_version("0.5.15"):
+            raise FlagError(
+                f"--linear-replayssm-cache-len: {sg} has no ReplaySSM ring (the flag arrived in 0.5.15); "
+                "drop it"
+            )
+        if (
+            self.enable_linear_replayssm_spec
+            and self.geometry.family is None
+            and ring_rule(self.release.version) != "uncharged"
+        ):
+            raise FlagError(
+                f"--enable-linear-replayssm-spec with {self.geometry.name}: {sg} charges the ring by the "
+                "model's kind (GDN per request, KDA per slot, Mamba2 none), and the model spec names no "
+                'model_type; add "model_type" (e.g. "qwen3_5") to the spec or pass the HF config'
+            )
+
+    def ring(self, scale: float) -> RingCharge:
+        """The ReplaySSM ring this release's sizing charges a stage of share ``scale``
+        (:mod:`checker.core.replay`)."""
+        user = self.max_running_requests
+        return ring_charge(
+            self.geometry,
+            self.release.version,
+            enabled=self.enable_linear_replayssm_spec,
+            cache_len=self.linear_replayssm_cache_len,
+            draft_tokens=self.speculative_num_draft_tokens,
+            requests_per_worker=None if user is None else user // self.dp_size,
+            scale=scale,
+            floor_requests=self.release.rules.floor_requests,
+        )
 
     @property
     def radix_cache_disabled(self) -> bool:
@@ -433,6 +478,11 @@ class StagePlan:
     """What this stage really allocates per slot: its own linear layers only."""
     padding_slot_charged: bool
     """Whether the release charges the pool's padding slot (0.5.17+): K + 1 slots instead of K."""
+    replayssm_fixed_bytes: int = 0
+    """The ReplaySSM ring charged once per running request (GDN, 0.5.20+): off the mamba budget before K
+    is solved, and with the state. A ring charged per slot is in ``extra_per_slot_bytes``."""
+    replayssm_active: bool = False
+    """The release's sizing sees the ReplaySSM ring: it reserves no speculative intermediate state."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -454,7 +504,8 @@ class StageCapacity(StagePlan):
 
     @property
     def state_charged_bytes(self) -> int:
-        return self.charged_slots * (self.stage_per_req_bytes + self.extra_per_slot_bytes)
+        slots = self.charged_slots * (self.stage_per_req_bytes + self.extra_per_slot_bytes)
+        return slots + self.replayssm_fixed_bytes
 
     @property
     def state_allocated_bytes(self) -> int:
@@ -488,6 +539,7 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
     scale = policy_scale(
         inputs.resolved_policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
     )
+    ring = inputs.ring(scale)
     return StagePlan(
         pp_rank=pp_rank,
         start_layer=start,
@@ -498,10 +550,13 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
         scale=scale,
         per_req_bytes=g.per_req_bytes,
         stage_per_req_bytes=int(g.per_req_bytes * scale),
-        extra_per_slot_bytes=int(g.extra_per_slot_bytes * scale),
+        # 0.5.22+: ``extra_per_slot = replayssm_ring_per_slot + int(extra_mamba_cache_bytes_per_req * scale)``
+        extra_per_slot_bytes=ring.per_slot_bytes + int(g.extra_per_slot_bytes * scale),
         slots_per_request=inputs.slots_per_request(),
         own_state_bytes_per_slot=counts[pp_rank] * g.bytes_per_layer,
         padding_slot_charged=inputs.release.rules.padding_slot,
+        replayssm_fixed_bytes=ring.fixed_bytes,
+        replayssm_active=ring.active,
     )
 
 
@@ -570,7 +625,10 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
     ratio = plan.slots_per_request
     spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
     per_slot = spr + extra
-    D = inputs.speculative_num_draft_tokens or 0
+    fixed = plan.replayssm_fixed_bytes
+    # ``reserves_spec_state = has_spec_dec and not replayssm_active``: under the ReplaySSM ring the
+    # speculative intermediate state is not reserved (checker.core.replay).
+    D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
     user = requests_per_worker(inputs)  # refuses 0 per worker before 0.5.23
     pool_rule = rules.pool_rule
     no_radix = inputs.radix_cache_disabled
@@ -628,7 +686,8 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
         elif joint:
             K = int(B // (spr * (1 + D / ratio)))  # 0.5.13-0.5.16: no padding slot, no extra state
         elif pad:
-            K = int((B - per_slot) // per_slot)  # one padding slot: the pool allocates K + 1
+            # One padding slot (the pool allocates K + 1); the GDN ring charged once comes off first.
+            K = int((B - fixed - per_slot) // per_slot)
         else:
             K = int(B // spr)
         reserved = (min(user, K // ratio) + pad) if joint and user is not None else 0
@@ -653,7 +712,7 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
         # SGLang takes the spec reservation off first, then the state: total_rest_memory -
         # intermediate / 2**30, then - (K + pad) * per_slot / 2**30.
         left = rest - intermediate / GIB if D else rest
-        kv_budget_gib = left - (K + pad) * per_slot / GIB
+        kv_budget_gib = left - ((K + pad) * per_slot + fixed) / GIB
     else:
         # 0.5.7-0.5.12.post1: the reservation already came off ``rest`` above.
         if rules.spec_reserve == "up-front":
