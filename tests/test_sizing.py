@@ -13,6 +13,7 @@ where SGLang starts (or the reverse).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -854,14 +855,21 @@ def test_any_pipeline_split_is_refused_where_sglang_refuses_it(pp: int) -> None:
     spec = dict(speculative_num_draft_tokens=2, max_running_requests=8)
     with pytest.raises(FlagError) as refused:
         make(pp_size=pp, sglang_version="0.5.20", **spec)
-    assert str(refused.value) == (
-        f"speculative decoding with --pp-size {pp}: SGLang 0.5.20 refuses it at start-up (sglang/srt/"
-        'arg_groups/validation_hook.py check_server_args: "Pipeline parallelism is not compatible with '
-        'overlap schedule, speculative decoding"); drop speculative decoding, use --pp-size 1, or SGLang '
-        "0.5.21 or later (EAGLE)"
-    )
+    assert re.fullmatch(
+        re.escape(
+            f"speculative decoding with --pp-size {pp}: SGLang 0.5.20 refuses it at start-up (sglang/srt/"
+        )
+        + r"arg_groups/validation_hook\.py:\d+ check_server_args"
+        + re.escape(
+            ': "Pipeline parallelism is not compatible with overlap schedule, speculative decoding"); drop '
+            "speculative decoding, use --pp-size 1, or SGLang 0.5.21 or later (EAGLE)"
+        ),
+        str(refused.value),
+    ), str(refused.value)
     make(pp_size=pp, sglang_version="0.5.21", **spec)  # SGLANG_ENABLE_PP_SPEC=1 (make's nodes export it)
-    starts = f"^speculative decoding with --pp-size {pp}: SGLang 0.5.21 starts it "
+    starts = (
+        f"^speculative decoding with --pp-size {pp} and SGLANG_ENABLE_PP_SPEC unset: SGLang 0.5.21 refuses "
+    )
     with pytest.raises(FlagError, match=starts):
         make(pp_size=pp, sglang_version="0.5.21", pp_spec_env=False, **spec)
 

@@ -20,7 +20,10 @@ from checker.core.environ import PP_SPEC_ENV
 from checker.core.errors import FlagError, printable
 from checker.core.releases import installed_sglang_version
 from checker.core.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
-from checker.core.startup import resolve_speculative, zero_micro_batch_refused
+from checker.core.startup import refuse, resolve_speculative, zero_micro_batch_refused
+
+MICRO_BATCH_POSITIVE = "pp-max-micro-batch-size-must-be-a-positive-1079cf"
+"""0.5.11+ ``check_server_args``: ``pp_max_micro_batch_size is None or >= 1`` (checker.core.arg_checks)."""
 
 if TYPE_CHECKING:  # the flag tables load only when a launch command is parsed
     from checker.core.launch_checks import LaunchFacts
@@ -441,10 +444,12 @@ def _checked_values(cmd: LaunchCommand) -> dict[str, object]:
             and row.sglang in cmd.sglang_explicit
             and _zero_micro_batch_refused(cmd.release)
         ):
-            raise FlagError(
-                f"launch command --pp-max-micro-batch-size 0: SGLang {cmd.release} refuses it at start-up "
-                '(check_server_args: "pp_max_micro_batch_size must be a positive integer or None"); leave '
-                "it out for max_running_requests // pp_size, or give a positive cap"
+            refuse(
+                MICRO_BATCH_POSITIVE,
+                cmd.release,
+                gave="launch command --pp-max-micro-batch-size 0",
+                way_out="leave it out for max_running_requests // pp_size, or give a positive cap",
+                pp_max_micro_batch_size=0,
             )
         if typed is not None and row.sglang in cmd.sglang_explicit:
             row.launch_value(typed)
