@@ -34,7 +34,7 @@ from checker.core.replay import RingCharge, ring_charge, ring_rule
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
 from checker.core.server_args import STRATEGIES as STRATEGIES
 from checker.core.server_args import SizingFlags
-from checker.core.startup import check_pp_spec
+from checker.core.startup import check_pp_spec, refuse
 
 _T = TypeVar("_T")
 GIB = 2**30
@@ -51,6 +51,10 @@ _TRUE = ("true", "1", "yes", "y")
 # it: the extra-buffer startup asserts (arg_groups/mamba_hook.py validate_mamba_extra_buffer) are checked
 # against this default.
 MAMBA_TRACK_INTERVAL = 256
+FLA_CHUNK_SIZE = 64
+"""The FLA kernels' chunk (0.5.7 ``layers/attention/fla/chunk_delta_h.py`` ``CHUNK_SIZE``)."""
+GDN_PAGE_DIVIDES_CHUNK = "page-size-for-hybrid-gdn-model-must-be-4dc4ef"
+"""0.5.7's check of a Qwen3-Next page size under the extra buffer (checker.core.arg_checks)."""
 
 
 _FIRST_PP_HYBRID = next(g.group.split("-")[0] for g in GROUPS if g.pp_hybrid)
@@ -445,6 +449,21 @@ class CapacityInputs(SizingFlags):
                 f"(SGLang's default): {sg} refuses it with {named} at startup (asserts "
                 "mamba_track_interval % page_size == 0); use a page size that divides "
                 f"{MAMBA_TRACK_INTERVAL} (1, 2, 4, ..., {MAMBA_TRACK_INTERVAL})"
+            )
+        if (
+            self.release.rules.radix_rule == "scheduler-v1"
+            and self.geometry.family == "qwen3_next"
+            and FLA_CHUNK_SIZE % self.page_size
+        ):
+            # 0.5.7 server_args.py _handle_model_specific_adjustments, Qwen3-Next with an extra buffer:
+            # ``assert FLA_CHUNK_SIZE % page_size == 0`` (later releases only ask the two to nest).
+            refuse(
+                GDN_PAGE_DIVIDES_CHUNK,
+                self.release.version,
+                gave=f"--page-size {self.page_size} with {named} on a Qwen3-Next model",
+                way_out=f"use a page size that divides {FLA_CHUNK_SIZE} (1, 2, 4, ..., {FLA_CHUNK_SIZE})",
+                FLA_CHUNK_SIZE=FLA_CHUNK_SIZE,
+                page_size=self.page_size,
             )
 
     def describe(self) -> dict[str, object]:
