@@ -174,7 +174,7 @@ def check_launch(f: LaunchFacts) -> None:
             release,
             gave=f"--tp-size {f.tp_size} --pp-size {f.pp_size} --nnodes {f.nnodes}",
             way_out=f"make --tp-size x --pp-size ({f.tp_size * f.pp_size} GPUs) a multiple of --nnodes "
-            f"{f.nnodes}, or run on {f.tp_size * f.pp_size} node(s) that divide it",
+            f"{f.nnodes}, or use --nnodes {_divisors(f.tp_size * f.pp_size)}",
         )
     if f.pp_size > 1:
         check_pp_spec(
@@ -332,6 +332,12 @@ def _check_rings(f: LaunchFacts) -> None:
                 ring_len=length,
                 max_drafts=drafts,
             )
+
+
+def _divisors(n: int) -> str:
+    """``1, 2 or 4``: the node counts that divide ``n`` GPUs (the first few)."""
+    found = [d for d in range(1, min(n, 4096) + 1) if n % d == 0][:6]
+    return ", ".join(map(str, found[:-1])) + f" or {found[-1]}" if len(found) > 1 else str(found[0])
 
 
 def _next_power_of_two(n: int) -> int:
