@@ -95,6 +95,11 @@ def test_the_counts_the_docs_give_are_the_tables() -> None:
     assert f"{len(CHECKS)} checks over the {len(MODELLED_RELEASES)} releases" in text
     assert f"`checker/core/check_policy.py`: {modelled}\nmodelled" in text
     assert f"{len(SIZING_READS)} of them over the releases" in text
+    releases = (REPO / "docs" / "sglang-releases.md").read_text()
+    assert (
+        f"({len(CHECKS)} checks, {len(SIZING_READS)} sizing reads over the {len(MODELLED_RELEASES)} releases"
+        in releases
+    )
 
 
 def test_the_docs_list_every_check_not_modelled() -> None:
@@ -490,7 +495,7 @@ def test_each_launch_check_refuses_on_the_releases_that_have_it(check, bad, good
     assert quoted_somewhere, check
 
 
-# -- the sizing reads: never parsed and ignored ---------------------------------------------------------------
+# -- the sizing reads: never parsed and ignored --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -343,12 +343,12 @@ def launch_facts(cmd: LaunchCommand, args: argparse.Namespace, env: Mapping[str,
     switch = bool
     return LaunchFacts(
         release=cmd.release,
-        pp_size=int(pp),
-        tp_size=int(sv.get("tp_size") or 1),
-        dp_size=int(sv.get("dp_size") or 1),
-        nnodes=int(_given(cmd, "nnodes", int, 1) or 1),  # type: ignore[call-overload]
+        pp_size=_int_or(pp, 1),
+        tp_size=_int_or(sv.get("tp_size"), 1),
+        dp_size=_int_or(sv.get("dp_size"), 1),
+        nnodes=_int_or(_given(cmd, "nnodes", int, 1), 1),
         enable_dp_attention=bool(sv.get("enable_dp_attention")),
-        attn_dp_size=int(sv.get("attn_dp_size") or 1),
+        attn_dp_size=_int_or(sv.get("attn_dp_size"), 1),
         speculative_algorithm=algorithm,
         speculative=bool(algorithm) or bool(draft),
         draft_tokens=resolved,
@@ -414,6 +414,11 @@ def _is_default(value: object, default: str | None) -> bool:
         except (TypeError, ValueError):
             return False
     return bool(value == expected) and type(value) is type(expected)
+
+
+def _int_or(value: object, default: int) -> int:
+    """An int the parser typed (never a bool), else ``default`` (unset)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _optional_int(value: object) -> int | None:
