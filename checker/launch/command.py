@@ -547,7 +547,8 @@ def _raw(ns: dict[str, Any], given: set[str]) -> tuple[dict[str, Any], set[str]]
         if dest in given:
             explicit.add(name)
     for dest, kind in _TYPED_LATER.items():
-        if ns.get(dest) is None:
+        # Given only: the table keeps no default for them, and the release's own is what the core models.
+        if ns.get(dest) is None or dest not in given:
             continue
         value = ns[dest]
         if isinstance(value, str):  # the table stores the flag's spelling only: typed here, as SGLang does
