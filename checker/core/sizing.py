@@ -28,7 +28,14 @@ from typing import TypeVar
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.partition import stage_bounds, stage_partition
-from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, parse_version, release_model
+from checker.core.releases import (
+    GROUPS,
+    MODELLED_RELEASES,
+    ReleaseModel,
+    ReleaseRules,
+    parse_version,
+    release_model,
+)
 from checker.core.replay import FIRST_FLAG as FIRST_REPLAY_FLAG
 from checker.core.replay import RingCharge, ring_charge, ring_rule
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
@@ -55,6 +62,34 @@ FLA_CHUNK_SIZE = 64
 """The FLA kernels' chunk (0.5.7 ``layers/attention/fla/chunk_delta_h.py`` ``CHUNK_SIZE``)."""
 GDN_PAGE_DIVIDES_CHUNK = "page-size-for-hybrid-gdn-model-must-be-4dc4ef"
 """0.5.7's check of a Qwen3-Next page size under the extra buffer (checker.core.arg_checks)."""
+# The mamba cache strategy's checks, each release's spelling of it (ids of checker.core.arg_checks; the
+# refusal names the first one the release has, with its file:line).
+NO_EXTRA_BUFFER_FOR_ARCH = (
+    "mamba-extra-buffer-is-not-supported-for-0a9c36",  # 0.5.7-0.5.13.post1
+    "extra-buffer-is-not-supported-for-model-arch-ab505b",  # 0.5.14-0.5.20
+    "extra-buffer-is-not-supported-for-hf-config-4b2eea",  # 0.5.21+
+)
+EXTRA_BUFFER_WITHOUT_RADIX = (
+    "mamba-extra-buffer-is-not-compatible-with-ee9f0d",  # 0.5.10-0.5.12.post1
+    "mamba-extra-buffer-is-not-compatible-with-0a7d6b",  # 0.5.13-0.5.13.post1
+)
+SPEC_WITH_NO_BUFFER_RADIX = ("speculative-decoding-for-model-arch-is-not-e0000f",)  # 0.5.10-0.5.13.post1
+NO_BUFFER_PAGE = ("no-buffer-only-supports-page-size-1-5689ff",)  # 0.5.14+
+NO_BUFFER_OVERLAP = ("no-buffer-do-not-support-overlap-schedule-f4c8d0",)  # 0.5.14+
+LAZY_WITH_SPEC = (
+    "extra-buffer-lazy-is-not-yet-supported-with-093a15",  # 0.5.13-0.5.13.post1
+    "extra-buffer-lazy-unsupported-with-spec-6f8fab",  # 0.5.14-0.5.16
+)
+TRACK_INTERVAL_DRAFTS = (
+    "mamba-track-interval-mamba-track-interval-88b463",  # 0.5.7-0.5.13.post1
+    "assert-not-disable-radix-cache-and-enable-f6ab94",  # 0.5.14
+    "assert-not-not-uses-mamba-radix-cache-and-d9c777",  # 0.5.15+
+)
+TRACK_INTERVAL_PAGE = (
+    "mamba-track-interval-mamba-track-interval-13969a",  # 0.5.7-0.5.13.post1
+    "assert-not-disable-radix-cache-and-enable-6c68e6",  # 0.5.14
+    "assert-not-not-uses-mamba-radix-cache-and-c44867",  # 0.5.15+
+)
 
 
 _FIRST_PP_HYBRID = next(g.group.split("-")[0] for g in GROUPS if g.pp_hybrid)
@@ -228,6 +263,17 @@ class CapacityInputs(SizingFlags):
             floor_requests=self.release.rules.floor_requests,
         )
 
+    def _at(self, checks: tuple[str, ...]) -> str:
+        """``sglang/srt/<file>:<line> <function>: `` of the first of ``checks`` the release has (its own
+        check, for the refusal's line), or "" where it has none of them."""
+        if self.release.version not in MODELLED_RELEASES:
+            return ""
+        # start-up: the table of every release's checks loads only for a refusal
+        from checker.core.arg_quote import SRT, check_site
+
+        site = next((s for c in checks if (s := check_site(c, self.release.version))), None)
+        return f"{SRT}{site}: " if site else ""
+
     @property
     def radix_cache_disabled(self) -> bool:
         """--disable-radix-cache, or the release forcing it off for this model family (0.5.2-0.5.3.post1:
@@ -296,7 +342,8 @@ class CapacityInputs(SizingFlags):
             raise FlagError(
                 f"--mamba-radix-cache-strategy {strategy} for a {self.geometry.family} model: "
                 f"{self.release.label} has no extra buffer for that architecture and refuses it at startup "
-                '("extra_buffer is not supported for ..."); use no_buffer'
+                f'({self._at(NO_EXTRA_BUFFER_FOR_ARCH)}"extra_buffer is not supported for ..."); use '
+                "no_buffer"
             )
 
     @property
@@ -324,8 +371,8 @@ class CapacityInputs(SizingFlags):
         ):
             raise FlagError(
                 f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy} with --disable-radix-cache: "
-                f'{self.release.label} refuses it at startup ("mamba extra_buffer is not compatible with '
-                '--disable-radix-cache"); use no_buffer'
+                f"{self.release.label} refuses it at startup ({self._at(EXTRA_BUFFER_WITHOUT_RADIX)}"
+                '"mamba extra_buffer is not compatible with --disable-radix-cache"); use no_buffer'
             )
         if self.radix_cache_disabled:
             return 1  # 0.5.2-0.5.3.post1: ModelRunner.__init__ disables the radix cache for hybrid GDN
@@ -385,8 +432,9 @@ class CapacityInputs(SizingFlags):
             if late and self.speculative_num_draft_tokens:
                 raise FlagError(
                     f"--speculative-num-draft-tokens with the no_buffer strategy and the radix cache on: "
-                    f'{sg} refuses it at startup ("Speculative decoding ... is not compatible with radix '
-                    'cache when using --mamba-scheduler-strategy no_buffer"); use extra_buffer or '
+                    f"{sg} refuses it at startup ({self._at(SPEC_WITH_NO_BUFFER_RADIX)}"
+                    '"Speculative decoding ... is not compatible with radix cache when using '
+                    '--mamba-scheduler-strategy no_buffer"); use extra_buffer or '
                     "--disable-radix-cache"
                 )
             return
@@ -416,14 +464,16 @@ class CapacityInputs(SizingFlags):
                 )
                 raise FlagError(
                     f"--mamba-radix-cache-strategy {named} needs --page-size 1, got {self.page_size}: "
-                    f'{sg} refuses it at startup ("no_buffer only supports page_size=1"); use '
+                    f'{sg} refuses it at startup ({self._at(NO_BUFFER_PAGE)}"no_buffer only supports '
+                    'page_size=1"); use '
                     "--page-size 1, or extra_buffer for a paged KV cache"
                 )
             if not self.disable_overlap_schedule and s != "auto":  # auto -> no_buffer turns it off itself
                 raise FlagError(
                     f"--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: {sg} "
-                    'refuses no_buffer with the overlap schedule on ("no_buffer do not support '
-                    'overlap schedule"), even under pp > 1 where it turns overlap off later; add '
+                    f"refuses no_buffer with the overlap schedule on ({self._at(NO_BUFFER_OVERLAP)}"
+                    '"no_buffer do not support overlap schedule"), even under pp > 1 where it turns overlap '
+                    "off later; add "
                     "--disable-overlap-schedule"
                 )
             return
@@ -434,20 +484,24 @@ class CapacityInputs(SizingFlags):
             # server_args.py _validate_mamba_extra_buffer up to 0.5.16, checked before the interval.
             raise FlagError(
                 f"--speculative-num-draft-tokens {d} with {named}: {sg} refuses it at startup "
-                '("extra_buffer_lazy unsupported with spec."); use extra_buffer, or SGLang 0.5.17 or later'
+                f'({self._at(LAZY_WITH_SPEC)}"extra_buffer_lazy unsupported with spec."); use extra_buffer, '
+                "or "
+                "SGLang 0.5.17 or later"
             )
         if d is not None and d > MAMBA_TRACK_INTERVAL:
             raise FlagError(
                 f"--speculative-num-draft-tokens {d} is above mamba_track_interval {MAMBA_TRACK_INTERVAL} "
-                f"(SGLang's default): {sg} refuses it with {named} at startup (asserts "
-                f"mamba_track_interval >= speculative_num_draft_tokens); use at most "
+                f"(SGLang's default): {sg} refuses it with {named} at startup "
+                f"({self._at(TRACK_INTERVAL_DRAFTS)}"
+                f"asserts mamba_track_interval >= speculative_num_draft_tokens); use at most "
                 f"{MAMBA_TRACK_INTERVAL} draft tokens"
             )
         if MAMBA_TRACK_INTERVAL % self.page_size:
             raise FlagError(
                 f"--page-size {self.page_size} does not divide mamba_track_interval {MAMBA_TRACK_INTERVAL} "
-                f"(SGLang's default): {sg} refuses it with {named} at startup (asserts "
-                "mamba_track_interval % page_size == 0); use a page size that divides "
+                f"(SGLang's default): {sg} refuses it with {named} at startup "
+                f"({self._at(TRACK_INTERVAL_PAGE)}"
+                "asserts mamba_track_interval % page_size == 0); use a page size that divides "
                 f"{MAMBA_TRACK_INTERVAL} (1, 2, 4, ..., {MAMBA_TRACK_INTERVAL})"
             )
         if (
