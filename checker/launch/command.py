@@ -17,7 +17,10 @@
   choices. The table was dumped from each release's own ``ServerArgs.add_cli_args``
   (``tests/fixtures/launch/dump_release_flags.py``); ``tests/test_launch_command.py`` checks it against
   the live parser of every release importable in the SGLang CPU environment. Flags sizing does not
-  read are accepted with their value (their value is not checked: the release might refuse a bad one).
+  read are accepted with their text, under SGLang's own dest (the first long option's), and kept in
+  ``LaunchCommand.given_values``: the release's start-up checks of them (``--nnodes``,
+  ``--enable-multi-layer-eagle``, ...: :mod:`checker.core.launch_checks`) and the refusal of a sizing
+  flag nothing models (:func:`checker.launch.merge.refuse_unmodelled`) read them there.
 
 Forms (from each release's wheel): ``python[3] -m sglang.launch_server ARGS`` (every release);
 ``sglang serve ARGS`` (the ``sglang`` console script, ``sglang/cli/main.py``, 0.5.5+; ``--model-type``
