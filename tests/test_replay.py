@@ -292,3 +292,20 @@ def test_the_builtin_ring_is_the_installed_releases_own(
         theirs = prepared.derive(k)
         assert {f: getattr(mine, f) for f in FIELDS} == {f: getattr(theirs, f) for f in FIELDS}, (version, k)
         assert mine.kv_budget_gib == pytest.approx(theirs.kv_budget_gib, rel=1e-12), (version, k)
+
+
+@pytest.mark.parametrize("config", [QWEN35, KIMI_LINEAR], ids=["gdn", "kda"])
+def test_materialize_allocates_the_ring_and_no_verify_scratch(config: str) -> None:
+    """--materialize under the ring: no intermediate_ssm / conv window (SGLang allocates none), the ring
+    per slot (KDA) or once (GDN), and the allocation equals the prediction."""
+    from checker.device.materialize import materialize_stage, pool_tensors
+
+    spec = dict(speculative_algorithm="EAGLE", speculative_num_draft_tokens=4, max_running_requests=8)
+    tp = 8 if config == QWEN35 else 4  # small per-rank states: the pool is allocated on this CPU
+    inputs = _inputs(config, tp_size=tp, budget_gib=3.0, enable_linear_replayssm_spec=True, **spec)
+    stage = derive_stage(inputs, 0)
+    names = [t.name for t in pool_tensors(inputs, stage)]
+    assert not any("intermediate" in n for n in names), names
+    assert any("ReplaySSM" in n for n in names) == (config == QWEN35), names
+    m = materialize_stage(inputs, stage, "cpu")
+    assert m.ok and m.allocated_bytes == m.predicted_bytes, m.error
