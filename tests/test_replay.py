@@ -179,7 +179,7 @@ def _edges(inputs: CapacityInputs, k: int) -> list[float]:
     return out
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=st.sampled_from([QWEN35, KIMI_LINEAR]),
     release=st.sampled_from(["0.5.17", "0.5.19", "0.5.20", "0.5.22", "0.5.23"]),
@@ -302,7 +302,7 @@ def test_materialize_allocates_the_ring_and_no_verify_scratch(config: str) -> No
 
     spec = dict(speculative_algorithm="EAGLE", speculative_num_draft_tokens=4, max_running_requests=8)
     tp = 8 if config == QWEN35 else 4  # small per-rank states: the pool is allocated on this CPU
-    inputs = _inputs(config, tp_size=tp, budget_gib=3.0, enable_linear_replayssm_spec=True, **spec)
+    inputs = _inputs(config, tp_size=tp, budget_gib=0.25, enable_linear_replayssm_spec=True, **spec)
     stage = derive_stage(inputs, 0)
     names = [t.name for t in pool_tensors(inputs, stage)]
     assert not any("intermediate" in n for n in names), names
