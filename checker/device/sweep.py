@@ -60,7 +60,9 @@ def derive_sweep(
     ratio = plan.slots_per_request
     spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
     per_slot = spr + extra
-    D = inputs.speculative_num_draft_tokens or 0
+    fixed = plan.replayssm_fixed_bytes  # the GDN ReplaySSM ring, charged once (checker.core.replay)
+    # No speculative intermediate state is reserved under the ReplaySSM ring, as in size_pool.
+    D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
     rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
     if rest.numel():
         # Budget-independent refusals (a stage the policy charges 0 bytes in the auto-fit branch, a
@@ -71,7 +73,7 @@ def derive_sweep(
         except BudgetError:
             pass
     user = requests_per_worker(inputs)  # the same per-release floor as the scalar core
-    if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT:
+    if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT or fixed >= _EXACT:
         raise BudgetError(
             f"stage {plan.pp_rank} charges {per_slot:,} bytes per slot, beyond what a sweep derives "
             "exactly (2**53); use the derive command for this geometry"
@@ -138,7 +140,8 @@ def derive_sweep(
         elif joint:
             K_f = torch.div(B, spr * (1 + D / ratio), rounding_mode="floor")
         elif pad:
-            K_f = torch.div(B - float(per_slot), float(per_slot), rounding_mode="floor")
+            # (B - fixed) - per_slot: each int converted to the nearest double, as Python does.
+            K_f = torch.div(B - float(fixed) - float(per_slot), float(per_slot), rounding_mode="floor")
         else:
             K_f = torch.div(B, float(spr), rounding_mode="floor")
         if bool((K_f >= _EXACT).any()):
@@ -159,7 +162,8 @@ def derive_sweep(
         if joint:
             res = torch.as_tensor(reserved, dtype=torch.float64, device=rest.device)
             left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
-        kv_gib = left - (K + pad).to(torch.float64) * float(per_slot) / GIB
+        # ((K + pad) * per_slot + fixed) / 2**30: the int sum is exact below 2**53, then rounded once.
+        kv_gib = left - ((K + pad).to(torch.float64) * float(per_slot) + float(fixed)) / GIB
 
     # max_running_requests as KVCacheConfigurator.resolve_max_num_reqs derives it: the shared cap, then
     # K // ratio.

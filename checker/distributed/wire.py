@@ -28,7 +28,7 @@ from checker.core.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """3: the row defined once in checker.core.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
@@ -42,7 +42,9 @@ never a release parser's default (a rank of 6 would name a default nobody typed)
 operator's NODE_RANK (``operator_node_rank``) beside torchrun's GROUP_RANK; 9: two more int slots, each
 rank's weights figure and its source (``weights_bytes``, ``weights_source``); 10: three inputs more, each
 a slot of its own (the speculative algorithm, steps and top-k): the release resolves the speculative
-setup from them, and the start-up refusals under PP read them."""
+setup from them, and the start-up refusals under PP read them; 11: two inputs more, the ReplaySSM
+spec-verify ring's switch and length (``enable_linear_replayssm_spec``, ``linear_replayssm_cache_len``),
+which the state-pool sizing charges (checker.core.replay)."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384
