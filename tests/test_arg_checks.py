@@ -203,7 +203,8 @@ def test_the_quoted_place_holds_the_releases_words() -> None:
             joined = re.sub(r'"\s+f?"', "", window)  # implicit string concatenation, as Python joins it
             assert words in joined, (name, v, site)
             checked += 1
-    assert checked > 100
+    # Every release has modelled checks (the PP refusal at least): none read means the sites were lost.
+    assert checked >= len(found), (checked, found)
 
 
 # -- the launches -----------------------------------------------------------------------------------
