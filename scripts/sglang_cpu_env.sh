@@ -8,6 +8,9 @@
 #   SGLANG_ENV_ONLY=1 scripts/sglang_cpu_env.sh         # build only; prints how to use each release
 #   SGLANG_JOBS=1 scripts/sglang_cpu_env.sh             # releases tested at once (default: the CPU count, at most 2)
 #
+# Exit codes: 0 every release's tests passed (or, with SGLANG_ENV_ONLY, imported); 1 a release failed;
+# 2 bad usage; 3 an environment could not be built (pip failed; nothing was tested).
+#
 # The releases, their pins and their import paths come from scripts/sglang_envs.py, which derives them
 # from the one release table (checker/core/releases.py MODELLED_RELEASES).
 #
@@ -66,13 +69,18 @@ SHARED_NO_DEPS=(
 SHARED_WITH_DEPS=(numpy orjson requests packaging pillow pyyaml regex filelock fsspec pydantic click jinja2
                   sympy pytest pytest-xdist hypothesis)
 
-pip_q() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
+# Exit 3 when an environment cannot be built (pip failed: the index unreachable, a release not
+# published), so CI can tell that from a test that failed (exit 1).
+cannot_build() { echo "sglang_cpu_env.sh: could not build the environments: $*" >&2; exit 3; }
+pip_q() {
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" || cannot_build "pip install ${*: -1} failed"
+}
 
 t0=$(date +%s)
 mkdir -p "$HOME_DIR/releases"
 stamp="$VENV/.shared-$(printf '%s\n' "${SHARED_NO_DEPS[@]}" "${SHARED_WITH_DEPS[@]}" | cksum | cut -d' ' -f1)"
 if [[ ! -e "$stamp" ]]; then
-  [[ -x "$VENV/bin/python" ]] || { echo "== creating $VENV"; "$PYTHON" -m venv --system-site-packages "$VENV"; }
+  [[ -x "$VENV/bin/python" ]] || { echo "== creating $VENV"; "$PYTHON" -m venv --system-site-packages "$VENV" || cannot_build "venv"; }
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     # A pinned version: an unpinned torch pulls a multi-GB CUDA build from PyPI.
     echo "== no torch visible: installing torch ${TORCH_VERSION:-2.13.0}"
