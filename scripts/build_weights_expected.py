@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+import sglang_envs  # noqa: E402
+
 HOME = Path(os.environ.get("SGLANG_CPU_HOME", Path.home() / ".cache/pp-checker/sglang-cpu"))
 PINNED = Path(os.environ.get("SGLANG_WEIGHTS_HOME", Path.home() / ".cache/pp-checker/sglang-cpu-weights"))
 """Where a release's folder with the transformers it pins lives, when the shared one has another (0.5.9
@@ -101,19 +105,12 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
 
 
 def release_env(release: str) -> tuple[str, dict[str, str]] | None:
-    folder = PINNED / "releases" / release
-    if not folder.is_dir():
-        folder = HOME / "releases" / release
     python = HOME / "venv/bin/python"
-    if not folder.is_dir() or not python.exists():
+    home = PINNED if (PINNED / "releases" / release).is_dir() else HOME
+    if not (home / "releases" / release).is_dir() or not python.exists():
         return None
-    stubs = REPO / "scripts/sglang_stubs"
-    path = f"{stubs}:{folder}"
-    parts = [int(x) for x in release.replace("post", "").split(".") if x]
-    if parts[:3] < [0, 5, 13]:  # sgl_kernel imported at module level on the way to the models
-        path = f"{stubs}/kernel:{path}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-    env["PYTHONPATH"] = path
+    env["PYTHONPATH"] = sglang_envs.import_path(release, home)  # the stubs, then the release's folder
     return str(python), env
 
 

@@ -2,21 +2,27 @@
 # Build CPU-only environments in which the installed-SGLang engine (--engine sglang|both) runs the code of
 # several SGLang releases, then run the engine comparison tests (pytest -m sglang) against each release.
 #
-#   scripts/sglang_cpu_env.sh                          # one release per sizing group (CI); test each
-#   SGLANG_RELEASES=all scripts/sglang_cpu_env.sh       # every supported release, 0.5.10 .. 0.5.23
+#   scripts/sglang_cpu_env.sh                          # one release per engine code group (CI); test each
+#   SGLANG_RELEASES=all scripts/sglang_cpu_env.sh       # every release the engine runs (0.5.10 on)
 #   SGLANG_RELEASES="0.5.18" scripts/sglang_cpu_env.sh -x -q   # extra args go to pytest
 #   SGLANG_ENV_ONLY=1 scripts/sglang_cpu_env.sh         # build only; prints how to use each release
+#   SGLANG_JOBS=1 scripts/sglang_cpu_env.sh             # releases tested at once (default: the CPU count, at most 2)
+#
+# Exit codes: 0 every release's tests passed (or, with SGLANG_ENV_ONLY, imported); 1 a release failed;
+# 2 bad usage; 3 an environment could not be built (pip failed; nothing was tested).
+#
+# The releases, their pins and their import paths come from scripts/sglang_envs.py, which derives them
+# from the one release table (checker/core/releases.py MODELLED_RELEASES).
 #
 # Layout (under SGLANG_CPU_HOME, default ~/.cache/pp-checker/sglang-cpu, kept between runs):
 #   venv/            ONE venv (system site-packages visible, for torch) with the import-time packages every
 #                    release shares, installed --no-deps and pinned;
 #   releases/X/      `pip install --no-deps --target` of sglang==X plus the transformers/tokenizers that
-#                    release pins (each wheel's Requires-Dist: 0.5.10 transformers 5.3.0, 0.5.11-0.5.12.post1
-#                    5.6.0, 0.5.13-0.5.14 5.8.1, 0.5.15-0.5.21 5.12.1, 0.5.22+ 5.19.0; a later transformers
-#                    clashes with their config registry: "'qwen3_asr' is already used by a Transformers
-#                    config").
-# A release is used by putting its folder (after the stubs) first on PYTHONPATH (0.5.10-0.5.12.post1 also
-# scripts/sglang_stubs/kernel first; SGLANG_ENV_ONLY=1 prints each release's line):
+#                    release pins (scripts/sglang_envs.py TRANSFORMERS, from each wheel's Requires-Dist; a
+#                    later transformers clashes with their config registry: "'qwen3_asr' is already used
+#                    by a Transformers config").
+# A release is used by putting its folder (after the stubs) first on PYTHONPATH (releases before 0.5.13
+# also scripts/sglang_stubs/kernel first; SGLANG_ENV_ONLY=1 prints each release's line):
 #   PYTHONPATH=scripts/sglang_stubs:$SGLANG_CPU_HOME/releases/X  $SGLANG_CPU_HOME/venv/bin/python -m checker ...
 # Downloads go through pip's own cache (PIP_CACHE_DIR, default ~/.cache/pip), so a rebuild after the
 # folders are deleted does not download again; an existing, complete release folder is reused as is.
@@ -32,35 +38,17 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 HOME_DIR="${SGLANG_CPU_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/pp-checker/sglang-cpu}"
 VENV="$HOME_DIR/venv"
-STUBS="$REPO/scripts/sglang_stubs"
-# Every release the engine runs (checker/engines/sglang.py FIRST_SUPPORTED onward; 0.5.9 and older compute
-# the slots per request and the request cap inline in init_memory_pool, which the engine cannot call).
-ALL_RELEASES=(0.5.10 0.5.10.post1 0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 0.5.15.post1
-              0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
-# CI: one release of each sizing group whose code differs (checker/core/releases.py groups; the engine's
-# adapters in checker/engines/sglang.py): 0.5.10-0.5.12.post1 (ModelRunner mixin, self.pp_size), 0.5.13
-# (joint spec solve, lazy strategy, self.ps.pp_size), 0.5.14-0.5.15.post1 (last mixin, both strategy
-# names), 0.5.16 (KVCacheConfigurator, budget pre-capture), 0.5.17 (max-share, padding slot), 0.5.18-0.5.21
-# (resolve_once and the published context: 0.5.20), 0.5.22 (per-slot extra state, create_context),
-# 0.5.23 (the max(1, ...) floors). docs/engine.md gives the cold and warm cost.
-DEFAULT_RELEASES=(0.5.10 0.5.13 0.5.15 0.5.16 0.5.17 0.5.20 0.5.22 0.5.23)
+envs() { "$PYTHON" "$REPO/scripts/sglang_envs.py" "$@"; }
+# Every release the engine runs (checker/engines/sglang.py SUPPORTED_VERSIONS; 0.5.9 and older compute
+# the slots per request and the request cap inline in init_memory_pool, which the engine cannot call);
+# CI: one release of each engine code group (scripts/sglang_envs.py ENGINE_GROUPS, the groups whose code
+# the engine drives differently). docs/engine.md gives the cold and warm cost.
 case "${SGLANG_RELEASES:-}" in
-  "") RELEASES=("${DEFAULT_RELEASES[@]}") ;;
-  all) RELEASES=("${ALL_RELEASES[@]}") ;;
+  "") read -r -a RELEASES <<<"$(envs releases ci)" ;;
+  all) read -r -a RELEASES <<<"$(envs releases all)" ;;
   *) read -r -a RELEASES <<<"$SGLANG_RELEASES" ;;
 esac
-
-# What a release pins that differs between releases (from each wheel's Requires-Dist); --target folder.
-release_pins() {
-  local hub="tokenizers==0.22.2 huggingface_hub==1.16.0"
-  case "$1" in
-    0.5.10*) echo "transformers==5.3.0 $hub" ;;
-    0.5.11* | 0.5.12*) echo "transformers==5.6.0 $hub" ;;
-    0.5.13* | 0.5.14*) echo "transformers==5.8.1 $hub" ;;
-    0.5.15* | 0.5.1[6-9] | 0.5.2[01]) echo "transformers==5.12.1 $hub" ;;
-    *) echo "transformers==5.19.0 tokenizers==0.23.3 huggingface_hub==2.4.0" ;;
-  esac
-}
+[[ ${#RELEASES[@]} -gt 0 ]] || { echo "sglang_cpu_env.sh: no release to build (SGLANG_RELEASES)" >&2; exit 2; }
 
 # Shared by every release: what `import` of the engine's SGLang modules needs, pinned, --no-deps (their
 # own dependency lists would pull the GPU serving stack back in). 0.5.16-0.5.20 import a few more than
@@ -81,13 +69,18 @@ SHARED_NO_DEPS=(
 SHARED_WITH_DEPS=(numpy orjson requests packaging pillow pyyaml regex filelock fsspec pydantic click jinja2
                   sympy pytest pytest-xdist hypothesis)
 
-pip_q() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@"; }
+# Exit 3 when an environment cannot be built (pip failed: the index unreachable, a release not
+# published), so CI can tell that from a test that failed (exit 1).
+cannot_build() { echo "sglang_cpu_env.sh: could not build the environments: $*" >&2; exit 3; }
+pip_q() {
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" || cannot_build "pip install ${*: -1} failed"
+}
 
 t0=$(date +%s)
 mkdir -p "$HOME_DIR/releases"
 stamp="$VENV/.shared-$(printf '%s\n' "${SHARED_NO_DEPS[@]}" "${SHARED_WITH_DEPS[@]}" | cksum | cut -d' ' -f1)"
 if [[ ! -e "$stamp" ]]; then
-  [[ -x "$VENV/bin/python" ]] || { echo "== creating $VENV"; "$PYTHON" -m venv --system-site-packages "$VENV"; }
+  [[ -x "$VENV/bin/python" ]] || { echo "== creating $VENV"; "$PYTHON" -m venv --system-site-packages "$VENV" || cannot_build "venv"; }
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     # A pinned version: an unpinned torch pulls a multi-GB CUDA build from PyPI.
     echo "== no torch visible: installing torch ${TORCH_VERSION:-2.13.0}"
@@ -102,28 +95,20 @@ fi
 for v in "${RELEASES[@]}"; do
   dir="$HOME_DIR/releases/$v"
   [[ -e "$dir/.complete" ]] && continue
-  echo "== sglang==$v --no-deps --target releases/$v (+ $(release_pins "$v"))"
+  pins="$(envs pins "$v")"
+  echo "== sglang==$v --no-deps --target releases/$v (+ $pins)"
   rm -rf "$dir.tmp"
-  # shellcheck disable=SC2046  # the pins are words
-  pip_q --no-deps --target "$dir.tmp" "sglang==$v" $(release_pins "$v")
+  # shellcheck disable=SC2086  # the pins are words
+  pip_q --no-deps --target "$dir.tmp" "sglang==$v" $pins
   rm -rf "$dir" && mv "$dir.tmp" "$dir" && touch "$dir/.complete"
 done
 t1=$(date +%s)
 echo "== environments ready in $((t1 - t0)) s ($(du -sm "$HOME_DIR" | cut -f1) MB under $HOME_DIR)"
 
-# The import path of a release: the stubs, then its folder; 0.5.10-0.5.12.post1 import sgl_kernel on the
-# way to ModelRunner, so they also get its import-only stub (scripts/sglang_stubs/kernel).
-release_path() {
-  case "$1" in
-    0.5.1[012] | 0.5.1[012].*) echo "$STUBS/kernel:$STUBS:$HOME_DIR/releases/$1" ;;
-    *) echo "$STUBS:$HOME_DIR/releases/$1" ;;
-  esac
-}
-
 status=0
-for v in "${RELEASES[@]}"; do
-  pp="$(release_path "$v")"
-  if [[ -n "${SGLANG_ENV_ONLY:-}" ]]; then
+if [[ -n "${SGLANG_ENV_ONLY:-}" ]]; then
+  for v in "${RELEASES[@]}"; do
+    pp="$(envs path "$v" "$HOME_DIR")"
     if PYTHONPATH="$pp" "$VENV/bin/python" - "$v" <<'EOF'
 import sys, time
 t = time.time()
@@ -138,24 +123,70 @@ EOF
       echo "== SGLang $v does not import in its environment" >&2
       status=1
     fi
-    continue
+  done
+  exit $status
+fi
+
+# The group: every test file with a test marked sglang (a new file joins by its marker). The newer-release
+# tests (a release under a higher version number, derived by its own code) start their own SGLang
+# processes: they run on the last release of the list only (the newest by default).
+mapfile -t FILES < <(cd "$REPO" && grep -l "pytest.mark.sglang" tests/test_*.py | grep -vx "tests/test_engine_newer.py")
+NEWEST="${RELEASES[${#RELEASES[@]}-1]}"
+
+# One pytest per release, SGLANG_JOBS at a time (each is one process, mostly on one core; default: the
+# CPU count, at most 2). Each writes its own log, printed whole when all have ended, and has its own
+# --basetemp. The newest starts first: it also runs the newer-release tests, the longest of the runs.
+JOBS="${SGLANG_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+(( JOBS >= 1 )) || JOBS=1
+(( JOBS <= 2 )) || JOBS=2
+LOGS="$(mktemp -d "${TMPDIR:-/tmp}/sglang-engine-group.XXXXXX")"
+trap 'rm -rf "$LOGS"' EXIT
+
+run_release() {  # $1: the release; the rest: pytest's. Writes $LOGS/$1.log and $LOGS/$1.rc.
+  local v="$1" pp t2 rc=0
+  local files=("${FILES[@]}")
+  shift
+  pp="$(envs path "$v" "$HOME_DIR")"
+  [[ "$v" == "$NEWEST" ]] && files+=(tests/test_engine_newer.py)
+  t2=$(date +%s)
+  {
+    echo "== pytest -m sglang ${files[*]#tests/}  (SGLang $v)"
+    # CHECKER_REQUIRE_SGLANG: the sglang tests fail (not skip) unless exactly this release imports.
+    (cd "$REPO" && CHECKER_REQUIRE_SGLANG="$v" PYTHONPATH="$pp" timeout "${SGLANG_RELEASE_TIMEOUT_S:-1800}" \
+      "$VENV/bin/python" -m pytest "${files[@]}" -m sglang -p no:cacheprovider -n 0 \
+      --basetemp "$LOGS/$v.tmp" "$@") || rc=$?
+    echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s (exit $rc)"
+  } >"$LOGS/$v.log" 2>&1
+  echo "$rc" >"$LOGS/$v.rc.tmp" && mv "$LOGS/$v.rc.tmp" "$LOGS/$v.rc"
+}
+
+declare -A shown=()
+show_finished() {  # print the log of each release that has ended, once, as it ends
+  local v
+  for v in "${RELEASES[@]}"; do
+    [[ -e "$LOGS/$v.rc" && -z "${shown[$v]:-}" ]] || continue
+    shown[$v]=1
+    cat "$LOGS/$v.log"
+    [[ "$(cat "$LOGS/$v.rc")" == 0 ]] || { status=1; echo "== SGLang $v: FAILED" >&2; }
+  done
+}
+
+order=("$NEWEST")
+for v in "${RELEASES[@]}"; do [[ "$v" == "$NEWEST" ]] || order+=("$v"); done
+running=0
+for v in "${order[@]}"; do
+  if (( running >= JOBS )); then
+    wait -n || true
+    running=$((running - 1))
+    show_finished
   fi
-  # CHECKER_REQUIRE_SGLANG: the sglang tests fail (not skip) unless exactly this release imports.
-  (cd "$REPO"
-   # The newer-release tests (a release under a higher version number, derived by its own code) start
-   # their own SGLang processes: run on the last release of the list only (the newest by default).
-   newer="" what=""
-   if [[ "$v" == "${RELEASES[${#RELEASES[@]}-1]}" ]]; then newer=tests/test_engine_newer.py what=", a newer release"; fi
-   echo "== pytest -m sglang (engine comparison, the two 0.5.23 fixes, launch-command parser, the installed class under PP, its weights, the --engine examples$what)  (SGLang $v)"
-   t2=$(date +%s)
-   rc=0
-   # shellcheck disable=SC2086  # $newer: no word or one
-   CHECKER_REQUIRE_SGLANG="$v" PYTHONPATH="$pp" "$VENV/bin/python" -m pytest tests/test_engine_sglang.py \
-     tests/test_engine_fixes.py tests/test_launch_command.py tests/test_pp_support.py tests/test_weights.py \
-     tests/test_examples.py tests/test_replay.py $newer -m sglang \
-     -p no:cacheprovider -n 0 "$@" || rc=$?
-   echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s"
-   exit $rc) || status=1
+  run_release "$v" "$@" &
+  running=$((running + 1))
 done
-echo "== total: $(( $(date +%s) - t0 )) s"
+wait || true
+show_finished
+for v in "${RELEASES[@]}"; do
+  [[ -n "${shown[$v]:-}" ]] || { status=1; echo "== SGLang $v: ended without an exit code" >&2; }
+done
+echo "== total: $(( $(date +%s) - t0 )) s ($JOBS at a time)"
 exit $status

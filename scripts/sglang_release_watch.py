@@ -4,8 +4,9 @@ sizing code change?
 
     python3 scripts/sglang_release_watch.py                  # ask the index (pip), report, exit 0/1/3
     python3 scripts/sglang_release_watch.py --wheel W.whl    # compare one wheel you have (no index)
-    python3 scripts/sglang_release_watch.py --record 0.5.24  # after modelling 0.5.24: its sources become
-                                                             # the reference (scripts/sglang_sizing/)
+    python3 scripts/sglang_release_watch.py --record newest  # after modelling a release: its sources
+                                                             # become the reference (scripts/sglang_sizing/;
+                                                             # scripts/regenerate.py runs it)
 
 For each published release newer than ``checker.core.releases.NEWEST_MODELLED`` it downloads the wheel
 (``pip download --no-deps``, cached by pip), extracts the functions that size the state pool, the
@@ -44,13 +45,12 @@ next steps (docs/sglang-releases.md, "Adding a release"):
   1. until it is modelled, ranks on {v} derive with its own code (the engine) by default; run
      SGLANG_RELEASES={v} scripts/sglang_cpu_env.sh to see that the engine still drives it
      (a StandInRead line names any input the changed code reads that the checker does not know);
-  2. read the diffs above; where a number can change, add {v} to checker/core/releases.py
-     (MODELLED_RELEASES and a group in _GROUPS, or an existing group when nothing changed) and
-     the rule to checker/core/sizing.py / budget.py, with a test of the new rule;
-  3. regenerate the tables from its wheel: tests/fixtures/launch/dump_release_flags.py and
-     build_flag_table.py (launch flags), scripts/build_model_support.py (model registry);
-  4. python3 scripts/sglang_release_watch.py --record {v} (the new reference), then
-     SGLANG_RELEASES="... {v}" scripts/sglang_cpu_env.sh: --engine both must report no drift."""
+  2. read the diffs above; where a number can change, add the rule to checker/core/sizing.py /
+     budget.py with a test of the new rule, and {v} to its group in checker/core/releases.py _GROUPS
+     (the newest group when nothing changed): the one release table;
+  3. python3 scripts/regenerate.py (every generated table from every modelled release, this
+     reference included), review git diff, then pytest tests/test_generated.py;
+  4. SGLANG_RELEASES={v} scripts/sglang_cpu_env.sh: --engine both must report no drift."""
 
 
 def load_reference(release: str) -> dict[str, str]:
@@ -112,8 +112,10 @@ def report(release: str, reference: dict[str, str], found: dict[str, wheels.Sizi
     return changed
 
 
-def record(release: str, wheel: Path | None, workdir: Path) -> int:
-    wheel = wheel or wheels.fetch_wheel(release, workdir)
+def record(release: str, wheel: Path | None, wheel_dir: Path) -> int:
+    """Store ``release``'s normalised sizing sources as THE reference (the newest modelled release's;
+    a reference of an older release is removed: the watch compares with the newest only)."""
+    wheel = wheel or wheels.fetch_wheel(release, wheel_dir)
     found = wheels.sizing_functions(wheel)
     REFERENCE_DIR.mkdir(exist_ok=True)
     path = REFERENCE_DIR / f"{release}.json"
@@ -126,6 +128,9 @@ def record(release: str, wheel: Path | None, workdir: Path) -> int:
         },
     }
     path.write_text(json.dumps(doc, indent=1) + "\n")
+    for older in REFERENCE_DIR.glob("*.json"):
+        if wheels.release_key(older.stem) < wheels.release_key(release):
+            older.unlink()
     print(f"recorded {len(found)} sizing functions of SGLang {release} in {path.relative_to(REPO)}")
     return 0
 
@@ -135,14 +140,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--wheel", type=Path, help="compare this wheel (or unpacked folder) instead of asking"
     )
-    parser.add_argument("--record", metavar="RELEASE", help="store RELEASE's sizing sources as the reference")
+    parser.add_argument(
+        "--record",
+        metavar="RELEASE",
+        help="store RELEASE's sizing sources as the reference (`newest`: the newest modelled release)",
+    )
+    parser.add_argument(
+        "--wheels",
+        type=Path,
+        default=Path.home() / ".cache" / "pp-checker" / "wheels",
+        help="where --record finds (or fetches) the wheel",
+    )
     parser.add_argument("--reference", default=NEWEST_MODELLED, help="the modelled release to compare with")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sglang-watch-") as tmp:
         workdir = Path(tmp)
         try:
             if args.record:
-                return record(args.record, args.wheel, workdir)
+                release = NEWEST_MODELLED if args.record == "newest" else args.record
+                return record(release, args.wheel, args.wheels)
             reference = load_reference(args.reference)
             if args.wheel is not None:
                 release = wheels.wheel_version(args.wheel) if args.wheel.is_file() else args.wheel.name

@@ -288,8 +288,14 @@ def example_files() -> dict[str, str]:
     }
 
 
-if __name__ == "__main__":  # python tests/postflight_logs.py: rewrite examples/logs/
+def main(argv: list[str] | None = None) -> int:
+    """``python tests/postflight_logs.py`` (scripts/regenerate.py runs it): rewrite examples/logs/."""
     EXAMPLES.mkdir(parents=True, exist_ok=True)
     for name, text in example_files().items():
         (EXAMPLES / name).write_text(text)
         print(f"wrote {EXAMPLES / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

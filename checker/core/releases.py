@@ -21,75 +21,12 @@ from typing import Any
 from checker.core.errors import CheckerInputError, FlagError, shorten
 from checker.core.pp_support import PIPELINE
 
-# Every release the builtin model covers, oldest first (post releases included: PyPI ships them as
-# separate wheels, and a deployment pins one).
-MODELLED_RELEASES: tuple[str, ...] = (
-    "0.5.2",
-    "0.5.3",
-    "0.5.3.post1",
-    "0.5.3.post2",
-    "0.5.3.post3",
-    "0.5.4",
-    "0.5.4.post1",
-    "0.5.4.post2",
-    "0.5.4.post3",
-    "0.5.5",
-    "0.5.5.post1",
-    "0.5.5.post2",
-    "0.5.5.post3",
-    "0.5.6",
-    "0.5.6.post1",
-    "0.5.6.post2",
-    "0.5.7",
-    "0.5.8",
-    "0.5.8.post1",
-    "0.5.9",
-    "0.5.10",
-    "0.5.10.post1",
-    "0.5.11",
-    "0.5.12",
-    "0.5.12.post1",
-    "0.5.13",
-    "0.5.13.post1",
-    "0.5.14",
-    "0.5.15",
-    "0.5.15.post1",
-    "0.5.16",
-    "0.5.17",
-    "0.5.18",
-    "0.5.19",
-    "0.5.20",
-    "0.5.21",
-    "0.5.22",
-    "0.5.23",
-)
-FIRST_MODELLED = MODELLED_RELEASES[0]
-NEWEST_MODELLED = MODELLED_RELEASES[-1]
 FIRST_WITH_STATE_POOL = "0.5.2"
 """The first release that sizes a mamba state pool at all (``max_mamba_cache_size``: the user's
 --max-running-requests or 512, model_runner.py ``ModelRunner.__init__``)."""
 UNMODELLED_RELEASES: tuple[str, ...] = ()
 """Published releases with a state pool whose rules the builtin model does not implement: none since
 0.5.7 to 0.5.12.post1 were modelled (docs/sglang-releases.md). Kept so callers can still ask."""
-
-STRATEGY_FLAGS: dict[str, tuple[str, ...]] = {
-    **{v: () for v in MODELLED_RELEASES[: MODELLED_RELEASES.index("0.5.13")]},
-    **{
-        v: ("--mamba-scheduler-strategy",)
-        for v in MODELLED_RELEASES[MODELLED_RELEASES.index("0.5.7") : MODELLED_RELEASES.index("0.5.14")]
-    },
-    **{
-        v: ("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy")
-        for v in ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19")
-    },
-    **{v: ("--mamba-radix-cache-strategy",) for v in ("0.5.20", "0.5.21", "0.5.22", "0.5.23")},
-}
-"""The command-line names each published release (0.5.2+) accepts for the mamba cache strategy, the
-canonical name first (``grep -rhoE 'mamba-(scheduler|radix-cache)-strategy'`` over the wheel's
-sglang/srt): none before 0.5.7 (no strategy: 3 slots with the radix cache, 1 without);
---mamba-scheduler-strategy 0.5.7 to 0.5.13.post1; both 0.5.14 to 0.5.19 (server_args.py keeps the old name
-as an alias); only --mamba-radix-cache-strategy from 0.5.20. The checker's own flag is always
---mamba-radix-cache-strategy; a parser of a deployment's launch command maps these onto it."""
 
 CHARGING = ("whole-model", "max-share")
 POOL_RULES = ("fixed", "ratio", "explicit-or-fit", "branches")
@@ -470,7 +407,15 @@ def _pp_hybrid(versions: tuple[str, ...]) -> bool:
 _GROUPS = tuple((versions, replace(rules, pp_hybrid=_pp_hybrid(versions))) for versions, rules in _GROUPS)
 _RULES_BY_RELEASE: dict[str, ReleaseRules] = {v: rules for versions, rules in _GROUPS for v in versions}
 GROUPS: tuple[ReleaseRules, ...] = tuple(rules for _, rules in _GROUPS)
-assert tuple(_RULES_BY_RELEASE) == MODELLED_RELEASES, "every modelled release in exactly one group"
+
+MODELLED_RELEASES: tuple[str, ...] = tuple(v for versions, _ in _GROUPS for v in versions)
+"""Every release the builtin model covers, oldest first (post releases included: PyPI ships them as
+separate wheels, and a deployment pins one): THE release table, read from the groups above, so a release
+is added in one place, its group. Everything else that lists releases derives from it (the engine's
+SUPPORTED_VERSIONS, scripts/sglang_envs.py's environments, every generated table:
+``python3 scripts/regenerate.py``)."""
+FIRST_MODELLED = MODELLED_RELEASES[0]
+NEWEST_MODELLED = MODELLED_RELEASES[-1]
 
 
 @dataclass(frozen=True, kw_only=True)

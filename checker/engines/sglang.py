@@ -104,6 +104,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -527,19 +528,12 @@ class SglangEngine:
         if not archs or spec is None or not spec.submodule_search_locations:
             return  # a JSON model spec names no class (the release rules hold it to the coarse answer)
         root = Path(next(iter(spec.submodule_search_locations))).parent
-
-        def installed(path: str) -> str | None:
-            f = root / path
-            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
-
         arch, module = next(
             ((a, m) for a in archs if (m := model_code.entry_module(a, root)) is not None), (None, None)
         )
         if arch is None or module is None:
             return  # no class of the release's own: check_architectures' question, not this one
-        reading = model_code.read_class(arch, module, installed)
-        runner = model_code.model_runner_assert(installed)
-        entry = model_code.pipeline_status(reading, runner) if reading is not None else None
+        entry, runner = _installed_pipeline_status(root, arch, module)
         if entry is None:
             raise FlagError(
                 f"SGLang {self.version}: the checker cannot tell from {module.removeprefix('sglang/srt/')} "
@@ -555,6 +549,24 @@ class SglangEngine:
                 pp_size=inputs.pp_size,
                 tp_group_size=inputs.tp_group_size,
             )
+
+
+@functools.lru_cache(maxsize=64)
+def _installed_pipeline_status(
+    root: Path, arch: str, module: str
+) -> tuple[tuple[str, str, str] | None, model_code.Where | None]:
+    """(:func:`model_code.pipeline_status`, the model runner's assert) of ``arch`` in the installed
+    release under ``root``. Cached per process: the files it imported do not change under it, and
+    reading a class parses every module its constructor reaches, which a budget search or a plan
+    (one prepare per candidate) would otherwise repeat."""
+
+    def installed(path: str) -> str | None:
+        f = root / path
+        return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+
+    reading = model_code.read_class(arch, module, installed)
+    runner = model_code.model_runner_assert(installed)
+    return (model_code.pipeline_status(reading, runner) if reading is not None else None), runner
 
 
 # ------------------------------------------------------------------------------------------------------

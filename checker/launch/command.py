@@ -15,7 +15,7 @@
   argparse parser rebuilt from :mod:`checker.launch.flags`, the release's full table of option strings
   (each with how many values it takes) plus, for the flags sizing reads, dest, type, default,
   choices. The table was dumped from each release's own ``ServerArgs.add_cli_args``
-  (``tests/fixtures/launch/dump_release_flags.py``); ``tests/test_launch_command.py`` checks it against
+  (``scripts/build_launch_flags.py``); ``tests/test_launch_command.py`` checks it against
   the live parser of every release importable in the SGLang CPU environment. Flags sizing does not
   read are accepted with their text, under SGLang's own dest (the first long option's), and kept in
   ``LaunchCommand.given_values``: the release's start-up checks of them (``--nnodes``,

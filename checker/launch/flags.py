@@ -2,7 +2,7 @@
 """Every option string of each SGLang release's server parser, 0.5.2 to 0.5.23 (GENERATED; do not edit).
 
 Dumped from each release's own ``ServerArgs.add_cli_args`` (``sglang/srt/server_args.py``) by
-``tests/fixtures/launch/dump_release_flags.py``; see ``checker/launch/command.py`` for the row format.
+``scripts/build_launch_flags.py``; see ``checker/launch/command.py`` for the row format.
 ``ACTIONS`` holds each distinct row once; ``RELEASES`` lists, per release and in the release's own
 order, which rows its parser has (index ranges).
 """
