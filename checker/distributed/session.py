@@ -686,6 +686,10 @@ class Session:
         no watchdog, no backstop, SIGTERM as it was."""
         if self._timer is not None:
             self._timer.cancel()
+            # cancel() only wakes the timer's thread: wait (bounded) for it to leave, so the caller gets
+            # its process back without a thread of ours still in it.
+            if self._timer is not threading.current_thread():
+                self._timer.join(timeout=2.0)
         if self._backstop is not None:
             self._backstop.close()
         if self._give_back_signals is not None and threading.current_thread() is threading.main_thread():
