@@ -21,12 +21,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import TypeVar
 
 from checker.core.errors import BudgetError, FlagError, LayoutError
+from checker.core.environ import LONGER_CONTEXT_ENV
+from checker.core.errors import ConfigError
 from checker.core.geometry import ModelGeometry
+from checker.core.kv_pool import (
+    KvOwn,
+    KvStage,
+    code_of,
+    draft_layers_of,
+    estimate,
+    kv_dtype_bytes,
+    own_kv,
+    resolve_one,
+)
 from checker.core.partition import stage_bounds, stage_partition
 from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, release_model
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
@@ -85,6 +97,10 @@ class CapacityInputs(SizingFlags):
     """SGLANG_ENABLE_PP_SPEC set truthy (0.5.21+: speculative decoding under PP starts only with it)."""
     spec_note: str = ""
     """What the release resolved of the speculative setup itself (checker.core.startup), for reports."""
+    allow_longer_context: bool = False
+    """SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN set truthy: --context-length may exceed the model's."""
+    speculative_draft_model_path: bool = False
+    """A --speculative-draft-model-path was given (its checkpoint's layers widen the KV cell)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()  # every flag as its row says (type, range, choices)
@@ -117,11 +133,7 @@ class CapacityInputs(SizingFlags):
                 "spec-decoding intermediate state from it (or give --speculative-algorithm, and the "
                 "release picks its own)"
             )
-        if self.token_capacity is not None and self.resolved_context_len is None:
-            raise FlagError(
-                "--token-capacity needs --context-len (the model config gives no "
-                "max_position_embeddings to default it from)"
-            )
+        self._check_kv_inputs()
         sg = self.release.label
         if self.pp_size > 1 and not rules.pp_hybrid:
             # A class the config names is refused per class before this (model_support.check_pipeline);
@@ -155,6 +167,53 @@ class CapacityInputs(SizingFlags):
             )
         # Fail early on the layout: pp size vs layers, partition env.
         stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
+
+    def _check_kv_inputs(self) -> None:
+        """The KV pool's inputs, refused as the release refuses them at start-up (one line each)."""
+        sg = self.release.label
+        g = self.geometry
+        own = g.context_len
+        if self.context_len is not None and own is not None and self.context_len > own and not self.allow_longer_context:
+            # configs/model_config.py ModelConfig._derive_context_length, every modelled release.
+            raise FlagError(
+                f"--context-length {self.context_len} is above the model's own context length {own}: {sg} "
+                f'refuses it at start-up ("User-specified context_length ({self.context_len}) is greater '
+                f'than the derived context_length ({own})"); lower it, or set '
+                f"{LONGER_CONTEXT_ENV}=1 as SGLang's message says"
+            )
+        if self.resolved_context_len is None:
+            raise FlagError(
+                f"{g.name}: the model spec gives no context length, which SGLang's running-request "
+                'estimate divides by; add "context_len" to the spec or pass --context-length'
+            )
+        if self.max_total_tokens is not None and self.max_total_tokens <= 0:
+            raise FlagError(
+                f"--max-total-tokens {self.max_total_tokens}: {sg} caps every KV pool at it and refuses to "
+                'start with a pool of 0 tokens or fewer ("Not enough memory. Please try to increase '
+                '--mem-fraction-static."); give a positive number of tokens, or leave it out'
+            )
+        if g.attention is None:
+            if self.token_capacity is None:
+                raise ConfigError(
+                    f"{g.name}: the model spec gives no attention facts, so the checker cannot size its KV "
+                    'token pool, which caps max_running_requests; add an "attention" object to the spec '
+                    "(docs/preflight.md#json-model-spec) or pass --token-capacity"
+                )
+        else:
+            kv_dtype_bytes(self.release.version, self.kv_cache_dtype, g.attention)
+            draft_layers_of(
+                self.release.version,
+                g.attention,
+                speculative=bool(self.speculative_num_draft_tokens),
+                draft_path=self.speculative_draft_model_path,
+            )
+        if self.speculative_num_draft_tokens and code_of(self.release.version).spec_headroom_at:
+            if self.speculative_num_steps is None or self.speculative_eagle_topk is None:
+                raise FlagError(
+                    f"--speculative-num-draft-tokens without --speculative-algorithm: {sg} grows an EAGLE "
+                    "target's KV pool by steps x top-k tokens per request (model_runner.py "
+                    "draft_runner_cache_size); give --speculative-algorithm EAGLE (and its steps and top-k)"
+                )
 
     def _refuse_family(self, rules: ReleaseRules, sg: str) -> None:
         """Old releases size the pool per model family (docs/sglang-releases.md): refuse a geometry that
@@ -446,6 +505,26 @@ class StageCapacity(StagePlan):
     kv_budget_gib: float
     max_running_requests: int
     pp_max_micro_batch_size: int
+    context_len: int = 0
+    """The context length the request estimate divides by (``ModelConfig.context_len``)."""
+    kv_attention_layers: int = 0
+    """Full-attention layers this stage's KV cell counts (checker.core.kv_pool)."""
+    kv_cell_bytes: int = 0
+    """KV bytes per token on one rank of the stage (0: no attention layer here)."""
+    kv_available_bytes: int = 0
+    """The bytes the state pool left for the KV pool (``int(kv_budget_gib * 2**30)``)."""
+    kv_profiled_tokens: int = 0
+    """The tokens those bytes hold (or --token-capacity), before --max-total-tokens and alignment."""
+    kv_estimate_tokens: int = 0
+    """What up to 0.5.9 estimates max_running_requests from: the stage's own profile."""
+    kv_own_tokens: int = 0
+    """The stage's own KV capacity: what it hands the MIN over the world group."""
+    max_total_num_tokens: int = 0
+    """The KV pool after the MIN (what SGLang logs as max_total_num_tokens)."""
+    kv_idle_bytes: int = 0
+    """KV bytes this stage reserved for its own capacity that the MIN leaves unused."""
+    kv_limiting: bool = False
+    """This stage's own capacity sets the pool for every stage (pp > 1)."""
 
     @property
     def charged_slots(self) -> int:
@@ -673,29 +752,139 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
             "--max-running-requests, or raise the budget"
         )
 
-    T = inputs.token_capacity
-    n = min(running_request_cap(inputs), K // ratio)
-    if n <= 0:
-        raise BudgetError(
-            f"budget too small for one running request on stage {plan.pp_rank}: K={K} state slots "
-            f"but each request needs {ratio}; raise --budget-gib"
-            + (" or --token-capacity" if T is not None and T // 2 <= 0 else "")
-        )
-    micro = inputs.pp_max_micro_batch_size or max(n // inputs.pp_size, 1)
-    return StageCapacity(
+    own = stage_kv(plan, inputs, kv_budget_gib, K=K, ratio=ratio)
+    alone = StageCapacity(
         **asdict(plan),
         branch=branch,
         max_mamba_cache_size=K,
         intermediate_state_bytes=intermediate,
         kv_budget_gib=kv_budget_gib,
-        max_running_requests=n,
-        pp_max_micro_batch_size=micro,
+        max_running_requests=0,
+        pp_max_micro_batch_size=0,
+        context_len=inputs.resolved_context_len,  # type: ignore[arg-type]  # checked in CapacityInputs
+        kv_attention_layers=own.attention_layers,
+        kv_cell_bytes=own.cell_bytes,
+        kv_available_bytes=own.available_bytes,
+        kv_profiled_tokens=own.profiled_tokens,
+        kv_estimate_tokens=own.estimate_tokens,
+        kv_own_tokens=own.own_tokens,
+    )
+    # As if this stage were the whole pipeline (exact at pp 1); resolve_stages applies the MIN.
+    return with_pool(alone, inputs, alone.kv_own_tokens)
+
+
+def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K: int, ratio: int) -> KvOwn:
+    """This stage's own KV pool (checker.core.kv_pool.own_kv) from the bytes the state pool left."""
+    g = inputs.geometry
+    version = inputs.release.version
+    context = inputs.resolved_context_len
+    assert context is not None  # CapacityInputs refuses a model without one
+    if g.attention is None:  # a model spec without attention facts: --token-capacity stands for the pool
+        T = inputs.token_capacity
+        assert T is not None  # CapacityInputs refuses the spec without it
+        own = min(T, inputs.max_total_tokens) if inputs.max_total_tokens is not None else T
+        return KvOwn(
+            attention_layers=0,
+            cell_bytes=0,
+            available_bytes=int(kv_budget_gib * GIB),
+            profiled_tokens=T,
+            estimate_tokens=T,
+            own_tokens=own // inputs.page_size * inputs.page_size,
+        )
+    D = inputs.speculative_num_draft_tokens or 0
+    headroom = 0
+    if D and code_of(version).spec_headroom_at:
+        headroom = (inputs.speculative_num_steps or 0) * (inputs.speculative_eagle_topk or 0) + D
+    draft = draft_layers_of(
+        version, g.attention, speculative=bool(D), draft_path=inputs.speculative_draft_model_path
+    )
+
+    def size(request_slots: int) -> KvOwn:
+        assert g.attention is not None
+        return own_kv(
+            version,
+            g.attention,
+            pp_rank=plan.pp_rank,
+            pp_size=inputs.pp_size,
+            start_layer=plan.start_layer,
+            end_layer=plan.end_layer,
+            attn_tp=inputs.tp_size,
+            kv_cache_dtype=inputs.kv_cache_dtype,
+            kv_budget_gib=kv_budget_gib,
+            page_size=inputs.page_size,
+            max_total_tokens=inputs.max_total_tokens,
+            token_capacity=inputs.token_capacity,
+            context_len=context,
+            draft_layers=draft,
+            headroom_per_request=headroom,
+            request_slots=request_slots,
+        )
+
+    own = size(0)
+    if headroom:
+        # model_runner.py init_memory_pool (up to 0.5.6.post2): the requests the headroom is for are the
+        # user's --max-running-requests or the estimate from the profile, capped by the state pool.
+        pool = inputs.max_running_requests or estimate(own.estimate_tokens, context)
+        own = size(min(pool, K // ratio))
+    return own
+
+
+def kv_stage(stage: StageCapacity, inputs: CapacityInputs) -> KvStage:
+    """What the resolution after the MIN reads of one stage derived from ``inputs``."""
+    return KvStage(
+        release=inputs.release.version,
+        pp_rank=stage.pp_rank,
+        pp_size=inputs.pp_size,
+        page_size=inputs.page_size,
+        own_tokens=stage.kv_own_tokens,
+        profiled_tokens=stage.kv_profiled_tokens,
+        estimate_tokens=stage.kv_estimate_tokens,
+        cell_bytes=stage.kv_cell_bytes,
+        context_len=stage.context_len,
+        requests_per_worker=requests_per_worker(inputs),
+        user_max_running_requests=inputs.max_running_requests,
+        max_mamba_cache_size=stage.max_mamba_cache_size,
+        slots_per_request=stage.slots_per_request,
+        user_micro=inputs.pp_max_micro_batch_size,
     )
 
 
-def derive_stage(inputs: CapacityInputs, pp_rank: int) -> StageCapacity:
-    """What pipeline stage ``pp_rank`` derives locally, with no collective."""
-    return size_pool(plan_stage(inputs, pp_rank), inputs)
+def with_pool(stage: StageCapacity, inputs: CapacityInputs, minimum: int) -> StageCapacity:
+    """``stage`` with its pool after a MIN of ``minimum`` over the world's own capacities, and the request
+    cap and micro-batch size that gives (checker.core.kv_pool.resolve_one)."""
+    r = resolve_one(kv_stage(stage, inputs), minimum)
+    return replace(
+        stage,
+        max_total_num_tokens=r.max_total_num_tokens,
+        max_running_requests=r.max_running_requests,
+        pp_max_micro_batch_size=r.pp_max_micro_batch_size,
+        kv_idle_bytes=r.idle_bytes,
+        kv_limiting=r.limiting,
+    )
+
+
+def resolve_stages(stages: list[StageCapacity], inputs: CapacityInputs) -> list[StageCapacity]:
+    """Every stage after SGLang's MIN of their own KV capacities over the world group (each stage's ranks
+    hand it the same own capacity, so the MIN over stages is the MIN over ranks)."""
+    if not stages:
+        return []
+    minimum = min(s.kv_own_tokens for s in stages)
+    return [with_pool(s, inputs, minimum) for s in stages]
+
+
+def derive_stage(inputs: CapacityInputs, pp_rank: int, budget_gib: float | None = None) -> StageCapacity:
+    """What pipeline stage ``pp_rank`` derives, its KV pool after the MIN over every stage sized from the
+    same inputs (a stage that cannot size its own pool is left out of the MIN: its own ranks report why)."""
+    own = size_pool(plan_stage(inputs, pp_rank), inputs, budget_gib)
+    others = []
+    for k in range(inputs.pp_size):
+        if k == pp_rank:
+            continue
+        try:
+            others.append(size_pool(plan_stage(inputs, k), inputs, budget_gib).kv_own_tokens)
+        except CheckerInputError:
+            continue
+    return with_pool(own, inputs, min([own.kv_own_tokens, *others]))
 
 
 def derive_each_stage(derive: Callable[[int], _T], pp_size: int) -> list[_T]:
@@ -721,10 +910,12 @@ def derive_each_stage(derive: Callable[[int], _T], pp_size: int) -> list[_T]:
     return results
 
 
-def derive_all(inputs: CapacityInputs) -> list[StageCapacity]:
-    """Every stage's derivation at ``inputs.budget_gib`` (see :func:`derive_each_stage` for which
-    refusal is raised when several stages refuse)."""
-    return derive_each_stage(lambda k: derive_stage(inputs, k), inputs.pp_size)
+def derive_all(inputs: CapacityInputs, budget_gib: float | None = None) -> list[StageCapacity]:
+    """Every stage's derivation at ``inputs.budget_gib`` after the MIN over stages (see
+    :func:`derive_each_stage` for which refusal is raised when several stages refuse)."""
+    own = derive_each_stage(lambda k: size_pool(plan_stage(inputs, k), inputs, budget_gib), inputs.pp_size)
+    minimum = min(s.kv_own_tokens for s in own)
+    return derive_each_stage(lambda k: with_pool(own[k], inputs, minimum), inputs.pp_size)
 
 
 def divergent_values(stages: list[StageCapacity], names: tuple[str, ...] = CHECKED_VALUES) -> list[str]:
