@@ -55,9 +55,11 @@ def kv_dtype_bytes(release: str, kv_cache_dtype: str, attention: AttentionGeomet
     code = code_of(release)
     choices = code.kv_dtypes.split()
     if kv_cache_dtype not in choices:
+        listed = ", ".join(repr(c) for c in choices)
         raise FlagError(
-            f"--kv-cache-dtype {kv_cache_dtype}: SGLang {release} refuses it (argument --kv-cache-dtype: "
-            f"invalid choice; its parser takes {', '.join(choices)}: sglang/srt/{code.kv_dtypes_at})"
+            f"--kv-cache-dtype {kv_cache_dtype}: SGLang {release} refuses it at start-up (argument "
+            f"--kv-cache-dtype: invalid choice: {kv_cache_dtype!r} (choose from {listed}); "
+            f"sglang/srt/{code.kv_dtypes_at})"
         )
     if kv_cache_dtype == "auto":
         return 1 if attention.fp8_kv_checkpoint else {"float32": 4, "bfloat16": 2, "float16": 2}[attention.dtype]

@@ -25,9 +25,8 @@ from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import TypeVar
 
-from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.environ import LONGER_CONTEXT_ENV
-from checker.core.errors import ConfigError
+from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.kv_pool import (
     KvOwn,

@@ -106,13 +106,13 @@ def kv_note(stages: list[StageCapacity]) -> str | None:
     limiting = [s.pp_rank for s in stages if s.kv_limiting]
     if len(stages) <= 1 or not limiting:
         return None
-    idle = sum(s.kv_idle_bytes for s in stages)
-    return (
+    idle = [f"stage {s.pp_rank} {s.kv_idle_bytes / 2**30:.2f} GiB" for s in stages if s.kv_idle_bytes]
+    line = (
         f"KV pool: every stage holds max_total_num_tokens {fmt_int(stages[0].max_total_num_tokens)}, the MIN "
         f"of their own capacities, set by stage{'s' if len(limiting) > 1 else ''} "
-        f"{', '.join(map(str, limiting))} (<); the MIN leaves {idle / 2**30:.2f} GiB of KV idle per "
-        "rank summed over stages"
+        f"{', '.join(map(str, limiting))} (<)"
     )
+    return line + (f"; idle per rank because of the MIN: {', '.join(idle)}" if idle else "")
 
 
 def agreement_line(stages: list[StageCapacity]) -> str:
