@@ -32,6 +32,7 @@ from checker.core.kv_pool import (
     KvOwn,
     KvStage,
     code_of,
+    ESTIMATE_MAX,
     draft_layers_of,
     estimate,
     kv_dtype_bytes,
@@ -607,30 +608,40 @@ def requests_per_worker(inputs: CapacityInputs) -> int | None:
     return per_worker
 
 
+def kv_token_bound(inputs: CapacityInputs) -> int | None:
+    """The most tokens the KV pool can hold after the MIN whatever the budget: --token-capacity (a fixed
+    profile) and --max-total-tokens, page-aligned; None when only the budget bounds it."""
+    bounds = [b for b in (inputs.token_capacity, inputs.max_total_tokens) if b is not None]
+    if not bounds:
+        return None
+    return min(bounds) // inputs.page_size * inputs.page_size
+
+
 def request_cap_terms(inputs: CapacityInputs) -> tuple[int, int | None]:
-    """The two budget-independent terms of the running-request cap per dp worker: ``user // dp`` (as the
-    release floors it) or the estimate ``clamp(int(T / context_len * 512), 2048, 4096)``, and ``T // 2``
-    (None without a token capacity T). kv_cache_configurator.py ``resolve_max_num_reqs``; 0.5.14 to
-    0.5.15.post1: model_runner_kv_cache_mixin.py ``_resolve_max_num_reqs``, the same rule. Without T the
-    KV pool does not bind and the estimate's ceiling, 4096, stands in."""
-    T = inputs.token_capacity
+    """Two budget-independent upper bounds on max_running_requests per dp worker before ``K // ratio``:
+    ``user // dp`` (as the release floors it) or the estimate ``clamp(int(T / context_len * 512), 2048,
+    4096)`` at its largest (4096, or at the KV pool's bound), and ``T // 2`` at the pool's bound (None when
+    the budget alone bounds the pool, or the release does not cap that way). The pool itself grows with
+    the budget (checker.core.kv_pool), so these are what no budget lifts."""
+    T = kv_token_bound(inputs)
     user = requests_per_worker(inputs)
-    if T is None:
-        estimate = 4096  # the clamp's ceiling: an unmodelled KV pool does not bind
-    else:
-        estimate = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)  # type: ignore[operator]
-    cap = inputs.release.rules.request_cap
-    if user is not None and cap != "half-tokens":
-        # Up to 0.5.6.post2 (tp_worker.py) a user value is capped by nothing but K // ratio: min(mrr // dp,
-        # mrr, K // ratio); 0.5.13 (_resolve_max_num_reqs) caps it by the estimate, not by T // 2.
-        return (user if cap == "tp-worker" else min(user, estimate)), None
-    first = user if user is not None else estimate
+    context = inputs.resolved_context_len
+    assert context is not None  # CapacityInputs refuses a model without one
+    rule = inputs.release.rules.request_cap
+    # Up to 0.5.9 the estimate reads the stage's own profile, which only --token-capacity fixes.
+    estimate_at = inputs.token_capacity if rule == "tp-worker" else T
+    ceiling = ESTIMATE_MAX if estimate_at is None else estimate(estimate_at, context)
+    if user is not None and rule != "half-tokens":
+        # Up to 0.5.9 (tp_worker.py, model_runner.py) a user value is capped by nothing but K // ratio:
+        # min(mrr // dp, mrr, K // ratio); 0.5.10-0.5.13 (_resolve_max_num_reqs) by the estimate.
+        return (user if rule == "tp-worker" else min(user, ceiling)), None
+    first = user if user is not None else ceiling
     return first, (T // 2 if T is not None else None)
 
 
 def running_request_cap(inputs: CapacityInputs) -> int:
-    """max_running_requests per dp worker before the state pool's ``K // ratio``: the smaller of
-    :func:`request_cap_terms`. The one definition sizing, the vectorised sweep and planning use."""
+    """The smaller of :func:`request_cap_terms`: what max_running_requests per dp worker reaches at most
+    whatever the budget, before the state pool's ``K // ratio``."""
     first, half_tokens = request_cap_terms(inputs)
     return first if half_tokens is None else min(first, half_tokens)
 
