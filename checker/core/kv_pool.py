@@ -145,6 +145,20 @@ def draft_layers_of(release: str, attention: AttentionGeometry, *, speculative: 
     return 0
 
 
+def refuse_zero_cell(release: str, *, pp_rank: int, start_layer: int, end_layer: int) -> None:
+    """Up to 0.5.16 a stage whose KV cell is 0 bytes (no full-attention layer in its slice) divides by it
+    and does not start; from 0.5.17 it reports int64 max and stays out of the MIN. The refusal is the
+    same at every budget, so the checker makes it before sizing any pool."""
+    code = code_of(release)
+    if code.zero_cell == "divide":
+        raise LayoutError(
+            f"stage {pp_rank} ([{start_layer}, {end_layer})) holds no full-attention layer, so its KV "
+            f"cell is 0 bytes and SGLang {release} divides by it at start-up (ZeroDivisionError, "
+            f"sglang/srt/{code.zero_cell_at}); use SGLANG_PP_LAYER_PARTITION to give every stage an "
+            "attention layer, another --pp-size, or SGLang 0.5.17 or later"
+        )
+
+
 def align(tokens: int, page_size: int) -> int:
     return tokens // page_size * page_size
 
@@ -191,13 +205,7 @@ def own_kv(
     if token_capacity is not None:
         profiled = token_capacity
     elif cell == 0:
-        if code.zero_cell == "divide":
-            raise LayoutError(
-                f"stage {pp_rank} ([{start_layer}, {end_layer})) holds no full-attention layer, so its KV "
-                f"cell is 0 bytes and SGLang {release} divides by it at start-up (ZeroDivisionError, "
-                f"sglang/srt/{code.zero_cell_at}); use SGLANG_PP_LAYER_PARTITION to give every stage an "
-                "attention layer, another --pp-size, or SGLang 0.5.17 or later"
-            )
+        refuse_zero_cell(release, pp_rank=pp_rank, start_layer=start_layer, end_layer=end_layer)
         # pool_configurator.py DefaultPoolConfigurator: a stage whose KV lives on another stage reports
         # int64 max, and stays out of the MIN (pp > 1 and the model has attention layers).
         if pp_size > 1 and attention.full_attention_layer_ids:
@@ -259,6 +267,8 @@ class KvStage:
     """``K // ratio`` is the requests the state pool holds."""
     user_micro: int | None
     """--pp-max-micro-batch-size (None: unset)."""
+    token_capacity: int | None = None
+    """--token-capacity where this rank gave it (named in a refusal that raising it would cure)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,12 +307,13 @@ def resolve_one(stage: KvStage, minimum: int) -> KvResolved:
     K, ratio = stage.max_mamba_cache_size, stage.slots_per_request
     n = min(_requests(stage, T, rules.request_cap), K // ratio)
     if n <= 0:
+        hint = " or --token-capacity" if stage.token_capacity is not None and T // 2 <= 0 else ""
         raise BudgetError(
             f"budget too small for one running request on stage {stage.pp_rank}: K={K} state slots but "
-            f"each request needs {ratio}; raise --budget-gib"
+            f"each request needs {ratio}; raise --budget-gib{hint}"
             if K // ratio <= 0
             else f"budget too small for one running request on stage {stage.pp_rank}: its KV pool holds "
-            f"{T} tokens after the MIN over stages; raise --budget-gib"
+            f"{T} tokens after the MIN over stages; raise --budget-gib{hint}"
         )
     micro = stage.user_micro or max(n // stage.pp_size, 1)
     idle = (stage.own_tokens - T) * stage.cell_bytes if stage.cell_bytes and stage.own_tokens >= T else 0

@@ -32,6 +32,8 @@ from checker.core.kv_pool import (
     KvOwn,
     KvStage,
     code_of,
+    counts_own_stage,
+    refuse_zero_cell,
     ESTIMATE_MAX,
     draft_layers_of,
     estimate,
@@ -133,7 +135,6 @@ class CapacityInputs(SizingFlags):
                 "spec-decoding intermediate state from it (or give --speculative-algorithm, and the "
                 "release picks its own)"
             )
-        self._check_kv_inputs()
         sg = self.release.label
         if self.pp_size > 1 and not rules.pp_hybrid:
             # A class the config names is refused per class before this (model_support.check_pipeline);
@@ -167,6 +168,7 @@ class CapacityInputs(SizingFlags):
             )
         # Fail early on the layout: pp size vs layers, partition env.
         stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
+        self._check_kv_inputs()
 
     def _check_kv_inputs(self) -> None:
         """The KV pool's inputs, refused as the release refuses them at start-up (one line each)."""
@@ -207,13 +209,6 @@ class CapacityInputs(SizingFlags):
                 speculative=bool(self.speculative_num_draft_tokens),
                 draft_path=self.speculative_draft_model_path,
             )
-        if self.speculative_num_draft_tokens and code_of(self.release.version).spec_headroom_at:
-            if self.speculative_num_steps is None or self.speculative_eagle_topk is None:
-                raise FlagError(
-                    f"--speculative-num-draft-tokens without --speculative-algorithm: {sg} grows an EAGLE "
-                    "target's KV pool by steps x top-k tokens per request (model_runner.py "
-                    "draft_runner_cache_size); give --speculative-algorithm EAGLE (and its steps and top-k)"
-                )
 
     def _refuse_family(self, rules: ReleaseRules, sg: str) -> None:
         """Old releases size the pool per model family (docs/sglang-releases.md): refuse a geometry that
@@ -564,6 +559,10 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
     bounds = stage_bounds(stage_partition(g.num_hidden_layers, inputs.pp_size, inputs.partition_env))
     counts = [g.linear_layers_in(s, e) for s, e in bounds]
     start, end = bounds[pp_rank]
+    a = g.attention
+    if a is not None and inputs.token_capacity is None and a.full_attention_layer_ids:
+        if counts_own_stage(inputs.release.version, a) and a.layers_in(start, end) == 0:
+            refuse_zero_cell(inputs.release.version, pp_rank=pp_rank, start_layer=start, end_layer=end)
     scale = policy_scale(
         inputs.resolved_policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
     )
@@ -804,7 +803,7 @@ def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K
     D = inputs.speculative_num_draft_tokens or 0
     headroom = 0
     if D and code_of(version).spec_headroom_at:
-        headroom = (inputs.speculative_num_steps or 0) * (inputs.speculative_eagle_topk or 0) + D
+        headroom = spec_headroom(inputs)
     draft = draft_layers_of(
         version, g.attention, speculative=bool(D), draft_path=inputs.speculative_draft_model_path
     )
@@ -839,6 +838,17 @@ def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K
     return own
 
 
+def spec_headroom(inputs: CapacityInputs) -> int:
+    """Tokens per request an EAGLE target adds to its pool up to 0.5.6.post2: ``steps * topk +
+    draft_tokens``. The checker's own --speculative-num-draft-tokens D without an algorithm reads as EAGLE
+    with top-k 1, whose draft tokens are steps + 1 (SGLang's rule): D - 1 steps."""
+    D = inputs.speculative_num_draft_tokens or 0
+    steps, topk = inputs.speculative_num_steps, inputs.speculative_eagle_topk
+    if inputs.speculative_algorithm is None or steps is None or topk is None:
+        steps, topk = D - 1, 1
+    return steps * topk + D
+
+
 def kv_stage(stage: StageCapacity, inputs: CapacityInputs) -> KvStage:
     """What the resolution after the MIN reads of one stage derived from ``inputs``."""
     return KvStage(
@@ -856,6 +866,7 @@ def kv_stage(stage: StageCapacity, inputs: CapacityInputs) -> KvStage:
         max_mamba_cache_size=stage.max_mamba_cache_size,
         slots_per_request=stage.slots_per_request,
         user_micro=inputs.pp_max_micro_batch_size,
+        token_capacity=inputs.token_capacity,
     )
 
 

@@ -29,6 +29,7 @@ from checker.core.sizing import (
     plan_stage,
     requests_per_worker,
     size_pool,
+    spec_headroom,
 )
 from checker.core.sweep import PolicyFlags, flags_from_stack, summarise
 
@@ -193,7 +194,7 @@ def _own_tokens(
     estimate_from = profiled
     D = inputs.speculative_num_draft_tokens or 0
     if D and code.spec_headroom_at and cell:
-        headroom = (inputs.speculative_num_steps or 0) * (inputs.speculative_eagle_topk or 0) + D
+        headroom = spec_headroom(inputs)
         pool = zeros + inputs.max_running_requests if inputs.max_running_requests else _estimate(profiled, context)
         slots = torch.minimum(pool, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
         profiled = profiled + slots * headroom + 100
