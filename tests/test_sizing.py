@@ -722,7 +722,7 @@ def test_token_capacity_too_small_for_one_request() -> None:
 def test_token_capacity_needs_a_context_len() -> None:
     """A model spec without a context length: the request estimate cannot be computed, --token-capacity
     or not; --context-length supplies it."""
-    with pytest.raises(FlagError, match="--context-length"):
+    with pytest.raises(FlagError, match="--context-len"):
         CapacityInputs(geometry=replace(TOY, context_len=None), budget_gib=1.0, token_capacity=100_000)
     ok = CapacityInputs(geometry=replace(TOY, context_len=None), budget_gib=1.0, context_len=4096)
     assert derive_stage(ok, 0).context_len == 4096
@@ -1037,7 +1037,7 @@ REFUSED_INPUTS = [
         "token capacity without a context length",
         {"geometry": replace(TOY, context_len=None), "pp_size": 1, "token_capacity": 100_000},
         "toy: the model spec gives no context length, which SGLang's running-request estimate divides by; "
-        'add "context_len" to the spec or pass --context-length',
+        'add "context_len" to the spec or pass --context-len',
     ),
     (
         "lazy before 0.5.13",

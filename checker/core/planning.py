@@ -76,7 +76,7 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
             else "set --max-running-requests to allow more"
         )
         if first == ESTIMATE_MAX:
-            why = "SGLang's running-request estimate clamp(int(T / context_len * 512), 2048, 4096), which tops out at 4096"
+            why = "SGLang's default running-request estimate, which tops out at 4096"
         else:
             why = (
                 f"SGLang's running-request estimate clamp(int(T / context_len * 512), 2048, 4096) = {first} "

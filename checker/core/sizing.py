@@ -178,15 +178,15 @@ class CapacityInputs(SizingFlags):
         if self.context_len is not None and own is not None and self.context_len > own and not self.allow_longer_context:
             # configs/model_config.py ModelConfig._derive_context_length, every modelled release.
             raise FlagError(
-                f"--context-length {self.context_len} is above the model's own context length {own}: {sg} "
-                f'refuses it at start-up ("User-specified context_length ({self.context_len}) is greater '
-                f'than the derived context_length ({own})"); lower it, or set '
-                f"{LONGER_CONTEXT_ENV}=1 as SGLang's message says"
+                f"--context-len {self.context_len} (a launch command's --context-length) is above the model's "
+                f"own context length {own}: {sg} refuses it at start-up (\"User-specified context_length "
+                f'({self.context_len}) is greater than the derived context_length ({own})"); lower it, or '
+                f"set {LONGER_CONTEXT_ENV}=1 as SGLang's message says"
             )
         if self.resolved_context_len is None:
             raise FlagError(
                 f"{g.name}: the model spec gives no context length, which SGLang's running-request "
-                'estimate divides by; add "context_len" to the spec or pass --context-length'
+                'estimate divides by; add "context_len" to the spec or pass --context-len'
             )
         if self.max_total_tokens is not None and self.max_total_tokens <= 0:
             raise FlagError(

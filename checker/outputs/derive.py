@@ -159,10 +159,10 @@ def derivation_text(d: Derivation) -> list[str]:
         "",
         stage_table(d.stages, d.materialized),
         "",
-        agreement_line(d.stages),
     ]
     note = kv_note(d.stages)
     lines += [note] if note else []
+    lines.append(agreement_line(d.stages))
     if d.materialized is not None and all(m.ok for m in d.materialized):
         total = sum(m.allocated_bytes for m in d.materialized)
         lines.append(

@@ -431,7 +431,7 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
         )
         out += ["", f"every rank{legend}:", rank_table(verdict.rows, verdict.divergent)]
         pool = kv_pool_line(verdict.rows)
-        out += [pool] if pool else []
+        out += ["", pool] if pool else []
     if verdict.errors:
         out += [""] + [f"error: {e}" for e in verdict.errors]
     if verdict.status == INFRASTRUCTURE_FAILURE:
