@@ -120,7 +120,7 @@ GPU_GIB=$("$PY" -c 'import torch; print(int(torch.cuda.get_device_properties(0).
 
 step nccl-w1-materialize 60 0 consistent "$OUT/nccl-w1.json" -- \
     "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check "${QWEN[@]}" --backend nccl --allow-single-rank \
-    --budget-from-device --materialize --timeout-s 45 --report "$OUT/nccl-w1.json"
+    --budget-from-device --mem-fraction-static 0.85 --materialize --timeout-s 45 --report "$OUT/nccl-w1.json"
 
 # The memory handed to sizing as the installed release computes it: free before and after 20 GiB of
 # weights, --mem-fraction-static; the checker's own launch-command form.
@@ -131,7 +131,7 @@ step nccl-w1-weights-launch 60 0 consistent "$OUT/nccl-w1-weights.json" -- \
 
 step nccl-w1-spec-kimi 60 0 consistent "$OUT/nccl-w1-spec.json" -- \
     "${TORCHRUN[@]}" --nproc-per-node 1 -m checker check --model kimi-k3 --backend nccl --allow-single-rank \
-    --budget-from-device --max-running-requests 64 --speculative-num-draft-tokens 4 \
+    --budget-from-device --mem-fraction-static 0.85 --max-running-requests 64 --speculative-num-draft-tokens 4 \
     --materialize --timeout-s 45 --report "$OUT/nccl-w1-spec.json"
 
 # 4 x 16 GiB budgets: each pool about 7.6 GiB on the one GPU, together far below its memory.

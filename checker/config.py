@@ -26,8 +26,13 @@ from checker.core.server_args import SIZING_ARGS
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
-from checker.core.startup import _AUTO_STANDALONE  # STANDALONE's own (steps, top-k, draft tokens)
-from checker.core.startup import EAGLE_FAMILY, auto_params, check_pp_spec, resolve_speculative
+from checker.core.startup import (
+    _AUTO_STANDALONE,  # STANDALONE's own (steps, top-k, draft tokens)
+    EAGLE_FAMILY,
+    auto_params,
+    check_pp_spec,
+    resolve_speculative,
+)
 from checker.distributed.launch_env import GroupOptions
 
 if TYPE_CHECKING:
@@ -194,13 +199,24 @@ def _model_path_words(argv: tuple[str, ...]) -> Iterator[str]:
             yield word.split("=", 1)[1]
 
 
+MISSING_FRACTION = (
+    "--budget-from-device needs the server's --mem-fraction-static (in the launch command, or as a flag): "
+    "SGLang picks one from the GPU's memory and the serving mode when it is unset (0.5.23: "
+    "arg_groups/memory_hook.py), which the checker does not model; add --mem-fraction-static F as the "
+    "server is started"
+)
+"""A --budget-from-device without a fraction (derive --gpu-free-gib refuses the same): a fraction the
+checker picked would size a pool the server never has."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class BudgetSource:
     """Where ``total_rest_memory`` comes from: a fixed GiB value, or free device memory."""
 
     budget_gib: float | None = None
     from_device: bool = False
-    mem_fraction_static: float = 0.9
+    mem_fraction_static: float | None = None
+    """The server's --mem-fraction-static: required with ``from_device`` (never assumed)."""
     device_free_gib: tuple[float, ...] = ()
     """Free memory to assume instead of measuring it: one value, or one per rank."""
     agree: bool = True
@@ -212,11 +228,22 @@ class BudgetSource:
     """Where ``weights_gib`` came from when not typed as ``--weights-gib``: ``--weights-from-log LOG``."""
     weights: WeightsFlags = field(default_factory=WeightsFlags)
 
+    def __post_init__(self) -> None:
+        if self.from_device and self.mem_fraction_static is None:
+            raise FlagError(MISSING_FRACTION)
+
+    @property
+    def fraction(self) -> float:
+        """The server's --mem-fraction-static (with ``from_device``, where it is required)."""
+        if self.mem_fraction_static is None:
+            raise FlagError(MISSING_FRACTION)
+        return self.mem_fraction_static
+
     @property
     def label(self) -> str:
         if self.from_device:
             agreement = "MIN over ranks" if self.agree else "not agreed"
-            fraction = f"--mem-fraction-static {self.mem_fraction_static:g}"
+            fraction = f"--mem-fraction-static {self.fraction:g}"
             return f"device free, {fraction}, {self.weights_label}, {agreement}"
         return "--budget-gib"
 
@@ -473,6 +500,12 @@ def capacity_inputs(
 
     if release is None:
         release = EngineChoice().choose(installed_sglang_version(), own_code=False)
+    if model.model_config is not None and release.modelled == release.derived_as:
+        # start-up: the config classes' rules (~1 ms) load only for a model config. First: what the
+        # release refuses at load is named with its file:line, before the geometry reader's own words.
+        from checker.core.config_rules import check_model_config
+
+        check_model_config(release.derived_as, model.model_config)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
     stages = pp_size or sizing.pp_size or 1
     if release.modelled == release.derived_as:  # a release the checker models: its code is known

@@ -7,7 +7,8 @@
 # stays the status alone, so `status=$(launchers/read-verdict.sh r.json)` keeps working.
 #
 #   launchers/torchrun.sh --budget-from-device --weights-gib 12 --report out/report.json \
-#       -- python -m sglang.launch_server --model-path /models/Kimi-Linear-48B-A3B --pp-size 2 --tp-size 4 || true
+#       -- python -m sglang.launch_server --model-path /models/Kimi-Linear-48B-A3B --pp-size 2 --tp-size 4 \
+#          --mem-fraction-static 0.85 || true
 #   launchers/read-verdict.sh out/report.json   # the step's real verdict (torchrun exits 1 for any failure)
 #
 # No report, or one that cannot be trusted, means the checker never reached a verdict (a node never

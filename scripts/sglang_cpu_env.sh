@@ -152,7 +152,7 @@ EOF
    # shellcheck disable=SC2086  # $newer: no word or one
    CHECKER_REQUIRE_SGLANG="$v" PYTHONPATH="$pp" "$VENV/bin/python" -m pytest tests/test_engine_sglang.py \
      tests/test_engine_fixes.py tests/test_launch_command.py tests/test_pp_support.py tests/test_weights.py \
-     tests/test_examples.py $newer -m sglang \
+     tests/test_examples.py tests/test_replay.py $newer -m sglang \
      -p no:cacheprovider -n 0 "$@" || rc=$?
    echo "== SGLang $v tests: $(( $(date +%s) - t2 )) s"
    exit $rc) || status=1

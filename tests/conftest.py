@@ -93,3 +93,25 @@ def sglang_engine():
     if required:
         assert engine.version == required
     return engine
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault matrix's times (tests/test_faults.py records each case as ``fault_case``), listed after
+    the run; ``CHECKER_FAULT_TABLE=PATH`` also writes them as docs/preflight.md's markdown table."""
+    rows = [
+        dict(value)
+        for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+        if report.when == "call"
+        for name, value in report.user_properties
+        if name == "fault_case"
+    ]
+    if not rows:
+        return
+    from fault_table import markdown, summary
+
+    terminalreporter.write_sep("-", "fault matrix")
+    for line in summary(rows):
+        terminalreporter.write_line(line)
+    path = os.environ.get("CHECKER_FAULT_TABLE")
+    if path:
+        Path(path).write_text(markdown(rows))

@@ -26,7 +26,15 @@ from torch.distributed import DistStoreError
 from checker.core.errors import FlagError, LayoutError
 from checker.distributed import liveness
 from checker.distributed.group import InfrastructureFailure, StaleStore
-from checker.distributed.session import Abort, Gathered, SchemaMismatch, Wait, schema_mismatch_message
+from checker.distributed.session import (
+    BEAT_STOPPED,
+    Abort,
+    Arrivals,
+    Gathered,
+    SchemaMismatch,
+    Wait,
+    schema_mismatch_message,
+)
 from checker.distributed.wire import Header
 from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE
 
@@ -193,6 +201,8 @@ class World:
     frozen: set[int] = field(default_factory=set)
     """Ranks whose heartbeat stopped (killed or frozen): a rank waiting on one of them for the verdict
     sees its lease lapse (at once: the fake's clock)."""
+    frozen_after: set[int] = field(default_factory=set)
+    """Ranks frozen after the last gather: the publisher's wait for every rank to arrive names them."""
 
     def __post_init__(self) -> None:
         self.barrier = threading.Barrier(self.size)
@@ -265,6 +275,24 @@ class FakeSession:
         return self.t0 + 60.0
 
     @property
+    def timeout_s(self) -> float:
+        return 60.0
+
+    @property
+    def may_publish_alone(self) -> bool:
+        return self.has_store or self.world.size == 1
+
+    def await_joined(self) -> bool:
+        return self.joined
+
+    def arrive(self) -> None:
+        pass
+
+    def await_arrivals(self, within_s: float) -> Arrivals:
+        """Every rank arrived, except those the world has frozen after the exchange."""
+        return Arrivals(missing=sorted(self.world.frozen_after), cause=BEAT_STOPPED)
+
+    @property
     def has_store(self) -> bool:
         return self.joined and not self.world.store_down
 
@@ -328,13 +356,18 @@ class FakeSession:
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
         return Abort(detail=detail, missing_ranks=list(self.world.missing))
 
-    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool:
+    def claim_publisher(
+        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
+    ) -> bool:
         with self.world.lock:
             self.world.claims += 1
             if self.world.store_down:
                 return default
             me, holders = self.env.rank, self.world.holders
-            if not holders or (holders[-1] in lost and holders[-1] != me):
+            if not holders:
+                holders.extend(r for r in unclaimed_by if r != me)
+                holders.append(me)
+            elif holders[-1] in lost and holders[-1] != me:
                 holders.append(me)
             return holders[-1] == me
 
@@ -365,7 +398,7 @@ class FakeSession:
             if self.world.announced is None:
                 self.world.announced = (exit_code, line)
 
-    def await_announcement(self, within_s: float) -> Wait:
+    def await_announcement(self, within_s: float, **kw: float) -> Wait:
         """Bounded by ``within_s`` and the world's ``announce_wait_s``; a holder in ``frozen`` is seen
         stopped at once."""
         if not self.has_store:
@@ -376,7 +409,7 @@ class FakeSession:
                 return Wait(announced=self.world.announced)
             holder = self.world.holders[-1] if self.world.holders else 0
             if holder in self.world.frozen:
-                return Wait(stopped=holder)
+                return Wait(stopped=holder, cause=BEAT_STOPPED)
             if time.monotonic() >= deadline:
                 return Wait()
             time.sleep(0.002)
@@ -389,9 +422,14 @@ class FakeSession:
         raise Exited(exit_code)
 
     def wait_for_exit(self, seconds: float) -> Any:
-        """The real session sleeps for the abort to end the process, then leaves with 3 itself."""
+        """The real session sleeps for the other thread to end the process, then leaves itself with the
+        verdict announced by then (else 3)."""
         self.world.waited_for_exit.add(self.env.rank)
-        raise Exited(EXIT_CODES[INFRASTRUCTURE_FAILURE])
+        t0 = time.monotonic()  # real time, cut short: the other thread announces within milliseconds here
+        while self.world.announced is None and time.monotonic() - t0 < min(seconds, 1.0):
+            time.sleep(0.002)
+        heard = self.world.announced
+        raise Exited(heard[0] if heard is not None else EXIT_CODES[INFRASTRUCTURE_FAILURE])
 
 
 class Killed(BaseException):

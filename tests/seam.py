@@ -16,7 +16,13 @@ What is fake, with torch's semantics for what the Session uses:
 * :class:`SeamGroup`: the rendezvous (every rank's arrival, bounded by ``--timeout-s``) and the int64
   all-gather, both over that store, with torch's timeouts.
 * :class:`Process`: what ``os._exit`` does to a rank: its first exit code is the process's; its threads
-  stop at their next wait, its heartbeat stops and its watcher goes.
+  stop at their next wait, its heartbeat stops and its watcher goes. :meth:`Process.freeze` is SIGSTOP
+  (every thread stops, no beat, no exit code; a SIGTERM stays pending), :meth:`SeamWorld.hang` a main
+  thread stuck while its heartbeat and other threads go on.
+* ``SeamWorld(agent=True)``: torchrun's agent. When a process ends with a code other than 0 (or is
+  killed) it sends SIGTERM to every other live process (the session's SIGTERM path, on a thread of that
+  process); once the rest have ended, it SIGKILLs the frozen ones (its grace period, not modelled in
+  time).
 """
 
 from __future__ import annotations
@@ -119,7 +125,7 @@ class VirtualClock:
         if not self._waiters or len(self._waiters) < self.parties:
             return
         for deadline, ready, process in self._waiters.values():
-            if self.now >= deadline or ready() or (process is not None and not process.alive):
+            if self.now >= deadline or ready() or (process is not None and not process.running):
                 return  # it goes on first (a thread of an ended process stops there)
         before, self.now = self.now, min(d for d, _, _ in self._waiters.values())
         self.jumps += 1
@@ -134,7 +140,7 @@ class VirtualClock:
 
 def _stop_if_ended() -> None:
     process: Process | None = getattr(_local, "process", None)
-    if process is not None and not process.alive:
+    if process is not None and not process.running:
         raise ProcessExit(process.code if process.code is not None else -9)
 
 
@@ -266,7 +272,7 @@ class ClockHeartbeat(liveness.Heartbeat):
 
         def tick(before: float, after: float) -> None:
             beats = int(after // interval) - int(before // interval)
-            if beats and self.beating and self.process.alive:
+            if beats and self.beating and self.process.running:
                 key = f"hb/{self.rank}"
                 data = self.process.world.store.data
                 data[key] = str(int(data.get(key, b"0")) + beats).encode()
@@ -312,7 +318,7 @@ class SeamGroup:
         if arrivals > self.world.size:
             raise StaleStore(f"the rendezvous store already holds an earlier run ({arrivals - 1} arrivals)")
         self.client = client
-        liveness.join(client, self.rank, self.process.host)
+        liveness.join(client, self.rank, self.process.host, node=self.process.node)
         self.heartbeat = ClockHeartbeat(client, self.rank, self.process).start()
 
     def init(self) -> None:
@@ -414,10 +420,24 @@ class Process:
     """It was killed (``kill -9``): it left no exit code of its own."""
     session: Session | None = None
     error: BaseException | None = None
+    frozen: bool = False
+    """SIGSTOP: every thread stopped, no beat; alive (no exit code) until killed."""
+    sigterm: bool = False
+    """torchrun's agent sent it SIGTERM."""
+
+    @property
+    def running(self) -> bool:
+        """Its threads run: alive and not frozen."""
+        return self.alive and not self.frozen
 
     @property
     def host(self) -> str:
         return f"node-{self.rank // 2}"
+
+    @property
+    def node(self) -> tuple[int, int]:
+        """The ranks of its node, as torchrun numbers them: two a node."""
+        return self.rank - self.rank % 2, 2
 
     @property
     def alive(self) -> bool:
@@ -428,13 +448,22 @@ class Process:
         with self.world.clock.cond:
             if self.alive:
                 self.code = code
+                self.world.ended(self)
             self.world.clock.notify()
         raise ProcessExit(self.code if self.code is not None else code)
 
     def kill(self) -> None:
         with self.world.clock.cond:
             self.killed = True
+            self.world.ended(self)
             self.world.clock.notify()
+
+    def freeze(self) -> NoReturn:
+        """SIGSTOP from one of its own threads: every thread stops where it is (this one now)."""
+        with self.world.clock.cond:
+            self.frozen = True
+            self.world.clock.notify()
+        raise ProcessExit(-19)
 
     def make_session(self, options: GroupOptions) -> Session:
         env = RankEnv.from_environ(
@@ -476,10 +505,58 @@ class SeamWorld:
     backend_errors: dict[int, str] = field(default_factory=dict)
     """These ranks cannot use their --backend (the real parser's error)."""
     clock: VirtualClock = field(default_factory=VirtualClock)
+    agent: bool = False
+    """torchrun's agent: SIGTERM to every other process once one fails (module docstring)."""
 
     def __post_init__(self) -> None:
         self.store = BlockingStore(self.clock)
         self.processes = [Process(self, r) for r in range(self.size)]
+        self.stopping = False
+        """The agent has sent its SIGTERMs."""
+        self._signal_threads: list[threading.Thread] = []
+
+    def ended(self, process: Process) -> None:
+        """With the clock's lock held: ``process`` ended; the agent stops the rest if it failed."""
+        if not self.agent or self.stopping or (process.code == 0 and not process.killed):
+            return
+        self.stopping = True
+        for other in self.processes:
+            if other is not process and other.alive and other.session is not None:
+                self._sigterm(other)
+
+    def _sigterm(self, process: Process) -> None:
+        """SIGTERM to ``process``: its session's SIGTERM path on a thread of its own (a party of the
+        clock), once the session has started; a frozen process keeps it pending."""
+        process.sigterm = True
+        clock = self.clock
+        clock.parties += 1  # under the lock: time waits for the new thread
+
+        def deliver() -> None:
+            _local.process = process
+            session = process.session
+            try:
+                with clock.cond:
+                    clock.wait_until(lambda: hasattr(session, "on_abort"), clock.now + 60)
+                if session is not None and hasattr(session, "on_abort") and process.running:
+                    session.sigterm_at = clock.monotonic()
+                    session.on_abort("terminated by SIGTERM", True)
+            except ProcessExit:
+                pass
+            finally:
+                with clock.cond:
+                    clock.parties -= 1
+                    clock._advance()
+                    clock.notify()
+
+        thread = threading.Thread(target=deliver, daemon=True, name=f"rank-{process.rank}-sigterm")
+        self._signal_threads.append(thread)
+        thread.start()
+
+    def hang(self) -> None:
+        """A rank's main thread stuck for good (its heartbeat beats on): call it from a job's piece. It
+        ends only when its process does (a SIGTERM it handles, or a kill)."""
+        with self.clock.cond:
+            self.clock.wait_until(lambda: False, self.clock.now + 1e6)
 
     def run(
         self,
@@ -487,15 +564,19 @@ class SeamWorld:
         *,
         ranks: Sequence[int] | None = None,
         refused: dict[int, str] | None = None,
+        killed_at_start: Sequence[int] = (),
         real_timeout_s: float = 10.0,
     ) -> list[Process]:
         """The protocol on ``ranks`` (every rank by default; a rank left out never starts), each in its
-        own thread, over real Sessions; every process as it ended."""
-        started = list(range(self.size)) if ranks is None else list(ranks)
+        own thread, over real Sessions; every process as it ended. ``killed_at_start``: these ranks'
+        processes die as they start, before they join (the agent, if any, sees them fail)."""
+        started = [r for r in (range(self.size) if ranks is None else ranks) if r not in killed_at_start]
         for r in started:
             self.processes[r].make_session(self.options)
         with self.clock.cond:
             self.clock.parties += len(started)  # counted before any starts: time waits for them all
+        for r in killed_at_start:
+            self.processes[r].kill()
 
         def one(rank: int) -> None:
             process = self.processes[rank]
@@ -507,8 +588,9 @@ class SeamWorld:
                     process.session, jobs[rank], refused=RankError(message=said) if said is not None else None
                 )
                 with self.clock.cond:
-                    if process.code is None:
+                    if process.alive:
                         process.code = code
+                        self.ended(process)
             except ProcessExit:
                 pass
             except BaseException as exc:  # Killed (a fake kill -9), or a bug the test shows
@@ -532,6 +614,13 @@ class SeamWorld:
         for t in threads:
             t.join(real_timeout_s)
         assert not any(t.is_alive() for t in threads), "a rank never finished: the protocol hung"
+        for t in list(self._signal_threads):
+            t.join(real_timeout_s)
+        assert not any(t.is_alive() for t in self._signal_threads), "a SIGTERM never ended its rank"
+        with self.clock.cond:  # the agent's SIGKILL, after its grace, of what SIGTERM could not end
+            for process in self.processes:
+                if process.alive and process.frozen and self.stopping:
+                    process.killed = True
         for r in started:
             session = self.processes[r].session
             if session is not None and session.watcher is not None:

@@ -24,6 +24,7 @@ from checker.cli.main import COMMANDS, HELP_WIDTH, LAUNCH_COMMANDS, build_parser
 from checker.files import append_file, write_file
 
 KIMI = ["--model", "kimi-k3", "--budget-gib", "8"]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 # ---- help -------------------------------------------------------------------------------------------
@@ -181,6 +182,34 @@ def test_check_requires_model_budget_and_a_real_world(cli, argv, needle):
     assert res.rc == 2, res
     assert len(res.err.strip().splitlines()) == 1 and needle in res.err, res.err
     assert "CONSISTENT" not in res.out
+
+
+KIMI_LINEAR = str(FIXTURES / "kimi_linear_48b_a3b.json")
+SERVE_KIMI = ["python", "-m", "sglang.launch_server", "--model-path", KIMI_LINEAR]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "kimi-k3", "--budget-from-device", "--device-free-gib", "79"],
+        ["--budget-from-device", "--device-free-gib", "79", "--", *SERVE_KIMI, "--tp-size", "1"],
+    ],
+    ids=["flags", "launch-command"],
+)
+def test_budget_from_device_without_a_fraction_is_refused_not_sized_with_0_9(cli, argv):
+    """A launch command without --mem-fraction-static runs with the fraction SGLang picks from the GPU
+    and the serving mode (0.5.23 arg_groups/memory_hook.py), which the checker does not model: check
+    refused nothing and sized the pool with 0.9. Now one line naming the flag to add, as derive
+    --gpu-free-gib does; with the fraction (as a flag, or in the launch command) it derives."""
+    res = cli(["check", "--allow-single-rank", *argv])
+    (line,) = res.err.strip().splitlines()
+    assert res.rc == 2 and "CONSISTENT" not in res.out, res
+    assert "--budget-from-device needs the server's --mem-fraction-static" in line, line
+    assert "add --mem-fraction-static F" in line, line
+    given = [*argv, "--mem-fraction-static", "0.85"]  # after --: the launch command's own flag
+    ok = cli(["check", "--allow-single-rank", *given])
+    assert ok.rc == 0, ok.err[-400:]
+    assert "--mem-fraction-static 0.85" in ok.out, ok.out
 
 
 # ---- bad values: one line, the flag the user gave, exit 2 ----------------------------------------------

@@ -326,7 +326,17 @@ def test_model_spec_through_the_cli(cli: Callable[..., Any], tmp_path: Path) -> 
     ), refused.err
     doc = _json(
         cli,
-        ["derive", "--model-config", str(path), "--pp-size", "2", "--budget-gib", "1", "--token-capacity", "5000"],
+        [
+            "derive",
+            "--model-config",
+            str(path),
+            "--pp-size",
+            "2",
+            "--budget-gib",
+            "1",
+            "--token-capacity",
+            "5000",
+        ],
     )
     assert _column(doc, "max_total_num_tokens") == [5000, 5000]
 
@@ -381,7 +391,16 @@ def _bad_inputs(fixtures_dir: Path, tmp_path: Path) -> list[tuple[list[str], dic
         # The KV pool's inputs, refused as the release refuses them at start-up (issue 36).
         (["--kv-cache-dtype", "fp9"], {}, "invalid choice: 'fp9'"),
         (
-            ["--model-config", qwen_path, "--pp-size", "1", "--kv-cache-dtype", "bf16", "--sglang-version", "0.5.2"],
+            [
+                "--model-config",
+                qwen_path,
+                "--pp-size",
+                "1",
+                "--kv-cache-dtype",
+                "bf16",
+                "--sglang-version",
+                "0.5.2",
+            ],
             {},
             "(choose from 'auto', 'fp8_e5m2', 'fp8_e4m3'); sglang/srt/server_args.py:1031)",
         ),

@@ -221,6 +221,7 @@ EXPECTED_EXIT: dict[tuple[str, str], int] = {
     # (file, part of the checker command) -> the exit code the page shows it ending with
     ("docs/preflight.md", "--policy own-share --mamba-full-memory-ratio 0.5"): 1,  # the divergent example
     ("docs/preflight.md", "Qwen3-Next-80B-A3B --pp-size 2 --tp-size 2"): 2,  # a start-up refusal, shown
+    ("docs/preflight.md", "--pp-size 3 --nnodes 2"): 2,  # an argument check's refusal, shown
     ("docs/postflight.md", "other-node1.log"): 1,  # node 1 started with smaller pools
     ("checker postflight --help", "other-node1.log"): 1,
 }
@@ -232,7 +233,7 @@ INVENTORY: dict[str, int] = {
     "docs/how-it-computes.md": 1,
     "docs/launchers.md": 2,
     "docs/materialize.md": 4,
-    "docs/preflight.md": 5,
+    "docs/preflight.md": 6,
     "launchers/torchrun.sh": 2,
     "launchers/read-verdict.sh": 1,
     "launchers/slurm.sbatch": 2,

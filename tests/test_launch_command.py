@@ -250,6 +250,7 @@ def test_defaults_are_the_releases_and_not_explicit(tmp_path: Path) -> None:
         disable_radix_cache=False,
         disable_overlap_schedule=False,
         mamba_radix_cache_strategy="auto",
+        enable_linear_replayssm_spec=False,  # the ReplaySSM ring is off by default (0.5.16+)
     )
     # 0.5.14 still defaults the memory ratio to 0.9 in its parser.
     old = parse_launch_command(["--model-path", model], release="0.5.14", prefer_installed=False)

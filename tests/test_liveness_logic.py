@@ -13,6 +13,7 @@ import pytest
 from fakes import BeatingWorld, FakeStore
 
 from checker.bounded import call_bounded
+from checker.distributed import liveness
 from checker.distributed.liveness import Heartbeat, gone_ranks, mark
 from checker.distributed.wire import HEADER_LEN, MAGIC, ROW_LEN, SCHEMA_VERSION, Header, WireError
 
@@ -199,6 +200,8 @@ def test_another_rank_waits_for_a_live_rank_0_to_finish_publishing(monkeypatch, 
     monkeypatch.setattr(session_module, "STALE_AFTER_S", 0.02)
     monkeypatch.setattr(session_module, "PUBLISHER_LOST_AFTER_S", 0.1)
     store = FakeStore()
+    for r in range(2):
+        liveness.join(store, r)
     store.data["hb/0"] = 1
     done = threading.Event()
 

@@ -92,6 +92,8 @@ def _rank_row(node: Node, rank: int, tmp_path: Path, monkeypatch: pytest.MonkeyP
             m.syspath_prepend(str(site))
         if node.checker_version is not None:
             m.setattr(derivation, "__version__", node.checker_version)
+        for name, value in node.env:  # the node's environment, as its launch command is read in it
+            m.setenv(name, value)
         if node.model_json is not None:
             (tmp_path / "model").mkdir(exist_ok=True)
             (tmp_path / "model" / "config.json").write_text(node.model_json)
@@ -152,6 +154,8 @@ FLAG_CHANGE: dict[str, list[str]] = {
     "speculative_num_steps": ["--speculative-num-steps", "5"],
     "speculative_eagle_topk": ["--speculative-eagle-topk", "2"],
     "mamba_ssm_dtype": ["--mamba-ssm-dtype", "bfloat16"],
+    "enable_linear_replayssm_spec": ["--enable-linear-replayssm-spec"],
+    "linear_replayssm_cache_len": ["--linear-replayssm-cache-len", "8"],
     "token_capacity": ["--token-capacity", "100000"],
     "context_len": ["--context-len", "2048"],
     "kv_cache_dtype": ["--kv-cache-dtype", "fp8_e4m3"],
@@ -163,6 +167,7 @@ FLAG_NEEDS: dict[str, list[str]] = {
     "speculative_num_draft_tokens": ["--max-running-requests", "8"],
     "speculative_num_steps": _EAGLE,
     "speculative_eagle_topk": [*_EAGLE, "--speculative-num-draft-tokens", "8"],
+    "linear_replayssm_cache_len": ["--enable-linear-replayssm-spec"],  # the ring's length, where it is on
 }
 PP_SPEC = (("SGLANG_ENABLE_PP_SPEC", "1"),)
 """Every node of a speculative case exports it: SGLang 0.5.23 starts speculative decoding under PP only
@@ -201,6 +206,8 @@ LAUNCH_CHANGE: dict[str, tuple[list[str], str]] = {
     "speculative_num_steps": (["--speculative-num-steps", "5"], "speculative_num_steps"),
     "speculative_eagle_topk": (["--speculative-eagle-topk", "2"], "speculative_eagle_topk"),
     "mamba_ssm_dtype": (["--mamba-ssm-dtype", "bfloat16"], "mamba_ssm_dtype"),
+    "enable_linear_replayssm_spec": (["--enable-linear-replayssm-spec"], "enable_linear_replayssm_spec"),
+    "linear_replayssm_cache_len": (["--linear-replayssm-cache-len", "8"], "linear_replayssm_cache_len"),
     "context_len": (["--context-length", "2048"], "context_len"),
     "kv_cache_dtype": (["--kv-cache-dtype", "fp8_e4m3"], "kv_cache_dtype"),
     "max_total_tokens": (["--max-total-tokens", "100000"], "max_total_tokens"),
@@ -237,7 +244,9 @@ def _cases(tmp: str) -> dict[str, Case]:
     cases["budget"] = Case("budget_gib", Node(), Node(argv=(*KIMI, "--budget-gib", "9", "--pp-size", "4")))
     device = (*KIMI, "--pp-size", "4", "--budget-from-device", "--device-free-gib", "10")
     cases["budget source"] = Case(
-        "budget_source", Node(argv=device), Node(argv=(*device, "--mem-fraction-static", "0.8"))
+        "budget_source",
+        Node(argv=(*device, "--mem-fraction-static", "0.9")),
+        Node(argv=(*device, "--mem-fraction-static", "0.8")),
     )
     cases["model file"] = Case(
         "model",
@@ -268,6 +277,8 @@ def _cases(tmp: str) -> dict[str, Case]:
             base = (*launch_base, *_EAGLE, "--speculative-num-draft-tokens", "8")
         elif name == "speculative_algorithm":  # EAGLE on ranks 0-1, its alias NEXTN on ranks 2-3
             base = (*launch_base, "--speculative-algorithm", "EAGLE")
+        elif name == "linear_replayssm_cache_len":  # the ring on everywhere, its length changed
+            base = (*launch_base, "--enable-linear-replayssm-spec")
         env = PP_SPEC if name.startswith("speculative") else ()
         odd_json = KIMI_LINEAR
         if name == "model_config":  # the same path, another file on ranks 2-3

@@ -10,6 +10,7 @@ same rules.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -654,3 +655,224 @@ def test_check_report_to_stdout_redirected_to_a_log_is_appended(tmp_path, spelli
     assert text.startswith("earlier lines\n{")
     head, _, verdict = text.removeprefix("earlier lines\n").rstrip("\n").rpartition("\n")
     assert json.loads(head)["status"] == "consistent" and verdict == "checker verdict consistent"
+
+
+# ---- every file the run reads is an input no output replaces -------------------------------------------
+
+
+def _server_log(path: Path) -> Path:
+    """A one-rank start's log, in SGLang 0.5.23's own line format (``Load weight end. ... mem usage=``)."""
+    from postflight_logs import ServerLog, preflight_report
+
+    path.write_text(ServerLog(preflight_report(1)).text())
+    return path
+
+
+WEIGHTS_FROM_LOG = [
+    "check",
+    "--model",
+    "kimi-k3",
+    "--allow-single-rank",
+    "--budget-from-device",
+    "--mem-fraction-static",
+    "0.85",
+    "--device-free-gib",
+    "120",
+    "-q",
+]
+
+
+@pytest.mark.parametrize("via", ["same path", "symlink"])
+@pytest.mark.parametrize("output", ["--report", "--junit", "GITHUB_STEP_SUMMARY"])
+def test_the_log_of_weights_from_log_is_never_replaced_by_an_output(cli, tmp_path, output, via):
+    """`check --weights-from-log server.log --report server.log` was consistent, and the log then held the
+    report (also --junit, GITHUB_STEP_SUMMARY, a symlink to the log): run_inputs listed the model, the
+    model config and the rendezvous file only. Now the log is an input: one line naming both, exit 2,
+    the log byte for byte as it was."""
+    log = _server_log(tmp_path / "server.log")
+    before = log.read_bytes()
+    target = log
+    if via == "symlink":
+        (tmp_path / "out").symlink_to(log)
+        target = tmp_path / "out"
+    env = {"GITHUB_STEP_SUMMARY": str(target)} if output == "GITHUB_STEP_SUMMARY" else {}
+    out = [] if output == "GITHUB_STEP_SUMMARY" else [output, str(target)]
+    res = cli([*WEIGHTS_FROM_LOG, "--weights-from-log", str(log), *out], env=env)
+    assert res.rc == 2, res
+    (line,) = res.err.strip().splitlines()
+    assert f"{output} {target} is --weights-from-log {log}, which this run reads" in line, line
+    assert log.read_bytes() == before
+    elsewhere = {"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    ok = cli(
+        [*WEIGHTS_FROM_LOG, "--weights-from-log", str(log), "--report", str(tmp_path / "r.json")], elsewhere
+    )
+    assert ok.rc == 0, ok.err  # the same run with its outputs elsewhere
+    assert log.read_bytes() == before
+
+
+def test_the_download_dir_snapshot_the_weights_are_read_from_is_never_replaced(cli, tmp_path, monkeypatch):
+    """A hub id with --download-dir DL: SGLang reads the weights from DL's snapshot
+    (``snapshot_download(cache_dir=download_dir)``, as config.py's weights_directory does), but only the
+    default hub cache was protected, so the report could replace DL/.../snapshots/C/config.json (and
+    the blob it links to). Now the snapshot is an input too."""
+    from test_hub_cache import MAIN, QWEN, make_cache
+
+    config = FIXTURES / "kimi_linear_48b_a3b.json"
+    make_cache(tmp_path / "hub", repo=QWEN, config=config)  # the default cache: the config SGLang reads
+    dl = make_cache(tmp_path / "dl", repo=QWEN, config=config)  # --download-dir: the weights
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    link = dl / "snapshots" / MAIN / "config.json"
+    blob = link.resolve()
+    before = blob.read_bytes()
+    launch = ["--", "--model-path", QWEN, "--download-dir", str(tmp_path / "dl"), "--pp-size", "1"]
+    for target in (link, blob, dl / "snapshots" / MAIN / "report.json"):
+        res = cli([*CHECK, "--report", str(target), *launch])
+        assert res.rc == 2, res
+        assert "which this run reads: an output never replaces an input" in res.err, res.err
+        assert "--download-dir" in res.err, res.err
+        assert blob.read_bytes() == before
+    assert sorted(p.name for p in (dl / "snapshots" / MAIN).iterdir()) == ["config.json"]
+    ok = cli([*CHECK, "--report", str(tmp_path / "r.json"), *launch])
+    assert ok.rc == 0, ok.err
+
+
+# Every option of every command that takes a value, by what its value is. An option that names a file
+# the run reads is in READ (checker.commands.options.READ_OPTIONS, or postflight's own); one that names a
+# file the run writes in OUTPUTS; the rest name no file. A new option must be placed in one of them.
+NOT_A_FILE = {
+    "model",
+    "budget_gib",
+    "gpu_free_gib",
+    "weights_gib",
+    "mem_fraction_static",
+    "device_free_gib",
+    "timeout_s",
+    "backend",
+    "format",
+    "engine",
+    "sglang_version",
+    "materialize_device",
+    "target_max_running_requests",
+    "partition_slack",
+    "budgets",
+    "policy",
+    "policies",
+    "require_consistent",
+    "device",
+    "weights_margin_gib",
+    "command",
+}
+OUTPUTS = {
+    "check": {"report", "junit"},
+    "derive": set(),
+    "plan": set(),
+    "sweep": {"report", "plot"},
+    "postflight": {"postflight_report", "junit"},
+}
+
+
+def _value_options(command: str) -> dict[str, argparse.Action]:
+    """The options and positionals of ``command`` that take a value, by dest."""
+    from checker.cli.main import build_parser
+    from checker.core.server_args import SIZING_FLAG_NAMES
+
+    parser = build_parser(only=command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return {
+        a.dest: a
+        for a in sub._actions
+        if a.nargs != 0
+        and not isinstance(a, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction))
+        and a.dest not in SIZING_FLAG_NAMES  # the sizing inputs: numbers and names, never paths
+    }
+
+
+def _reads(command: str) -> dict[str, str]:
+    from checker.commands import options, postflight
+
+    return postflight.READ_OPTIONS if command == "postflight" else options.READ_OPTIONS
+
+
+@pytest.mark.parametrize("command", list(OUTPUTS))
+def test_every_option_that_names_a_file_the_run_reads_is_an_input(command):
+    """Each command's parser, walked: every option that takes a value is a number or a name, an output, or
+    a file the run reads, and each one the run reads is in the list run_inputs protects. A new option
+    that names a file (say --config-file) fails here until it is placed."""
+    found = _value_options(command)
+    reads = {d for d in _reads(command) if d in found}
+    unplaced = set(found) - NOT_A_FILE - OUTPUTS[command] - reads
+    assert not unplaced, (
+        f"{command}: options not placed as a file read, a file written or no file: {unplaced}"
+    )
+    assert not OUTPUTS[command] - set(found), "an output listed here is gone from the parser"
+    assert not reads & OUTPUTS[command]
+
+
+def _read_cases() -> list[tuple[str, str, str]]:
+    cases = []
+    for command, outputs in OUTPUTS.items():
+        found = _value_options(command)
+        for dest in _reads(command):
+            if dest in found:
+                cases += [(command, dest, out) for out in sorted(outputs)]
+    return cases
+
+
+@pytest.mark.parametrize(("command", "read", "output"), _read_cases())
+def test_no_output_replaces_a_file_given_to_an_option_the_run_reads(cli, tmp_path, command, read, output):
+    """For every (file read, file written) pair of every command, as its parser has them: the output given
+    the input's path is one line naming both, exit 2, and the input is byte for byte as it was."""
+    from postflight_logs import ServerLog, preflight_report
+
+    (tmp_path / "m").mkdir()
+    paths = {
+        "model_config": tmp_path / "m" / "config.json",
+        "weights_from_log": tmp_path / "server.log",
+        "logs": tmp_path / "server.log",
+        "init_method": tmp_path / "rendezvous",
+        "report": tmp_path / "preflight.json",
+    }
+    report = preflight_report(1)
+    paths["model_config"].write_bytes((FIXTURES / "kimi_linear_48b_a3b.json").read_bytes())
+    paths["weights_from_log"].write_text(ServerLog(report).text())
+    paths["init_method"].write_text("")  # a FileStore file: empty until the first rank writes
+    paths["report"].write_text(json.dumps(report))
+    target = paths[read]
+    before = target.read_bytes()
+    value = f"file://{target}" if read == "init_method" else str(target)
+    model = [] if read == "model_config" else ["--model", "kimi-k3"]
+    one = ["--pp-size", "1", *model]
+    base = {
+        "check": ["check", "--allow-single-rank", "--budget-from-device", "--mem-fraction-static", "0.85",
+                  "--device-free-gib", "120", *one],
+        "derive": ["derive", "--budget-gib", "8", *one],
+        "plan": ["plan", "--target-max-running-requests", "8", "--gpu-free-gib", "120", *one],
+        "sweep": ["sweep", "--budgets", "8", "--no-progress", *one],
+        "postflight": ["postflight", str(paths["logs"]), "--report", str(paths["report"])],
+    }[command]  # fmt: skip
+    given = [] if command == "postflight" else [_flag(command, read), value]
+    res = cli([*base, *given, _flag(command, output), str(target)])
+    assert res.rc == 2, res
+    assert "which this run reads: an output never replaces an input" in res.err, res.err
+    if read == "init_method":
+        # The rendezvous file is the run's own store (the refused rank still meets the others through
+        # it): it changes, but never into the report or the JUnit file.
+        assert b'"status"' not in target.read_bytes() and b"<testsuite" not in target.read_bytes()
+    else:
+        assert target.read_bytes() == before
+
+
+def _flag(command: str, dest: str) -> str:
+    return _value_options(command)[dest].option_strings[0]
+
+
+def test_a_refused_command_line_never_writes_its_error_report_over_a_weights_log(cli, tmp_path):
+    """A rank whose command line fails still publishes an error report (checker/cli/refusal.py): the
+    log of --weights-from-log (each of several) is an input there too, read as the parser would."""
+    first, second = _server_log(tmp_path / "node0.log"), _server_log(tmp_path / "node1.log")
+    before = second.read_bytes()
+    logs = ["--weights-from-log", str(first), "--weights-from-log", str(second)]
+    res = cli([*WEIGHTS_FROM_LOG, "--polcy", "x", *logs, "--report", str(second)])
+    assert res.rc == 2 and "did you mean --policy" in res.err, res
+    assert f"no error report: --report {second} is --weights-from-log {second}" in res.err, res.err
+    assert second.read_bytes() == before

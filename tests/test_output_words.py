@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from unittest import mock
 
 import pytest
 from test_one_cause import BASE, KIMI, Case, Node, _env, _rank_row
@@ -23,7 +25,8 @@ from checker.outputs.report import one_line, to_json, to_junit, to_markdown, to_
 from checker.preflight.verdict import decide
 
 PARTITION = "SGLANG_PP_LAYER_PARTITION"
-DEVICE = (*KIMI, "--pp-size", "4", "--budget-from-device", "--device-free-gib", "10")
+FRACTION = ("--mem-fraction-static", "0.9")
+DEVICE = (*KIMI, "--pp-size", "4", "--budget-from-device", *FRACTION, "--device-free-gib", "10")
 
 EXTRA: dict[str, Case] = {
     "pp x tp is not the world": Case("", Node(argv=(*KIMI, "--budget-gib", "8", "--pp-size", "3")), Node()),
@@ -109,7 +112,9 @@ def rendered(case: Case, rows: list, v) -> dict[str, list[str]]:  # noqa: ANN001
     args.launch = None
     if case.same.launch is not None:
         given = given_dests(_subparser(parser, "check"), words[1:])
-        args, args.launch = apply_launch_command(args, list(case.same.launch), given=given)
+        # read in the node's environment, as the node reads it (SGLANG_ENABLE_PP_SPEC decides start-up)
+        with mock.patch.dict(os.environ, dict(case.same.env)):
+            args, args.launch = apply_launch_command(args, list(case.same.launch), given=given)
     config = config_from_args(args, _env(0))
     # The summary line as rank 0 writes it (the context is asked only for the world and the backend).
     ctx = JobContext(env=_env(0), backend="gloo", device=None, deadline=0.0)

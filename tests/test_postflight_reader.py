@@ -226,3 +226,86 @@ def test_a_missing_log_is_one_line(cli, files, tmp_path):
     assert r.rc == 2
     (line,) = r.err.strip().splitlines()
     assert "cannot read log" in line and "nope.log" in line
+
+
+# -- a speculative draft's own weights line, and a release older than any modelled -------------------------
+
+
+def test_a_nextn_draft_line_is_never_read_as_the_targets_weights(cli, tmp_path):
+    """A NEXTN deployment (Qwen3-Next, tp 4) logs, per rank, the target's ``Load weight end.`` and then the
+    draft worker's, whose ``type=`` is the class SGLang's ModelConfig gives the draft
+    (``Qwen3NextForCausalLMMTP``: 0.5.23 configs/model_config.py, ``is_draft_model``). A log that lost the
+    start of an earlier start (rotated, ``kubectl logs --since``) holds that start's draft lines but, for
+    TP1 and TP3, not their target lines: the first type those ranks logged was the draft's, and the
+    reader took the draft's weights as the target's there. A registered draft class is never the target."""
+    report = preflight_report(4, sizing={"tp_size": 4})
+    path = tmp_path / "preflight.json"
+    path.write_text(json.dumps(report))
+    t0 = 1_767_225_600.0
+    target = ServerLog(report, override={r: {"type": "Qwen3NextForCausalLM"} for r in range(4)})
+    drafts = {r: {"type": "Qwen3NextForCausalLMMTP", "weights_gib": 1.5} for r in range(4)}
+    draft = ServerLog(report, override=drafts)
+    # The earlier start found the GPUs a little less free: its lines differ from the later start's.
+    draft_before = ServerLog(report, override=drafts, free_gib=119.0)
+    ranks = report["ranks"]
+    earlier = [target.lines(r, created=t0)[1] for r in ranks if r["rank"] in (0, 2)]
+    earlier += [draft_before.lines(r, created=t0 + 30)[1] for r in ranks]
+    later = [line for r in ranks for line in target.lines(r, created=t0 + 600)]
+    later += [draft.lines(r, created=t0 + 630)[1] for r in ranks]
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(earlier + later) + "\n")
+    reads = ranks_read(R.read_logs([str(log)]))
+    assert [r.prefix for r in reads] == ["TP0", "TP1", "TP2", "TP3"]
+    for r in reads:
+        assert r.weights_type == "Qwen3NextForCausalLM", (r.prefix, r.weights_type)
+        assert r.weights_gib.value == 18.62, (r.prefix, r.weights_gib)
+        assert [(t, w.value) for t, w in r.draft_weights] == [("Qwen3NextForCausalLMMTP", 1.5)], r.prefix
+    only = tmp_path / "draft-only.log"
+    only.write_text("\n".join(draft.lines(r, created=t0)[1] for r in ranks) + "\n")
+    for r in ranks_read(R.read_logs([str(only)])):  # the draft's line alone: no target weights logged
+        assert r.weights_gib.value is None and r.weights_type is None, (r.prefix, r.weights_gib)
+        assert "draft" in r.weights_gib.note, r.weights_gib
+    res = cli(["postflight", "--report", str(path), str(log), "--format", "json"])
+    assert res.rc == 0 and all(
+        r["weights_type"] == "Qwen3NextForCausalLM" for r in json.loads(res.out)["ranks"]
+    )
+
+
+# SGLang 0.4.0's lines, as its own format strings write them (sglang-0.4.0 wheel, Dec 2024:
+# model_executor/model_runner.py:260 and managers/scheduler.py:223), with its prefix "[%(asctime)s TP0] ".
+OLD_LOG = (
+    "[2024-12-05 10:00:00 TP0] Load weight begin. avail mem=78.50 GB\n"
+    "[2024-12-05 10:00:31 TP0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, "
+    "avail mem=63.20 GB\n"
+    "[2024-12-05 10:00:33 TP0] max_total_num_tokens=1032191, max_prefill_tokens=16384, "
+    "max_running_requests=4097, context_len=32768\n"
+    "[2024-12-05 10:00:31 TP1] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, "
+    "avail mem=63.21 GB\n"
+)
+
+
+@pytest.mark.parametrize("command", ["postflight", "check"])
+def test_a_log_of_a_release_older_than_any_modelled_is_one_line(cli, tmp_path, command):
+    """SGLang 0.4's log (``Load weight end. type=..., avail mem=...``, no mem usage; a summary line without
+    chunked_prefill_size) was read as "0.5.2-0.5.23" with its values missing. It is one line now, exit 2:
+    the release is older than any modelled, with the form it was recognised by."""
+    log = tmp_path / "server.log"
+    log.write_text(OLD_LOG)
+    if command == "postflight":
+        res = cli(["postflight", str(log)])
+        (line,) = res.err.strip().splitlines()
+    else:
+        argv = [
+            "check",
+            "--model",
+            "kimi-k3",
+            "--tp-size",
+            "2",
+            "--allow-single-rank",
+            "--budget-from-device",
+        ]
+        res = cli([*argv, "--mem-fraction-static", "0.85", "--weights-from-log", str(log)])
+        (line,) = res.err.strip().splitlines()
+    assert res.rc == 2, res
+    assert "older than any modelled release" in line and "0.5.2" in line, line
+    assert "model_executor/model_runner.py:260" in line, line

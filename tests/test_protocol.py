@@ -277,9 +277,9 @@ def test_a_stand_in_lost_in_turn_is_taken_over_by_the_next_survivor():
     js[1].dies_publishing = world.frozen
     later = world.sessions[2].await_announcement
 
-    def rank_2_looks_later(within_s: float):
+    def rank_2_looks_later(within_s: float, **kw: float):
         time.sleep(0.2)  # rank 1 takes the lease first
-        return later(within_s)
+        return later(within_s, **kw)
 
     world.sessions[2].await_announcement = rank_2_looks_later  # type: ignore[method-assign]
     results = run_ranks(world, js)
@@ -299,6 +299,7 @@ def test_the_watchdog_or_sigterm_publishes_a_lost_outcome_and_leaves_with_3(sigt
     for rank in (1, 0):  # rank 1 first: once rank 0 has published, an abort adopts its verdict
         run = _Run(world.sessions[rank], js[rank], refused=None)
         world.sessions[rank].start(run.abort)
+        world.sessions[rank].join()  # in the run: a rank that never joined publishes nothing
         with pytest.raises(Exited) as exited:
             run.abort("no verdict within --timeout-s 5 s + 10 s (watchdog)", sigterm)
         assert exited.value.code == 3
@@ -322,25 +323,35 @@ def test_an_abort_adopts_a_verdict_already_published():
     assert world.exiting == {1: "done"}
 
 
-def test_an_abort_while_finishing_does_nothing():
-    """Rank 0 is publishing its verdict when SIGTERM arrives: the abort returns at once (torchrun's
-    SIGKILL bounds the rest) and the verdict is published once, with its own exit code."""
+def test_sigterm_while_rank_0_publishes_never_publishes_twice_and_leaves_with_its_code():
+    """Rank 0 is publishing its verdict when SIGTERM arrives: the verdict is published once, with its own
+    exit code; SIGTERM's thread publishes nothing of its own but waits (bounded) for the process to end,
+    and leaves with that verdict's code if it has not (before issue 37 it returned and ignored the signal,
+    so a rank stuck after publishing lived until torchrun's SIGKILL)."""
     world = World(1)
     gate = threading.Event()
     js = jobs(1, code={0: 1}, publish_gate={0: gate})
     session = world.sessions[0]
+    left: list[int] = []
 
     def sigterm_while_publishing() -> None:
         assert js[0].publishing.wait(5)
-        session.on_abort("terminated by SIGTERM", True)  # returns: the lock is the finisher's
-        gate.set()
+
+        def announce_then_end() -> None:
+            gate.set()  # the main thread finishes publishing and announces
+
+        threading.Timer(0.05, announce_then_end).start()
+        try:
+            session.on_abort("terminated by SIGTERM", True)
+        except Exited as exited:  # the fake's exit: the real one ends the process with this code
+            left.append(exited.code)
 
     t = threading.Thread(target=sigterm_while_publishing)
     t.start()
     assert codes(run_ranks(world, js)) == [1]
     t.join(5)
     assert js[0].published == [("decided", 1, [[0, 0]])]
-    assert world.exiting == {}
+    assert left == [1] and 0 in world.waited_for_exit  # the SIGTERM thread adopted the published code
 
 
 def test_a_bug_in_publishing_leaves_a_traceback_and_fails_the_run(capfd):

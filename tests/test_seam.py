@@ -21,7 +21,7 @@ from torch.distributed import DistStoreError
 
 from checker.distributed import exchange
 from checker.distributed.liveness import LOST_AFTER_S, STALE_AFTER_S
-from checker.distributed.session import ANNOUNCEMENT
+from checker.distributed.session import ANNOUNCEMENT, STOP_JOIN_S
 
 
 @pytest.fixture(autouse=True)
@@ -271,3 +271,168 @@ def test_process_exit_ends_every_thread_of_a_rank():
     with pytest.raises(ProcessExit):
         process.exit(0)
     assert process.code == 3
+
+
+# -- every fault phase ends (issue 37): one report naming the lost rank, every survivor non-zero ------------
+
+
+def _fault(world: SeamWorld, js: list[FakeJob], rank: int, piece: str, action: str) -> None:
+    """Make ``rank`` fail in ``piece`` of its job (``header``: after the group formed, before the exchange;
+    ``payload``: while it derives; ``decide``: after the exchange; ``publish``: holding the lease):
+    ``kill`` (kill -9), ``stop`` (SIGSTOP) or ``hang`` (its main thread stuck, alive)."""
+    job = js[rank]
+    process = world.processes[rank]
+    original = getattr(job, piece) if piece != "publish" else None
+
+    def fail() -> None:
+        if action == "kill":
+            process.kill()
+            raise ProcessExit(-9)
+        if action == "stop":
+            process.freeze()
+        world.hang()
+
+    if piece == "publish":
+        job.before_publish = fail
+        return
+
+    def faulty(*args, **kwargs):
+        if piece == "decide":  # after the exchange: every rank decided
+            original(*args, **kwargs)
+        fail()
+
+    setattr(job, piece, faulty)
+
+
+def _one_report(js: list[FakeJob]) -> tuple[int, tuple]:
+    """The one publisher and what it published (a test fails on two)."""
+    ((writer, outcome),) = [(j.rank, o) for j in js for o in j.published]
+    return writer, outcome
+
+
+@pytest.mark.parametrize("lost", [1, 2])
+def test_a_rank_frozen_after_the_exchange_is_named_and_the_others_leave_non_zero(lost):
+    """Issue 37: rank 1 (or 2) freezes right after the exchange. Before, rank 0 published "consistent",
+    the others left with 0, and torchrun waited for the frozen worker for good (its agent stops workers
+    only when one fails). Now rank 0 waits for every rank to arrive, sees the frozen one's beat stand
+    still and publishes an infrastructure failure naming it (what was decided in the detail); every
+    survivor leaves with 3, so the agent stops the frozen worker."""
+    world = SeamWorld(3, timeout_s=30, agent=True)
+    js = jobs(3)
+    _fault(world, js, lost, "decide", "stop")
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    survivors = [p for p in processes if p.rank != lost]
+    assert [p.code for p in survivors] == [3, 3]
+    writer, (kind, detail, missing) = _one_report(js)
+    assert writer == 0 and kind == "lost" and missing == [lost]
+    assert detail.startswith(
+        f"rank {lost} (node-{lost // 2}) stopped beating for {LOST_AFTER_S:g} s after the exchange"
+    )
+    assert detail.endswith("every rank had decided: fake decided")
+    assert processes[lost].killed  # by the agent, once the others failed
+    assert world.clock.monotonic() - t0 < LOST_AFTER_S + 2
+
+
+def test_a_rank_hung_after_the_exchange_is_named_at_the_timeout():
+    """Rank 2 hangs (alive, beating) after the exchange: rank 0 names it once --timeout-s has passed since
+    it arrived, and the agent's SIGTERM then ends rank 2 with the published code."""
+    world = SeamWorld(3, timeout_s=20, agent=True)
+    js = jobs(3)
+    _fault(world, js, 2, "decide", "hang")
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    assert codes(processes) == [3, 3, 3]
+    writer, (kind, detail, missing) = _one_report(js)
+    assert writer == 0 and missing == [2]
+    assert detail.startswith("rank 2 (node-1) did not reach the verdict within --timeout-s 20 s")
+    assert 20 <= world.clock.monotonic() - t0 < 20 + 2
+    assert processes[2].sigterm
+
+
+def test_rank_0_that_never_joined_is_named_by_one_survivor_at_the_timeout():
+    """Issue 37: rank 0 frozen before it joined. Before, ranks 1-2 waited 60 s more for a publisher that
+    never joined (its beat of 0 never counted as stopped) and wrote no report. Now, once their own wait
+    for it ran out (--timeout-s), one survivor takes the lease and names rank 0 and its host (known from
+    rank 1, on its node)."""
+    world = SeamWorld(3, timeout_s=30)
+    js = jobs(3)
+    t0 = world.clock.monotonic()
+    processes = world.run(js, ranks=[1, 2])
+    assert codes(processes) == [3, 3]
+    writer, (kind, detail, missing) = _one_report(js)
+    assert writer == 1 and kind == "lost" and missing == [0]  # the lowest survivor
+    assert "rank 0 (node-0)" in detail and "not joined: rank 0" in detail
+    assert world.clock.monotonic() - t0 < 30 + 5
+
+
+@pytest.mark.parametrize("piece", ["header", "payload", "decide"])
+def test_rank_0_hung_alive_is_named_by_one_survivor(piece):
+    """Issue 37: rank 0 hangs, alive and beating, before the exchange (``header``), while it derives
+    (``payload``: a stuck NFS read of the checkpoint headers) or after it (``decide``). Before, the report
+    was rank 0's own watchdog's, naming nobody. Now the survivors hold it behind once --timeout-s has
+    passed and one of them publishes naming it; the agent's SIGTERM then ends rank 0 with that code."""
+    world = SeamWorld(3, timeout_s=20, agent=True)
+    js = jobs(3)
+    _fault(world, js, 0, piece, "hang")
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    assert codes(processes) == [3, 3, 3]
+    writer, (kind, detail, missing) = _one_report(js)
+    assert writer == 1 and kind == "lost" and missing == [0]  # the lowest survivor
+    assert "rank 0 (node-0)" in detail
+    assert world.clock.monotonic() - t0 < 20 + 5
+    assert processes[0].sigterm and not js[0].published
+
+
+def test_rank_0_hung_holding_the_lease_is_taken_over_after_the_publish_bound():
+    """Rank 0 claimed the publisher lease and hangs before writing anything: after PUBLISH_WAIT_S a
+    survivor takes the lease over and publishes naming it; rank 0, told to stop, leaves with that code."""
+    world = SeamWorld(3, timeout_s=20, agent=True)
+    js = jobs(3)
+    _fault(world, js, 0, "publish", "hang")
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    assert codes(processes) == [3, 3, 3]
+    writer, (kind, detail, missing) = _one_report(js)
+    assert writer == 1 and missing == [0]  # the lowest survivor
+    assert f"held the publisher lease for {exchange.PUBLISH_WAIT_S:g} s without publishing" in detail
+    assert world.value("publisher") == f"0,{writer}"
+    assert exchange.PUBLISH_WAIT_S <= world.clock.monotonic() - t0 < exchange.PUBLISH_WAIT_S + 5
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_rank_killed_before_it_joined_is_named_when_the_agent_stops_the_rest(lost):
+    """Issue 37: a rank dies as it starts (before it joined the store) and torchrun's agent SIGTERMs the
+    others at once. Each rank told to stop still joins and says it is leaving; the publisher (rank 0,
+    or rank 1 in its place) waits for every rank to have joined, up to STOP_JOIN_S after the signal, and
+    names the one that never did, with its host (from a rank of its node). Before, the report named
+    nobody (rank 2 lost) or none was written (rank 0 lost)."""
+    world = SeamWorld(3, timeout_s=30, agent=True)
+    js = jobs(3)
+    t0 = world.clock.monotonic()
+    processes = world.run(js, killed_at_start=[lost])
+    assert codes(processes) == [3, 3]
+    writer, (kind, detail, missing) = _one_report(js)
+    assert writer == (1 if lost == 0 else 0) and missing == [lost]
+    assert f"gone: rank {lost} (node-0)" in detail and "when the job was stopped" in detail
+    assert world.clock.monotonic() - t0 < STOP_JOIN_S + STALE_AFTER_S + 1
+
+
+def test_sigterm_ends_every_finishing_rank_at_once_and_the_publisher_names_the_lost_rank():
+    """Issue 37: rank 2 is killed after the exchange; the agent SIGTERMs ranks 0 and 1 while they finish
+    (rank 0 waiting for every rank to arrive, rank 1 for the verdict). Before, SIGTERM was ignored while
+    finishing (the lock was the finisher's) and a waiting rank lived until the agent's SIGKILL. Now each
+    leaves at once; rank 0 publishes the infrastructure failure naming rank 2 first."""
+    world = SeamWorld(3, timeout_s=30, agent=True)
+    js = jobs(3)
+    _fault(world, js, 2, "decide", "kill")
+    t0 = world.clock.monotonic()
+    processes = world.run(js)
+    assert codes(processes[:2]) == [3, 3] and processes[2].killed
+    writer, (kind, detail, missing) = _one_report(js)
+    assert writer == 0 and missing == [2]
+    assert detail.startswith("terminated by SIGTERM") and detail.endswith(
+        "every rank had decided: fake decided"
+    )
+    assert world.clock.monotonic() - t0 < STALE_AFTER_S + 1  # not LOST_AFTER_S, not the timeout

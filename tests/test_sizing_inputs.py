@@ -10,6 +10,7 @@ but silently overridden by the launch command, a config file SGLang would never 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -175,10 +176,17 @@ def test_a_zero_micro_batch_cap_in_the_launch_command_means_what_sglang_makes_it
         argv = ["derive", "--sglang-version", release, "--", *SERVE, "--pp-size", "4"]
         refused = cli([*argv, "--pp-max-micro-batch-size", "0"])
         assert refused.rc == 2, refused.err
-        assert refused.err.strip().endswith(
-            f"launch command --pp-max-micro-batch-size 0: SGLang {release} refuses it at start-up "
-            '(check_server_args: "pp_max_micro_batch_size must be a positive integer or None"); leave it '
-            "out for max_running_requests // pp_size, or give a positive cap"
+        assert re.search(
+            re.escape(
+                f"launch command --pp-max-micro-batch-size 0: SGLang {release} refuses it at start-up ("
+            )
+            + r"sglang/srt/[\w/]+\.py:\d+ [\w.]+"
+            + re.escape(
+                ': "pp_max_micro_batch_size must be a positive integer or None (for auto-compute). Got: 0"); '
+                "leave it out for max_running_requests // pp_size, or give a positive cap"
+            )
+            + "$",
+            refused.err.strip(),
         ), refused.err
         assert cli(argv).rc == 0
     assert cli(["derive", "--model-config", MODEL, "--pp-max-micro-batch-size", "0"]).rc == 2

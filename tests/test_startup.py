@@ -179,14 +179,24 @@ def test_any_speculative_algorithm_under_pp_is_refused_up_to_0_5_20(release: str
                 attention_dp=False,
             )
         text = str(exc.value)
-        where = "arg_groups/validation_hook.py" if release in ("0.5.19", "0.5.20") else "server_args.py"
-        mixed = ", mixed chunked prefill." if release in ("0.5.2", "0.5.10.post1") else ""
-        assert text == (
-            f"speculative decoding with --pp-size 2: SGLang {release} refuses it at start-up "
-            f'(sglang/srt/{where} check_server_args: "Pipeline parallelism is not compatible with overlap '
-            f'schedule, speculative decoding{mixed}"); drop speculative decoding, use --pp-size 1, or SGLang '
-            "0.5.21 or later (EAGLE)"
+        where = (
+            r"arg_groups/validation_hook\.py:\d+ check_server_args"
+            if release in ("0.5.19", "0.5.20")
+            else r"server_args\.py:\d+ ServerArgs\.check_server_args"
         )
+        mixed = ", mixed chunked prefill." if release in ("0.5.2", "0.5.10.post1") else ""
+        assert re.fullmatch(
+            re.escape(
+                f"speculative decoding with --pp-size 2: SGLang {release} refuses it at start-up (sglang/srt/"
+            )
+            + where
+            + re.escape(
+                ': "Pipeline parallelism is not compatible with overlap schedule, speculative '
+                f'decoding{mixed}"); '
+                "drop speculative decoding, use --pp-size 1, or SGLang 0.5.21 or later (EAGLE)"
+            ),
+            text,
+        ), text
     check_pp_spec(
         release, pp_size=1, algorithm="EAGLE", speculative=True, pp_spec_env=False, attention_dp=False
     )
@@ -204,11 +214,14 @@ def test_from_0_5_21_eagle_under_pp_starts_with_sglang_enable_pp_spec(release: s
         check_pp_spec(
             release, pp_size=4, algorithm="EAGLE3", speculative=True, pp_spec_env=True, attention_dp=False
         )
-    with pytest.raises(FlagError, match="starts it only with SGLANG_ENABLE_PP_SPEC=1, or on a prefill node"):
+    with pytest.raises(FlagError, match="is only supported on prefill nodes.*export SGLANG_ENABLE_PP_SPEC=1"):
         check_pp_spec(
             release, pp_size=4, algorithm="EAGLE", speculative=True, pp_spec_env=False, attention_dp=False
         )
-    with pytest.raises(FlagError, match="SGLANG_ENABLE_PP_SPEC is not compatible with attention DP"):
+    # 0.5.21 names the switch (--enable-dp-attention), 0.5.22+ the size (--attn-dp-size)
+    with pytest.raises(
+        FlagError, match="SGLANG_ENABLE_PP_SPEC is not compatible with (--enable-dp-attention|attention DP)"
+    ):
         check_pp_spec(
             release, pp_size=4, algorithm="EAGLE", speculative=True, pp_spec_env=True, attention_dp=True
         )
@@ -257,12 +270,17 @@ def test_mixed_chunked_prefill_under_pp_is_refused_up_to_0_5_10_post1(cli) -> No
     check_mixed_chunk("0.5.10.post1", pp_size=1, enable_mixed_chunk=True, speculative=False)
     with pytest.raises(FlagError) as exc:
         check_mixed_chunk("0.5.10.post1", pp_size=2, enable_mixed_chunk=True, speculative=False)
-    assert str(exc.value) == (
-        "--enable-mixed-chunk with --pp-size 2: SGLang 0.5.10.post1 refuses it at start-up (sglang/srt/"
-        'server_args.py check_server_args: "Pipeline parallelism is not compatible with overlap schedule, '
-        'speculative decoding, mixed chunked prefill."); drop --enable-mixed-chunk or use SGLang 0.5.11 or '
-        "later"
-    )
+    assert re.fullmatch(
+        re.escape(
+            "--enable-mixed-chunk with --pp-size 2: SGLang 0.5.10.post1 refuses it at start-up (sglang/srt/"
+        )
+        + r"server_args\.py:\d+ ServerArgs\.check_server_args"
+        + re.escape(
+            ': "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, mixed '
+            'chunked prefill."); drop --enable-mixed-chunk or use SGLang 0.5.11 or later'
+        ),
+        str(exc.value),
+    ), str(exc.value)
     # A launch command's switch (it sizes nothing): refused where the release refuses it, at its pp size.
     for release, pp, rc in (("0.5.10", "2", 2), ("0.5.10", "1", 0), ("0.5.11", "2", 0), ("0.5.23", "2", 0)):
         res = cli(

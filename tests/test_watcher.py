@@ -223,6 +223,7 @@ def _runs(world: World, js: list[FakeJob]):
     runs = [_Run(world.sessions[r], js[r], refused=None) for r in range(world.size)]
     for r, run in enumerate(runs):
         world.sessions[r].start(run.abort)
+        world.sessions[r].join()  # the watcher runs on a rank that joined the store
     return runs
 
 

@@ -64,6 +64,8 @@ def test_check_takes_each_ranks_figure_in_rank_order_and_says_where_from(log):
             "--tp-size",
             "2",
             "--budget-from-device",
+            "--mem-fraction-static",
+            "0.85",
             "--weights-from-log",
             log[0],
             "--weights-from-log",
@@ -80,17 +82,21 @@ def test_check_takes_each_ranks_figure_in_rank_order_and_says_where_from(log):
     ("argv", "world", "says"),
     [
         (
-            ["--tp-size", "2", "--budget-from-device"],
+            ["--tp-size", "2", "--budget-from-device", "--mem-fraction-static", "0.85"],
             8,
             "no 'Load weight end. ... mem usage=' line of PP2 TP0, PP2 TP1",
         ),
         (
-            ["--tp-size", "1", "--budget-from-device"],
+            ["--tp-size", "1", "--budget-from-device", "--mem-fraction-static", "0.85"],
             4,
             "the log has rank PP0 TP1 beyond this layout (pp 4 x tp 1)",
         ),
         (["--tp-size", "2", "--budget-gib", "8"], 8, "give it with --budget-from-device"),
-        (["--tp-size", "2", "--budget-from-device", "--weights-gib", "9"], 8, "without --weights-gib"),
+        (
+            ["--tp-size", "2", "--budget-from-device", "--mem-fraction-static", "0.85", "--weights-gib", "9"],
+            8,
+            "without --weights-gib",
+        ),
     ],
     ids=["a-node-missing", "another-layout", "fixed-budget", "both-figures"],
 )

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from checker.core.errors import printable
 from checker.core.row import INPUT_NAMES, INT_FIELDS, RankRow
 from checker.distributed.wire import (
     ERROR_BYTES,
@@ -56,7 +57,8 @@ def test_a_row_reads_back_as_it_was_sent(row: RankRow) -> None:
     assert len(ints) == ROW_LEN and all(-(2**63) <= i < 2**63 for i in ints)
     back = decode_row(ints)
     assert {n: getattr(back, n) for n in INT_FIELDS} == {n: getattr(row, n) for n in INT_FIELDS}
-    assert (back.host, back.error) == (row.host, row.error)
+    # The host arrives escaped (it is shown on rank 0's terminal): printable text unchanged.
+    assert (back.host, back.error) == (printable(row.host), row.error)
     # Every input the row does not carry travels as unset; unset reads back as None, never as "".
     sent = {name: row.inputs.get(name) for name in INPUT_NAMES}
     assert dict(back.inputs) == sent

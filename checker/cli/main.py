@@ -24,7 +24,7 @@ from checker import __version__
 from checker.commands.lifecycle import COMMANDS as GROUP_COMMANDS
 from checker.commands.lifecycle import GroupFlags
 from checker.commands.lifecycle import refuse as refuse_rank
-from checker.core.errors import CheckerInputError, printable
+from checker.core.errors import CheckerInputError, cut_long_words, printable
 from checker.launch.merge import (
     CHECKER_FLAG,
     SGLANG_FLAG,
@@ -101,11 +101,10 @@ class OneLineParser(argparse.ArgumentParser):
         # "argument --budget-gib: 0 must be ..." -> "--budget-gib 0 must be ...": the flag as typed.
         message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: (?=[^ ]+ must )", r"\1 ", message)
         message = re.sub(r"^argument (--[\w-]+)(?:/[^:]*)?: ", r"\1: ", message)
-        # Words the user typed are echoed: escaped, so a terminal escape or a newline in one is shown,
-        # never acted on by the terminal or the CI log.
-        raise UsageError(
-            printable(f"{self.prog}: error: {message}{_suggestion(self, message)} (see {self.prog} --help)")
-        )
+        # Words the user typed are echoed: cut like every other long value, and escaped, so a terminal
+        # escape or a newline in one is shown, never acted on by the terminal or the CI log.
+        line = f"{self.prog}: error: {message}{_suggestion(self, message)} (see {self.prog} --help)"
+        raise UsageError(printable(cut_long_words(line)))
 
 
 class _Formatter(argparse.HelpFormatter):

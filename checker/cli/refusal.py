@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from checker.commands.lifecycle import GroupFlags
-from checker.commands.options import run_inputs
+from checker.commands.options import READ_OPTIONS, run_inputs
 from checker.config import OutputOptions
 from checker.distributed.launch_env import GroupOptions
 
 GROUP_DESTS = ("backend", "timeout_s", "init_method")
 OUTPUT_DESTS = ("report", "junit", "format", "quiet")
-INPUT_DESTS = ("model_config",)
+INPUT_DESTS = tuple(READ_OPTIONS)
 UNREADABLE_BACKEND = "(unreadable)"
 """The backend of a command line that cannot even be split into flags: this rank cannot know which
 backend its peers use, so it takes part through the store only (its refusal names it)."""
@@ -58,19 +58,20 @@ def group_flags(
             wanted[dest] = action
         if action.nargs == 0:
             lenient.add_argument(*action.option_strings, dest=dest, action="store_true", default=None)
+        elif isinstance(action, argparse._AppendAction):  # --weights-from-log A --weights-from-log B
+            lenient.add_argument(*action.option_strings, dest=dest, action="append", default=None)
         else:
             lenient.add_argument(*action.option_strings, dest=dest, nargs=action.nargs, default=None)
     try:
         parsed, _ = lenient.parse_known_args(list(words))
     except _Unreadable:
-        inputs = run_inputs(model_config=None, launch=launch)
+        inputs = run_inputs(launch=launch)
         return GroupFlags(group=GroupOptions(backend=UNREADABLE_BACKEND), inputs=tuple(inputs))
     got = {dest: _value(action, getattr(parsed, dest)) for dest, action in wanted.items()}
     defaults = GroupOptions()
     # What the run reads, as given (a --model-config or --init-method its flag refused is still a path
     # no output may replace).
-    given = {dest: getattr(parsed, dest, None) for dest in ("model_config", "init_method")}
-    inputs = run_inputs(model_config=given["model_config"], launch=launch, init_method=given["init_method"])
+    inputs = run_inputs(launch=launch, **{dest: getattr(parsed, dest, None) for dest in INPUT_DESTS})
     return GroupFlags(
         group=GroupOptions(
             backend=getattr(parsed, "backend", None) or defaults.backend,

@@ -29,6 +29,7 @@ from checker.commands.options import (
     unit_fraction,
 )
 from checker.config import (
+    MISSING_FRACTION,
     BudgetSource,
     EngineChoice,
     ModelChoice,
@@ -87,9 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--mem-fraction-static",
         type=unit_fraction,
-        default=0.9,
+        default=None,
         metavar="F",
-        help="fraction of free device memory handed to pool sizing, in (0, 1] (default 0.9)",
+        help="with --budget-from-device: the server's --mem-fraction-static, in (0, 1] (read from the "
+        "launch command; required: SGLang picks one by GPU and serving mode when it is unset)",
     )
     g.add_argument(
         "--device-free-gib",
@@ -173,6 +175,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         )
     if args.budget_gib is not None and args.budget_from_device:
         raise FlagError("--budget-gib and --budget-from-device are two budget sources; give one")
+    if args.budget_from_device and args.mem_fraction_static is None:
+        raise FlagError(MISSING_FRACTION)
     if args.device_free_gib and not args.budget_from_device:
         raise FlagError("--device-free-gib only applies with --budget-from-device")
     if args.weights_gib and not args.budget_from_device:

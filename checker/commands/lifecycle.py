@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from checker.commands.options import run_inputs
+from checker.commands.options import read_options, run_inputs
 from checker.config import OutputOptions
 from checker.core.errors import CheckerInputError
 from checker.distributed.launch_env import GroupOptions, RankEnv
@@ -58,7 +58,7 @@ class GroupFlags:
 
         read = getattr(args, "launch", None)
         words = read.argv if read is not None and hasattr(read, "argv") else launch
-        inputs = run_inputs(model_config=args.model_config, launch=words, init_method=args.init_method)
+        inputs = run_inputs(launch=words, **read_options(args))
         return cls(
             group=GroupOptions.from_args(args),
             output=OutputOptions(

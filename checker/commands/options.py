@@ -316,15 +316,46 @@ def _local(path: str, revision: str | None = None) -> str:
         return path  # not cached: the model's own read says so; nothing here to protect
 
 
-def run_inputs(
-    *, model_config: str | None, launch: Sequence[str] | None, init_method: str | None = None
-) -> list[tuple[str, str]]:
+READ_OPTIONS: dict[str, str] = {
+    "model_config": "--model-config",
+    "weights_from_log": "--weights-from-log",
+    "init_method": "--init-method",
+}
+"""The checker's own options whose values name files the run reads (dest -> flag), in every command that
+takes them: no output may replace one (:func:`run_inputs`). postflight's are its own (its --report and
+logs). tests/test_output_paths.py walks every parser: an option that names a file and is in neither
+this list nor the outputs fails it."""
+
+
+def _hub_snapshot(value: str, *, revision: str | None, download_dir: str | None) -> str | None:
+    """The snapshot under ``--download-dir`` SGLang reads a hub id's weights from
+    (``snapshot_download(cache_dir=download_dir)``), where it is there; None otherwise."""
+    if not download_dir or os.path.exists(value):
+        return None
+    # start-up: the hub cache rules (~2.5 ms) load only for a hub id under --download-dir
+    from checker.core.hub_cache import is_hub_id, local_model_path
+
+    if not is_hub_id(value):
+        return None
+    try:
+        return local_model_path(value, revision=revision, cache_dir=download_dir)
+    except CheckerInputError:
+        return None  # not downloaded there yet: SGLang fetches it at start-up; nothing to protect
+
+
+def run_inputs(*, launch: Sequence[str] | None, **given: object) -> list[tuple[str, str]]:
     """What a run reads, each with how it was named: the launch command's model (and tokenizer, draft
-    model, ``--config`` file), the checker's ``--model-config``, the ``--init-method`` rendezvous file.
-    Read from the words as given, so a command line that failed to parse is checked too."""
+    model, ``--config`` file; a hub id's snapshot in the hub cache, and under ``--download-dir`` where
+    the weights are read from), and the checker's own options of :data:`READ_OPTIONS` (``given``: dest
+    -> the value as given, one path or a list; ``--model-config``'s model directory too). Read from the
+    words as given, so a command line that failed to parse is checked too."""
+    unknown = set(given) - set(READ_OPTIONS)
+    if unknown:
+        raise TypeError(f"run_inputs: not options that name a file the run reads: {sorted(unknown)}")
     out: list[tuple[str, str]] = []
     words = list(launch or ())
     revision = _word_value(words, "--revision")
+    download_dir = _word_value(words, "--download-dir")
     named = [(flag, _word_value(words, flag)) for flag in LAUNCH_INPUT_FLAGS]
     if len(words) > 2 and words[1] == "serve" and not words[2].startswith("-"):
         named.append(("--model-path", words[2]))  # `sglang serve MODEL` (0.5.16+)
@@ -337,15 +368,33 @@ def run_inputs(
                 out.append(
                     (f"the model directory of the launch command's {flag}", os.path.dirname(local) or ".")
                 )
-    if model_config:
-        local = _local(model_config)
-        out.append(("--model-config", local))
-        if os.path.basename(local) == "config.json" and os.path.isfile(local):
-            # A model's config.json: its directory is the model SGLang loads (weights, tokenizer).
-            out.append(("the model directory of --model-config", os.path.dirname(local) or "."))
-    if init_method and init_method.startswith("file://"):
-        out.append(("--init-method", init_method.removeprefix("file://")))
+            snapshot = _hub_snapshot(value, revision=revision, download_dir=download_dir) if model else None
+            if snapshot is not None:
+                out.append((f"the launch command's {flag} under --download-dir {download_dir}", snapshot))
+    for dest, flag in READ_OPTIONS.items():
+        raw = given.get(dest)
+        values = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, (list, tuple)) else []
+        for value in values:
+            if not isinstance(value, str) or not value or value == "-":
+                continue
+            if dest == "init_method":
+                if value.startswith("file://"):
+                    out.append((flag, value.removeprefix("file://")))
+                continue
+            if dest != "model_config":
+                out.append((flag, value))
+                continue
+            local = _local(value)
+            out.append((flag, local))
+            if os.path.basename(local) == "config.json" and os.path.isfile(local):
+                # A model's config.json: its directory is the model SGLang loads (weights, tokenizer).
+                out.append((f"the model directory of {flag}", os.path.dirname(local) or "."))
     return out
+
+
+def read_options(args: argparse.Namespace) -> dict[str, object]:
+    """The values of :data:`READ_OPTIONS` a parsed command line holds (what :func:`run_inputs` takes)."""
+    return {dest: getattr(args, dest, None) for dest in READ_OPTIONS}
 
 
 def check_run_outputs(args: argparse.Namespace, outputs: Sequence[tuple[str, str | None]]) -> None:
@@ -355,9 +404,5 @@ def check_run_outputs(args: argparse.Namespace, outputs: Sequence[tuple[str, str
     from checker.files import check_outputs
 
     launch = getattr(args, "launch", None)
-    inputs = run_inputs(
-        model_config=getattr(args, "model_config", None),
-        launch=launch.argv if launch is not None else None,
-        init_method=getattr(args, "init_method", None),
-    )
+    inputs = run_inputs(launch=launch.argv if launch is not None else None, **read_options(args))
     check_outputs(outputs, inputs)

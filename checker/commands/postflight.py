@@ -40,6 +40,9 @@ EXAMPLES = (
     "cd examples/logs && python -m checker postflight --report preflight.json node0.log other-node1.log",
     "python -m checker postflight examples/logs/node0.log --format json  # what each rank logged",
 )
+READ_OPTIONS: dict[str, str] = {"report": "--report", "logs": "LOG"}
+"""postflight's options whose values name files it reads (dest -> how a message names it): no output
+replaces one (checker.commands.options.READ_OPTIONS is the deriving commands')."""
 MARGIN_GIB = bounded_float(low=0, high=1024, low_inclusive=True, what=" GiB")
 
 
@@ -86,7 +89,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
         ("--junit", args.junit),
         ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY")),
     ]
-    inputs = [("--report", args.report)] + [("LOG", p) for p in args.logs if p != "-"]
+    inputs: list[tuple[str, str | None]] = []
+    for dest, label in READ_OPTIONS.items():
+        value = getattr(args, dest)
+        inputs += [(label, p) for p in (value if isinstance(value, list) else [value]) if p != "-"]
     check_outputs(outputs, inputs)
 
 

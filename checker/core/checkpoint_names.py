@@ -18,6 +18,7 @@ from typing import Any
 
 from checker.core.checkpoint import Checkpoint
 from checker.core.errors import ConfigError, shorten
+from checker.core.models import FALCON_H1_D_SSM, GRANITE_LAYER_NAMES
 from checker.core.weights import _Config, _nemotron_pattern, _qwen_layer_types, family_of
 
 Shape = tuple[int, ...]
@@ -277,7 +278,7 @@ def _falcon_h1(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
     heads, kv = t.integer("num_attention_heads", 32), t.integer("num_key_value_heads", 8)
     hd = t.opt_int("head_dim") or H // heads
     inter = t.integer("intermediate_size", 14336)
-    d_ssm = t.opt_int("mamba_d_ssm")
+    d_ssm = FALCON_H1_D_SSM if "mamba_d_ssm" not in t.data else t.opt_int("mamba_d_ssm")
     inter_m = d_ssm if d_ssm is not None else int(t.number("mamba_expand", 2) * H)
     yield "model.embed_tokens.weight", (V, H)
     yield "model.final_layernorm.weight", (H,)
@@ -322,7 +323,7 @@ def _granite_h(cfg: _Config, t: _Config) -> Iterator[tuple[str, Shape]]:
         pre = f"model.layers.{i}"
         yield f"{pre}.input_layernorm.weight", (H,)
         yield f"{pre}.post_attention_layernorm.weight", (H,)
-        if kind == "mamba":
+        if GRANITE_LAYER_NAMES.get(kind) == "mamba":
             yield from _mamba(
                 f"{pre}.mamba",
                 hidden=H,
@@ -399,3 +400,53 @@ def check_shapes(ckpt: Checkpoint, config: Mapping[str, Any], source: str = "con
                 "--model-path at the directory that holds both)"
             )
     return checked
+
+
+# Falcon-H1's load_weights (models/falcon_h1.py, the same in every release) leaves two kinds of name to
+# no parameter: the rotary cache, and a bias the class has none of. Every other name, a stacked
+# projection's too (its name rewritten onto qkv_proj / gate_up_proj, then looked up), indexes
+# params_dict: a tensor the class has no parameter for is a KeyError (found so by the release's own
+# class, built on the meta device: tests/test_checkpoint_declarations.py, group sglang).
+
+
+def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str, source: str) -> None:
+    """Refuse (one ConfigError line naming the tensor and its shard) a checkpoint tensor the release's
+    class has no parameter for, where its ``load_weights`` raises on one: Falcon-H1's. The other families'
+    classes skip a name they have no parameter for (``if name not in params_dict: continue``) on the
+    paths a checkpoint of theirs takes, or refuse it by stage (:mod:`checker.core.pp_support`)."""
+    # start-up: the config rules' table loads only when a checkpoint is read
+    from checker.core.config_rules import where
+
+    fam, _, _ = family_of(config, source)
+    at = where("falcon_h1.load_unknown", release)
+    if fam.name != "Falcon-H1" or at is None:
+        return
+    expected = expected_shapes(config, source)
+    for name, tensor in ckpt.tensors.items():
+        if name in expected or "rotary_emb.inv_freq" in name or name.endswith(".bias"):
+            continue
+        raise ConfigError(
+            f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is no parameter of SGLang {release}'s "
+            f"Falcon-H1 class under {source}, and its load_weights indexes every such name (KeyError, "
+            f"sglang/srt/{at}): the checkpoint holds more than config.json describes (another model's "
+            "layers, or quantization scales without a quantization config); point --model-path at the "
+            "directory whose config.json matches its shards"
+        )
+
+
+_FLOAT8 = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2")
+"""Safetensors dtypes that only a quantized checkpoint stores its weights or scales in."""
+
+
+def check_declared_dtypes(ckpt: Checkpoint, source: str) -> None:
+    """Refuse a checkpoint holding float8 (or narrower float) tensors under a config.json that declares no
+    quantization: read as bf16 its figure would be wrong, and SGLang would cast the values without their
+    scales."""
+    for name, tensor in ckpt.tensors.items():
+        if tensor.dtype in _FLOAT8:
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {tensor.dtype}, but {source} "
+                "declares no quantization: the checkpoint is quantized and the checker derives the weights "
+                "of unquantized (bf16/fp16/fp32) checkpoints only: give the weights per GPU with "
+                "--weights-gib (the largest 'mem usage' of an earlier server start's 'Load weight end' lines)"
+            )

@@ -62,6 +62,23 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+MAX_WORD_CHARS = 200
+"""The longest run of text without a space a one-line message quotes whole (a path of a deep tree fits)."""
+
+
+def cut_long_words(text: str, limit: int = MAX_WORD_CHARS) -> str:
+    """``text`` with every run of non-space characters longer than ``limit`` cut in the middle, saying how
+    long it was: a message that quotes what a user typed (an unknown flag of 120,000 characters, a
+    choice argparse refused) stays one readable line. Text without such a run is returned unchanged."""
+    words = text.split(" ")
+    if all(len(w) <= limit for w in words):
+        return text
+    return " ".join(
+        w if len(w) <= limit else f"{w[: limit // 2]}...{w[-(limit // 4) :]} ({len(w):,} chars)"
+        for w in words
+    )
+
+
 class CheckerInputError(ValueError):
     """A user-fixable input problem. The message is one line: the value seen, the rule, the way out.
 

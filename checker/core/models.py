@@ -302,10 +302,42 @@ def _kimi_linear(k: _Keys, tp: int) -> dict[str, Any]:
     )
 
 
-def _nemotron_h(k: _Keys, tp: int) -> dict[str, Any]:
+# A Nemotron-H layer as hybrid_override_pattern writes it, and as layers_block_type (0.5.10+) does.
+NEMOTRON_LAYER_TYPES = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
+
+
+def _nemotron_pattern(k: _Keys) -> str:
+    """The layer pattern: ``hybrid_override_pattern``, else ``layers_block_type`` written as one (the
+    field 0.5.10+ reads first; where both are given and differ, the release's own rules refuse it)."""
+    if k.data.get("hybrid_override_pattern") is None and isinstance(k.data.get("layers_block_type"), list):
+        of = {v: c for c, v in NEMOTRON_LAYER_TYPES.items()}
+        blocks = k.data["layers_block_type"]
+        bad = next((i for i, b in enumerate(blocks) if not isinstance(b, str) or b not in of), None)
+        if bad is not None:
+            raise k.error(
+                "layers_block_type",
+                blocks,
+                f"has {shorten(blocks[bad])} at layer {bad}; a layer is one of {', '.join(of)}; {FIX}",
+            )
+        return "".join(of[b] for b in blocks)
     pattern = k.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or not pattern:
         raise k.error("hybrid_override_pattern", pattern, f"must be a non-empty string; {FIX}")
+    # Every release refuses any other character, at load or building the model (checker.core.config_rules
+    # says where for each release); counting it as an attention layer would size a model nobody runs.
+    bad = next((i for i, c in enumerate(pattern) if c not in NEMOTRON_LAYER_TYPES), None)
+    if bad is not None:
+        raise k.error(
+            "hybrid_override_pattern",
+            pattern,
+            f"has {pattern[bad]!r} at layer {bad}; a layer is one of 'M', '*', '-' or 'E' and SGLang refuses "
+            f"anything else; {FIX}",
+        )
+    return pattern
+
+
+def _nemotron_h(k: _Keys, tp: int) -> dict[str, Any]:
+    pattern = _nemotron_pattern(k)
     if len(pattern) > MAX_LAYERS:
         raise k.error(
             "hybrid_override_pattern",
@@ -338,14 +370,17 @@ def _nemotron_h(k: _Keys, tp: int) -> dict[str, Any]:
 
 
 def _mamba2_block(
-    k: _Keys, tp: int, intermediate: int, intermediate_name: str
+    k: _Keys, tp: int, intermediate: int, intermediate_name: str, *, auto_head_dim: bool = False
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    heads = k.integer("mamba_n_heads")
+    # Falcon-H1's class takes mamba_d_head "auto" (its default): the intermediate size over the heads.
+    auto = auto_head_dim and k.data.get("mamba_d_head", "auto") == "auto"
     return mamba2_shapes(
         tp_size=tp,
         intermediate_size=intermediate,
         n_groups=k.integer("mamba_n_groups"),
-        num_heads=k.integer("mamba_n_heads"),
-        head_dim=k.integer("mamba_d_head"),
+        num_heads=heads,
+        head_dim=intermediate // heads if auto else k.integer("mamba_d_head"),
         state_size=k.integer("mamba_d_state"),
         conv_kernel=k.integer("mamba_d_conv", minimum=2, maximum=MAX_CONV_KERNEL),
         source=k.source,
@@ -376,17 +411,36 @@ def _expand_times_hidden(k: _Keys) -> int:
     return int(product)
 
 
+FALCON_H1_D_SSM = 1024
+"""``mamba_d_ssm`` where a Falcon-H1 config leaves it out: FalconH1Config's default in every release (null
+means ``mamba_expand * hidden_size``)."""
+
+
 def _falcon_h1(k: _Keys, tp: int) -> dict[str, Any]:
     L = k.layers()
-    if k.data.get("mamba_d_ssm") is not None:
+    if "mamba_d_ssm" not in k.data:
+        # FalconH1Config's default (configs/falcon_h1.py, every release): 1024, not expand * hidden
+        intermediate, name = FALCON_H1_D_SSM, "mamba_d_ssm (its default)"
+    elif k.data["mamba_d_ssm"] is not None:
         intermediate, name = k.integer("mamba_d_ssm"), "mamba_d_ssm"
     else:
         intermediate, name = _expand_times_hidden(k), "int(mamba_expand * hidden_size)"
-    conv, temporal = _mamba2_block(k, tp, intermediate, name)
+    conv, temporal = _mamba2_block(k, tp, intermediate, name, auto_head_dim=True)
     # Every Falcon-H1 layer runs attention and Mamba2 side by side: all L layers hold state.
     return dict(
         num_hidden_layers=L, linear_layer_ids=tuple(range(L)), conv_shapes=conv, temporal_shape=temporal
     )
+
+
+GRANITE_LAYER_NAMES = {
+    "mamba": "mamba",
+    "attention": "attention",
+    "linear_attention": "mamba",
+    "full_attention": "attention",
+}
+"""Granite-4.0-H's layer types: "linear_attention" / "full_attention" are transformers 5.15's names, which
+0.5.19+ maps back (earlier releases refuse them: :mod:`checker.core.config_rules`); every release
+refuses any other."""
 
 
 def _granite_h(k: _Keys, tp: int) -> dict[str, Any]:
@@ -397,9 +451,16 @@ def _granite_h(k: _Keys, tp: int) -> dict[str, Any]:
         raise ConfigError(
             f"{k.source}: layer_types must be a list of num_hidden_layers={L} entries, got {got}; {FIX}"
         )
+    names = GRANITE_LAYER_NAMES
+    bad = next((i for i, t in enumerate(types) if not isinstance(t, str) or t not in names), None)
+    if bad is not None:
+        raise ConfigError(
+            f"{k.source}: layer_types has {shorten(types[bad])} at layer {bad}; a layer is 'mamba' or "
+            f"'attention'; {FIX}"
+        )
     intermediate = _expand_times_hidden(k)
     conv, temporal = _mamba2_block(k, tp, intermediate, "int(mamba_expand * hidden_size)")
-    ids = tuple(i for i, t in enumerate(types) if t == "mamba")
+    ids = tuple(i for i, t in enumerate(types) if names[t] == "mamba")
     return dict(num_hidden_layers=L, linear_layer_ids=ids, conv_shapes=conv, temporal_shape=temporal)
 
 
@@ -519,8 +580,9 @@ def _every_layer(_: _Keys, fields: dict[str, Any]) -> tuple[int, ...]:
 
 
 def _granite_full(k: _Keys, _: dict[str, Any]) -> tuple[int, ...]:
-    # configs/granitemoehybrid.py attention_layer_ids: layer_types[i] == "attention".
-    return tuple(i for i, t in enumerate(k.get("layer_types")) if t == "attention")
+    # configs/granitemoehybrid.py attention_layer_ids: layer_types[i] == "attention" (0.5.19+ maps
+    # transformers 5.15's "full_attention" back to it first: GRANITE_LAYER_NAMES).
+    return tuple(i for i, t in enumerate(k.get("layer_types")) if GRANITE_LAYER_NAMES.get(t) == "attention")
 
 
 _QWEN_ATTENTION = _AttentionSpec(_complement, 32768, kv_heads_default=2, head_dim_default=256)
@@ -535,15 +597,24 @@ _ATTENTION: dict[str, _AttentionSpec] = {
     "kimi_linear": _AttentionSpec(_complement, 4096, mla=True, nextn_default=0),
     # configs/nemotron_h.py NemotronHConfig: head_dim=128, num_key_value_heads=8,
     # max_position_embeddings=4096, num_nextn_predict_layers=0.
-    "nemotron_h": _AttentionSpec(_nemotron_full, 4096, kv_heads_default=8, head_dim_default=128, nextn_default=0),
+    "nemotron_h": _AttentionSpec(
+        _nemotron_full, 4096, kv_heads_default=8, head_dim_default=128, nextn_default=0
+    ),
     # configs/falcon_h1.py FalconH1Config: num_key_value_heads=8, max_position_embeddings=8192.
     "falcon_h1": _AttentionSpec(_every_layer, 8192, kv_heads_default=8),
-    # configs/granitemoehybrid.py GraniteMoeHybridConfig: num_key_value_heads=8, max_position_embeddings=131072.
+    # configs/granitemoehybrid.py GraniteMoeHybridConfig: num_key_value_heads=8,
+    # max_position_embeddings=131072.
     "granitemoehybrid": _AttentionSpec(_granite_full, 131072, kv_heads_default=8),
 }
 assert set(_ATTENTION) == set(FAMILIES), "every family the checker reads has its attention facts"
 
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
 """SGLang's ``get_context_length`` (0.5.23 ``utils/hf_transformers/common.py:668-694``): the first key set."""
 
 
@@ -576,7 +647,13 @@ def context_length(k: _Keys, *, default: int) -> int:
     return context
 
 
-_DTYPE_NAMES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "float": "float32", "half": "float16"}
+_DTYPE_NAMES = {
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float": "float32",
+    "half": "float16",
+}
 
 
 def _auto_dtype(cfg: Mapping[str, Any], k: _Keys) -> str:
@@ -589,7 +666,9 @@ def _auto_dtype(cfg: Mapping[str, Any], k: _Keys) -> str:
     return "float16" if name in (None, "float32") else name
 
 
-def _attention(cfg: Mapping[str, Any], k: _Keys, spec: _AttentionSpec, fields: dict[str, Any]) -> AttentionGeometry:
+def _attention(
+    cfg: Mapping[str, Any], k: _Keys, spec: _AttentionSpec, fields: dict[str, Any]
+) -> AttentionGeometry:
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     quant = cfg.get("quantization_config")
@@ -685,7 +764,9 @@ def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGe
 
     context = None
     if spec.get("context_len") is not None:
-        context = k.integer("context_len", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)")
+        context = k.integer(
+            "context_len", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)"
+        )
     return ModelGeometry(
         name=name or source,
         num_hidden_layers=L,

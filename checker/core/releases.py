@@ -124,7 +124,8 @@ class ReleaseRules:
     and the spec-decoding cap. Before: a plain ``//`` that can reach 0 (and then refuses to start)."""
     extra_per_slot: bool
     """0.5.22+: ``extra_mamba_cache_bytes_per_req`` (scaled like per_req) is charged per slot. Before,
-    no per-slot extra state exists outside the replay-SSM ring, which the checker does not model."""
+    no per-slot extra state exists outside the ReplaySSM ring, whose charge (per slot or per request, by
+    release and model kind) is :mod:`checker.core.replay`'s."""
     skip_decode_lock: bool
     """0.5.17+: SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK lowers the base slots per request from 3 to 2."""
     lazy_with_spec: bool

@@ -259,6 +259,21 @@ class SizingFlags:
     speculative_eagle_topk: int | None = _arg(
         None, **_positive(metavar="K", sglang="speculative_eagle_topk", help="spec decoding top-k per step")
     )
+    enable_linear_replayssm_spec: bool = _arg(
+        False,
+        sglang="enable_linear_replayssm_spec",
+        help="the ReplaySSM spec-verify ring (GDN and KDA models, SGLang 0.5.17+): charged instead of the "
+        "speculative intermediate state",
+    )
+    """checker.core.replay: what each release charges for the ring (0.5.16's --enable-gdn-replayssm-spec
+    charges nothing)."""
+    linear_replayssm_cache_len: int | None = _arg(
+        None,
+        low=0,
+        metavar="L",
+        sglang="linear_replayssm_cache_len",
+        help="the ReplaySSM ring's length (default: the release's, 16)",
+    )
     mamba_ssm_dtype: str | None = _arg(
         None,
         dtype=True,

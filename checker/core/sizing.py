@@ -29,24 +29,33 @@ from checker.core.environ import LONGER_CONTEXT_ENV
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.kv_pool import (
+    ESTIMATE_MAX,
     KvOwn,
     KvStage,
     code_of,
     counts_own_stage,
-    refuse_zero_cell,
-    ESTIMATE_MAX,
     draft_layers_of,
     estimate,
     kv_dtype_bytes,
     own_kv,
+    refuse_zero_cell,
     resolve_one,
 )
 from checker.core.partition import stage_bounds, stage_partition
-from checker.core.releases import GROUPS, ReleaseModel, ReleaseRules, release_model
+from checker.core.releases import (
+    GROUPS,
+    MODELLED_RELEASES,
+    ReleaseModel,
+    ReleaseRules,
+    parse_version,
+    release_model,
+)
+from checker.core.replay import FIRST_FLAG as FIRST_REPLAY_FLAG
+from checker.core.replay import RingCharge, ring_charge, ring_rule
 from checker.core.server_args import POLICIES as POLICIES  # re-exported: the policies' home is the table
 from checker.core.server_args import STRATEGIES as STRATEGIES
 from checker.core.server_args import SizingFlags
-from checker.core.startup import check_pp_spec
+from checker.core.startup import check_pp_spec, refuse
 
 _T = TypeVar("_T")
 GIB = 2**30
@@ -63,6 +72,38 @@ _TRUE = ("true", "1", "yes", "y")
 # it: the extra-buffer startup asserts (arg_groups/mamba_hook.py validate_mamba_extra_buffer) are checked
 # against this default.
 MAMBA_TRACK_INTERVAL = 256
+FLA_CHUNK_SIZE = 64
+"""The FLA kernels' chunk (0.5.7 ``layers/attention/fla/chunk_delta_h.py`` ``CHUNK_SIZE``)."""
+GDN_PAGE_DIVIDES_CHUNK = "page-size-for-hybrid-gdn-model-must-be-4dc4ef"
+"""0.5.7's check of a Qwen3-Next page size under the extra buffer (checker.core.arg_checks)."""
+# The mamba cache strategy's checks, each release's spelling of it (ids of checker.core.arg_checks; the
+# refusal names the first one the release has, with its file:line).
+NO_EXTRA_BUFFER_FOR_ARCH = (
+    "mamba-extra-buffer-is-not-supported-for-0a9c36",  # 0.5.7-0.5.13.post1
+    "extra-buffer-is-not-supported-for-model-arch-ab505b",  # 0.5.14-0.5.20
+    "extra-buffer-is-not-supported-for-hf-config-4b2eea",  # 0.5.21+
+)
+EXTRA_BUFFER_WITHOUT_RADIX = (
+    "mamba-extra-buffer-is-not-compatible-with-ee9f0d",  # 0.5.10-0.5.12.post1
+    "mamba-extra-buffer-is-not-compatible-with-0a7d6b",  # 0.5.13-0.5.13.post1
+)
+SPEC_WITH_NO_BUFFER_RADIX = ("speculative-decoding-for-model-arch-is-not-e0000f",)  # 0.5.10-0.5.13.post1
+NO_BUFFER_PAGE = ("no-buffer-only-supports-page-size-1-5689ff",)  # 0.5.14+
+NO_BUFFER_OVERLAP = ("no-buffer-do-not-support-overlap-schedule-f4c8d0",)  # 0.5.14+
+LAZY_WITH_SPEC = (
+    "extra-buffer-lazy-is-not-yet-supported-with-093a15",  # 0.5.13-0.5.13.post1
+    "extra-buffer-lazy-unsupported-with-spec-6f8fab",  # 0.5.14-0.5.16
+)
+TRACK_INTERVAL_DRAFTS = (
+    "mamba-track-interval-mamba-track-interval-88b463",  # 0.5.7-0.5.13.post1
+    "assert-not-disable-radix-cache-and-enable-f6ab94",  # 0.5.14
+    "assert-not-not-uses-mamba-radix-cache-and-d9c777",  # 0.5.15+
+)
+TRACK_INTERVAL_PAGE = (
+    "mamba-track-interval-mamba-track-interval-13969a",  # 0.5.7-0.5.13.post1
+    "assert-not-disable-radix-cache-and-enable-6c68e6",  # 0.5.14
+    "assert-not-not-uses-mamba-radix-cache-and-c44867",  # 0.5.15+
+)
 
 
 _FIRST_PP_HYBRID = next(g.group.split("-")[0] for g in GROUPS if g.pp_hybrid)
@@ -156,6 +197,7 @@ class CapacityInputs(SizingFlags):
             attention_dp=self.dp_size > 1,
         )
         self._refuse_family(rules, sg)
+        self._refuse_replay(sg)
         if rules.radix_rule in ("forced-off", "fixed-ratio") and self.mamba_radix_cache_strategy != "auto":
             raise FlagError(
                 f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy}: {sg} has no mamba cache "
@@ -175,11 +217,17 @@ class CapacityInputs(SizingFlags):
         sg = self.release.label
         g = self.geometry
         own = g.context_len
-        if self.context_len is not None and own is not None and self.context_len > own and not self.allow_longer_context:
+        if (
+            self.context_len is not None
+            and own is not None
+            and self.context_len > own
+            and not self.allow_longer_context
+        ):
             # configs/model_config.py ModelConfig._derive_context_length, every modelled release.
             raise FlagError(
-                f"--context-len {self.context_len} (a launch command's --context-length) is above the model's "
-                f"own context length {own}: {sg} refuses it at start-up (\"User-specified context_length "
+                f"--context-len {self.context_len} (a launch command's --context-length) is above the "
+                "model's "
+                f'own context length {own}: {sg} refuses it at start-up ("User-specified context_length '
                 f'({self.context_len}) is greater than the derived context_length ({own})"); lower it, or '
                 f"set {LONGER_CONTEXT_ENV}=1 as SGLang's message says"
             )
@@ -232,6 +280,59 @@ class CapacityInputs(SizingFlags):
                 f"{self.geometry.name}: {sg} sizes a mamba state pool only for model_type "
                 f"{', '.join(rules.pool_families)}, not {fam}; use a later release"
             )
+
+    def _refuse_replay(self, sg: str) -> None:
+        """The ReplaySSM ring's flags where the release has none, or a model whose kind (GDN, KDA,
+        Mamba2) the sizing cannot tell (checker.core.replay)."""
+        version = parse_version(self.release.version)
+        if self.enable_linear_replayssm_spec and version < parse_version(FIRST_REPLAY_FLAG):
+            raise FlagError(
+                f"--enable-linear-replayssm-spec: {sg} has no ReplaySSM spec-verify ring (the flag arrived "
+                f"in {FIRST_REPLAY_FLAG} as --enable-gdn-replayssm-spec); drop it, or derive for "
+                f"{FIRST_REPLAY_FLAG} or "
+                "later"
+            )
+        if self.linear_replayssm_cache_len is not None and version < parse_version("0.5.15"):
+            raise FlagError(
+                f"--linear-replayssm-cache-len: {sg} has no ReplaySSM ring (the flag arrived in 0.5.15); "
+                "drop it"
+            )
+        if (
+            self.enable_linear_replayssm_spec
+            and self.geometry.family is None
+            and ring_rule(self.release.version) != "uncharged"
+        ):
+            raise FlagError(
+                f"--enable-linear-replayssm-spec with {self.geometry.name}: {sg} charges the ring by the "
+                "model's kind (GDN per request, KDA per slot, Mamba2 none), and the model spec names no "
+                'model_type; add "model_type" (e.g. "qwen3_5") to the spec or pass the HF config'
+            )
+
+    def ring(self, scale: float) -> RingCharge:
+        """The ReplaySSM ring this release's sizing charges a stage of share ``scale``
+        (:mod:`checker.core.replay`)."""
+        user = self.max_running_requests
+        return ring_charge(
+            self.geometry,
+            self.release.version,
+            enabled=self.enable_linear_replayssm_spec,
+            cache_len=self.linear_replayssm_cache_len,
+            draft_tokens=self.speculative_num_draft_tokens,
+            requests_per_worker=None if user is None else user // self.dp_size,
+            scale=scale,
+            floor_requests=self.release.rules.floor_requests,
+        )
+
+    def _at(self, checks: tuple[str, ...]) -> str:
+        """``sglang/srt/<file>:<line> <function>: `` of the first of ``checks`` the release has (its own
+        check, for the refusal's line), or "" where it has none of them."""
+        if self.release.version not in MODELLED_RELEASES:
+            return ""
+        # start-up: the table of every release's checks loads only for a refusal
+        from checker.core.arg_quote import SRT, check_site
+
+        site = next((s for c in checks if (s := check_site(c, self.release.version))), None)
+        return f"{SRT}{site}: " if site else ""
 
     @property
     def radix_cache_disabled(self) -> bool:
@@ -301,7 +402,8 @@ class CapacityInputs(SizingFlags):
             raise FlagError(
                 f"--mamba-radix-cache-strategy {strategy} for a {self.geometry.family} model: "
                 f"{self.release.label} has no extra buffer for that architecture and refuses it at startup "
-                '("extra_buffer is not supported for ..."); use no_buffer'
+                f'({self._at(NO_EXTRA_BUFFER_FOR_ARCH)}"extra_buffer is not supported for ..."); use '
+                "no_buffer"
             )
 
     @property
@@ -329,8 +431,8 @@ class CapacityInputs(SizingFlags):
         ):
             raise FlagError(
                 f"--mamba-radix-cache-strategy {self.mamba_radix_cache_strategy} with --disable-radix-cache: "
-                f'{self.release.label} refuses it at startup ("mamba extra_buffer is not compatible with '
-                '--disable-radix-cache"); use no_buffer'
+                f"{self.release.label} refuses it at startup ({self._at(EXTRA_BUFFER_WITHOUT_RADIX)}"
+                '"mamba extra_buffer is not compatible with --disable-radix-cache"); use no_buffer'
             )
         if self.radix_cache_disabled:
             return 1  # 0.5.2-0.5.3.post1: ModelRunner.__init__ disables the radix cache for hybrid GDN
@@ -390,8 +492,9 @@ class CapacityInputs(SizingFlags):
             if late and self.speculative_num_draft_tokens:
                 raise FlagError(
                     f"--speculative-num-draft-tokens with the no_buffer strategy and the radix cache on: "
-                    f'{sg} refuses it at startup ("Speculative decoding ... is not compatible with radix '
-                    'cache when using --mamba-scheduler-strategy no_buffer"); use extra_buffer or '
+                    f"{sg} refuses it at startup ({self._at(SPEC_WITH_NO_BUFFER_RADIX)}"
+                    '"Speculative decoding ... is not compatible with radix cache when using '
+                    '--mamba-scheduler-strategy no_buffer"); use extra_buffer or '
                     "--disable-radix-cache"
                 )
             return
@@ -421,14 +524,16 @@ class CapacityInputs(SizingFlags):
                 )
                 raise FlagError(
                     f"--mamba-radix-cache-strategy {named} needs --page-size 1, got {self.page_size}: "
-                    f'{sg} refuses it at startup ("no_buffer only supports page_size=1"); use '
+                    f'{sg} refuses it at startup ({self._at(NO_BUFFER_PAGE)}"no_buffer only supports '
+                    'page_size=1"); use '
                     "--page-size 1, or extra_buffer for a paged KV cache"
                 )
             if not self.disable_overlap_schedule and s != "auto":  # auto -> no_buffer turns it off itself
                 raise FlagError(
                     f"--mamba-radix-cache-strategy no_buffer needs --disable-overlap-schedule: {sg} "
-                    'refuses no_buffer with the overlap schedule on ("no_buffer do not support '
-                    'overlap schedule"), even under pp > 1 where it turns overlap off later; add '
+                    f"refuses no_buffer with the overlap schedule on ({self._at(NO_BUFFER_OVERLAP)}"
+                    '"no_buffer do not support overlap schedule"), even under pp > 1 where it turns overlap '
+                    "off later; add "
                     "--disable-overlap-schedule"
                 )
             return
@@ -439,21 +544,40 @@ class CapacityInputs(SizingFlags):
             # server_args.py _validate_mamba_extra_buffer up to 0.5.16, checked before the interval.
             raise FlagError(
                 f"--speculative-num-draft-tokens {d} with {named}: {sg} refuses it at startup "
-                '("extra_buffer_lazy unsupported with spec."); use extra_buffer, or SGLang 0.5.17 or later'
+                f'({self._at(LAZY_WITH_SPEC)}"extra_buffer_lazy unsupported with spec."); use extra_buffer, '
+                "or "
+                "SGLang 0.5.17 or later"
             )
         if d is not None and d > MAMBA_TRACK_INTERVAL:
             raise FlagError(
                 f"--speculative-num-draft-tokens {d} is above mamba_track_interval {MAMBA_TRACK_INTERVAL} "
-                f"(SGLang's default): {sg} refuses it with {named} at startup (asserts "
-                f"mamba_track_interval >= speculative_num_draft_tokens); use at most "
+                f"(SGLang's default): {sg} refuses it with {named} at startup "
+                f"({self._at(TRACK_INTERVAL_DRAFTS)}"
+                f"asserts mamba_track_interval >= speculative_num_draft_tokens); use at most "
                 f"{MAMBA_TRACK_INTERVAL} draft tokens"
             )
         if MAMBA_TRACK_INTERVAL % self.page_size:
             raise FlagError(
                 f"--page-size {self.page_size} does not divide mamba_track_interval {MAMBA_TRACK_INTERVAL} "
-                f"(SGLang's default): {sg} refuses it with {named} at startup (asserts "
-                "mamba_track_interval % page_size == 0); use a page size that divides "
+                f"(SGLang's default): {sg} refuses it with {named} at startup "
+                f"({self._at(TRACK_INTERVAL_PAGE)}"
+                "asserts mamba_track_interval % page_size == 0); use a page size that divides "
                 f"{MAMBA_TRACK_INTERVAL} (1, 2, 4, ..., {MAMBA_TRACK_INTERVAL})"
+            )
+        if (
+            self.release.rules.radix_rule == "scheduler-v1"
+            and self.geometry.family == "qwen3_next"
+            and FLA_CHUNK_SIZE % self.page_size
+        ):
+            # 0.5.7 server_args.py _handle_model_specific_adjustments, Qwen3-Next with an extra buffer:
+            # ``assert FLA_CHUNK_SIZE % page_size == 0`` (later releases only ask the two to nest).
+            refuse(
+                GDN_PAGE_DIVIDES_CHUNK,
+                self.release.version,
+                gave=f"--page-size {self.page_size} with {named} on a Qwen3-Next model",
+                way_out=f"use a page size that divides {FLA_CHUNK_SIZE} (1, 2, 4, ..., {FLA_CHUNK_SIZE})",
+                FLA_CHUNK_SIZE=FLA_CHUNK_SIZE,
+                page_size=self.page_size,
             )
 
     def describe(self) -> dict[str, object]:
@@ -487,6 +611,11 @@ class StagePlan:
     """What this stage really allocates per slot: its own linear layers only."""
     padding_slot_charged: bool
     """Whether the release charges the pool's padding slot (0.5.17+): K + 1 slots instead of K."""
+    replayssm_fixed_bytes: int = 0
+    """The ReplaySSM ring charged once per running request (GDN, 0.5.20+): off the mamba budget before K
+    is solved, and with the state. A ring charged per slot is in ``extra_per_slot_bytes``."""
+    replayssm_active: bool = False
+    """The release's sizing sees the ReplaySSM ring: it reserves no speculative intermediate state."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -528,7 +657,8 @@ class StageCapacity(StagePlan):
 
     @property
     def state_charged_bytes(self) -> int:
-        return self.charged_slots * (self.stage_per_req_bytes + self.extra_per_slot_bytes)
+        slots = self.charged_slots * (self.stage_per_req_bytes + self.extra_per_slot_bytes)
+        return slots + self.replayssm_fixed_bytes
 
     @property
     def state_allocated_bytes(self) -> int:
@@ -559,13 +689,17 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
     bounds = stage_bounds(stage_partition(g.num_hidden_layers, inputs.pp_size, inputs.partition_env))
     counts = [g.linear_layers_in(s, e) for s, e in bounds]
     start, end = bounds[pp_rank]
+    scale = policy_scale(
+        inputs.resolved_policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
+    )
+    # The flags' refusals first: SGLang checks its server arguments on every rank before any rank
+    # loads a model, so a stage that would divide by a 0-byte KV cell never gets that far.
+    ring = inputs.ring(scale)
+    slots = inputs.slots_per_request()
     a = g.attention
     if a is not None and inputs.token_capacity is None and a.full_attention_layer_ids:
         if counts_own_stage(inputs.release.version, a) and a.layers_in(start, end) == 0:
             refuse_zero_cell(inputs.release.version, pp_rank=pp_rank, start_layer=start, end_layer=end)
-    scale = policy_scale(
-        inputs.resolved_policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
-    )
     return StagePlan(
         pp_rank=pp_rank,
         start_layer=start,
@@ -576,10 +710,13 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
         scale=scale,
         per_req_bytes=g.per_req_bytes,
         stage_per_req_bytes=int(g.per_req_bytes * scale),
-        extra_per_slot_bytes=int(g.extra_per_slot_bytes * scale),
-        slots_per_request=inputs.slots_per_request(),
+        # 0.5.22+: ``extra_per_slot = replayssm_ring_per_slot + int(extra_mamba_cache_bytes_per_req * scale)``
+        extra_per_slot_bytes=ring.per_slot_bytes + int(g.extra_per_slot_bytes * scale),
+        slots_per_request=slots,
         own_state_bytes_per_slot=counts[pp_rank] * g.bytes_per_layer,
         padding_slot_charged=inputs.release.rules.padding_slot,
+        replayssm_fixed_bytes=ring.fixed_bytes,
+        replayssm_active=ring.active,
     )
 
 
@@ -658,7 +795,10 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
     ratio = plan.slots_per_request
     spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
     per_slot = spr + extra
-    D = inputs.speculative_num_draft_tokens or 0
+    fixed = plan.replayssm_fixed_bytes
+    # ``reserves_spec_state = has_spec_dec and not replayssm_active``: under the ReplaySSM ring the
+    # speculative intermediate state is not reserved (checker.core.replay).
+    D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
     user = requests_per_worker(inputs)  # refuses 0 per worker before 0.5.23
     pool_rule = rules.pool_rule
     no_radix = inputs.radix_cache_disabled
@@ -716,7 +856,8 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
         elif joint:
             K = int(B // (spr * (1 + D / ratio)))  # 0.5.13-0.5.16: no padding slot, no extra state
         elif pad:
-            K = int((B - per_slot) // per_slot)  # one padding slot: the pool allocates K + 1
+            # One padding slot (the pool allocates K + 1); the GDN ring charged once comes off first.
+            K = int((B - fixed - per_slot) // per_slot)
         else:
             K = int(B // spr)
         reserved = (min(user, K // ratio) + pad) if joint and user is not None else 0
@@ -741,7 +882,7 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
         # SGLang takes the spec reservation off first, then the state: total_rest_memory -
         # intermediate / 2**30, then - (K + pad) * per_slot / 2**30.
         left = rest - intermediate / GIB if D else rest
-        kv_budget_gib = left - (K + pad) * per_slot / GIB
+        kv_budget_gib = left - ((K + pad) * per_slot + fixed) / GIB
     else:
         # 0.5.7-0.5.12.post1: the reservation already came off ``rest`` above.
         if rules.spec_reserve == "up-front":
@@ -791,14 +932,14 @@ def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K
     if g.attention is None:  # a model spec without attention facts: --token-capacity stands for the pool
         T = inputs.token_capacity
         assert T is not None  # CapacityInputs refuses the spec without it
-        own = min(T, inputs.max_total_tokens) if inputs.max_total_tokens is not None else T
+        capped = min(T, inputs.max_total_tokens) if inputs.max_total_tokens is not None else T
         return KvOwn(
             attention_layers=0,
             cell_bytes=0,
             available_bytes=int(kv_budget_gib * GIB),
             profiled_tokens=T,
             estimate_tokens=T,
-            own_tokens=own // inputs.page_size * inputs.page_size,
+            own_tokens=capped // inputs.page_size * inputs.page_size,
         )
     D = inputs.speculative_num_draft_tokens or 0
     headroom = 0

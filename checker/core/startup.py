@@ -1,6 +1,13 @@
 """What SGLang resolves from the speculative-decoding flags, and what it refuses at start-up from the
 launch flags and the layout, per release (torch-free).
 
+Every refusal here is one of the release's own argument checks, listed per release with file:line in the
+generated :mod:`checker.core.arg_checks` (``scripts/build_arg_checks.py``) and classified in
+:mod:`checker.core.arg_policy`: the line it prints quotes the release's words and where they are
+(:func:`checker.core.arg_quote.quote`), and a release without the check is never refused by it.
+:func:`check_launch` makes the ones a launch command's flags decide, in SGLang's order (argument
+resolution, then ``check_server_args``).
+
 Each rule below was read from every modelled release's argument handling (``server_args.py``
 ``ServerArgs.__post_init__`` / ``_handle_speculative_decoding`` up to 0.5.13.post1,
 ``arg_groups/speculative_hook.py`` ``handle_speculative_decoding`` / ``_handle_eagle_family`` from 0.5.14)
@@ -27,6 +34,22 @@ from dataclasses import dataclass
 from checker.core.errors import FlagError
 from checker.core.releases import MODELLED_RELEASES, parse_version, release_model
 
+
+def refuse(check: str, release: str, *, gave: str, way_out: str, **fields: object) -> None:
+    """FlagError, one line: what the user gave, SGLang ``release``'s own check ``check`` (an id of
+    :mod:`checker.core.arg_checks`) quoted with its file:line, and the way out; nothing when ``release``
+    does not have that check (a release the checker does not model is judged by its own code)."""
+    if release not in MODELLED_RELEASES:
+        return
+    # start-up: the table of checks loads only when a check fails
+    from checker.core.arg_quote import quote
+
+    quoted = quote(check, release, fields)
+    if quoted is None:
+        return
+    raise FlagError(f"{gave}: SGLang {release} refuses it at start-up ({quoted}); {way_out}")
+
+
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
 """The algorithms whose setup the checker resolves (NEXTN is EAGLE by then)."""
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
@@ -51,17 +74,6 @@ def _key(release: str) -> tuple[int, int, int, int]:
 
 def _at_least(release: str, first: str) -> bool:
     return _key(release) >= _key(first)
-
-
-def _validation_file(release: str) -> str:
-    """Where ``check_server_args`` lives in ``release``."""
-    return "arg_groups/validation_hook.py" if _at_least(release, "0.5.19") else "server_args.py"
-
-
-def _pp_message(release: str) -> str:
-    """SGLang's own words when PP refuses speculative decoding (0.5.2-0.5.20)."""
-    mixed = ", mixed chunked prefill." if not _at_least(release, "0.5.11") else ""
-    return f"Pipeline parallelism is not compatible with overlap schedule, speculative decoding{mixed}"
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,19 @@ def auto_params(release: str) -> tuple[int, int, int]:
     return next(p for first, p in reversed(_AUTO_PARAMS) if _at_least(release, first))
 
 
+# The checks of speculative decoding under PP, by release (ids of checker.core.arg_checks).
+PP_REFUSES_SPEC_MIXED = "pipeline-parallelism-is-not-compatible-with-5a84b7"  # 0.5.2-0.5.10.post1
+PP_REFUSES_SPEC = "pipeline-parallelism-is-not-compatible-with-f3d63d"  # 0.5.11-0.5.20 (not NPU)
+PP_EAGLE_ONLY = "pipeline-parallelism-currently-only-supports-2364c4"  # 0.5.21+ (0.5.20 NPU)
+PP_SPEC_PREFILL_ONLY = "pp-speculative-decoding-mtp-is-only-c33382"  # 0.5.21+, no SGLANG_ENABLE_PP_SPEC
+PP_SPEC_NOT_DISAGG = "sglang-enable-pp-spec-is-not-compatible-with-2f6cf0"  # 0.5.21+
+PP_SPEC_NOT_ADAPTIVE = "sglang-enable-pp-spec-is-not-compatible-with-3f332d"  # 0.5.21+
+PP_SPEC_NOT_DP_ATTENTION = "sglang-enable-pp-spec-is-not-compatible-with-9b4341"  # 0.5.21
+PP_SPEC_NOT_ATTN_DP = "sglang-enable-pp-spec-is-not-compatible-with-95e70d"  # 0.5.22+
+PP_DSPARK_PREFILL = "pipeline-parallel-dspark-requires-8c2684"  # 0.5.21+
+PP_DSPARK_NOT_PP_SPEC = "sglang-enable-pp-spec-does-not-support-702160"  # 0.5.21+
+
+
 def check_pp_spec(
     release: str,
     *,
@@ -149,46 +174,88 @@ def check_pp_spec(
     speculative: bool,
     pp_spec_env: bool,
     attention_dp: bool,
+    multi_layer_eagle: bool = False,
+    disaggregation_mode: str = "null",
+    adaptive: bool = False,
 ) -> None:
     """FlagError where ``release`` refuses speculative decoding under ``pp_size`` > 1 at start-up.
     ``algorithm``: after :func:`resolve_speculative` (None with ``speculative``: the checker's own
     --speculative-num-draft-tokens stand-in, read as EAGLE); ``pp_spec_env``: SGLANG_ENABLE_PP_SPEC set
-    truthy; ``attention_dp``: attention DP > 1.
+    truthy; ``attention_dp``: attention DP > 1; the rest are launch-command flags (their defaults: not
+    given).
 
     * 0.5.2-0.5.20: any algorithm (``check_server_args``: ``assert disable_overlap_schedule and
       speculative_algorithm is None``; 0.5.20 lets EAGLE through on NPU only, not modelled).
-    * 0.5.21+ (``validation_hook.py`` ``check_pipeline_parallel_compat``): EAGLE only, not multi-layer;
-      with SGLANG_ENABLE_PP_SPEC not with attention DP; without it only on a prefill node
+    * 0.5.21+ (``validation_hook.py`` ``check_pipeline_parallel_compat``): DSPARK only on a prefill node
+      and without SGLANG_ENABLE_PP_SPEC; otherwise EAGLE only, not multi-layer; with SGLANG_ENABLE_PP_SPEC
+      not on a PD node, not adaptive, not with attention DP; without it only on a prefill node
       (``--disaggregation-mode prefill``, whose pools the checker does not model).
     """
     if pp_size <= 1 or not speculative or release not in MODELLED_RELEASES:
         return
-    where = f"sglang/srt/{_validation_file(release)}"
+    pp = f"--pp-size {pp_size}"
     if not release_model(release).rules.pp_with_spec:
-        raise FlagError(
-            f"speculative decoding with --pp-size {pp_size}: SGLang {release} refuses it at start-up "
-            f'({where} check_server_args: "{_pp_message(release)}"); drop speculative decoding, use '
-            f"--pp-size 1, or SGLang {FIRST_PP_SPEC} or later (EAGLE)"
+        refuse(
+            PP_REFUSES_SPEC if _at_least(release, "0.5.11") else PP_REFUSES_SPEC_MIXED,
+            release,
+            gave=f"speculative decoding with {pp}",
+            way_out=f"drop speculative decoding, use --pp-size 1, or SGLang {FIRST_PP_SPEC} or later (EAGLE)",
         )
+        return
     alg = algorithm or "EAGLE"
-    if alg != "EAGLE":
-        raise FlagError(
-            f"--speculative-algorithm {alg} with --pp-size {pp_size}: SGLang {release} refuses it at "
-            f'start-up ({where}: "Pipeline parallelism currently only supports EAGLE (non-multi-layer) '
-            'speculative decoding"); use EAGLE (or NEXTN), or --pp-size 1'
+    if alg == "DSPARK":
+        if disaggregation_mode != "prefill":
+            refuse(
+                PP_DSPARK_PREFILL,
+                release,
+                gave=f"--speculative-algorithm DSPARK with {pp}",
+                way_out="run DSPARK under PP only on a prefill node, or use --pp-size 1",
+            )
+        if pp_spec_env:
+            refuse(
+                PP_DSPARK_NOT_PP_SPEC,
+                release,
+                gave=f"--speculative-algorithm DSPARK with {pp} and SGLANG_ENABLE_PP_SPEC",
+                way_out="unset SGLANG_ENABLE_PP_SPEC on the prefill node",
+            )
+        return  # then the algorithm itself is not modelled (resolve_speculative)
+    if alg != "EAGLE" or multi_layer_eagle:
+        gave = f"--speculative-algorithm {alg}" + (" --enable-multi-layer-eagle" if multi_layer_eagle else "")
+        refuse(
+            PP_EAGLE_ONLY,
+            release,
+            gave=f"{gave} with {pp}",
+            way_out="use EAGLE (or NEXTN) without --enable-multi-layer-eagle, or --pp-size 1",
         )
     if not pp_spec_env:
-        raise FlagError(
-            f"speculative decoding with --pp-size {pp_size}: SGLang {release} starts it only with "
-            f'SGLANG_ENABLE_PP_SPEC=1, or on a prefill node ({where}: "PP + speculative decoding (MTP) is '
-            'only supported on prefill nodes (disaggregation-mode=prefill)"), whose pools the checker does '
-            "not model; export SGLANG_ENABLE_PP_SPEC=1 on every node, or use --pp-size 1"
+        refuse(
+            PP_SPEC_PREFILL_ONLY,
+            release,
+            gave=f"speculative decoding with {pp} and SGLANG_ENABLE_PP_SPEC unset",
+            way_out="export SGLANG_ENABLE_PP_SPEC=1 on every node (a prefill node's pools are not modelled), "
+            "or use --pp-size 1",
+        )
+        return
+    if disaggregation_mode != "null":
+        refuse(
+            PP_SPEC_NOT_DISAGG,
+            release,
+            gave=f"SGLANG_ENABLE_PP_SPEC with --disaggregation-mode {disaggregation_mode}",
+            way_out="unset SGLANG_ENABLE_PP_SPEC on a PD node, or drop --disaggregation-mode",
+        )
+    if adaptive:
+        refuse(
+            PP_SPEC_NOT_ADAPTIVE,
+            release,
+            gave=f"SGLANG_ENABLE_PP_SPEC with --speculative-adaptive and {pp}",
+            way_out="drop --speculative-adaptive, or use --pp-size 1",
         )
     if attention_dp:
-        raise FlagError(
-            f"SGLANG_ENABLE_PP_SPEC with attention DP: SGLang {release} refuses it at start-up ({where}: "
-            '"SGLANG_ENABLE_PP_SPEC is not compatible with attention DP"); drop attention DP or speculative '
-            "decoding"
+        refuse(
+            PP_SPEC_NOT_DP_ATTENTION if not _at_least(release, "0.5.22") else PP_SPEC_NOT_ATTN_DP,
+            release,
+            gave=f"SGLANG_ENABLE_PP_SPEC with attention DP and {pp}",
+            way_out="drop attention DP or speculative decoding",
         )
 
 
@@ -196,14 +263,13 @@ def check_mixed_chunk(release: str, *, pp_size: int, enable_mixed_chunk: bool, s
     """0.5.2-0.5.10.post1 refuse ``--enable-mixed-chunk`` under pp > 1 (``check_server_args``). An
     EAGLE-family setup turns mixed chunking off first ("Mixed chunked prefill is disabled because of
     using eagle speculative decoding"): its own refusal under PP is :func:`check_pp_spec`'s."""
-    if pp_size <= 1 or not enable_mixed_chunk or speculative or release not in MODELLED_RELEASES:
+    if pp_size <= 1 or not enable_mixed_chunk or speculative:
         return
-    if _at_least(release, "0.5.11"):
-        return
-    raise FlagError(
-        f"--enable-mixed-chunk with --pp-size {pp_size}: SGLang {release} refuses it at start-up "
-        f'(sglang/srt/server_args.py check_server_args: "{_pp_message(release)}"); drop --enable-mixed-chunk '
-        "or use SGLang 0.5.11 or later"
+    refuse(
+        PP_REFUSES_SPEC_MIXED,
+        release,
+        gave=f"--enable-mixed-chunk with --pp-size {pp_size}",
+        way_out="drop --enable-mixed-chunk or use SGLang 0.5.11 or later",
     )
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
 from checker.core.model_support import pipeline_status
+from checker.core.models import FALCON_H1_D_SSM, GRANITE_LAYER_NAMES
 from checker.core.partition import stage_bounds, stage_partition
 
 GIB = 2**30
@@ -985,7 +986,7 @@ def _falcon_h1(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
     tied = t.boolean("tie_word_embeddings", False)
     embed_g = _dp_embed_group(layout, release, split_from="0.5.9")
     head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
-    d_ssm = t.opt_int("mamba_d_ssm")
+    d_ssm = FALCON_H1_D_SSM if "mamba_d_ssm" not in t.data else t.opt_int("mamba_d_ssm")
     inter_m = d_ssm if d_ssm is not None else int(t.number("mamba_expand", 2) * H)
     # lm_head is cast to float32 (falcon_h1.py ``self.lm_head = self.lm_head.number()``): when tied, that
     # is the embedding itself.
@@ -1048,7 +1049,7 @@ def _granite_h(b: _Builder, cfg: _Config, t: _Config, layout: WeightsLayout, rel
         b.vocab("lm_head", V, H, "tp", part="head")
     for i in range(b.p.start_layer, b.p.end_layer):
         pre = f"model.layers.{i}"
-        if types[i] == "mamba":
+        if GRANITE_LAYER_NAMES.get(types[i]) == "mamba":
             _mamba_mixer(
                 b,
                 f"{pre}.mamba",

@@ -19,13 +19,14 @@ adds a member.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checker.core.errors import ConfigError, FlagError
-from checker.core.models import read_json
+from checker.core.models import MAX_CONFIG_BYTES, read_json, shown_path
 
 if TYPE_CHECKING:
     from checker.core.checkpoint import Checkpoint
@@ -54,7 +55,16 @@ class RankWeightsFigure:
     detail: RankWeights | None = None
 
 
-def _quantization(config: Mapping[str, Any], flag: str | None) -> str | None:
+HF_QUANT_CONFIG = "hf_quant_config.json"
+"""ModelOpt's file beside config.json: SGLang reads a quantization from it where config.json declares none
+(0.5.23 ``configs/model_config.py`` ``_parse_quant_hf_config``; 0.5.2 takes its mere presence as
+ModelOpt's)."""
+
+
+def _quantization(config: Mapping[str, Any], flag: str | None, directory: Path | None = None) -> str | None:
+    """The quantization SGLang reads for this checkpoint, in words (None: none), where it reads one:
+    config.json's ``quantization_config`` (or its text_config's), its ``compression_config``
+    (compressed-tensors), a ``hf_quant_config.json`` beside it, or ``--quantization``."""
     q = config.get("quantization_config")
     if isinstance(q, Mapping):
         method = q.get("quant_method")
@@ -62,7 +72,37 @@ def _quantization(config: Mapping[str, Any], flag: str | None) -> str | None:
     text = config.get("text_config")
     if isinstance(text, Mapping) and isinstance(text.get("quantization_config"), Mapping):
         return str(text["quantization_config"].get("quant_method") or "a quantization_config")
+    if config.get("compression_config") is not None:
+        return "compressed-tensors, config.json's compression_config"
+    if directory is not None and (directory / HF_QUANT_CONFIG).exists():
+        return _modelopt(directory / HF_QUANT_CONFIG)
     return flag or None
+
+
+def _modelopt(path: Path) -> str:
+    """What ``hf_quant_config.json`` declares, as SGLang unwraps it (``quantization``, nested or flat)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        doc = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_CONFIG_BYTES else None
+    except (OSError, ValueError, RecursionError) as exc:  # SGLang's json.load fails on it: no server
+        why = getattr(exc, "strerror", None) or (
+            str(exc) if isinstance(exc, ValueError) else "nested too deep"
+        )
+        raise FlagError(
+            f"{shown_path(path)}: not JSON SGLang can read ({why}); SGLang reads {HF_QUANT_CONFIG} beside "
+            "config.json as the model's quantization, and fails on this one"
+        ) from None
+    if not isinstance(doc, Mapping):
+        raise FlagError(
+            f"{shown_path(path)}: not a JSON object of at most {MAX_CONFIG_BYTES >> 20} MiB; SGLang reads "
+            f"{HF_QUANT_CONFIG} beside config.json as the model's quantization"
+        )
+    quantization = doc.get("quantization", doc)
+    if isinstance(quantization, Mapping) and isinstance(quantization.get("quantization"), Mapping):
+        quantization = quantization["quantization"]
+    algo = quantization.get("quant_algo") if isinstance(quantization, Mapping) else None
+    return f"modelopt {algo if isinstance(algo, str) else 'quantization'}, {HF_QUANT_CONFIG}"
 
 
 def checkpoint_weights(
@@ -75,19 +115,21 @@ def checkpoint_weights(
 ) -> tuple[ModelWeights, Checkpoint]:
     """Every rank's weights for ``layout`` from the checkpoint in ``directory`` (config.json beside it).
 
-    Refused in one line: a quantized model (``quantization_config`` in config.json, or ``--quantization``):
-    its held weights are not modelled; a family the checker does not model; a checkpoint whose tensors
-    contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
+    Refused in one line: a quantized model (``quantization_config`` or ``compression_config`` in
+    config.json, a ``hf_quant_config.json`` beside it, ``--quantization``, or float8 tensors under a config
+    that declares nothing): its held weights are not modelled; a tensor the class has no parameter for
+    where its ``load_weights`` raises on one (Falcon-H1); a family the checker does not model; a checkpoint
+    whose tensors contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
     # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
     from checker.core.checkpoint import read_checkpoint
-    from checker.core.checkpoint_names import check_shapes
+    from checker.core.checkpoint_names import check_declared_dtypes, check_loadable, check_shapes
     from checker.core.weights import family_of, model_weights
 
     d = Path(directory)
     if config is None:
         config = read_json(d / "config.json")
-    method = _quantization(config, quantization)
+    method = _quantization(config, quantization, d)
     if method:
         raise FlagError(
             f"{d}: the model is quantized ({method}); the checker derives the weights of unquantized "
@@ -96,7 +138,10 @@ def checkpoint_weights(
         )
     family_of(config, str(d / "config.json"))  # an unmodelled family is refused before any shard is read
     ckpt = read_checkpoint(d)
-    check_shapes(ckpt, config, str(d / "config.json"))
+    source = str(d / "config.json")
+    check_shapes(ckpt, config, source)
+    check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first
+    check_declared_dtypes(ckpt, source)
     return model_weights(config, layout, release=release, source=str(d / "config.json")), ckpt
 
 

@@ -14,7 +14,11 @@ exactly those bytes, before the server starts. What is allocated mirrors SGLang 
   ``intermediate_ssm (S + 1, D, *temporal)`` and, per conv shape, the dense
   ``intermediate_conv_window (S + 1, D, *conv)``.
 * a configured per-slot extra state (``extra_per_slot_bytes``, shape unknown to us): ``(K + 1, bytes)``
-  of uint8, the bytes ``state_allocated_bytes`` counts.
+  of uint8, the bytes ``state_allocated_bytes`` counts; with ``--enable-linear-replayssm-spec`` a KDA
+  model's ReplaySSM ring rides there (charged per slot, checker.core.replay), a GDN model's is one
+  ``(bytes,)`` uint8 buffer of the ring charged per request, and no verify scratch is allocated
+  (SGLang allocates no ``intermediate_ssm`` under the ring). The ring's bytes are the charged ones (the
+  busiest stage's share, as ``extra_per_slot_bytes`` is).
 
 What SGLang allocates differs from what it RESERVES for the spec scratch in two ways, both reported
 rather than hidden (docs/materialize.md):
@@ -93,15 +97,18 @@ class MaterializeResult:
     """What SGLang takes from the budget for the spec scratch (the core's intermediate_state_bytes)."""
 
 
-def spec_draft_tokens(inputs: CapacityInputs) -> int:
+def spec_draft_tokens(inputs: CapacityInputs, stage: StageCapacity | None = None) -> int:
+    """The draft tokens the verify scratch is allocated for: none under the ReplaySSM ring."""
+    if stage is not None and stage.replayssm_active:
+        return 0
     return inputs.speculative_num_draft_tokens or 0
 
 
 def predicted_bytes(inputs: CapacityInputs, stage: StageCapacity) -> int:
     """The derivation's figure for what the stage allocates, from the core's numbers (not from shapes)."""
-    d = spec_draft_tokens(inputs)
+    d = spec_draft_tokens(inputs, stage)
     scratch = stage.own_state_bytes_per_slot * (stage.max_running_requests + 1) * d if d else 0
-    return stage.state_allocated_bytes + scratch
+    return stage.state_allocated_bytes + scratch + stage.replayssm_fixed_bytes
 
 
 def pool_tensors(inputs: CapacityInputs, stage: StageCapacity) -> list[TensorSpec]:
@@ -116,7 +123,9 @@ def pool_tensors(inputs: CapacityInputs, stage: StageCapacity) -> list[TensorSpe
         out.append(TensorSpec(f"layer {layer} temporal", (slots, *g.temporal_shape), g.temporal_dtype))
     if stage.extra_per_slot_bytes:
         out.append(TensorSpec("extra per-slot state", (slots, stage.extra_per_slot_bytes), "uint8"))
-    d = spec_draft_tokens(inputs)
+    if stage.replayssm_fixed_bytes:
+        out.append(TensorSpec("ReplaySSM ring (per request)", (stage.replayssm_fixed_bytes,), "uint8"))
+    d = spec_draft_tokens(inputs, stage)
     if d:
         spec_slots = stage.max_running_requests + 1  # spec_state_size + 1
         for layer in own:

@@ -42,7 +42,9 @@ if TYPE_CHECKING:  # the sweep's tables load with the sweep; check derives one b
 _EXACT = 2**53
 
 
-def _state_sweep(inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _state_sweep(
+    inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One stage's state pool per budget: (K, the GiB left for the KV pool), as ``size_pool`` sizes them.
     Budget-independent refusals raise (probed on the scalar core, which words them)."""
     rules = inputs.release.rules
@@ -51,7 +53,9 @@ def _state_sweep(inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor) ->
     ratio = plan.slots_per_request
     spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
     per_slot = spr + extra
-    D = inputs.speculative_num_draft_tokens or 0
+    fixed = plan.replayssm_fixed_bytes  # the GDN ReplaySSM ring, charged once (checker.core.replay)
+    # No speculative intermediate state is reserved under the ReplaySSM ring, as in size_pool.
+    D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
     if rest.numel():
         # Budget-independent refusals (a stage the policy charges 0 bytes in the auto-fit branch, a
         # fixed pool that floors to 0 per dp worker, 0 requests per worker before 0.5.23) are the
@@ -61,7 +65,7 @@ def _state_sweep(inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor) ->
         except BudgetError:
             pass
     user = requests_per_worker(inputs)  # the same per-release floor as the scalar core
-    if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT:
+    if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT or fixed >= _EXACT:
         raise BudgetError(
             f"stage {plan.pp_rank} charges {per_slot:,} bytes per slot, beyond what a sweep derives "
             "exactly (2**53); use the derive command for this geometry"
@@ -128,7 +132,8 @@ def _state_sweep(inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor) ->
         elif joint:
             K_f = torch.div(B, spr * (1 + D / ratio), rounding_mode="floor")
         elif pad:
-            K_f = torch.div(B - float(per_slot), float(per_slot), rounding_mode="floor")
+            # (B - fixed) - per_slot: each int converted to the nearest double, as Python does.
+            K_f = torch.div(B - float(fixed) - float(per_slot), float(per_slot), rounding_mode="floor")
         else:
             K_f = torch.div(B, float(spr), rounding_mode="floor")
         if bool((K_f >= _EXACT).any()):
@@ -149,7 +154,8 @@ def _state_sweep(inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor) ->
         if joint:
             res = torch.as_tensor(reserved, dtype=torch.float64, device=rest.device)
             left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
-        kv_gib = left - (K + pad).to(torch.float64) * float(per_slot) / GIB
+        # ((K + pad) * per_slot + fixed) / 2**30: the int sum is exact below 2**53, then rounded once.
+        kv_gib = left - ((K + pad).to(torch.float64) * float(per_slot) + float(fixed)) / GIB
     return K, kv_gib
 
 
@@ -195,7 +201,11 @@ def _own_tokens(
     D = inputs.speculative_num_draft_tokens or 0
     if D and code.spec_headroom_at and cell:
         headroom = spec_headroom(inputs)
-        pool = zeros + inputs.max_running_requests if inputs.max_running_requests else _estimate(profiled, context)
+        pool = (
+            zeros + inputs.max_running_requests
+            if inputs.max_running_requests
+            else _estimate(profiled, context)
+        )
         slots = torch.minimum(pool, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
         profiled = profiled + slots * headroom + 100
     page, cap = inputs.page_size, inputs.max_total_tokens
@@ -219,7 +229,9 @@ def _stage_sweeps(
 ) -> list[tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None]:
     """Every stage's own pools per budget (None: a stage with a budget-independent refusal, which only
     ``required`` raises, or every stage when ``required`` is None)."""
-    out: list[tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None] = []
+    out: list[
+        tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+    ] = []
     for k in range(inputs.pp_size):
         try:
             plan = plan_stage(inputs, k)
@@ -234,7 +246,9 @@ def _stage_sweeps(
     return out
 
 
-def _pipeline(inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None) -> list[torch.Tensor | None]:
+def _pipeline(
+    inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None
+) -> list[torch.Tensor | None]:
     stages = _stage_sweeps(inputs, rest, required=required)
     # The MIN covers the stages that size their own pools at a budget (those whose own pool would boot
     # alone: checker.core.sizing.derive_stage leaves out a stage whose size_pool raises there).
@@ -247,9 +261,17 @@ def _pipeline(inputs: CapacityInputs, rest: torch.Tensor, *, required: int | Non
         plan, K, kv_gib, profiled, estimate_from, own = st
         alone = _resolve(inputs, plan, K, kv_gib, profiled, estimate_from, own, own)
         sized.append(alone[:, 0] != BOOT_FAILURE)
-    minimum = torch.stack(
-        [torch.where(ok, st[5], sentinel) for st, ok in zip(stages, sized, strict=True) if st is not None and ok is not None]
-    ).min(0).values
+    minimum = (
+        torch.stack(
+            [
+                torch.where(ok, st[5], sentinel)
+                for st, ok in zip(stages, sized, strict=True)
+                if st is not None and ok is not None
+            ]
+        )
+        .min(0)
+        .values
+    )
     out: list[torch.Tensor | None] = []
     for st, ok in zip(stages, sized, strict=True):
         if st is None or ok is None:

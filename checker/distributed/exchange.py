@@ -59,7 +59,18 @@ from checker.core.ranks import rank_ranges
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import LOST_AFTER_S, describe
-from checker.distributed.session import Abort, Gathered, SchemaMismatch, Wait, record_for_torchrun
+from checker.distributed.session import (
+    BEAT_STOPPED,
+    BEHIND,
+    HELD,
+    NEVER_JOINED,
+    Abort,
+    Arrivals,
+    Gathered,
+    SchemaMismatch,
+    Wait,
+    record_for_torchrun,
+)
 from checker.distributed.watcher import WATCHERS
 from checker.distributed.wire import Header, WireError
 from checker.status import (
@@ -79,15 +90,16 @@ O = TypeVar("O")  # noqa: E741 (the outcome type)
 
 EXIT_INFRASTRUCTURE = EXIT_CODES[INFRASTRUCTURE_FAILURE]
 PUBLISH_WAIT_S = 60.0
-"""The longest another rank waits for a live publisher: three bounded writes (report, JUnit, step
-summary) and a plot, with room to spare. A publisher that stops beating is taken over long before."""
+"""The longest a publisher may hold its lease without publishing: three bounded writes (report, JUnit,
+step summary) and a plot, with room to spare. Then it is held lost (alive but stuck) and a survivor
+publishes in its place; a publisher that stops beating is taken over long before."""
 SIGTERM_BUDGET_S = 10.0
 """What rank 0 may spend publishing after SIGTERM: well inside torchrun's 30 s grace."""
 ABORT_BUDGET_S = 10.0
 """What an abort from the watchdog may spend naming the gone ranks and publishing."""
-FINISH_S = PUBLISH_WAIT_S + 2 * ABORT_BUDGET_S + 10.0
-"""The backstop's bound on finishing: waiting for a live publisher, publishing in its place, printing,
-the group's teardown."""
+FINISH_S = PUBLISH_WAIT_S + 2 * LOST_AFTER_S + 2 * ABORT_BUDGET_S + 10.0
+"""The backstop's bound on finishing, past ``--timeout-s`` (the wait for every rank to arrive): waiting for
+a live publisher, publishing in its place, printing, the group's teardown."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,6 +235,13 @@ class SessionLike(Protocol):
     @property
     def deadline(self) -> float: ...
 
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def joined(self) -> bool: ...
+    @property
+    def may_publish_alone(self) -> bool: ...
+
     env: RankEnv
     store_lost: bool
 
@@ -237,12 +256,16 @@ class SessionLike(Protocol):
     ) -> Any: ...
     def stand_down(self, finish_s: float) -> None: ...
     def make_group(self, *, needs_device: bool = True) -> None: ...
+    def join(self) -> None: ...
+    def await_joined(self) -> bool: ...
     def connect(self) -> None: ...
     def exchange_headers(self, header: Header) -> list[Header]: ...
     def gather_text(self, text: str) -> list[str]: ...
     def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered: ...
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort: ...
-    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool: ...
+    def claim_publisher(
+        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
+    ) -> bool: ...
     def earlier_publishers(self) -> list[int]: ...
     def hosts(self, ranks: Sequence[int]) -> dict[int, str]: ...
     def refuse(self, message: str) -> None: ...
@@ -251,7 +274,11 @@ class SessionLike(Protocol):
     def shorten_store_timeout(self) -> None: ...
     def mark_exiting(self, why: str) -> None: ...
     def announce(self, exit_code: int, line: str) -> None: ...
-    def await_announcement(self, within_s: float) -> Wait: ...
+    def arrive(self) -> None: ...
+    def await_arrivals(self, within_s: float) -> Arrivals: ...
+    def await_announcement(
+        self, within_s: float, *, patience_s: float = ..., held_s: float = ...
+    ) -> Wait: ...
     def close(self, exit_code: int, *, clean: bool) -> int: ...
     def exit_now(self, exit_code: int) -> NoReturn: ...
     def wait_for_exit(self, seconds: float) -> NoReturn: ...
@@ -270,6 +297,13 @@ class _Run(Generic[L, O]):
         self.is_rank0 = self.rank == 0
         self._lock = threading.Lock()
         """Held by whichever of finish and abort comes first: only that one publishes."""
+        self._finishing = False
+        """The lock's holder is :meth:`finish` (SIGTERM then still ends the rank)."""
+        self._gate = threading.Lock()
+        """The right to publish (or print) a verdict on this rank: finish takes it before it publishes,
+        SIGTERM's thread when it ends a finishing rank; whoever is second waits for the process to end."""
+        self._decided: O | None = None
+        """The outcome every rank decided from the last gather, once known (an abort's detail says it)."""
         self.timings: dict[str, float] = {}
         """The protocol's own: init_s, exchange_s, total_s (handed to the job in each context)."""
         self.known: L | None = None
@@ -300,8 +334,11 @@ class _Run(Generic[L, O]):
             s.make_group(needs_device=self.refused is None)
         except CheckerInputError as exc:  # --backend: this rank cannot take part in the group
             return self._outside(str(exc))
-        local, status, message = self._local()
         try:
+            # The store first: from here the watchers see this rank (a rank frozen while it reads its
+            # local facts is named in seconds) and any report names its host.
+            s.join()
+            local, status, message = self._local()
             s.connect()
             self.timings["init_s"] = s.elapsed_s()
             maybe_inject(self.rank, "exchange")
@@ -421,7 +458,12 @@ class _Run(Generic[L, O]):
 
         if self.is_rank0:
             return self.finish(lambda named: self._lost(*lost()), clean=False)
-        return self.finish(lambda named: self._lost(detail, []), clean=False, fallback=lost)
+        # A wait that ran out its time gave the publisher as long as everyone: if it never came, it is
+        # lost now. One that failed at once (a peer dropped out) leaves a live publisher its time.
+        patience = 0.0 if timed_out else None
+        return self.finish(
+            lambda named: self._lost(detail, []), clean=False, fallback=lost, patience_s=patience
+        )
 
     def _lost(self, detail: str, missing_ranks: Sequence[int]) -> O:
         return self.job.lost(self.context(), self.known, detail, missing_ranks)
@@ -434,36 +476,55 @@ class _Run(Generic[L, O]):
         clean: bool = True,
         fallback: Callable[[], tuple[str, list[int]]] | None = None,
         every_rank: bool = True,
+        patience_s: float | None = None,
     ) -> int:
         """The publisher (rank 0, holding the lease) publishes, then announces the exit code every rank
         leaves with; the others adopt it (:meth:`_await_publisher`), whoever publishes it. No rank may
         leave non-zero before the verdict is published: torchrun stops every other worker on the first
-        failure.
+        failure. After a gather every rank took part in (``clean``), each rank says it arrived and the
+        publisher waits for all of them first: one frozen or hung after the exchange is named
+        (``infrastructure_failure``), so that the others leave non-zero and torchrun stops it, rather
+        than leave with 0 while torchrun waits for it for good.
 
         ``decide(named)``: the outcome; ``named``: this rank publishes it (then it names the failing
         ranks' hosts, a store read the others need not make). ``fallback``: after a failed collective,
         the detail and the gone ranks (a store read made only if the publisher is lost). ``every_rank``:
         a failing verdict goes into every rank's torchrun error file; else (ranks' own errors) into one
-        per node, so torchrun names it once on each node."""
+        per node, so torchrun names it once on each node. ``patience_s``: how long the publisher may be
+        behind this rank before it is held lost (default ``--timeout-s``)."""
         s, job = self.session, self.job
-        s.stand_down(FINISH_S)
+        s.stand_down(s.timeout_s + FINISH_S)
         if not self._lock.acquire(blocking=False):
             s.wait_for_exit(SIGTERM_BUDGET_S + ABORT_BUDGET_S)  # an abort is publishing; it ends the process
+        self._finishing = True
         if not clean:
-            s.shorten_store_timeout()  # a store on a lost node must not hold us
-        publishes = self.is_rank0 and s.claim_publisher(default=True)
+            s.shorten_store_timeout()
+        if clean:  # every rank took part in the last gather: each must reach this point
+            self._decided = decide(False)
+            s.arrive()
+        publishes, arrivals = False, Arrivals(missing=[])
+        if self.is_rank0:
+            if clean:
+                arrivals = s.await_arrivals(s.timeout_s)
+            publishes = s.claim_publisher(default=True)
         if publishes:
+            self._take_gate()
             maybe_inject(self.rank, "publish")
-        decided = decide(publishes)  # under the lock: an abort can no longer publish another verdict
-        if publishes:
+            decided = decide(True)  # under the lock: an abort can no longer publish another verdict
+            if arrivals.missing:
+                decided = self._lost(self._not_arrived(arrivals, decided), arrivals.missing)
+                clean = False  # a group that lost a rank may not tear down
             code, line = self._publish(decided)
         else:
-            heard = self._await_publisher(decided, fallback)
+            decided = self._decided if self._decided is not None else decide(False)
+            patience = s.timeout_s if patience_s is None else patience_s
+            heard = self._await_publisher(decided, fallback, patience_s=patience)
             if heard is not None:
                 code, line, publisher_lost = heard
                 # A group that lost a rank may not tear down (a peer gone mid-teardown can block it).
                 clean = clean and not publisher_lost and code != EXIT_INFRASTRUCTURE
             else:  # no verdict can reach this rank: it must not leave without one
+                self._take_gate()
                 shown = self._lost(*fallback()) if fallback is not None and not s.store_lost else decided
                 ctx = self.context()
                 call_bounded(lambda: job.fallback(ctx, shown), ABORT_BUDGET_S).report("printing the verdict")
@@ -473,50 +534,109 @@ class _Run(Generic[L, O]):
             record_for_torchrun(line)
         return s.close(code, clean=clean)
 
+    def _take_gate(self) -> None:
+        """This thread ends the run: the right to publish or print a verdict on this rank. When SIGTERM's
+        thread has taken it (:meth:`_stopped_while_finishing`), it ends the process; this thread waits."""
+        if not self._gate.acquire(blocking=False):
+            self.session.wait_for_exit(SIGTERM_BUDGET_S + ABORT_BUDGET_S)
+
+    def _not_arrived(self, arrivals: Arrivals, decided: O) -> str:
+        """The detail of a verdict that ranks did not live to hear: who, why, and what was decided."""
+        s = self.session
+        who = describe(arrivals.missing, s.hosts(arrivals.missing))
+        why = (
+            f"stopped beating for {LOST_AFTER_S:g} s after the exchange (killed, frozen or cut off)"
+            if arrivals.cause == BEAT_STOPPED
+            else f"did not reach the verdict within --timeout-s {s.timeout_s:g} s after the exchange "
+            "(alive but stuck)"
+        )
+        return f"{who} {why}; every rank had decided: {self.job.one_line(decided)}"
+
     def _await_publisher(
-        self, decided: O, fallback: Callable[[], tuple[str, list[int]]] | None
+        self,
+        decided: O,
+        fallback: Callable[[], tuple[str, list[int]]] | None,
+        *,
+        patience_s: float,
     ) -> tuple[int, str, bool] | None:
         """Not the publisher: the published exit code and line, and whether the publisher was lost on
-        the way. While the lease holder beats this rank waits (up to :data:`PUBLISH_WAIT_S`); once its
-        beat stops, this rank claims the lease from it: the one claim that wins publishes an
-        ``infrastructure_failure`` naming the lost publisher (what the ranks had decided is in its
-        detail: a rank was lost, so the run cannot pass), and the others wait for that verdict. None when
-        no verdict can reach this rank (its store stopped answering, or a live publisher ran out of
-        time): it prints its own."""
+        the way. This rank waits while the publisher may still publish (:meth:`Session.await_announcement`:
+        it beats, it is not behind for ``patience_s``, it has not held the lease for
+        :data:`PUBLISH_WAIT_S`); once it is lost, this rank claims the lease: the one claim that wins
+        publishes an ``infrastructure_failure`` naming the lost publisher (what the ranks had decided is
+        in its detail: a rank was lost, so the run cannot pass), and the others wait for that verdict.
+        A lease is taken over only from a holder that stopped beating or held it too long; a publisher
+        behind (or never joined) is stood in for only while nobody holds the lease, so that one that
+        comes late and claims it first still publishes alone. None when no verdict can reach this rank
+        (its store stopped answering, or the wait ran out): it prints its own."""
         s = self.session
-        deadline = s.elapsed_s() + PUBLISH_WAIT_S
-        lost: list[int] = []
+        deadline = s.elapsed_s() + s.timeout_s + PUBLISH_WAIT_S + 2 * LOST_AFTER_S
+        lost: dict[int, str] = {}
         while True:
-            wait = s.await_announcement(max(0.0, deadline - s.elapsed_s()))
+            wait = s.await_announcement(
+                max(0.0, deadline - s.elapsed_s()), patience_s=patience_s, held_s=PUBLISH_WAIT_S
+            )
             if wait.announced is not None:
                 code, line = wait.announced
                 return code, line, bool(lost)
             if wait.stopped is None or wait.stopped in lost:
                 return None
-            lost.append(wait.stopped)
-            if not s.claim_publisher(default=False, lost=lost):
-                continue  # another survivor holds the lease now: wait for its verdict
+            lost[wait.stopped] = wait.cause
+            if not self._lowest_survivor(list(lost)):
+                # The lowest rank not lost claims first (the issue's "the lowest survivor names it"); this
+                # one waits its turn, and claims only if that rank published nothing by then (it may be
+                # gone too: then the lease's chain names both).
+                heard = s.await_announcement(LOST_AFTER_S)
+                if heard.announced is not None:
+                    return (*heard.announced, True)
+            takeover = [r for r, cause in lost.items() if cause in (BEAT_STOPPED, HELD)]
+            if not s.claim_publisher(default=False, lost=takeover, unclaimed_by=[0] if 0 in lost else []):
+                continue  # another survivor holds the lease now (or the publisher came): wait for its verdict
+            self._take_gate()
             maybe_inject(self.rank, "publish")
             code, line = self._publish(self._in_place_of(decided, fallback, lost))
             return code, line, True
 
     def _in_place_of(
-        self, decided: O, fallback: Callable[[], tuple[str, list[int]]] | None, lost: Sequence[int]
+        self, decided: O, fallback: Callable[[], tuple[str, list[int]]] | None, lost: Mapping[int, str]
     ) -> O:
-        """What a survivor publishes for a publisher that stopped beating: an infrastructure failure
-        naming it and every holder of the lease before it (and, after a failed collective, every other
-        gone rank)."""
-        job = self.job
-        lost = sorted({*lost, *self.session.earlier_publishers()})
-        if fallback is not None:
+        """What a survivor publishes for a publisher held lost: an infrastructure failure naming it and
+        every holder of the lease before it, and why (and, after a failed collective, every other gone
+        rank)."""
+        s, job = self.session, self.job
+        ranks = sorted({*lost, *s.earlier_publishers()})
+        hosts = s.hosts(ranks)
+
+        def why(these: Sequence[int]) -> str:
+            by = _by_cause({r: lost.get(r, "") for r in these})
+            return "; ".join(
+                f"{describe(rs, hosts)} {self._lost_why(cause, verdict=fallback is None)}"
+                for cause, rs in by.items()
+            )
+
+        if fallback is not None:  # after a failed collective: its detail names the gone ranks it found
             detail, missing = fallback()
-            return self._lost(detail, sorted({*missing, *lost}))
-        detail = (
-            f"{describe(lost, self.session.hosts(lost))} stopped beating for {LOST_AFTER_S:g} s before "
-            "the verdict was published (killed, frozen or cut off); every rank had decided: "
-            + job.one_line(decided)
-        )
-        return self._lost(detail, lost)
+            unnamed = [r for r in ranks if r not in missing]
+            return self._lost(f"{detail}; {why(unnamed)}" if unnamed else detail, sorted({*missing, *ranks}))
+        return self._lost(f"{why(ranks)}; every rank had decided: {job.one_line(decided)}", ranks)
+
+    def _lost_why(self, cause: str, *, verdict: bool) -> str:
+        """Why a publisher is held lost (:attr:`checker.distributed.session.Wait.cause`), in words;
+        ``verdict``: the others waited for the verdict (else in a collective that failed)."""
+        timeout = self.session.timeout_s
+        if cause == BEAT_STOPPED:
+            return (
+                f"stopped beating for {LOST_AFTER_S:g} s before the verdict was published "
+                "(killed, frozen or cut off)"
+            )
+        if cause == NEVER_JOINED:
+            return f"never joined the rendezvous store within --timeout-s {timeout:g} s"
+        if cause == BEHIND:
+            where = "the verdict" if verdict else "the collective the others failed in"
+            return f"did not reach {where} within --timeout-s {timeout:g} s (alive but stuck)"
+        if cause == HELD:
+            return f"held the publisher lease for {PUBLISH_WAIT_S:g} s without publishing (alive but stuck)"
+        return "was lost while it held the publisher lease"
 
     def _publish(self, outcome: O) -> tuple[int, str]:
         """Publish ``outcome`` and announce the exit code every rank leaves with; that code and line."""
@@ -544,11 +664,13 @@ class _Run(Generic[L, O]):
         it takes the lease over (exactly one writer, whatever each rank saw)."""
         if 0 not in missing or not self._lowest_survivor(missing):
             return False
-        return self.session.claim_publisher(default=False, lost=missing)
+        return self.session.claim_publisher(default=False, lost=missing, unclaimed_by=[0])
 
     def _writes(self, missing: Sequence[int]) -> bool:
+        """An abort publishes: rank 0 holding the lease (when it has joined the store, where another
+        rank's verdict would show, or is alone), or the stand-in for a lost rank 0."""
         if self.is_rank0:
-            return self.session.claim_publisher(default=True)
+            return self.session.may_publish_alone and self.session.claim_publisher(default=True)
         return self._stands_in(missing)
 
     def _lowest_survivor(self, missing: Sequence[int]) -> bool:
@@ -610,10 +732,33 @@ class _Run(Generic[L, O]):
         """The watchdog, SIGTERM or the watcher (another thread): adopt a verdict already published (the
         publisher left and torchrun stops the rest); else publish an infrastructure failure (rank 0, or
         the stand-in for a lost rank 0; another rank prints its own unless it was merely told to stop),
-        then leave with 3. ``missing``: the lost ranks, already known (the watcher)."""
+        then leave with 3. ``missing``: the lost ranks, already known (the watcher). SIGTERM while this
+        rank finishes ends it too (:meth:`_stopped_while_finishing`); the watchdog and the watcher leave
+        a finishing rank to its finish, whose every wait is bounded."""
         if not self._lock.acquire(blocking=False):
-            return  # finishing or aborting already: that path publishes and leaves
+            if sigterm and self._finishing:
+                self._stopped_while_finishing(detail)
+            return  # aborting already, or a verdict heard: that path publishes and leaves
+        self._gate.acquire()  # free: only finish takes it, under the lock
+        self._end(detail, sigterm, missing)
+
+    def _stopped_while_finishing(self, detail: str) -> None:
+        """SIGTERM (its thread) while this rank finishes: torchrun's agent is stopping every worker (one
+        failed, or the job was cancelled) and SIGKILLs them after its grace, so this rank leaves now. While
+        the main thread publishes (bounded writes), it ends the process with its verdict's code, or this
+        thread does once the budget is spent; while it only waits (for every rank to arrive, or for the
+        verdict), this thread ends the run as any stopped rank does, naming the gone ranks where it
+        publishes (:meth:`_end`), and the main thread, finding the right to publish taken, waits for
+        the end."""
+        if not self._gate.acquire(blocking=False):
+            self.session.wait_for_exit(SIGTERM_BUDGET_S)
+        self._end(detail, True, None)
+
+    def _end(self, detail: str, sigterm: bool, missing: list[int] | None) -> NoReturn:
+        """End the run from another thread (holding the lock and the gate): see :meth:`abort`."""
         s, job = self.session, self.job
+        if sigterm and not s.joined:  # say it is leaving first: it is not the rank that failed
+            s.await_joined()
         heard = s.announcement()
         if heard is not None:
             s.mark_exiting("done")
@@ -624,7 +769,7 @@ class _Run(Generic[L, O]):
         # watchdog (it leaves with a verdict, it is not lost).
         s.mark_exiting("sigterm" if sigterm else "done" if missing is not None else "watchdog")
         print(f"[rank {self.rank}] checker: {detail}", file=sys.stderr, flush=True)
-        box: list[O] = [self._lost(detail, missing or [])]
+        box: list[O] = [self._lost(self._with_decided(detail), missing or [])]
         # Told to stop, a rank other than 0 only looks for the gone ranks if it may have to stand in
         # for a lost rank 0 (torchrun stops every worker when rank 0 is killed): the watchers.
         if self.is_rank0 or not sigterm or self.rank < WATCHERS:
@@ -632,7 +777,7 @@ class _Run(Generic[L, O]):
             def publish() -> None:
                 abort = s.failed(detail, stopping=sigterm) if missing is None else None
                 gone = abort.missing_ranks if abort is not None else list(missing or [])
-                box[0] = self._lost(abort.detail if abort is not None else detail, gone)
+                box[0] = self._lost(self._with_decided(abort.detail if abort is not None else detail), gone)
                 if self._writes(gone):
                     self.timings["total_s"] = s.elapsed_s()
                     try:
@@ -646,6 +791,20 @@ class _Run(Generic[L, O]):
             call_bounded(publish, budget, name="checker-abort").report("publishing the verdict")
         record_for_torchrun(job.one_line(box[0]))
         s.exit_now(EXIT_INFRASTRUCTURE)
+
+    def _with_decided(self, detail: str) -> str:
+        """An abort's detail, with what every rank had decided when it came after the exchange."""
+        if self._decided is None:
+            return detail
+        return f"{detail}; every rank had decided: {self.job.one_line(self._decided)}"
+
+
+def _by_cause(causes: Mapping[int, str]) -> dict[str, list[int]]:
+    """Ranks grouped by why each was lost, in rank order."""
+    by: dict[str, list[int]] = {}
+    for rank in sorted(causes):
+        by.setdefault(causes[rank], []).append(rank)
+    return by
 
 
 def _size_mismatch(headers: Sequence[Header]) -> str | None:

@@ -62,6 +62,8 @@ class Group:
         self.init_method = init_method
         self.store: dist.Store | None = None
         self._base: dist.Store | None = None
+        self._pg: dist.Store | None = None
+        """The process group's own client of the store (:meth:`_base_store`)."""
         self.heartbeat: Heartbeat | None = None
         self.device = torch.device("cpu")
 
@@ -74,12 +76,21 @@ class Group:
             self.device = torch.device("cuda", self.env.local_rank)
 
     # -- setup -------------------------------------------------------------------------------------
-    def _base_store(self) -> dist.Store:
+    def _base_store(self, *, second: bool = False) -> dist.Store:
+        """The rendezvous store. ``second``: another client of it for the process group's rendezvous,
+        where the store is a TCPStore: a TCPStore client runs one call at a time, and the rendezvous
+        blocks in its waits for up to ``--timeout-s``, which would hold up this rank's heartbeat, its
+        watcher and its publisher lease (a rank waiting for a late one would look frozen, and could
+        neither name nor hear anyone). A FileStore or HashStore serves each call on its own."""
         env, method = self.env, self.init_method
         if method and method.startswith("file://"):
+            if second:
+                assert self._base is not None
+                return self._base
             return dist.FileStore(method.removeprefix("file://"), env.world_size)
         if env.world_size == 1 and not env.master_port:
-            return dist.HashStore()
+            assert not second or self._base is not None
+            return self._base if second and self._base is not None else dist.HashStore()
         if not env.master_addr or not env.master_port:
             raise InfrastructureFailure(
                 "init", "MASTER_ADDR/MASTER_PORT are not set; launch with torchrun or pass --init-method"
@@ -89,7 +100,7 @@ class Group:
             env.master_addr,
             env.master_port,
             env.world_size,
-            is_master=not env.use_agent_store and env.rank == 0,
+            is_master=not second and not env.use_agent_store and env.rank == 0,
             timeout=self.timeout,
             wait_for_workers=False,
         )
@@ -119,7 +130,7 @@ class Group:
                 )
             live = self.liveness_store
             assert live is not None
-            join(live, self.env.rank, self.env.host)
+            join(live, self.env.rank, self.env.host, node=self.env.node_ranks)
             self.heartbeat = Heartbeat(live, self.env.rank).start()
         except (InfrastructureFailure, StaleStore):
             raise
@@ -127,12 +138,16 @@ class Group:
             raise InfrastructureFailure("init", _one_line(exc)) from None
 
     def init(self) -> None:
-        """The process group: waits (``--timeout-s``) until every rank has come."""
+        """The process group: waits (``--timeout-s``) until every rank has come, on a client of the
+        store of its own (:meth:`_base_store`)."""
         assert self.store is not None, "join first"
         try:
+            pg = self._base_store(second=True)
+            pg.set_timeout(self.timeout)
+            self._pg = pg
             dist.init_process_group(
                 self.backend,
-                store=dist.PrefixStore("pg/", self.store),
+                store=dist.PrefixStore("pg/", dist.PrefixStore(f"checker/{self.env.restart_count}/", pg)),
                 rank=self.env.rank,
                 world_size=self.env.world_size,
                 timeout=self.timeout,
@@ -171,7 +186,7 @@ class Group:
     # -- liveness through the store ----------------------------------------------------------------
     def shorten_store_timeout(self, seconds: float) -> None:
         """After a failure: a store on a lost node must not block each liveness call for --timeout-s."""
-        for store in (self._base, self.store):
+        for store in (self._base, self.store, self._pg):
             if store is not None:
                 try:
                     store.set_timeout(timedelta(seconds=seconds))

@@ -12,6 +12,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from checker.core.errors import printable
+
 
 @dataclass(frozen=True, kw_only=True)
 class RankEnv:
@@ -34,6 +36,16 @@ class RankEnv:
     """NODE_RANK as the operator exported it on this node (the launchers' numbering: node 0 hosts the
     rendezvous store); None when unset or not a number."""
 
+    @property
+    def node_ranks(self) -> tuple[int, int]:
+        """The first rank torchrun started on this node and how many it started: its agent numbers a
+        node's workers ``RANK - LOCAL_RANK`` on, ``LOCAL_WORLD_SIZE`` of them. This rank alone when the
+        numbers do not fit that (a launcher of its own)."""
+        first = self.rank - self.local_rank
+        if first < 0 or not 0 <= self.local_rank < self.local_world_size:
+            return self.rank, 1
+        return first, self.local_world_size
+
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> RankEnv:
         env = os.environ if env is None else env
@@ -51,7 +63,9 @@ class RankEnv:
             local_rank=num("LOCAL_RANK", 0),
             local_world_size=num("LOCAL_WORLD_SIZE", 1),
             node_rank=num("GROUP_RANK", 0),
-            host=env.get("CHECKER_HOSTNAME") or socket.gethostname(),
+            # Shown in every rank's lines and sent to rank 0: escaped (a terminal escape in a name
+            # must not act on the CI log).
+            host=printable(env.get("CHECKER_HOSTNAME") or socket.gethostname()),
             master_addr=env.get("MASTER_ADDR"),
             master_port=int(port) if port and port.isdigit() else None,
             use_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",

@@ -10,6 +10,12 @@ only ever asks for joined ranks' keys).
 * ``step/<rank>``: bumped as the rank enters each collective (read only after a failure);
 * ``host/<rank>``: where the rank runs, so that any rank naming it (lost, refused, in error) names its
   host too (:func:`hosts`);
+* ``node/<rank>``: ``<first>,<count>``, the ranks torchrun started on this rank's node (its agent numbers
+  them ``RANK - LOCAL_RANK`` on, ``LOCAL_WORLD_SIZE`` of them): a rank lost before it joined has no
+  ``host/`` key, and is named with the host of a rank of its node that did join;
+* ``decided``: how many ranks reached the end of a run whose gathers every rank took part in
+  (:func:`arrive`): the publisher waits for all of them before it publishes, so a rank frozen or hung
+  after the exchange is named instead of left behind for torchrun to wait on;
 * ``marks``: one key every rank appends ``<rank>:<why>,`` to when it leaves on purpose: ``done`` or
   ``sigterm`` (a verdict reached, or torchrun's agent stopping it: never blamed) or ``watchdog`` (its
   own watchdog ended it: its stopped heartbeat is not held against it, but if it never reached the
@@ -43,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from checker.bounded import call_bounded
+from checker.core.errors import printable
 from checker.core.ranks import rank_ranges
 
 HEARTBEAT_S = 0.25
@@ -76,6 +83,8 @@ PUBLISHER = "publisher"
 "" while nobody claimed it."""
 REFUSED = "refused"
 """The mark of a rank that cannot take part in the process group; its reason is under ``refused/<rank>``."""
+DECIDED = "decided"
+"""Ranks that reached the end of the run after the last gather (a counter: :func:`arrive`)."""
 
 T = TypeVar("T")
 
@@ -100,9 +109,13 @@ def store_call(fn: Callable[[], T], default: T, seconds: float | None = None) ->
     return call_bounded(fn, bound, name="checker-store").get(default)
 
 
-def join(store: Store, rank: int, host: str = "") -> None:
-    """Write this rank's keys, then list it as joined (four round trips; the caller bounds them)."""
-    store.multi_set([f"hb/{rank}", f"step/{rank}", f"host/{rank}"], ["0", "0", host])
+def join(store: Store, rank: int, host: str = "", node: tuple[int, int] | None = None) -> None:
+    """Write this rank's keys, then list it as joined (four round trips; the caller bounds them).
+    ``node``: the first rank on this rank's node and how many there are (default: this rank alone)."""
+    first, count = node if node is not None else (rank, 1)
+    store.multi_set(
+        [f"hb/{rank}", f"step/{rank}", f"host/{rank}", f"node/{rank}"], ["0", "0", host, f"{first},{count}"]
+    )
     # These keys exist once anyone joined (appending "" never changes a value): a read never waits.
     store.append(MARKS, "")
     store.append(PUBLISHER, "")
@@ -192,16 +205,25 @@ def read(store: Store | None, world_size: int, *, steps: bool = False) -> Snapsh
     return store_call(lambda: _read(store, world_size, steps), None)
 
 
-def claim_publisher(store: Store | None, rank: int, *, lost: Collection[int] = (), default: bool) -> bool:
+def claim_publisher(
+    store: Store | None,
+    rank: int,
+    *,
+    lost: Collection[int] = (),
+    unclaimed_by: Sequence[int] = (),
+    default: bool,
+) -> bool:
     """Whether ``rank`` publishes the verdict: it holds the publisher lease. The first claim wins; a lease
     whose holder is in ``lost`` (its beat stopped) is taken over, by exactly one claimant (one
     compare-and-set from that holder). The key keeps every holder in turn (``0,1``), so whoever publishes
-    in the end can name each one that was lost (:func:`publishers`). ``default`` when the store cannot
-    answer (rank 0 still writes its report; a stand-in does not)."""
+    in the end can name each one that was lost (:func:`publishers`); ``unclaimed_by``: the ranks whose
+    turn it was, lost before they claimed it (rank 0), go first in the key when this claim is the first.
+    ``default`` when the store cannot answer (rank 0 still writes its report; a stand-in does not)."""
     if store is None:
         return default
     me = str(rank)
-    held = store_call(lambda: store.compare_set(PUBLISHER, "", me), None)
+    first = ",".join([*(str(r) for r in unclaimed_by if r != rank), me])
+    held = store_call(lambda: store.compare_set(PUBLISHER, "", first), None)
     if held is None:
         return default
     chain = held.decode(errors="replace")
@@ -234,18 +256,74 @@ def publisher(store: Store) -> int | None:
 
 
 def hosts(store: Store | None, ranks: Collection[int]) -> dict[int, str]:
-    """Where each of ``ranks`` runs, for those that joined (one bounded ``multi_get``); {} when the store
-    cannot answer. A rank that never joined has no host to name."""
+    """Where each of ``ranks`` runs (bounded); {} when the store cannot answer. A rank that joined
+    wrote its host; one that never joined (lost at start-up) runs where a rank of its node that did
+    join runs (``node/<rank>``), and has no host to name when none of its node joined."""
     if store is None or not ranks:
         return {}
 
     def read_hosts() -> dict[int, str]:
-        joined = _parse_joined(store.get(JOINED), max(ranks) + 1) if store.check([JOINED]) else frozenset()
+        joined = sorted(_parse_joined(store.get(JOINED), 1 << 30)) if store.check([JOINED]) else []
         known = sorted(r for r in ranks if r in joined)  # multi_get would wait for a key never written
-        values = store.multi_get([f"host/{r}" for r in known]) if known else []
-        return {r: v.decode(errors="replace") for r, v in zip(known, values, strict=True) if v}
+        unknown = sorted(r for r in ranks if r not in joined)
+        # A rank not joined is placed by its node-mates' ranges: every joined rank's host and node.
+        asked = joined if unknown else known
+        values = store.multi_get([f"host/{r}" for r in asked]) if asked else []
+        # Each rank wrote its own host (escaped where it read it); escaped again here, as what any peer
+        # wrote to the store reaches this rank's output.
+        host = {r: printable(v.decode(errors="replace")) for r, v in zip(asked, values, strict=True)}
+        out = {r: host[r] for r in known if host.get(r)}
+        nodes = [f"node/{r}" for r in asked]
+        if unknown and asked and store.check(nodes):  # a rank of an older checker wrote no node key
+            for r, raw in zip(asked, store.multi_get(nodes), strict=True):
+                first, _, count = raw.decode(errors="replace").partition(",")
+                if not (first.isdigit() and count.isdigit()) or not host.get(r):
+                    continue
+                for lost in unknown:
+                    if int(first) <= lost < int(first) + int(count):
+                        out.setdefault(lost, host[r])
+        return out
 
     return store_call(read_hosts, {})
+
+
+def arrive(store: Store) -> int:
+    """This rank reached the end of the run after the last gather: how many ranks have (unbounded: the
+    caller bounds it)."""
+    return int(store.add(DECIDED, 1))
+
+
+def arrived(store: Store) -> int:
+    """How many ranks reached the end of the run (unbounded: the caller bounds it)."""
+    return int(store.add(DECIDED, 0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublisherState:
+    """The rank whose turn it is to publish (the lease holder; rank 0 while nobody holds it) as a rank
+    waiting for its verdict sees it."""
+
+    rank: int
+    holder: int | None
+    """The lease holder, None while nobody claimed the lease."""
+    joined: bool
+    beat: int
+    step: int
+
+
+def publisher_state(store: Store) -> PublisherState:
+    """Who publishes and how far it got: two or three round trips (unbounded: the caller bounds it).
+    ``joined`` and ``publisher`` exist once this rank has joined, so the reads never wait."""
+    raw_publisher, raw_joined = store.multi_get([PUBLISHER, JOINED])
+    holders = _holders(raw_publisher.decode(errors="replace"))
+    rank = holders[-1] if holders else 0
+    joined = rank in _parse_joined(raw_joined, rank + 1)
+    beat = step = 0
+    if joined:  # its keys exist
+        raw_beat, raw_step = store.multi_get([f"hb/{rank}", f"step/{rank}"])
+        beat, step = _int(raw_beat.decode(errors="replace")), _int(raw_step.decode(errors="replace"))
+    holder = holders[-1] if holders else None
+    return PublisherState(rank=rank, holder=holder, joined=joined, beat=beat, step=step)
 
 
 def refusals(store: Store | None, ranks: Collection[int]) -> dict[int, str]:
@@ -354,6 +432,7 @@ def gone_ranks(
     watch_s: float = STALE_AFTER_S,
     stopping: bool = False,
     behind_is_hung: bool = True,
+    unjoined_gone: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[int]:
     """Ranks whose heartbeat does not advance over ``watch_s``, or that never reached the collective
@@ -365,7 +444,10 @@ def gone_ranks(
     rank still deriving is merely slower, not lost.
     ``stopping``: every rank is being stopped at this moment (torchrun's SIGTERM). A rank that never
     beat may then be a slow starter told to stop before it reached the store, not a lost one, and a
-    rank behind in the collectives is not hung: only ranks that beat and then stopped are named.
+    rank behind in the collectives is not hung: only ranks that beat and then stopped are named, and
+    with ``unjoined_gone`` the ranks that never joined (the stopping ranks waited for them: each rank
+    told to stop joins before it leaves, so one that never came failed before it joined, or was ended
+    before it could).
     Empty when the store cannot be read (then nobody can be named, rather than everybody).
     ``sleep``: how to let ``watch_s`` pass (tests hand a fake clock's).
     """
@@ -376,7 +458,15 @@ def gone_ranks(
     second = read(store, world_size, steps=True)
     if second is None:
         return []
-    return named_gone(first, second, me=me, my_step=my_step, stopping=stopping, behind_is_hung=behind_is_hung)
+    return named_gone(
+        first,
+        second,
+        me=me,
+        my_step=my_step,
+        stopping=stopping,
+        behind_is_hung=behind_is_hung,
+        unjoined_gone=unjoined_gone,
+    )
 
 
 def named_gone(
@@ -387,6 +477,7 @@ def named_gone(
     my_step: int,
     stopping: bool,
     behind_is_hung: bool,
+    unjoined_gone: bool = False,
 ) -> list[int]:
     """:func:`gone_ranks`'s decision from two snapshots ``watch_s`` apart (its arguments, whose
     defaults :func:`gone_ranks` holds)."""
@@ -397,7 +488,7 @@ def named_gone(
             continue
         stopped = second.beat(r) == first.beat(r)
         if stopping:
-            if not mark and 0 < second.beat(r) and stopped:
+            if not mark and ((0 < second.beat(r) and stopped) or (unjoined_gone and r not in second.joined)):
                 out.append(r)
         elif (stopped and mark != "watchdog") or (behind_is_hung and second.step(r) < my_step):
             out.append(r)

@@ -27,8 +27,8 @@ does what it is told, each step bounded:
 from __future__ import annotations
 
 import json
+import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from checker.core.ranks import ranks_do
-from checker.distributed import liveness
+from checker.distributed import liveness, sigterm
 from checker.distributed.backstop import Backstop
 from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.distributed.liveness import (
@@ -45,6 +45,7 @@ from checker.distributed.liveness import (
     STALE_AFTER_S,
     STORE_CALL_S,
     Heartbeat,
+    Staleness,
     Store,
     describe,
     gone_ranks,
@@ -71,6 +72,26 @@ PUBLISHER_LOST_AFTER_S = LOST_AFTER_S
 """A rank waiting for the verdict takes the publisher's lease over once the holder's beat has stood still
 this long on its own clock: as long as the watcher waits before naming a lost rank, so that a live
 publisher starved of CPU is never taken over (two writers)."""
+STOP_JOIN_S = 5.0
+"""Told to stop (SIGTERM) before it joined the store, a rank still joins, up to this long after the
+signal, so that it can say it is leaving and is never taken for the rank that failed; the rank that
+publishes waits as long for every rank to have joined, and names the ones that never did (torch's import
+and the store's connection take 1-3 s on a loaded node)."""
+ARRIVALS_LOOK_S = 0.5
+"""How often the publisher, waiting for every rank to reach the verdict, reads every rank's beat (as
+often as a watcher does)."""
+
+# Why a rank waiting for the verdict holds its publisher lost (:attr:`Wait.cause`), and why the publisher
+# holds a rank that never reached the verdict lost (:attr:`Arrivals.cause`).
+BEAT_STOPPED = "beat"
+"""Its beat stood still for :data:`PUBLISHER_LOST_AFTER_S`: killed, frozen or cut off."""
+NEVER_JOINED = "never_joined"
+"""It never joined the rendezvous store, and this rank's own wait for it ran out its time."""
+BEHIND = "behind"
+"""Alive, but it never reached the step this rank is at (the collective that failed, or the verdict)
+within the time every rank is given (``--timeout-s``): hung."""
+HELD = "held"
+"""It holds the publisher lease and did not publish within the time a publisher is given: hung."""
 
 
 class Clock(Protocol):
@@ -129,8 +150,21 @@ class Wait:
     announced: tuple[int, str] | None = None
     """The exit code every rank leaves with, and the line for torchrun's error file."""
     stopped: int | None = None
-    """The rank whose turn it was to publish (the lease holder; rank 0 while nobody holds it): its beat
-    stood still for :data:`PUBLISHER_LOST_AFTER_S`, so its lease is over."""
+    """The rank whose turn it was to publish (the lease holder; rank 0 while nobody holds it), held lost:
+    its lease is over."""
+    cause: str = ""
+    """Why ``stopped`` is held lost: :data:`BEAT_STOPPED`, :data:`NEVER_JOINED`, :data:`BEHIND` or
+    :data:`HELD`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arrivals:
+    """How the publisher's wait for every rank to reach the verdict ended (:meth:`Session.await_arrivals`):
+    no rank missing, or the ranks lost on the way and why."""
+
+    missing: list[int]
+    cause: str = ""
+    """:data:`BEAT_STOPPED` (their beat stood still) or :data:`BEHIND` (alive, they never came)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +238,8 @@ class Session:
         self._on_refused: Callable[[Sequence[int]], None] | None = None
         self.watcher: Watcher | None = None
         self._joined = False
+        self.sigterm_at: float | None = None
+        """When SIGTERM arrived (the session's clock), once it did."""
         self._backstop: BackstopLike | None = None
         self._give_back_signals: Callable[[], None] | None = None
 
@@ -215,6 +251,16 @@ class Session:
     def deadline(self) -> float:
         """The clock's time at which ``--timeout-s`` ends for this rank."""
         return self.t0 + self.options.timeout_s
+
+    @property
+    def timeout_s(self) -> float:
+        """``--timeout-s``: what every wait for another rank is given."""
+        return self.options.timeout_s
+
+    @property
+    def joined(self) -> bool:
+        """This rank has joined the store (its keys written, its heartbeat beating)."""
+        return self._joined
 
     @property
     def backend(self) -> str:
@@ -257,7 +303,12 @@ class Session:
         # stacks and ends the process a little later, whatever holds the GIL.
         self._backstop = self._make_backstop()
         self._backstop.arm(timeout + 2 * WATCHDOG_EXTRA_S)
-        self._watch_sigterm(on_abort)
+
+        def on_sigterm() -> None:
+            self.sigterm_at = self.clock.monotonic()
+            on_abort(SIGTERM_DETAIL, True)
+
+        self._give_back_signals = sigterm.watch(on_sigterm)
         if self.env.max_restarts > 0 and self.is_rank0:
             print(
                 f"checker: warning: torchrun --max-restarts {self.env.max_restarts} only repeats a "
@@ -265,35 +316,6 @@ class Session:
                 file=sys.stderr,
             )
         return self
-
-    def _watch_sigterm(self, on_abort: Callable[[str, bool], None]) -> None:
-        """SIGTERM may arrive while the main thread blocks inside a collective, where a Python signal
-        handler would not run until it returns. The C-level handler writes to a wakeup pipe at once;
-        a thread reading that pipe publishes the verdict."""
-        if threading.current_thread() is not threading.main_thread():
-            return  # signals can only be set up from the main thread (an embedding caller)
-        r, w = os.pipe()
-        os.set_blocking(w, False)
-        handler = signal.signal(signal.SIGTERM, lambda *_: None)  # the watcher thread does the work
-        wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-
-        def watch() -> None:
-            while True:
-                data = os.read(r, 16)
-                if not data:  # given back (close): the write end is closed
-                    os.close(r)
-                    return
-                if signal.SIGTERM in data:
-                    on_abort(SIGTERM_DETAIL, True)
-                    return
-
-        def give_back() -> None:
-            signal.set_wakeup_fd(wakeup)
-            signal.signal(signal.SIGTERM, handler)
-            os.close(w)
-
-        threading.Thread(target=watch, daemon=True, name="checker-sigterm").start()
-        self._give_back_signals = give_back
 
     def stand_down(self, finish_s: float) -> None:
         """A verdict is being published: the Python watchdog stands down, and the GIL-free backstop is
@@ -351,10 +373,10 @@ class Session:
             ).start()
 
     def connect(self) -> None:
-        """Join the store, then form the group (the wait for every rank)."""
+        """Join the store, then form the group (the wait for every rank: a step, so that a rank alive
+        but stuck before it is named hung when the others' wait runs out)."""
         self.join()
-        assert self.group is not None
-        self.group.init()
+        self._enter_step().init()
 
     # -- 3. exchange ---------------------------------------------------------------------------------
     def _enter_step(self) -> GroupLike:
@@ -395,7 +417,9 @@ class Session:
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
         """After a failed collective (or SIGTERM: ``stopping``): which ranks are gone (this one is not).
         When not every rank has joined yet, the detail says how many did and which did not: at start-up
-        a slow start and a lost rank look alike, and the count is what the user can act on."""
+        a slow start and a lost rank look alike, and the count is what the user can act on. Told to stop,
+        this rank first waits (up to :data:`STOP_JOIN_S` after the signal) for every rank to have joined:
+        each rank told to stop joins before it leaves, so the ranks that never did are the gone ones."""
         group = self.group
         missing: list[int] = []
         if group is not None and group.store is not None:
@@ -403,6 +427,8 @@ class Session:
             # One bounded read first: a store this rank cannot reach (a cut link) answers nothing, and
             # waiting on it again for the names would only delay this rank's verdict.
             snapshot = read(group.liveness_store, self.env.world_size)
+            if snapshot is not None and stopping:
+                snapshot = self._await_every_join(snapshot)
             if snapshot is not None:
                 missing = gone_ranks(
                     group.liveness_store,
@@ -411,22 +437,67 @@ class Session:
                     my_step=self._steps,
                     stopping=stopping,
                     behind_is_hung=behind_is_hung,
+                    unjoined_gone=stopping,
                     sleep=self.clock.sleep,
                 )
                 if len(snapshot.joined) < self.env.world_size:
                     line = starting_line(len(snapshot.joined), snapshot.not_joined(), self.elapsed_s())
+                    if stopping:
+                        line += (
+                            " when the job was stopped (each failed before it joined, or was stopped first)"
+                        )
                     detail += "; " + line
                 where = self.hosts(missing)
                 if where:  # the report's missing_ranks are numbers: say here where they ran
                     detail += f"; gone: {describe(missing, where)}"
         return Abort(detail=detail, missing_ranks=missing)
 
-    def claim_publisher(self, *, default: bool, lost: Sequence[int] = ()) -> bool:
-        """Whether this rank publishes the verdict: it holds the publisher lease (the first claim; or
-        a lease whose holder is in ``lost``, taken over by exactly one claimant). ``default`` when the
-        store cannot answer."""
+    def _await_every_join(self, snapshot: liveness.Snapshot) -> liveness.Snapshot:
+        """Told to stop: the latest snapshot once every rank has joined, or :data:`STOP_JOIN_S` after the
+        signal. A rank other than 0 looks only for whether rank 0 is there to publish (else it may stand
+        in): it stops waiting once rank 0 has joined."""
+        clock = self.clock
+        since = self.sigterm_at if self.sigterm_at is not None else clock.monotonic()
+
+        def waiting(snap: liveness.Snapshot) -> bool:
+            if self.env.rank != 0 and 0 in snap.joined:
+                return False
+            return len(snap.joined) < self.env.world_size and clock.monotonic() < since + STOP_JOIN_S
+
+        while waiting(snapshot):
+            clock.sleep(0.1)
+            latest = read(self.group.liveness_store if self.group is not None else None, self.env.world_size)
+            if latest is None:
+                break
+            snapshot = latest
+        return snapshot
+
+    def await_joined(self) -> bool:
+        """Told to stop before it joined the store: wait (up to :data:`STOP_JOIN_S` after the signal) for
+        this rank's main thread to join, so that it can say it is leaving; whether it has."""
+        clock = self.clock
+        since = self.sigterm_at if self.sigterm_at is not None else clock.monotonic()
+        while not self._joined and clock.monotonic() < since + STOP_JOIN_S:
+            clock.sleep(0.05)
+        return self._joined
+
+    @property
+    def may_publish_alone(self) -> bool:
+        """This rank may publish from an abort: it has joined the store (where another rank's verdict
+        would show), or it is the only rank. A rank that never joined cannot see whether another one
+        published, and the others name it in their report."""
+        return self.has_store or self.env.world_size == 1
+
+    def claim_publisher(
+        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
+    ) -> bool:
+        """Whether this rank publishes the verdict: it holds the publisher lease (the first claim, after
+        ``unclaimed_by`` when it is in their place; or a lease whose holder is in ``lost``, taken over by
+        exactly one claimant). ``default`` when the store cannot answer."""
         store = self.group.liveness_store if self.group is not None else None
-        return liveness.claim_publisher(store, self.env.rank, lost=lost, default=default)
+        return liveness.claim_publisher(
+            store, self.env.rank, lost=lost, unclaimed_by=unclaimed_by, default=default
+        )
 
     def earlier_publishers(self) -> list[int]:
         """The ranks that held the publisher lease before its holder now (each lost in turn)."""
@@ -478,12 +549,65 @@ class Session:
             value = f"{exit_code}\n{line}"
             store_call(lambda: store.compare_set(ANNOUNCEMENT, "", value), None)
 
-    def await_announcement(self, within_s: float) -> Wait:
-        """Another rank: the published exit code and line, waiting while the publisher is alive (its
-        beat advances) up to ``within_s`` (a dense sweep's plot takes seconds). The publisher is the
-        lease holder, rank 0 while nobody holds it; once its beat has stood still for
-        :data:`PUBLISHER_LOST_AFTER_S` the wait ends with ``stopped``, so a survivor takes the lease over
-        (``kill -9`` or SIGSTOP of rank 0 after the exchange, or while it publishes)."""
+    def arrive(self) -> None:
+        """This rank reached the end of a run whose gathers every rank took part in: it counts as arrived
+        for the publisher (:meth:`await_arrivals`), and as past the last collective for anyone naming the
+        ranks that never came (bounded)."""
+        group = self.group
+        live = group.liveness_store if group is not None else None
+        if group is None or live is None:
+            return
+        self._steps += 1
+        if group.heartbeat is not None:
+            group.heartbeat.enter_step()
+        store_call(lambda: liveness.arrive(live), None)
+
+    def await_arrivals(self, within_s: float) -> Arrivals:
+        """The publisher, before it publishes the verdict: wait until every rank has arrived
+        (:meth:`arrive`), so that none is left frozen or hung behind a verdict that lets the others leave
+        with 0 (torchrun would wait for it for good). A rank whose beat stood still for
+        :data:`checker.distributed.liveness.LOST_AFTER_S` is missing at once; one alive that has not
+        arrived within ``within_s`` is missing then (hung). No rank missing when the store stops
+        answering: the decided verdict is then published as it stands."""
+        group = self.group
+        live = group.liveness_store if group is not None else None
+        if live is None:
+            return Arrivals(missing=[])
+        clock, world = self.clock, self.env.world_size
+        t0 = clock.monotonic()
+        staleness = Staleness()
+        look, unanswered = t0, 0
+        while True:
+            count = store_call(lambda: liveness.arrived(live), None)
+            if count is not None and count >= world:
+                return Arrivals(missing=[])
+            unanswered = 0 if count is not None else unanswered + 1
+            if unanswered >= 2:
+                return Arrivals(missing=[])
+            now = clock.monotonic()
+            if now >= look:
+                snapshot = read(live, world)
+                lost = [r for r in staleness.observe(snapshot, now) if r != self.env.rank] if snapshot else []
+                if lost:
+                    return Arrivals(missing=lost, cause=BEAT_STOPPED)
+                look = now + ARRIVALS_LOOK_S
+            if now >= t0 + within_s:
+                snapshot = read(live, world, steps=True)
+                me, step = self.env.rank, self._steps
+                behind = [r for r in range(world) if r != me and snapshot.step(r) < step] if snapshot else []
+                return Arrivals(missing=behind, cause=BEHIND)
+            clock.sleep(announcement_poll_s(world))
+
+    def await_announcement(
+        self, within_s: float, *, patience_s: float = math.inf, held_s: float = math.inf
+    ) -> Wait:
+        """Another rank: the published exit code and line, waiting while the publisher is alive up to
+        ``within_s``. The publisher is the lease holder, rank 0 while nobody holds it; the wait ends with
+        ``stopped`` (and its :attr:`Wait.cause`), so a survivor takes the lease over, when
+        (:class:`PublisherTracker`): its beat has stood still for :data:`PUBLISHER_LOST_AFTER_S`
+        (``kill -9`` or SIGSTOP after the exchange, or while it publishes); it never joined, or is
+        behind this rank's step, for ``patience_s`` (0 after this rank's own wait for it ran out its
+        time: it had as long as everyone); it has held the lease for ``held_s`` without publishing."""
         group = self.group
         store = group.store if group is not None else None
         live = group.liveness_store if group is not None else None
@@ -492,9 +616,9 @@ class Session:
         clock = self.clock
         t0 = clock.monotonic()
         deadline = t0 + within_s
-        # The holder's beat is sampled at once and every STALE_AFTER_S, measured on this rank's clock.
-        seen: tuple[int, int] | None = None
-        since, sampled, unanswered = t0, t0 - STALE_AFTER_S, 0
+        # The publisher is sampled at once and every STALE_AFTER_S, measured on this rank's clock.
+        tracker = PublisherTracker(patience_s=patience_s, held_s=held_s, lost_after_s=PUBLISHER_LOST_AFTER_S)
+        sampled, unanswered = t0 - STALE_AFTER_S, 0
         # Each store call bounded on its own: on a cut link one can block far past the store's timeout,
         # and a store that does not answer twice in a row means no verdict can reach this rank.
         while True:
@@ -506,17 +630,14 @@ class Session:
             answered = announced is not None
             now = clock.monotonic()
             if answered and now >= sampled + STALE_AFTER_S:
-                latest = store_call(lambda: _holder_beat(live), None)
-                if latest is None:
+                state = store_call(lambda: liveness.publisher_state(live), None)
+                if state is None:
                     answered = False
                 else:
                     sampled = now
-                    # A new holder, or its beat advanced: alive. A beat of 0 has not started yet (a rank
-                    # still starting, before it joined): never taken for a stopped one.
-                    if latest != seen or latest[1] == 0:
-                        seen, since = latest, now
-                    elif now - since >= PUBLISHER_LOST_AFTER_S:
-                        return Wait(stopped=latest[0])
+                    cause = tracker.observe(state, now, my_step=self._steps)
+                    if cause:
+                        return Wait(stopped=state.rank, cause=cause)
             unanswered = 0 if answered else unanswered + 1
             if unanswered >= 2:
                 self.store_lost = True
@@ -579,10 +700,22 @@ class Session:
         self._exit_process(exit_code)
 
     def wait_for_exit(self, seconds: float) -> NoReturn:
-        """Another thread is publishing an abort and ends the process; if it does not within
-        ``seconds``, leave with its exit code anyway."""
-        self.clock.sleep(seconds)
-        self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
+        """Another thread of this rank is publishing and ends the process: leave once a verdict is
+        announced (this rank's or another's: the code every rank leaves with), or after ``seconds`` with
+        3 (no verdict)."""
+        deadline = self.clock.monotonic() + seconds
+        while True:
+            heard = self.announcement()
+            if heard is not None:
+                # The publishing thread leaves right after it announced (its exit code, its line in
+                # torchrun's error file): it goes first, this one only if it did not.
+                self.clock.sleep(min(1.0, max(0.0, deadline - self.clock.monotonic())))
+                if heard[0]:
+                    record_for_torchrun(heard[1])
+                self.exit_now(heard[0])
+            if self.clock.monotonic() >= deadline:
+                self.exit_now(EXIT_CODES[INFRASTRUCTURE_FAILURE])
+            self.clock.sleep(0.05)
 
 
 def announcement_poll_s(world_size: int) -> float:
@@ -593,11 +726,47 @@ def announcement_poll_s(world_size: int) -> float:
     return min(0.05, max(0.01, world_size * 0.001))
 
 
-def _holder_beat(store: Store) -> tuple[int, int]:
-    """The publisher lease's holder (rank 0 while nobody claimed it) and its beat (two round trips)."""
-    holder = liveness.publisher(store)
-    rank = 0 if holder is None else holder
-    return rank, int(store.add(f"hb/{rank}", 0))
+@dataclass(kw_only=True)
+class PublisherTracker:
+    """What a rank waiting for the verdict remembers of the publisher between samples, and when it holds
+    it lost (pure: the samples and the times are handed in)."""
+
+    patience_s: float
+    """How long the publisher may be behind this rank (or not joined) while nobody holds the lease."""
+    held_s: float
+    """How long the lease may be held without a verdict."""
+    lost_after_s: float
+    """How long its beat may stand still (:data:`PUBLISHER_LOST_AFTER_S`)."""
+    _key: tuple[int, int | None] | None = None
+    _beat: int = 0
+    _beat_since: float = 0.0
+    _behind_since: float | None = None
+    _held_since: float | None = None
+
+    def observe(self, state: liveness.PublisherState, now: float, *, my_step: int) -> str | None:
+        """Why the publisher is lost as of ``now`` (:data:`BEAT_STOPPED`, :data:`NEVER_JOINED`,
+        :data:`BEHIND`, :data:`HELD`), or None while it may still publish."""
+        key = (state.rank, state.holder)
+        if key != self._key:  # another publisher, or it claimed the lease: watched afresh
+            self._key, self._beat, self._beat_since = key, state.beat, now
+            self._behind_since = None
+            self._held_since = now if state.holder is not None else None
+        if not state.joined or state.beat == 0 or state.beat != self._beat:
+            # Beating (or not yet: a beat of 0 has not started), so its stillness counts from here.
+            self._beat, self._beat_since = state.beat, now
+        elif now - self._beat_since >= self.lost_after_s:
+            return BEAT_STOPPED
+        # Nobody holds the lease yet: rank 0 has not reached the verdict, or is still in the collective
+        # (or start-up) this rank has left.
+        if state.holder is None and (not state.joined or state.step < my_step):
+            self._behind_since = now if self._behind_since is None else self._behind_since
+            if now - self._behind_since >= self.patience_s:
+                return BEHIND if state.joined else NEVER_JOINED
+        else:
+            self._behind_since = None
+        if self._held_since is not None and now - self._held_since >= self.held_s:
+            return HELD
+        return None
 
 
 def starting_line(joined: int, not_joined: Sequence[int], elapsed_s: float) -> str:

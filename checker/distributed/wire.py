@@ -23,11 +23,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checker.core.errors import printable
 from checker.core.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """3: the row defined once in checker.core.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
@@ -41,7 +42,9 @@ never a release parser's default (a rank of 6 would name a default nobody typed)
 operator's NODE_RANK (``operator_node_rank``) beside torchrun's GROUP_RANK; 9: two more int slots, each
 rank's weights figure and its source (``weights_bytes``, ``weights_source``); 10: three inputs more, each
 a slot of its own (the speculative algorithm, steps and top-k): the release resolves the speculative
-setup from them, and the start-up refusals under PP read them; 11: the KV token pool (each rank's own
+setup from them, and the start-up refusals under PP read them; 11: two inputs more, the ReplaySSM
+spec-verify ring's switch and length (``enable_linear_replayssm_spec``, ``linear_replayssm_cache_len``),
+which the state-pool sizing charges (checker.core.replay); 12: the KV token pool (each rank's own
 capacity and what the resolution after the MIN reads: cell, bytes, profile, release, page size, request
 flags, context length) and two inputs more (--kv-cache-dtype, --max-total-tokens) and an env var
 (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""
@@ -149,7 +152,8 @@ def decode_row(ints: Sequence[int]) -> RankRow:
     pos = 3
     values = dict(zip(INT_FIELDS, ints[pos : pos + len(INT_FIELDS)], strict=True))
     pos += len(INT_FIELDS)
-    host = unpack_text(ints[pos : pos + _HOST_INTS])
+    # A peer's host name lands in rank 0's table, report and CI log: escaped as every echoed name is.
+    host = printable(unpack_text(ints[pos : pos + _HOST_INTS]))
     pos += _HOST_INTS
     error = unpack_text(ints[pos : pos + _ERROR_INTS])
     pos += _ERROR_INTS

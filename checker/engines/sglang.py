@@ -785,6 +785,15 @@ class PreparedSglang:
             kwargs["attn_dp_size"] = i.dp_size
         elif i.dp_size > 1:  # 0.5.10-0.5.21: DP attention is a switch plus --dp-size
             kwargs.update(enable_dp_attention=True, dp_size=i.dp_size)
+        if i.enable_linear_replayssm_spec:  # the ReplaySSM ring (0.5.16: --enable-gdn-replayssm-spec)
+            name = (
+                "enable_linear_replayssm_spec"
+                if "enable_linear_replayssm_spec" in fields
+                else "enable_gdn_replayssm_spec"
+            )
+            kwargs[name] = True
+        if i.linear_replayssm_cache_len is not None:
+            kwargs["linear_replayssm_cache_len"] = i.linear_replayssm_cache_len
         if source.mamba_ssm_dtype is not None:
             # The checker's flag takes short spellings (bf16); SGLang's own flag would refuse them in
             # argparse, so what a deployment can run is the canonical name.
@@ -986,10 +995,17 @@ class PreparedSglang:
         if self.draft_tokens:
             intermediate = int(loc.get("intermediate_size", loc.get("mamba_state_intermediate_size", 0)))
         per_layer = per_req // len(layers) if layers else 0
-        extra = int(loc.get("extra_per_slot", 0))
+        # What rides on every slot beside the state: 0.5.22+ ``extra_per_slot``; the ReplaySSM ring per
+        # slot, 0.5.20-0.5.21 ``replayssm_ring_per_slot``, 0.5.17-0.5.19 ``replayssm_ring_per_req``.
+        extra = int(
+            loc.get(
+                "extra_per_slot", loc.get("replayssm_ring_per_slot", loc.get("replayssm_ring_per_req", 0))
+            )
+        )
+        fixed = int(loc.get("replayssm_fixed_bytes", 0))  # the GDN ring charged once (0.5.20+)
         # How many slots SGLang took off the budget for the state pool: K, or K + 1 where the release
         # charges the pool's padding slot (0.5.17+), read from its own returned remainder.
-        charged = (rest - intermediate / GIB - kv_left) * GIB / (spr + extra)
+        charged = ((rest - intermediate / GIB - kv_left) * GIB - fixed) / (spr + extra)
         return StageCapacity(
             pp_rank=pp_rank,
             start_layer=int(start),
@@ -1007,6 +1023,8 @@ class PreparedSglang:
             if api.pp_local_per_request_bytes is not None and layers and per_req % len(layers) == 0
             else per_layer * stage_layers,
             branch=branch,
+            replayssm_fixed_bytes=fixed,
+            replayssm_active=bool(loc.get("replayssm_active", False)),
             max_mamba_cache_size=K,
             intermediate_state_bytes=intermediate,
             kv_budget_gib=float(kv_left),

@@ -17,7 +17,10 @@
   choices. The table was dumped from each release's own ``ServerArgs.add_cli_args``
   (``tests/fixtures/launch/dump_release_flags.py``); ``tests/test_launch_command.py`` checks it against
   the live parser of every release importable in the SGLang CPU environment. Flags sizing does not
-  read are accepted with their value (their value is not checked: the release might refuse a bad one).
+  read are accepted with their text, under SGLang's own dest (the first long option's), and kept in
+  ``LaunchCommand.given_values``: the release's start-up checks of them (``--nnodes``,
+  ``--enable-multi-layer-eagle``, ...: :mod:`checker.core.launch_checks`) and the refusal of a sizing
+  flag nothing models (:func:`checker.launch.merge.refuse_unmodelled`) read them there.
 
 Forms (from each release's wheel): ``python[3] -m sglang.launch_server ARGS`` (every release);
 ``sglang serve ARGS`` (the ``sglang`` console script, ``sglang/cli/main.py``, 0.5.5+; ``--model-type``
@@ -116,6 +119,8 @@ _FIELD_OF = {
     "pipeline_parallel_size": "pp_size",
     "data_parallel_size": "dp_size",
     "mamba_scheduler_strategy": "mamba_radix_cache_strategy",
+    # 0.5.16's spelling of the spec-verify ring (0.5.17+ keep it as an alias of the new name)
+    "enable_gdn_replayssm_spec": "enable_linear_replayssm_spec",
 }
 # SGLang field -> the checker's name (SizingFlags / ModelChoice / BudgetSource), where they differ.
 CHECKER_NAME = {"model_path": "model_config", "context_length": "context_len"}
@@ -139,6 +144,8 @@ _DIRECT = (
     "pp_max_micro_batch_size",
     "kv_cache_dtype",
     "max_total_tokens",
+    "enable_linear_replayssm_spec",
+    "linear_replayssm_cache_len",
 )
 OWN_PARSER = "SGLang {version}'s own ServerArgs parser"
 MODEL_PARSER = "the checker's model of SGLang {version}'s flags"
@@ -204,6 +211,11 @@ class LaunchCommand:
     weights: dict[str, object] = field(default_factory=dict)
     """What the rank's weights depend on beyond the sizing inputs (:data:`WEIGHTS_DESTS`), where the
     command gives it: ``ep_size`` (int), ``dtype``, ``quantization`` (str), the switches (True)."""
+    given_values: dict[str, object] = field(default_factory=dict)
+    """Every flag the command gives, by its ServerArgs field (``tp_size``, ``nnodes``,
+    ``enable_multi_layer_eagle``, ...), as the parser stored it: typed by SGLang's own parser; the table
+    parser types the sizing inputs and keeps the text of the rest (a switch is True). What the start-up
+    checks (``checker.core.startup.check_launch``) and the refusal of unmodelled sizing flags read."""
 
     @property
     def label(self) -> str:
@@ -385,10 +397,14 @@ def table_parser(version: str) -> argparse.ArgumentParser:
                 parser.add_argument(*opts, dest=weights, action="store_const", const=True, default=None)
             elif weights is not None and nargs is None:
                 parser.add_argument(*opts, dest=weights, default=None)
-            elif nargs == 0:
-                parser.add_argument(*opts, dest=f"_other_{i}", action="store_const", const=True)
             else:
-                parser.add_argument(*opts, dest=f"_other_{i}", nargs=nargs)
+                # SGLang's own dest, as argparse derives it from the first long option (no two rows of a
+                # release share one): the start-up checks read a flag sizing does not by that name.
+                dest = next((o[2:].replace("-", "_") for o in opts if o.startswith("--")), f"_other_{i}")
+                if nargs == 0:
+                    parser.add_argument(*opts, dest=dest, action="store_const", const=True)
+                else:
+                    parser.add_argument(*opts, dest=dest, nargs=nargs)
             continue
         _, _, dest, tname, default, choices, required, const = row
         kwargs: dict[str, Any] = dict(dest=dest, default=default, required=required)
@@ -539,7 +555,28 @@ def _raw(ns: dict[str, Any], given: set[str]) -> tuple[dict[str, Any], set[str]]
         values[name] = ns[dest]
         if dest in given:
             explicit.add(name)
+    for dest, kind in _TYPED_LATER.items():
+        # Given only: the table keeps no default for them, and the release's own is what the core models.
+        if ns.get(dest) is None or dest not in given:
+            continue
+        value = ns[dest]
+        if isinstance(value, str):  # the table stores the flag's spelling only: typed here, as SGLang does
+            try:
+                value = kind(value)
+            except ValueError:
+                flag = "--" + dest.replace("_", "-")
+                raise FlagError(
+                    f"launch command {flag} {_printable(value)}: not an {kind.__name__}"
+                ) from None
+        values[dest] = value
+        if dest in given:
+            explicit.add(dest)
     return values, explicit
+
+
+_TYPED_LATER = {"linear_replayssm_cache_len": int}
+"""Sizing inputs the flag tables were dumped without a type for (they store the option's spelling): read
+from the namespace and typed as every release's parser types them."""
 
 
 def _attention(raw: dict[str, Any], given: set[str], version: str) -> tuple[int, int, bool]:
@@ -723,6 +760,7 @@ def parse_launch_command(
         sglang_explicit=frozenset(raw_explicit),
         location=location,
         weights=weights,
+        given_values={_FIELD_OF.get(d, d): ns[d] for d in sorted(given) if not d.startswith("_other_")},
     )
 
 

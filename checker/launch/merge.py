@@ -9,18 +9,24 @@ other than what runs is the drift this tool exists to catch.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from checker.core.errors import FlagError
-from checker.core.releases import MODELLED_RELEASES, installed_sglang_version
+from checker.core.environ import PP_SPEC_ENV
+from checker.core.errors import FlagError, printable
+from checker.core.releases import installed_sglang_version
 from checker.core.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
-from checker.core.startup import check_mixed_chunk, zero_micro_batch_refused
+from checker.core.startup import refuse, resolve_speculative, zero_micro_batch_refused
+
+MICRO_BATCH_POSITIVE = "pp-max-micro-batch-size-must-be-a-positive-1079cf"
+"""0.5.11+ ``check_server_args``: ``pp_max_micro_batch_size is None or >= 1`` (checker.core.arg_checks)."""
 
 if TYPE_CHECKING:  # the flag tables load only when a launch command is parsed
+    from checker.core.launch_checks import LaunchFacts
     from checker.launch.command import LaunchCommand
 
 # The launch command's inputs by the checker's name (LaunchCommand.values' keys): the rows of the table of
@@ -170,7 +176,11 @@ def apply_launch_command(
             continue
         setattr(args, key, value)
     _refuse_draft_tokens_alone(cmd, args)
-    _refuse_mixed_chunk(cmd, args)
+    # start-up: the launch command's own start-up checks load with the launch parser
+    from checker.core.launch_checks import check_launch
+
+    check_launch(launch_facts(cmd, args, os.environ))
+    refuse_unmodelled(cmd)
     compared = _compared_apart(args)
     items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
     given_items = [(k, v) for k, v in items if _explicit(cmd, k)]
@@ -287,20 +297,132 @@ def _refuse_draft_tokens_alone(cmd: LaunchCommand, args: argparse.Namespace) -> 
     )
 
 
-def _refuse_mixed_chunk(cmd: LaunchCommand, args: argparse.Namespace) -> None:
-    """``--enable-mixed-chunk`` in the launch command under pp > 1: 0.5.2-0.5.10.post1 refuse it at
-    start-up (:func:`checker.core.startup.check_mixed_chunk`). A switch that sizes nothing, so it is the
-    launch command's alone (compared inside the ``launch_command`` input), checked where it is read. The
-    pp size is the one the deployment runs: the launch command's (SGLang's default 1), or the checker's."""
-    if not cmd.sglang_values.get("enable_mixed_chunk") or "enable_mixed_chunk" not in cmd.sglang_explicit:
-        return
+def _given(cmd: LaunchCommand, name: str, kind: type, default: object) -> object:
+    """A flag the launch command gives (``LaunchCommand.given_values``), typed as SGLang types it: the
+    table parser keeps a flag sizing does not read as its text, a switch as True."""
+    value = cmd.given_values.get(name, default)
+    if value is None or isinstance(value, bool) or kind is str:
+        return value
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            flag = "--" + name.replace("_", "-")
+            raise FlagError(
+                f"launch command {flag} {printable(value)}: not an {kind.__name__}, as SGLang {cmd.release} "
+                "reads it"
+            ) from None
+    return value
 
-    if cmd.release not in MODELLED_RELEASES:
-        return
+
+def launch_facts(cmd: LaunchCommand, args: argparse.Namespace, env: Mapping[str, str]) -> LaunchFacts:
+    """What the launch command gives the release's start-up checks
+    (:func:`checker.core.launch_checks.check_launch`).
+    The pp size is the one the deployment runs: the launch command's (SGLang's default 1), or the
+    checker's; the speculative setup is the merged one (the launch command's, or the checker's own flags)."""
+    # start-up: the sizing rules load with the derivation anyway; not before a launch command is read
+    from checker.core.launch_checks import LaunchFacts
+    from checker.core.sizing import env_flag
+
+    sv = cmd.sglang_values
     launch_pp = cmd.values.get("pp_size")  # an int: every release's parser types --pp-size int
     pp = getattr(args, "pp_size", None) or (launch_pp if isinstance(launch_pp, int) else None) or 1
-    speculative = bool(getattr(args, "speculative_algorithm", None))  # an EAGLE setup turns it off first
-    check_mixed_chunk(cmd.release, pp_size=int(pp), enable_mixed_chunk=True, speculative=speculative)
+    algorithm = getattr(args, "speculative_algorithm", None)
+    draft = getattr(args, "speculative_num_draft_tokens", None)
+    try:
+        resolved = resolve_speculative(
+            cmd.release,
+            algorithm=algorithm,
+            steps=getattr(args, "speculative_num_steps", None),
+            topk=getattr(args, "speculative_eagle_topk", None),
+            draft_tokens=draft,
+            max_running_requests=getattr(args, "max_running_requests", None),
+        ).draft_tokens
+    except FlagError:  # refused with the sizing inputs, in its own words (config.capacity_inputs)
+        resolved = None
+    switch = bool
+    return LaunchFacts(
+        release=cmd.release,
+        pp_size=_int_or(pp, 1),
+        tp_size=_int_or(sv.get("tp_size"), 1),
+        dp_size=_int_or(sv.get("dp_size"), 1),
+        nnodes=_int_or(_given(cmd, "nnodes", int, 1), 1),
+        enable_dp_attention=bool(sv.get("enable_dp_attention")),
+        attn_dp_size=_int_or(sv.get("attn_dp_size"), 1),
+        speculative_algorithm=algorithm,
+        speculative=bool(algorithm) or bool(draft),
+        draft_tokens=resolved,
+        speculative_eagle_topk=getattr(args, "speculative_eagle_topk", None),
+        enable_multi_layer_eagle=switch(_given(cmd, "enable_multi_layer_eagle", bool, False)),
+        speculative_adaptive=switch(_given(cmd, "speculative_adaptive", bool, False)),
+        disaggregation_mode=str(_given(cmd, "disaggregation_mode", str, "null")),
+        min_free_slots_delay=_given(cmd, "min_free_slots_delay", int, None),
+        pp_spec_env=env_flag(env.get(PP_SPEC_ENV)),
+        chunked_prefill_size=_optional_int(sv.get("chunked_prefill_size")),
+        page_size=getattr(args, "page_size", None),
+        disable_radix_cache=bool(getattr(args, "disable_radix_cache", False)),
+        disable_overlap_schedule=bool(getattr(args, "disable_overlap_schedule", False)),
+        mamba_radix_cache_strategy=str(getattr(args, "mamba_radix_cache_strategy", None) or "auto"),
+        enable_mixed_chunk=bool(sv.get("enable_mixed_chunk")) and "enable_mixed_chunk" in cmd.sglang_explicit,
+        enable_dp_lm_head=switch(_given(cmd, "enable_dp_lm_head", bool, False)),
+        ep_join_mode=_given(cmd, "ep_join_mode", str, None),  # type: ignore[arg-type]
+        enable_linear_replayssm=switch(_given(cmd, "enable_linear_replayssm", bool, False)),
+        enable_linear_replayssm_spec=bool(getattr(args, "enable_linear_replayssm_spec", False)),
+        linear_replayssm_cache_len=getattr(args, "linear_replayssm_cache_len", None),
+        mamba_ssm_dtype=getattr(args, "mamba_ssm_dtype", None),
+    )
+
+
+def refuse_unmodelled(cmd: LaunchCommand) -> None:
+    """A server argument the release's pool sizing reads that nothing in the checker models
+    (:data:`checker.core.arg_policy.REFUSED_SIZING_READS`), given with a value other than the release's
+    default: refused in one line naming where the release reads it, never parsed and ignored."""
+    # start-up: the policy (~1 ms) loads with the launch parser, only for a launch command
+    from checker.core.arg_policy import REFUSED_SIZING_READS, SIZING_READS
+
+    given = [name for name in REFUSED_SIZING_READS if name in cmd.given_values]
+    if not given:
+        return
+    # start-up: the generated table loads only when such a flag is given
+    from checker.core.arg_quote import sizing_default, sizing_read_site
+
+    for name in given:
+        value = cmd.given_values[name]
+        site = sizing_read_site(name, cmd.release)
+        if site is None or _is_default(value, sizing_default(name)):
+            continue
+        flag = "--" + name.replace("_", "-")
+        shown = "" if value is True else f" {printable(str(value))}"
+        raise FlagError(
+            f"launch command {flag}{shown}: SGLang {cmd.release}'s pool sizing reads it ({site}), and "
+            f"{SIZING_READS[name].why}: the checker cannot check this deployment's values; drop {flag} "
+            "if the server does not need it"
+        )
+
+
+def _is_default(value: object, default: str | None) -> bool:
+    """Whether a launch command's value is the release's default (``default``: its Python source)."""
+    if default is None:
+        return False
+    try:
+        expected = ast.literal_eval(default)
+    except (ValueError, SyntaxError):
+        return False
+    if isinstance(value, str) and not isinstance(expected, str) and expected is not None:
+        try:
+            value = type(expected)(value)
+        except (TypeError, ValueError):
+            return False
+    return bool(value == expected) and type(value) is type(expected)
+
+
+def _int_or(value: object, default: int) -> int:
+    """An int the parser typed (never a bool), else ``default`` (unset)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _optional_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _zero_micro_batch_refused(release: str) -> bool:
@@ -327,10 +449,12 @@ def _checked_values(cmd: LaunchCommand) -> dict[str, object]:
             and row.sglang in cmd.sglang_explicit
             and _zero_micro_batch_refused(cmd.release)
         ):
-            raise FlagError(
-                f"launch command --pp-max-micro-batch-size 0: SGLang {cmd.release} refuses it at start-up "
-                '(check_server_args: "pp_max_micro_batch_size must be a positive integer or None"); leave '
-                "it out for max_running_requests // pp_size, or give a positive cap"
+            refuse(
+                MICRO_BATCH_POSITIVE,
+                cmd.release,
+                gave="launch command --pp-max-micro-batch-size 0",
+                way_out="leave it out for max_running_requests // pp_size, or give a positive cap",
+                pp_max_micro_batch_size=0,
             )
         if typed is not None and row.sglang in cmd.sglang_explicit:
             row.launch_value(typed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from checker.postflight import log_formats as table
@@ -173,6 +173,71 @@ def best_scan(kind: str, message: str) -> tuple[Scan | None, tuple[str, ...]]:
     top = max(((s.end, -s.loose) for s in whole), default=None)
     releases = {r for s in whole if (s.end, -s.loose) == top for r in s.form.releases}
     return best, tuple(r for r in table.RELEASES if r in releases)
+
+
+# -- lines of releases older than any modelled -------------------------------------------------------------
+
+OLDER_MESSAGES: dict[str, tuple[tuple[tuple[object, ...], str, str], ...]] = {
+    # (segments as MESSAGES writes them, the release read, where it writes it): read from the sglang
+    # 0.4.0 and 0.4.3 wheels. Their weights line has no mem usage; 0.4.0's summary no chunked_prefill_size,
+    # 0.4.3's no available_gpu_mem. Integer fields are typed ('d'), so a modelled line never reads whole.
+    "weights": (
+        (
+            ("Load weight end. type=", ("type", "", False), ", dtype=", ("dtype", "", False),
+             ", avail mem=", ("avail_mem", ".2f", False), " GB"),
+            "0.4.0",
+            "model_executor/model_runner.py:260",
+        ),
+    ),
+    "summary": (
+        (
+            ("max_total_num_tokens=", ("max_total_num_tokens", "d", False),
+             ", max_prefill_tokens=", ("max_prefill_tokens", "d", False),
+             ", max_running_requests=", ("max_running_requests", "d", False),
+             ", context_len=", ("context_len", "d", False), ""),
+            "0.4.0",
+            "managers/scheduler.py:223",
+        ),
+        (
+            ("max_total_num_tokens=", ("max_total_num_tokens", "d", False),
+             ", chunked_prefill_size=", ("chunked_prefill_size", "d", False),
+             ", max_prefill_tokens=", ("max_prefill_tokens", "d", False),
+             ", max_running_requests=", ("max_running_requests", "d", False),
+             ", context_len=", ("context_len", "d", False), ""),
+            "0.4.3",
+            "managers/scheduler.py:284",
+        ),
+    ),
+}  # fmt: skip
+"""Lines only releases older than any modelled write (the oldest modelled: ``table.RELEASES[0]``): a log
+holding one is of a server the post-flight cannot hold to a prediction."""
+
+
+@dataclass(frozen=True)
+class OlderForm:
+    form: Form
+    release: str
+    """The older release whose wheel it was read from."""
+    where: str
+
+
+@cache
+def _older(kind: str) -> tuple[OlderForm, ...]:
+    oldest = table.RELEASES[0]
+    return tuple(
+        OlderForm(replace(_form(kind, segments, ((oldest, oldest),), where), releases=()), release, where)
+        for segments, release, where in OLDER_MESSAGES.get(kind, ())
+    )
+
+
+def older_form(kind: str, message: str) -> OlderForm | None:
+    """The form of a release older than any modelled that reads ``message`` whole, to its end (None:
+    none does)."""
+    for older in _older(kind):
+        scan = older.form.scan(message)
+        if scan is not None and scan.complete and scan.end >= len(message.rstrip()):
+            return older
+    return None
 
 
 # -- the line around the message ----------------------------------------------------------------------

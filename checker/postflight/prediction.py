@@ -22,6 +22,10 @@ from checker.core.errors import CheckerInputError, json_kind, printable
 
 MAX_REPORT_BYTES = 256 << 20
 """A preflight report of 4,096 ranks is about 25 MB; anything far larger is not one."""
+MAX_REPORT_DEPTH = 32
+"""A preflight report nests 5 levels (``inputs`` -> a value by rank -> ...). Python's json gives up near
+1,000 levels with a RecursionError at a depth that depends on the stack; anything past this is not a
+report, refused before any of it is read."""
 _FORMULA = re.compile(r"free_after ([-+\d.eE]+) - (?:max\()?free_before ([-+\d.eE]+)")
 _LABEL_WEIGHTS = re.compile(r"weights ([\d.,eE+-]+) GiB")
 _RELEASE = re.compile(r"SGLang (\S+)")
@@ -155,8 +159,12 @@ def read_prediction(path: str) -> Prediction:
         raise PredictionError(
             f"--report {shown}: larger than {MAX_REPORT_BYTES >> 20} MiB, not a preflight report"
         )
+    deep = (
+        f"--report {shown}: nests deeper than {MAX_REPORT_DEPTH} levels, and a preflight report nests 5; "
+        "give the file `checker check --report PATH` wrote"
+    )
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = json.loads(data.decode("utf-8"), parse_constant=_not_json)
     except UnicodeDecodeError:
         raise PredictionError(f"--report {shown}: not UTF-8 text; give the preflight's JSON report") from None
     except json.JSONDecodeError as exc:
@@ -164,7 +172,31 @@ def read_prediction(path: str) -> Prediction:
             f"--report {shown}: not JSON (line {exc.lineno}: {exc.msg}); give the file `checker check "
             "--report PATH` wrote"
         ) from None
+    except RecursionError:  # the parser's own limit, near 1,000 levels
+        raise PredictionError(deep) from None
+    if _depth(doc) > MAX_REPORT_DEPTH:  # what it parsed: every later walk (the JSON output) stays bounded
+        raise PredictionError(deep)
     return prediction_from(doc, shown)
+
+
+def _not_json(name: str) -> object:
+    """NaN and Infinity: Python's json reads them, JSON has no such values and the checker never writes
+    one (a NaN figure would compare unequal to everything)."""
+    raise json.JSONDecodeError(f"{name} is not a JSON value", name, 0)
+
+
+def _depth(doc: object) -> int:
+    """How deep ``doc`` nests (breadth first, no recursion), counted up to MAX_REPORT_DEPTH + 1."""
+    level, depth = [doc], 0
+    while level and depth <= MAX_REPORT_DEPTH:
+        depth += 1
+        level = [
+            v
+            for node in level
+            for v in (node.values() if isinstance(node, dict) else node if isinstance(node, list) else ())
+            if isinstance(v, (dict, list))
+        ]
+    return depth
 
 
 def prediction_from(doc: object, shown: str) -> Prediction:
@@ -213,12 +245,12 @@ def prediction_from(doc: object, shown: str) -> Prediction:
         out.append(
             RankPrediction(
                 rank=rank,
-                host=r.get("host") if isinstance(r.get("host"), str) else None,
+                host=printable(r["host"]) if isinstance(r.get("host"), str) else None,
                 pp_rank=pp_rank,
                 tp=tp,
                 dp=tp // own_tp if dp_size > 1 else None,
                 ok=r.get("status") == "ok",
-                error=r.get("error") if isinstance(r.get("error"), str) else None,
+                error=printable(r["error"]) if isinstance(r.get("error"), str) else None,
                 max_mamba_cache_size=_int(r.get("max_mamba_cache_size")),
                 max_running_requests=_int(r.get("max_running_requests")),
                 pp_max_micro_batch_size=_int(r.get("pp_max_micro_batch_size")),

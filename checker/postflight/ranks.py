@@ -2,14 +2,18 @@
 
 Of several sightings of one message (a server restarted within one log, or logs of two starts given
 together) the latest start wins: the latest timestamp, then the later in the input. A speculative
-draft model logs its own ``Load weight end.`` line with its own ``type=``: the target model is the type
-the rank logged first, every other type is a draft model, kept apart (``draft_weights``).
+draft model logs its own ``Load weight end.`` line with its own ``type=``, kept apart
+(``draft_weights``): a class the registry holds under a draft's name (``...MTP``, ``...NextN``, the EAGLE
+heads) is never the target, whatever the order its lines came in; of the others, the target is the type
+the rank logged first.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from checker.core.model_registry import REGISTERED
 from checker.postflight.formats import MAMBA, POST_CAPTURE, SUMMARY, WEIGHTS, WEIGHTS_BEGIN, prefix_releases
 from checker.postflight.log_formats import RELEASES
 from checker.postflight.reader import LogReading, RankKey, Sighting, Where
@@ -82,15 +86,34 @@ def _weights(read: RankRead, sightings: list[Sighting]) -> None:
             note="not logged (--startup-weight-load-mode overlap)" if overlap else "no line",
         )
         return
-    target = min(normal, key=lambda s: (s.stamp, s.order)).values.get("type")
-    mine = [s for s in normal if s.values.get("type") == target]
+    drafts = [s for s in normal if is_draft_class(s.values.get("type"))]
+    targets = [s for s in normal if s not in drafts]
+    if not targets:  # only the draft worker's line: the target's weights are not in the log
+        first = min(drafts, key=lambda s: s.order)
+        read.weights_gib = Logged(
+            where=first.first, note=f"only the draft model's line ({first.values.get('type')})"
+        )
+    target = min(targets, key=lambda s: (s.stamp, s.order)).values.get("type") if targets else None
+    mine = [s for s in targets if s.values.get("type") == target]
+    for draft_type in sorted({s.values.get("type") or "" for s in normal} - {target or ""}):
+        s = _latest([x for x in normal if x.values.get("type") == draft_type])
+        read.draft_weights.append((draft_type, _number(s, "mem_usage", float)))
+    if not mine:
+        return
     latest = _latest(mine)
     read.weights_type = target
     read.weights_gib = _number(latest, "mem_usage", float)
     read.starts = max(read.starts, len(mine))
-    for draft_type in sorted({s.values.get("type") or "" for s in normal} - {target or ""}):
-        s = _latest([x for x in normal if x.values.get("type") == draft_type])
-        read.draft_weights.append((draft_type, _number(s, "mem_usage", float)))
+
+
+def is_draft_class(name: str | None) -> bool:
+    """Whether ``name`` (a ``Load weight end.`` line's ``type=``) is a speculative draft model's class: one
+    SGLang's registry holds under a draft's name (the ``...MTP`` / ``...NextN`` classes ModelConfig gives
+    a draft, ``is_draft_model``; the EAGLE heads; the draft models), never the target's."""
+    return name is not None and name in REGISTERED and _DRAFT.search(name) is not None
+
+
+_DRAFT = re.compile(r"(MTP|NextN|Eagle3?|DraftModel)$|^(Eagle3|DFlash)")
 
 
 def _state(s: Sighting) -> Logged:

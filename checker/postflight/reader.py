@@ -26,7 +26,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
-from checker.postflight.formats import ANCHORS, KINDS, PREFIX_TOKENS, best_scan, line_formats, looked_for
+from checker.core.errors import printable
+from checker.postflight.formats import (
+    ANCHORS,
+    KINDS,
+    PREFIX_TOKENS,
+    OlderForm,
+    best_scan,
+    line_formats,
+    looked_for,
+    older_form,
+)
+from checker.postflight.log_formats import RELEASES
 
 CHUNK_BYTES = 8 << 20
 MAX_LINE_BYTES = 1 << 20
@@ -87,7 +98,7 @@ class Where:
     """1-based line number in its log."""
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
+        return f"{printable(self.path)}:{self.line}"
 
 
 @dataclass
@@ -126,10 +137,20 @@ class LogStats:
     cut_example: str = ""
     skipped_runs: int = 0
     """Runs longer than MAX_LINE_BYTES without a line break (binary noise)."""
+    older: int = 0
+    """Lines in a form only a release older than any modelled writes (formats.OLDER_MESSAGES)."""
+    older_example: str = ""
+    older_form: OlderForm | None = None
     compressed: bool = False
     ms: bool = False
     """Timestamps with milliseconds (SGLANG_LOG_MS)."""
     token_orders: set[tuple[str, ...]] = field(default_factory=set)
+
+    @property
+    def shown(self) -> str:
+        """The log's name as a message line shows it (escaped: a terminal escape or a ``\\r`` in a
+        file name must not act on the terminal nor split the line); ``path`` keeps it as given."""
+        return printable(self.path)
 
 
 @dataclass
@@ -163,12 +184,12 @@ def open_log(path: str, stdin: BinaryIO | None = None) -> tuple[BinaryIO, bool]:
     try:
         raw: BinaryIO = stdin if path == "-" and stdin is not None else open(path, "rb")  # noqa: SIM115
     except OSError as exc:
-        raise LogReadError(f"cannot read log {path}: {exc.strerror or exc}") from None
+        raise LogReadError(f"cannot read log {printable(path)}: {exc.strerror or exc}") from None
     buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(cast(io.RawIOBase, raw))
     try:
         magic = buffered.peek(2)[:2]
     except OSError as exc:
-        raise LogReadError(f"cannot read log {path}: {exc.strerror or exc}") from None
+        raise LogReadError(f"cannot read log {printable(path)}: {exc.strerror or exc}") from None
     if magic == b"\x1f\x8b":
         return cast(BinaryIO, gzip.GzipFile(fileobj=buffered, mode="rb")), True
     return cast(BinaryIO, buffered), False
@@ -179,7 +200,7 @@ def _chunks(stream: BinaryIO, path: str) -> Iterator[bytes]:
         try:
             chunk = stream.read(CHUNK_BYTES)
         except (OSError, EOFError) as exc:  # a truncated gzip member, an I/O error mid-read
-            raise LogReadError(f"cannot read log {path} past its first bytes: {exc}") from None
+            raise LogReadError(f"cannot read log {printable(path)} past its first bytes: {exc}") from None
         if not chunk:
             return
         yield chunk
@@ -270,6 +291,13 @@ def _one(reading: LogReading, stats: LogStats, before: str, message: str, line: 
     if key is None:
         return
     scan, releases = best_scan(kind, message)
+    if scan is None or not scan.complete:
+        older = older_form(kind, message)
+        if older is not None:  # not a cut line of a modelled release: a whole line of an older one
+            stats.older += 1
+            stats.older_form = stats.older_form or older
+            stats.older_example = stats.older_example or _example(path, line, message)
+            return
     if scan is None:
         return
     stats.read += 1
@@ -300,7 +328,7 @@ def _one(reading: LogReading, stats: LogStats, before: str, message: str, line: 
 def _example(path: str, line: int, text: str) -> str:
     text = text.strip()
     shown = text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 3] + "..."
-    return f"{path}:{line}: {shown!r}"
+    return f"{printable(path)}:{line}: {shown!r}"
 
 
 def read_logs(paths: Iterable[str], stdin: BinaryIO | None = None) -> LogReading:
@@ -320,11 +348,31 @@ class UnknownLogFormat(LogReadError):
     """No line the checker reads was found: one line naming what it looked for."""
 
 
+class OlderRelease(UnknownLogFormat):
+    """A line only a release older than any modelled writes: one line naming the form and the release."""
+
+
+def looked_for_releases() -> str:
+    """The releases whose lines the post-flight reads: ``0.5.2-0.5.23``."""
+    return f"SGLang {RELEASES[0]}-{RELEASES[-1]}"
+
+
 def findings(reading: LogReading) -> tuple[list[str], list[str]]:
     """(errors, warnings) about the logs themselves. Raises :class:`UnknownLogFormat` when no rank's line
     was read at all: a log in another format (a custom logging config), or not the server's log."""
 
-    logs = ", ".join(s.path for s in reading.logs) or "no log"
+    logs = ", ".join(s.shown for s in reading.logs) or "no log"
+    older = [s for s in reading.logs if s.older]
+    if older:
+        s = older[0]
+        f = s.older_form
+        assert f is not None  # set with the count
+        raise OlderRelease(
+            f"{s.shown}: {sum(x.older for x in older)} line(s) in the form SGLang {f.release} writes "
+            f"(sglang/srt/{f.where} of {f.release}; first: {s.older_example}): the server is older than any "
+            f"modelled release, and the post-flight reads the lines of {looked_for_releases()}; hold a log "
+            "of a modelled release (upgrade the server)"
+        )
     if not reading.sightings:
         unknown = [s for s in reading.logs if s.unknown_format]
         wanted = looked_for()
@@ -346,14 +394,14 @@ def findings(reading: LogReading) -> tuple[list[str], list[str]]:
     for s in reading.logs:
         if s.unknown_format:
             warnings.append(
-                f"{s.path}: {s.unknown_format} line(s) in a format the checker does not read (first: "
+                f"{s.shown}: {s.unknown_format} line(s) in a format the checker does not read (first: "
                 f"{s.unknown_example})"
             )
         if s.cut:
-            warnings.append(f"{s.path}: {s.cut} line(s) cut short (first: {s.cut_example})")
+            warnings.append(f"{s.shown}: {s.cut} line(s) cut short (first: {s.cut_example})")
         if s.skipped_runs:
             warnings.append(
-                f"{s.path}: {s.skipped_runs} run(s) of over {MAX_LINE_BYTES >> 20} MiB without a line break "
+                f"{s.shown}: {s.skipped_runs} run(s) of over {MAX_LINE_BYTES >> 20} MiB without a line break "
                 "skipped (binary data?)"
             )
     for (key, kind), n in sorted(reading.dropped.items()):
