@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from checker.core.environ import SGLANG_ENV_VARS
+from checker.core.environ import LONGER_CONTEXT_ENV, SGLANG_ENV_VARS
 from checker.core.errors import CheckerInputError, FlagError, printable
 from checker.core.geometry import resolve_dtypes
 from checker.core.models import DEFAULT_MODEL, load_geometry
@@ -26,7 +26,13 @@ from checker.core.server_args import SIZING_ARGS
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
-from checker.core.startup import EAGLE_FAMILY, check_pp_spec, resolve_speculative
+from checker.core.startup import (
+    _AUTO_STANDALONE,  # STANDALONE's own (steps, top-k, draft tokens)
+    EAGLE_FAMILY,
+    auto_params,
+    check_pp_spec,
+    resolve_speculative,
+)
 from checker.distributed.launch_env import GroupOptions
 
 if TYPE_CHECKING:
@@ -547,12 +553,20 @@ def capacity_inputs(
                 attention_dp=sizing.dp_size > 1,
             )
         raise
+    steps, topk = sizing.speculative_num_steps, sizing.speculative_eagle_topk
+    if spec.algorithm is not None and steps is None:
+        # The release picked all three itself (checker.core.startup.resolve_speculative); up to
+        # 0.5.6.post2 the KV pool grows by steps x top-k per request (checker.core.kv_pool).
+        auto = _AUTO_STANDALONE if spec.algorithm == "STANDALONE" else auto_params(release.modelled)
+        steps, topk = auto[0], auto[1]
     resolved = {
         "pp_size": stages,
         "mamba_full_memory_ratio": ratio,
         "policy": policy or sizing.policy,
         "speculative_algorithm": spec.algorithm,
         "speculative_num_draft_tokens": spec.draft_tokens,
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
         "max_running_requests": spec.max_running_requests,
     }
     return CapacityInputs(
@@ -563,6 +577,7 @@ def capacity_inputs(
         skip_decode_lock=env_flag(env.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")),
         pp_spec_env=env_flag(env.get("SGLANG_ENABLE_PP_SPEC")),
         spec_note=spec.note,
+        allow_longer_context=env_flag(env.get(LONGER_CONTEXT_ENV)),
         # The model the checker's own pieces apply: derived_as, or the newest one standing in for a
         # release it does not model (the label, from ``release``, says which).
         sglang_version=release.derived_as if release.best_effort else release.modelled,

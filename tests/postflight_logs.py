@@ -157,11 +157,11 @@ class ServerLog:
             "max_mamba_cache_size": k,
             "conv_state_size": state * 0.1,
             "ssm_state_size": state * 0.9,
-            "max_total_num_tokens": o.get("max_total_num_tokens", 1_000_000),
+            "max_total_num_tokens": o.get("max_total_num_tokens", rank["max_total_num_tokens"]),
             "chunked_prefill_size": 8192,
             "max_prefill_tokens": 16384,
             "max_running_requests": mrr,
-            "context_len": o.get("context_len", 131072),
+            "context_len": o.get("context_len", rank["context_len"]),
             "_10": "available_gpu_mem",
             "_12": 20.5,
         }
@@ -256,7 +256,7 @@ def example_files() -> dict[str, str]:
         host="gpu-node-",
     )
     ranks = report["ranks"]
-    free = 138.25  # what the server finds before its weights: the 139 GiB less its CUDA context
+    free = 139.0  # what the server finds before its weights: the free memory the preflight measured
     log = ServerLog(report, weights_gib=EXAMPLE_WEIGHTS.__getitem__, free_gib=free)
     smaller = {
         r: {

@@ -4,7 +4,37 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from checker.core.attention import AttentionGeometry
 from checker.core.geometry import ModelGeometry
+
+
+@st.composite
+def attentions(
+    draw: st.DrawFn, *, num_layers: int, linear: frozenset[int] = frozenset()
+) -> AttentionGeometry:
+    """The KV facts of a model of ``num_layers`` layers: MHA (1-64 KV heads) or MLA, some full-attention
+    layers (the non-linear ones, plus any of the linear ones: Falcon-H1 has both on every layer)."""
+    others = [i for i in range(num_layers) if i not in linear]
+    extra = draw(st.sets(st.sampled_from(sorted(linear)), max_size=4)) if linear else set()
+    ids = tuple(sorted({*others, *extra}))
+    if draw(st.booleans()):
+        return AttentionGeometry(
+            full_attention_layer_ids=ids,
+            num_kv_heads=1,
+            head_dim=72,
+            v_head_dim=72,
+            kv_lora_rank=draw(st.sampled_from([256, 512])),
+            qk_rope_head_dim=64,
+            dtype=draw(st.sampled_from(["bfloat16", "float32"])),
+        )
+    head_dim = draw(st.sampled_from([64, 128, 256]))
+    return AttentionGeometry(
+        full_attention_layer_ids=ids,
+        num_kv_heads=draw(st.integers(1, 64)),
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        dtype=draw(st.sampled_from(["bfloat16", "float16"])),
+    )
 
 
 @st.composite
@@ -32,4 +62,6 @@ def geometries(
         conv_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
         temporal_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
         extra_per_slot_bytes=draw(st.sampled_from(extras)),
+        context_len=draw(st.sampled_from([4096, 32768, 262144, 1048576])),
+        attention=draw(attentions(num_layers=L, linear=frozenset(ids))),
     )

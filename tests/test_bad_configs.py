@@ -39,6 +39,8 @@ TOY_SPEC: dict[str, Any] = {
     "linear_layer_ids": [0, 1, 3],
     "conv_shapes": [[64, 3]],
     "temporal_shape": [4, 16, 16],
+    "context_len": 4096,
+    "attention": {"full_attention_layer_ids": [2], "num_key_value_heads": 2, "head_dim": 64},
 }
 
 
@@ -311,6 +313,7 @@ def _largest(fixtures_dir: Path, name: str) -> tuple[dict[str, Any], int]:
         "linear_layer_ids": list(range(L)),
         "conv_shapes": [[MAX_DIM // 2, 3]] * 16,
         "temporal_shape": [64, 128, 128],
+        "attention": {"full_attention_layer_ids": list(range(L)), "num_key_value_heads": 8, "head_dim": 128},
     }
     return spec, L
 

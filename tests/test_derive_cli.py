@@ -271,6 +271,13 @@ def test_every_family_derives_and_agrees_under_max_share(
         keys = ("num_hidden_layers", "linear_layer_ids", "conv_shapes", "temporal_shape")
         spec = {key: geo[key] for key in keys}
         spec["dtypes"] = {"conv": geo["conv_dtype"], "temporal": geo["temporal_dtype"]}
+        attention = geo["attention"]
+        spec["context_len"] = geo["context_len"]
+        spec["attention"] = {
+            "full_attention_layer_ids": attention["full_attention_layer_ids"],
+            "num_key_value_heads": attention["num_kv_heads"],
+            "head_dim": attention["head_dim"],
+        }
         model = str(tmp_path / "spec.json")
         Path(model).write_text(json.dumps(spec))
     doc = _json(
@@ -291,18 +298,47 @@ def test_every_family_derives_and_agrees_under_max_share(
 
 
 def test_model_spec_through_the_cli(cli: Callable[..., Any], tmp_path: Path) -> None:
-    spec = {
+    """A spec's attention object sizes each stage's KV cell from the stage's own attention layers: layers
+    3 and 7 hold 2 KV heads x (128 + 128) x 2 bytes = 1,024 bytes a token each, one per stage."""
+    spec: dict[str, Any] = {
         "num_hidden_layers": 8,
         "linear_layer_ids": [0, 1, 2, 4, 5, 6],
         "conv_shapes": [[1024, 3]],
         "temporal_shape": [8, 64, 64],
         "dtypes": {"conv": "bfloat16", "temporal": "float32"},
+        "context_len": 32768,
+        "attention": {"full_attention_layer_ids": [3, 7], "num_key_value_heads": 2, "head_dim": 128},
     }
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     doc = _json(cli, ["derive", "--model-config", str(path), "--pp-size", "2", "--budget-gib", "1"])
     assert doc["geometry"]["per_req_bytes"] == (1024 * 3 * 2 + 8 * 64 * 64 * 4) * 6
     assert _column(doc, "stage_linear_layers") == [3, 3]
+    assert _column(doc, "kv_cell_bytes") == [1024, 1024]
+    # Without the attention object the KV pool cannot be sized: refused, unless --token-capacity stands in.
+    del spec["attention"]
+    path.write_text(json.dumps(spec))
+    refused = cli(["derive", "--model-config", str(path), "--pp-size", "2", "--budget-gib", "1"])
+    assert refused.rc == 2 and refused.err.strip().endswith(
+        "the model spec gives no attention facts, so the checker cannot size its KV token pool, which caps "
+        'max_running_requests; add an "attention" object to the spec (docs/preflight.md#json-model-spec) '
+        "or pass --token-capacity"
+    ), refused.err
+    doc = _json(
+        cli,
+        [
+            "derive",
+            "--model-config",
+            str(path),
+            "--pp-size",
+            "2",
+            "--budget-gib",
+            "1",
+            "--token-capacity",
+            "5000",
+        ],
+    )
+    assert _column(doc, "max_total_num_tokens") == [5000, 5000]
 
 
 # ---- bad input: exit code 2, one line naming the value, no traceback ----
@@ -352,7 +388,25 @@ def _bad_inputs(fixtures_dir: Path, tmp_path: Path) -> list[tuple[list[str], dic
         ([], {"SGLANG_MAMBA_CONV_DTYPE": "fp8"}, "'fp8'"),
         (["--mamba-radix-cache-strategy", "extra_buffer_lazy"], {}, "extra_buffer_lazy"),
         (["--speculative-num-draft-tokens", "2"], {}, "--speculative-num-draft-tokens"),
-        (["--token-capacity", "100000"], {}, "--context-len"),
+        # The KV pool's inputs, refused as the release refuses them at start-up (issue 36).
+        (["--kv-cache-dtype", "fp9"], {}, "invalid choice: 'fp9'"),
+        (
+            [
+                "--model-config",
+                qwen_path,
+                "--pp-size",
+                "1",
+                "--kv-cache-dtype",
+                "bf16",
+                "--sglang-version",
+                "0.5.2",
+            ],
+            {},
+            "(choose from 'auto', 'fp8_e5m2', 'fp8_e4m3'); sglang/srt/server_args.py:1031)",
+        ),
+        (["--max-total-tokens", "0"], {}, "Not enough memory"),
+        (["--max-total-tokens", "-5"], {}, "--max-total-tokens -5"),
+        (["--context-len", "8192"], {}, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"),
         (["--max-mamba-cache-size", "2", "--dp-size", "3"], {}, "--max-mamba-cache-size 2"),
         (["--mamba-full-memory-ratio", "0"], {}, "--mamba-full-memory-ratio 0"),
         (["--policy", "fair-share"], {}, "'fair-share'"),

@@ -24,17 +24,30 @@ def test_the_common_lines_state_the_layout_and_strategy():
 
 def test_each_part_appears_only_where_asked():
     env = {"SGLANG_PP_LAYER_PARTITION": "30,31,32"}
-    inputs = _inputs(env, pp_size=3, policy="own-share", token_capacity=100_000, context_len=8192)
+    inputs = _inputs(env, pp_size=3, policy="own-share", token_capacity=100_000, context_len=2048)
     full = header(inputs, state=True, policy=True, budget=True, token_capacity=True, partition=True)
-    model, layout, partition = full.splitlines()
+    model, layout, kv, partition = full.splitlines()
     assert "state per layer " in model and "(conv bfloat16, temporal float32)" in model
     assert layout.startswith("layout pp 3 x tp 1 (dp 1); policy own-share; budget 6.5 GiB, r 0.9; ")
-    assert layout.endswith("; KV token capacity 100,000")
+    assert layout.endswith("; KV token capacity 100,000 (--token-capacity)")
+    # The preset's MLA attention: 24 full-attention layers, kv_lora_rank 512 + qk_rope_head_dim 64.
+    assert kv == (
+        "KV cache: 24 attention layers, MLA 512 + 64, --kv-cache-dtype auto; context_len 2,048; "
+        "--token-capacity 100,000 per stage"
+    )
     assert partition == "SGLANG_PP_LAYER_PARTITION=30,31,32"
     plain = header(inputs)
-    for part in ("state per layer", "policy", "budget", "KV token capacity", "SGLANG_PP_LAYER_PARTITION"):
+    for part in (
+        "state per layer",
+        "policy",
+        "budget",
+        "KV token capacity",
+        "KV cache",
+        "SGLANG_PP_LAYER_PARTITION",
+    ):
         assert part not in plain
-    assert header(_inputs(), token_capacity=True).endswith("; KV token capacity not modelled (does not bind)")
+    # Without --token-capacity the pool is derived: nothing to say on the layout line.
+    assert "KV token capacity" not in header(_inputs(), token_capacity=True)
 
 
 def test_a_partition_is_shown_only_where_it_applies():

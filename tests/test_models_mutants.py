@@ -373,11 +373,20 @@ def test_model_type_lines_list_the_supported_families() -> None:
 
 
 def test_context_length_is_the_configs_own_up_to_its_cap() -> None:
-    """max_position_embeddings becomes the geometry's context_len (the default SGLang's running-request
-    estimate divides by); absent, it is None (Kimi's fixture has none); 2**30 loads, one more is refused."""
+    """The context length is SGLang's get_context_length (0.5.23 utils/hf_transformers/common.py:668-694):
+    the first of max_sequence_length, seq_length, max_seq_len, model_max_length, max_position_embeddings
+    (Kimi-Linear's fixture gives model_max_length 1,048,576 and no max_position_embeddings), the config
+    class's max_position_embeddings default where none is set (KimiLinearConfig: 4096), times
+    rope_scaling's factor; 2**30 loads, one more is refused."""
     assert _hf(_cfg("qwen3_next_80b_a3b")).context_len == 262_144
     assert _hf(_cfg("qwen3_5_397b_a17b")).context_len == 262_144
-    assert _hf(_cfg("kimi_linear_48b_a3b")).context_len is None
+    assert _hf(_cfg("kimi_linear_48b_a3b")).context_len == 1_048_576
+    kimi = _cfg("kimi_linear_48b_a3b")
+    del kimi["model_max_length"]
+    assert _hf(kimi).context_len == 4096
+    assert _hf(_cfg("qwen3_next_80b_a3b", rope_scaling={"factor": 4.0})).context_len == 4 * 262_144
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 32768}
+    assert _hf(_cfg("qwen3_next_80b_a3b", rope_scaling=yarn)).context_len == 262_144
     assert _hf(_cfg("falcon_h1_0_5b", max_position_embeddings=MAX_CONTEXT_LEN)).context_len == MAX_CONTEXT_LEN
     assert _refused(_cfg("falcon_h1_0_5b", max_position_embeddings=MAX_CONTEXT_LEN + 1)) == (
         f"{SRC}: max_position_embeddings=1073741825 must be an integer in [1, 1,073,741,824] (real models "
@@ -871,4 +880,6 @@ def test_describe_is_the_geometrys_json() -> None:
         "extra_per_slot_bytes": 5,
         "bytes_per_layer": (8 * 3 + 4 * 3) * 4 + 2 * 4 * 4,
         "per_req_bytes": ((8 * 3 + 4 * 3) * 4 + 2 * 4 * 4) * 3,
+        "context_len": None,
+        "attention": None,
     }

@@ -157,7 +157,9 @@ FLAG_CHANGE: dict[str, list[str]] = {
     "enable_linear_replayssm_spec": ["--enable-linear-replayssm-spec"],
     "linear_replayssm_cache_len": ["--linear-replayssm-cache-len", "8"],
     "token_capacity": ["--token-capacity", "100000"],
-    "context_len": ["--context-len", "4096"],
+    "context_len": ["--context-len", "2048"],
+    "kv_cache_dtype": ["--kv-cache-dtype", "fp8_e4m3"],
+    "max_total_tokens": ["--max-total-tokens", "100000"],
 }
 # What a flag needs beside it on every rank (so that only the flag differs).
 _EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
@@ -175,6 +177,7 @@ ENV_CHANGE = {
     "SGLANG_MAMBA_CONV_DTYPE": "float32",
     "SGLANG_MAMBA_SSM_DTYPE": "bfloat16",
     "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1",
+    "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1",
 }
 
 ATTENTION_FLAGS = ("tp_size", "dp_size")
@@ -205,7 +208,9 @@ LAUNCH_CHANGE: dict[str, tuple[list[str], str]] = {
     "mamba_ssm_dtype": (["--mamba-ssm-dtype", "bfloat16"], "mamba_ssm_dtype"),
     "enable_linear_replayssm_spec": (["--enable-linear-replayssm-spec"], "enable_linear_replayssm_spec"),
     "linear_replayssm_cache_len": (["--linear-replayssm-cache-len", "8"], "linear_replayssm_cache_len"),
-    "context_len": (["--context-length", "4096"], "context_len"),
+    "context_len": (["--context-length", "2048"], "context_len"),
+    "kv_cache_dtype": (["--kv-cache-dtype", "fp8_e4m3"], "kv_cache_dtype"),
+    "max_total_tokens": (["--max-total-tokens", "100000"], "max_total_tokens"),
     "mem_fraction_static": (["--mem-fraction-static", "0.8"], "launch_command"),
     "model_config": ([], "model"),
 }  # fmt: skip
@@ -213,7 +218,6 @@ LAUNCH_CHANGE: dict[str, tuple[list[str], str]] = {
 LAUNCH_ONLY_CHANGE = {
     "chunked_prefill_size": ["--chunked-prefill-size", "4096"],
     "max_prefill_tokens": ["--max-prefill-tokens", "8192"],
-    "max_total_tokens": ["--max-total-tokens", "100000"],
     "mamba_track_interval": ["--mamba-track-interval", "128"],
     "enable_mixed_chunk": ["--enable-mixed-chunk"],  # a start-up refusal's switch, sizes nothing
 }

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import attentions
 
 from checker.core.errors import BudgetError, CheckerInputError
 from checker.core.geometry import ModelGeometry
@@ -181,6 +182,8 @@ def budget_cases(draw: st.DrawFn) -> tuple[CapacityInputs, int]:
         conv_shapes=((draw(st.integers(64, 8192)), draw(st.integers(1, 4))),),
         temporal_shape=(draw(st.integers(1, 64)), draw(st.sampled_from([16, 64, 128])), 128),
         extra_per_slot_bytes=draw(st.sampled_from([0, 0, 4096])),
+        context_len=draw(st.sampled_from([4096, 262144])),
+        attention=draw(attentions(num_layers=L, linear=frozenset(ids))),
     )
     flags: dict[str, object] = {}
     dp = draw(st.sampled_from([1, 1, 2]))
@@ -196,7 +199,7 @@ def budget_cases(draw: st.DrawFn) -> tuple[CapacityInputs, int]:
         flags["max_mamba_cache_size"] = draw(st.integers(1, 600))
     if draw(st.integers(0, 3)) == 0:
         flags["token_capacity"] = draw(st.integers(2, 2000))
-        flags["context_len"] = draw(st.integers(1, 4096))
+        flags["context_len"] = draw(st.integers(1, 4096))  # not above the model's own
     inputs = CapacityInputs(
         geometry=geometry,
         budget_gib=8.0,

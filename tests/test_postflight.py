@@ -212,10 +212,15 @@ def test_causes_other_release_post_capture_cap_and_kv_cap(run):
         f"SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: the server capped max_running_requests {predicted} -> "
         f"{predicted - 3}"
     )
+    # The preflight sizes the KV pool now: a stage whose pool is 24 tokens while its state pool (sized from
+    # the same budget) is as predicted was capped by a KV-only input (--max-total-tokens), not by memory.
     kv = ServerLog(report, override={3: {"max_total_num_tokens": 24, "max_running_requests": 12}})
     r, doc = run(report, kv)
-    cause = next(c["cause"] for c in doc["checks"] if c["rank"] == 3 and c["value"] == "max_running_requests")
-    assert cause.startswith("the KV cache: max_total_num_tokens=24 caps max_running_requests at 12")
+    off = {c["value"]: c["cause"] for c in doc["checks"] if c["rank"] == 3 and c["status"] == "divergent"}
+    assert set(off) == {"max_total_num_tokens", "max_running_requests", "pp_max_micro_batch_size"}, off
+    assert len(set(off.values())) == 1, off
+    assert off["max_running_requests"].startswith("the KV pool alone: max_total_num_tokens 24 logged"), off
+    assert "--max-total-tokens" in off["max_running_requests"]
 
 
 def test_less_free_memory_than_the_preflight_measured_is_named(run):
@@ -250,6 +255,8 @@ def test_junit_and_the_step_summary_say_the_same(run, tmp_path):
     cases = {c.name: c for c in suite}
     assert set(cases) == {
         "max_mamba_cache_size",
+        "max_total_num_tokens",
+        "context_len",
         "max_running_requests",
         "pp_max_micro_batch_size",
         "weights_gib",
@@ -259,7 +266,7 @@ def test_junit_and_the_step_summary_say_the_same(run, tmp_path):
     assert isinstance(failure, junitparser.Failure)
     k = report["ranks"][3]["max_mamba_cache_size"]
     assert f"rank 3 (PP3, node-1): predicted {k}, logged 70" in failure.message
-    assert cases["max_running_requests"].result == []
+    assert cases["max_running_requests"].result == [] and cases["max_total_num_tokens"].result == []
     md = summary.read_text()
     assert (
         md.startswith("### PP capacity post-flight: DIVERGENT")

@@ -17,8 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import geometries
 
-from checker.core.errors import BudgetError, CheckerInputError, FlagError
+from checker.core.errors import BudgetError, CheckerInputError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
+from checker.core.kv_pool import code_of
+from checker.core.partition import stage_bounds, stage_partition
 from checker.core.releases import MODELLED_RELEASES, release_model
 from checker.core.sizing import (
     CHECKED_VALUES,
@@ -112,8 +114,26 @@ def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
             outcomes.append(derive_stage(inputs, k))
         except CheckerInputError as exc:
             outcomes.append(exc)
+    # Up to 0.5.16 a stage with no full-attention layer divides by its 0-byte KV cell at start-up, on
+    # that stage alone (checker.core.kv_pool.refuse_zero_cell): the one refusal that is the stage's own.
+    # It must name exactly the stages that hold no attention layer, and only where the release divides.
+    a = g.attention
+    zero_cell = [
+        k
+        for k, o in enumerate(outcomes)
+        if isinstance(o, LayoutError) and "holds no full-attention layer" in str(o)
+    ]
+    if zero_cell:
+        assert code_of(flags["sglang_version"]).zero_cell == "divide", outcomes
+        assert a is not None and inputs.token_capacity is None
+        bounds = stage_bounds(stage_partition(g.num_hidden_layers, P, kw["partition_env"]))
+        assert zero_cell == [k for k, (s, e) in enumerate(bounds) if a.layers_in(s, e) == 0], outcomes
+        outcomes = [o for k, o in enumerate(outcomes) if k not in zero_cell]
+        if not outcomes:
+            return
     errors = [o for o in outcomes if isinstance(o, CheckerInputError)]
     if errors:
+        P = len(outcomes)
         assert len(errors) == P, outcomes  # some stages derive values where another refuses
         assert len({type(e) for e in errors}) == 1, errors
         assert isinstance(errors[0], (BudgetError, FlagError)), errors[0]  # max-share: no 0-byte stage

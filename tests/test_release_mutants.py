@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from checker.core.attention import AttentionGeometry
 from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
@@ -386,6 +387,9 @@ def test_a_target_met_at_the_smallest_budget_has_nothing_below() -> None:
         linear_layer_ids=(0,),
         conv_shapes=((4, 1),),
         temporal_shape=(1, 4, 4),
+        context_len=4096,
+        # 32 KV bytes a token on layer 1: about 170,000 tokens at 0.01 GiB, far above one request's need.
+        attention=AttentionGeometry(full_attention_layer_ids=(1,), num_kv_heads=1, head_dim=8, v_head_dim=8),
     )
     got = min_budget(CapacityInputs(geometry=g, budget_gib=1.0), 1)
     assert (got.budget_hundredths, got.below, got.below_error) == (1, None, "0 GiB is not a budget")
@@ -401,6 +405,9 @@ def test_a_target_met_at_0_02_gib_derives_at_0_01_gib_below() -> None:
         linear_layer_ids=(0,),
         conv_shapes=((4, 1),),
         temporal_shape=(1, 1000, 750),
+        context_len=4096,
+        # The layer holds a KV cache too (as a Falcon-H1 layer does), 32 bytes a token: never binding here.
+        attention=AttentionGeometry(full_attention_layer_ids=(0,), num_kv_heads=1, head_dim=8, v_head_dim=8),
     )
     inputs = CapacityInputs(geometry=g, budget_gib=1.0, disable_radix_cache=True)
     got = min_budget(inputs, 1)
@@ -428,19 +435,26 @@ def test_a_target_that_is_no_positive_integer_is_refused(target: Any) -> None:
             {"token_capacity": 8000, "context_len": 2000},
             2048,
             "SGLang's running-request estimate clamp(int(T / context_len * 512), 2048, 4096) = 2048 from "
-            "--token-capacity 8000 and context length 2000 (set --max-running-requests to change it)",
+            "a KV pool of at most 8,000 tokens (--token-capacity 8000) and context length 2000 (set "
+            "--max-running-requests to allow more)",
         ),
         # T // 2 = 500 below the estimate (1000 / 100 * 512 -> 4096).
         (
             {"token_capacity": 1000, "context_len": 100},
             500,
-            "--token-capacity 1000, which allows at most T // 2 = 500",
+            "a KV pool of at most 1,000 tokens (--token-capacity 1000), which allows at most T // 2 = 500",
+        ),
+        # --max-total-tokens caps every stage's pool whatever the budget: T // 2 = 500 again.
+        (
+            {"max_total_tokens": 1000},
+            500,
+            "a KV pool of at most 1,000 tokens (--max-total-tokens 1000), which allows at most T // 2 = 500",
         ),
         # A tie (estimate 2048 = T // 2) names the later term.
         (
             {"token_capacity": 4096, "context_len": 1024},
             2048,
-            "--token-capacity 4096, which allows at most T // 2 = 2048",
+            "a KV pool of at most 4,096 tokens (--token-capacity 4096), which allows at most T // 2 = 2048",
         ),
         # spec 6A: K = max_mamba_cache_size // dp = 50 slots at 3 slots per request: 16 requests.
         (
@@ -478,7 +492,8 @@ def test_a_cap_no_budget_lifts_is_named_with_its_value(kw: dict[str, Any], cap: 
 
 
 def test_default_estimate_tops_out_at_4096() -> None:
-    """Without --token-capacity the KV pool does not bind: the estimate's ceiling, 4096, is the cap."""
+    """Without --token-capacity or --max-total-tokens the KV pool grows with the budget: the estimate's
+    ceiling, 4096, is the cap no budget lifts."""
     with pytest.raises(BudgetError) as info:
         min_budget(_inputs(), 4097)
     assert (

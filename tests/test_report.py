@@ -486,7 +486,7 @@ def junit(world_or_verdict, tmp_path):
 
 def test_junit_failing_case_message_carries_groups_and_root_cause(tmp_path):
     suite, cases = junit(PARTITION_HALF_4, tmp_path)
-    assert (suite.tests, suite.failures, suite.errors) == (5, 4, 0)
+    assert (suite.tests, suite.failures, suite.errors) == (8, 4, 0)
     assert suite.time == pytest.approx(ELAPSED_S)
     gap, cause = decided(PARTITION_HALF_4).root_causes
     for name, groups in [
@@ -544,8 +544,15 @@ def test_junit_strict_inputs_fails_the_inputs_case(tmp_path):
 )
 def test_junit_errors_on_every_value(tmp_path, verdict, message):
     suite, cases = junit(verdict(), tmp_path)
-    assert suite.errors == 3 and suite.failures == 0
-    for name in ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size"):
+    assert suite.errors == 6 and suite.failures == 0
+    for name in (
+        "max_mamba_cache_size",
+        "max_running_requests",
+        "pp_max_micro_batch_size",
+        "max_total_num_tokens",
+        "context_len",
+        "kv_own_tokens",
+    ):
         (err,) = cases[name].result
         assert isinstance(err, Error) and err.message.startswith(message)
 
@@ -624,8 +631,9 @@ def test_markdown_bolds_only_outlier_cells():
 
 def test_markdown_consistent_and_infrastructure():
     blocks = md_blocks(to_markdown(decided(WHOLE_MODEL_8), summary=SUMMARY))
-    assert [b[0] for b in blocks] == ["heading", "para", "para", "table", "list", "para"]
-    assert "allocate only about 1/8" in blocks[4][1][0]
+    assert [b[0] for b in blocks] == ["heading", "para", "para", "table", "para", "list", "para"]
+    assert blocks[4][1].startswith("KV pool: max_total_num_tokens ")
+    assert "allocate only about 1/8" in blocks[5][1][0]
     assert blocks[-1] == ("para", "verdict: `consistent` (exit 0)")
     v = infrastructure_failure(world_size=3, detail="rank 2 hung", missing_ranks=[2])
     blocks = md_blocks(to_markdown(v, summary=SUMMARY))
@@ -683,13 +691,13 @@ LONG = [
 
 def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_differently(tmp_path):
     """The rows carry the launch command's own sizing flags cut to 120 bytes, where two commands can look
-    alike (here they differ only in --max-total-tokens, past the cut): the report keeps rank 0's whole
-    command (argv, text, sha256) and groups every rank by the digest of its whole input, so rank 3 is
-    named. The flags compared as inputs of their own (--pp-size, --page-size, the model) are not in it."""
+    alike (here they differ only in --max-prefill-tokens' last digit, past the cut): the report keeps rank
+    0's whole command (argv, text, sha256) and groups every rank by the digest of its whole input, so rank 3
+    is named. The flags compared as inputs of their own (--pp-size, --page-size, the model) are not in it."""
     model = _model_dir(tmp_path)
-    same = [*SERVE, "--model-path", model, *LONG, "--max-total-tokens", "200000", "--served-model-name"]
+    same = [*SERVE, "--model-path", model, *LONG, "--served-model-name"]
     same.append("a b")
-    other = [*SERVE, "--model-path", model, *LONG, "--max-total-tokens", "100000"]
+    other = [*SERVE, "--model-path", model, *LONG, "--max-prefill-tokens", "16385"]
     verdict, extra = _launch_world([same, same, same, other])
     doc = json.loads(json.dumps(to_json(verdict, extra=extra)))
     lc = doc["launch_command"]
@@ -698,7 +706,7 @@ def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_diff
     assert (lc["form"], lc["release"]) == ("python -m sglang.launch_server ARGS", "0.5.23")
     assert lc["input"] == (
         "python -m sglang.launch_server: mem_fraction_static=0.85 sglang.chunked_prefill_size=8192 "
-        "sglang.max_prefill_tokens=16384 sglang.max_total_tokens=200000"
+        "sglang.max_prefill_tokens=16384"
     )
     assert [g["ranks"] for g in lc["groups"]] == [[0, 1, 2], [3]]
     assert lc["groups"][0]["input_digest"] == lc["input_digest"] != lc["groups"][1]["input_digest"]

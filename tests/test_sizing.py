@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from checker.core.attention import AttentionGeometry
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.models import load_geometry
@@ -675,6 +676,10 @@ TOY = ModelGeometry(
     linear_layer_ids=(0, 1, 2, 3),
     conv_shapes=((8, 3),),
     temporal_shape=(2, 4, 4),
+    context_len=1_048_576,
+    # Layer 3 also holds a KV cache (as every Falcon-H1 layer does): 1 head x (8 + 8) x 2 bytes = 32 bytes
+    # a token, so about 2**25 tokens at 1 GiB: the pool is far from binding the estimate's 4096.
+    attention=AttentionGeometry(full_attention_layer_ids=(3,), num_kv_heads=1, head_dim=8, v_head_dim=8),
 )  # 176 bytes a layer, 704 per request: at 1 GiB the state pool never binds
 
 
@@ -688,7 +693,7 @@ TOY = ModelGeometry(
         (3000, 100_000, None, 1500),  # 15 -> 2048, then T//2 = 1500
         (6000, 1000, 5000, 3000),  # user value capped by T//2
         (6000, 1000, 100, 100),  # user value below T//2
-        (None, None, None, 4096),  # no token capacity: the KV pool does not bind
+        (None, None, None, 4096),  # the derived pool (about 2**25 tokens) leaves the estimate's 4096
     ],
 )
 def test_token_capacity_and_context_len_estimate(
@@ -716,9 +721,12 @@ def test_token_capacity_too_small_for_one_request() -> None:
 
 
 def test_token_capacity_needs_a_context_len() -> None:
-    """The preset carries no max_position_embeddings: --token-capacity alone cannot be estimated."""
+    """A model spec without a context length: the request estimate cannot be computed, --token-capacity
+    or not; --context-length supplies it."""
     with pytest.raises(FlagError, match="--context-len"):
-        make(token_capacity=100_000)
+        CapacityInputs(geometry=replace(TOY, context_len=None), budget_gib=1.0, token_capacity=100_000)
+    ok = CapacityInputs(geometry=replace(TOY, context_len=None), budget_gib=1.0, context_len=4096)
+    assert derive_stage(ok, 0).context_len == 4096
 
 
 def test_context_len_defaults_to_the_config(fixtures_dir: Path) -> None:
@@ -749,6 +757,8 @@ def test_model_spec_extra_per_slot_is_scaled_like_per_req(tmp_path: Path) -> Non
         "conv_shapes": [[8, 3]],
         "temporal_shape": [2, 4, 4],
         "extra_per_slot_bytes": 1000,
+        "context_len": 4096,
+        "attention": {"full_attention_layer_ids": [3], "num_key_value_heads": 1, "head_dim": 8},
     }
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
@@ -1033,9 +1043,9 @@ REFUSED_INPUTS = [
     ),
     (
         "token capacity without a context length",
-        {"token_capacity": 100_000},
-        "--token-capacity needs --context-len (the model config gives no max_position_embeddings to "
-        "default it from)",
+        {"geometry": replace(TOY, context_len=None), "pp_size": 1, "token_capacity": 100_000},
+        "toy: the model spec gives no context length, which SGLang's running-request estimate divides by; "
+        'add "context_len" to the spec or pass --context-len',
     ),
     (
         "lazy before 0.5.13",

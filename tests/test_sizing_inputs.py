@@ -36,6 +36,8 @@ def _other_value(row: ServerArg) -> object:
         return "bfloat16"
     if row.choices is not None:
         return next(c for c in reversed(row.choices) if c != row.default)
+    if row.name == "kv_cache_dtype":  # a KV element type every release takes
+        return "fp8_e4m3"
     if row.kind is str:  # the speculative algorithm: a name SGLang knows
         return "EAGLE"
     return 0.25 if row.kind is float else 2

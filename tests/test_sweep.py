@@ -178,7 +178,10 @@ def capacity_inputs(draw: st.DrawFn) -> CapacityInputs:
         speculative_num_draft_tokens=D,
         pp_max_micro_batch_size=draw(st.one_of(st.none(), st.none(), st.integers(1, 64))),
         token_capacity=T,
-        context_len=draw(st.integers(1, 1_000_000)) if T else None,
+        context_len=draw(st.one_of(st.none(), st.integers(1, 1_000_000))),
+        allow_longer_context=True,  # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: any --context-length
+        max_total_tokens=draw(st.one_of(st.none(), st.none(), st.integers(1, 3_000_000))),
+        kv_cache_dtype=draw(st.sampled_from(["auto", "auto", "fp8_e4m3", "bf16"])),
         skip_decode_lock=draw(st.booleans()),
     )
 

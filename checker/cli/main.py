@@ -53,6 +53,7 @@ ENVIRONMENT = (
     ("SGLANG_MAMBA_CONV_DTYPE", "conv state dtype (default bfloat16)", _DERIVING),
     ("SGLANG_MAMBA_SSM_DTYPE", "temporal state dtype (--mamba-ssm-dtype wins)", _DERIVING),
     ("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "SGLang's decode-lock switch", _DERIVING),
+    ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "lets --context-len exceed the model's own", _DERIVING),
     (
         "SGLANG_ENABLE_PP_SPEC",
         "0.5.21+: spec decoding under PP needs it (not compared)",

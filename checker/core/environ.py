@@ -19,4 +19,14 @@ PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"
 """0.5.21+: speculative decoding (EAGLE) under pipeline parallelism starts only with it set
 (``arg_groups/validation_hook.py`` ``check_pipeline_parallel_compat``), outside a prefill node."""
 
-SGLANG_ENV_VARS = (PARTITION_ENV, MAMBA_CONV_DTYPE_ENV, MAMBA_SSM_DTYPE_ENV, SKIP_DECODE_LOCK_ENV)
+LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+"""Lets --context-length exceed the model's own (``ModelConfig._derive_context_length``: otherwise a
+ValueError at start-up, every modelled release); the context length sizes the request estimate."""
+
+SGLANG_ENV_VARS = (
+    PARTITION_ENV,
+    MAMBA_CONV_DTYPE_ENV,
+    MAMBA_SSM_DTYPE_ENV,
+    SKIP_DECODE_LOCK_ENV,
+    LONGER_CONTEXT_ENV,
+)

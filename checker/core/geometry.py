@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from checker.core.attention import AttentionGeometry
 from checker.core.errors import CheckerInputError, ConfigError, FlagError, json_kind, shorten
 
 # ---- limits: sizes no real model reaches, refused up front so any input costs bounded time and memory ----
@@ -106,6 +107,9 @@ class ModelGeometry:
     by :func:`checker.core.models.load_geometry`: what ranks compare as the ``model`` input. It leaves out
     the TP size and the resolved dtypes, which are inputs of their own (--tp-size, SGLANG_MAMBA_*_DTYPE,
     --mamba-ssm-dtype), so a rank that sets one of them differs in that input, not in the model."""
+    attention: AttentionGeometry | None = None
+    """The KV cache's facts (:class:`checker.core.attention.AttentionGeometry`); None for a model spec that
+    gives none, whose KV pool the checker cannot size (it then needs ``--token-capacity``)."""
     family: str | None = None
     """The model family as SGLang tells it apart: the HF config's ``model_type`` ("qwen3_next",
     "nemotron_h", ...), the preset's, or a model spec's optional ``model_type``; None when unknown. Old
@@ -156,6 +160,14 @@ class ModelGeometry:
         f = self.family
         if f is not None and (not isinstance(f, str) or not f.strip() or len(f) > 200):
             raise ConfigError(f"{self.name}: model_type={shorten(f)} must be a non-empty string")
+        a = self.attention
+        if a is not None:
+            past = sorted(i for i in a.full_attention_layer_ids if i >= L)
+            if past:
+                raise ConfigError(
+                    f"{self.name}: full-attention layer ids {shorten(past)} out of range [0, {L}); ids are "
+                    "0-based and must be below num_hidden_layers"
+                )
         c = self.context_len
         if c is not None and (not _is_int(c) or not 1 <= c <= MAX_CONTEXT_LEN):
             raise ConfigError(
@@ -204,6 +216,8 @@ class ModelGeometry:
             "extra_per_slot_bytes": self.extra_per_slot_bytes,
             "bytes_per_layer": self.bytes_per_layer,
             "per_req_bytes": self.per_req_bytes,
+            "context_len": self.context_len,
+            "attention": None if self.attention is None else self.attention.describe(),
         }
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from checker.core.attention import AttentionGeometry
 from checker.core.errors import ConfigError, LayoutError, json_kind, printable, shorten
 from checker.core.geometry import (
     MAX_CONTEXT_LEN,
@@ -125,13 +126,33 @@ def _kimi_k3(tp_size: int) -> ModelGeometry:
     # the last two are too; conv [(4096, 3)] bf16 and temporal (64, 128, 128) fp32 per layer. Taken as
     # TP-1 shapes so --tp-size divides the 64 heads and 4096 conv channels like a config's.
     src = "preset kimi-k3"
+    linear = tuple(i for i in range(93) if (i + 1) % 4 != 0 and i <= 90)
     return ModelGeometry(
         name="kimi-k3",
         family="kimi_k3",  # SGLang 0.5.23 models/kimi_k3.py; no older release has this family
         num_hidden_layers=93,
-        linear_layer_ids=tuple(i for i in range(93) if (i + 1) % 4 != 0 and i <= 90),
+        linear_layer_ids=linear,
         conv_shapes=((exact_div(4096, tp_size, what="conv channels", source=src), 3),),
         temporal_shape=(exact_div(64, tp_size, what="num_heads", source=src), 128, 128),
+        # SGLang names no published Kimi-K3 config.json. KimiK3Config (configs/kimi_k3.py) holds the hybrid
+        # layers and the MLA attention in a KimiLinearConfig text config, whose full_attention_layer_ids are
+        # the layers that are not KDA (configs/kimi_linear.py:169); the MLA cell is kv_lora_rank 512 +
+        # qk_rope_head_dim 64 (kernels/ops/attention/verify_mla.py:32 "K3 MLA (kv_lora_rank 512 + qk_rope
+        # 64)"); its context length is KimiLinearConfig's max_position_embeddings default, 4096
+        # (configs/kimi_linear.py:64), and num_nextn_predict_layers its default 0. bf16 KV (2 bytes; the
+        # float16 that "auto" would give a config without a dtype is as wide).
+        context_len=4096,
+        attention=AttentionGeometry(
+            full_attention_layer_ids=tuple(i for i in range(93) if i not in set(linear)),
+            num_kv_heads=1,
+            head_dim=72,
+            v_head_dim=72,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            dtype="bfloat16",
+            architecture="KimiK3ForConditionalGeneration",
+            num_nextn_predict_layers=0,
+        ),
     )
 
 
@@ -510,12 +531,177 @@ def geometry_from_hf_config(cfg: Mapping[str, Any], *, tp_size: int, source: str
             f"KV cache); the check applies to hybrid models ({supported})"
         )
     fields = FAMILIES[model_type](keys, tp_size)
-    context = None
-    if keys.data.get("max_position_embeddings") is not None:
-        context = keys.integer(
-            "max_position_embeddings", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)"
+    spec = _ATTENTION[model_type]
+    context = context_length(keys, default=spec.context_default)
+    attention = _attention(cfg, keys, spec, fields)
+    return ModelGeometry(
+        name=f"{source} ({model_type})",
+        context_len=context,
+        family=model_type,
+        attention=attention,
+        **fields,
+    )
+
+
+# ---- the attention side: what SGLang's ModelConfig and the family's config class read ----
+
+
+@dataclass(frozen=True)
+class _AttentionSpec:
+    """A family's attention facts where its SGLang config class (0.5.23 ``sglang/srt/configs/``) decides
+    them: the full-attention layers, and the class defaults of keys a config may leave out."""
+
+    full_ids: Callable[[_Keys, dict[str, Any]], tuple[int, ...]]
+    context_default: int
+    """The config class's ``max_position_embeddings`` default (what ``get_context_length`` falls back to)."""
+    kv_heads_default: int | None = None
+    head_dim_default: int | None = None
+    """None: ``hidden_size // num_attention_heads`` (``ModelConfig._derive_model_shapes``)."""
+    mla: bool = False
+    nextn_default: int | None = None
+    """The config class's ``num_nextn_predict_layers`` default (None: the class has no such field)."""
+
+
+def _complement(_: _Keys, fields: dict[str, Any]) -> tuple[int, ...]:
+    # Qwen3-Next / Qwen3.5 (``layers_block_type`` from the interval) and Kimi-Linear (every layer that is not
+    # KDA): the layers that are not linear attention.
+    linear = set(fields["linear_layer_ids"])
+    return tuple(i for i in range(fields["num_hidden_layers"]) if i not in linear)
+
+
+def _nemotron_full(k: _Keys, _: dict[str, Any]) -> tuple[int, ...]:
+    # configs/nemotron_h.py full_attention_layer_ids: the "*" of hybrid_override_pattern.
+    return tuple(i for i, c in enumerate(k.get("hybrid_override_pattern")) if c == "*")
+
+
+def _every_layer(_: _Keys, fields: dict[str, Any]) -> tuple[int, ...]:
+    # configs/falcon_h1.py full_attention_layer_ids: range(num_hidden_layers) (attention on every layer).
+    return tuple(range(fields["num_hidden_layers"]))
+
+
+def _granite_full(k: _Keys, _: dict[str, Any]) -> tuple[int, ...]:
+    # configs/granitemoehybrid.py attention_layer_ids: layer_types[i] == "attention" (0.5.19+ maps
+    # transformers 5.15's "full_attention" back to it first: GRANITE_LAYER_NAMES).
+    return tuple(i for i, t in enumerate(k.get("layer_types")) if GRANITE_LAYER_NAMES.get(t) == "attention")
+
+
+_QWEN_ATTENTION = _AttentionSpec(_complement, 32768, kv_heads_default=2, head_dim_default=256)
+_ATTENTION: dict[str, _AttentionSpec] = {
+    # configs/qwen3_next.py Qwen3NextConfig (Qwen3_5TextConfig inherits it): num_key_value_heads=2,
+    # head_dim=256, max_position_embeddings=32768.
+    "qwen3_next": _QWEN_ATTENTION,
+    "qwen3_5": _QWEN_ATTENTION,
+    "qwen3_5_moe": _QWEN_ATTENTION,
+    # configs/kimi_linear.py KimiLinearConfig: max_position_embeddings=4096, num_nextn_predict_layers=0;
+    # ModelConfig treats KimiLinearForCausalLM as MLA (head_dim 72, kv_lora_rank + qk_rope_head_dim).
+    "kimi_linear": _AttentionSpec(_complement, 4096, mla=True, nextn_default=0),
+    # configs/nemotron_h.py NemotronHConfig: head_dim=128, num_key_value_heads=8,
+    # max_position_embeddings=4096, num_nextn_predict_layers=0.
+    "nemotron_h": _AttentionSpec(
+        _nemotron_full, 4096, kv_heads_default=8, head_dim_default=128, nextn_default=0
+    ),
+    # configs/falcon_h1.py FalconH1Config: num_key_value_heads=8, max_position_embeddings=8192.
+    "falcon_h1": _AttentionSpec(_every_layer, 8192, kv_heads_default=8),
+    # configs/granitemoehybrid.py GraniteMoeHybridConfig: num_key_value_heads=8,
+    # max_position_embeddings=131072.
+    "granitemoehybrid": _AttentionSpec(_granite_full, 131072, kv_heads_default=8),
+}
+assert set(_ATTENTION) == set(FAMILIES), "every family the checker reads has its attention facts"
+
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
+"""SGLang's ``get_context_length`` (0.5.23 ``utils/hf_transformers/common.py:668-694``): the first key set."""
+
+
+def context_length(k: _Keys, *, default: int) -> int:
+    """The model's context length as SGLang derives it (``ModelConfig.context_len`` without
+    --context-length): the first of :data:`CONTEXT_LENGTH_KEYS` the config sets (the config class's
+    ``max_position_embeddings`` default otherwise), times ``rope_scaling.factor`` unless the scaling names
+    ``original_max_position_embeddings`` or is llama3's."""
+    factor: float = 1
+    rope = k.data.get("rope_scaling")
+    if isinstance(rope, Mapping) and rope:
+        raw = rope.get("factor", 1)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= 2**20:
+            raise k.error("rope_scaling", rope, f"has factor={shorten(raw)}, not a positive number; {FIX}")
+        factor = raw
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in CONTEXT_LENGTH_KEYS:
+        if k.data.get(key) is not None:
+            value = k.integer(key, maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)")
+            break
+    else:
+        value = default
+    context = int(factor * value)
+    if not 1 <= context <= MAX_CONTEXT_LEN:
+        raise ConfigError(
+            f"{k.source}: the context length rope_scaling.factor x {value} = {context:,} is outside "
+            f"[1, {MAX_CONTEXT_LEN:,}]; {FIX}"
         )
-    return ModelGeometry(name=f"{source} ({model_type})", context_len=context, family=model_type, **fields)
+    return context
+
+
+_DTYPE_NAMES = {
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float": "float32",
+    "half": "float16",
+}
+
+
+def _auto_dtype(cfg: Mapping[str, Any], k: _Keys) -> str:
+    """``--dtype auto`` as ``ModelConfig`` resolves it (``_get_and_verify_dtype``): the text config's
+    ``dtype``/``torch_dtype`` (the top-level one when it has none), float32 or unset becoming float16."""
+    raw = k.data.get("dtype") or k.data.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype")
+    name = _DTYPE_NAMES.get(raw.removeprefix("torch.")) if isinstance(raw, str) else None
+    if raw is not None and name is None:
+        raise ConfigError(f"{k.source}: torch_dtype={shorten(raw)} is not a dtype SGLang loads; {FIX}")
+    return "float16" if name in (None, "float32") else name
+
+
+def _attention(
+    cfg: Mapping[str, Any], k: _Keys, spec: _AttentionSpec, fields: dict[str, Any]
+) -> AttentionGeometry:
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    quant = cfg.get("quantization_config")
+    algo = quant.get("kv_cache_quant_algo") if isinstance(quant, Mapping) else None
+    nextn = spec.nextn_default
+    if k.data.get("num_nextn_predict_layers") is not None:
+        nextn = k.integer("num_nextn_predict_layers", minimum=0, maximum=1024)
+    common: dict[str, Any] = dict(
+        full_attention_layer_ids=spec.full_ids(k, fields),
+        dtype=_auto_dtype(cfg, k),
+        architecture=arch,
+        num_nextn_predict_layers=nextn,
+        fp8_kv_checkpoint=isinstance(algo, str) and algo.upper() == "FP8",
+    )
+    if spec.mla:
+        rank = k.integer("kv_lora_rank", minimum=0)
+        rope = k.integer("qk_rope_head_dim", minimum=0)
+        return AttentionGeometry(
+            num_kv_heads=1, head_dim=72, v_head_dim=72, kv_lora_rank=rank, qk_rope_head_dim=rope, **common
+        )
+    heads = spec.kv_heads_default
+    if k.data.get("num_key_value_heads") is not None or heads is None:
+        heads = k.integer("num_key_value_heads")
+    if k.data.get("head_dim") is not None:
+        head_dim = k.integer("head_dim")
+    elif spec.head_dim_default is not None:
+        head_dim = spec.head_dim_default
+    else:
+        head_dim = k.integer("hidden_size") // k.integer("num_attention_heads")
+        if head_dim < 1:
+            raise ConfigError(f"{k.source}: hidden_size // num_attention_heads is 0; {FIX}")
+    v_head_dim = k.integer("v_head_dim") if k.data.get("v_head_dim") else head_dim
+    return AttentionGeometry(num_kv_heads=heads, head_dim=head_dim, v_head_dim=v_head_dim, **common)
 
 
 def _spec_shape(k: _Keys, value: Any, what: str) -> tuple[int, ...]:
@@ -576,9 +762,16 @@ def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGe
             return default
         return canonical_dtype(value, source=f"{source}: dtypes.{key}", error=ConfigError)
 
+    context = None
+    if spec.get("context_len") is not None:
+        context = k.integer(
+            "context_len", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)"
+        )
     return ModelGeometry(
         name=name or source,
         num_hidden_layers=L,
+        context_len=context,
+        attention=_spec_attention(k) if spec.get("attention") is not None else None,
         linear_layer_ids=tuple(sorted(ids)),
         conv_shapes=tuple(_spec_shape(k, s, f"conv_shapes[{i}]") for i, s in enumerate(convs)),
         temporal_shape=_spec_shape(k, k.get("temporal_shape"), "temporal_shape"),
@@ -586,6 +779,31 @@ def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGe
         temporal_dtype=dtype("temporal", "float32"),
         extra_per_slot_bytes=extra,
         family=family,
+    )
+
+
+def _spec_attention(k: _Keys) -> AttentionGeometry:
+    """A model spec's optional ``attention`` object: the model's own (TP 1) KV facts, as in config.json."""
+    a = k.section("attention")
+    ids = a.get("full_attention_layer_ids")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise a.error("full_attention_layer_ids", ids, "must be a list of 0-based integers")
+    mla = a.data.get("kv_lora_rank") is not None or a.data.get("qk_rope_head_dim") is not None
+    head_dim = a.integer("head_dim") if not mla or a.data.get("head_dim") is not None else 72
+    dtype = a.data.get("dtype", "bfloat16")
+    return AttentionGeometry(
+        full_attention_layer_ids=tuple(sorted(ids)),
+        num_kv_heads=a.integer("num_key_value_heads") if not mla else 1,
+        head_dim=head_dim,
+        v_head_dim=a.integer("v_head_dim") if a.data.get("v_head_dim") is not None else head_dim,
+        kv_lora_rank=a.integer("kv_lora_rank", minimum=0) if mla else None,
+        qk_rope_head_dim=a.integer("qk_rope_head_dim", minimum=0) if mla else None,
+        dtype=canonical_dtype(dtype, source=f"{k.source}: attention.dtype", error=ConfigError),
+        num_nextn_predict_layers=(
+            a.integer("num_nextn_predict_layers", minimum=0, maximum=1024)
+            if a.data.get("num_nextn_predict_layers") is not None
+            else None
+        ),
     )
 
 

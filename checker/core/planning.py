@@ -13,14 +13,17 @@ from dataclasses import dataclass, replace
 
 from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, LayoutError
+from checker.core.kv_pool import ESTIMATE_MAX
 from checker.core.partition import default_partition, stage_bounds, stage_partition
 from checker.core.sizing import (
     CapacityInputs,
     StageCapacity,
     StagePlan,
+    kv_token_bound,
     plan_stage,
     request_cap_terms,
     requests_per_worker,
+    resolve_stages,
     size_pool,
 )
 
@@ -56,7 +59,7 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
     """
     dp = inputs.dp_size
     user = inputs.max_running_requests
-    T = inputs.token_capacity
+    T = kv_token_bound(inputs)
     first, half_tokens = request_cap_terms(inputs)
     per_worker = requests_per_worker(inputs)
     caps: list[RequestCap] = []
@@ -71,20 +74,23 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
             f"{inputs.release.label} caps --max-running-requests {user} by it"
             if user is not None
             else "set --max-running-requests to allow more"
-            if T is None
-            else "set --max-running-requests to change it"
         )
-        if T is None:
+        if first == ESTIMATE_MAX:
             why = "SGLang's default running-request estimate, which tops out at 4096"
         else:
             why = (
                 f"SGLang's running-request estimate clamp(int(T / context_len * 512), 2048, 4096) = {first} "
-                f"from --token-capacity {T} and context length {inputs.resolved_context_len}"
+                f"from a KV pool of at most {T:,} tokens ({_bound_flags(inputs)}) and context length "
+                f"{inputs.resolved_context_len}"
             )
         caps.append(RequestCap(first, f"{why} ({way_out})"))
     if half_tokens is not None:
         caps.append(
-            RequestCap(half_tokens, f"--token-capacity {T}, which allows at most T // 2 = {half_tokens}")
+            RequestCap(
+                half_tokens,
+                f"a KV pool of at most {T:,} tokens ({_bound_flags(inputs)}), which allows at most "
+                f"T // 2 = {half_tokens}",
+            )
         )
     honours_size = inputs.release.rules.pool_rule in ("branches", "explicit-or-fit")
     if inputs.max_mamba_cache_size is not None and honours_size:
@@ -111,6 +117,18 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
     return caps
 
 
+def _bound_flags(inputs: CapacityInputs) -> str:
+    flags = [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--token-capacity", inputs.token_capacity),
+            ("--max-total-tokens", inputs.max_total_tokens),
+        )
+        if value is not None
+    ]
+    return ", ".join(flags)
+
+
 @dataclass(frozen=True, kw_only=True)
 class MinBudget:
     """The answer for one policy: the smallest budget and what every stage derives there and below."""
@@ -135,8 +153,10 @@ class MinBudget:
 
 
 def _derive_at(plans: list[StagePlan], inputs: CapacityInputs, h: int) -> list[StageCapacity]:
+    """Every stage at ``h / 100`` GiB after the MIN of their own KV pools (a stage that does not boot
+    there raises its BudgetError: the target is missed)."""
     budget = budget_from_hundredths(h)
-    return [size_pool(p, inputs, budget) for p in plans]
+    return resolve_stages([size_pool(p, inputs, budget) for p in plans], inputs)
 
 
 def meets(derive_at: Callable[[int], list[StageCapacity]], h: int, target: int) -> bool:

@@ -58,6 +58,33 @@ class RankRow:
     slots_per_request: int = _int()
     state_allocated_bytes: int = _int()
     state_charged_bytes: int = _int()
+    # the KV token pool (checker.core.kv_pool): the stage's own capacity, and after the MIN over the world
+    context_len: int = _int()
+    kv_cell_bytes: int = _int()
+    """KV bytes per token on this rank (0: its stage holds no attention layer)."""
+    kv_available_bytes: int = _int()
+    """The bytes the state pool left this rank for the KV pool."""
+    kv_profiled_tokens: int = _int()
+    """The tokens those bytes hold (or --token-capacity), before --max-total-tokens and alignment."""
+    kv_estimate_tokens: int = _int(report=False)
+    """What a release up to 0.5.9 estimates max_running_requests from (the stage's own profile)."""
+    kv_own_tokens: int = _int()
+    """The stage's own KV capacity: what this rank hands SGLang's MIN over the world group."""
+    max_total_num_tokens: int = _int()
+    """The KV pool after the MIN (SGLang's ``max_total_num_tokens``), resolved from every rank's row."""
+    kv_idle_bytes: int = _int()
+    """KV bytes this rank reserved for its own capacity that the MIN leaves unused."""
+    kv_limiting: int = _int()
+    """1 where this rank's own capacity is the MIN (it sets the pool for all), else 0."""
+    # what the resolution after the MIN reads of this rank, beside the values above
+    kv_release: int = _int(report=False)
+    """The modelled release whose rules this rank applies (its index in MODELLED_RELEASES)."""
+    page_size: int = _int(report=False)
+    requests_per_worker: int = _int(report=False)
+    """--max-running-requests // dp as this rank's release reads it (MISSING: unset)."""
+    user_max_running_requests: int = _int(report=False)
+    user_micro_batch_size: int = _int(report=False)
+    """--pp-max-micro-batch-size (MISSING: unset)."""
     # from what
     budget_millionths_gib: int = _int(report=False)
     """``budget_gib`` on the wire: the budget this rank derived with, in millionths of a GiB (the one int

@@ -283,9 +283,30 @@ class SizingFlags:
     )
     """The flag as given; the geometry's temporal dtype is resolved from it (``geometry.resolve_dtypes``)."""
     token_capacity: int | None = _arg(
-        None, **_positive(metavar="T", help="KV token capacity; unset means it does not bind")
+        None,
+        **_positive(
+            metavar="T",
+            help="the tokens one stage's KV pool holds, in place of what its KV bytes give (the profile); "
+            "--max-total-tokens, --page-size and the MIN over stages still apply (default: derived)",
+        ),
     )
-    """KV token capacity T; None means the KV pool does not bind."""
+    """Overrides every stage's profiled KV capacity (the tokens its KV bytes hold); None: derived."""
+    kv_cache_dtype: str = _arg(
+        "auto",
+        metavar="DTYPE",
+        sglang="kv_cache_dtype",
+        help="KV cache element type (SGLang's flag: auto = the model's dtype, fp8_e4m3, fp8_e5m2, bf16, "
+        "...; the release's parser decides which it takes)",
+    )
+    """Checked against the release's own choices when sizing (checker.core.kv_pool.kv_dtype_bytes)."""
+    max_total_tokens: int | None = _arg(
+        None,
+        metavar="N",
+        sglang="max_total_tokens",
+        help="cap on every stage's KV pool in tokens (SGLang's flag; default: what the memory gives)",
+    )
+    """Unbounded here: SGLang takes any integer, and a value <= 0 is the release's own refusal at start-up
+    (checker.core.kv_pool)."""
     context_len: int | None = _arg(
         None,
         **_positive(

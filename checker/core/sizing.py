@@ -21,12 +21,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import TypeVar
 
-from checker.core.errors import BudgetError, FlagError, LayoutError
+from checker.core.environ import LONGER_CONTEXT_ENV
+from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
+from checker.core.kv_pool import (
+    ESTIMATE_MAX,
+    KvOwn,
+    KvStage,
+    code_of,
+    counts_own_stage,
+    draft_layers_of,
+    estimate,
+    kv_dtype_bytes,
+    own_kv,
+    refuse_zero_cell,
+    resolve_one,
+)
 from checker.core.partition import stage_bounds, stage_partition
 from checker.core.releases import (
     GROUPS,
@@ -126,6 +140,10 @@ class CapacityInputs(SizingFlags):
     """SGLANG_ENABLE_PP_SPEC set truthy (0.5.21+: speculative decoding under PP starts only with it)."""
     spec_note: str = ""
     """What the release resolved of the speculative setup itself (checker.core.startup), for reports."""
+    allow_longer_context: bool = False
+    """SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN set truthy: --context-length may exceed the model's."""
+    speculative_draft_model_path: bool = False
+    """A --speculative-draft-model-path was given (its checkpoint's layers widen the KV cell)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()  # every flag as its row says (type, range, choices)
@@ -157,11 +175,6 @@ class CapacityInputs(SizingFlags):
                 "--speculative-num-draft-tokens needs --max-running-requests: SGLang sizes the "
                 "spec-decoding intermediate state from it (or give --speculative-algorithm, and the "
                 "release picks its own)"
-            )
-        if self.token_capacity is not None and self.resolved_context_len is None:
-            raise FlagError(
-                "--token-capacity needs --context-len (the model config gives no "
-                "max_position_embeddings to default it from)"
             )
         sg = self.release.label
         if self.pp_size > 1 and not rules.pp_hybrid:
@@ -197,6 +210,53 @@ class CapacityInputs(SizingFlags):
             )
         # Fail early on the layout: pp size vs layers, partition env.
         stage_partition(self.geometry.num_hidden_layers, self.pp_size, self.partition_env)
+        self._check_kv_inputs()
+
+    def _check_kv_inputs(self) -> None:
+        """The KV pool's inputs, refused as the release refuses them at start-up (one line each)."""
+        sg = self.release.label
+        g = self.geometry
+        own = g.context_len
+        if (
+            self.context_len is not None
+            and own is not None
+            and self.context_len > own
+            and not self.allow_longer_context
+        ):
+            # configs/model_config.py ModelConfig._derive_context_length, every modelled release.
+            raise FlagError(
+                f"--context-len {self.context_len} (a launch command's --context-length) is above the "
+                "model's "
+                f'own context length {own}: {sg} refuses it at start-up ("User-specified context_length '
+                f'({self.context_len}) is greater than the derived context_length ({own})"); lower it, or '
+                f"set {LONGER_CONTEXT_ENV}=1 as SGLang's message says"
+            )
+        if self.resolved_context_len is None:
+            raise FlagError(
+                f"{g.name}: the model spec gives no context length, which SGLang's running-request "
+                'estimate divides by; add "context_len" to the spec or pass --context-len'
+            )
+        if self.max_total_tokens is not None and self.max_total_tokens <= 0:
+            raise FlagError(
+                f"--max-total-tokens {self.max_total_tokens}: {sg} caps every KV pool at it and refuses to "
+                'start with a pool of 0 tokens or fewer ("Not enough memory. Please try to increase '
+                '--mem-fraction-static."); give a positive number of tokens, or leave it out'
+            )
+        if g.attention is None:
+            if self.token_capacity is None:
+                raise ConfigError(
+                    f"{g.name}: the model spec gives no attention facts, so the checker cannot size its KV "
+                    'token pool, which caps max_running_requests; add an "attention" object to the spec '
+                    "(docs/preflight.md#json-model-spec) or pass --token-capacity"
+                )
+        else:
+            kv_dtype_bytes(self.release.version, self.kv_cache_dtype, g.attention)
+            draft_layers_of(
+                self.release.version,
+                g.attention,
+                speculative=bool(self.speculative_num_draft_tokens),
+                draft_path=self.speculative_draft_model_path,
+            )
 
     def _refuse_family(self, rules: ReleaseRules, sg: str) -> None:
         """Old releases size the pool per model family (docs/sglang-releases.md): refuse a geometry that
@@ -569,6 +629,26 @@ class StageCapacity(StagePlan):
     kv_budget_gib: float
     max_running_requests: int
     pp_max_micro_batch_size: int
+    context_len: int = 0
+    """The context length the request estimate divides by (``ModelConfig.context_len``)."""
+    kv_attention_layers: int = 0
+    """Full-attention layers this stage's KV cell counts (checker.core.kv_pool)."""
+    kv_cell_bytes: int = 0
+    """KV bytes per token on one rank of the stage (0: no attention layer here)."""
+    kv_available_bytes: int = 0
+    """The bytes the state pool left for the KV pool (``int(kv_budget_gib * 2**30)``)."""
+    kv_profiled_tokens: int = 0
+    """The tokens those bytes hold (or --token-capacity), before --max-total-tokens and alignment."""
+    kv_estimate_tokens: int = 0
+    """What up to 0.5.9 estimates max_running_requests from: the stage's own profile."""
+    kv_own_tokens: int = 0
+    """The stage's own KV capacity: what it hands the MIN over the world group."""
+    max_total_num_tokens: int = 0
+    """The KV pool after the MIN (what SGLang logs as max_total_num_tokens)."""
+    kv_idle_bytes: int = 0
+    """KV bytes this stage reserved for its own capacity that the MIN leaves unused."""
+    kv_limiting: bool = False
+    """This stage's own capacity sets the pool for every stage (pp > 1)."""
 
     @property
     def charged_slots(self) -> int:
@@ -612,7 +692,14 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
     scale = policy_scale(
         inputs.resolved_policy, own=counts[pp_rank], largest=max(counts), total=g.num_linear_layers
     )
+    # The flags' refusals first: SGLang checks its server arguments on every rank before any rank
+    # loads a model, so a stage that would divide by a 0-byte KV cell never gets that far.
     ring = inputs.ring(scale)
+    slots = inputs.slots_per_request()
+    a = g.attention
+    if a is not None and inputs.token_capacity is None and a.full_attention_layer_ids:
+        if counts_own_stage(inputs.release.version, a) and a.layers_in(start, end) == 0:
+            refuse_zero_cell(inputs.release.version, pp_rank=pp_rank, start_layer=start, end_layer=end)
     return StagePlan(
         pp_rank=pp_rank,
         start_layer=start,
@@ -625,7 +712,7 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
         stage_per_req_bytes=int(g.per_req_bytes * scale),
         # 0.5.22+: ``extra_per_slot = replayssm_ring_per_slot + int(extra_mamba_cache_bytes_per_req * scale)``
         extra_per_slot_bytes=ring.per_slot_bytes + int(g.extra_per_slot_bytes * scale),
-        slots_per_request=inputs.slots_per_request(),
+        slots_per_request=slots,
         own_state_bytes_per_slot=counts[pp_rank] * g.bytes_per_layer,
         padding_slot_charged=inputs.release.rules.padding_slot,
         replayssm_fixed_bytes=ring.fixed_bytes,
@@ -657,30 +744,40 @@ def requests_per_worker(inputs: CapacityInputs) -> int | None:
     return per_worker
 
 
+def kv_token_bound(inputs: CapacityInputs) -> int | None:
+    """The most tokens the KV pool can hold after the MIN whatever the budget: --token-capacity (a fixed
+    profile) and --max-total-tokens, page-aligned; None when only the budget bounds it."""
+    bounds = [b for b in (inputs.token_capacity, inputs.max_total_tokens) if b is not None]
+    if not bounds:
+        return None
+    return min(bounds) // inputs.page_size * inputs.page_size
+
+
 def request_cap_terms(inputs: CapacityInputs) -> tuple[int, int | None]:
-    """The two budget-independent terms of the running-request cap per dp worker: ``user // dp`` (as the
-    release floors it) or the estimate ``clamp(int(T / context_len * 512), 2048, 4096)``, and ``T // 2``
-    (None without a token capacity T). kv_cache_configurator.py ``resolve_max_num_reqs``; 0.5.14 to
-    0.5.15.post1: model_runner_kv_cache_mixin.py ``_resolve_max_num_reqs``, the same rule. Without T the
-    KV pool does not bind and the estimate's ceiling, 4096, stands in."""
-    T = inputs.token_capacity
+    """Two budget-independent upper bounds on max_running_requests per dp worker before ``K // ratio``:
+    ``user // dp`` (as the release floors it) or the estimate ``clamp(int(T / context_len * 512), 2048,
+    4096)`` at its largest (4096, or at the KV pool's bound), and ``T // 2`` at the pool's bound (None when
+    the budget alone bounds the pool, or the release does not cap that way). The pool itself grows with
+    the budget (checker.core.kv_pool), so these are what no budget lifts."""
+    T = kv_token_bound(inputs)
     user = requests_per_worker(inputs)
-    if T is None:
-        estimate = 4096  # the clamp's ceiling: an unmodelled KV pool does not bind
-    else:
-        estimate = min(max(int(T / inputs.resolved_context_len * 512), 2048), 4096)  # type: ignore[operator]
-    cap = inputs.release.rules.request_cap
-    if user is not None and cap != "half-tokens":
-        # Up to 0.5.6.post2 (tp_worker.py) a user value is capped by nothing but K // ratio: min(mrr // dp,
-        # mrr, K // ratio); 0.5.13 (_resolve_max_num_reqs) caps it by the estimate, not by T // 2.
-        return (user if cap == "tp-worker" else min(user, estimate)), None
-    first = user if user is not None else estimate
+    context = inputs.resolved_context_len
+    assert context is not None  # CapacityInputs refuses a model without one
+    rule = inputs.release.rules.request_cap
+    # Up to 0.5.9 the estimate reads the stage's own profile, which only --token-capacity fixes.
+    estimate_at = inputs.token_capacity if rule == "tp-worker" else T
+    ceiling = ESTIMATE_MAX if estimate_at is None else estimate(estimate_at, context)
+    if user is not None and rule != "half-tokens":
+        # Up to 0.5.9 (tp_worker.py, model_runner.py) a user value is capped by nothing but K // ratio:
+        # min(mrr // dp, mrr, K // ratio); 0.5.10-0.5.13 (_resolve_max_num_reqs) by the estimate.
+        return (user if rule == "tp-worker" else min(user, ceiling)), None
+    first = user if user is not None else ceiling
     return first, (T // 2 if T is not None else None)
 
 
 def running_request_cap(inputs: CapacityInputs) -> int:
-    """max_running_requests per dp worker before the state pool's ``K // ratio``: the smaller of
-    :func:`request_cap_terms`. The one definition sizing, the vectorised sweep and planning use."""
+    """The smaller of :func:`request_cap_terms`: what max_running_requests per dp worker reaches at most
+    whatever the budget, before the state pool's ``K // ratio``."""
     first, half_tokens = request_cap_terms(inputs)
     return first if half_tokens is None else min(first, half_tokens)
 
@@ -805,29 +902,151 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
             "--max-running-requests, or raise the budget"
         )
 
-    T = inputs.token_capacity
-    n = min(running_request_cap(inputs), K // ratio)
-    if n <= 0:
-        raise BudgetError(
-            f"budget too small for one running request on stage {plan.pp_rank}: K={K} state slots "
-            f"but each request needs {ratio}; raise --budget-gib"
-            + (" or --token-capacity" if T is not None and T // 2 <= 0 else "")
-        )
-    micro = inputs.pp_max_micro_batch_size or max(n // inputs.pp_size, 1)
-    return StageCapacity(
+    own = stage_kv(plan, inputs, kv_budget_gib, K=K, ratio=ratio)
+    alone = StageCapacity(
         **asdict(plan),
         branch=branch,
         max_mamba_cache_size=K,
         intermediate_state_bytes=intermediate,
         kv_budget_gib=kv_budget_gib,
-        max_running_requests=n,
-        pp_max_micro_batch_size=micro,
+        max_running_requests=0,
+        pp_max_micro_batch_size=0,
+        context_len=inputs.resolved_context_len,  # type: ignore[arg-type]  # checked in CapacityInputs
+        kv_attention_layers=own.attention_layers,
+        kv_cell_bytes=own.cell_bytes,
+        kv_available_bytes=own.available_bytes,
+        kv_profiled_tokens=own.profiled_tokens,
+        kv_estimate_tokens=own.estimate_tokens,
+        kv_own_tokens=own.own_tokens,
+    )
+    # As if this stage were the whole pipeline (exact at pp 1); resolve_stages applies the MIN.
+    return with_pool(alone, inputs, alone.kv_own_tokens)
+
+
+def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K: int, ratio: int) -> KvOwn:
+    """This stage's own KV pool (checker.core.kv_pool.own_kv) from the bytes the state pool left."""
+    g = inputs.geometry
+    version = inputs.release.version
+    context = inputs.resolved_context_len
+    assert context is not None  # CapacityInputs refuses a model without one
+    if g.attention is None:  # a model spec without attention facts: --token-capacity stands for the pool
+        T = inputs.token_capacity
+        assert T is not None  # CapacityInputs refuses the spec without it
+        capped = min(T, inputs.max_total_tokens) if inputs.max_total_tokens is not None else T
+        return KvOwn(
+            attention_layers=0,
+            cell_bytes=0,
+            available_bytes=int(kv_budget_gib * GIB),
+            profiled_tokens=T,
+            estimate_tokens=T,
+            own_tokens=capped // inputs.page_size * inputs.page_size,
+        )
+    D = inputs.speculative_num_draft_tokens or 0
+    headroom = 0
+    if D and code_of(version).spec_headroom_at:
+        headroom = spec_headroom(inputs)
+    draft = draft_layers_of(
+        version, g.attention, speculative=bool(D), draft_path=inputs.speculative_draft_model_path
+    )
+
+    def size(request_slots: int) -> KvOwn:
+        assert g.attention is not None
+        return own_kv(
+            version,
+            g.attention,
+            pp_rank=plan.pp_rank,
+            pp_size=inputs.pp_size,
+            start_layer=plan.start_layer,
+            end_layer=plan.end_layer,
+            attn_tp=inputs.tp_size,
+            kv_cache_dtype=inputs.kv_cache_dtype,
+            kv_budget_gib=kv_budget_gib,
+            page_size=inputs.page_size,
+            max_total_tokens=inputs.max_total_tokens,
+            token_capacity=inputs.token_capacity,
+            context_len=context,
+            draft_layers=draft,
+            headroom_per_request=headroom,
+            request_slots=request_slots,
+        )
+
+    own = size(0)
+    if headroom:
+        # model_runner.py init_memory_pool (up to 0.5.6.post2): the requests the headroom is for are the
+        # user's --max-running-requests or the estimate from the profile, capped by the state pool.
+        pool = inputs.max_running_requests or estimate(own.estimate_tokens, context)
+        own = size(min(pool, K // ratio))
+    return own
+
+
+def spec_headroom(inputs: CapacityInputs) -> int:
+    """Tokens per request an EAGLE target adds to its pool up to 0.5.6.post2: ``steps * topk +
+    draft_tokens``. The checker's own --speculative-num-draft-tokens D without an algorithm reads as EAGLE
+    with top-k 1, whose draft tokens are steps + 1 (SGLang's rule): D - 1 steps."""
+    D = inputs.speculative_num_draft_tokens or 0
+    steps, topk = inputs.speculative_num_steps, inputs.speculative_eagle_topk
+    if inputs.speculative_algorithm is None or steps is None or topk is None:
+        steps, topk = D - 1, 1
+    return steps * topk + D
+
+
+def kv_stage(stage: StageCapacity, inputs: CapacityInputs) -> KvStage:
+    """What the resolution after the MIN reads of one stage derived from ``inputs``."""
+    return KvStage(
+        release=inputs.release.version,
+        pp_rank=stage.pp_rank,
+        pp_size=inputs.pp_size,
+        page_size=inputs.page_size,
+        own_tokens=stage.kv_own_tokens,
+        profiled_tokens=stage.kv_profiled_tokens,
+        estimate_tokens=stage.kv_estimate_tokens,
+        cell_bytes=stage.kv_cell_bytes,
+        context_len=stage.context_len,
+        requests_per_worker=requests_per_worker(inputs),
+        user_max_running_requests=inputs.max_running_requests,
+        max_mamba_cache_size=stage.max_mamba_cache_size,
+        slots_per_request=stage.slots_per_request,
+        user_micro=inputs.pp_max_micro_batch_size,
+        token_capacity=inputs.token_capacity,
     )
 
 
-def derive_stage(inputs: CapacityInputs, pp_rank: int) -> StageCapacity:
-    """What pipeline stage ``pp_rank`` derives locally, with no collective."""
-    return size_pool(plan_stage(inputs, pp_rank), inputs)
+def with_pool(stage: StageCapacity, inputs: CapacityInputs, minimum: int) -> StageCapacity:
+    """``stage`` with its pool after a MIN of ``minimum`` over the world's own capacities, and the request
+    cap and micro-batch size that gives (checker.core.kv_pool.resolve_one)."""
+    r = resolve_one(kv_stage(stage, inputs), minimum)
+    return replace(
+        stage,
+        max_total_num_tokens=r.max_total_num_tokens,
+        max_running_requests=r.max_running_requests,
+        pp_max_micro_batch_size=r.pp_max_micro_batch_size,
+        kv_idle_bytes=r.idle_bytes,
+        kv_limiting=r.limiting,
+    )
+
+
+def resolve_stages(stages: list[StageCapacity], inputs: CapacityInputs) -> list[StageCapacity]:
+    """Every stage after SGLang's MIN of their own KV capacities over the world group (each stage's ranks
+    hand it the same own capacity, so the MIN over stages is the MIN over ranks)."""
+    if not stages:
+        return []
+    minimum = min(s.kv_own_tokens for s in stages)
+    return [with_pool(s, inputs, minimum) for s in stages]
+
+
+def derive_stage(inputs: CapacityInputs, pp_rank: int, budget_gib: float | None = None) -> StageCapacity:
+    """What pipeline stage ``pp_rank`` derives, its KV pool after the MIN over every stage sized from the
+    same inputs (a stage that cannot size its own pool is left out of the MIN: its own ranks report why)."""
+    own = size_pool(plan_stage(inputs, pp_rank), inputs, budget_gib)
+    others = []
+    for k in range(inputs.pp_size):
+        if k == pp_rank:
+            continue
+        try:
+            others.append(size_pool(plan_stage(inputs, k), inputs, budget_gib).kv_own_tokens)
+        except CheckerInputError:
+            continue
+    return with_pool(own, inputs, min([own.kv_own_tokens, *others]))
 
 
 def derive_each_stage(derive: Callable[[int], _T], pp_size: int) -> list[_T]:
@@ -853,10 +1072,12 @@ def derive_each_stage(derive: Callable[[int], _T], pp_size: int) -> list[_T]:
     return results
 
 
-def derive_all(inputs: CapacityInputs) -> list[StageCapacity]:
-    """Every stage's derivation at ``inputs.budget_gib`` (see :func:`derive_each_stage` for which
-    refusal is raised when several stages refuse)."""
-    return derive_each_stage(lambda k: derive_stage(inputs, k), inputs.pp_size)
+def derive_all(inputs: CapacityInputs, budget_gib: float | None = None) -> list[StageCapacity]:
+    """Every stage's derivation at ``inputs.budget_gib`` after the MIN over stages (see
+    :func:`derive_each_stage` for which refusal is raised when several stages refuse)."""
+    own = derive_each_stage(lambda k: size_pool(plan_stage(inputs, k), inputs, budget_gib), inputs.pp_size)
+    minimum = min(s.kv_own_tokens for s in own)
+    return derive_each_stage(lambda k: with_pool(own[k], inputs, minimum), inputs.pp_size)
 
 
 def divergent_values(stages: list[StageCapacity], names: tuple[str, ...] = CHECKED_VALUES) -> list[str]:

@@ -18,7 +18,7 @@ from typing import TypedDict
 from checker.core.budget import MAX_BUDGET_GIB
 from checker.core.errors import BudgetError
 from checker.core.sizing import BOOT_FAILURE as BOOT_FAILURE  # the sweeps' sentinel, re-exported
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, plan_stage, size_pool
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, derive_stage
 
 MAX_BUDGETS = 1_000_000
 """Largest grid accepted: the stack is 72 bytes per budget per stage for three policies, and a
@@ -148,17 +148,17 @@ def parse_budgets(spec: str) -> BudgetGrid:
 
 
 def scalar_sweep(inputs: CapacityInputs, pp_rank: int, budgets: Iterable[float]) -> list[Triple]:
-    """The reference: :func:`size_pool` of the scalar core at each budget, one at a time.
+    """The reference: :func:`derive_stage` of the scalar core at each budget, one at a time (its KV pool
+    after the MIN over every stage that boots there).
 
     A budget at which the core raises :class:`BudgetError` (pool or running requests <= 0, or a state
     pool larger than the budget) is a boot failure. Budget-independent errors (a layout the policy
     cannot size, a strategy SGLang rejects) propagate, as they would for any budget.
     """
-    plan = plan_stage(inputs, pp_rank)
     out: list[Triple] = []
     for b in budgets:
         try:
-            s = size_pool(plan, inputs, b)
+            s = derive_stage(inputs, pp_rank, b)
         except BudgetError:
             out.append((BOOT_FAILURE, BOOT_FAILURE, BOOT_FAILURE))
         else:

@@ -18,16 +18,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from checker.core.errors import BudgetError, FlagError
+from checker.core.errors import BudgetError, ConfigError, FlagError, LayoutError
+from checker.core.kv_pool import INT64_MAX, code_of, draft_layers_of, kv_dtype_bytes, stage_cell
 from checker.core.sizing import (
     BOOT_FAILURE,
     CHECKED_VALUES,
     GIB,
     CapacityInputs,
+    StagePlan,
     plan_stage,
     requests_per_worker,
-    running_request_cap,
     size_pool,
+    spec_headroom,
 )
 from checker.core.sweep import PolicyFlags, flags_from_stack, summarise
 
@@ -40,20 +42,11 @@ if TYPE_CHECKING:  # the sweep's tables load with the sweep; check derives one b
 _EXACT = 2**53
 
 
-def derive_sweep(
-    inputs: CapacityInputs,
-    pp_rank: int,
-    budgets: Sequence[float] | torch.Tensor,
-    device: torch.device | str | None = "cpu",
-) -> torch.Tensor:
-    """Stage ``pp_rank``'s (max_mamba_cache_size, max_running_requests, pp_max_micro_batch_size) per budget.
-
-    Returns an int64 tensor of shape (num_budgets, 3) on ``device``; a row is :data:`BOOT_FAILURE`
-    where the scalar core raises :class:`BudgetError` at that budget. ``inputs.budget_gib`` is ignored.
-    Budget-independent errors (LayoutError, FlagError) raise, as the scalar core does for any budget;
-    an empty ``budgets`` gives an empty (0, 3) tensor.
-    """
-    plan = plan_stage(inputs, pp_rank)
+def _state_sweep(
+    inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One stage's state pool per budget: (K, the GiB left for the KV pool), as ``size_pool`` sizes them.
+    Budget-independent refusals raise (probed on the scalar core, which words them)."""
     rules = inputs.release.rules
     pad = 1 if rules.padding_slot else 0
     dp = inputs.dp_size
@@ -63,7 +56,6 @@ def derive_sweep(
     fixed = plan.replayssm_fixed_bytes  # the GDN ReplaySSM ring, charged once (checker.core.replay)
     # No speculative intermediate state is reserved under the ReplaySSM ring, as in size_pool.
     D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
-    rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
     if rest.numel():
         # Budget-independent refusals (a stage the policy charges 0 bytes in the auto-fit branch, a
         # fixed pool that floors to 0 per dp worker, 0 requests per worker before 0.5.23) are the
@@ -164,19 +156,211 @@ def derive_sweep(
             left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
         # ((K + pad) * per_slot + fixed) / 2**30: the int sum is exact below 2**53, then rounded once.
         kv_gib = left - ((K + pad).to(torch.float64) * float(per_slot) + float(fixed)) / GIB
+    return K, kv_gib
 
-    # max_running_requests as KVCacheConfigurator.resolve_max_num_reqs derives it: the shared cap, then
-    # K // ratio.
-    n = torch.clamp(torch.div(K, ratio, rounding_mode="floor"), max=running_request_cap(inputs))
+
+def _own_tokens(
+    inputs: CapacityInputs, plan: StagePlan, K: torch.Tensor, kv_gib: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One stage's own KV capacity per budget, as ``checker.core.sizing.stage_kv`` sizes it: (profiled,
+    what up to 0.5.9 estimates requests from, own capacity before the MIN)."""
+    zeros = torch.zeros_like(K)
+    version = inputs.release.version
+    code = code_of(version)
+    context = inputs.resolved_context_len
+    assert context is not None  # CapacityInputs refuses a model without one
+    a = inputs.geometry.attention
+    cell = 0
+    if a is not None:
+        draft = draft_layers_of(
+            version,
+            a,
+            speculative=bool(inputs.speculative_num_draft_tokens),
+            draft_path=inputs.speculative_draft_model_path,
+        )
+        _, cell = stage_cell(
+            version,
+            a,
+            start_layer=plan.start_layer,
+            end_layer=plan.end_layer,
+            attn_tp=inputs.tp_size,
+            elem_bytes=kv_dtype_bytes(version, inputs.kv_cache_dtype, a),
+            draft_layers=draft,
+        )
+    if inputs.token_capacity is not None:
+        profiled = zeros + inputs.token_capacity
+    elif cell == 0:  # a stage whose KV lives on other stages (0.5.17+); before, size_pool refused it
+        profiled = zeros + (INT64_MAX if inputs.pp_size > 1 else inputs.max_total_tokens or context)
+    elif code.profile == "float-floor":
+        profiled = torch.div(kv_gib * GIB, float(cell), rounding_mode="floor").to(torch.int64)
+    else:
+        if bool((kv_gib * GIB >= 2**62).any()):
+            raise BudgetError("a budget this large leaves more than 2**62 bytes of KV; sweep smaller budgets")
+        profiled = torch.div((kv_gib * GIB).to(torch.int64), cell, rounding_mode="floor")
+    estimate_from = profiled
+    D = inputs.speculative_num_draft_tokens or 0
+    if D and code.spec_headroom_at and cell:
+        headroom = spec_headroom(inputs)
+        pool = (
+            zeros + inputs.max_running_requests
+            if inputs.max_running_requests
+            else _estimate(profiled, context)
+        )
+        slots = torch.minimum(pool, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
+        profiled = profiled + slots * headroom + 100
+    page, cap = inputs.page_size, inputs.max_total_tokens
+    if code.order == "configurator":
+        own = torch.div(profiled, page, rounding_mode="floor") * page
+        if cap is not None:
+            own = torch.clamp(own, max=cap)
+    else:
+        own = torch.clamp(profiled, max=cap) if cap is not None else profiled
+        own = torch.div(own, page, rounding_mode="floor") * page
+    return profiled, estimate_from, own
+
+
+def _estimate(tokens: torch.Tensor, context_len: int) -> torch.Tensor:
+    """``clamp(int(T / context_len * 512), 2048, 4096)`` in float64, as Python divides (T < 2**53)."""
+    return torch.clamp(torch.trunc(tokens.to(torch.float64) / context_len * 512).to(torch.int64), 2048, 4096)
+
+
+def _stage_sweeps(
+    inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None
+) -> list[tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None]:
+    """Every stage's own pools per budget (None: a stage with a budget-independent refusal, which only
+    ``required`` raises, or every stage when ``required`` is None)."""
+    out: list[
+        tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+    ] = []
+    for k in range(inputs.pp_size):
+        try:
+            plan = plan_stage(inputs, k)
+            K, kv_gib = _state_sweep(inputs, plan, rest)
+            profiled, estimate_from, own = _own_tokens(inputs, plan, K, kv_gib)
+        except (LayoutError, FlagError, ConfigError):
+            if required is None or k == required:
+                raise
+            out.append(None)
+            continue
+        out.append((plan, K, kv_gib, profiled, estimate_from, own))
+    return out
+
+
+def _pipeline(
+    inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None
+) -> list[torch.Tensor | None]:
+    stages = _stage_sweeps(inputs, rest, required=required)
+    # The MIN covers the stages that size their own pools at a budget (those whose own pool would boot
+    # alone: checker.core.sizing.derive_stage leaves out a stage whose size_pool raises there).
+    sentinel = torch.full_like(rest, INT64_MAX, dtype=torch.int64)
+    sized: list[torch.Tensor | None] = []
+    for st in stages:
+        if st is None:
+            sized.append(None)
+            continue
+        plan, K, kv_gib, profiled, estimate_from, own = st
+        alone = _resolve(inputs, plan, K, kv_gib, profiled, estimate_from, own, own)
+        sized.append(alone[:, 0] != BOOT_FAILURE)
+    minimum = (
+        torch.stack(
+            [
+                torch.where(ok, st[5], sentinel)
+                for st, ok in zip(stages, sized, strict=True)
+                if st is not None and ok is not None
+            ]
+        )
+        .min(0)
+        .values
+    )
+    out: list[torch.Tensor | None] = []
+    for st, ok in zip(stages, sized, strict=True):
+        if st is None or ok is None:
+            out.append(None)
+            continue
+        values = _resolve(inputs, st[0], st[1], st[2], st[3], st[4], st[5], minimum)
+        # A stage whose own pools do not size there does not boot, whatever the MIN of the others.
+        out.append(torch.where(ok.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE)))
+    return out
+
+
+def derive_pipeline_sweep(
+    inputs: CapacityInputs, budgets: Sequence[float] | torch.Tensor, device: torch.device | str | None = "cpu"
+) -> torch.Tensor:
+    """Every stage's (max_mamba_cache_size, max_running_requests, pp_max_micro_batch_size) per budget:
+    int64 (pp_size, num_budgets, 3) on ``device``, :data:`BOOT_FAILURE` where the scalar core raises
+    :class:`BudgetError` at that budget. Each stage's KV pool is the MIN of every stage's own capacity at
+    that budget (a stage whose own pools do not size there stays out of it), then its request cap by the
+    release's rule (``checker.core.sizing.derive_stage``, budget by budget). ``inputs.budget_gib`` is
+    ignored. A budget-independent error (LayoutError, FlagError) of any stage raises, as the scalar core
+    does for any budget."""
+    rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
+    if not rest.numel():
+        return torch.zeros((inputs.pp_size, 0, 3), dtype=torch.int64, device=rest.device)
+    return torch.stack([t for t in _pipeline(inputs, rest, required=None) if t is not None])
+
+
+def _resolve(
+    inputs: CapacityInputs,
+    plan: StagePlan,
+    K: torch.Tensor,
+    kv_gib: torch.Tensor,
+    profiled: torch.Tensor,
+    estimate_from: torch.Tensor,
+    own: torch.Tensor,
+    minimum: torch.Tensor,
+) -> torch.Tensor:
+    """One stage after the MIN (``checker.core.kv_pool.resolve_one``), per budget."""
+    rules = inputs.release.rules
+    code = code_of(inputs.release.version)
+    page = inputs.page_size
+    synced = minimum if inputs.pp_size > 1 else own
+    if code.order == "configurator":
+        aligned = torch.div(profiled, page, rounding_mode="floor") * page
+        T = torch.where(synced != aligned, torch.div(synced, page, rounding_mode="floor") * page, aligned)
+    else:
+        T = synced
+    context = inputs.resolved_context_len
+    assert context is not None  # CapacityInputs refuses a model without one
+    user = requests_per_worker(inputs)
+    half = torch.div(T, 2, rounding_mode="floor")
+    if rules.request_cap == "tp-worker":
+        raw = inputs.max_running_requests
+        pool = torch.zeros_like(T) + raw if raw is not None else _estimate(estimate_from, context)
+        first = torch.zeros_like(T) + user if user is not None else half
+        n = torch.minimum(first, pool)
+    else:
+        est = _estimate(T, context)
+        if rules.request_cap == "estimate":
+            n = torch.clamp(est, max=user) if user is not None else torch.minimum(est, half)
+        else:
+            n = torch.minimum(torch.zeros_like(T) + user if user is not None else est, half)
+    n = torch.minimum(n, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
     if inputs.pp_max_micro_batch_size:
-        micro = zeros + inputs.pp_max_micro_batch_size
+        micro = torch.zeros_like(n) + inputs.pp_max_micro_batch_size
     else:
         micro = torch.clamp(torch.div(n, inputs.pp_size, rounding_mode="floor"), min=1)
-
-    # _profile_available_bytes refuses rest_memory <= 0: an exactly empty KV budget does not boot.
-    boots = (K > 0) & (kv_gib > 0) & (n > 0)
+    # _profile_available_bytes refuses rest_memory <= 0 (an exactly empty KV budget does not boot), the
+    # pool config a pool of 0 tokens, resolve_max_num_reqs 0 requests.
+    boots = (K > 0) & (kv_gib > 0) & (T > 0) & (n > 0)
     values = torch.stack((K, n, micro), dim=1)
     return torch.where(boots.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE))
+
+
+def derive_sweep(
+    inputs: CapacityInputs,
+    pp_rank: int,
+    budgets: Sequence[float] | torch.Tensor,
+    device: torch.device | str | None = "cpu",
+) -> torch.Tensor:
+    """Stage ``pp_rank``'s (max_mamba_cache_size, max_running_requests, pp_max_micro_batch_size) per budget,
+    its KV pool after the MIN over every stage: int64 (num_budgets, 3) on ``device`` (see
+    :func:`derive_pipeline_sweep`); an empty ``budgets`` gives an empty (0, 3) tensor."""
+    rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
+    if not rest.numel():
+        return torch.zeros((0, 3), dtype=torch.int64, device=rest.device)
+    out = _pipeline(inputs, rest, required=pp_rank)[pp_rank]
+    assert out is not None  # its own refusal raised
+    return out
 
 
 def local_sweep(
@@ -206,11 +390,10 @@ def stack_stages(
     """
     pp_size = next(iter(inputs_by_policy.values())).pp_size
     rest = torch.tensor(budgets, dtype=torch.float64, device=device)
-    stages = []
-    for k in range(pp_size):
-        stages.append(local_sweep(inputs_by_policy, k, rest, device))
+    per_policy = [derive_pipeline_sweep(inp, rest, device) for inp in inputs_by_policy.values()]
+    for _ in range(pp_size):
         on_stage()
-    return torch.stack(stages).cpu()
+    return torch.stack(per_policy, dim=1).cpu()
 
 
 def flags_from_tensor(stack: torch.Tensor) -> list[PolicyFlags]:

@@ -556,3 +556,41 @@ def entry_module(architecture: str, package_root: Path) -> str | None:
                 if architecture in names:
                     return f"{MODELS}{path.name}"
     return None
+
+
+def stage_range_attribute(architecture: str, path: str, source: Source) -> Where | None:
+    """Where ``architecture`` (the top-level object SGLang's model runner holds) gets a ``start_layer``:
+    an assignment ``self.start_layer = ...`` in any of its methods, a ``start_layer`` method or property,
+    or a class attribute, in the class or a base (None: it has none). The runner reads the stage's layer
+    range as ``getattr(model, "start_layer", 0)`` (0.5.23 model_runner_components/layer_setup.py
+    ``_resolve_pp_layer_range``): a class without one counts every layer of the model on every stage."""
+    reader = _Reader(source)
+    mod = reader.module(path)
+    if mod is None:
+        return None
+    entry = reader.resolve(mod, architecture)
+    if entry is None:
+        return None
+    for m, cls in reader.mro(*entry):
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "start_layer":
+                return Where(m.path, item.lineno)
+            if isinstance(item, ast.Assign | ast.AnnAssign):
+                targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                if any(isinstance(t, ast.Name) and t.id == "start_layer" for t in targets):
+                    return Where(m.path, item.lineno)
+            if isinstance(item, ast.FunctionDef):
+                for node in ast.walk(item):
+                    if not isinstance(node, ast.Assign):
+                        continue
+                    for t in node.targets:
+                        elts = t.elts if isinstance(t, ast.Tuple) else [t]
+                        for e in elts:
+                            if (
+                                isinstance(e, ast.Attribute)
+                                and e.attr == "start_layer"
+                                and isinstance(e.value, ast.Name)
+                                and e.value.id == "self"
+                            ):
+                                return Where(m.path, node.lineno)
+    return None

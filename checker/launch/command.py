@@ -96,6 +96,9 @@ SIZING_DESTS = frozenset(
 # hub revision of a --model-path that names a hub id (checker.core.hub_cache), and --download-dir, where
 # SGLang's weights loader keeps its own cache. The flag tables store them as plain option rows.
 LOCATION_DESTS = {"--revision": "revision", "--download-dir": "download_dir"}
+# Sizing flags the stored tables keep as plain option rows (their choices change from release to release):
+# read as the text given, and held to the release's own choices by the sizing (checker.core.kv_pool).
+KV_DESTS = {"--kv-cache-dtype": "kv_cache_dtype"}
 # Flags that decide what a rank's model class holds (checker.core.weights), read beside the sizing inputs
 # for the weights figure; the same dests in every release's ServerArgs (``ep_size`` under any spelling).
 WEIGHTS_DESTS = {
@@ -139,6 +142,8 @@ _DIRECT = (
     "speculative_eagle_topk",
     "context_length",
     "pp_max_micro_batch_size",
+    "kv_cache_dtype",
+    "max_total_tokens",
     "enable_linear_replayssm_spec",
     "linear_replayssm_cache_len",
 )
@@ -384,6 +389,7 @@ def table_parser(version: str) -> argparse.ArgumentParser:
         nargs = row[1]
         if len(row) == 2:  # not read by sizing: only its spelling and arity matter
             where = next((LOCATION_DESTS[o] for o in opts if o in LOCATION_DESTS), None)
+            where = where or next((KV_DESTS[o] for o in opts if o in KV_DESTS), None)
             weights = next((WEIGHTS_DESTS[o] for o in opts if o in WEIGHTS_DESTS), None)
             if where is not None and nargs is None:
                 parser.add_argument(*opts, dest=where, default=None)
@@ -540,7 +546,7 @@ def _raw(ns: dict[str, Any], given: set[str]) -> tuple[dict[str, Any], set[str]]
     """The sizing-relevant ServerArgs fields, as ``from_cli_args`` names them."""
     values: dict[str, Any] = {}
     explicit: set[str] = set()
-    for dest in SIZING_DESTS:
+    for dest in (*SIZING_DESTS, *KV_DESTS.values()):
         if dest not in ns:
             continue
         name = _FIELD_OF.get(dest, dest)

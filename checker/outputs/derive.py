@@ -69,9 +69,13 @@ def stage_table(stages: list[StageCapacity], materialized: list[MaterializeResul
             s.pp_rank,
             f"[{s.start_layer}, {s.end_layer})",
             s.stage_linear_layers,
+            s.kv_attention_layers,
             fmt_int(s.stage_per_req_bytes),
             *(mark(fmt_int(getattr(s, n)), i in marks[n]) for n in CHECKED_VALUES),
             f"{s.kv_budget_gib:.2f}",
+            fmt_int(s.kv_own_tokens) + (" <" if s.kv_limiting else ""),
+            fmt_int(s.max_total_num_tokens),
+            f"{s.kv_idle_bytes / 2**30:.2f}",
             *(
                 [fmt_int(materialized[i].predicted_bytes), fmt_int(materialized[i].allocated_bytes)]
                 if materialized
@@ -80,10 +84,35 @@ def stage_table(stages: list[StageCapacity], materialized: list[MaterializeResul
         ]
         for i, s in enumerate(stages)
     ]
-    headers = ["pp_rank", "layers", "linear", "stage_per_req_bytes", *CHECKED_VALUES, "kv_gib_left"]
+    headers = [
+        "pp_rank",
+        "layers",
+        "linear",
+        "attn",
+        "stage_per_req_bytes",
+        *CHECKED_VALUES,
+        "kv_gib_left",
+        "kv_own_tokens",
+        "max_total_num_tokens",
+        "kv_idle_gib",
+    ]
     if materialized:
         headers += ["predicted_bytes", "allocated_bytes"]
     return format_table(headers, rows)
+
+
+def kv_note(stages: list[StageCapacity]) -> str | None:
+    """Which stage's own KV capacity sets the pool (``<`` in the table), under pp > 1."""
+    limiting = [s.pp_rank for s in stages if s.kv_limiting]
+    if len(stages) <= 1 or not limiting:
+        return None
+    idle = [f"stage {s.pp_rank} {s.kv_idle_bytes / 2**30:.2f} GiB" for s in stages if s.kv_idle_bytes]
+    line = (
+        f"KV pool: every stage holds max_total_num_tokens {fmt_int(stages[0].max_total_num_tokens)}, the MIN "
+        f"of their own capacities, set by stage{'s' if len(limiting) > 1 else ''} "
+        f"{', '.join(map(str, limiting))} (<)"
+    )
+    return line + (f"; idle per rank because of the MIN: {', '.join(idle)}" if idle else "")
 
 
 def agreement_line(stages: list[StageCapacity]) -> str:
@@ -94,7 +123,7 @@ def agreement_line(stages: list[StageCapacity]) -> str:
         return (
             f"all {len(stages)} stages agree: max_mamba_cache_size {s.max_mamba_cache_size}, "
             f"max_running_requests {s.max_running_requests}, pp_max_micro_batch_size "
-            f"{s.pp_max_micro_batch_size}"
+            f"{s.pp_max_micro_batch_size}, max_total_num_tokens {s.max_total_num_tokens}"
         )
     return (
         f"DIVERGENT: {', '.join(bad)} differ across stages (outliers marked *); "
@@ -130,8 +159,10 @@ def derivation_text(d: Derivation) -> list[str]:
         "",
         stage_table(d.stages, d.materialized),
         "",
-        agreement_line(d.stages),
     ]
+    note = kv_note(d.stages)
+    lines += [note] if note else []
+    lines.append(agreement_line(d.stages))
     if d.materialized is not None and all(m.ok for m in d.materialized):
         total = sum(m.allocated_bytes for m in d.materialized)
         lines.append(

@@ -10,6 +10,30 @@ from checker.core.sizing import CapacityInputs
 from checker.outputs.tables import fmt_bytes, fmt_int
 
 
+def kv_line(inputs: CapacityInputs) -> str:
+    """The KV cache's facts: what one token costs per layer and what caps the pool."""
+    a = inputs.geometry.attention
+    parts = []
+    if a is not None:
+        kind = (
+            f"MLA {a.kv_lora_rank} + {a.qk_rope_head_dim}"
+            if a.mla
+            else f"{a.kv_heads_per_rank(inputs.tp_size)} KV heads x ({a.head_dim} + {a.v_head_dim})"
+        )
+        parts.append(
+            f"{len(a.full_attention_layer_ids)} attention layers, {kind}, "
+            f"--kv-cache-dtype {inputs.kv_cache_dtype}"
+        )
+    parts.append(f"context_len {fmt_int(inputs.resolved_context_len or 0)}")
+    if inputs.page_size > 1:
+        parts.append(f"page size {inputs.page_size}")
+    if inputs.max_total_tokens is not None:
+        parts.append(f"--max-total-tokens {fmt_int(inputs.max_total_tokens)}")
+    if inputs.token_capacity is not None:
+        parts.append(f"--token-capacity {fmt_int(inputs.token_capacity)} per stage")
+    return "KV cache: " + "; ".join(parts)
+
+
 def header(
     inputs: CapacityInputs,
     *,
@@ -39,10 +63,12 @@ def header(
         f"r {inputs.mamba_full_memory_ratio:g}; {inputs.strategy_label}, "
         f"{inputs.slots_per_request()} slots per request"
     )
-    if token_capacity:
-        T = inputs.token_capacity
-        layout += f"; KV token capacity {'not modelled (does not bind)' if T is None else f'{T:,}'}"
+    if token_capacity and inputs.token_capacity is not None:
+        layout += f"; KV token capacity {inputs.token_capacity:,} (--token-capacity)"
     lines = [model, layout]
+    kv = kv_line(inputs)
+    if state and kv:
+        lines.append(kv)
     if inputs.spec_note:  # what the release picked itself from --speculative-algorithm (checker.core.startup)
         lines.append(inputs.spec_note)
     if partition and inputs.partition_env and inputs.pp_size > 1:

@@ -29,7 +29,7 @@ from checker.files import append_file, write_file
 from checker.outputs.markup import cut, md_cell, md_table
 from checker.outputs.tables import fmt_int, format_table, mark
 from checker.preflight.pipeline import agreed_num_layers
-from checker.preflight.verdict import ValueGroup, Verdict
+from checker.preflight.verdict import COMPARED_VALUES, STAGE_VALUES, ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ def rank_dict(row: RankRow) -> dict[str, object]:
     for name in REPORTED_INTS:
         value = getattr(row, name)
         d[name] = None if value == MISSING else value
+    d["kv_limiting"] = None if row.kv_limiting == MISSING else bool(row.kv_limiting)
     d["budget_gib"] = row.budget_gib
     d["weights_source"] = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else None
     if row.materialize_status == MISSING:
@@ -341,6 +342,8 @@ def differing_rows(verdict: Verdict) -> list[list[str]]:
     return rows
 
 
+JUNIT_VALUES = (*COMPARED_VALUES, *STAGE_VALUES)
+"""One JUnit case per value the verdict compares."""
 DIFFERING_HEADERS = ["value", "derived", "share", "ranks", "pp_ranks", "layers", "linear", "hosts"]
 
 
@@ -360,11 +363,30 @@ def _with_weights(rows: Sequence[RankRow]) -> bool:
     return any(r.weights_bytes != MISSING for r in rows)
 
 
+TABLE_VALUES = (*CHECKED_VALUES, "kv_own_tokens", "max_total_num_tokens")
+"""The values of every rank's table row: the three, the stage's own KV capacity and the pool after the MIN."""
+
+
+def kv_idle_cell(row: RankRow) -> str:
+    if row.kv_idle_bytes in (MISSING, 0):
+        return "-" if row.kv_idle_bytes == MISSING else "0"
+    return f"{row.kv_idle_bytes / 2**30:.2f}"
+
+
 def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
     materialized = any(r.materialize_status != MISSING for r in rows)
     weights = _with_weights(rows)
-    odd = {n: outliers([getattr(r, n) for r in rows]) if n in divergent else set() for n in CHECKED_VALUES}
-    headers = ["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES, "state alloc/charged"]
+    odd = {n: outliers([getattr(r, n) for r in rows]) if n in divergent else set() for n in TABLE_VALUES}
+    headers = [
+        "rank",
+        "host",
+        "pp_rank",
+        "layers",
+        "linear",
+        *TABLE_VALUES,
+        "kv_idle_gib",
+        "state alloc/charged",
+    ]
     if weights:
         headers.append("weights")
     if materialized:
@@ -378,7 +400,8 @@ def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
             _v(r.pp_rank),
             f"[{r.start_layer}, {r.end_layer})" if r.start_layer != MISSING else "-",
             _v(r.stage_linear_layers),
-            *(mark(_v(getattr(r, n)), i in odd[n]) for n in CHECKED_VALUES),
+            *(mark(_v(getattr(r, n)), i in odd[n]) for n in TABLE_VALUES),
+            kv_idle_cell(r),
             eff,
         ]
         if weights:
@@ -415,6 +438,8 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
             else ""
         )
         out += ["", f"every rank{legend}:", rank_table(verdict.rows, verdict.divergent)]
+        pool = kv_pool_line(verdict.rows)
+        out += ["", pool] if pool else []
     if verdict.errors:
         out += [""] + [f"error: {e}" for e in verdict.errors]
     if verdict.status == INFRASTRUCTURE_FAILURE:
@@ -430,6 +455,29 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
     out += [""] + [f"warning: {w}" for w in verdict.warnings]
     out.append(f"verdict: {verdict.status} (exit {verdict.exit_code})")
     return "\n".join(out)
+
+
+def kv_pool_line(rows: Sequence[RankRow]) -> str | None:
+    """The KV pool under the MIN, in one line: which stage sets it and what the others leave idle."""
+    sized = [r for r in rows if r.max_total_num_tokens != MISSING and r.kv_own_tokens != MISSING]
+    if not sized:
+        return None
+    T = {r.max_total_num_tokens for r in sized}
+    contexts = {r.context_len for r in sized}
+    pool = f"KV pool: max_total_num_tokens {', '.join(fmt_int(t) for t in sorted(T))}"
+    pool += f", context_len {', '.join(fmt_int(c) for c in sorted(contexts))}"
+    if max(r.pp_size for r in sized) <= 1:
+        return pool
+    limiting = sorted({r.pp_rank for r in sized if r.kv_limiting == 1})
+    idle: dict[int, int] = {}
+    for r in sized:
+        idle[r.pp_rank] = max(idle.get(r.pp_rank, 0), r.kv_idle_bytes)
+    named = "stage " if len(limiting) == 1 else "stages "
+    pool += f" after the MIN over stages; set by {named}{_ranks(limiting)} (the smallest own capacity)"
+    left = [f"stage {k} {b / 2**30:.2f} GiB" for k, b in sorted(idle.items()) if b > 0]
+    if left:
+        pool += f"; idle per rank because of the MIN: {', '.join(left)}"
+    return pool
 
 
 def one_line(verdict: Verdict) -> str:
@@ -469,7 +517,7 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
     suite = ET.Element("testsuite", name="pp-capacity-check", time=f"{elapsed_s:.3f}")
     causes = root_cause_lines(verdict)
     cause_text = "root cause: " + " | ".join(causes) if causes else ""
-    for name in CHECKED_VALUES:
+    for name in JUNIT_VALUES:
         case = ET.SubElement(suite, "testcase", classname="checker.consistency", name=name)
         if verdict.status in (ERROR, INFRASTRUCTURE_FAILURE, MODEL_DRIFT):
             msg = "; ".join(verdict.errors) or verdict.infrastructure_detail
@@ -519,7 +567,7 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
         else:
             el = ET.SubElement(case, "system-out")
         el.text = body
-    suite.set("tests", str(len(CHECKED_VALUES) + 2))
+    suite.set("tests", str(len(JUNIT_VALUES) + 2))
     suite.set("failures", str(len(suite.findall(".//failure"))))
     suite.set("errors", str(len(suite.findall(".//error"))))
     ET.indent(suite)
@@ -548,7 +596,7 @@ def to_markdown(verdict: Verdict, *, summary: str) -> str:
     if verdict.rows and verdict.status != INFRASTRUCTURE_FAILURE:
         odd = {
             n: outliers([getattr(r, n) for r in verdict.rows]) if n in verdict.divergent else set()
-            for n in CHECKED_VALUES
+            for n in TABLE_VALUES
         }
         if any(odd.values()):
             lines += ["Every rank (**bold**: differs from the majority):", ""]
@@ -557,14 +605,16 @@ def to_markdown(verdict: Verdict, *, summary: str) -> str:
         body = []
         weights = _with_weights(verdict.rows)
         for i, r in enumerate(verdict.rows):
-            cells = [f"**{_v(getattr(r, n))}**" if i in odd[n] else _v(getattr(r, n)) for n in CHECKED_VALUES]
+            cells = [f"**{_v(getattr(r, n))}**" if i in odd[n] else _v(getattr(r, n)) for n in TABLE_VALUES]
             layers = f"[{r.start_layer}, {r.end_layer})" if r.start_layer != MISSING else "-"
             extra = [weights_cell(r)] if weights else []
             body.append([r.rank, r.host, _v(r.pp_rank), layers, _v(r.stage_linear_layers), *cells, *extra])
-        headers = ["rank", "host", "pp_rank", "layers", "linear", *CHECKED_VALUES] + (
+        headers = ["rank", "host", "pp_rank", "layers", "linear", *TABLE_VALUES] + (
             ["weights"] if weights else []
         )
         lines += md_table(headers, body) + [""]
+        pool = kv_pool_line(verdict.rows)
+        lines += [md_cell(pool), ""] if pool else []
     for item in verdict.errors:
         lines.append(f"- error: {md_cell(item)}")
     if verdict.status == INFRASTRUCTURE_FAILURE:

@@ -33,6 +33,7 @@ from checker.postflight.prediction import Prediction, RankPrediction
 from checker.postflight.ranks import Logged, RankRead, span
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES
 
+GIB = 2**30
 WEIGHTS_MARGIN_GIB = 0.1
 """Default --weights-margin-gib: SGLang logs mem usage to 0.01 GB, and the same checkpoint on the same
 GPU takes the same memory start after start; a figure off by more than this gives the preflight a budget
@@ -43,8 +44,21 @@ communicators come out of it) is named as a cause."""
 STATE_ROUNDING_GIB = 0.011
 """conv_state + ssm_state, each rounded to 0.01 GB by the log: their sum is within 0.01 of the truth."""
 
-VALUES = ("max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size", "weights_gib")
+VALUES = (
+    "max_mamba_cache_size",
+    "max_total_num_tokens",
+    "context_len",
+    "max_running_requests",
+    "pp_max_micro_batch_size",
+    "weights_gib",
+)
 """What is held, in the order every rendering shows it."""
+SUMMARY_VALUES = ("max_total_num_tokens", "context_len", "max_running_requests")
+"""The values of the ``max_total_num_tokens=...`` line, logged by each stage's TP 0 only."""
+REQUESTS = ("max_running_requests", "pp_max_micro_batch_size")
+POOL_TOLERANCE_GIB = 0.05
+"""The log gives its memory figures to 0.01 GB: inputs within this (plus 2% of the difference they are
+to explain) of each other count as the same."""
 OK, DIVERGES, MISSING, SKIPPED = "ok", "divergent", "missing", "not_checked"
 
 
@@ -133,8 +147,11 @@ def _inputs_line(pred: RankPrediction) -> str:
 class _Causes:
     """The most likely cause of one rank's divergence, from what the log and the report hold."""
 
-    def __init__(self, prediction: Prediction, margin: float) -> None:
+    def __init__(
+        self, prediction: Prediction, margin: float, matched: dict[tuple[int | None, int], RankRead]
+    ) -> None:
         self.prediction = prediction
+        self.matched = matched
         self.margin = margin
         self.weights_off: dict[tuple[int | None, int], str] = {}
 
@@ -151,9 +168,16 @@ class _Causes:
                 f"after CUDA graph capture ({read.capped_from.where}); the preflight predicts the value "
                 "before that cap: unset it, or expect each stage to cap on its own"
             )
-        kv = self._kv_cap(read)
-        if value in ("max_running_requests", "pp_max_micro_batch_size") and kv:
-            return kv
+        context = _off(pred.context_len, read.context_len)
+        if value == "context_len" or (value in REQUESTS and context):
+            return self._context(pred, read)
+        if value == "max_total_num_tokens" or (
+            value in (*REQUESTS, "max_mamba_cache_size")
+            and _off(pred.max_total_num_tokens, read.max_total_num_tokens)
+        ):  # the state pool is sized from the same budget as the KV pool
+            pool = self._pool(pred, read, key)
+            if pool:
+                return pool
         if key in self.weights_off:
             return self.weights_off[key]
         free, measured = read.free_before_gib.value, pred.device_free_gib
@@ -168,27 +192,146 @@ class _Causes:
         )
 
     @staticmethod
-    def _kv_cap(read: RankRead) -> str:
-        n, tokens, context = (
-            read.max_running_requests.value,
-            read.max_total_num_tokens.value,
-            read.context_len.value,
+    def _context(pred: RankPrediction, read: RankRead) -> str:
+        given = pred.inputs.get("context_len")
+        source = f"--context-length {given}" if isinstance(given, int) else "the model's config"
+        env = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+        return (
+            f"the context length: the server resolved context_len {_fmt(read.context_len.value)} "
+            f"({read.context_len.where}), the preflight {_fmt(pred.context_len)} from {source}; "
+            f"max_running_requests follows from it (clamp(int(max_total_num_tokens / context_len x 512), "
+            f"2048, 4096)): start both with one --context-length, model config and {env}"
         )
-        if not isinstance(n, int) or not isinstance(tokens, int):
+
+    def _pool(self, pred: RankPrediction, read: RankRead, key: tuple[int | None, int]) -> str:
+        """Which input explains a KV pool (``max_total_num_tokens``) other than predicted: the budget the
+        logged pool needs on the stage that sets the MIN (its tokens x its cell, plus its logged state
+        pool's slots), against what the log shows of the budget's inputs: the free memory before the
+        weights (``Load weight begin. avail mem=``), the weights (``mem usage=``), and, as what is left,
+        the fraction (or a fixed --budget-gib). "" when the report carries too little to say."""
+        limiting = self._limiting(key[0]) or (pred, read)
+        lim, lread = limiting
+        T, logged_T = lim.max_total_num_tokens, read.max_total_num_tokens.value
+        cell = lim.kv_cell_bytes
+        if not isinstance(logged_T, int) or T is None or not cell or lim.budget_gib is None:
             return ""
-        caps = {"max_total_num_tokens // 2": tokens // 2}
-        if isinstance(context, int) and context > 0:
-            caps["the estimate clamp(max_total_num_tokens / context_len * 512, 2048, 4096)"] = min(
-                max(int(tokens / context * 512), 2048), 4096
+        state_note = ""
+        d_state = 0.0
+        K, logged_K = lim.max_mamba_cache_size, lread.max_mamba_cache_size.value
+        if isinstance(logged_K, int) and K and lim.state_allocated_bytes:
+            slot = lim.state_allocated_bytes / (K + 1)
+            d_state = (logged_K - K) * slot / GIB
+            if logged_K != K:
+                state_note = f" and {logged_K - K:+d} state slots"
+        d_tokens = logged_T - T
+        implied = d_tokens * cell / GIB + d_state
+        stage = f"stage {lim.pp_rank}'s ({who(lim, lread)})"
+        needs = (
+            f"the KV pool: max_total_num_tokens {logged_T} logged, {T} predicted; {stage} "
+            f"{d_tokens:+d} tokens x {cell} bytes{state_note} need a budget {abs(implied):.2f} GiB "
+            f"{'larger' if implied > 0 else 'smaller'} than the preflight's {lim.budget_gib:.2f} GiB"
+        )
+        auto_fit = (
+            not lim.inputs.get("disable_radix_cache") and lim.inputs.get("max_mamba_cache_size") is None
+        )
+        if (
+            auto_fit
+            and isinstance(logged_K, int)
+            and K
+            and K >= 16
+            and logged_K == K
+            and abs(d_tokens) * K >= 2 * T
+        ):
+            return (
+                f"the KV pool alone: max_total_num_tokens {logged_T} logged, {T} predicted, while {stage} "
+                f"state pool ({K} slots, sized from the same budget) is as predicted: not the memory but an "
+                "input of the KV pool only (--max-total-tokens, --kv-cache-dtype, --page-size, the "
+                f"attention layers the stage holds); the preflight derived with {_inputs_line(lim)}"
             )
-        for how, cap in caps.items():
-            if n == cap:
-                return (
-                    f"the KV cache: max_total_num_tokens={tokens} caps max_running_requests at {cap} "
-                    f"({how}); "
-                    f"the preflight sizes no KV pool unless given --token-capacity {tokens}"
+        tol = POOL_TOLERANCE_GIB + 0.02 * abs(implied)
+        if abs(implied) <= tol:
+            return ""
+        found: list[tuple[str, float]] = []
+        weights = self._weights(lim, lread)
+        if weights is not None:
+            logged_w, figure = weights
+            found.append(
+                (
+                    f"the weights: the server's weights took {logged_w:.2f} GiB, the preflight's budget "
+                    f"assumed {figure:.2f} GiB ({self.prediction.weights_source}; rerun the preflight with "
+                    "--weights-from-log)",
+                    figure - logged_w,
                 )
-        return ""
+            )
+        free = self._free()
+        f = lim.mem_fraction_static
+        if free is not None and f is not None and lim.free_before_gib is not None:
+            found.append(
+                (
+                    f"free memory: the server found {free:.2f} GiB free before its weights (Load weight "
+                    f"begin. avail mem, the MIN over the ranks), the preflight's budget used "
+                    f"{lim.free_before_gib:.2f} GiB (at --mem-fraction-static {f:g})",
+                    (free - lim.free_before_gib) * f,
+                )
+            )
+        named = [(text, c) for text, c in found if abs(c) > tol]
+        left = implied - sum(c for _, c in named)
+        parts = [f"{text}: {c:+.2f} GiB" for text, c in named]
+        if abs(left) > tol:
+            if f is not None:
+                base = free if free is not None else lim.free_before_gib
+                if base:
+                    parts.append(
+                        f"the fraction: {left:+.2f} GiB that the memory the log shows does not explain, "
+                        f"--mem-fraction-static {f + left / base:.3f} where the preflight used {f:g} (start "
+                        "both with one --mem-fraction-static)"
+                    )
+                else:
+                    parts.append(f"the fraction: {left:+.2f} GiB unexplained at --mem-fraction-static {f:g}")
+            else:
+                parts.append(
+                    f"the budget: the preflight sized with a fixed {lim.budget_gib:.2f} GiB "
+                    f"({_budget_source(lim)}), the server had about {lim.budget_gib + left:.2f} GiB; "
+                    "give the preflight the server's --mem-fraction-static with --budget-from-device"
+                )
+        return f"{needs}: " + "; ".join(parts)
+
+    def _limiting(self, replica: int | None) -> tuple[RankPrediction, RankRead] | None:
+        """The prediction and read of the stage whose own pool is the MIN (its TP 0)."""
+        for p in self.prediction.ranks:
+            read = self.matched.get((replica, p.rank))
+            if p.kv_limiting and read is not None and read.key.tp == 0:
+                return p, read
+        return None
+
+    def _weights(self, pred: RankPrediction, read: RankRead) -> tuple[float, float] | None:
+        """(what the weights took, the figure the budget used): this rank's own where the preflight had
+        one per rank, else the busiest rank's (SGLang sizes from the MIN of free memory over the ranks)."""
+        if pred.weights_gib is None:
+            return None
+        if pred.weights_per_rank:
+            w = read.weights_gib.value
+            return (float(w), pred.weights_gib) if w is not None else None
+        logged = [
+            float(r.weights_gib.value) for r in self.matched.values() if r.weights_gib.value is not None
+        ]
+        return (max(logged), pred.weights_gib) if logged else None
+
+    def _free(self) -> float | None:
+        logged = [
+            float(r.free_before_gib.value)
+            for r in self.matched.values()
+            if r.free_before_gib.value is not None
+        ]
+        return min(logged) if logged else None
+
+
+def _off(predicted: int | None, logged: Logged) -> bool:
+    return isinstance(logged.value, int) and predicted is not None and logged.value != predicted
+
+
+def _budget_source(pred: RankPrediction) -> str:
+    return str(pred.inputs.get("budget_source") or "?").split(":")[0]
 
 
 def _match(
@@ -223,7 +366,7 @@ def hold(
 ) -> Postflight:
     """The verdict of ``reads`` against ``prediction``."""
     matched, extra_reads, replicas = _match(prediction, reads)
-    causes = _Causes(prediction, weights_margin_gib)
+    causes = _Causes(prediction, weights_margin_gib, matched)
     checks: list[Check] = []
     errors = list(log_errors)
     warnings = list(log_warnings)
@@ -326,7 +469,10 @@ def _check(
         c.status = MISSING
         line = {
             "max_mamba_cache_size": "Mamba Cache is allocated.",
-            "max_running_requests": "max_total_num_tokens=..., max_running_requests=...",
+            **{
+                v: "max_total_num_tokens=..., max_running_requests=..., context_len=..."
+                for v in SUMMARY_VALUES
+            },
         }.get(value, value)
         c.detail = (
             f"its '{line}' line is cut before {value} ({logged.where})"
@@ -369,6 +515,19 @@ def _rank_checks(pred: RankPrediction, read: RankRead, replica: int | None) -> l
     else:
         out.append(_check("max_mamba_cache_size", pred, read, replica, pred.max_mamba_cache_size, k))
     if read.key.tp == 0:
+        for value, predicted, logged_value in (
+            ("max_total_num_tokens", pred.max_total_num_tokens, read.max_total_num_tokens),
+            ("context_len", pred.context_len, read.context_len),
+        ):
+            c = _check(value, pred, read, replica, predicted, logged_value)
+            if predicted is None and c.status != MISSING:
+                c.status = SKIPPED
+                c.detail = (
+                    f"not held: the preflight's report predicts no {value} (a checker before the KV pool)"
+                )
+            elif value == "max_total_num_tokens":
+                c.detail = "the KV pool after the MIN over the pipeline"
+            out.append(c)
         mrr = _check(
             "max_running_requests", pred, read, replica, pred.max_running_requests, read.max_running_requests
         )
@@ -551,9 +710,14 @@ def across(
     for read in reads:
         rank = inferred_rank(read, group)
         base = {"rank": rank, "replica": read.key.dp if "DP" in read.prefix else None, "prefix": read.prefix}
+        summary = (
+            ("max_total_num_tokens", read.max_total_num_tokens),
+            ("context_len", read.context_len),
+            ("max_running_requests", read.max_running_requests),
+        )
         for value, logged in (
             ("max_mamba_cache_size", read.max_mamba_cache_size),
-            *((("max_running_requests", read.max_running_requests),) if read.key.tp == 0 else ()),
+            *(summary if read.key.tp == 0 else ()),
             ("weights_gib", read.weights_gib),
         ):
             checks.append(
@@ -585,7 +749,7 @@ def across(
             )
 
     divergent = []
-    for value in VALUES[:3]:  # the weights differ across stages by design
+    for value in VALUES[:-1]:  # the weights differ across stages by design; the KV pool is the MIN
         held = [c for c in checks if c.value == value and c.logged is not None]
         if len({c.logged for c in held}) > 1:
             divergent.append(value)

@@ -29,6 +29,7 @@ report, refused before any of it is read."""
 _FORMULA = re.compile(r"free_after ([-+\d.eE]+) - (?:max\()?free_before ([-+\d.eE]+)")
 _LABEL_WEIGHTS = re.compile(r"weights ([\d.,eE+-]+) GiB")
 _RELEASE = re.compile(r"SGLang (\S+)")
+_FRACTION = re.compile(r"free_before ([\d.eE+-]+) \* \(1 - ([\d.eE+-]+)\)")
 
 
 class PredictionError(CheckerInputError):
@@ -59,6 +60,22 @@ class RankPrediction:
     weights_per_rank: bool
     """``weights_gib`` is this rank's own figure; False: one figure for every rank (the busiest's)."""
     inputs: Mapping[str, object] = field(default_factory=dict)
+    max_total_num_tokens: int | None = None
+    """The KV pool after the MIN over the pipeline (SGLang's ``max_total_num_tokens``); None: a report of
+    a checker that sized no KV pool."""
+    context_len: int | None = None
+    kv_own_tokens: int | None = None
+    """The stage's own KV capacity, before the MIN."""
+    kv_cell_bytes: int | None = None
+    """Bytes one token of the stage's KV pool holds (0: the pool was given as --token-capacity)."""
+    kv_limiting: bool = False
+    """This stage's own capacity is the MIN."""
+    budget_gib: float | None = None
+    """``total_rest_memory`` the rank sized its pools from."""
+    free_before_gib: float | None = None
+    """The free memory before the weights its budget formula used (None: a fixed --budget-gib)."""
+    mem_fraction_static: float | None = None
+    """The fraction its budget formula used (None: a fixed --budget-gib)."""
 
     @property
     def release(self) -> str | None:
@@ -242,6 +259,10 @@ def prediction_from(doc: object, shown: str) -> Prediction:
             pp_rank = rank // group
         tp = rank % group
         free = _int(r.get("device_free_bytes"))
+        formula = _FRACTION.search(str(rank_inputs.get("budget_source") or ""))
+        budget = _float(r.get("budget_gib"))
+        if budget is None:
+            budget = _float(rank_inputs.get("budget_gib"))
         out.append(
             RankPrediction(
                 rank=rank,
@@ -260,6 +281,14 @@ def prediction_from(doc: object, shown: str) -> Prediction:
                 weights_gib=weights,
                 weights_per_rank=per_rank,
                 inputs=rank_inputs,
+                max_total_num_tokens=_int(r.get("max_total_num_tokens")),
+                context_len=_int(r.get("context_len")),
+                kv_own_tokens=_int(r.get("kv_own_tokens")),
+                kv_cell_bytes=_int(r.get("kv_cell_bytes")),
+                kv_limiting=r.get("kv_limiting") is True,
+                budget_gib=budget,
+                free_before_gib=float(formula.group(1)) if formula else None,
+                mem_fraction_static=float(formula.group(2)) if formula else None,
             )
         )
     status = doc.get("status")

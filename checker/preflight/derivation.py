@@ -19,6 +19,7 @@ from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
 from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
+from checker.core.kv_pool import release_index
 from checker.core.layout import layout
 from checker.core.partition import PARTITION_ENV
 from checker.core.releases import ReleaseChoice, installed_sglang_version
@@ -33,7 +34,7 @@ from checker.core.row import (
     model_digest,
     model_label,
 )
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
+from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, requests_per_worker
 from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.device.materialize import MATERIALIZE_FAILED, materialize_stage, predicted_bytes, resolve_device
 from checker.distributed.faults import maybe_inject
@@ -331,8 +332,17 @@ def _derive_into(
         "slots_per_request",
         "state_allocated_bytes",
         "state_charged_bytes",
+        "context_len",
+        "kv_cell_bytes",
+        "kv_available_bytes",
+        "kv_profiled_tokens",
+        "kv_estimate_tokens",
+        "kv_own_tokens",
+        "max_total_num_tokens",
+        "kv_idle_bytes",
     ):
         setattr(row, name, getattr(stage, name))
+    set_kv_rule(row, cap, stage)
     if drifts:  # the more specific finding: the model and the deployed code disagree
         row.status, row.error = ROW_DRIFT, drift_summary(drifts)
         return
@@ -342,6 +352,20 @@ def _derive_into(
         check_on_device(cap, local.pp_rank, budget_gib, stage, device)
     if config.materialize:
         _materialize(row, config, env, cap, stage, device=device, deadline=deadline, timings=timings)
+
+
+def set_kv_rule(row: RankRow, cap: CapacityInputs, stage: StageCapacity) -> None:
+    """What the verdict's resolution after the MIN reads of this rank beside its own capacity
+    (checker.preflight.verdict.resolve_kv_rows): its release's rules and its request flags."""
+    row.kv_limiting = int(stage.kv_limiting)
+    row.kv_release = release_index(cap.release.version)
+    row.page_size = cap.page_size
+    per_worker = requests_per_worker(cap)
+    row.requests_per_worker = MISSING if per_worker is None else per_worker
+    row.user_max_running_requests = MISSING if cap.max_running_requests is None else cap.max_running_requests
+    row.user_micro_batch_size = (
+        MISSING if cap.pp_max_micro_batch_size is None else cap.pp_max_micro_batch_size
+    )
 
 
 def check_on_device(

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from checker.core.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
 from checker.core.errors import CheckerInputError
+from checker.core.kv_pool import KvStage, release_at, resolve_one
 from checker.core.ranks import is_split, outliers, rank_ranges, ranks_do
 from checker.core.releases import parse_version
 from checker.core.row import (
     ATTENTION_LAYOUT,
     FOLLOWS,
+    MISSING,
     NOT_INSTALLED,
     RESOLVED_INPUTS,
     VERSION_INPUTS,
@@ -41,6 +43,11 @@ INSTALLED = "sglang_installed"
 """The input naming each rank's installed SGLang (the release it derives as is ``derived_as``)."""
 
 EFFICIENCY_WARN_BELOW = 0.5
+COMPARED_VALUES = (*CHECKED_VALUES, "max_total_num_tokens", "context_len")
+"""What every rank must agree on: the three values, and the KV pool after the MIN with the context length
+that sized its request estimate (what SGLang logs at start-up beside max_running_requests)."""
+STAGE_VALUES = ("kv_own_tokens",)
+"""What the ranks of one stage must agree on, and stages may not: the stage's own KV capacity."""
 
 
 @dataclass(kw_only=True)
@@ -309,8 +316,84 @@ def efficiency_warning(rows: Sequence[RankRow]) -> str | None:
     )
 
 
+def _kv_stage(row: RankRow) -> KvStage:
+    def opt(value: int) -> int | None:
+        return None if value == MISSING else value
+
+    return KvStage(
+        release=release_at(row.kv_release),
+        pp_rank=row.pp_rank,
+        pp_size=row.pp_size,
+        page_size=row.page_size,
+        own_tokens=row.kv_own_tokens,
+        profiled_tokens=row.kv_profiled_tokens,
+        estimate_tokens=row.kv_estimate_tokens,
+        cell_bytes=row.kv_cell_bytes,
+        context_len=row.context_len,
+        requests_per_worker=opt(row.requests_per_worker),
+        user_max_running_requests=opt(row.user_max_running_requests),
+        max_mamba_cache_size=row.max_mamba_cache_size,
+        slots_per_request=row.slots_per_request,
+        user_micro=opt(row.user_micro_batch_size),
+    )
+
+
+def resolve_kv_rows(rows: Sequence[RankRow]) -> list[RankRow]:
+    """Every rank's KV pool after SGLang's MIN over the world group, from the gathered rows: the MIN of
+    their own capacities, then each rank's pool, max_running_requests and micro-batch size by its own
+    release's rules (checker.core.kv_pool.resolve_one). A rank derives these alone from its own view of
+    every stage; here they follow from what every rank really holds, so a rank that caps its pool
+    (another --max-total-tokens on one node) lowers everyone's, as the MIN in SGLang does. A rank the
+    resolution refuses (no request fits its pool) carries that error."""
+    sized = [r for r in rows if r.status in (ROW_OK, ROW_DRIFT) and r.kv_release != MISSING]
+    if not sized:
+        return list(rows)
+    minimum = min(r.kv_own_tokens for r in sized)
+    out = []
+    for r in rows:
+        if r not in sized:
+            out.append(r)
+            continue
+        try:
+            kv = resolve_one(_kv_stage(r), minimum)
+        except CheckerInputError as exc:
+            out.append(replace(r, status=exc.code, error=str(exc)))
+            continue
+        out.append(
+            replace(
+                r,
+                max_total_num_tokens=kv.max_total_num_tokens,
+                max_running_requests=kv.max_running_requests,
+                pp_max_micro_batch_size=kv.pp_max_micro_batch_size,
+                kv_idle_bytes=kv.idle_bytes,
+                kv_limiting=int(kv.limiting),
+            )
+        )
+    return out
+
+
+def stage_divergent(name: str, rows: Sequence[RankRow]) -> bool:
+    """Whether the ranks of some one stage differ in ``name`` (stages may differ from each other)."""
+    by_stage: dict[int, set[int]] = defaultdict(set)
+    for r in rows:
+        by_stage[r.pp_rank].add(getattr(r, name))
+    return any(len(values) > 1 for values in by_stage.values())
+
+
+def _compared_rows(name: str, rows: Sequence[RankRow]) -> list[RankRow]:
+    """The rows a differing value is grouped over: every rank, or for a stage's own value the ranks of the
+    stages that disagree within themselves."""
+    if name not in STAGE_VALUES:
+        return list(rows)
+    odd = {
+        k for k in {r.pp_rank for r in rows} if len({getattr(r, name) for r in rows if r.pp_rank == k}) > 1
+    }
+    return [r for r in rows if r.pp_rank in odd]
+
+
 def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = False) -> Verdict:
     rows = sorted(rows, key=lambda r: r.rank)
+    rows = resolve_kv_rows(rows)
     v = Verdict(status=CONSISTENT, world_size=world_size, rows=list(rows))
     v.differing_inputs = differing_inputs(rows)
     v.root_causes = [explain_input(n, rows) for n in v.differing_inputs]
@@ -333,8 +416,11 @@ def decide(rows: Sequence[RankRow], *, world_size: int, strict_inputs: bool = Fa
         v.errors = [f"{_where(rs)}: {msg}" for msg, rs in by_msg.items()]
         return v
 
-    v.divergent = [n for n in CHECKED_VALUES if len({getattr(r, n) for r in rows}) > 1]
-    v.divergent_groups = {n: value_groups(n, rows) for n in v.divergent}
+    v.divergent = [n for n in COMPARED_VALUES if len({getattr(r, n) for r in rows}) > 1]
+    # A stage's own KV capacity is its own (stages with more attention layers hold fewer tokens): only
+    # the ranks of one stage must agree on it.
+    v.divergent += [n for n in STAGE_VALUES if stage_divergent(n, rows)]
+    v.divergent_groups = {n: value_groups(n, _compared_rows(n, rows)) for n in v.divergent}
     # One pipeline of one model, or not green: the pipeline's faults come first among the causes, each
     # naming the inputs whose own lines follow.
     v.pipeline = pipeline_faults(rows, v.differing_inputs)
