@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
@@ -479,8 +480,6 @@ class _Run(Generic[L, O]):
         if self.refused is not None and isinstance(exc, InfrastructureFailure):
             return self._error(None, clean=False)  # its own error is what this rank knows for sure
         if not isinstance(exc, InfrastructureFailure):  # a bug in a job's piece: never silent
-            import traceback
-
             traceback.print_exception(type(exc), exc, exc.__traceback__)
             return self._error(internal_error(exc), mine=True, clean=False)
         # A collective failed. Rank 0 names the gone ranks and publishes at once; the others look for
@@ -684,8 +683,6 @@ class _Run(Generic[L, O]):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             problem = "stdout: its reader left before the verdict was printed (broken pipe)"
         except Exception as exc:  # a bug in rendering: never silent, and never a passing exit code
-            import traceback
-
             traceback.print_exc()
             problem = f"the verdict could not be published: {internal_error(exc)}"
         if problem is not None:
