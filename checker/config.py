@@ -11,6 +11,7 @@ inputs (which ranks compare by digest) follow from :data:`SIZING_FLAG_NAMES` and
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -165,8 +166,6 @@ def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[
     """Where SGLang's loader reads the weights: the model's directory (beside its config.json), or, for a
     hub id with ``--download-dir``, that cache's snapshot (``snapshot_download(cache_dir=download_dir)``);
     and, where there is none, where it would be, in words."""
-    import os
-
     path = model.model_config
     if path is None:
         return None, f"{model.label} is a preset, not a model directory"

@@ -18,14 +18,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
+import torch
 from torch.distributed import DistStoreError
 
 from checker.core.errors import FlagError, LayoutError
-from checker.distributed import liveness
+from checker.distributed import exchange, liveness
+from checker.distributed.exchange import Job, JobContext, RankError, SessionLike
 from checker.distributed.group import InfrastructureFailure, StaleStore
+from checker.distributed.launch_env import RankEnv
+from checker.distributed.liveness import Store
 from checker.distributed.session import (
     BEAT_STOPPED,
     Abort,
@@ -45,7 +48,7 @@ class StoreDown(RuntimeError):
     """What a store call raises while the fake store is failing (a dropped connection)."""
 
 
-class FakeStore:
+class FakeStore(Store):
     """``add``/``set``/``check``/``get``/``append``/``multi_get``/``multi_set`` of torch's Store, without
     time. ``fail_calls``: the next N calls raise; ``fail_methods``: calls of these methods always raise.
     ``calls``: round trips made (a ``multi_get`` is one). A read of a key nobody set would block until the
@@ -243,19 +246,28 @@ def host_of(rank: int) -> str:
     return f"node-{rank // 2}"
 
 
-class FakeSession:
-    """The session surface the run protocol uses, over a :class:`World`."""
+class FakeSession(SessionLike):
+    """The session surface the run protocol uses (:class:`checker.distributed.exchange.SessionLike`),
+    over a :class:`World`."""
 
     def __init__(self, world: World, rank: int) -> None:
         self.world = world
-        self.env = SimpleNamespace(rank=rank, world_size=world.size, local_rank=rank % 2, host=host_of(rank))
+        self.env = RankEnv.from_environ(
+            {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world.size),
+                "LOCAL_RANK": str(rank % 2),
+                "LOCAL_WORLD_SIZE": "2",
+                "CHECKER_HOSTNAME": host_of(rank),
+            }
+        )
         self.timings: dict[str, float] = {}
         self.on_abort: Callable[[str, bool], None] | None = None
         self.gathers = 0
         self.closed: tuple[int, bool] | None = None
         self.t0 = time.monotonic()
         self.store_lost = False
-        self.joined = False
+        self._joined = False
         self.needs_device: bool | None = None
 
     @property
@@ -282,8 +294,12 @@ class FakeSession:
     def may_publish_alone(self) -> bool:
         return self.has_store or self.world.size == 1
 
+    @property
+    def joined(self) -> bool:
+        return self._joined
+
     def await_joined(self) -> bool:
-        return self.joined
+        return self._joined
 
     def arrive(self) -> None:
         pass
@@ -294,7 +310,7 @@ class FakeSession:
 
     @property
     def has_store(self) -> bool:
-        return self.joined and not self.world.store_down
+        return self._joined and not self.world.store_down
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.t0
@@ -325,7 +341,7 @@ class FakeSession:
             raise InfrastructureFailure("init", "the rendezvous store does not answer")
         if self.world.stale_store:
             raise StaleStore("the rendezvous store already holds an earlier run")
-        self.joined = True
+        self._joined = True
 
     def connect(self) -> None:
         self.join()
@@ -347,10 +363,14 @@ class FakeSession:
     def gather_text(self, text: str) -> list[str]:
         return [str(t) for t in self._gather(text)]
 
-    def gather_payload(self, status: int, text: str, body: Sequence[int]) -> Gathered:
-        rows = self._gather((status, text, list(body)))
+    def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered:
+        """As the real one: the job's ints of every rank, (world_size, payload_len) int64 on CPU."""
+        ints = body.reshape(-1).tolist() if isinstance(body, torch.Tensor) else [int(v) for v in body]
+        rows = self._gather((status, text, ints))
         return Gathered(
-            statuses=[r[0] for r in rows], messages=[r[1] for r in rows], body=[r[2] for r in rows]
+            statuses=[r[0] for r in rows],
+            messages=[r[1] for r in rows],
+            body=torch.tensor([r[2] for r in rows], dtype=torch.int64),
         )
 
     def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort:
@@ -418,10 +438,10 @@ class FakeSession:
         self.closed = (exit_code, clean)
         return exit_code
 
-    def exit_now(self, exit_code: int) -> Any:
+    def exit_now(self, exit_code: int) -> NoReturn:
         raise Exited(exit_code)
 
-    def wait_for_exit(self, seconds: float) -> Any:
+    def wait_for_exit(self, seconds: float) -> NoReturn:
         """The real session sleeps for the other thread to end the process, then leaves itself with the
         verdict announced by then (else 3)."""
         self.world.waited_for_exit.add(self.env.rank)
@@ -440,10 +460,14 @@ class Killed(BaseException):
 # -- a scripted job -------------------------------------------------------------------------------------
 
 
+Outcome = tuple[Any, ...]
+"""A fake job's outcome: ("decided", code, rows), ("errors", [lines]) or ("lost", detail, missing)."""
+
+
 @dataclass
-class FakeJob:
-    """A job whose pieces are scripted per rank. Outcomes are tuples: ("decided", code, rows),
-    ("errors", [lines]), ("lost", detail, missing)."""
+class FakeJob(Job[str, Outcome]):
+    """A job whose pieces are scripted per rank (:class:`checker.distributed.exchange.Job`): its local
+    facts are a string, its outcomes :data:`Outcome` tuples."""
 
     rank: int
     code: int = 0
@@ -461,42 +485,45 @@ class FakeJob:
     name: str = "fake"
 
     def __post_init__(self) -> None:
-        self.published: list[Any] = []
-        self.fallbacks: list[Any] = []
+        self.published: list[Outcome] = []
+        self.fallbacks: list[Outcome] = []
         self.publishing = threading.Event()
 
-    def local(self, ctx: Any) -> str:
+    def local(self, ctx: JobContext) -> str:
         if self.local_error is not None:
             raise self.local_error
         return f"facts of rank {self.rank}"
 
-    def header(self, ctx: Any, local: str) -> Header:
+    def header(self, ctx: JobContext, local: str) -> Header:
         return Header(rank=self.rank, payload_len=self.payload_len)
 
     def mismatch(self, headers: Sequence[Header]) -> str | None:
         return None
 
-    def payload(self, ctx: Any, local: str, headers: Sequence[Header]) -> tuple[str, list[int]]:
+    def payload(self, ctx: JobContext, local: str, headers: Sequence[Header]) -> tuple[str, list[int]]:
         if self.payload_error is not None:
             raise self.payload_error
         return local, [self.rank] * self.payload_len
 
-    def decide(self, ctx: Any, local: str, gathered: Any, headers: Sequence[Header]) -> tuple[Any, ...]:
-        return ("decided", self.code, [list(r) for r in gathered])
+    def decide(
+        self, ctx: JobContext, local: str, gathered: torch.Tensor, headers: Sequence[Header]
+    ) -> Outcome:
+        return ("decided", self.code, gathered.tolist())
 
-    def errors(self, ctx: Any, local: str | None, errors: Sequence[Any]) -> tuple[Any, ...]:
+    def errors(self, ctx: JobContext, local: str | None, errors: Sequence[RankError]) -> Outcome:
         return ("errors", [e.line() for e in errors])
 
-    def lost(self, ctx: Any, local: str | None, detail: str, missing_ranks: Sequence[int]) -> tuple[Any, ...]:
+    def lost(self, ctx: JobContext, local: str | None, detail: str, missing_ranks: Sequence[int]) -> Outcome:
         return ("lost", detail, list(missing_ranks))
 
-    def exit_code(self, outcome: tuple[Any, ...]) -> int:
-        return {"decided": outcome[1], "errors": 2, "lost": 3}[outcome[0]]
+    def exit_code(self, outcome: Outcome) -> int:
+        codes: dict[str, int] = {"decided": outcome[1], "errors": 2, "lost": 3}
+        return codes[outcome[0]]
 
-    def one_line(self, outcome: tuple[Any, ...]) -> str:
+    def one_line(self, outcome: Outcome) -> str:
         return f"fake {outcome[0]}"
 
-    def publish(self, ctx: Any, outcome: tuple[Any, ...]) -> str | None:
+    def publish(self, ctx: JobContext, outcome: Outcome) -> str | None:
         if self.before_publish is not None:
             self.before_publish()
         if self.dies_publishing is not None:
@@ -510,7 +537,7 @@ class FakeJob:
             raise self.publish_error
         return self.publish_problem
 
-    def fallback(self, ctx: Any, outcome: tuple[Any, ...]) -> None:
+    def fallback(self, ctx: JobContext, outcome: Outcome) -> None:
         self.fallbacks.append(outcome)
 
 
@@ -533,15 +560,13 @@ def run_ranks(
 ) -> list[RankRun]:
     """Run the protocol on every rank at once (threads); each rank's exit code. ``refused``: ranks whose
     command line failed, with their messages."""
-    from checker.distributed.exchange import RankError, run
-
     results = [RankRun() for _ in jobs]
 
     def one(rank: int) -> None:
         said = (refused or {}).get(rank)
         try:
-            results[rank].code = run(
-                world.sessions[rank],  # type: ignore[arg-type]
+            results[rank].code = exchange.run(
+                world.sessions[rank],
                 jobs[rank],
                 refused=RankError(message=said) if said is not None else None,
             )

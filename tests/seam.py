@@ -37,13 +37,13 @@ from typing import Any, NoReturn
 import torch
 from torch.distributed import DistNetworkError, DistStoreError
 
-from checker.config import GroupOptions
 from checker.core.errors import FlagError
 from checker.distributed import liveness
 from checker.distributed.exchange import RankError, run
 from checker.distributed.group import InfrastructureFailure, StaleStore, _one_line
-from checker.distributed.launch_env import RankEnv
-from checker.distributed.session import Session
+from checker.distributed.launch_env import GroupOptions, RankEnv
+from checker.distributed.liveness import Store
+from checker.distributed.session import BackstopLike, Clock, GroupLike, Session
 from checker.distributed.watcher import Watcher
 
 _local = threading.local()
@@ -61,7 +61,7 @@ class ProcessExit(BaseException):
 # -- time ----------------------------------------------------------------------------------------------
 
 
-class VirtualClock:
+class VirtualClock(Clock):
     """A monotonic clock that moves only when every party waits on it (:meth:`sleep`, or a store read
     that blocks), straight to the earliest deadline among the waiters. A waiter that can go on (its key
     was set, its deadline reached) holds time still until it has gone on. ``lock`` guards the store's
@@ -165,7 +165,7 @@ def _b(value: str | bytes) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
 
-class StoreClient:
+class StoreClient(Store):
     """torch.distributed.Store's calls the checker makes, with its blocking reads: ``get``,
     ``multi_get`` and ``wait`` wait until each key is set or the timeout passes, then raise
     ``DistStoreError`` as torch 2.13's TCPStore does."""
@@ -284,7 +284,7 @@ class ClockHeartbeat(liveness.Heartbeat):
         self.beating = False
 
 
-class SeamGroup:
+class SeamGroup(GroupLike):
     """One rank's group over the world's store: the rendezvous and the int64 all-gather, each bounded by
     ``--timeout-s`` as torch's are (a missing rank fails them with ``DistStoreError`` at the timeout)."""
 
@@ -295,9 +295,12 @@ class SeamGroup:
         self.timeout_s = options.timeout_s
         self.client: StoreClient | None = None
         self.heartbeat: liveness.Heartbeat | None = None
-        self.device = torch.device("cpu")
         self.gathers = 0
         self.closed = False
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
 
     @property
     def store(self) -> StoreClient | None:
@@ -393,7 +396,7 @@ class SeamWatcher(Watcher):
                 clock.notify()
 
 
-class FakeBackstop:
+class FakeBackstop(BackstopLike):
     """The GIL-free backstop, not armed (it would end the test's process): what it was asked."""
 
     def __init__(self) -> None:

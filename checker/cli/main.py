@@ -337,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a launch command this rank cannot read (a bug, a broken install)
         if args.command not in GROUP_COMMANDS:
             raise
+        # start-up: traceback is off the CLI's import path (-X importtime); only an internal error loads it
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__)

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from checker.commands.options import (
@@ -148,8 +149,6 @@ def server_budget(
 ) -> DeriveConfig:
     """The config at the budget the server gets: ``sizing_budget`` of the release, with free-after taken
     as free-before less the busiest rank's weights (SGLang all-reduces free memory MIN over ranks)."""
-    from dataclasses import replace
-
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"
     else:

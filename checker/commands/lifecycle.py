@@ -101,6 +101,7 @@ def run(name: str, args: argparse.Namespace) -> int:
     except CheckerInputError as exc:
         return refuse(name, f"checker {name}: error: {exc}", GroupFlags.from_args(args))
     except Exception as exc:  # this rank's environment is broken (or a bug): under torchrun, still report
+        # start-up: traceback is off the CLI's import path (-X importtime); only an internal error loads it
         import traceback
 
         # start-up: the run protocol (~40 ms, 23 modules) loads only on a rank that joins the exchange

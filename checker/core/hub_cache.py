@@ -86,6 +86,7 @@ def hub_cache(
 def _transformers_4(release: str | None) -> bool:
     """Whether the transformers that will read the config is 4.x: the installed one where there is one
     (what the server on this node imports), else the one ``release`` pins."""
+    # start-up: importlib.metadata is off the CLI's import path (docs/performance.md)
     from importlib import metadata
 
     try:
@@ -191,7 +192,7 @@ def _repo_folder(name: str) -> str:
 def _from_huggingface_hub(name: str, revision: str, cache: str) -> str | _Missing | None:
     """huggingface_hub's own lookup where it is installed; None where it is not (or cannot answer)."""
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # optional dependency: installed beside SGLang
     except Exception:  # not installed, or an install that does not import: the layout is read instead
         return None
     try:

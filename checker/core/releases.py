@@ -701,8 +701,8 @@ def _own(here: InstalledRelease, source: str, engine: str) -> ReleaseChoice:
 
 @functools.lru_cache(maxsize=1)
 def _installed_on_sys_path() -> str | None:
-    """Read once per process: a metadata scan walks every sys.path entry, and a rank asks several times.
-    importlib.metadata is imported here, not at the top: it costs ~12 ms, on every CLI start-up else."""
+    """Read once per process: a metadata scan walks every sys.path entry, and a rank asks several times."""
+    # start-up: importlib.metadata is off the CLI's import path (docs/performance.md)
     from importlib import metadata
 
     try:
@@ -731,6 +731,7 @@ def installed_sglang_version(paths: Sequence[str] | None = None) -> str | None:
     """The installed SGLang's version from its package metadata, without importing it (None: not
     installed). ``paths``: where to look instead of ``sys.path`` (another environment's site-packages).
     Metadata that cannot be read is a FlagError (one line), not a traceback."""
+    # start-up: importlib.metadata, as in _installed_on_sys_path
     from importlib import metadata
 
     if paths is None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
@@ -162,6 +163,18 @@ class JobContext:
     def world_size(self) -> int:
         return self.env.world_size
 
+    @classmethod
+    def of(cls, rank: RankFacts, timings: Mapping[str, float]) -> JobContext:
+        """This rank's facts and clock now, with the protocol's timings so far."""
+        return cls(
+            env=rank.env,
+            backend=rank.backend,
+            device=rank.device,
+            deadline=rank.deadline,
+            timings=dict(timings),
+            elapsed_s=rank.elapsed_s(),
+        )
+
 
 class Job(Protocol[L, O]):
     """What a command hands the protocol: pure pieces, each a function of the :class:`JobContext` and
@@ -224,28 +237,74 @@ class Job(Protocol[L, O]):
         ...
 
 
-class SessionLike(Protocol):
-    """What the protocol asks of :class:`checker.distributed.session.Session` (the real one over a fake
-    group and store in tests/seam.py; a scripted one in tests/fakes.py)."""
+class RankFacts(Protocol):
+    """Who this rank is, where it computes and its clock: what a :class:`JobContext` is made of
+    (:meth:`JobContext.of`), and the bound every wait for another rank is given."""
 
-    @property
-    def device(self) -> torch.device | None: ...
+    env: RankEnv
+
     @property
     def backend(self) -> str: ...
     @property
+    def device(self) -> torch.device | None: ...
+    @property
     def deadline(self) -> float: ...
-
     @property
     def timeout_s(self) -> float: ...
-    @property
-    def joined(self) -> bool: ...
-    @property
-    def may_publish_alone(self) -> bool: ...
+    def elapsed_s(self) -> float: ...
 
-    env: RankEnv
+
+class Collectives(Protocol):
+    """The process group and its gathers (steps 1, 3 and 4): make it, join its store, gather; after a
+    collective failed, name the ranks that are gone."""
+
+    def make_group(self, *, needs_device: bool = True) -> None: ...
+    def join(self) -> None: ...
+    def connect(self) -> None: ...
+    def exchange_headers(self, header: Header) -> list[Header]: ...
+    def gather_text(self, text: str) -> list[str]: ...
+    def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered: ...
+    def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort: ...
+
+
+class Roster(Protocol):
+    """What the store holds about the ranks: who joined, where each runs, which cannot take part and
+    why; and this rank's own mark as it leaves."""
+
     store_lost: bool
 
-    def elapsed_s(self) -> float: ...
+    @property
+    def joined(self) -> bool: ...
+    def await_joined(self) -> bool: ...
+    def hosts(self, ranks: Sequence[int]) -> dict[int, str]: ...
+    def refuse(self, message: str) -> None: ...
+    def refusals(self, ranks: Sequence[int]) -> dict[int, str]: ...
+    def mark_exiting(self, why: str) -> None: ...
+
+
+class Verdict(Protocol):
+    """The publisher lease and the announcement (step 5): which rank publishes, that every rank reached
+    the verdict, and the exit code every rank leaves with."""
+
+    @property
+    def may_publish_alone(self) -> bool: ...
+    def claim_publisher(
+        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
+    ) -> bool: ...
+    def earlier_publishers(self) -> list[int]: ...
+    def arrive(self) -> None: ...
+    def await_arrivals(self, within_s: float) -> Arrivals: ...
+    def announce(self, exit_code: int, line: str) -> None: ...
+    def announcement(self) -> tuple[int, str] | None: ...
+    def await_announcement(
+        self, within_s: float, *, patience_s: float = ..., held_s: float = ...
+    ) -> Wait: ...
+
+
+class Lifetime(Protocol):
+    """This rank's timers and its way out: arm the watchdog, the backstop and the watchers, stand them
+    down for the finish, and leave (cleanly, at once, or once another thread has ended the process)."""
+
     def start(
         self,
         on_abort: Callable[[str, bool], None],
@@ -255,33 +314,23 @@ class SessionLike(Protocol):
         on_refused: Callable[[Sequence[int]], None],
     ) -> Any: ...
     def stand_down(self, finish_s: float) -> None: ...
-    def make_group(self, *, needs_device: bool = True) -> None: ...
-    def join(self) -> None: ...
-    def await_joined(self) -> bool: ...
-    def connect(self) -> None: ...
-    def exchange_headers(self, header: Header) -> list[Header]: ...
-    def gather_text(self, text: str) -> list[str]: ...
-    def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered: ...
-    def failed(self, detail: str, *, stopping: bool = False, behind_is_hung: bool = True) -> Abort: ...
-    def claim_publisher(
-        self, *, default: bool, lost: Sequence[int] = (), unclaimed_by: Sequence[int] = ()
-    ) -> bool: ...
-    def earlier_publishers(self) -> list[int]: ...
-    def hosts(self, ranks: Sequence[int]) -> dict[int, str]: ...
-    def refuse(self, message: str) -> None: ...
-    def refusals(self, ranks: Sequence[int]) -> dict[int, str]: ...
-    def announcement(self) -> tuple[int, str] | None: ...
     def shorten_store_timeout(self) -> None: ...
-    def mark_exiting(self, why: str) -> None: ...
-    def announce(self, exit_code: int, line: str) -> None: ...
-    def arrive(self) -> None: ...
-    def await_arrivals(self, within_s: float) -> Arrivals: ...
-    def await_announcement(
-        self, within_s: float, *, patience_s: float = ..., held_s: float = ...
-    ) -> Wait: ...
     def close(self, exit_code: int, *, clean: bool) -> int: ...
     def exit_now(self, exit_code: int) -> NoReturn: ...
     def wait_for_exit(self, seconds: float) -> NoReturn: ...
+
+
+class SessionLike(RankFacts, Collectives, Roster, Verdict, Lifetime, Protocol):
+    """What the protocol asks of :class:`checker.distributed.session.Session` (the real one over a fake
+    group and store in tests/seam.py; a scripted one in tests/fakes.py): its five roles together, since
+    :class:`_Run` drives the whole lifecycle. A piece that needs less asks for one role (:class:`RankFacts`,
+    :class:`Collectives`, :class:`Roster`, :class:`Verdict`, :class:`Lifetime`)."""
+
+
+def placed(roster: Roster, errors: Sequence[RankError]) -> list[RankError]:
+    """``errors`` with the hosts of their ranks, as the store holds them (one bounded store read)."""
+    where = roster.hosts(sorted({r for e in errors for r in e.ranks}))
+    return [replace(e, hosts={r: where[r] for r in e.ranks if r in where}) for e in errors]
 
 
 def run(session: SessionLike, job: Job[L, O], *, refused: RankError | None = None) -> int:
@@ -312,15 +361,7 @@ class _Run(Generic[L, O]):
 
     def context(self) -> JobContext:
         """A fresh context for the next step of the job: the timings so far."""
-        s = self.session
-        return JobContext(
-            env=s.env,
-            backend=s.backend,
-            device=s.device,
-            deadline=s.deadline,
-            timings=dict(self.timings),
-            elapsed_s=s.elapsed_s(),
-        )
+        return JobContext.of(self.session, self.timings)
 
     def say(self, text: str) -> None:
         print(f"[rank {self.rank}] checker {self.job.name}: {text}", file=sys.stderr, flush=True)
@@ -385,7 +426,7 @@ class _Run(Generic[L, O]):
 
     def _errors(self, errors: Sequence[RankError], named: bool) -> O:
         """The job's outcome for ``errors``; ``named``: this rank publishes it, naming their hosts."""
-        return self.job.errors(self.context(), self.known, self._placed(errors) if named else errors)
+        return self.job.errors(self.context(), self.known, placed(self.session, errors) if named else errors)
 
     def _outside(self, problem: str) -> int:
         """This rank cannot take part in the process group (it cannot use its ``--backend``): it joins the
@@ -410,11 +451,6 @@ class _Run(Generic[L, O]):
         if mine and out[self.rank] and out.count(out[self.rank]) == 1:
             out[self.rank] = mine
         return out
-
-    def _placed(self, errors: Sequence[RankError]) -> list[RankError]:
-        """``errors`` with the hosts of their ranks (one bounded store read)."""
-        where = self.session.hosts(sorted({r for e in errors for r in e.ranks}))
-        return [replace(e, hosts={r: where[r] for r in e.ranks if r in where}) for e in errors]
 
     def _local(self) -> tuple[L | None, int, str]:
         if self.refused is not None:
@@ -444,8 +480,6 @@ class _Run(Generic[L, O]):
         if self.refused is not None and isinstance(exc, InfrastructureFailure):
             return self._error(None, clean=False)  # its own error is what this rank knows for sure
         if not isinstance(exc, InfrastructureFailure):  # a bug in a job's piece: never silent
-            import traceback
-
             traceback.print_exception(type(exc), exc, exc.__traceback__)
             return self._error(internal_error(exc), mine=True, clean=False)
         # A collective failed. Rank 0 names the gone ranks and publishes at once; the others look for
@@ -649,8 +683,6 @@ class _Run(Generic[L, O]):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             problem = "stdout: its reader left before the verdict was printed (broken pipe)"
         except Exception as exc:  # a bug in rendering: never silent, and never a passing exit code
-            import traceback
-
             traceback.print_exc()
             problem = f"the verdict could not be published: {internal_error(exc)}"
         if problem is not None:
@@ -701,8 +733,8 @@ class _Run(Generic[L, O]):
         by: dict[str, list[int]] = {}
         for r in ranks:
             by.setdefault(said.get(r) or "cannot take part in the process group", []).append(r)
-        placed = self._placed([RankError(message=m, ranks=tuple(rs)) for m, rs in by.items()])
-        outcome = job.errors(self.context(), self.known, placed)
+        placed_errors = placed(self.session, [RankError(message=m, ranks=tuple(rs)) for m, rs in by.items()])
+        outcome = job.errors(self.context(), self.known, placed_errors)
         verdict = [(job.exit_code(outcome), job.one_line(outcome))]
 
         def publish() -> None:

@@ -400,7 +400,7 @@ class Session:
 
     def gather_payload(self, status: int, text: str, body: Sequence[int] | torch.Tensor) -> Gathered:
         """The job's payload behind a status and message prefix, in one gather."""
-        import torch
+        import torch  # torch: loaded with the group by now; the module stays torch-free for --help
 
         prefix = torch.tensor([status, *pack_text(text, ERROR_BYTES)], dtype=torch.int64)
         values = body if isinstance(body, torch.Tensor) else torch.tensor(list(body), dtype=torch.int64)

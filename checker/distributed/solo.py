@@ -42,7 +42,7 @@ class SoloGroup:
         return [[int(v) for v in values]]
 
     def all_gather_int64(self, values: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        import torch
+        import torch  # torch: only a payload gather, which a refused rank alone never reaches
 
         t = values if isinstance(values, torch.Tensor) else torch.tensor(list(values), dtype=torch.int64)
         return t.to(device="cpu", dtype=torch.int64).reshape(1, -1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 
 from checker.distributed.liveness import Staleness, Store, read, store_call
@@ -101,7 +102,5 @@ class Watcher:
                 if self.poll():
                     return
             except Exception:  # a bug here must not end the run; the timeout path still stands
-                import traceback
-
                 traceback.print_exc()
                 return

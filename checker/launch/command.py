@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import os
 import re
 import stat
@@ -421,8 +422,6 @@ def _own_parser(version: str) -> tuple[argparse.ArgumentParser, Any]:
     saved = dict(os.environ)
     try:
         with quiet_sglang(stderr=True):
-            import importlib
-
             server_args = importlib.import_module("sglang.srt.server_args")
             merger = None
             for name in (

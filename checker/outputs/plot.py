@@ -210,7 +210,7 @@ def sweep_figure(
     """The figure :func:`plot_sweep` saves, at :data:`SAVE_DPI`. Every band is a patch whose gid is
     ``"<policy>|<kind>|<value or ''>|<first budget>"``, so a test can find what was drawn."""
     Figure, FigureCanvasAgg = _matplotlib()
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
+    from matplotlib.layout_engine import ConstrainedLayoutEngine  # optional dependency: the plot extra
 
     policies = list(values)
     layout = ConstrainedLayoutEngine(h_pad=0.06, hspace=0.04, w_pad=0.04, wspace=0.04)
@@ -235,6 +235,8 @@ def _draw_row(
 ) -> list[Mark]:
     """One policy: a panel per checked value, its bands, and a legend headed by the verdict in words."""
     import numpy as np  # a matplotlib dependency
+
+    # optional dependency: matplotlib (the plot extra), checked by _matplotlib() first
     from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch

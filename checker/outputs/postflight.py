@@ -326,7 +326,7 @@ def one_line(result: Postflight) -> str:
 
 def to_junit(result: Postflight, *, elapsed_s: float) -> str:
     """One case per value held, plus ``ranks`` (a rank the prediction or the logs lack)."""
-    from xml.etree import ElementTree as ET
+    from xml.etree import ElementTree as ET  # start-up: only with --junit, as in outputs/report.py
 
     suite = ET.Element("testsuite", name="pp-capacity-postflight", time=f"{elapsed_s:.3f}")
     for value in VALUES:
@@ -395,7 +395,7 @@ def error_markdown(message: str) -> str:
 
 
 def error_junit(message: str) -> str:
-    from xml.etree import ElementTree as ET
+    from xml.etree import ElementTree as ET  # start-up: only with --junit, as in to_junit
 
     suite = ET.Element(
         "testsuite",

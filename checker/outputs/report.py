@@ -161,7 +161,7 @@ def launch_command_doc(launch: LaunchInputs | None) -> dict[str, object] | None:
     audit can match it against the command CI ran: ``printf %s "$CMD" | sha256sum``."""
     if launch is None:
         return None
-    import shlex
+    import shlex  # start-up: only for a launch command (docs/performance.md, the rank's path)
 
     text = shlex.join(launch.argv)
     return {

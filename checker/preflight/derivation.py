@@ -86,7 +86,7 @@ def _device_free_bytes(config: PreflightConfig, env: RankEnv, device: torch.devi
             )
         return int((given[0] if len(given) == 1 else given[env.rank]) * GIB)
     if device is not None and device.type == "cuda":
-        import torch
+        import torch  # torch: the rank's device came from it already; a CPU rank's derivation needs none
 
         return int(torch.cuda.mem_get_info(device)[0])
     raise LayoutError(
