@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 from checker.core.errors import FlagError
 
 if TYPE_CHECKING:  # torch is imported when a device is chosen, so --help and input errors cost none
-    import torch
+    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
 
 
 def sweep_device(name: str) -> torch.device:
-    import torch
+    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
 
     try:
         device = torch.device(name)
@@ -40,7 +40,7 @@ def sweep_device(name: str) -> torch.device:
 def use_one_cpu_thread(device: torch.device) -> None:
     """A few elementwise ops per stage: intra-op threads only contend on a shared host (8 ranks on 2
     cores spin each other out), so on a CPU one thread is both the fastest and the polite choice."""
-    import torch
+    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
 
     if device.type == "cpu":
         torch.set_num_threads(1)
