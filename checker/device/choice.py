@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from checker.core.errors import FlagError
 
 if TYPE_CHECKING:  # torch is imported when a device is chosen, so --help and input errors cost none
-    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
+    import torch
 
 
 def sweep_device(name: str) -> torch.device:

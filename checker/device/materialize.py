@@ -56,7 +56,7 @@ from checker.core.geometry import DTYPE_ITEMSIZE
 from checker.core.sizing import CapacityInputs, StageCapacity
 
 if TYPE_CHECKING:
-    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
+    import torch
 
 LIMIT_ENV = "CHECKER_MATERIALIZE_LIMIT_BYTES"
 HOST_RAM_FRACTION = 0.5
