@@ -160,6 +160,9 @@ WHERE: dict[str, tuple[tuple[str, str, str], ...]] = {
         ('0.5.9', '0.5.15.post1', 'configs/falcon_h1.py:222'),
         ('0.5.16', '0.5.23', 'configs/falcon_h1.py:223'),
     ),
+    'falcon_h1.d_ssm_null_state': (
+        ('0.5.3', '0.5.3', 'configs/falcon_h1.py:333'),
+    ),
     'falcon_h1.load_unknown': (
         ('0.5.3', '0.5.3', 'models/falcon_h1.py:567'),
         ('0.5.3.post1', '0.5.3.post1', 'models/falcon_h1.py:569'),

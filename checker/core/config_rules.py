@@ -365,6 +365,17 @@ def _mamba_heads(
 def _falcon_h1(r: _Release, data: Mapping[str, Any]) -> None:
     # mamba_d_ssm left out is the class's default, 1024; null means mamba_expand * hidden_size.
     d_ssm = data.get("mamba_d_ssm", 1024) if r.has("falcon_h1.d_ssm_default") else data.get("mamba_d_ssm")
+    if d_ssm is None and r.has("falcon_h1.d_ssm_null_state"):
+        # 0.5.3 sizes the state from mamba_d_ssm itself (hybrid_gdn_params), not from the intermediate
+        # size its constructor worked out: a null one is None + int when the pool is sized.
+        raise r.refuse(
+            "falcon_h1.d_ssm_null_state",
+            "mamba_d_ssm",
+            None,
+            "is added to 2 * n_groups * mamba_d_state when the state pool is sized (this release does not "
+            "fall back to mamba_expand * hidden_size there); give it as an integer",
+            "TypeError at start-up",
+        )
     if d_ssm is None:
         expand, hidden = data.get("mamba_expand", 2), data.get("hidden_size", 4096)
         if not (_number(expand) and _number(hidden)):
