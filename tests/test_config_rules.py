@@ -40,6 +40,7 @@ ARCH = {
     "falcon_h1_0_5b": "FalconH1ForCausalLM",
     "granite_4_0_h_small": "GraniteMoeHybridForCausalLM",
     "kimi_linear_48b_a3b": "KimiLinearForCausalLM",
+    "kimi_k3_config": "KimiK3ForConditionalGeneration",
     "qwen3_next_80b_a3b": "Qwen3NextForCausalLM",
     "qwen3_5_397b_a17b": "Qwen3_5MoeForConditionalGeneration",
 }

@@ -177,6 +177,9 @@ WHERE: dict[str, tuple[tuple[str, str, str], ...]] = {
         ('0.5.21', '0.5.21', 'models/falcon_h1.py:560'),
         ('0.5.22', '0.5.23', 'models/falcon_h1.py:552'),
     ),
+    'kimi_k3.config_class': (
+        ('0.5.17', '0.5.23', 'configs/kimi_k3.py:80'),
+    ),
     'granitemoehybrid.layer_types_length': (
         ('0.5.9', '0.5.15.post1', 'configs/granitemoehybrid.py:192'),
         ('0.5.16', '0.5.18', 'configs/granitemoehybrid.py:193'),

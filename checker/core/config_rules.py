@@ -304,7 +304,7 @@ def _kimi_linear(r: _Release, data: Mapping[str, Any]) -> None:
     lac = data.get("linear_attn_config")
     if not isinstance(lac, Mapping):
         return  # None: not a linear-attention model; another type: the geometry reader refuses it
-    r = _Release(r.release, r.source, "linear_attn_config.")
+    r = _Release(r.release, r.source, f"{r.prefix}linear_attn_config.")
     for key, rule in (
         ("kda_layers", "kimi_linear.kda_layers"),
         ("full_attn_layers", "kimi_linear.full_attn_layers"),
@@ -319,6 +319,25 @@ def _kimi_linear(r: _Release, data: Mapping[str, Any]) -> None:
                 f"list the {kind} attention layers (1-based)",
                 f"{'KeyError' if key not in lac else 'AssertionError'} at load",
             )
+
+
+# -- Kimi-K3 ----------------------------------------------------------------------------------------------
+
+
+def _kimi_k3(r: _Release, data: Mapping[str, Any]) -> None:
+    """A release without KimiK3Config (configs/kimi_k3.py) has no config class registered for the
+    model_type (transformers has none either): it cannot load the file at all. From there the text_config
+    is a KimiLinearConfig (``KimiLinearConfig(**text_config)``), checked as Kimi-Linear's."""
+    if not r.has("kimi_k3.config_class"):
+        first = next(v for v in MODELLED_RELEASES if where("kimi_k3.config_class", v) is not None)
+        raise ConfigError(
+            f"SGLang {r.release} cannot load {r.source}: model_type='kimi_k3' has no config class in this "
+            f"release (KimiK3Config, {SRT}configs/kimi_k3.py, arrived in SGLang {first}; transformers' "
+            f"AutoConfig refuses the type: ValueError at load); derive for {first} or later"
+        )
+    text = data.get("text_config")
+    if isinstance(text, Mapping):
+        _kimi_linear(_Release(r.release, r.source, "text_config."), text)
 
 
 # -- Falcon-H1 and Granite-4.0-H: the Mamba2 block's sizes --------------------------------------------------
@@ -438,6 +457,7 @@ _FAMILIES = {
     "qwen3_5": _qwen3_next,
     "qwen3_5_moe": _qwen3_next,
     "kimi_linear": _kimi_linear,
+    "kimi_k3": _kimi_k3,
     "falcon_h1": _falcon_h1,
     "granitemoehybrid": _granite,
 }
