@@ -72,8 +72,12 @@ RULES: tuple[Rule, ...] = (
     Rule("falcon_h1.d_ssm_default", "configs/falcon_h1.py", "mamba_d_ssm=1024,"),
     Rule("falcon_h1.heads_divide", "configs/falcon_h1.py", 'raise ValueError("mamba_n_heads must divide mamba_expand * hidden_size")'),
     Rule("falcon_h1.head_dim", "configs/falcon_h1.py", '"The dimensions for the Mamba head state do not match the model intermediate_size"'),
+    # hybrid_gdn_params (0.5.3 only: 0.5.3.post1 sizes from mamba_intermediate): None + int when mamba_d_ssm is null
+    Rule("falcon_h1.d_ssm_null_state", "configs/falcon_h1.py", "conv_dim = self.mamba_d_ssm + 2 * n_groups * self.mamba_d_state"),
     # load_weights (models/falcon_h1.py): the unguarded params_dict[name] of a tensor no stacked projection takes
     Rule("falcon_h1.load_unknown", "models/falcon_h1.py", "param = params_dict[name]", nth=1),
+    # -- Kimi-K3: configs/kimi_k3.py KimiK3Config (its text_config is a KimiLinearConfig: the rules above)
+    Rule("kimi_k3.config_class", "configs/kimi_k3.py", 'model_type = "kimi_k3"'),
     # -- Granite-4.0-H: configs/granitemoehybrid.py GraniteMoeHybridConfig
     Rule("granitemoehybrid.layer_types_length", "configs/granitemoehybrid.py", 'f"layer_types must have length equal to num_hidden_layers'),
     Rule("granitemoehybrid.layer_types_values", "configs/granitemoehybrid.py", 'f"Each element in layer_types must be either'),

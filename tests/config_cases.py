@@ -111,6 +111,8 @@ CASES: tuple[Case, ...] = (
     # Falcon-H1's Mamba2 heads.
     Case("falcon-heads", "falcon_h1_0_5b", _set("mamba_n_heads", 25), (("0.5.3", "0.5.23", "falcon_h1.heads_divide"),), "mamba_n_heads"),
     Case("falcon-head-dim", "falcon_h1_0_5b", _set("mamba_d_head", 32), (("0.5.3", "0.5.23", "falcon_h1.head_dim"),), "mamba_d_head"),
+    # A null mamba_d_ssm (expand * hidden_size = 2048 = 16 heads of 128): 0.5.3 adds None to an int sizing the state.
+    Case("falcon-d-ssm-null", "falcon_h1_0_5b", lambda d: d.update(mamba_d_ssm=None, mamba_n_heads=16, mamba_d_head=128), (("0.5.3", "0.5.3", "falcon_h1.d_ssm_null_state"),), "mamba_d_ssm"),
     # Granite-4.0-H's layer types and heads.
     Case("granite-length", "granite_4_0_h_small", _set("num_hidden_layers", 39), (("0.5.9", "0.5.23", "granitemoehybrid.layer_types_length"),), "layer_types"),
     Case("granite-value", "granite_4_0_h_small", lambda d: d["layer_types"].__setitem__(3, "linear"), (("0.5.9", "0.5.23", "granitemoehybrid.layer_types_values"),), "layer_types"),

@@ -160,6 +160,9 @@ WHERE: dict[str, tuple[tuple[str, str, str], ...]] = {
         ('0.5.9', '0.5.15.post1', 'configs/falcon_h1.py:222'),
         ('0.5.16', '0.5.23', 'configs/falcon_h1.py:223'),
     ),
+    'falcon_h1.d_ssm_null_state': (
+        ('0.5.3', '0.5.3', 'configs/falcon_h1.py:333'),
+    ),
     'falcon_h1.load_unknown': (
         ('0.5.3', '0.5.3', 'models/falcon_h1.py:567'),
         ('0.5.3.post1', '0.5.3.post1', 'models/falcon_h1.py:569'),
@@ -173,6 +176,9 @@ WHERE: dict[str, tuple[tuple[str, str, str], ...]] = {
         ('0.5.20', '0.5.20', 'models/falcon_h1.py:557'),
         ('0.5.21', '0.5.21', 'models/falcon_h1.py:560'),
         ('0.5.22', '0.5.23', 'models/falcon_h1.py:552'),
+    ),
+    'kimi_k3.config_class': (
+        ('0.5.17', '0.5.23', 'configs/kimi_k3.py:80'),
     ),
     'granitemoehybrid.layer_types_length': (
         ('0.5.9', '0.5.15.post1', 'configs/granitemoehybrid.py:192'),

@@ -304,7 +304,7 @@ def _kimi_linear(r: _Release, data: Mapping[str, Any]) -> None:
     lac = data.get("linear_attn_config")
     if not isinstance(lac, Mapping):
         return  # None: not a linear-attention model; another type: the geometry reader refuses it
-    r = _Release(r.release, r.source, "linear_attn_config.")
+    r = _Release(r.release, r.source, f"{r.prefix}linear_attn_config.")
     for key, rule in (
         ("kda_layers", "kimi_linear.kda_layers"),
         ("full_attn_layers", "kimi_linear.full_attn_layers"),
@@ -319,6 +319,25 @@ def _kimi_linear(r: _Release, data: Mapping[str, Any]) -> None:
                 f"list the {kind} attention layers (1-based)",
                 f"{'KeyError' if key not in lac else 'AssertionError'} at load",
             )
+
+
+# -- Kimi-K3 ----------------------------------------------------------------------------------------------
+
+
+def _kimi_k3(r: _Release, data: Mapping[str, Any]) -> None:
+    """A release without KimiK3Config (configs/kimi_k3.py) has no config class registered for the
+    model_type (transformers has none either): it cannot load the file at all. From there the text_config
+    is a KimiLinearConfig (``KimiLinearConfig(**text_config)``), checked as Kimi-Linear's."""
+    if not r.has("kimi_k3.config_class"):
+        first = next(v for v in MODELLED_RELEASES if where("kimi_k3.config_class", v) is not None)
+        raise ConfigError(
+            f"SGLang {r.release} cannot load {r.source}: model_type='kimi_k3' has no config class in this "
+            f"release (KimiK3Config, {SRT}configs/kimi_k3.py, arrived in SGLang {first}; transformers' "
+            f"AutoConfig refuses the type: ValueError at load); derive for {first} or later"
+        )
+    text = data.get("text_config")
+    if isinstance(text, Mapping):
+        _kimi_linear(_Release(r.release, r.source, "text_config."), text)
 
 
 # -- Falcon-H1 and Granite-4.0-H: the Mamba2 block's sizes --------------------------------------------------
@@ -365,6 +384,17 @@ def _mamba_heads(
 def _falcon_h1(r: _Release, data: Mapping[str, Any]) -> None:
     # mamba_d_ssm left out is the class's default, 1024; null means mamba_expand * hidden_size.
     d_ssm = data.get("mamba_d_ssm", 1024) if r.has("falcon_h1.d_ssm_default") else data.get("mamba_d_ssm")
+    if d_ssm is None and r.has("falcon_h1.d_ssm_null_state"):
+        # 0.5.3 sizes the state from mamba_d_ssm itself (hybrid_gdn_params), not from the intermediate
+        # size its constructor worked out: a null one is None + int when the pool is sized.
+        raise r.refuse(
+            "falcon_h1.d_ssm_null_state",
+            "mamba_d_ssm",
+            None,
+            "is added to 2 * n_groups * mamba_d_state when the state pool is sized (this release does not "
+            "fall back to mamba_expand * hidden_size there); give it as an integer",
+            "TypeError at start-up",
+        )
     if d_ssm is None:
         expand, hidden = data.get("mamba_expand", 2), data.get("hidden_size", 4096)
         if not (_number(expand) and _number(hidden)):
@@ -427,6 +457,7 @@ _FAMILIES = {
     "qwen3_5": _qwen3_next,
     "qwen3_5_moe": _qwen3_next,
     "kimi_linear": _kimi_linear,
+    "kimi_k3": _kimi_k3,
     "falcon_h1": _falcon_h1,
     "granitemoehybrid": _granite,
 }

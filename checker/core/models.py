@@ -500,6 +500,7 @@ FAMILIES: dict[str, Callable[[_Keys, int], dict[str, Any]]] = {
     "qwen3_5": _qwen3_next,
     "qwen3_5_moe": _qwen3_next,
     "kimi_linear": _kimi_linear,
+    "kimi_k3": _kimi_linear,
     "nemotron_h": _nemotron_h,
     "falcon_h1": _falcon_h1,
     "granitemoehybrid": _granite_h,
@@ -516,6 +517,13 @@ def geometry_from_hf_config(cfg: Mapping[str, Any], *, tp_size: int, source: str
     keys = _Keys(cfg, source)
     # Qwen3.5 nests the language model's keys in text_config.
     if model_type.startswith("qwen3_5") and cfg.get("text_config") is not None:
+        text = keys.section("text_config")
+        keys = _Keys({**text.data, "model_type": model_type}, source, text.prefix)
+    # Kimi-K3 (0.5.23 configs/kimi_k3.py KimiK3Config): the hybrid layers and the MLA attention are a
+    # KimiLinearConfig built from text_config (``KimiLinearConfig(**text_config)``), which
+    # configs/hybrid_arch.py ``kimi_linear_config`` returns for the state pool and ModelConfig reads as
+    # ``hf_text_config`` (the MLA branch for KimiK3ForConditionalGeneration, configs/model_config.py:1463).
+    if model_type == "kimi_k3":
         text = keys.section("text_config")
         keys = _Keys({**text.data, "model_type": model_type}, source, text.prefix)
     if model_type not in FAMILIES:
@@ -595,6 +603,9 @@ _ATTENTION: dict[str, _AttentionSpec] = {
     # configs/kimi_linear.py KimiLinearConfig: max_position_embeddings=4096, num_nextn_predict_layers=0;
     # ModelConfig treats KimiLinearForCausalLM as MLA (head_dim 72, kv_lora_rank + qk_rope_head_dim).
     "kimi_linear": _AttentionSpec(_complement, 4096, mla=True, nextn_default=0),
+    # Kimi-K3: the same KimiLinearConfig, as text_config (configs/kimi_k3.py); ModelConfig's MLA branch
+    # names KimiK3ForConditionalGeneration with KimiLinearForCausalLM (head_dim 72).
+    "kimi_k3": _AttentionSpec(_complement, 4096, mla=True, nextn_default=0),
     # configs/nemotron_h.py NemotronHConfig: head_dim=128, num_key_value_heads=8,
     # max_position_embeddings=4096, num_nextn_predict_layers=0.
     "nemotron_h": _AttentionSpec(

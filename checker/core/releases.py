@@ -35,9 +35,9 @@ REQUEST_CAPS = ("tp-worker", "estimate", "half-tokens")
 RADIX_RULES = ("forced-off", "fixed-ratio", "scheduler-v1", "scheduler-spec", "scheduler", "strategies")
 GDN_FAMILIES = ("qwen3_next",)
 """model_type values SGLang 0.5.2-0.5.6.post2 treat as hybrid GDN (model_runner.py ``is_hybrid_gdn`` /
-``hybrid_gdn_config``: Qwen3NextConfig)."""
+``hybrid_gdn_config``: Qwen3NextConfig; 0.5.3's ``is_hybrid_gdn`` also lists FalconH1ForCausalLM)."""
 MAMBA2_FAMILIES = ("nemotron_h", "falcon_h1")
-"""model_type values of model_runner.py ``mamba2_config`` (FalconH1Config | NemotronHConfig), 0.5.3.post2+."""
+"""model_type values of model_runner.py ``mamba2_config`` (FalconH1Config | NemotronHConfig), 0.5.3.post1+."""
 BUDGET_RULES = ("slack", "slack+pre-capture", "slack+pre-capture+mm")
 
 
@@ -96,7 +96,7 @@ class ReleaseRules:
     by T // 2. ``estimate`` (0.5.13: ``_resolve_max_num_reqs``): ``min(mrr // dp, estimate)``, else
     ``min(estimate, T // 2)``. ``half-tokens`` (0.5.14+): ``min(mrr // dp or estimate, T // 2)``."""
     radix_rule: str = "strategies"
-    """``forced-off`` (0.5.2-0.5.3.post1: a hybrid GDN model disables the radix cache in
+    """``forced-off`` (0.5.2-0.5.3.post1: every model the release gives a pool disables the radix cache in
     ``ModelRunner.__init__``, 1 slot a request); ``fixed-ratio`` (0.5.3.post2-0.5.6.post2: no strategy
     flag, ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` = 3 slots with the radix cache, 1 without);
     ``scheduler-v1`` (0.5.7: model_runner_kv_cache_mixin.py ``init_memory_pool``: radix on -> 3 +
@@ -110,12 +110,15 @@ class ReleaseRules:
     """Whether extra_buffer_lazy exists (server_args.py strategy choices): from 0.5.13."""
     pool_families: tuple[str, ...] | None = None
     """model_type values whose config gets a state pool at all (None: every hybrid family the checker
-    reads). 0.5.2-0.5.3.post1: Qwen3-Next only (model_runner.py ``is_hybrid_gdn``); 0.5.3.post2-0.5.4.post1:
-    plus NemotronH and FalconH1 (``mamba2_config``); 0.5.4.post2-0.5.6.post2: plus KimiLinear
-    (``kimi_linear_config``, ``mambaish_config``)."""
+    reads). 0.5.2: Qwen3-Next only (model_runner.py ``is_hybrid_gdn``, architectures); 0.5.3: plus
+    Falcon-H1 (``is_hybrid_gdn`` lists FalconH1ForCausalLM, model_runner.py:1300-1306);
+    0.5.3.post1-0.5.4.post1: Qwen3-Next, NemotronH and FalconH1 (``mambaish_config`` = ``mamba2_config`` or
+    ``hybrid_gdn_config``, 0.5.3.post1 model_runner.py:1314-1330); 0.5.4.post2-0.5.6.post2: plus KimiLinear
+    (``kimi_linear_config``)."""
     dp_split_families: tuple[str, ...] | None = None
-    """model_type values whose pool size is divided by dp (None: every family). 0.5.3.post2-0.5.6.post2:
-    only hybrid GDN (``handle_max_mamba_cache``: ``if self.hybrid_gdn_config is not None: ... // dp``)."""
+    """model_type values whose pool size is divided by dp (None: every family). 0.5.3.post1-0.5.6.post2:
+    only hybrid GDN (0.5.3.post1 ``ModelRunner.__init__`` :369-377, then ``handle_max_mamba_cache``:
+    ``if self.hybrid_gdn_config is not None: ... // dp``); 0.5.2-0.5.3 split every pool they size."""
     radix_off_families: tuple[str, ...] = ()
     """model_type values for which SGLang forces the radix cache off: NemotronH and FalconH1 in
     0.5.3.post2-0.5.6.post2 (model_runner.py ``ModelRunner.__init__``: ``if config := self.mamba2_config:
@@ -175,13 +178,41 @@ _NO_XBUF_0_5_9 = ("nemotron_h", "falcon_h1", "granitemoehybrid")
 
 _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
     (
-        ("0.5.2", "0.5.3", "0.5.3.post1"),
+        ("0.5.2",),
         ReleaseRules(
-            group="0.5.2-0.5.3.post1",
+            group="0.5.2",
             sizing_function=_MR + "ModelRunner.__init__ (hybrid GDN block), profile_max_num_token",
             pool_rule="fixed",
             radix_rule="forced-off",
             pool_families=GDN_FAMILIES,
+            **_PRE_SCHEDULER,
+        ),
+    ),
+    (
+        # model_runner.py:1300-1306 ``is_hybrid_gdn``: architectures[0] in Qwen3NextForCausalLM(MTP),
+        # FalconH1ForCausalLM; the block at :357-374 (radix off, the fixed pool, // dp) is the same for both.
+        ("0.5.3",),
+        ReleaseRules(
+            group="0.5.3",
+            sizing_function=_MR + "ModelRunner.__init__ (hybrid GDN block), profile_max_num_token",
+            pool_rule="fixed",
+            radix_rule="forced-off",
+            pool_families=GDN_FAMILIES + ("falcon_h1",),
+            **_PRE_SCHEDULER,
+        ),
+    ),
+    (
+        # model_runner.py:1314-1330 ``mambaish_config`` = ``mamba2_config`` (FalconH1Config |
+        # NemotronHConfig) or ``hybrid_gdn_config`` (Qwen3NextConfig); :358-368 radix off and the fixed pool
+        # for all three, :369-377 ``// dp`` for hybrid GDN only.
+        ("0.5.3.post1",),
+        ReleaseRules(
+            group="0.5.3.post1",
+            sizing_function=_MR + "ModelRunner.__init__ (mambaish block), profile_max_num_token",
+            pool_rule="fixed",
+            radix_rule="forced-off",
+            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
+            dp_split_families=GDN_FAMILIES,
             **_PRE_SCHEDULER,
         ),
     ),
