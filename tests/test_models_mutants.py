@@ -50,7 +50,9 @@ from checker.core.models import (
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SRC = "cfg.json"
 FIX = "fix it in the model config"
-SUPPORTED = "(falcon_h1, granitemoehybrid, kimi_k3, kimi_linear, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_next)"
+SUPPORTED = (
+    "(falcon_h1, granitemoehybrid, kimi_k3, kimi_linear, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_next)"
+)
 
 
 @cache
