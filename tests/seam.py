@@ -568,10 +568,12 @@ class SeamWorld:
         ranks: Sequence[int] | None = None,
         refused: dict[int, str] | None = None,
         killed_at_start: Sequence[int] = (),
-        real_timeout_s: float = 10.0,
+        real_timeout_s: float = 30.0,
     ) -> list[Process]:
         """The protocol on ``ranks`` (every rank by default; a rank left out never starts), each in its
-        own thread, over real Sessions; every process as it ended. ``killed_at_start``: these ranks'
+        own thread, over real Sessions; every process as it ended. ``real_timeout_s``: wall seconds before
+        a rank still running is a hang (the protocol's bounds are virtual; a loaded 2-core machine ran a
+        healthy world past 10 s). ``killed_at_start``: these ranks'
         processes die as they start, before they join (the agent, if any, sees them fail)."""
         started = [r for r in (range(self.size) if ranks is None else ranks) if r not in killed_at_start]
         for r in started:

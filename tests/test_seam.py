@@ -427,6 +427,26 @@ def test_sigterm_ends_every_finishing_rank_at_once_and_the_publisher_names_the_l
     world = SeamWorld(3, timeout_s=30, agent=True)
     js = jobs(3)
     _fault(world, js, 2, "decide", "kill")
+    # "While they finish": rank 2 dies once ranks 0 and 1 have decided (each rank's thread runs at the
+    # OS's pace; on a loaded machine rank 0 could otherwise be told to stop before its own decision).
+    decided = {r: threading.Event() for r in (0, 1)}
+    for r in (0, 1):
+        own = js[r].decide
+
+        def deciding(*args, _own=own, _done=decided[r], **kwargs):
+            try:
+                return _own(*args, **kwargs)
+            finally:
+                _done.set()
+
+        js[r].decide = deciding
+    dying = js[2].decide
+
+    def after_the_others(*args, **kwargs):
+        assert all(e.wait(10.0) for e in decided.values()), "ranks 0 and 1 never decided"
+        return dying(*args, **kwargs)
+
+    js[2].decide = after_the_others
     t0 = world.clock.monotonic()
     processes = world.run(js)
     assert codes(processes[:2]) == [3, 3] and processes[2].killed
