@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from checker import __version__
-from checker.commands.check_job import _weights_doc
 from checker.config import (
     BudgetSource,
     EngineChoice,
@@ -28,6 +27,7 @@ from checker.config import (
 )
 from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.distributed.wire import decode_row, encode_row
+from checker.outputs.check_run import weights_doc
 from checker.outputs.report import to_json
 from checker.postflight import formats as F
 from checker.preflight.derivation import derive_row, local_facts
@@ -90,7 +90,7 @@ def preflight_report(
     ]
     verdict = decide(rows, world_size=n)
     extra = {"checker_version": __version__, "torch_version": "2.13.0+cpu", "backend": "gloo"}
-    extra |= {"timings": {"total_s": 6.2}, **_weights_doc(config)}  # what check's rank 0 adds
+    extra |= {"timings": {"total_s": 6.2}, **weights_doc(config)}  # what check's rank 0 adds
     return json.loads(json.dumps(to_json(verdict, extra=extra)))
 
 

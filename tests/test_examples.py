@@ -859,7 +859,7 @@ def check_world(args: Any, world: TorchrunWorld, *, on_gpu: bool = False) -> int
     """check's job on every rank of ``world`` in turn, in the run protocol's order
     (:func:`checker.distributed.exchange.run`: local facts, headers, rows, the verdict; rank 0 publishes),
     what the ranks exchange handed over in this process."""
-    from checker.commands.check import config_from_args
+    from checker.commands.check_config import config_from_args
     from checker.commands.check_job import CheckJob
     from checker.core.errors import CheckerInputError
     from checker.distributed.exchange import JobContext, group_errors

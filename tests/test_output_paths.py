@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from checker.commands.options import run_inputs
 from checker.core.errors import FlagError
 from checker.files import append_file, check_output_path, check_outputs, write_file
+from checker.launch.inputs import run_inputs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READ_VERDICT = REPO_ROOT / "launchers" / "read-verdict.sh"
@@ -737,7 +737,7 @@ def test_the_download_dir_snapshot_the_weights_are_read_from_is_never_replaced(c
 
 
 # Every option of every command that takes a value, by what its value is. An option that names a file
-# the run reads is in READ (checker.commands.options.READ_OPTIONS, or postflight's own); one that names a
+# the run reads is in READ (checker.launch.inputs.READ_OPTIONS, or postflight's own); one that names a
 # file the run writes in OUTPUTS; the rest name no file. A new option must be placed in one of them.
 NOT_A_FILE = {
     "model",
@@ -788,9 +788,10 @@ def _value_options(command: str) -> dict[str, argparse.Action]:
 
 
 def _reads(command: str) -> dict[str, str]:
-    from checker.commands import options, postflight
+    from checker.commands import postflight
+    from checker.launch import inputs
 
-    return postflight.READ_OPTIONS if command == "postflight" else options.READ_OPTIONS
+    return postflight.READ_OPTIONS if command == "postflight" else inputs.READ_OPTIONS
 
 
 @pytest.mark.parametrize("command", list(OUTPUTS))

@@ -101,10 +101,9 @@ def _junit_strings(xml: str) -> Iterator[str]:
 def rendered(case: Case, rows: list, v) -> dict[str, list[str]]:  # noqa: ANN001 - a Verdict
     """Every line each rendering of the verdict ``v`` on ``rows`` (``case``'s) shows, by rendering."""
     from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
-    from checker.commands.check import config_from_args
-    from checker.commands.check_job import CheckJob
-    from checker.distributed.exchange import JobContext
+    from checker.commands.check_config import config_from_args
     from checker.launch.merge import apply_launch_command, given_dests
+    from checker.outputs.check_run import summary_line
 
     words = join_negative_values(with_default_command(list(case.same.argv)))
     parser = build_parser()
@@ -116,9 +115,8 @@ def rendered(case: Case, rows: list, v) -> dict[str, list[str]]:  # noqa: ANN001
         with mock.patch.dict(os.environ, dict(case.same.env)):
             args, args.launch = apply_launch_command(args, list(case.same.launch), given=given)
     config = config_from_args(args, _env(0))
-    # The summary line as rank 0 writes it (the context is asked only for the world and the backend).
-    ctx = JobContext(env=_env(0), backend="gloo", device=None, deadline=0.0)
-    summary = CheckJob(config=config, output=config.output)._summary(ctx, rows[0])
+    # The summary line as rank 0 writes it.
+    summary = summary_line(config, rows[0], world_size=_env(0).world_size, backend="gloo")
     doc = to_json(v, extra={})
     return {
         "text": to_text(v, summary=summary, elapsed_s=1.0).splitlines(),

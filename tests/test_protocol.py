@@ -58,7 +58,7 @@ def test_a_report_the_real_check_job_cannot_write_fails_a_passing_run_on_every_r
     from seam import SeamWorld
 
     from checker.cli.main import build_parser, join_negative_values, with_default_command
-    from checker.commands.check import config_from_args
+    from checker.commands.check_config import config_from_args
     from checker.commands.check_job import CheckJob
     from checker.config import OutputOptions
 

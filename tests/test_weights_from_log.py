@@ -16,7 +16,7 @@ from harness import run_world
 from postflight_logs import ServerLog, preflight_report
 
 from checker.cli.main import build_parser
-from checker.commands.check import config_from_args
+from checker.commands.check_config import config_from_args
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import RankEnv
 

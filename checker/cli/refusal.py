@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from checker.commands.lifecycle import GroupFlags
-from checker.commands.options import READ_OPTIONS, run_inputs
 from checker.config import OutputOptions
 from checker.distributed.launch_env import GroupOptions
+from checker.launch.inputs import READ_OPTIONS, run_inputs
 
 GROUP_DESTS = ("backend", "timeout_s", "init_method")
 OUTPUT_DESTS = ("report", "junit", "format", "quiet")

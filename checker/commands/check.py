@@ -1,21 +1,22 @@
 """``checker check`` (the default): the preflight, one verdict on every rank.
 
-flags -> config -> the run protocol (:mod:`checker.distributed.exchange`) with check's job
-(:mod:`checker.commands.check_job`), by the one lifecycle of :mod:`checker.commands.lifecycle`: each
-rank derives its stage's capacity locally (no collective, as SGLang does), then every rank joins two
-fixed-size int64 all-gathers and decides the same verdict: exit 0 consistent, 1 divergent, 2 error, 3
-infrastructure failure, 4 model drift. torchrun turns any non-zero exit into 1: read ``status`` from
---report. What a user reads in ``--help`` is :data:`DESCRIPTION` and
-:data:`EXAMPLES`.
+flags -> config (:mod:`checker.commands.check_config`) -> the run protocol
+(:mod:`checker.distributed.exchange`) with check's job (:mod:`checker.commands.check_job`), by the one
+lifecycle of :mod:`checker.commands.lifecycle`: each rank derives its stage's capacity locally (no
+collective, as SGLang does), then every rank joins two fixed-size int64 all-gathers and decides the same
+verdict: exit 0 consistent, 1 divergent, 2 error, 3 infrastructure failure, 4 model drift. torchrun
+turns any non-zero exit into 1: read ``status`` from --report. What a user reads in ``--help`` is
+:data:`DESCRIPTION` and :data:`EXAMPLES`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from typing import TYPE_CHECKING
 
 from checker.commands import lifecycle
+from checker.commands.check_config import config_from_args
+from checker.commands.flag_types import gib_list, unit_fraction
 from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.commands.options import (
     add_engine_args,
@@ -24,23 +25,8 @@ from checker.commands.options import (
     add_layout_args,
     add_model_args,
     add_output_args,
-    check_run_outputs,
-    gib_list,
-    unit_fraction,
 )
-from checker.config import (
-    MISSING_FRACTION,
-    BudgetSource,
-    EngineChoice,
-    ModelChoice,
-    OutputOptions,
-    PreflightConfig,
-    SizingFlags,
-    WeightsFlags,
-)
-from checker.core.errors import FlagError
-from checker.distributed.launch_env import GroupOptions, RankEnv
-from checker.launch.merge import given_flags, launch_text
+from checker.config import OutputOptions, PreflightConfig
 
 if TYPE_CHECKING:
     from checker.commands.check_job import CheckJob
@@ -149,82 +135,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "may share one GPU) or cuda:N",
     )
     add_output_args(parser, report="write the JSON report here (rank 0)", junit=True)
-
-
-def output_paths(args: argparse.Namespace) -> list[tuple[str, str | None]]:
-    """What a check writes, in the order it writes it (rank 0's artefacts, then torchrun's error file)."""
-    return [
-        ("--report", args.report),
-        ("--junit", args.junit),
-        ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY")),
-        ("TORCHELASTIC_ERROR_FILE", os.environ.get("TORCHELASTIC_ERROR_FILE")),
-    ]
-
-
-def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
-    """The typed config; every refusal here is the user's (exit 2) and names the flag."""
-    if not args.model and not args.model_config:
-        raise FlagError(
-            "give a model: --model NAME (a preset), --model-config PATH (a model directory or its "
-            "config.json), or the deployment's launch command after -- (its --model-path)"
-        )
-    if args.budget_gib is None and not args.budget_from_device:
-        raise FlagError(
-            "give a budget source: --budget-gib GIB (memory left for the KV and state pools) "
-            "or --budget-from-device (free device memory x --mem-fraction-static)"
-        )
-    if args.budget_gib is not None and args.budget_from_device:
-        raise FlagError("--budget-gib and --budget-from-device are two budget sources; give one")
-    if args.budget_from_device and args.mem_fraction_static is None:
-        raise FlagError(MISSING_FRACTION)
-    if args.device_free_gib and not args.budget_from_device:
-        raise FlagError("--device-free-gib only applies with --budget-from-device")
-    if args.weights_gib and not args.budget_from_device:
-        raise FlagError("--weights-gib only applies with --budget-from-device")
-    weights, weights_source = tuple(args.weights_gib or ()), None
-    if args.weights_from_log:
-        if not args.budget_from_device or args.weights_gib:
-            raise FlagError(
-                "--weights-from-log gives the weights figure of --budget-from-device: give it with "
-                "--budget-from-device and without --weights-gib"
-            )
-        # start-up: the log reader and its format table (~15-20 ms) load only for --weights-from-log
-        from checker.postflight.harvest import logged_weights
-
-        logged = logged_weights(args.weights_from_log)
-        weights = logged.per_rank(env.world_size, group=args.tp_size * args.dp_size)
-        weights_source = logged.source
-    if env.world_size == 1 and not args.allow_single_rank:
-        raise FlagError(
-            "check is running as one rank, which compares nothing: launch it under torchrun with every "
-            "rank of the deployment (torchrun --nproc-per-node N -m checker ...), or pass "
-            "--allow-single-rank for a single-rank deployment"
-        )
-    check_run_outputs(args, output_paths(args))
-    model = ModelChoice.from_args(args)
-    return PreflightConfig(
-        model=model,
-        sizing=SizingFlags.from_args(args),
-        engine=EngineChoice.from_args(args),
-        group=GroupOptions.from_args(args),
-        budget=BudgetSource(
-            budget_gib=args.budget_gib,
-            from_device=args.budget_from_device,
-            mem_fraction_static=args.mem_fraction_static,
-            device_free_gib=tuple(args.device_free_gib or ()),
-            weights_gib=weights,
-            weights_source=weights_source,
-            weights=WeightsFlags.from_args(args, model),
-            agree=not args.no_agree_budget,
-        ),
-        output=OutputOptions(report=args.report, junit=args.junit, format=args.format, quiet=args.quiet),
-        strict_inputs=args.strict_inputs,
-        materialize=args.materialize,
-        materialize_device=args.materialize_device,
-        launch_command=launch_text(args),
-        launch=getattr(args, "launch", None),
-        given=given_flags(args),
-    )
 
 
 def _job(config: PreflightConfig | None, output: OutputOptions) -> CheckJob:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from checker import __version__
 from checker.config import OutputOptions, PreflightConfig
-from checker.core.weights_source import WeightsSource
 from checker.distributed.exchange import JobContext, RankError
 from checker.distributed.wire import ROW_LEN, Header, decode_row, encode_row
 from checker.outputs import report
+from checker.outputs.check_run import summary_line, weights_doc
 from checker.outputs.report import launch_command_doc, one_line
 from checker.preflight.derivation import LocalFacts, derive_row, local_facts
 from checker.preflight.verdict import Verdict, decide, infrastructure_failure
@@ -118,10 +118,10 @@ class CheckJob:
         row = local.row if local is not None else None
         if row is None:
             return CheckOutcome(verdict=verdict, summary=f"world {ctx.world_size}", before_rows=before_rows)
-        assert local is not None and local.derive_s is not None
+        assert local is not None and local.derive_s is not None and self.config is not None
         return CheckOutcome(
             verdict=verdict,
-            summary=self._summary(ctx, row),
+            summary=summary_line(self.config, row, world_size=ctx.world_size, backend=ctx.backend),
             before_rows=before_rows,
             own_inputs=dict(row.inputs),  # whole: the wire cuts each text to its width
             timings={**local.timings, "derive_s": local.derive_s},
@@ -162,7 +162,7 @@ class CheckJob:
             "timings": _timings(ctx, outcome),
             "launch_command": launch_command_doc(self.config.launch if self.config is not None else None),
             "own_inputs": dict(outcome.own_inputs),
-            **_weights_doc(self.config, verdict.rows),
+            **weights_doc(self.config, verdict.rows),
         }
         problems = report.write_all(
             verdict,
@@ -200,37 +200,6 @@ class CheckJob:
         world = tuple(range(ctx.world_size))
         return [e.message if e.ranks == world else e.line() for e in errors]
 
-    def _summary(self, ctx: JobContext, row: RankRow) -> str:
-        c = self.config
-        assert c is not None
-        # Only what is known: a rank that failed before laying out the world or resolving its budget,
-        # model or release says what it was given instead (never a "?" for a value the user passed).
-        w, tp, dp = ctx.world_size, c.sizing.tp_size, c.sizing.dp_size
-        # The TP group, SGLang's --tp-size: attention TP x attention DP (the checker's --tp-size is the
-        # attention TP width).
-        group = f"tp {tp}" if dp == 1 else f"tp {c.sizing.tp_group_size} (attention TP {tp} x DP {dp})"
-        given = f"--tp-size {tp}" if dp == 1 else group
-        if row.pp_size > 0:
-            layout = f"world {w} = pp {row.pp_size} x {group}"
-        elif c.sizing.pp_size:
-            layout = f"world {w}, --pp-size {c.sizing.pp_size} x {given} given"
-        else:
-            layout = f"world {w}, {given}"
-        if row.budget_gib is not None:
-            budget = f"budget {row.budget_gib:.6g} GiB ({c.budget.label})"
-        elif c.budget.budget_gib is not None:
-            budget = f"budget {c.budget.budget_gib:g} GiB ({c.budget.label})"
-        else:
-            budget = f"budget from {c.budget.label}"
-        model = row.inputs.get("model") or c.model.label
-        parts = [f"{layout}, {ctx.backend}", f"{model}, {budget}"]
-        release = row.inputs.get("derived_as")
-        if release:
-            parts.append(release + (f", policy {c.sizing.policy}" if c.sizing.policy else ""))
-        elif c.sizing.policy:
-            parts.append(f"policy {c.sizing.policy}")
-        return "; ".join(parts)
-
 
 def _timings(ctx: JobContext, outcome: CheckOutcome) -> dict[str, float]:
     """The report's timings in the order the run took them: start-up, the derivation, the exchange, all."""
@@ -241,23 +210,3 @@ def _timings(ctx: JobContext, outcome: CheckOutcome) -> dict[str, float]:
 def _torch_version() -> str:
     torch = sys.modules.get("torch")
     return str(getattr(torch, "__version__", "?"))
-
-
-def _weights_doc(config: PreflightConfig | None, rows: Sequence[RankRow] = ()) -> dict[str, object]:
-    """The weights figures the budget used, whole (the ranks' ``budget_source`` text is cut at the wire's
-    width): what the post-flight holds each rank's logged ``mem usage`` to. Empty without a device
-    budget. Figures from the checkpoint are each rank's own, from the rows (rank order)."""
-    if config is None or not config.budget.from_device:
-        return {}
-    b = config.budget
-    if not b.weights_gib and rows and all(r.weights_source == int(WeightsSource.CHECKPOINT) for r in rows):
-        figures = [r.weights_bytes / 2**30 for r in sorted(rows, key=lambda r: r.rank)]
-        return {
-            "weights_gib": [round(f, 6) for f in figures],
-            "weights_source": "the checkpoint: each rank's parameters as its release's class holds them, "
-            "plus the stated margin",
-        }
-    return {
-        "weights_gib": list(b.weights_gib) or [0.0],
-        "weights_source": b.weights_source or ("--weights-gib" if b.weights_gib else "none (0 GiB)"),
-    }

@@ -2,7 +2,8 @@
 
 The config (:class:`checker.config.DeriveConfig`) -> the engines of --engine over every stage ->
 :mod:`checker.outputs.derive`; with several --sglang-version releases, each release's stages and the
-rule changes between them (:mod:`checker.core.upgrade`). What a user reads in ``--help`` is
+rule changes between them (:mod:`checker.commands.derive_releases`); with --gpu-free-gib, the budget the
+server gets (:mod:`checker.preflight.server_budget`). What a user reads in ``--help`` is
 :data:`DESCRIPTION` and :data:`EXAMPLES`.
 """
 
@@ -12,9 +13,10 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from checker.commands.derive_releases import run_releases
+from checker.commands.flag_types import positive_gib, unit_fraction
 from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
@@ -22,25 +24,15 @@ from checker.commands.options import (
     add_layout_args,
     add_model_args,
     add_output_args,
-    positive_gib,
-    unit_fraction,
 )
 from checker.config import DeriveConfig
-from checker.core.budget import sizing_budget
-from checker.core.errors import BudgetError, FlagError
+from checker.core.errors import FlagError
 from checker.core.sizing import CapacityInputs, StageCapacity, divergent_values
-from checker.core.upgrade import UpgradeFacts, explain, release_differences
 from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
-from checker.outputs.derive import (
-    Derivation,
-    ReleaseComparison,
-    comparison_doc,
-    comparison_text,
-    derivation_doc,
-    derivation_text,
-)
+from checker.outputs.derive import Derivation, derivation_doc, derivation_text
 from checker.outputs.stdout import show
+from checker.preflight.server_budget import server_budget
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 
 if TYPE_CHECKING:  # torch is imported when --materialize runs
@@ -144,30 +136,6 @@ def config_from_args(args: argparse.Namespace) -> DeriveConfig:
     return server_budget(config, args.gpu_free_gib, args.weights_gib, args.mem_fraction_static)
 
 
-def server_budget(
-    config: DeriveConfig, free_gib: float, weights_gib: float | None, fraction: float
-) -> DeriveConfig:
-    """The config at the budget the server gets: ``sizing_budget`` of the release, with free-after taken
-    as free-before less the busiest rank's weights (SGLang all-reduces free memory MIN over ranks)."""
-    if weights_gib is not None:
-        weights, source = weights_gib, "--weights-gib"
-    else:
-        figures = config.rank_weights(config.inputs(os.environ), os.environ)
-        known = [(f.gib, i) for i, f in enumerate(figures) if f.gib is not None]
-        if not known:
-            raise FlagError(
-                f"--gpu-free-gib needs the weights: give --weights-gib, or the model's directory with its "
-                f"safetensors checkpoint ({config.weights.no_checkpoint})"
-            )
-        weights, busiest = max(known, key=lambda k: (k[0], -k[1]))
-        source = f"the checkpoint, busiest rank {busiest}"
-    result = sizing_budget(
-        config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
-    )
-    formula = f"weights {weights:.2f} GiB ({source}); {result.formula}"
-    return replace(config, budget_gib=result.budget_gib, budget_given=True, budget_formula=formula)
-
-
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if len(config.releases) > 1:
@@ -218,51 +186,3 @@ def materialize_all(
 
     device = resolve_device(device_name)
     return [materialize_stage(inputs, s, device) for s in stages]
-
-
-def run_releases(config: DeriveConfig) -> int:
-    """--sglang-version A,B: every stage under each release, side by side, and what differs: planning a
-    rolling upgrade. A cluster half on A and half on B disagrees on every value that differs here (the
-    preflight then names the releases per node); the explanation says which change in SGLang's code
-    causes it."""
-    releases = config.releases
-    if config.engine.engine != "builtin" or config.materialize:
-        raise FlagError(
-            "--sglang-version A,B compares the builtin models of two releases; drop --engine "
-            "and --materialize (or give one release)"
-        )
-    if len(set(releases)) != len(releases):
-        raise FlagError(f"--sglang-version {','.join(releases)} names a release twice")
-    inputs: dict[str, CapacityInputs] = {}
-    stages: dict[str, list[StageCapacity]] = {}
-    errors: dict[str, str] = {}
-    for version in releases:
-        as_release = config.as_release(version)
-        inputs[version] = as_release.inputs(os.environ)
-        engines = as_release.engines(inputs[version], os.environ)
-        try:
-            derived: list[StageCapacity] = []
-            for k in range(inputs[version].pp_size):
-                stage, _ = engines.derive(k)
-                assert stage is not None  # one engine, no comparison (--engine refused above): it raises
-                derived.append(stage)
-            stages[version] = derived
-        except BudgetError as exc:  # does not boot under this release: part of the answer
-            errors[version] = str(exc)
-    differences = release_differences(stages)
-    explanations = []
-    for a, b in zip(releases, releases[1:], strict=False):
-        if differences or a in errors or b in errors:
-            explanations += explain(a, b, UpgradeFacts.of(inputs[b]))
-    result = ReleaseComparison(
-        config=config,
-        releases=releases,
-        inputs=inputs,
-        stages=stages,
-        errors=errors,
-        differences=differences,
-        explanations=explanations,
-    )
-    status = DIVERGENT if differences or errors else CONSISTENT
-    show(config.output, lambda: comparison_doc(result, status=status), lambda: comparison_text(result))
-    return 0

@@ -24,10 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from checker.commands.options import read_options, run_inputs
+from checker.commands.options import read_options
 from checker.config import OutputOptions
 from checker.core.errors import CheckerInputError
 from checker.distributed.launch_env import GroupOptions, RankEnv
+from checker.launch.inputs import run_inputs
 from checker.status import EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class GroupFlags:
     group: GroupOptions = field(default_factory=GroupOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
     inputs: tuple[tuple[str, str], ...] = ()
-    """What the run reads, each with how it was named (checker.commands.options.run_inputs): no output of a
+    """What the run reads, each with how it was named (checker.launch.inputs.run_inputs): no output of a
     refused rank may replace one either."""
 
     @classmethod

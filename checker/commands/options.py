@@ -1,4 +1,6 @@
-"""The model and flag options every command shares (SGLang's flag names), and how they become inputs.
+"""The model and flag options every command shares (SGLang's flag names), and the check of a run's
+outputs against what it reads. The flags' types are :mod:`checker.commands.flag_types`; what a run
+reads, :mod:`checker.launch.inputs`.
 
 Kept free of torch so ``--help`` and bad-input errors cost no torch import.
 """
@@ -6,112 +8,15 @@ Kept free of torch so ``--help`` and bad-input errors cost no torch import.
 from __future__ import annotations
 
 import argparse
-import math
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from checker.core.budget import MAX_BUDGET_GIB
-from checker.core.errors import SHOWN_CHARS, CheckerInputError, shorten
+from checker.commands.flag_types import init_method, positive_gib, row_type, timeout_seconds
 from checker.core.models import DEFAULT_MODEL, PRESETS
-from checker.core.server_args import MEM_FRACTION_STATIC, SIZING_ARG, SIZING_ARGS, ServerArg
-from checker.distributed.rendezvous import init_method_problem
+from checker.core.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
+from checker.launch.inputs import READ_OPTIONS, run_inputs
 
 DEFAULT_BUDGET_GIB = 8.0
 """derive, plan and sweep only: the upstream unit test's budget. check requires an explicit source."""
-MAX_GIB = MAX_BUDGET_GIB
-"""1 PiB: far above any device or host, low enough that bytes = GiB * 2**30 stay exact in an int64."""
-MAX_TIMEOUT_S = 86_400.0
-
-
-def integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:  # also past Python's 4,300-digit limit; shorten: the line stays one short line
-        raise argparse.ArgumentTypeError(f"{shorten(text)} is not an integer") from None
-
-
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``, with a one-line reason otherwise."""
-
-    def parse(text: str) -> int:
-        value = integer(text)
-        if value < minimum:
-            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise argparse.ArgumentTypeError(f"{value} must be {what}")
-        return value
-
-    return parse
-
-
-positive_int = int_at_least(1)
-
-
-def finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{shorten(text)} must be a finite number")
-    return value
-
-
-def bounded_float(
-    *, low: float, high: float, low_inclusive: bool = False, what: str = ""
-) -> Callable[[str], float]:
-    """An argparse type: a finite number in (low, high] (or [low, high]), with a one-line reason."""
-
-    def parse(text: str) -> float:
-        value = finite_float(text)
-        too_low = value < low if low_inclusive else value <= low
-        if too_low or value > high:
-            lo = "[" if low_inclusive else "("
-            raise argparse.ArgumentTypeError(f"{text} must be in {lo}{low:g}, {high:,.0f}]{what}")
-        return value
-
-    return parse
-
-
-def row_type(row: ServerArg) -> Callable[[str], object]:
-    """An argparse type for a sizing input: the text read as the row's kind, then checked by the row
-    (:mod:`checker.core.server_args`), so the flag refuses exactly what the typed config refuses."""
-
-    def parse(text: str) -> object:
-        value: object = text
-        if row.kind is int:
-            value = integer(text)
-        elif row.kind is float:
-            value = finite_float(text)
-        problem = row.refusal(value, shown=text if len(text) <= SHOWN_CHARS else shorten(text))
-        if problem is not None:
-            raise argparse.ArgumentTypeError(problem)
-        return value
-
-    return parse
-
-
-# The edge: a GiB value from the command line (--budget-gib, --device-free-gib, ...) is checked here,
-# once, and keeps its name (budget_gib) down to the row. CapacityInputs (checker.core.sizing) is the one
-# validating constructor every derivation builds; for a value that came through here its check cannot
-# fire, it is there for callers that are not the parser (code, a plan's search, a config file).
-positive_gib = bounded_float(low=0, high=MAX_GIB, what=" GiB")
-unit_fraction = row_type(MEM_FRACTION_STATIC)
-timeout_seconds = bounded_float(low=0, high=MAX_TIMEOUT_S, what=" seconds")
-
-
-def gib_list(text: str) -> tuple[float, ...]:
-    """GIB[,GIB...]: one or more positive GiB values."""
-    values = tuple(positive_gib(part.strip()) for part in text.split(","))
-    return values
-
-
-def init_method(text: str) -> str:
-    """--init-method: file:///path (a fresh file in an existing directory) or env://."""
-
-    problem = init_method_problem(text)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return text
 
 
 def _preset_name(text: str) -> str:
@@ -279,127 +184,15 @@ def add_output_args(
     g.add_argument("--quiet", "-q", action="store_true", help=quiet)
 
 
-# ------------------------------------------------------------------------------------------------------
-# Outputs against inputs: the one check every command that writes files runs before it writes any
-# ------------------------------------------------------------------------------------------------------
-
-LAUNCH_INPUT_FLAGS = (
-    "--model-path",
-    "--model",
-    "--tokenizer-path",
-    "--config",
-    "--speculative-draft-model-path",
-)
-"""The launch command's flags that name what the server reads (``--model`` is ``--model-path``'s alias in
-every release); an output must be none of them, and lie in none of their directories."""
-
-
-def _word_value(words: Sequence[str], flag: str) -> str | None:
-    """The last value of ``flag`` (``flag V`` or ``flag=V``) in ``words``, as argparse keeps the last."""
-    value = None
-    for i, word in enumerate(words):
-        if word == flag and i + 1 < len(words):
-            value = words[i + 1]
-        elif word.startswith(flag + "="):
-            value = word.split("=", 1)[1]
-    return value
-
-
-def _local(path: str, revision: str | None = None) -> str:
-    """A hub id as the local snapshot the run reads (the model's own rule); itself where it is none."""
-    # start-up: the hub cache rules (~2.5 ms) load only for a hub id or a model directory
-    from checker.core.hub_cache import local_model_path
-
-    try:
-        return local_model_path(path, revision=revision)
-    except CheckerInputError:
-        return path  # not cached: the model's own read says so; nothing here to protect
-
-
-READ_OPTIONS: dict[str, str] = {
-    "model_config": "--model-config",
-    "weights_from_log": "--weights-from-log",
-    "init_method": "--init-method",
-}
-"""The checker's own options whose values name files the run reads (dest -> flag), in every command that
-takes them: no output may replace one (:func:`run_inputs`). postflight's are its own (its --report and
-logs). tests/test_output_paths.py walks every parser: an option that names a file and is in neither
-this list nor the outputs fails it."""
-
-
-def _hub_snapshot(value: str, *, revision: str | None, download_dir: str | None) -> str | None:
-    """The snapshot under ``--download-dir`` SGLang reads a hub id's weights from
-    (``snapshot_download(cache_dir=download_dir)``), where it is there; None otherwise."""
-    if not download_dir or os.path.exists(value):
-        return None
-    # start-up: the hub cache rules (~2.5 ms) load only for a hub id under --download-dir
-    from checker.core.hub_cache import is_hub_id, local_model_path
-
-    if not is_hub_id(value):
-        return None
-    try:
-        return local_model_path(value, revision=revision, cache_dir=download_dir)
-    except CheckerInputError:
-        return None  # not downloaded there yet: SGLang fetches it at start-up; nothing to protect
-
-
-def run_inputs(*, launch: Sequence[str] | None, **given: object) -> list[tuple[str, str]]:
-    """What a run reads, each with how it was named: the launch command's model (and tokenizer, draft
-    model, ``--config`` file; a hub id's snapshot in the hub cache, and under ``--download-dir`` where
-    the weights are read from), and the checker's own options of :data:`READ_OPTIONS` (``given``: dest
-    -> the value as given, one path or a list; ``--model-config``'s model directory too). Read from the
-    words as given, so a command line that failed to parse is checked too."""
-    unknown = set(given) - set(READ_OPTIONS)
-    if unknown:
-        raise TypeError(f"run_inputs: not options that name a file the run reads: {sorted(unknown)}")
-    out: list[tuple[str, str]] = []
-    words = list(launch or ())
-    revision = _word_value(words, "--revision")
-    download_dir = _word_value(words, "--download-dir")
-    named = [(flag, _word_value(words, flag)) for flag in LAUNCH_INPUT_FLAGS]
-    if len(words) > 2 and words[1] == "serve" and not words[2].startswith("-"):
-        named.append(("--model-path", words[2]))  # `sglang serve MODEL` (0.5.16+)
-    for flag, value in named:
-        if value:
-            model = flag in ("--model-path", "--model")
-            local = _local(value, revision if model else None)
-            out.append((f"the launch command's {flag}", local))
-            if model and os.path.basename(local) == "config.json" and os.path.isfile(local):
-                out.append(
-                    (f"the model directory of the launch command's {flag}", os.path.dirname(local) or ".")
-                )
-            snapshot = _hub_snapshot(value, revision=revision, download_dir=download_dir) if model else None
-            if snapshot is not None:
-                out.append((f"the launch command's {flag} under --download-dir {download_dir}", snapshot))
-    for dest, flag in READ_OPTIONS.items():
-        raw = given.get(dest)
-        values = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, (list, tuple)) else []
-        for value in values:
-            if not isinstance(value, str) or not value or value == "-":
-                continue
-            if dest == "init_method":
-                if value.startswith("file://"):
-                    out.append((flag, value.removeprefix("file://")))
-                continue
-            if dest != "model_config":
-                out.append((flag, value))
-                continue
-            local = _local(value)
-            out.append((flag, local))
-            if os.path.basename(local) == "config.json" and os.path.isfile(local):
-                # A model's config.json: its directory is the model SGLang loads (weights, tokenizer).
-                out.append((f"the model directory of {flag}", os.path.dirname(local) or "."))
-    return out
-
-
 def read_options(args: argparse.Namespace) -> dict[str, object]:
     """The values of :data:`READ_OPTIONS` a parsed command line holds (what :func:`run_inputs` takes)."""
     return {dest: getattr(args, dest, None) for dest in READ_OPTIONS}
 
 
 def check_run_outputs(args: argparse.Namespace, outputs: Sequence[tuple[str, str | None]]) -> None:
-    """Before anything is written: every output ``(flag, path)`` checked against the run's inputs and the
-    other outputs (:func:`checker.files.check_outputs`); FlagError, one line naming both."""
+    """Before anything is written: every output ``(flag, path)`` checked against the run's inputs
+    (:func:`checker.launch.inputs.run_inputs`) and the other outputs (:func:`checker.files.check_outputs`);
+    FlagError, one line naming both."""
     # start-up: the bounded writers (~6-9 ms) load only when outputs are checked, not for --help
     from checker.files import check_outputs
 

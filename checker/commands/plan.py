@@ -9,9 +9,8 @@ in ``--help`` is :data:`DESCRIPTION` and :data:`EXAMPLES`.
 from __future__ import annotations
 
 import argparse
-import os
-from dataclasses import replace
 
+from checker.commands.flag_types import int_at_least, positive_gib, positive_int
 from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
@@ -20,33 +19,13 @@ from checker.commands.options import (
     add_model_args,
     add_output_args,
     add_sizing_flag,
-    int_at_least,
-    positive_gib,
-    positive_int,
 )
+from checker.commands.plan_budget import run_releases, run_target
+from checker.commands.plan_partition import DEFAULT_SLACK, run_partition
 from checker.config import DeriveConfig, PlanConfig
-from checker.core.errors import BudgetError, FlagError
+from checker.core.errors import FlagError
 from checker.core.partition import PARTITION_ENV
-from checker.core.planning import MemFraction, MinBudget, min_budget, min_mem_fraction, suggest_partition
-from checker.core.releases import release_model
-from checker.core.sizing import POLICIES, CapacityInputs, StageCapacity
-from checker.core.upgrade import UpgradeFacts, explain
-from checker.engines.drift import Drift
-from checker.engines.planning import engine_min_budget, min_budget_drift
 from checker.launch.merge import launch_text
-from checker.outputs.plan import (
-    AssumedWeights,
-    PartitionPlan,
-    ReleaseTargets,
-    TargetPlan,
-    partition_doc,
-    partition_text,
-    releases_doc,
-    releases_text,
-    target_doc,
-    target_text,
-)
-from checker.outputs.stdout import show
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
 USAGE = ("python -m checker plan",)
@@ -68,8 +47,6 @@ EXAMPLES = (
     "python -m checker plan --target-max-running-requests 48 -- --model-path /models/Falcon-H1-0.5B",
     "python -m checker plan --model-path examples/models/Nemotron-H-8B-Base-8K --suggest-partition",
 )
-DEFAULT_SLACK = 1
-
 
 non_negative_int = int_at_least(0)
 
@@ -177,185 +154,3 @@ def run(args: argparse.Namespace) -> int:
     if config.suggest_partition:
         return run_partition(config)
     return run_target(config)
-
-
-def run_target(config: PlanConfig) -> int:
-    """The smallest budget at which every stage reaches the target: under the release's own charging
-    policy (--policy: that one; --all-policies: all three, the release's own first; SGLang ships
-    max-share only, so with its engine the release's own)."""
-    derive, target = config.derive, config.target_max_running_requests
-    assert target is not None
-    chosen = derive.sizing.policy
-    own = release_model(derive.release.modelled).rules.policy
-    if chosen:
-        policies: tuple[str | None, ...] = (chosen,)
-    elif derive.release.engine != "builtin":
-        policies = (None,)
-    elif config.all_policies:
-        policies = (own, *(p for p in POLICIES if p != own))
-    else:
-        policies = (own,)
-    results = [min_budget(derive.inputs(os.environ, policy=p), target, policy=p) for p in policies]
-    results, drifts, sglang_version = _engine_min_budgets(derive, results)
-    inputs = derive.inputs(os.environ, policy=policies[0])
-    weights = assumed_weights(config, inputs)
-    result = TargetPlan(
-        config=config,
-        inputs=inputs,
-        results=results,
-        fractions={r.policy: _fraction(config, inputs, r.budget_gib, weights) for r in results},
-        drifts=drifts,
-        sglang_version=sglang_version,
-        own_policy=own,
-        weights=weights,
-    )
-    show(config.derive.output, lambda: target_doc(result), lambda: target_text(result))
-    return result.exit_code
-
-
-def assumed_weights(config: PlanConfig, inputs: CapacityInputs) -> AssumedWeights | None:
-    """The weights the fraction assumes (None without --gpu-free-gib): --weights-gib, else the busiest
-    rank's figure from the checkpoint; neither is one line naming both ways out."""
-    if config.gpu_free_gib is None:
-        return None
-    if config.weights_gib is not None:
-        if config.weights_source:  # --weights-from-log
-            return AssumedWeights(gib=config.weights_gib, source="log", note=config.weights_source)
-        return AssumedWeights(gib=config.weights_gib, source="flag")
-    ranks = config.derive.rank_weights(inputs, os.environ)
-    known = [(r.gib, i, r) for i, r in enumerate(ranks) if r.gib is not None]
-    if not known:
-        raise FlagError(
-            f"--gpu-free-gib needs the weights' footprint: give --weights-gib, or point the model at its "
-            f"directory with the safetensors checkpoint ({config.derive.weights.no_checkpoint})"
-        )
-    gib, busiest, figure = max(known, key=lambda k: (k[0], -k[1]))
-    return AssumedWeights(
-        gib=gib, source="checkpoint", rank=busiest, figures=tuple(ranks), detail=figure.detail
-    )
-
-
-def _fraction(
-    config: PlanConfig, inputs: CapacityInputs, budget_gib: float, weights: AssumedWeights | None
-) -> MemFraction | None:
-    """The --mem-fraction-static that reaches ``budget_gib`` (None without --gpu-free-gib)."""
-    if config.gpu_free_gib is None or weights is None:
-        return None
-    return min_mem_fraction(
-        inputs.release.version,
-        free_before_gib=config.gpu_free_gib,
-        weights_gib=weights.gib,
-        budget_gib=budget_gib,
-    )
-
-
-def _engine_min_budgets(
-    derive: DeriveConfig, results: list[MinBudget]
-) -> tuple[list[MinBudget], list[Drift], str | None]:
-    """--engine sglang: SGLang's own boundary replaces the builtin's; both: the differences."""
-    mode = derive.release.engine  # --engine, or sglang for a release the checker does not model
-    if mode == "builtin":
-        return results, [], None
-
-    out: list[MinBudget] = []
-    drifts: list[Drift] = []
-    version = None
-    for r in results:
-        inputs = derive.inputs(os.environ, policy=r.policy)
-        engines = derive.engines(inputs, os.environ)
-        version = engines.sglang_version
-        if mode == "sglang":
-            out.append(engine_min_budget(engines.primary, inputs.pp_size, r))
-            continue
-        out.append(r)
-        if engines.shadow is None:
-            drifts.append(Drift(-1, "outcome", "derives values", f"error ({engines.shadow_error})"))
-        else:
-            drifts += min_budget_drift(
-                r, engine_min_budget(engines.shadow, inputs.pp_size, r), engines.shadow
-            )
-    return out, drifts, version
-
-
-def run_partition(config: PlanConfig) -> int:
-    """The layer partition that minimises the busiest stage's linear layers, against SGLang's default
-    split (whatever SGLANG_PP_LAYER_PARTITION is set here), both derived at the budget."""
-    derive = config.derive
-    slack = DEFAULT_SLACK if config.partition_slack is None else config.partition_slack
-    here = derive.inputs(os.environ)
-    base = replace(here, partition_env=None)  # the comparison is against SGLang's default split
-    g = base.geometry
-    plan = suggest_partition(
-        num_hidden_layers=g.num_hidden_layers,
-        linear_layer_ids=g.linear_layer_ids,
-        pp_size=base.pp_size,
-        slack=slack,
-    )
-    drifts: list[Drift] = []
-    suggested, error, version = _derive_or_error(derive, replace(base, partition_env=plan.env), drifts)
-    if suggested is None and not drifts:
-        raise BudgetError(f"the suggested partition {plan.env} does not boot: {error}")
-    default, default_error, _ = _derive_or_error(derive, base, drifts)
-    result = PartitionPlan(
-        config=config,
-        inputs=base,
-        user_env=here.partition_env,
-        slack=slack,
-        partition=plan,
-        suggested=suggested,
-        default=default,
-        default_error=default_error,
-        drifts=drifts,
-        sglang_version=version,
-    )
-    show(config.derive.output, lambda: partition_doc(result), lambda: partition_text(result))
-    return result.exit_code
-
-
-def _derive_or_error(
-    derive: DeriveConfig, inputs: CapacityInputs, drifts: list[Drift]
-) -> tuple[list[StageCapacity] | None, str | None, str | None]:
-    """The chosen engine's stages (the builtin's under both; its drift findings join ``drifts``), the
-    error when they do not boot, and the SGLang version that ran (None for builtin)."""
-    engines = derive.engines(inputs, os.environ)
-    try:
-        stages, found = engines.derive_all(inputs.pp_size)
-    except BudgetError as exc:
-        return None, str(exc), engines.sglang_version
-    drifts += found
-    if stages is None:
-        return (
-            None,
-            "the builtin model refuses a stage SGLang derives (see the drift findings)",
-            engines.sglang_version,
-        )
-    return stages, None, engines.sglang_version
-
-
-def run_releases(config: PlanConfig) -> int:
-    """--sglang-version A,B: the smallest budget for the target under each release's own rules (its
-    own charging policy unless --policy), side by side, and why they differ."""
-    derive, target = config.derive, config.target_max_running_requests
-    assert target is not None
-    inputs: dict[str, CapacityInputs] = {}
-    results: dict[str, MinBudget] = {}
-    for version in derive.releases:
-        inputs[version] = derive.as_release(version).inputs(os.environ)
-        results[version] = min_budget(inputs[version], target, policy=derive.sizing.policy)
-    explanations: list[str] = []
-    for a, b in zip(derive.releases, derive.releases[1:], strict=False):
-        if results[a].budget_gib != results[b].budget_gib:
-            explanations += explain(a, b, UpgradeFacts.of(inputs[b]))
-    result = ReleaseTargets(
-        config=config,
-        releases=derive.releases,
-        inputs=inputs,
-        results=results,
-        fractions={
-            v: _fraction(config, inputs[v], r.budget_gib, assumed_weights(config, inputs[v]))
-            for v, r in results.items()
-        },
-        explanations=explanations,
-    )
-    show(config.derive.output, lambda: releases_doc(result), lambda: releases_text(result))
-    return 0

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from checker.commands.options import bounded_float
+from checker.commands.flag_types import bounded_float
 from checker.core.errors import CheckerInputError, FlagError
 from checker.postflight.compare import WEIGHTS_MARGIN_GIB, across, hold
 from checker.postflight.prediction import read_prediction
@@ -42,7 +42,7 @@ EXAMPLES = (
 )
 READ_OPTIONS: dict[str, str] = {"report": "--report", "logs": "LOG"}
 """postflight's options whose values name files it reads (dest -> how a message names it): no output
-replaces one (checker.commands.options.READ_OPTIONS is the deriving commands')."""
+replaces one (checker.launch.inputs.READ_OPTIONS is the deriving commands')."""
 MARGIN_GIB = bounded_float(low=0, high=1024, low_inclusive=True, what=" GiB")
 
 

@@ -55,6 +55,14 @@ class RankWeightsFigure:
     detail: RankWeights | None = None
 
 
+def busiest_rank(figures: Sequence[RankWeightsFigure]) -> int | None:
+    """The rank with the largest known weights figure (the lowest such rank on a tie): the one whose
+    free memory after loading bounds the budget (SGLang all-reduces free memory MIN over ranks). None
+    where no figure is known (no checkpoint, no flag)."""
+    known = [(f.gib, i) for i, f in enumerate(figures) if f.gib is not None]
+    return max(known, key=lambda k: (k[0], -k[1]))[1] if known else None
+
+
 HF_QUANT_CONFIG = "hf_quant_config.json"
 """ModelOpt's file beside config.json: SGLang reads a quantization from it where config.json declares none
 (0.5.23 ``configs/model_config.py`` ``_parse_quant_hf_config``; 0.5.2 takes its mere presence as

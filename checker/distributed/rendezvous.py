@@ -1,6 +1,6 @@
 """Where ranks meet without torchrun: the ``--init-method`` URLs the checker accepts (torch-free).
 
-Checked once, where the flag is read (``checker.commands.options.init_method``), before anything waits: a
+Checked once, where the flag is read (``checker.commands.flag_types.init_method``), before anything waits: a
 FileStore on a missing directory retries forever while holding the GIL, so no timeout could end it.
 """
 

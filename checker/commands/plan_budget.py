@@ -1,0 +1,158 @@
+"""``checker plan --target-max-running-requests N``: the smallest budget at which every stage reaches
+the target (:func:`checker.core.planning.min_budget`), per charging policy or per release (``--sglang-version
+A,B``), by the engines of --engine; with --gpu-free-gib also as the --mem-fraction-static that reaches it
+(:func:`~checker.core.planning.min_mem_fraction`) for the busiest rank's weights. Rendered by
+:mod:`checker.outputs.plan`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from checker.config import DeriveConfig, PlanConfig
+from checker.core.errors import FlagError
+from checker.core.planning import MemFraction, MinBudget, min_budget, min_mem_fraction
+from checker.core.releases import release_model
+from checker.core.sizing import POLICIES, CapacityInputs
+from checker.core.upgrade import UpgradeFacts, explain
+from checker.core.weights_source import busiest_rank
+from checker.engines.drift import Drift
+from checker.engines.planning import engine_min_budget, min_budget_drift
+from checker.outputs.plan import (
+    AssumedWeights,
+    ReleaseTargets,
+    TargetPlan,
+    releases_doc,
+    releases_text,
+    target_doc,
+    target_text,
+)
+from checker.outputs.stdout import show
+
+
+def run_target(config: PlanConfig) -> int:
+    """The smallest budget at which every stage reaches the target: under the release's own charging
+    policy (--policy: that one; --all-policies: all three, the release's own first; SGLang ships
+    max-share only, so with its engine the release's own)."""
+    derive, target = config.derive, config.target_max_running_requests
+    assert target is not None
+    chosen = derive.sizing.policy
+    own = release_model(derive.release.modelled).rules.policy
+    if chosen:
+        policies: tuple[str | None, ...] = (chosen,)
+    elif derive.release.engine != "builtin":
+        policies = (None,)
+    elif config.all_policies:
+        policies = (own, *(p for p in POLICIES if p != own))
+    else:
+        policies = (own,)
+    results = [min_budget(derive.inputs(os.environ, policy=p), target, policy=p) for p in policies]
+    results, drifts, sglang_version = _engine_min_budgets(derive, results)
+    inputs = derive.inputs(os.environ, policy=policies[0])
+    weights = assumed_weights(config, inputs)
+    result = TargetPlan(
+        config=config,
+        inputs=inputs,
+        results=results,
+        fractions={r.policy: _fraction(config, inputs, r.budget_gib, weights) for r in results},
+        drifts=drifts,
+        sglang_version=sglang_version,
+        own_policy=own,
+        weights=weights,
+    )
+    show(config.derive.output, lambda: target_doc(result), lambda: target_text(result))
+    return result.exit_code
+
+
+def assumed_weights(config: PlanConfig, inputs: CapacityInputs) -> AssumedWeights | None:
+    """The weights the fraction assumes (None without --gpu-free-gib): --weights-gib, else the busiest
+    rank's figure from the checkpoint; neither is one line naming both ways out."""
+    if config.gpu_free_gib is None:
+        return None
+    if config.weights_gib is not None:
+        if config.weights_source:  # --weights-from-log
+            return AssumedWeights(gib=config.weights_gib, source="log", note=config.weights_source)
+        return AssumedWeights(gib=config.weights_gib, source="flag")
+    ranks = config.derive.rank_weights(inputs, os.environ)
+    busiest = busiest_rank(ranks)
+    if busiest is None:
+        raise FlagError(
+            f"--gpu-free-gib needs the weights' footprint: give --weights-gib, or point the model at its "
+            f"directory with the safetensors checkpoint ({config.derive.weights.no_checkpoint})"
+        )
+    figure = ranks[busiest]
+    assert figure.gib is not None
+    return AssumedWeights(
+        gib=figure.gib, source="checkpoint", rank=busiest, figures=tuple(ranks), detail=figure.detail
+    )
+
+
+def _fraction(
+    config: PlanConfig, inputs: CapacityInputs, budget_gib: float, weights: AssumedWeights | None
+) -> MemFraction | None:
+    """The --mem-fraction-static that reaches ``budget_gib`` (None without --gpu-free-gib)."""
+    if config.gpu_free_gib is None or weights is None:
+        return None
+    return min_mem_fraction(
+        inputs.release.version,
+        free_before_gib=config.gpu_free_gib,
+        weights_gib=weights.gib,
+        budget_gib=budget_gib,
+    )
+
+
+def _engine_min_budgets(
+    derive: DeriveConfig, results: list[MinBudget]
+) -> tuple[list[MinBudget], list[Drift], str | None]:
+    """--engine sglang: SGLang's own boundary replaces the builtin's; both: the differences."""
+    mode = derive.release.engine  # --engine, or sglang for a release the checker does not model
+    if mode == "builtin":
+        return results, [], None
+
+    out: list[MinBudget] = []
+    drifts: list[Drift] = []
+    version = None
+    for r in results:
+        inputs = derive.inputs(os.environ, policy=r.policy)
+        engines = derive.engines(inputs, os.environ)
+        version = engines.sglang_version
+        if mode == "sglang":
+            out.append(engine_min_budget(engines.primary, inputs.pp_size, r))
+            continue
+        out.append(r)
+        if engines.shadow is None:
+            drifts.append(Drift(-1, "outcome", "derives values", f"error ({engines.shadow_error})"))
+        else:
+            drifts += min_budget_drift(
+                r, engine_min_budget(engines.shadow, inputs.pp_size, r), engines.shadow
+            )
+    return out, drifts, version
+
+
+def run_releases(config: PlanConfig) -> int:
+    """--sglang-version A,B: the smallest budget for the target under each release's own rules (its
+    own charging policy unless --policy), side by side, and why they differ."""
+    derive, target = config.derive, config.target_max_running_requests
+    assert target is not None
+    inputs: dict[str, CapacityInputs] = {}
+    results: dict[str, MinBudget] = {}
+    for version in derive.releases:
+        inputs[version] = derive.as_release(version).inputs(os.environ)
+        results[version] = min_budget(inputs[version], target, policy=derive.sizing.policy)
+    explanations: list[str] = []
+    for a, b in zip(derive.releases, derive.releases[1:], strict=False):
+        if results[a].budget_gib != results[b].budget_gib:
+            explanations += explain(a, b, UpgradeFacts.of(inputs[b]))
+    result = ReleaseTargets(
+        config=config,
+        releases=derive.releases,
+        inputs=inputs,
+        results=results,
+        fractions={
+            v: _fraction(config, inputs[v], r.budget_gib, assumed_weights(config, inputs[v]))
+            for v, r in results.items()
+        },
+        explanations=explanations,
+    )
+    show(config.derive.output, lambda: releases_doc(result), lambda: releases_text(result))
+    return 0
