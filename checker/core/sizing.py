@@ -151,7 +151,7 @@ class CapacityInputs(SizingFlags):
             if getattr(self, name) is None:
                 raise TypeError(f"CapacityInputs.{name} is resolved before sizing; got None")
         # The one validating constructor of a derivation's inputs: the command line's values arrive checked
-        # (checker.commands.options.positive_gib), so this fires only for code that builds one itself.
+        # (checker.commands.flag_types.positive_gib), so this fires only for code that builds one itself.
         b = self.budget_gib
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
             raise BudgetError(
