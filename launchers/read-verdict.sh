@@ -13,7 +13,7 @@
 #
 # No report, or one that cannot be trusted, means the checker never reached a verdict (a node never
 # joined the rendezvous, the launch failed, the job was cut off mid-write): infrastructure_failure, exit 3,
-# with one line on stderr saying why. Untrusted: not a regular file, over 40 MiB, not JSON, nested too
+# with one line on stderr saying why. Untrusted: not a regular file, over 64 MiB, not JSON, nested too
 # deep to parse, not an object, a status outside the table, or an `exit_code` that is not the status's
 # code. Exit 0 only for status "consistent" with exit_code 0. A run that cannot write its report removes
 # the previous run's (or, where it cannot, empties it), so a stale verdict is not read as this run's;
@@ -40,9 +40,10 @@ import sys
 CODES = {"consistent": 0, "divergent": 1, "error": 2, "infrastructure_failure": 3, "model_drift": 4}
 INFRA = "infrastructure_failure"
 EXIT_INFRA = CODES[INFRA]
-MAX_BYTES = 40 * 1024 * 1024
-"""A real report takes about 2.1 KB per rank (wire schema 9: a 16,384-rank report is 33.7 MB; about
-20,000 ranks fit); anything larger is not one, and parsing it could exhaust memory."""
+MAX_BYTES = 64 * 1024 * 1024
+"""A real report takes about 2.6 KB per rank (wire schema 12, the KV pool's fields added: a 16,384-rank
+report is 42.6 MB; about 25,000 ranks fit); anything larger is not one, and parsing it could exhaust
+memory."""
 path = sys.argv[1]
 
 

@@ -659,7 +659,7 @@ def test_bad_job_timeout_is_refused(tmp_path, value):
 
 # -- read-verdict.sh -----------------------------------------------------------------------------------
 
-READ_VERDICT_MAX_BYTES = 40 * 1024 * 1024
+READ_VERDICT_MAX_BYTES = 64 * 1024 * 1024
 """The largest report read-verdict.sh reads (its MAX_BYTES)."""
 LARGE_WORLD = 16_384
 

@@ -185,7 +185,8 @@ def test_the_loop_closes_preflight_from_a_logs_weights_then_that_start_held_to_i
     server_log.write_text(start.text())
     world = run_world(
         ["check", "--model", "kimi-k3", "--tp-size", "2", "--budget-from-device", "--device-free-gib", "120"]
-        + ["--mamba-full-memory-ratio", "0.5", "--weights-from-log", str(server_log)],
+        + ["--mem-fraction-static", "0.9", "--mamba-full-memory-ratio", "0.5"]
+        + ["--weights-from-log", str(server_log)],
         world_size=4,
         tmp_path=tmp_path,
     )
