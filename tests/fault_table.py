@@ -49,10 +49,14 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         "| SIGTERM to the last rank out | case's wall time |",
         "|---|---|---|---|---|---|",
     ]
+
+    def sec(value: Any) -> str:
+        return "-" if value is None else f"{_s(value)} s"
+
     for row in sorted(rows, key=_order):
-        end = _s(row["end_s"]) + (" (30 s grace counted)" if row.get("grace_counted") else "")
+        end = sec(row["end_s"]) + (" (30 s grace counted)" if row.get("grace_counted") else "")
         out.append(
-            f"| `{row['fault']}` | {_s(row['report_s'])} s | {end} s | {_s(row['bound_s'])} s | "
-            f"{_s(row.get('sigterm_leave_s'))} s | {_s(row['wall_s'])} s |"
+            f"| `{row['fault']}` | {sec(row['report_s'])} | {end} | {sec(row['bound_s'])} | "
+            f"{sec(row.get('sigterm_leave_s'))} | {sec(row['wall_s'])} |"
         )
     return "\n".join(out) + "\n"
