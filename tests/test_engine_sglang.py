@@ -175,12 +175,18 @@ def test_compare_names_each_value_and_both_numbers() -> None:
         3, "max_mamba_cache_size", str(b.max_mamba_cache_size), str(b.max_mamba_cache_size - 1)
     )
     assert found[1].sglang == f"[{b.start_layer}, {b.end_layer + 1})"
-    for name in ("max_running_requests", "pp_max_micro_batch_size"):
+    kv = ("kv_own_tokens", "max_total_num_tokens", "kv_cell_bytes", "context_len")
+    for name in ("max_running_requests", "pp_max_micro_batch_size", *kv):
         assert [
             d.value
             for d in compare(Outcome(3, stage=b), Outcome(3, stage=dataclasses.replace(b, **{name: 1})))
         ] == [name]
-    assert set(DRIFT_VALUES) >= {"max_mamba_cache_size", "max_running_requests", "pp_max_micro_batch_size"}
+    assert set(DRIFT_VALUES) >= {
+        "max_mamba_cache_size",
+        "max_running_requests",
+        "pp_max_micro_batch_size",
+        *kv,
+    }
 
 
 def test_one_engine_refusing_is_drift_both_refusing_is_not() -> None:
@@ -385,10 +391,21 @@ def _compare_release(
         if inputs is not None and b.stage is not None and s.stage is not None:
             drifts += [
                 Drift(k, name, str(getattr(b.stage, name)), str(getattr(s.stage, name)))
-                for name in ("slots_per_request", "padding_slot_charged", "branch")
+                for name in ("slots_per_request", "padding_slot_charged", "branch", *KV_FIELDS)
                 if getattr(b.stage, name) != getattr(s.stage, name)
             ]
     return drifts, outs
+
+
+# The KV pool beyond DRIFT_VALUES: what the stage's cell counts, the bytes the state pool left, the
+# profile, the bytes the MIN leaves idle and which stage sets it.
+KV_FIELDS = (
+    "kv_attention_layers",
+    "kv_available_bytes",
+    "kv_profiled_tokens",
+    "kv_idle_bytes",
+    "kv_limiting",
+)
 
 
 def _stages(engine: Any, source: Any, pp: int) -> int:
