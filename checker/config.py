@@ -26,8 +26,13 @@ from checker.core.server_args import SIZING_ARGS
 from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
 from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
 from checker.core.sizing import CapacityInputs, env_flag
-from checker.core.startup import _AUTO_STANDALONE  # STANDALONE's own (steps, top-k, draft tokens)
-from checker.core.startup import EAGLE_FAMILY, auto_params, check_pp_spec, resolve_speculative
+from checker.core.startup import (
+    _AUTO_STANDALONE,  # STANDALONE's own (steps, top-k, draft tokens)
+    EAGLE_FAMILY,
+    auto_params,
+    check_pp_spec,
+    resolve_speculative,
+)
 from checker.distributed.launch_env import GroupOptions
 
 if TYPE_CHECKING:

@@ -176,7 +176,9 @@ def read_release(version: str, source: Source) -> dict[str, str]:
             n = line_of(p_text, p_first, r"int\(rest_memory \* \(1 << 30\)\) // cell_size")
             out["profile"], out["profile_at"] = "int-floor", at(p_path, need(n, "the profile", version))
     else:
-        avail = code.first([(KVC, "_profile_available_bytes", None), (MIXIN, "_profile_available_bytes", None)])
+        avail = code.first(
+            [(KVC, "_profile_available_bytes", None), (MIXIN, "_profile_available_bytes", None)]
+        )
         assert avail is not None, version
         n = line_of(avail[1], avail[2], r"return int\(rest_memory \* \(1 << 30\)\)")
         out["profile"], out["profile_at"] = "int-floor", at(avail[0], need(n, "the byte budget", version))
@@ -184,7 +186,9 @@ def read_release(version: str, source: Source) -> dict[str, str]:
     divide_text, divide_first, divide_path = (sizes[0], sizes[1], POOL) if sizes else (text, first, path)
     if pool_init is not None and "_zero_kv_max_tokens" in pool_init[0]:
         out["zero_cell"] = "int64-max"
-        out["zero_cell_at"] = at(POOL, need(line_of(pool_init[0], pool_init[1], r"iinfo\(torch\.int64\)"), "", version))
+        out["zero_cell_at"] = at(
+            POOL, need(line_of(pool_init[0], pool_init[1], r"iinfo\(torch\.int64\)"), "", version)
+        )
     else:
         out["zero_cell"] = "divide"
         if profile is not None and pool_init is None:
@@ -192,7 +196,9 @@ def read_release(version: str, source: Source) -> dict[str, str]:
         n = line_of(divide_text, divide_first, r"//\s*(self\._)?cell_size")
         out["zero_cell_at"] = at(divide_path, need(n, "the division by the cell", version))
     # -- cap, alignment, MIN ----------------------------------------------------------------------------
-    constraints = code.first([(KVC, "_apply_token_constraints", None), (MIXIN, "_apply_token_constraints", None)])
+    constraints = code.first(
+        [(KVC, "_apply_token_constraints", None), (MIXIN, "_apply_token_constraints", None)]
+    )
     resolve = code.function(MIXIN, "_resolve_token_capacity")
     init_pool = code.first([(MIXIN, "init_memory_pool", None), (MR, "init_memory_pool", None)])
     if constraints is not None:
@@ -207,9 +213,7 @@ def read_release(version: str, source: Source) -> dict[str, str]:
         c_path, c_text, c_first = init_pool
     out["min_at"] = at(c_path, need(line_of(c_text, c_first, r"ReduceOp\.MIN"), "the MIN", version))
     # -- the request estimate and the resolution ----------------------------------------------------------
-    reqs = code.first(
-        [(KVC, "resolve_max_num_reqs", None), (MIXIN, "_resolve_max_num_reqs", None)]
-    )
+    reqs = code.first([(KVC, "resolve_max_num_reqs", None), (MIXIN, "_resolve_max_num_reqs", None)])
     if reqs is not None:
         r_path, r_text, r_first = reqs
         out["estimate_at"] = at(r_path, need(line_of(r_text, r_first, r"context_len \* 512"), "", version))
@@ -255,19 +259,25 @@ def read_release(version: str, source: Source) -> dict[str, str]:
             n = line_of(parsed[0], 1, r"eagle_draft_num_layers = int\(num_nextn_predict_layers\)")
             if n is None:
                 continue
-            target = re.search(r"draft_model_config = (model_config|draft_mode_config if draft_path else model_config)$", parsed[0], re.M)
+            target = re.search(
+                r"draft_model_config = (model_config|draft_mode_config if draft_path else model_config)$",
+                parsed[0],
+                re.M,
+            )
             out["draft_layers"] = "target-config" if target else "draft-path"
             out["draft_layers_at"] = at(path, n)
             break
         need(1 if out["draft_layers"] != "none" else None, "where eagle_draft_num_layers is set", version)
-    # -- the --kv-cache-dtype choices -------------------------------------------------------------------------
+    # -- the --kv-cache-dtype choices ---------------------------------------------------------------------
     out["kv_dtypes"], out["kv_dtypes_at"] = kv_dtype_choices(code, version)
-    # -- where the runner reads the stage's layer range -------------------------------------------------------
+    # -- where the runner reads the stage's layer range ---------------------------------------------------
     ranged = None
     for path in (LAYER_SETUP, MR):
         parsed = code.tree(path)
         if parsed is not None:
-            n = line_of(parsed[0], 1, r"""start_layer\s*=\s*getattr\((self\.)?model,\s*["']start_layer["'],\s*0\)""")
+            n = line_of(
+                parsed[0], 1, r"""start_layer\s*=\s*getattr\((self\.)?model,\s*["']start_layer["'],\s*0\)"""
+            )
             if n is None:
                 n = line_of(parsed[0], 1, r"""start_layer=getattr\(model, "start_layer", 0\)""")
             if n is not None:
@@ -384,9 +394,9 @@ FIELDS_ORDER = (
 )
 
 
-def build(wheels_dir: Path, src_dir: Path, versions: tuple[str, ...] = MODELLED_RELEASES) -> tuple[
-    dict[str, dict[str, str]], dict[str, dict[str, tuple[bool, str]]]
-]:
+def build(
+    wheels_dir: Path, src_dir: Path, versions: tuple[str, ...] = MODELLED_RELEASES
+) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, tuple[bool, str]]]]:
     code: dict[str, dict[str, str]] = {}
     ranges: dict[str, dict[str, tuple[bool, str]]] = {a: {} for a in HYBRID_ARCHITECTURES}
     for v in versions:

@@ -9,7 +9,9 @@ from checker.core.geometry import ModelGeometry
 
 
 @st.composite
-def attentions(draw: st.DrawFn, *, num_layers: int, linear: frozenset[int] = frozenset()) -> AttentionGeometry:
+def attentions(
+    draw: st.DrawFn, *, num_layers: int, linear: frozenset[int] = frozenset()
+) -> AttentionGeometry:
     """The KV facts of a model of ``num_layers`` layers: MHA (1-64 KV heads) or MLA, some full-attention
     layers (the non-linear ones, plus any of the linear ones: Falcon-H1 has both on every layer)."""
     others = [i for i in range(num_layers) if i not in linear]

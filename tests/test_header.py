@@ -37,7 +37,14 @@ def test_each_part_appears_only_where_asked():
     )
     assert partition == "SGLANG_PP_LAYER_PARTITION=30,31,32"
     plain = header(inputs)
-    for part in ("state per layer", "policy", "budget", "KV token capacity", "KV cache", "SGLANG_PP_LAYER_PARTITION"):
+    for part in (
+        "state per layer",
+        "policy",
+        "budget",
+        "KV token capacity",
+        "KV cache",
+        "SGLANG_PP_LAYER_PARTITION",
+    ):
         assert part not in plain
     # Without --token-capacity the pool is derived: nothing to say on the layout line.
     assert "KV token capacity" not in header(_inputs(), token_capacity=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from strategies import attentions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import attentions
 
 from checker.core.errors import BudgetError, CheckerInputError
 from checker.core.geometry import ModelGeometry

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from checker.core.attention import AttentionGeometry
 from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, FlagError, LayoutError
-from checker.core.attention import AttentionGeometry
 from checker.core.geometry import ModelGeometry
 from checker.core.model_support import check_architectures, model_architectures, registers
 from checker.core.models import load_geometry

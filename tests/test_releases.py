@@ -21,8 +21,8 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from strategies import geometries
 
-from checker.core.errors import BudgetError, CheckerInputError, FlagError, LayoutError
 from checker.core.attention import AttentionGeometry
+from checker.core.errors import BudgetError, CheckerInputError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.models import load_geometry
 from checker.core.releases import (

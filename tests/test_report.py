@@ -691,9 +691,9 @@ LONG = [
 
 def test_the_report_keeps_the_whole_launch_command_and_names_a_rank_started_differently(tmp_path):
     """The rows carry the launch command's own sizing flags cut to 120 bytes, where two commands can look
-    alike (here they differ only in --max-prefill-tokens' last digit, past the cut): the report keeps rank 0's whole
-    command (argv, text, sha256) and groups every rank by the digest of its whole input, so rank 3 is
-    named. The flags compared as inputs of their own (--pp-size, --page-size, the model) are not in it."""
+    alike (here they differ only in --max-prefill-tokens' last digit, past the cut): the report keeps rank
+    0's whole command (argv, text, sha256) and groups every rank by the digest of its whole input, so rank 3
+    is named. The flags compared as inputs of their own (--pp-size, --page-size, the model) are not in it."""
     model = _model_dir(tmp_path)
     same = [*SERVE, "--model-path", model, *LONG, "--served-model-name"]
     same.append("a b")

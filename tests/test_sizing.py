@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.attention import AttentionGeometry
+from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.models import load_geometry
 from checker.core.sizing import CapacityInputs, derive_all, derive_stage, divergent_values

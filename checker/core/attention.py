@@ -56,11 +56,15 @@ class AttentionGeometry:
         for name in ("num_kv_heads", "head_dim", "v_head_dim"):
             value = getattr(self, name)
             if not _is_int(value) or not 1 <= value <= MAX_HEADS:
-                raise ConfigError(f"attention {name}={shorten(value)} must be an integer in [1, {MAX_HEADS:,}]")
+                raise ConfigError(
+                    f"attention {name}={shorten(value)} must be an integer in [1, {MAX_HEADS:,}]"
+                )
         for name in ("kv_lora_rank", "qk_rope_head_dim"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or not 0 <= value <= MAX_HEADS):
-                raise ConfigError(f"attention {name}={shorten(value)} must be an integer in [0, {MAX_HEADS:,}]")
+                raise ConfigError(
+                    f"attention {name}={shorten(value)} must be an integer in [0, {MAX_HEADS:,}]"
+                )
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise ConfigError(
                 "attention: kv_lora_rank and qk_rope_head_dim come together (an MLA model's KV cell is "

@@ -62,7 +62,9 @@ def kv_dtype_bytes(release: str, kv_cache_dtype: str, attention: AttentionGeomet
             f"sglang/srt/{code.kv_dtypes_at})"
         )
     if kv_cache_dtype == "auto":
-        return 1 if attention.fp8_kv_checkpoint else {"float32": 4, "bfloat16": 2, "float16": 2}[attention.dtype]
+        return (
+            1 if attention.fp8_kv_checkpoint else {"float32": 4, "bfloat16": 2, "float16": 2}[attention.dtype]
+        )
     if kv_cache_dtype not in KV_DTYPE_BYTES:
         raise FlagError(
             f"--kv-cache-dtype {kv_cache_dtype}: SGLang {release} packs its scales into the KV cell with a "
@@ -128,7 +130,9 @@ def stage_cell(
     return layers, cell
 
 
-def draft_layers_of(release: str, attention: AttentionGeometry, *, speculative: bool, draft_path: bool) -> int:
+def draft_layers_of(
+    release: str, attention: AttentionGeometry, *, speculative: bool, draft_path: bool
+) -> int:
     """The draft's layers the release adds to the cell (0: none). Only a draft read from the target's own
     config is modelled: a --speculative-draft-model-path checkpoint's layers are refused earlier."""
     code = code_of(release)
@@ -300,9 +304,9 @@ def resolve_one(stage: KvStage, minimum: int) -> KvResolved:
         T = synced
     if T <= 0:
         raise BudgetError(
-            f"SGLang {stage.release} leaves stage {stage.pp_rank} a KV pool of {T} tokens and refuses to start "
-            '("Not enough memory. Please try to increase --mem-fraction-static."); raise the budget, lower '
-            "--mamba-full-memory-ratio, or raise --max-total-tokens"
+            f"SGLang {stage.release} leaves stage {stage.pp_rank} a KV pool of {T} tokens and refuses to "
+            'start ("Not enough memory. Please try to increase --mem-fraction-static."); raise the budget, '
+            "lower --mamba-full-memory-ratio, or raise --max-total-tokens"
         )
     K, ratio = stage.max_mamba_cache_size, stage.slots_per_request
     n = min(_requests(stage, T, rules.request_cap), K // ratio)

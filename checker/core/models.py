@@ -535,15 +535,24 @@ _ATTENTION: dict[str, _AttentionSpec] = {
     "kimi_linear": _AttentionSpec(_complement, 4096, mla=True, nextn_default=0),
     # configs/nemotron_h.py NemotronHConfig: head_dim=128, num_key_value_heads=8,
     # max_position_embeddings=4096, num_nextn_predict_layers=0.
-    "nemotron_h": _AttentionSpec(_nemotron_full, 4096, kv_heads_default=8, head_dim_default=128, nextn_default=0),
+    "nemotron_h": _AttentionSpec(
+        _nemotron_full, 4096, kv_heads_default=8, head_dim_default=128, nextn_default=0
+    ),
     # configs/falcon_h1.py FalconH1Config: num_key_value_heads=8, max_position_embeddings=8192.
     "falcon_h1": _AttentionSpec(_every_layer, 8192, kv_heads_default=8),
-    # configs/granitemoehybrid.py GraniteMoeHybridConfig: num_key_value_heads=8, max_position_embeddings=131072.
+    # configs/granitemoehybrid.py GraniteMoeHybridConfig: num_key_value_heads=8,
+    # max_position_embeddings=131072.
     "granitemoehybrid": _AttentionSpec(_granite_full, 131072, kv_heads_default=8),
 }
 assert set(_ATTENTION) == set(FAMILIES), "every family the checker reads has its attention facts"
 
-CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
 """SGLang's ``get_context_length`` (0.5.23 ``utils/hf_transformers/common.py:668-694``): the first key set."""
 
 
@@ -576,7 +585,13 @@ def context_length(k: _Keys, *, default: int) -> int:
     return context
 
 
-_DTYPE_NAMES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "float": "float32", "half": "float16"}
+_DTYPE_NAMES = {
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float": "float32",
+    "half": "float16",
+}
 
 
 def _auto_dtype(cfg: Mapping[str, Any], k: _Keys) -> str:
@@ -589,7 +604,9 @@ def _auto_dtype(cfg: Mapping[str, Any], k: _Keys) -> str:
     return "float16" if name in (None, "float32") else name
 
 
-def _attention(cfg: Mapping[str, Any], k: _Keys, spec: _AttentionSpec, fields: dict[str, Any]) -> AttentionGeometry:
+def _attention(
+    cfg: Mapping[str, Any], k: _Keys, spec: _AttentionSpec, fields: dict[str, Any]
+) -> AttentionGeometry:
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     quant = cfg.get("quantization_config")
@@ -685,7 +702,9 @@ def geometry_from_model_spec(spec: Mapping[str, Any], *, source: str) -> ModelGe
 
     context = None
     if spec.get("context_len") is not None:
-        context = k.integer("context_len", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)")
+        context = k.integer(
+            "context_len", maximum=MAX_CONTEXT_LEN, why="(real models reach about 10**7 tokens)"
+        )
     return ModelGeometry(
         name=name or source,
         num_hidden_layers=L,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, LayoutError
-from checker.core.partition import default_partition, stage_bounds, stage_partition
 from checker.core.kv_pool import ESTIMATE_MAX
+from checker.core.partition import default_partition, stage_bounds, stage_partition
 from checker.core.sizing import (
     CapacityInputs,
     StageCapacity,
@@ -120,7 +120,10 @@ def running_request_caps(inputs: CapacityInputs) -> list[RequestCap]:
 def _bound_flags(inputs: CapacityInputs) -> str:
     flags = [
         f"{flag} {value}"
-        for flag, value in (("--token-capacity", inputs.token_capacity), ("--max-total-tokens", inputs.max_total_tokens))
+        for flag, value in (
+            ("--token-capacity", inputs.token_capacity),
+            ("--max-total-tokens", inputs.max_total_tokens),
+        )
         if value is not None
     ]
     return ", ".join(flags)

@@ -29,16 +29,16 @@ from checker.core.environ import LONGER_CONTEXT_ENV
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
 from checker.core.kv_pool import (
+    ESTIMATE_MAX,
     KvOwn,
     KvStage,
     code_of,
     counts_own_stage,
-    refuse_zero_cell,
-    ESTIMATE_MAX,
     draft_layers_of,
     estimate,
     kv_dtype_bytes,
     own_kv,
+    refuse_zero_cell,
     resolve_one,
 )
 from checker.core.partition import stage_bounds, stage_partition
@@ -175,12 +175,18 @@ class CapacityInputs(SizingFlags):
         sg = self.release.label
         g = self.geometry
         own = g.context_len
-        if self.context_len is not None and own is not None and self.context_len > own and not self.allow_longer_context:
+        if (
+            self.context_len is not None
+            and own is not None
+            and self.context_len > own
+            and not self.allow_longer_context
+        ):
             # configs/model_config.py ModelConfig._derive_context_length, every modelled release.
             raise FlagError(
-                f"--context-len {self.context_len} (a launch command's --context-length) is above the model's "
-                f"own context length {own}: {sg} refuses it at start-up (\"User-specified context_length "
-                f'({self.context_len}) is greater than the derived context_length ({own})"); lower it, or '
+                f"--context-len {self.context_len} (a launch command's --context-length) is above the "
+                f"model's own context length {own}: {sg} refuses it at start-up "
+                f'("User-specified context_length ({self.context_len}) is greater than the derived '
+                f'context_length ({own})"); lower it, or '
                 f"set {LONGER_CONTEXT_ENV}=1 as SGLang's message says"
             )
         if self.resolved_context_len is None:
@@ -791,14 +797,14 @@ def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K
     if g.attention is None:  # a model spec without attention facts: --token-capacity stands for the pool
         T = inputs.token_capacity
         assert T is not None  # CapacityInputs refuses the spec without it
-        own = min(T, inputs.max_total_tokens) if inputs.max_total_tokens is not None else T
+        capped = min(T, inputs.max_total_tokens) if inputs.max_total_tokens is not None else T
         return KvOwn(
             attention_layers=0,
             cell_bytes=0,
             available_bytes=int(kv_budget_gib * GIB),
             profiled_tokens=T,
             estimate_tokens=T,
-            own_tokens=own // inputs.page_size * inputs.page_size,
+            own_tokens=capped // inputs.page_size * inputs.page_size,
         )
     D = inputs.speculative_num_draft_tokens or 0
     headroom = 0

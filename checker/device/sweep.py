@@ -42,7 +42,9 @@ if TYPE_CHECKING:  # the sweep's tables load with the sweep; check derives one b
 _EXACT = 2**53
 
 
-def _state_sweep(inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _state_sweep(
+    inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One stage's state pool per budget: (K, the GiB left for the KV pool), as ``size_pool`` sizes them.
     Budget-independent refusals raise (probed on the scalar core, which words them)."""
     rules = inputs.release.rules
@@ -195,7 +197,11 @@ def _own_tokens(
     D = inputs.speculative_num_draft_tokens or 0
     if D and code.spec_headroom_at and cell:
         headroom = spec_headroom(inputs)
-        pool = zeros + inputs.max_running_requests if inputs.max_running_requests else _estimate(profiled, context)
+        pool = (
+            zeros + inputs.max_running_requests
+            if inputs.max_running_requests
+            else _estimate(profiled, context)
+        )
         slots = torch.minimum(pool, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
         profiled = profiled + slots * headroom + 100
     page, cap = inputs.page_size, inputs.max_total_tokens
@@ -219,7 +225,9 @@ def _stage_sweeps(
 ) -> list[tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None]:
     """Every stage's own pools per budget (None: a stage with a budget-independent refusal, which only
     ``required`` raises, or every stage when ``required`` is None)."""
-    out: list[tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None] = []
+    out: list[
+        tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+    ] = []
     for k in range(inputs.pp_size):
         try:
             plan = plan_stage(inputs, k)
@@ -234,7 +242,9 @@ def _stage_sweeps(
     return out
 
 
-def _pipeline(inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None) -> list[torch.Tensor | None]:
+def _pipeline(
+    inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None
+) -> list[torch.Tensor | None]:
     stages = _stage_sweeps(inputs, rest, required=required)
     # The MIN covers the stages that size their own pools at a budget (those whose own pool would boot
     # alone: checker.core.sizing.derive_stage leaves out a stage whose size_pool raises there).
@@ -247,9 +257,17 @@ def _pipeline(inputs: CapacityInputs, rest: torch.Tensor, *, required: int | Non
         plan, K, kv_gib, profiled, estimate_from, own = st
         alone = _resolve(inputs, plan, K, kv_gib, profiled, estimate_from, own, own)
         sized.append(alone[:, 0] != BOOT_FAILURE)
-    minimum = torch.stack(
-        [torch.where(ok, st[5], sentinel) for st, ok in zip(stages, sized, strict=True) if st is not None and ok is not None]
-    ).min(0).values
+    minimum = (
+        torch.stack(
+            [
+                torch.where(ok, st[5], sentinel)
+                for st, ok in zip(stages, sized, strict=True)
+                if st is not None and ok is not None
+            ]
+        )
+        .min(0)
+        .values
+    )
     out: list[torch.Tensor | None] = []
     for st, ok in zip(stages, sized, strict=True):
         if st is None or ok is None:

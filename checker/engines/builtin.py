@@ -1,4 +1,5 @@
-"""The ``builtin`` engine: the checker's own model of each modelled SGLang release (:mod:`checker.core.sizing`)."""
+"""The ``builtin`` engine: the checker's own model of each modelled SGLang release
+(:mod:`checker.core.sizing`)."""
 
 from __future__ import annotations
 

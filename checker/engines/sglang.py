@@ -771,7 +771,17 @@ class PreparedSglang:
             if widths is None or self.api.dp_attention is None:
                 yield
                 return
-            with _patched(self.api.dp_attention, "get_attention_tp_size", lambda: widths["attn_tp_size"]):
+            width = widths["attn_tp_size"]
+            with contextlib.ExitStack() as stack:
+                # The KV cell reads it through the names the mixin and the pool configurator imported.
+                for name in (
+                    "",
+                    ".model_executor.model_runner_kv_cache_mixin",
+                    ".model_executor.pool_configurator",
+                ):
+                    module = self.api.dp_attention if not name else sys.modules.get("sglang.srt" + name)
+                    if module is not None and hasattr(module, "get_attention_tp_size"):
+                        stack.enter_context(_patched(module, "get_attention_tp_size", lambda: width))
                 yield
             return
         if hasattr(rt, "use_context"):
@@ -1228,6 +1238,17 @@ class PreparedSglang:
         ``get_cell_size_per_token`` over the stage's full-attention layers), then its own token
         constraints (--max-total-tokens, page alignment) with the MIN over stages answered by this
         stage alone. --token-capacity replaces the profile, as the builtin does."""
+        try:
+            return self._own_kv_sized(start, end, kv_left)
+        except ZeroDivisionError as exc:
+            # Up to 0.5.16 a stage with no full-attention layer divides by its 0-byte KV cell.
+            raise LayoutError(
+                f"SGLang rejects the layer partition: stage {pp_rank} ([{start}, {end})) holds no "
+                f"full-attention layer, so its KV cell is 0 bytes and SGLang {self.version} divides by it "
+                f"(ZeroDivisionError: {exc})"
+            ) from None
+
+    def _own_kv_sized(self, start: int, end: int, kv_left: float) -> _Kv:
         i = self.inputs
         available = int(kv_left * (1 << 30))
         host = self._kv_host(start, end)

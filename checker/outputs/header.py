@@ -20,7 +20,10 @@ def kv_line(inputs: CapacityInputs) -> str:
             if a.mla
             else f"{a.kv_heads_per_rank(inputs.tp_size)} KV heads x ({a.head_dim} + {a.v_head_dim})"
         )
-        parts.append(f"{len(a.full_attention_layer_ids)} attention layers, {kind}, --kv-cache-dtype {inputs.kv_cache_dtype}")
+        parts.append(
+            f"{len(a.full_attention_layer_ids)} attention layers, {kind}, "
+            f"--kv-cache-dtype {inputs.kv_cache_dtype}"
+        )
     parts.append(f"context_len {fmt_int(inputs.resolved_context_len or 0)}")
     if inputs.page_size > 1:
         parts.append(f"page size {inputs.page_size}")

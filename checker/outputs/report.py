@@ -23,14 +23,13 @@ from checker.config import SizingFlags
 from checker.core.ranks import outliers, rank_ranges
 from checker.core.row import MISSING, REPORTED_INTS, RankRow
 from checker.core.sizing import CHECKED_VALUES
-from checker.preflight.verdict import COMPARED_VALUES, STAGE_VALUES
 from checker.core.weights_source import WeightsSource
 from checker.distributed.wire import VALUE_BYTES, digest, sent_text
 from checker.files import append_file, write_file
 from checker.outputs.markup import cut, md_cell, md_table
 from checker.outputs.tables import fmt_int, format_table, mark
 from checker.preflight.pipeline import agreed_num_layers
-from checker.preflight.verdict import ValueGroup, Verdict
+from checker.preflight.verdict import COMPARED_VALUES, STAGE_VALUES, ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
 
 if TYPE_CHECKING:
@@ -378,7 +377,16 @@ def rank_table(rows: list[RankRow], divergent: list[str]) -> str:
     materialized = any(r.materialize_status != MISSING for r in rows)
     weights = _with_weights(rows)
     odd = {n: outliers([getattr(r, n) for r in rows]) if n in divergent else set() for n in TABLE_VALUES}
-    headers = ["rank", "host", "pp_rank", "layers", "linear", *TABLE_VALUES, "kv_idle_gib", "state alloc/charged"]
+    headers = [
+        "rank",
+        "host",
+        "pp_rank",
+        "layers",
+        "linear",
+        *TABLE_VALUES,
+        "kv_idle_gib",
+        "state alloc/charged",
+    ]
     if weights:
         headers.append("weights")
     if materialized:

@@ -19,6 +19,7 @@ from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
 from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
+from checker.core.kv_pool import release_index
 from checker.core.layout import layout
 from checker.core.partition import PARTITION_ENV
 from checker.core.releases import ReleaseChoice, installed_sglang_version
@@ -33,7 +34,6 @@ from checker.core.row import (
     model_digest,
     model_label,
 )
-from checker.core.kv_pool import release_index
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, requests_per_worker
 from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.device.materialize import MATERIALIZE_FAILED, materialize_stage, predicted_bytes, resolve_device
@@ -363,7 +363,9 @@ def set_kv_rule(row: RankRow, cap: CapacityInputs, stage: StageCapacity) -> None
     per_worker = requests_per_worker(cap)
     row.requests_per_worker = MISSING if per_worker is None else per_worker
     row.user_max_running_requests = MISSING if cap.max_running_requests is None else cap.max_running_requests
-    row.user_micro_batch_size = MISSING if cap.pp_max_micro_batch_size is None else cap.pp_max_micro_batch_size
+    row.user_micro_batch_size = (
+        MISSING if cap.pp_max_micro_batch_size is None else cap.pp_max_micro_batch_size
+    )
 
 
 def check_on_device(

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 
 from checker.core.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
 from checker.core.errors import CheckerInputError
-from checker.core.ranks import is_split, outliers, rank_ranges, ranks_do
 from checker.core.kv_pool import KvStage, release_at, resolve_one
+from checker.core.ranks import is_split, outliers, rank_ranges, ranks_do
 from checker.core.releases import parse_version
 from checker.core.row import (
     ATTENTION_LAYOUT,
@@ -385,7 +385,9 @@ def _compared_rows(name: str, rows: Sequence[RankRow]) -> list[RankRow]:
     stages that disagree within themselves."""
     if name not in STAGE_VALUES:
         return list(rows)
-    odd = {k for k in {r.pp_rank for r in rows} if len({getattr(r, name) for r in rows if r.pp_rank == k}) > 1}
+    odd = {
+        k for k in {r.pp_rank for r in rows} if len({getattr(r, name) for r in rows if r.pp_rank == k}) > 1
+    }
     return [r for r in rows if r.pp_rank in odd]
 
 
