@@ -654,6 +654,10 @@ def test_engines_agree_on_the_partition_env(sglang_engine, cli, name: str) -> No
         [*_fixture(GDN), "--pp-size", "4", "--budget-gib", "8"],
         {"SGLANG_PP_LAYER_PARTITION": PARTITIONS[name]},
     )
+    if name == "empty-stage" and _divides_by_zero_cell(sglang_engine):
+        # Up to 0.5.16 the empty stage's 0-byte KV cell is a ZeroDivisionError: both engines refuse.
+        assert rc == 2 and "drift" not in doc and "holds no full-attention layer" in doc["error"], doc
+        return
     assert rc == 0 and doc["drift"] == [], doc.get("drift") or doc
     assert [r["start_layer"] for r in doc["ranks"]][1:] == [
         int(sum(map(int, PARTITIONS[name].split(",")[:k]))) for k in range(1, 4)

@@ -39,8 +39,18 @@ Not callable standalone, so reproduced here (each one says where the SGLang code
   scheduler source is checked to still contain it (otherwise: an error, not a guess).
 * The "no memory left for the KV pool" check after the state pool - inlined in
   ``_profile_available_bytes`` (which measures the device): ``rest <= 0`` is an error.
-* The KV token capacity T is an input (``--token-capacity``), never profiled; unset, a T too large to
-  bind is passed to ``resolve_max_num_reqs``.
+* The KV token pool is sized by the release's own code from the bytes its state-pool sizing left (the
+  profile, which measures the device, is replaced by that remainder, as for the state pool): 0.5.11+ the
+  pool configurator (``create_memory_pool_configurator(...).calculate_pool_sizes``, the cell from the
+  stage's full-attention layers, ``--kv-cache-dtype`` as ``configure_kv_cache_dtype`` resolves it), then
+  ``_apply_token_constraints`` (``--max-total-tokens``, page alignment) and, after the MIN, 0.5.16+
+  ``config_from_budget``; 0.5.10 ``get_cell_size_per_token`` and ``_resolve_token_capacity``. The
+  all-reduce MIN over the world group is answered without a process group: with this stage's own
+  capacity first, then with the MIN of every stage's (each sized the same way). ``resolve_max_num_reqs``
+  runs on the pool after the MIN. ``--token-capacity`` replaces the profile, as in the builtin. A preset
+  or JSON model spec has no config.json: its attention facts (KV heads, head dims, MLA dims, full-
+  attention layer ids) stand in for the carrier config's where the cell reads them
+  (``_CheckerModelConfig``, and the pool configurator's ``mambaish_config`` lookup).
 * Spec decoding: ``spec_algorithm`` is a stand-in (EAGLE) when ``--speculative-num-draft-tokens`` is
   set; resolving a real draft setup would need a draft model. SGLang's sizing only asks whether spec
   decoding is on and reads D from the resolved spec config.
@@ -146,8 +156,6 @@ ENGINE_FLAG = "--engine sglang/both"
 """Who asked for SGLang's code, in messages (unless the release did: one the checker does not model)."""
 # Env vars the derivation reads; set from the rank's env for the duration of a derivation only.
 ENGINE_ENV = SGLANG_ENV_VARS
-# Large enough that neither the 2048..4096 estimate nor T // 2 binds: "the KV pool is not modelled".
-UNBOUNDED_TOKENS = 1 << 60
 GIB = 1 << 30
 # The pp_max_micro_batch_size rule as the scheduler writes it (see module docstring).
 # 0.5.10-0.5.12 spell the pp size ``self.pp_size``, 0.5.13-0.5.20 ``self.ps.pp_size``, 0.5.21+
