@@ -1223,6 +1223,9 @@ class PreparedSglang:
         held.update(
             dflash_draft_num_layers=None, pp_size=self.pp_size, page_size=int(self.server_args.page_size)
         )
+        # ModelRunner.__init__: ``self.is_hybrid_swa = model_config.is_hybrid_swa`` (the 0.5.11-0.5.15
+        # pool configurator factory picks the hybrid-SWA configurator on it)
+        held["is_hybrid_swa"] = bool(self.model_config.is_hybrid_swa)
         return strict_instance(self.api.host_cls, held, version=self.version)
 
     def _spec_aux(self) -> Any:
