@@ -128,11 +128,7 @@ def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
         a = g.attention
         assert a is not None and code_of(version).zero_cell == "divide", outcomes[k]
         start, end = stage_bounds(stage_partition(g.num_hidden_layers, P, inputs.partition_env))[k]
-        counted = (
-            a.layers_in(start, end)
-            if counts_own_stage(version, a)
-            else len(a.full_attention_layer_ids)
-        )
+        counted = a.layers_in(start, end) if counts_own_stage(version, a) else len(a.full_attention_layer_ids)
         assert counted == 0, outcomes[k]
     outcomes = [o for k, o in enumerate(outcomes) if k not in own_refusals]
     if not outcomes:  # no stage holds a full-attention layer: every one is refused alike
