@@ -143,7 +143,7 @@ def need(value: int | None, what: str, version: str) -> int:
 def read_release(version: str, source: Source) -> dict[str, str]:
     code = Code(source)
     out: dict[str, str] = {}
-    # -- the profile and the layers it counts ----------------------------------------------------------------
+    # -- the profile and the layers it counts ---------------------------------------------------------
     profile = code.first([(MR, "profile_max_num_token", None), (MIXIN, "profile_max_num_token", None)])
     pool_init = code.function(POOL, "__init__", "DefaultPoolConfigurator")
     counting = (profile[1], profile[2], profile[0]) if profile else None
@@ -166,7 +166,7 @@ def read_release(version: str, source: Source) -> dict[str, str]:
         cell_path, cell_text, cell_first = cell_fn
     mha = line_of(cell_text, cell_first, r"get_num_kv_heads\(")
     out["cell_at"] = at(cell_path, need(mha, "the MHA cell", version))
-    # -- bytes -> tokens -------------------------------------------------------------------------------------
+    # -- bytes -> tokens --------------------------------------------------------------------------------
     if profile is not None and pool_init is None:
         p_path, p_text, p_first = profile
         floor = line_of(p_text, p_first, r"int\(rest_memory \* \(1 << 30\) // cell_size\)")
@@ -195,7 +195,7 @@ def read_release(version: str, source: Source) -> dict[str, str]:
             divide_path, divide_text, divide_first = profile
         n = line_of(divide_text, divide_first, r"//\s*(self\._)?cell_size")
         out["zero_cell_at"] = at(divide_path, need(n, "the division by the cell", version))
-    # -- cap, alignment, MIN ---------------------------------------------------------------------------------
+    # -- cap, alignment, MIN ----------------------------------------------------------------------------
     constraints = code.first(
         [(KVC, "_apply_token_constraints", None), (MIXIN, "_apply_token_constraints", None)]
     )
@@ -212,7 +212,7 @@ def read_release(version: str, source: Source) -> dict[str, str]:
         assert init_pool is not None, version
         c_path, c_text, c_first = init_pool
     out["min_at"] = at(c_path, need(line_of(c_text, c_first, r"ReduceOp\.MIN"), "the MIN", version))
-    # -- the request estimate and the resolution -------------------------------------------------------------
+    # -- the request estimate and the resolution ----------------------------------------------------------
     reqs = code.first([(KVC, "resolve_max_num_reqs", None), (MIXIN, "_resolve_max_num_reqs", None)])
     if reqs is not None:
         r_path, r_text, r_first = reqs
@@ -238,7 +238,7 @@ def read_release(version: str, source: Source) -> dict[str, str]:
     if init_pool is not None:
         headroom = line_of(init_pool[1], init_pool[2], r"draft_runner_cache_size = \($")
     out["spec_headroom_at"] = at(init_pool[0], headroom) if init_pool and headroom else ""
-    # -- the draft's share of the cell -----------------------------------------------------------------------
+    # -- the draft's share of the cell ----------------------------------------------------------------------
     out["draft_cell"], out["draft_cell_at"] = "none", ""
     if pool_init is not None and "eagle_draft_num_layers" in pool_init[0]:
         # The branch for a non-DSA model (DeepSeek's DSA adds an indexer share of its own).
@@ -268,9 +268,9 @@ def read_release(version: str, source: Source) -> dict[str, str]:
             out["draft_layers_at"] = at(path, n)
             break
         need(1 if out["draft_layers"] != "none" else None, "where eagle_draft_num_layers is set", version)
-    # -- the --kv-cache-dtype choices ------------------------------------------------------------------------
+    # -- the --kv-cache-dtype choices ---------------------------------------------------------------------
     out["kv_dtypes"], out["kv_dtypes_at"] = kv_dtype_choices(code, version)
-    # -- where the runner reads the stage's layer range ------------------------------------------------------
+    # -- where the runner reads the stage's layer range ---------------------------------------------------
     ranged = None
     for path in (LAYER_SETUP, MR):
         parsed = code.tree(path)

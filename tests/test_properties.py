@@ -19,8 +19,7 @@ from strategies import geometries
 
 from checker.core.errors import BudgetError, CheckerInputError, FlagError, LayoutError
 from checker.core.geometry import ModelGeometry
-from checker.core.kv_pool import code_of
-from checker.core.partition import stage_bounds, stage_partition
+from checker.core.kv_pool import code_of, counts_own_stage
 from checker.core.releases import MODELLED_RELEASES, release_model
 from checker.core.sizing import (
     CHECKED_VALUES,
@@ -29,6 +28,8 @@ from checker.core.sizing import (
     derive_all,
     derive_stage,
     divergent_values,
+    stage_bounds,
+    stage_partition,
 )
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -114,27 +115,27 @@ def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
             outcomes.append(derive_stage(inputs, k))
         except CheckerInputError as exc:
             outcomes.append(exc)
-    # Up to 0.5.16 a stage with no full-attention layer divides by its 0-byte KV cell at start-up, on
-    # that stage alone (checker.core.kv_pool.refuse_zero_cell): the one refusal that is the stage's own.
-    # It must name exactly the stages that hold no attention layer, and only where the release divides.
-    a = g.attention
-    zero_cell = [
+    # The one refusal that is a stage's own: its KV cell counts no full-attention layer, and up to 0.5.16
+    # the release divides by that 0-byte cell on that stage alone (the others size their pools; the
+    # stage is out of the MIN). It must be exactly such a stage, on such a release.
+    version = flags["sglang_version"]
+    own_refusals = [
         k
         for k, o in enumerate(outcomes)
-        if isinstance(o, LayoutError) and "holds no full-attention layer" in str(o)
+        if isinstance(o, LayoutError) and "holds no full-attention" in str(o)
     ]
-    if zero_cell:
-        assert code_of(flags["sglang_version"]).zero_cell == "divide", outcomes
-        assert a is not None and inputs.token_capacity is None
-        bounds = stage_bounds(stage_partition(g.num_hidden_layers, P, kw["partition_env"]))
-        assert zero_cell == [k for k, (s, e) in enumerate(bounds) if a.layers_in(s, e) == 0], outcomes
-        outcomes = [o for k, o in enumerate(outcomes) if k not in zero_cell]
-        if not outcomes:
-            return
+    for k in own_refusals:
+        a = g.attention
+        assert a is not None and code_of(version).zero_cell == "divide", outcomes[k]
+        start, end = stage_bounds(stage_partition(g.num_hidden_layers, P, inputs.partition_env))[k]
+        counted = a.layers_in(start, end) if counts_own_stage(version, a) else len(a.full_attention_layer_ids)
+        assert counted == 0, outcomes[k]
+    outcomes = [o for k, o in enumerate(outcomes) if k not in own_refusals]
+    if not outcomes:  # no stage holds a full-attention layer: every one is refused alike
+        return
     errors = [o for o in outcomes if isinstance(o, CheckerInputError)]
     if errors:
-        P = len(outcomes)
-        assert len(errors) == P, outcomes  # some stages derive values where another refuses
+        assert len(errors) == len(outcomes), outcomes  # some stages derive values where another refuses
         assert len({type(e) for e in errors}) == 1, errors
         assert isinstance(errors[0], (BudgetError, FlagError)), errors[0]  # max-share: no 0-byte stage
         if isinstance(errors[0], FlagError):

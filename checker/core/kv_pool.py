@@ -305,9 +305,8 @@ def resolve_one(stage: KvStage, minimum: int) -> KvResolved:
     if T <= 0:
         raise BudgetError(
             f"SGLang {stage.release} leaves stage {stage.pp_rank} a KV pool of {T} tokens and refuses to "
-            "start "
-            '("Not enough memory. Please try to increase --mem-fraction-static."); raise the budget, lower '
-            "--mamba-full-memory-ratio, or raise --max-total-tokens"
+            'start ("Not enough memory. Please try to increase --mem-fraction-static."); raise the budget, '
+            "lower --mamba-full-memory-ratio, or raise --max-total-tokens"
         )
     K, ratio = stage.max_mamba_cache_size, stage.slots_per_request
     n = min(_requests(stage, T, rules.request_cap), K // ratio)

@@ -48,6 +48,7 @@ from checker.core.releases import (
     ReleaseModel,
     ReleaseRules,
     parse_version,
+    release_key,
     release_model,
 )
 from checker.core.replay import FIRST_FLAG as FIRST_REPLAY_FLAG
@@ -226,9 +227,9 @@ class CapacityInputs(SizingFlags):
             # configs/model_config.py ModelConfig._derive_context_length, every modelled release.
             raise FlagError(
                 f"--context-len {self.context_len} (a launch command's --context-length) is above the "
-                "model's "
-                f'own context length {own}: {sg} refuses it at start-up ("User-specified context_length '
-                f'({self.context_len}) is greater than the derived context_length ({own})"); lower it, or '
+                f"model's own context length {own}: {sg} refuses it at start-up "
+                f'("User-specified context_length ({self.context_len}) is greater than the derived '
+                f'context_length ({own})"); lower it, or '
                 f"set {LONGER_CONTEXT_ENV}=1 as SGLang's message says"
             )
         if self.resolved_context_len is None:
@@ -366,6 +367,21 @@ class CapacityInputs(SizingFlags):
     def overlap_schedule(self) -> bool:
         """SGLang forces the overlap schedule off under PP."""
         return not self.disable_overlap_schedule and self.pp_size == 1
+
+    @property
+    def kv_page_size(self) -> int:
+        """The page size the KV pool aligns to. SGLang 0.5.11-0.5.13.post1 (server_args.py
+        ``_handle_mamba_radix_cache``, 0.5.13 :2721-2728) do not refuse no_buffer with the radix cache on
+        and a page size > 1: they warn and set ``page_size = 1``. Every other release keeps the flag."""
+        v = self.release.version
+        if (
+            not self.radix_cache_disabled
+            and self.page_size != 1
+            and release_key("0.5.11") <= release_key(v) <= release_key("0.5.13.post1")
+            and self.resolved_strategy == "no_buffer"
+        ):
+            return 1
+        return self.page_size
 
     @property
     def resolved_strategy(self) -> str:
@@ -750,7 +766,7 @@ def kv_token_bound(inputs: CapacityInputs) -> int | None:
     bounds = [b for b in (inputs.token_capacity, inputs.max_total_tokens) if b is not None]
     if not bounds:
         return None
-    return min(bounds) // inputs.page_size * inputs.page_size
+    return min(bounds) // inputs.kv_page_size * inputs.kv_page_size
 
 
 def request_cap_terms(inputs: CapacityInputs) -> tuple[int, int | None]:
@@ -939,7 +955,7 @@ def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K
             available_bytes=int(kv_budget_gib * GIB),
             profiled_tokens=T,
             estimate_tokens=T,
-            own_tokens=capped // inputs.page_size * inputs.page_size,
+            own_tokens=capped // inputs.kv_page_size * inputs.kv_page_size,
         )
     D = inputs.speculative_num_draft_tokens or 0
     headroom = 0
@@ -961,7 +977,7 @@ def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K
             attn_tp=inputs.tp_size,
             kv_cache_dtype=inputs.kv_cache_dtype,
             kv_budget_gib=kv_budget_gib,
-            page_size=inputs.page_size,
+            page_size=inputs.kv_page_size,
             max_total_tokens=inputs.max_total_tokens,
             token_capacity=inputs.token_capacity,
             context_len=context,
@@ -996,7 +1012,7 @@ def kv_stage(stage: StageCapacity, inputs: CapacityInputs) -> KvStage:
         release=inputs.release.version,
         pp_rank=stage.pp_rank,
         pp_size=inputs.pp_size,
-        page_size=inputs.page_size,
+        page_size=inputs.kv_page_size,
         own_tokens=stage.kv_own_tokens,
         profiled_tokens=stage.kv_profiled_tokens,
         estimate_tokens=stage.kv_estimate_tokens,

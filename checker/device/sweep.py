@@ -208,7 +208,7 @@ def _own_tokens(
         )
         slots = torch.minimum(pool, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
         profiled = profiled + slots * headroom + 100
-    page, cap = inputs.page_size, inputs.max_total_tokens
+    page, cap = inputs.kv_page_size, inputs.max_total_tokens
     if code.order == "configurator":
         own = torch.div(profiled, page, rounding_mode="floor") * page
         if cap is not None:
@@ -312,7 +312,7 @@ def _resolve(
     """One stage after the MIN (``checker.core.kv_pool.resolve_one``), per budget."""
     rules = inputs.release.rules
     code = code_of(inputs.release.version)
-    page = inputs.page_size
+    page = inputs.kv_page_size
     synced = minimum if inputs.pp_size > 1 else own
     if code.order == "configurator":
         aligned = torch.div(profiled, page, rounding_mode="floor") * page

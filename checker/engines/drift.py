@@ -4,8 +4,10 @@ A difference is a "model drift" finding: the checker's model no longer says what
 will do, so its verdicts about stage agreement cannot be trusted until the model is fixed (or SGLang
 is the version the model describes). Exit code 4 (checker.status MODEL_DRIFT) in every command.
 
-Compared per stage: the three values every stage must agree on, the stage slice, and
-``stage_per_req_bytes`` (the charge behind the pool size). One engine refusing the inputs while the
+Compared per stage: the three values every stage must agree on, the stage slice,
+``stage_per_req_bytes`` (the charge behind the pool size), and the KV token pool: the stage's own
+capacity (what it hands the MIN), the pool after the MIN (``max_total_num_tokens``), the KV bytes per
+token and the context length the request estimate divides by. One engine refusing the inputs while the
 other derives values is drift too.
 """
 
@@ -19,7 +21,15 @@ from checker.core.releases import ReleaseChoice
 from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, derive_each_stage
 from checker.engines import ModelSource, PreparedEngine, get_engine
 
-DRIFT_VALUES = (*CHECKED_VALUES, "stage_slice", "stage_per_req_bytes")
+DRIFT_VALUES = (
+    *CHECKED_VALUES,
+    "stage_slice",
+    "stage_per_req_bytes",
+    "kv_own_tokens",
+    "max_total_num_tokens",
+    "kv_cell_bytes",
+    "context_len",
+)
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,18 @@ Not callable standalone, so reproduced here (each one says where the SGLang code
   scheduler source is checked to still contain it (otherwise: an error, not a guess).
 * The "no memory left for the KV pool" check after the state pool - inlined in
   ``_profile_available_bytes`` (which measures the device): ``rest <= 0`` is an error.
-* The KV token capacity T is an input (``--token-capacity``), never profiled; unset, a T too large to
-  bind is passed to ``resolve_max_num_reqs``.
+* The KV token pool is sized by the release's own code from the bytes its state-pool sizing left (the
+  profile, which measures the device, is replaced by that remainder, as for the state pool): 0.5.11+ the
+  pool configurator (``create_memory_pool_configurator(...).calculate_pool_sizes``, the cell from the
+  stage's full-attention layers, ``--kv-cache-dtype`` as ``configure_kv_cache_dtype`` resolves it), then
+  ``_apply_token_constraints`` (``--max-total-tokens``, page alignment) and, after the MIN, 0.5.16+
+  ``config_from_budget``; 0.5.10 ``get_cell_size_per_token`` and ``_resolve_token_capacity``. The
+  all-reduce MIN over the world group is answered without a process group: with this stage's own
+  capacity first, then with the MIN of every stage's (each sized the same way). ``resolve_max_num_reqs``
+  runs on the pool after the MIN. ``--token-capacity`` replaces the profile, as in the builtin. A preset
+  or JSON model spec has no config.json: its attention facts (KV heads, head dims, MLA dims, full-
+  attention layer ids) stand in for the carrier config's where the cell reads them
+  (``_CheckerModelConfig``, and the pool configurator's ``mambaish_config`` lookup).
 * Spec decoding: ``spec_algorithm`` is a stand-in (EAGLE) when ``--speculative-num-draft-tokens`` is
   set; resolving a real draft setup would need a draft model. SGLang's sizing only asks whether spec
   decoding is on and reads D from the resolved spec config.
@@ -120,6 +130,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checker.core.attention import AttentionGeometry
 from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.geometry import canonical_dtype
@@ -146,8 +157,6 @@ ENGINE_FLAG = "--engine sglang/both"
 """Who asked for SGLang's code, in messages (unless the release did: one the checker does not model)."""
 # Env vars the derivation reads; set from the rank's env for the duration of a derivation only.
 ENGINE_ENV = SGLANG_ENV_VARS
-# Large enough that neither the 2048..4096 estimate nor T // 2 binds: "the KV pool is not modelled".
-UNBOUNDED_TOKENS = 1 << 60
 GIB = 1 << 30
 # The pp_max_micro_batch_size rule as the scheduler writes it (see module docstring).
 # 0.5.10-0.5.12 spell the pp size ``self.pp_size``, 0.5.13-0.5.20 ``self.ps.pp_size``, 0.5.21+
@@ -364,6 +373,7 @@ def _import_api() -> types.SimpleNamespace:
         resolution_result=getattr(overrides, "resolution_result", None),  # 0.5.19+
         model_config_of=getattr(overrides, "model_config_of", None),  # 0.5.19+
         ModelConfig=model_config.ModelConfig,
+        AttentionArch=model_config.AttentionArch,
         runtime=runtime if kv is not None else None,  # the runner host reads no published context
         get_pp_indices=dist_utils.get_pp_indices,
         mambaish_config=getattr(hybrid_arch, "mambaish_config", None),  # 0.5.16+ (else a runner property)
@@ -586,6 +596,8 @@ def _carrier_config(inputs: CapacityInputs) -> dict[str, Any]:
     ctx = inputs.context_len or g.context_len
     if ctx:
         cfg["max_position_embeddings"] = ctx
+    if g.attention is not None:  # what --kv-cache-dtype auto resolves to (ModelConfig.dtype)
+        cfg["torch_dtype"] = g.attention.dtype
     return cfg
 
 
@@ -628,9 +640,39 @@ class _CheckerMambaConfig(_StandIn):
 
     _owner = "mambaish_config"
 
-    def __init__(self, params: _CheckerStateParams) -> None:
+    def __init__(self, params: _CheckerStateParams, attention: AttentionGeometry | None) -> None:
         self.mamba2_cache_params = params
         self._version = params._version
+        # The layers a stage's KV cell counts (the family config classes' ``full_attention_layer_ids``).
+        self.full_attention_layer_ids = list(attention.full_attention_layer_ids) if attention else []
+
+
+class _CheckerModelConfig:
+    """A preset's or JSON model spec's attention facts in the place SGLang's KV cell reads them: the
+    carrier ``ModelConfig`` (SGLang's own, for everything else) with the checker's KV heads, head dims,
+    MLA latent dims and attention arch. SGLang's own ``get_num_kv_heads`` runs on it."""
+
+    def __init__(self, real: Any, attention: AttentionGeometry, arch: Any) -> None:
+        self._real = real
+        self.attention_arch = arch.MLA if attention.mla else arch.MHA
+        self.num_key_value_heads = attention.num_kv_heads
+        self.head_dim = attention.head_dim
+        self.v_head_dim = attention.v_head_dim
+        self.kv_lora_rank = attention.kv_lora_rank
+        self.qk_rope_head_dim = attention.qk_rope_head_dim
+        self.full_attention_layer_ids = list(attention.full_attention_layer_ids)
+        self._kv_heads = attention.num_kv_heads
+
+    def get_total_num_kv_heads(self) -> int:
+        return self._kv_heads
+
+    def get_num_kv_heads(self, *args: Any, **kwargs: Any) -> int:
+        return int(type(self._real).get_num_kv_heads(self, *args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._real, name)
 
 
 def _map_error(phase: str, exc: BaseException) -> CheckerInputError:
@@ -710,6 +752,9 @@ class PreparedSglang:
             self._parallel_widths = self._widths_if_unpublished()
         with self._scope():
             self._build_model()
+        with self._scope():
+            self._kv_setup()
+        self._own_cache: dict[float, list[_OwnStage | CheckerInputError]] = {}
 
     # -- scopes ------------------------------------------------------------------------------------------
 
@@ -746,7 +791,17 @@ class PreparedSglang:
             if widths is None or self.api.dp_attention is None:
                 yield
                 return
-            with _patched(self.api.dp_attention, "get_attention_tp_size", lambda: widths["attn_tp_size"]):
+            width = widths["attn_tp_size"]
+            with contextlib.ExitStack() as stack:
+                # The KV cell reads it through the names the mixin and the pool configurator imported.
+                for name in (
+                    "",
+                    ".model_executor.model_runner_kv_cache_mixin",
+                    ".model_executor.pool_configurator",
+                ):
+                    module = self.api.dp_attention if not name else sys.modules.get("sglang.srt" + name)
+                    if module is not None and hasattr(module, "get_attention_tp_size"):
+                        stack.enter_context(_patched(module, "get_attention_tp_size", lambda: width))
                 yield
             return
         if hasattr(rt, "use_context"):
@@ -789,6 +844,8 @@ class PreparedSglang:
             speculative_num_draft_tokens=i.speculative_num_draft_tokens,
             pp_max_micro_batch_size=i.pp_max_micro_batch_size,
             context_length=i.context_len,
+            kv_cache_dtype=i.kv_cache_dtype,
+            max_total_tokens=i.max_total_tokens,
         )
         kwargs[strategy] = i.mamba_radix_cache_strategy
         if not source.release_default_ratio:  # not given: the release's own ServerArgs default decides
@@ -869,7 +926,8 @@ class PreparedSglang:
             raise _map_error("config", exc) from None
 
     def _checker_mamba(self) -> _CheckerMambaConfig:
-        return _CheckerMambaConfig(_CheckerStateParams(self.api, self.inputs, self.version))
+        params = _CheckerStateParams(self.api, self.inputs, self.version)
+        return _CheckerMambaConfig(params, self.inputs.geometry.attention)
 
     def _spec_algorithm(self) -> Any:
         algo = self.api.SpeculativeAlgorithm
@@ -902,6 +960,7 @@ class PreparedSglang:
             mamba = self._checker_mamba()
         runner.mambaish_config = mamba  # held from now on: the property is not re-run
         self.mamba = mamba
+        self._held = {**held, "mambaish_config": mamba}
         self.host = runner
 
     def _build_configurator(self) -> None:
@@ -949,13 +1008,56 @@ class PreparedSglang:
                 else _field_default(cls, "extra_mamba_cache_bytes_per_req")
             )
         # The real class, made without its constructor; only the fields its sizing methods read are held.
+        self._held = held
         self.host = strict_instance(cls, held, version=self.version)
 
     # -- deriving ----------------------------------------------------------------------------------------
 
     def derive(self, pp_rank: int, budget_gib: float | None = None) -> StageCapacity:
-        i = self.inputs
-        rest = i.budget_gib if budget_gib is None else budget_gib
+        """Stage ``pp_rank`` after SGLang's MIN of every stage's own KV pool: each stage's own capacity
+        from the release's pool configurator, then its own ``_apply_token_constraints`` (the all-reduce
+        answered with the MIN of the stages' own capacities) and ``resolve_max_num_reqs`` on what that
+        leaves (a stage that cannot size its own pools is left out of the MIN: its ranks report why)."""
+        rest = self.inputs.budget_gib if budget_gib is None else budget_gib
+        stages = self._own_cache.get(rest)
+        if stages is None:
+            stages = []
+            for k in range(self.pp_size):
+                try:
+                    stages.append(self._own(k, rest))
+                except CheckerInputError as exc:
+                    stages.append(exc)
+            self._own_cache = {rest: stages}
+        mine = stages[pp_rank]
+        if isinstance(mine, CheckerInputError):
+            raise mine
+        minimum = min(s.stage.kv_own_tokens for s in stages if isinstance(s, _OwnStage))
+        with self._scope(), self._pool_size(mine.stage.max_mamba_cache_size):
+            try:
+                T = self._after_min(mine, minimum)
+                if T <= 0:
+                    raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static.")
+                n = int(getattr(self.host, self.api.requests_method)(T))
+            except CheckerInputError:
+                raise
+            except AssertionError as exc:
+                raise _map_error("resolve", exc) from None
+            except Exception as exc:
+                raise _map_error("pool", exc) from None
+        s = mine.stage
+        micro = self.user_micro or max(n // self.pp_size, 1)
+        idle = (s.kv_own_tokens - T) * s.kv_cell_bytes if s.kv_cell_bytes and s.kv_own_tokens >= T else 0
+        return dataclasses.replace(
+            s,
+            max_total_num_tokens=T,
+            max_running_requests=n,
+            pp_max_micro_batch_size=int(micro),
+            kv_idle_bytes=idle,
+            kv_limiting=self.pp_size > 1 and s.kv_own_tokens == minimum,
+        )
+
+    def _own(self, pp_rank: int, rest: float) -> _OwnStage:
+        """Stage ``pp_rank``'s state pool and its own KV capacity, by the release's code."""
         api, c = self.api, self.host
         L = int(self.model_config.num_hidden_layers)
         with self._scope():
@@ -978,8 +1080,7 @@ class PreparedSglang:
                         raise RuntimeError(
                             f"the state pool leaves {kv_left:.3f} GB for the KV cache (rest <= 0)"
                         )
-                    T = i.token_capacity if i.token_capacity is not None else UNBOUNDED_TOKENS
-                    n = int(getattr(c, api.requests_method)(T))
+                    kv = self._own_kv(start, end, pp_rank, kv_left)
                 except CheckerInputError:
                     raise
                 except AssertionError as exc:
@@ -989,7 +1090,6 @@ class PreparedSglang:
                 sources = new_sources()
         loc = frame.values
         branch = next((BRANCHES[s] for s in reversed(sources) if s in BRANCHES), None) or self._branch(loc)
-        micro = self.user_micro or max(n // self.pp_size, 1)
         layers = list(self.params.layers)
         per_req = int(self.params.mamba_cache_per_req)
         stage_layers = sum(1 for x in layers if start <= x < end)
@@ -1018,7 +1118,7 @@ class PreparedSglang:
         # How many slots SGLang took off the budget for the state pool: K, or K + 1 where the release
         # charges the pool's padding slot (0.5.17+), read from its own returned remainder.
         charged = ((rest - intermediate / GIB - kv_left) * GIB - fixed) / (spr + extra)
-        return StageCapacity(
+        stage = StageCapacity(
             pp_rank=pp_rank,
             start_layer=int(start),
             end_layer=int(end),
@@ -1040,9 +1140,267 @@ class PreparedSglang:
             max_mamba_cache_size=K,
             intermediate_state_bytes=intermediate,
             kv_budget_gib=float(kv_left),
-            max_running_requests=n,
-            pp_max_micro_batch_size=int(micro),
+            max_running_requests=0,
+            pp_max_micro_batch_size=0,
+            context_len=int(self.model_config.context_len),
+            kv_attention_layers=kv.layers,
+            kv_cell_bytes=kv.cell,
+            kv_available_bytes=kv.available,
+            kv_profiled_tokens=kv.profiled,
+            kv_estimate_tokens=kv.profiled,
+            kv_own_tokens=kv.own,
         )
+        return _OwnStage(stage=stage, kv=kv)
+
+    # -- the KV token pool ---------------------------------------------------------------------------------
+
+    def _kv_setup(self) -> None:
+        """What every stage's KV pool reads besides its layers: the KV element type as the release's own
+        ``configure_kv_cache_dtype`` resolves it (mem_cache/kv_cache_dtype.py, 0.5.16+; the ModelRunner
+        method before), the MLA switch (``use_mla_backend``), the
+        draft's layers, and whether the model class has a ``start_layer`` (else every stage counts the
+        whole model: ``getattr(model, "start_layer", 0)``)."""
+        self._pool_module = _optional_module("sglang.srt.model_executor.pool_configurator")  # 0.5.11+
+        attention = self.inputs.geometry.attention
+        self.kv_model_config = self.model_config
+        if not self.from_config and attention is not None:
+            self.kv_model_config = _CheckerModelConfig(self.model_config, attention, self.api.AttentionArch)
+        mc = self.kv_model_config
+        self.use_mla_backend = str(getattr(mc.attention_arch, "name", mc.attention_arch)) == "MLA"
+        given = self._server_arg("kv_cache_dtype")
+        dtype_module = _optional_module("sglang.srt.mem_cache.kv_cache_dtype")  # 0.5.16+
+        try:
+            if dtype_module is not None and hasattr(dtype_module, "configure_kv_cache_dtype"):
+                resolved, self.kv_cache_dtype = dtype_module.configure_kv_cache_dtype(
+                    server_args_kv_cache_dtype=given,
+                    model=None,
+                    model_dtype=mc.dtype,
+                    is_draft_worker=False,
+                    is_dflash=False,
+                    speculative_draft_attention_backend=None,
+                )
+                self.kv_cache_dtype_str = resolved if resolved is not None else given
+            else:  # 0.5.10-0.5.15: the runner's own method, on the runner the sizing already holds
+                runner = strict_instance(
+                    self.api.host_cls,
+                    dict(server_args=self.server_args, model=_NoQuantModel(self.version), dtype=mc.dtype),
+                    version=self.version,
+                )
+                runner.configure_kv_cache_dtype()
+                self.kv_cache_dtype = runner.kv_cache_dtype
+                self.kv_cache_dtype_str = given
+        except CheckerInputError:
+            raise
+        except Exception as exc:
+            raise _map_error("resolve", exc) from None
+        self.own_stage = self._class_has_start_layer()
+
+    def _server_arg(self, name: str) -> Any:
+        """A flag as the release's resolution left it (0.5.19+ keep resolved values apart)."""
+        r = self.api.resolution_result
+        return r(self.server_args, name, None) if r is not None else getattr(self.server_args, name)
+
+    def _class_has_start_layer(self) -> bool:
+        """Read from the installed class's own code (checker.engines.model_code): a preset or a JSON model
+        spec names no class, and counts its own stage."""
+        if not self.from_config:
+            return True
+        archs = list(getattr(self.model_config.hf_config, "architectures", None) or [])
+        spec = importlib.util.find_spec("sglang")
+        if not archs or spec is None or not spec.submodule_search_locations:
+            return True
+        root = Path(next(iter(spec.submodule_search_locations))).parent
+
+        def installed(path: str) -> str | None:
+            f = root / path
+            return f.read_text(encoding="utf-8", errors="replace") if f.is_file() else None
+
+        module = model_code.entry_module(archs[0], root)
+        if module is None:
+            return True
+        return model_code.stage_range_attribute(archs[0], module, installed) is not None
+
+    def _stage_range(self, start: int, end: int) -> tuple[int, int]:
+        """The layers the stage's KV cell counts: its own, or the whole model's (see :meth:`_kv_setup`)."""
+        if self.own_stage:
+            return start, end
+        return 0, int(self.model_config.num_hidden_layers)
+
+    def _kv_host(self, start: int, end: int) -> Any:
+        """The sizing host again, holding the stage's layer range and KV type: a ``KVCacheConfigurator``
+        (0.5.16+) or a ``ModelRunner`` (0.5.10-0.5.15)."""
+        lo, hi = self._stage_range(start, end)
+        held = dict(self._held, model_config=self.kv_model_config)
+        kv = dict(kv_cache_dtype=self.kv_cache_dtype, use_mla_backend=self.use_mla_backend)
+        if self.api.host == "configurator":
+            fields = self.api.configurator_fields
+            held.update(kv)
+            held["layer_info"] = _LayerInfo(lo, hi, self.version)
+            if "kv_cache_dtype_str" in fields:
+                held["kv_cache_dtype_str"] = self.kv_cache_dtype_str
+            if "spec_aux_config" in fields:
+                held["spec_aux_config"] = self._spec_aux()
+            if "server_args" in fields:
+                held["server_args"] = self.server_args
+            if "page_size" in fields:
+                held["page_size"] = int(self.server_args.page_size)
+            if "model_dtype" in fields:
+                held["model_dtype"] = self.model_config.dtype
+            return strict_instance(self.api.host_cls, held, version=self.version)
+        held.update(
+            kv, start_layer=lo, end_layer=hi, num_effective_layers=hi - lo, eagle_draft_num_layers=None
+        )
+        held.update(
+            dflash_draft_num_layers=None, pp_size=self.pp_size, page_size=int(self.server_args.page_size)
+        )
+        # ModelRunner.__init__: ``self.is_hybrid_swa = model_config.is_hybrid_swa`` (the 0.5.11-0.5.15
+        # pool configurator factory picks the hybrid-SWA configurator on it)
+        held["is_hybrid_swa"] = bool(self.model_config.is_hybrid_swa)
+        return strict_instance(self.api.host_cls, held, version=self.version)
+
+    def _spec_aux(self) -> Any:
+        """``spec_aux_config``: the release's own resolution where it has one (0.5.16+), for a
+        speculative setup; its defaults otherwise (no draft layers)."""
+        module = _optional_module("sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state")
+        if module is None:
+            return None
+        if not self.draft_tokens:
+            return module.SpecAuxHiddenStateConfig()
+        return module.resolve_spec_aux_hidden_state_config(
+            server_args=self.server_args,
+            model_config=self.model_config,
+            spec_algorithm=self._spec_algorithm(),
+            is_draft_worker=False,
+        )
+
+    def _own_kv(self, start: int, end: int, pp_rank: int, kv_left: float) -> _Kv:
+        """The stage's own KV capacity by the release's code: its pool configurator's
+        ``calculate_pool_sizes`` on the bytes the state pool left (0.5.11+; 0.5.10: its
+        ``get_cell_size_per_token`` over the stage's full-attention layers), then its own token
+        constraints (--max-total-tokens, page alignment) with the MIN over stages answered by this
+        stage alone. --token-capacity replaces the profile, as the builtin does."""
+        try:
+            return self._own_kv_sized(start, end, kv_left)
+        except ZeroDivisionError as exc:
+            # Up to 0.5.16 a stage with no full-attention layer divides by its 0-byte KV cell.
+            raise LayoutError(
+                f"SGLang rejects the layer partition: stage {pp_rank} ([{start}, {end})) holds no "
+                f"full-attention layer, so its KV cell is 0 bytes and SGLang {self.version} divides by it "
+                f"(ZeroDivisionError: {exc})"
+            ) from None
+
+    def _own_kv_sized(self, start: int, end: int, kv_left: float) -> _Kv:
+        i = self.inputs
+        available = int(kv_left * (1 << 30))
+        host = self._kv_host(start, end)
+        page = int(self.server_args.page_size)
+        with self._world_min(host, None):
+            if self._pool_module is not None:
+                pool = self._pool_module.create_memory_pool_configurator(host)
+                cell = int(pool._cell_size)
+                if i.token_capacity is not None:
+                    aligned = int(
+                        pool.calculate_pool_sizes_from_max_tokens(i.token_capacity, page).max_total_num_tokens
+                    )
+                else:
+                    aligned = int(pool.calculate_pool_sizes(available, page).max_total_num_tokens)
+                own = int(host._apply_token_constraints(aligned))
+                profiled = (
+                    i.token_capacity
+                    if i.token_capacity is not None
+                    else (available // cell if cell else aligned)
+                )
+                return _Kv(
+                    host=host,
+                    pool=pool,
+                    cell=cell,
+                    available=available,
+                    profiled=profiled,
+                    aligned=aligned,
+                    own=own,
+                    layers=self._layers(start, end),
+                )
+            layers = self._layers(start, end)
+            cell = int(host.get_cell_size_per_token(layers))
+            profiled = i.token_capacity if i.token_capacity is not None else available // cell
+            own = int(host._resolve_token_capacity(profiled))
+            return _Kv(
+                host=host,
+                pool=None,
+                cell=cell,
+                available=available,
+                profiled=profiled,
+                aligned=own,
+                own=own,
+                layers=layers,
+            )
+
+    def _layers(self, start: int, end: int) -> int:
+        lo, hi = self._stage_range(start, end)
+        return sum(1 for x in self.mamba.full_attention_layer_ids if lo <= x < hi)
+
+    def _after_min(self, mine: _OwnStage, minimum: int) -> int:
+        """The stage's pool after the MIN: the release's own constraints again, the all-reduce answering
+        ``minimum`` (0.5.16+ ``config_from_budget``; 0.5.11-0.5.15 ``_apply_token_constraints`` and the
+        pool's re-alignment; 0.5.10 ``_resolve_token_capacity``)."""
+        kv = mine.kv
+        page = int(self.server_args.page_size)
+        with self._world_min(kv.host, minimum):
+            if kv.pool is None:
+                return int(kv.host._resolve_token_capacity(kv.profiled))
+            if self.api.host == "configurator" and self.inputs.token_capacity is None:
+                return int(kv.host.config_from_budget(kv.available).max_total_num_tokens)
+            T = int(kv.host._apply_token_constraints(kv.aligned))
+            if T != kv.aligned:
+                T = int(kv.pool.calculate_pool_sizes_from_max_tokens(T, page).max_total_num_tokens)
+            return T
+
+    @contextlib.contextmanager
+    def _world_min(self, host: Any, minimum: int | None) -> Iterator[None]:
+        """SGLang's all-reduce MIN over the world group, answered without a process group: with
+        ``minimum`` (every stage's own capacity, MINed), or by this stage alone (None). The world group
+        it names is a stand-in (``get_world_group()`` / ``get_parallel().world_group``)."""
+        import torch
+
+        def all_reduce(tensor: Any, op: Any = None, group: Any = None, **_: Any) -> None:
+            if minimum is not None:
+                tensor.fill_(min(int(tensor.item()), minimum))
+
+        names = ("_apply_token_constraints", "_resolve_token_capacity", "config_from_budget")
+        scopes = [getattr(type(host), n).__globals__ for n in names if callable(getattr(type(host), n, None))]
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_patched(torch.distributed, "all_reduce", all_reduce))
+            pool = self._pool_module
+            if not self.from_config and pool is not None and hasattr(pool, "mambaish_config"):
+                # 0.5.16+ pool configurators look the model's hybrid config up from the model config
+                # (the carrier's, for a preset): the checker's layer ids stand in, as for the state pool.
+                stack.enter_context(_patched(pool, "mambaish_config", lambda _mc: self.mamba))
+            for g in {id(x): x for x in scopes}.values():
+                if "get_world_group" in g:
+                    stack.enter_context(_patched_global(g, "get_world_group", lambda: _WORLD))
+                if "get_parallel" in g:
+                    real = g["get_parallel"]
+                    stack.enter_context(
+                        _patched_global(g, "get_parallel", lambda real=real: _Parallel(real()))
+                    )
+            yield
+
+    @contextlib.contextmanager
+    def _pool_size(self, K: int) -> Iterator[None]:
+        """The stage's K where the release's request cap reads it (the published schedule bag, 0.5.17+;
+        the ServerArgs before), for the duration of one resolution."""
+        rt = self.api.runtime
+        if rt is not None and hasattr(rt, "get_schedule"):
+            with rt.get_schedule().override(max_mamba_cache_size=K):
+                yield
+            return
+        sa = self.server_args
+        saved = sa.max_mamba_cache_size
+        object.__setattr__(sa, "max_mamba_cache_size", K)
+        try:
+            yield
+        finally:
+            object.__setattr__(sa, "max_mamba_cache_size", saved)
 
     def _branch(self, loc: dict[str, Any]) -> str:
         """The branch the runner host's pool sizing took (it logs no override source): the auto-fit
@@ -1110,6 +1468,83 @@ class PreparedSglang:
             "temporal_dtype": str(p.dtype.temporal).removeprefix("torch."),
             "per_req_bytes": int(p.mamba_cache_per_req),
         }
+
+
+@dataclass(frozen=True)
+class _Kv:
+    """One stage's own KV pool as the release's code sized it, and the objects that sized it."""
+
+    host: Any
+    pool: Any
+    cell: int
+    available: int
+    profiled: int
+    aligned: int
+    own: int
+    layers: int
+
+
+@dataclass(frozen=True)
+class _OwnStage:
+    stage: StageCapacity
+    kv: _Kv
+
+
+class _LayerInfo(_StandIn):
+    """``layer_info`` (0.5.16+): the stage's layer range, as ``resolve_layer_indices`` gives it."""
+
+    _owner = "KVCacheConfigurator.layer_info"
+
+    def __init__(self, start: int, end: int, version: str | None) -> None:
+        self.start_layer, self.end_layer, self._version = start, end, version
+        self.num_effective_layers = end - start
+        self.swa_attention_layer_ids = None
+        self.full_attention_layer_ids = None
+        self.is_hybrid_swa_mtp_draft = False
+
+
+class _NoQuantModel(_StandIn):
+    """The model ``configure_kv_cache_dtype`` asks for its quantization (an FP8 KV checkpoint): none."""
+
+    _owner = "ModelRunner.model"
+
+    def __init__(self, version: str | None) -> None:
+        self.quant_config = None
+        self._version = version
+
+
+class _WorldGroup:
+    """The world group SGLang's MIN names: nothing reduces over it here (see ``_world_min``)."""
+
+    cpu_group = None
+    world_size = 1
+
+
+_WORLD = _WorldGroup()
+
+
+class _Parallel:
+    """``get_parallel()`` with the world group the MIN names; everything else is the real bag's."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    @property
+    def world_group(self) -> _WorldGroup:
+        return _WORLD
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@contextlib.contextmanager
+def _patched_global(scope: dict[str, Any], name: str, value: Any) -> Iterator[None]:
+    original = scope[name]
+    scope[name] = value
+    try:
+        yield
+    finally:
+        scope[name] = original
 
 
 def _field_default(cls: type, name: str) -> Any:

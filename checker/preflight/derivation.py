@@ -359,7 +359,7 @@ def set_kv_rule(row: RankRow, cap: CapacityInputs, stage: StageCapacity) -> None
     (checker.preflight.verdict.resolve_kv_rows): its release's rules and its request flags."""
     row.kv_limiting = int(stage.kv_limiting)
     row.kv_release = release_index(cap.release.version)
-    row.page_size = cap.page_size
+    row.page_size = cap.kv_page_size  # what the pool aligns to (0.5.11-0.5.13.post1 may reset it)
     per_worker = requests_per_worker(cap)
     row.requests_per_worker = MISSING if per_worker is None else per_worker
     row.user_max_running_requests = MISSING if cap.max_running_requests is None else cap.max_running_requests
