@@ -343,8 +343,9 @@ def test_a_watcher_stopped_from_its_own_callback_ends_quietly(capsys):
             on_announced=on_announced,
             announcement="report_written",
             announce_poll_s=0.001,
-        ).start()
+        )
     )
+    box[0].start()  # held first: the callback may run before start() returns
     assert done.wait(2)
     box[0]._thread.join(2)
     assert not box[0]._thread.is_alive() and capsys.readouterr().err == ""
