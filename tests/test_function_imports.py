@@ -17,8 +17,6 @@ from test_layers import REPO_ROOT, _commented
 NOT_YET: frozenset[tuple[str, str]] = frozenset(
     {
         # Modules other work is rewriting (issue 38 items 3 and 6): their reasons come with it.
-        ("checker/engines/sglang.py", "torch"),
-        ("checker/engines/sglang.py", "traceback"),
     }
 )
 """(file, imported module) pairs still without their comment; remove a pair once it has one."""

@@ -616,7 +616,7 @@ class _CheckerStateParams(_StandIn):
     _owner = "mamba2_cache_params"
 
     def __init__(self, api: types.SimpleNamespace, inputs: CapacityInputs, version: str | None) -> None:
-        import torch
+        import torch  # torch: ~1 s a process; SGLang imports it anyway, but only once the engine is driven
 
         g = inputs.geometry
         self._version = version
@@ -679,7 +679,7 @@ def _map_error(phase: str, exc: BaseException) -> CheckerInputError:
     """SGLang's own refusal, as one line naming the phase (which says what the user should change)."""
     text = " ".join(str(exc).split())
     if not text:  # a bare ``assert``: the failing SGLang line is the message
-        import traceback
+        import traceback  # only for a bare assert's message: the module loads it for nothing else
 
         tb = traceback.extract_tb(exc.__traceback__)
         if tb:
@@ -1360,7 +1360,7 @@ class PreparedSglang:
         """SGLang's all-reduce MIN over the world group, answered without a process group: with
         ``minimum`` (every stage's own capacity, MINed), or by this stage alone (None). The world group
         it names is a stand-in (``get_world_group()`` / ``get_parallel().world_group``)."""
-        import torch
+        import torch  # torch: ~1 s a process; SGLang imports it anyway, but only once the engine is driven
 
         def all_reduce(tensor: Any, op: Any = None, group: Any = None, **_: Any) -> None:
             if minimum is not None:
