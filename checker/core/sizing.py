@@ -713,9 +713,14 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
     ring = inputs.ring(scale)
     slots = inputs.slots_per_request()
     a = g.attention
-    if a is not None and inputs.token_capacity is None and a.full_attention_layer_ids:
-        if counts_own_stage(inputs.release.version, a) and a.layers_in(start, end) == 0:
-            refuse_zero_cell(inputs.release.version, pp_rank=pp_rank, start_layer=start, end_layer=end)
+    if a is not None and inputs.token_capacity is None:
+        # The layers the stage's KV cell counts: its own, or the whole model's where the class has no
+        # stage range. None (a model without attention layers too) is a 0-byte cell: a refusal no budget
+        # fixes, so it is made before any pool is sized (raising the budget would only reveal it).
+        version = inputs.release.version
+        own = counts_own_stage(version, a)
+        if (a.layers_in(start, end) if own else len(a.full_attention_layer_ids)) == 0:
+            refuse_zero_cell(version, pp_rank=pp_rank, start_layer=start, end_layer=end)
     return StagePlan(
         pp_rank=pp_rank,
         start_layer=start,
