@@ -346,12 +346,9 @@ def _derive_into(
     if drifts:  # the more specific finding: the model and the deployed code disagree
         row.status, row.error = ROW_DRIFT, drift_summary(drifts)
         return
-    if device is not None and device.type != "cpu" and engines.mode != "sglang":
+    if device is not None and engines.mode != "sglang":
         # The device path re-derives with the builtin model: it checks the builtin's numbers, not those
-        # of SGLang's own code (under --engine sglang, or a release the checker does not model). On a CPU
-        # rank the scalar core above already derived on this device; the tensor path again would only
-        # hold the checker's two implementations to each other (the sweep tests do), at ~150 ms of CPU
-        # a rank since every stage's KV pool is sized for the MIN (2.6 s of wall at 32 ranks on 2 cores).
+        # of SGLang's own code (under --engine sglang, or a release the checker does not model).
         check_on_device(cap, local.pp_rank, budget_gib, stage, device)
     if config.materialize:
         _materialize(row, config, env, cap, stage, device=device, deadline=deadline, timings=timings)
