@@ -545,9 +545,12 @@ def _raw(ns: dict[str, Any], given: set[str]) -> tuple[dict[str, Any], set[str]]
     """The sizing-relevant ServerArgs fields, as ``from_cli_args`` names them."""
     values: dict[str, Any] = {}
     explicit: set[str] = set()
-    for dest in (*SIZING_DESTS, *KV_DESTS.values()):
+    kv_dests = set(KV_DESTS.values())
+    for dest in (*SIZING_DESTS, *kv_dests):
         if dest not in ns:
             continue
+        if dest in kv_dests and dest not in given:
+            continue  # given only: the tables keep no default for them (never a release parser's default)
         name = _FIELD_OF.get(dest, dest)
         if name in values and dest not in given:
             continue  # two spellings of one field: the given one wins
