@@ -26,6 +26,7 @@ from checker.core.sizing import (
     POLICIES,
     STRATEGIES,
     CapacityInputs,
+    derive_stage,
     plan_stage,
     size_pool,
 )
@@ -249,6 +250,21 @@ def test_vectorised_matches_scalar_core(inputs: CapacityInputs, random_budgets: 
         want = outcome(scalar_rows, inputs, k, budgets)
         got = outcome(vector_rows, inputs, k, budgets)
         assert got == want, f"pp_rank {k}"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inputs=capacity_inputs(), budget=st.one_of(st.floats(1e-6, 1e4), st.floats(3.9, 40.1)))
+def test_own_stage_given_the_min_matches_the_pipeline(inputs: CapacityInputs, budget: float) -> None:
+    """What a rank checks on its device (check_on_device): its own stage only, from the scalar core's
+    pool after the MIN, gives the triple the whole-pipeline sweep gives that stage. A resolution that
+    needs another stage's pools, or a MIN that does not resolve to itself, shows as a differing triple."""
+    for k in range(inputs.pp_size):
+        try:
+            stage = derive_stage(inputs, k, budget)
+        except CheckerInputError:
+            continue  # the scalar core refuses: nothing for the device to re-derive (the rank reports it)
+        got = derive_sweep(inputs, k, [budget], minimum=stage.max_total_num_tokens).tolist()
+        assert got == derive_sweep(inputs, k, [budget]).tolist(), f"pp_rank {k}"
 
 
 @pytest.mark.slow

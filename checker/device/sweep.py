@@ -224,26 +224,42 @@ def _estimate(tokens: torch.Tensor, context_len: int) -> torch.Tensor:
     return torch.clamp(torch.trunc(tokens.to(torch.float64) / context_len * 512).to(torch.int64), 2048, 4096)
 
 
-def _stage_sweeps(
-    inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None
-) -> list[tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None]:
+_Sized = tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _stage_sweep(inputs: CapacityInputs, k: int, rest: torch.Tensor) -> _Sized:
+    """Stage ``k``'s own pools per budget: (plan, K, KV GiB, profiled, estimate_from, own capacity)."""
+    plan = plan_stage(inputs, k)
+    K, kv_gib = _state_sweep(inputs, plan, rest)
+    profiled, estimate_from, own = _own_tokens(inputs, plan, K, kv_gib)
+    return plan, K, kv_gib, profiled, estimate_from, own
+
+
+def _stage_sweeps(inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None) -> list[_Sized | None]:
     """Every stage's own pools per budget (None: a stage with a budget-independent refusal, which only
     ``required`` raises, or every stage when ``required`` is None)."""
-    out: list[
-        tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
-    ] = []
+    out: list[_Sized | None] = []
     for k in range(inputs.pp_size):
         try:
-            plan = plan_stage(inputs, k)
-            K, kv_gib = _state_sweep(inputs, plan, rest)
-            profiled, estimate_from, own = _own_tokens(inputs, plan, K, kv_gib)
+            out.append(_stage_sweep(inputs, k, rest))
         except (LayoutError, FlagError, ConfigError):
             if required is None or k == required:
                 raise
             out.append(None)
-            continue
-        out.append((plan, K, kv_gib, profiled, estimate_from, own))
     return out
+
+
+def _boots_alone(inputs: CapacityInputs, st: _Sized) -> torch.Tensor:
+    """Per budget: whether the stage's own pools size there (``derive_stage`` leaves it out of the MIN
+    where its ``size_pool`` raises)."""
+    plan, K, kv_gib, profiled, estimate_from, own = st
+    return _resolve(inputs, plan, K, kv_gib, profiled, estimate_from, own, own)[:, 0] != BOOT_FAILURE
+
+
+def _after_min(inputs: CapacityInputs, st: _Sized, ok: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+    values = _resolve(inputs, *st, minimum)
+    # A stage whose own pools do not size there does not boot, whatever the MIN of the others.
+    return torch.where(ok.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE))
 
 
 def _pipeline(
@@ -253,14 +269,7 @@ def _pipeline(
     # The MIN covers the stages that size their own pools at a budget (those whose own pool would boot
     # alone: checker.core.sizing.derive_stage leaves out a stage whose size_pool raises there).
     sentinel = torch.full_like(rest, INT64_MAX, dtype=torch.int64)
-    sized: list[torch.Tensor | None] = []
-    for st in stages:
-        if st is None:
-            sized.append(None)
-            continue
-        plan, K, kv_gib, profiled, estimate_from, own = st
-        alone = _resolve(inputs, plan, K, kv_gib, profiled, estimate_from, own, own)
-        sized.append(alone[:, 0] != BOOT_FAILURE)
+    sized = [None if st is None else _boots_alone(inputs, st) for st in stages]
     minimum = (
         torch.stack(
             [
@@ -272,15 +281,10 @@ def _pipeline(
         .min(0)
         .values
     )
-    out: list[torch.Tensor | None] = []
-    for st, ok in zip(stages, sized, strict=True):
-        if st is None or ok is None:
-            out.append(None)
-            continue
-        values = _resolve(inputs, st[0], st[1], st[2], st[3], st[4], st[5], minimum)
-        # A stage whose own pools do not size there does not boot, whatever the MIN of the others.
-        out.append(torch.where(ok.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE)))
-    return out
+    return [
+        None if st is None or ok is None else _after_min(inputs, st, ok, minimum)
+        for st, ok in zip(stages, sized, strict=True)
+    ]
 
 
 def derive_pipeline_sweep(
@@ -351,13 +355,21 @@ def derive_sweep(
     pp_rank: int,
     budgets: Sequence[float] | torch.Tensor,
     device: torch.device | str | None = "cpu",
+    *,
+    minimum: int | None = None,
 ) -> torch.Tensor:
     """Stage ``pp_rank``'s (max_mamba_cache_size, max_running_requests, pp_max_micro_batch_size) per budget,
     its KV pool after the MIN over every stage: int64 (num_budgets, 3) on ``device`` (see
-    :func:`derive_pipeline_sweep`); an empty ``budgets`` gives an empty (0, 3) tensor."""
+    :func:`derive_pipeline_sweep`); an empty ``budgets`` gives an empty (0, 3) tensor. ``minimum``: the
+    MIN over stages of their own KV capacity, when known, for every budget (then no other stage is sized)."""
     rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
     if not rest.numel():
         return torch.zeros((0, 3), dtype=torch.int64, device=rest.device)
+    if minimum is not None:
+        # The MIN is given (a rank re-deriving its own stage on its device): only this stage is sized, so
+        # a rank's cost does not grow with the pipeline's length.
+        st = _stage_sweep(inputs, pp_rank, rest)
+        return _after_min(inputs, st, _boots_alone(inputs, st), torch.full_like(st[5], minimum))
     out = _pipeline(inputs, rest, required=pp_rank)[pp_rank]
     assert out is not None  # its own refusal raised
     return out

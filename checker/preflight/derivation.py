@@ -376,7 +376,10 @@ def check_on_device(
     # torch: device.sweep imports it (~1.1 s), only on a rank that derives on a device
     from checker.device.sweep import derive_sweep
 
-    on_device = derive_sweep(cap, pp_rank, [budget], device)[0].tolist()
+    # The pool after the MIN is the scalar core's: a page-aligned MIN resolves to itself, so the device
+    # re-derives this stage's own pools and its resolution from it without sizing every other stage
+    # (which made a rank's cost grow with the pipeline: 2.7 s at 32 stages, bench/preflight_bench.py).
+    on_device = derive_sweep(cap, pp_rank, [budget], device, minimum=stage.max_total_num_tokens)[0].tolist()
     scalar = [getattr(stage, n) for n in CHECKED_VALUES]
     if on_device != scalar:
         raise RuntimeError(
