@@ -22,8 +22,8 @@ from harness import requires_gpu, run_world
 from checker.cli.main import build_parser
 from checker.commands.options import DEFAULT_BUDGET_GIB
 from checker.config import DeriveConfig
-from checker.core.models import load_geometry
-from checker.core.sizing import CapacityInputs, derive_all, derive_stage
+from checker.core.sizing.models import load_geometry
+from checker.core.sizing.sizing import CapacityInputs, derive_all, derive_stage
 from checker.device.materialize import (
     LIMIT_ENV,
     MATERIALIZE_FAILED,
