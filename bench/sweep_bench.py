@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import POLICIES, CapacityInputs
 from checker.core.sizing.sweep import scalar_sweep
 from checker.device.sweep import analyse, local_sweep
+from checker.families.geometry import load_geometry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 300

@@ -28,7 +28,7 @@ from checker.core.releases.startup import (
 )
 from checker.core.sizing.environ import LONGER_CONTEXT_ENV, SGLANG_ENV_VARS
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.core.sizing.models import DEFAULT_MODEL, load_geometry
+from checker.core.sizing.models import DEFAULT_MODEL
 from checker.core.sizing.partition import PARTITION_ENV
 from checker.core.sizing.server_args import SIZING_ARGS
 from checker.core.sizing.server_args import (
@@ -39,15 +39,16 @@ from checker.core.sizing.server_args import (
 )
 from checker.core.sizing.sizing import CapacityInputs, env_flag
 from checker.distributed.launch_env import GroupOptions
+from checker.families.geometry import load_geometry
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from checker.core.releases.releases import ReleaseChoice
     from checker.core.weights.weights import WeightsLayout
-    from checker.core.weights.weights_source import RankWeightsFigure
     from checker.engines import ModelSource
     from checker.engines.drift import EngineSet
+    from checker.families.weights_source import RankWeightsFigure
     from checker.launch.merge import GivenFlags, LaunchInputs
 
 
@@ -355,7 +356,7 @@ class DeriveConfig:
         config.json as the release's class holds it (a list of RankWeightsFigure; their source is
         ``none`` without a checkpoint)."""
         # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
-        from checker.core.weights.weights_source import weights_per_rank
+        from checker.families.weights_source import weights_per_rank
 
         w = self.weights
         layout = w.layout(self.sizing, pp_size=inputs.pp_size, partition_env=env.get(PARTITION_ENV))
@@ -507,7 +508,7 @@ def capacity_inputs(
     if model.model_config is not None and release.modelled == release.derived_as:
         # start-up: the config classes' rules (~1 ms) load only for a model config. First: what the
         # release refuses at load is named with its file:line, before the geometry reader's own words.
-        from checker.core.releases.config_rules import check_model_config
+        from checker.families.rules import check_model_config
 
         check_model_config(release.derived_as, model.model_config)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)

@@ -23,8 +23,9 @@ import pytest
 
 from checker.core.errors import CheckerInputError, ConfigError, FlagError
 from checker.core.sizing.geometry import MAX_DIM, MAX_LAYERS, resolve_dtypes
-from checker.core.sizing.models import MAX_CONFIG_BYTES, load_geometry
+from checker.core.sizing.models import MAX_CONFIG_BYTES
 from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 NAN, INF = float("nan"), float("inf")
 # An error line quotes values shortened; a line this long would mean a value was pasted whole.

@@ -27,10 +27,11 @@ from config_cases import CASES, FIXTURES, NEMOTRON_PATTERN, Case
 
 from checker.core.errors import ConfigError, printable
 from checker.core.releases.config_lines import WHERE
-from checker.core.releases.config_rules import check_config, where
+from checker.core.releases.config_rules import where
 from checker.core.releases.model_support import registers
 from checker.core.releases.releases import MODELLED_RELEASES
-from checker.core.sizing.models import geometry_from_hf_config
+from checker.families.geometry import geometry_from_hf_config
+from checker.families.rules import check_config
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = Path(os.environ.get("CHECKER_SGLANG_SRC", Path.home() / ".cache" / "pp-checker" / "src"))

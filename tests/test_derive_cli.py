@@ -262,7 +262,7 @@ def test_every_family_derives_and_agrees_under_max_share(
     Qwen3-Next, Falcon-H1 and Granite-4.0-H do not start under PP (checker/core/releases/pp_support.py): their
     config would be refused at pp 4, so their geometry (the config read at tp 2) goes in as a JSON model
     spec, which names no class: the charge is the same arithmetic over the same shapes."""
-    from checker.core.sizing.models import load_geometry
+    from checker.families.geometry import load_geometry
 
     config = fixtures_dir / f"{name}.json"
     model = str(config)

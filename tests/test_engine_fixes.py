@@ -37,8 +37,8 @@ import pytest
 from checker.core.errors import BudgetError, LayoutError
 from checker.core.releases.releases import parse_version
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import CapacityInputs, derive_stage
+from checker.families.geometry import load_geometry
 
 pytestmark = pytest.mark.sglang
 

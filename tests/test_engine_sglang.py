@@ -25,7 +25,6 @@ import pytest
 
 from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.row import NOT_INSTALLED, RankRow
 from checker.core.sizing.sizing import CapacityInputs, derive_stage, env_flag
 from checker.engines.drift import DRIFT_VALUES, Drift, Outcome, compare, drift_lines, drift_summary
@@ -36,6 +35,7 @@ from checker.engines.sglang import (
     check_version,
     installed_version,
 )
+from checker.families.geometry import load_geometry
 from checker.preflight.verdict import decide
 from checker.status import EXIT_CODES
 from checker.status import ROW_DRIFT as STATUS_DRIFT

@@ -1320,7 +1320,7 @@ def test_example_models_are_the_six_families() -> None:
     examples/models/README.md); and the examples that run at pp > 1 use only the families SGLang starts
     under pipeline parallelism."""
     from checker.core.releases.model_support import model_architectures
-    from checker.core.sizing.models import load_geometry
+    from checker.families.geometry import load_geometry
 
     assert sorted(p.name for p in EXAMPLE_MODELS.iterdir() if p.is_dir()) == sorted(EXAMPLE_MODEL_DIRS)
     readme = (EXAMPLE_MODELS / "README.md").read_text()

@@ -18,7 +18,7 @@ import pytest
 
 from checker.core.errors import CheckerInputError, ConfigError, FlagError
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.core.sizing.models import load_geometry
+from checker.families.geometry import load_geometry
 
 BF16, FP32, FP16 = 2, 4, 2
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import ConfigError
-from checker.core.releases.config_rules import check_config
 from checker.core.releases.releases import MODELLED_RELEASES
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
+from checker.families.rules import check_config
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "kimi_k3_config.json"
 FIRST = "0.5.17"

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 KIMI_LINEAR = Path(__file__).resolve().parent / "fixtures" / "kimi_linear_48b_a3b.json"
 

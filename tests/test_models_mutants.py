@@ -39,13 +39,8 @@ from checker.core.sizing.geometry import (
     resolve_dtypes,
     sglang_dtype_name,
 )
-from checker.core.sizing.models import (
-    MAX_CONFIG_BYTES,
-    MAX_CONV_KERNEL,
-    geometry_from_hf_config,
-    geometry_from_model_spec,
-    load_geometry,
-)
+from checker.core.sizing.models import MAX_CONFIG_BYTES, MAX_CONV_KERNEL, geometry_from_model_spec
+from checker.families.geometry import geometry_from_hf_config, load_geometry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SRC = "cfg.json"

@@ -18,10 +18,10 @@ import torch
 from PIL import Image
 
 from checker.core.errors import FlagError
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
 from checker.core.sizing.sweep import BOOT_FAILURE, MAX_BUDGETS, parse_budgets, scalar_sweep
 from checker.device.sweep import analyse, local_sweep
+from checker.families.geometry import load_geometry
 from checker.outputs.plot import (
     DIFFERS,
     FIG_WIDTH_IN,

@@ -416,9 +416,10 @@ def test_the_engine_reads_the_installed_class_as_the_table_does(sglang_engine, f
     """--engine sglang judges the installed class by its own code (read from the installed files): for the
     installed modelled release its answer at pp 2 is the table's, with the same file:line."""
     from checker.core.sizing.geometry import resolve_dtypes
-    from checker.core.sizing.models import load_geometry, read_json
+    from checker.core.sizing.models import read_json
     from checker.core.sizing.sizing import CapacityInputs
     from checker.engines import ModelSource
+    from checker.families.geometry import load_geometry
 
     config = str(FIXTURES / f"{family}.json")
     arch = read_json(config)["architectures"][0]

@@ -15,9 +15,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.row import input_text, model_label
 from checker.distributed.wire import digest
+from checker.families.geometry import load_geometry
 
 # Every type a sizing flag, an environment variable or the budget takes.
 VALUES = st.one_of(

@@ -33,7 +33,6 @@ from checker.core.releases.releases import (
 from checker.core.sizing.attention import AttentionGeometry
 from checker.core.sizing.budget import sizing_budget
 from checker.core.sizing.geometry import ModelGeometry
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.planning import (
     meets,
     min_budget,
@@ -42,6 +41,7 @@ from checker.core.sizing.planning import (
     suggest_partition,
 )
 from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KIMI = load_geometry(model="kimi-k3")

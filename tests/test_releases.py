@@ -33,10 +33,10 @@ from checker.core.releases.releases import (
 )
 from checker.core.sizing.attention import AttentionGeometry
 from checker.core.sizing.geometry import ModelGeometry
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import POLICIES, CapacityInputs, derive_all, derive_stage
 from checker.core.sizing.sweep import BOOT_FAILURE
 from checker.device.sweep import derive_sweep
+from checker.families.geometry import load_geometry
 
 GIB = 2**30
 PER_REQ = 291_102_720

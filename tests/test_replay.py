@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from checker.core.errors import CheckerInputError, FlagError
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import GIB, CapacityInputs, derive_stage, plan_stage
 from checker.core.sizing.sweep import scalar_sweep
+from checker.families.geometry import load_geometry
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

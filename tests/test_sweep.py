@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from strategies import geometries
 
 from checker.core.errors import BudgetError, CheckerInputError
-from checker.core.sizing.models import load_geometry
 from checker.core.sizing.sizing import (
     CHECKED_VALUES,
     GIB,
@@ -32,6 +31,7 @@ from checker.core.sizing.sizing import (
 from checker.core.sizing.sweep import BOOT_FAILURE, budget_runs, parse_budgets, scalar_sweep
 from checker.core.sizing.sweep import analyse as analyse_lists
 from checker.device.sweep import analyse, derive_sweep, local_sweep
+from checker.families.geometry import load_geometry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KIMI = ["--model", "kimi-k3", "--pp-size", "8", "--mamba-full-memory-ratio", "0.5"]

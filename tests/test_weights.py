@@ -23,14 +23,8 @@ import pytest
 from checker.core.errors import CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.releases.model_support import check_architectures, registers
 from checker.core.releases.releases import MODELLED_RELEASES
-from checker.core.weights.weights import (
-    GIB,
-    WeightsLayout,
-    allocator_bytes,
-    model_weights,
-    rank_params,
-    release_partition,
-)
+from checker.core.weights.weights import GIB, WeightsLayout, allocator_bytes, release_partition
+from checker.families.rules import model_weights, rank_params
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = json.loads((REPO / "tests/fixtures/weights/expected.json").read_text())
@@ -246,7 +240,7 @@ def test_a_moe_runner_that_re_lays_the_experts_is_refused_in_one_line() -> None:
 
 
 def test_a_quantized_model_is_refused_in_one_line(tmp_path: Path) -> None:
-    from checker.core.weights.weights_source import checkpoint_weights
+    from checker.families.weights_source import checkpoint_weights
     from tests.checkpoints import model_dir
 
     cfg = json.loads((REPO / "tests/fixtures/qwen3_next_80b_a3b.json").read_text())

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from harness import run_world
 
-from checker.core.weights.weights import GIB, WeightsLayout, model_weights
+from checker.core.weights.weights import GIB, WeightsLayout
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
+from checker.families.rules import model_weights
 from checker.outputs.report import to_json, to_markdown, to_text
 from checker.preflight import derivation
 from checker.preflight.verdict import decide

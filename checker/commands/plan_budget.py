@@ -16,9 +16,9 @@ from checker.core.releases.releases import release_model
 from checker.core.sizing.planning import MemFraction, MinBudget, min_budget, min_mem_fraction
 from checker.core.sizing.sizing import POLICIES, CapacityInputs
 from checker.core.sizing.upgrade import UpgradeFacts, explain
-from checker.core.weights.weights_source import busiest_rank
 from checker.engines.drift import Drift
 from checker.engines.planning import engine_min_budget, min_budget_drift
+from checker.families.weights_source import busiest_rank
 from checker.outputs.plan import (
     AssumedWeights,
     ReleaseTargets,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from checker.config import PreflightConfig
 from checker.core.sizing.row import RankRow
-from checker.core.weights.weights_source import WeightsSource
+from checker.families.weights_source import WeightsSource
 
 
 def summary_line(config: PreflightConfig, row: RankRow, *, world_size: int, backend: str) -> str:

@@ -22,7 +22,7 @@ from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
 
 if TYPE_CHECKING:
     from checker.core.weights.weights import RankWeights
-    from checker.core.weights.weights_source import RankWeightsFigure
+    from checker.families.weights_source import RankWeightsFigure
 
 
 @dataclass(frozen=True, kw_only=True)

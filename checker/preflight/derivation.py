@@ -35,11 +35,11 @@ from checker.core.sizing.row import (
     model_label,
 )
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, requests_per_worker
-from checker.core.weights.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.device.materialize import MATERIALIZE_FAILED, materialize_stage, predicted_bytes, resolve_device
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.engines.drift import drift_summary, prepare_engines
+from checker.families.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def rank_weights(
     config: PreflightConfig, env: RankEnv, local: LocalFacts, *, release: str, environ: Mapping[str, str]
 ) -> list[RankWeightsFigure]:
     """Every rank's weights figure, by precedence
-    (:func:`checker.core.weights.weights_source.weights_per_rank`):
+    (:func:`checker.families.weights_source.weights_per_rank`):
     ``--weights-gib``, else the checkpoint beside the model's config.json as ``release``'s class holds it
     on each rank of this layout (every rank reads the same headers and gets the same list), else none."""
     b = config.budget

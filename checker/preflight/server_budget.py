@@ -12,7 +12,7 @@ from dataclasses import replace
 from checker.config import DeriveConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.budget import sizing_budget
-from checker.core.weights.weights_source import busiest_rank
+from checker.families.weights_source import busiest_rank
 
 
 def server_budget(

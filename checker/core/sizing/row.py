@@ -101,7 +101,7 @@ class RankRow:
     """The weights figure this rank's budget takes off free memory (--budget-from-device): the
     checkpoint's parameters plus the stated margin, or --weights-gib; MISSING when there is none."""
     weights_source: int = _int(default=0)
-    """Where ``weights_bytes`` came from (checker.core.weights.weights_source.WeightsSource: 0 none, 1 flag,
+    """Where ``weights_bytes`` came from (checker.families.weights_source.WeightsSource: 0 none, 1 flag,
     2 checkpoint)."""
     # --materialize
     predicted_bytes: int = _int()

@@ -131,8 +131,8 @@ def checkpoint_weights(
     # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
     from checker.core.weights.checkpoint import read_checkpoint
-    from checker.core.weights.checkpoint_names import check_declared_dtypes, check_loadable, check_shapes
-    from checker.core.weights.weights import family_of, model_weights
+    from checker.core.weights.checkpoint_names import check_declared_dtypes
+    from checker.families.rules import check_loadable, check_shapes, family_of, model_weights
 
     d = Path(directory)
     if config is None:
