@@ -66,7 +66,7 @@ HYBRID_ARCHITECTURES = (
     "FalconH1ForCausalLM",
     "GraniteMoeHybridForCausalLM",
 )
-"""The hybrid classes a config the checker reads (checker/core/sizing/models.py FAMILIES) or a preset
+"""The hybrid classes a config the checker reads (the checker.families registry) or a preset
 names."""
 
 
