@@ -25,9 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from checker.core.checkpoint import read_checkpoint  # noqa: E402
-from checker.core.checkpoint_names import check_shapes  # noqa: E402
-from checker.core.weights import WeightsLayout, model_weights  # noqa: E402
+from checker.core.weights.checkpoint import read_checkpoint  # noqa: E402
+from checker.core.weights.weights import WeightsLayout  # noqa: E402
+from checker.families.rules import check_shapes, model_weights  # noqa: E402
 from tests.checkpoints import disk_bytes, model_dir  # noqa: E402
 
 MODELS = {

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
-from checker.core.models import load_geometry
-from checker.core.sizing import POLICIES, CapacityInputs
-from checker.core.sweep import scalar_sweep
+from checker.core.sizing.sizing import POLICIES, CapacityInputs
+from checker.core.sizing.sweep import scalar_sweep
 from checker.device.sweep import analyse, local_sweep
+from checker.families.geometry import load_geometry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 300
@@ -155,7 +155,9 @@ def main() -> int:
         f"kimi-k3, pp {args.pp_size}, r 0.5, {len(POLICIES)} policies, every stage in one process; "
         f"torch {torch.__version__}, {args.threads} thread(s), {os.cpu_count()} CPUs"
     )
-    print("vectorised = local_sweep for every stage + analyse; scalar = checker.core.sweep.scalar_sweep")
+    print(
+        "vectorised = local_sweep for every stage + analyse; scalar = checker.core.sizing.sweep.scalar_sweep"
+    )
     headers = ["budgets", "vectorised ms", "budgets/s", "scalar ms", "budgets/s", "scalar timing", "speed-up"]
     rows = [headers] + [bench_size(n, inputs_by_policy, args.pp_size, args.scalar_sample) for n in args.sizes]
     widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]

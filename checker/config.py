@@ -4,7 +4,7 @@ Nothing below the command layer sees an ``argparse.Namespace``: the derivation r
 :class:`SizingFlags` and :class:`ModelChoice`, the process group reads
 :class:`~checker.distributed.launch_env.GroupOptions` (defined beside the session), engines
 read :class:`EngineChoice`. :class:`SizingFlags` is the table of sizing inputs
-(:mod:`checker.core.server_args`): its field names are SGLang's server-arg names, so the preflight's
+(:mod:`checker.core.sizing.server_args`): its field names are SGLang's server-arg names, so the preflight's
 inputs (which ranks compare by digest) follow from :data:`SIZING_FLAG_NAMES` and need no list of their own.
 """
 
@@ -17,33 +17,38 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from checker.core.environ import LONGER_CONTEXT_ENV, SGLANG_ENV_VARS
 from checker.core.errors import CheckerInputError, FlagError, printable
-from checker.core.geometry import resolve_dtypes
-from checker.core.models import DEFAULT_MODEL, load_geometry
-from checker.core.partition import PARTITION_ENV
-from checker.core.releases import choose_release, installed_sglang_version, release_model
-from checker.core.server_args import SIZING_ARGS
-from checker.core.server_args import SIZING_FLAG_NAMES as SIZING_FLAG_NAMES  # re-exported with the config
-from checker.core.server_args import SizingFlags as SizingFlags  # re-exported: the config's table of inputs
-from checker.core.sizing import CapacityInputs, env_flag
-from checker.core.startup import (
+from checker.core.releases.releases import choose_release, installed_sglang_version, release_model
+from checker.core.releases.startup import (
     _AUTO_STANDALONE,  # STANDALONE's own (steps, top-k, draft tokens)
     EAGLE_FAMILY,
     auto_params,
     check_pp_spec,
     resolve_speculative,
 )
+from checker.core.sizing.environ import LONGER_CONTEXT_ENV, SGLANG_ENV_VARS
+from checker.core.sizing.geometry import resolve_dtypes
+from checker.core.sizing.models import DEFAULT_MODEL
+from checker.core.sizing.partition import PARTITION_ENV
+from checker.core.sizing.server_args import SIZING_ARGS
+from checker.core.sizing.server_args import (
+    SIZING_FLAG_NAMES as SIZING_FLAG_NAMES,  # re-exported with the config
+)
+from checker.core.sizing.server_args import (
+    SizingFlags as SizingFlags,  # re-exported: the config's table of inputs
+)
+from checker.core.sizing.sizing import CapacityInputs, env_flag
 from checker.distributed.launch_env import GroupOptions
+from checker.families.geometry import load_geometry
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from checker.core.releases import ReleaseChoice
-    from checker.core.weights import WeightsLayout
-    from checker.core.weights_source import RankWeightsFigure
+    from checker.core.releases.releases import ReleaseChoice
+    from checker.core.weights.weights import WeightsLayout
     from checker.engines import ModelSource
     from checker.engines.drift import EngineSet
+    from checker.families.weights_source import RankWeightsFigure
     from checker.launch.merge import GivenFlags, LaunchInputs
 
 
@@ -57,9 +62,9 @@ class ModelChoice:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ModelChoice:
         """``--model-config`` as a local path: a hub id is found in the local Hugging Face cache, by the
-        launch command's ``--model-path`` rule (:func:`checker.core.hub_cache.local_model_path`)."""
+        launch command's ``--model-path`` rule (:func:`checker.core.weights.hub_cache.local_model_path`)."""
         # start-up: the hub cache rules (~2.5 ms) load only for a --model-config
-        from checker.core.hub_cache import local_model_path
+        from checker.core.weights.hub_cache import local_model_path
 
         path = args.model_config
         return cls(
@@ -88,8 +93,9 @@ class EngineChoice:
         )
 
     def choose(self, installed: str | None, *, own_code: bool = True) -> ReleaseChoice:
-        """The release to derive as and who derives it (:func:`checker.core.releases.choose_release`, the one
-        place this is decided); ``installed``: this rank's installed SGLang version (None: none)."""
+        """The release to derive as and who derives it
+        (:func:`checker.core.releases.releases.choose_release`, the one place this is decided);
+        ``installed``: this rank's installed SGLang version (None: none)."""
 
         return choose_release(
             self.sglang_version,
@@ -144,9 +150,9 @@ class WeightsFlags:
         return self.looked or "the model is not a model directory"
 
     def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None) -> WeightsLayout:
-        """The :class:`checker.core.weights.WeightsLayout` of a deployment."""
+        """The :class:`checker.core.weights.weights.WeightsLayout` of a deployment."""
         # start-up: the weights rules (~18 ms) load only when a weights figure is derived
-        from checker.core.weights import WeightsLayout
+        from checker.core.weights.weights import WeightsLayout
 
         return WeightsLayout(
             pp_size=pp_size,
@@ -171,7 +177,7 @@ def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[
         return None, f"{model.label} is a preset, not a model directory"
     if launch is not None and launch.download_dir:
         # start-up: the hub cache rules (~2.5 ms) load only under --download-dir
-        from checker.core.hub_cache import is_hub_id, local_model_path
+        from checker.core.weights.hub_cache import is_hub_id, local_model_path
 
         raw = next((w for w in _model_path_words(launch.argv)), None)
         if raw is not None and is_hub_id(raw) and not os.path.exists(raw):
@@ -250,7 +256,7 @@ class BudgetSource:
     def weights_label(self) -> str:
         """Where the weights figure of --budget-from-device comes from, in words."""
         # start-up: the checkpoint reader (~3 ms) loads only when the weights source is named
-        from checker.core.checkpoint import has_safetensors
+        from checker.core.weights.checkpoint import has_safetensors
 
         if self.weights_gib:
             figures = ",".join(f"{w:g}" for w in self.weights_gib)
@@ -350,7 +356,7 @@ class DeriveConfig:
         config.json as the release's class holds it (a list of RankWeightsFigure; their source is
         ``none`` without a checkpoint)."""
         # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
-        from checker.core.weights_source import weights_per_rank
+        from checker.families.weights_source import weights_per_rank
 
         w = self.weights
         layout = w.layout(self.sizing, pp_size=inputs.pp_size, partition_env=env.get(PARTITION_ENV))
@@ -502,14 +508,18 @@ def capacity_inputs(
     if model.model_config is not None and release.modelled == release.derived_as:
         # start-up: the config classes' rules (~1 ms) load only for a model config. First: what the
         # release refuses at load is named with its file:line, before the geometry reader's own words.
-        from checker.core.config_rules import check_model_config
+        from checker.families.rules import check_model_config
 
         check_model_config(release.derived_as, model.model_config)
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
     stages = pp_size or sizing.pp_size or 1
     if release.modelled == release.derived_as:  # a release the checker models: its code is known
         # start-up: the model registry tables (~4 ms) load only for a modelled release's check
-        from checker.core.model_support import check_architectures, check_pipeline, model_architectures
+        from checker.core.releases.model_support import (
+            check_architectures,
+            check_pipeline,
+            model_architectures,
+        )
 
         archs = model_architectures(model=model.model, model_config=model.model_config)
         check_architectures(release.derived_as, archs, model=model.label, env=env)
@@ -554,8 +564,8 @@ def capacity_inputs(
         raise
     steps, topk = sizing.speculative_num_steps, sizing.speculative_eagle_topk
     if spec.algorithm is not None and steps is None:
-        # The release picked all three itself (checker.core.startup.resolve_speculative); up to
-        # 0.5.6.post2 the KV pool grows by steps x top-k per request (checker.core.kv_pool).
+        # The release picked all three itself (checker.core.releases.startup.resolve_speculative); up to
+        # 0.5.6.post2 the KV pool grows by steps x top-k per request (checker.core.sizing.kv_pool).
         auto = _AUTO_STANDALONE if spec.algorithm == "STANDALONE" else auto_params(release.modelled)
         steps, topk = auto[0], auto[1]
     resolved = {

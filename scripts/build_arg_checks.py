@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Build ``checker/core/arg_checks.py``: every start-up check of each modelled SGLang release's
+"""Build ``checker/core/releases/arg_checks.py``: every start-up check of each modelled SGLang release's
 server-argument handling that involves what the checker reads, and every server argument the release's
 pool sizing reads.
 
     python3 scripts/build_arg_checks.py [--wheels DIR] [--src DIR] [--check]
 
-For every release of ``checker.core.releases.MODELLED_RELEASES`` it reads the release's code (the unpacked
-sources under ``--src``/<version>/ when there, else the wheel, ``pip download --no-deps sglang==X``;
+For every release of ``checker.core.releases.releases.MODELLED_RELEASES`` it reads the release's code (the
+unpacked sources under ``--src``/<version>/ when there, else the wheel, ``pip download --no-deps sglang==X``;
 nothing is installed or imported) with ``ast``:
 
 * **the argument checks**: every ``assert`` and ``raise`` in ``server_args.py`` (``ServerArgs.__post_init__``
@@ -26,7 +26,8 @@ nothing is installed or imported) with ``ast``:
 A check's identity is its message (SGLang's own words, f-string fields as ``{field}``), or its condition when
 it has none; the same check in several releases is one entry with the file:line of each. What the checker
 does with each one (refused as SGLang refuses it, or listed as not modelled with the reason) is
-hand-written in ``checker/core/check_policy.py`` (the checks) and ``checker/core/arg_policy.py`` (the
+hand-written in ``checker/core/releases/check_policy.py`` (the checks) and
+``checker/core/releases/arg_policy.py`` (the
 reads); ``tests/test_arg_checks.py`` fails when a check or a sizing read has no entry there, and when the
 sources or wheels found here read differently from the table (re-run this).
 ``--check``: build in memory and exit 1 if the table on disk differs (what a CI step runs).
@@ -50,9 +51,9 @@ sys.path[:0] = [str(HERE), str(REPO)]
 
 import sglang_wheels as wheels  # noqa: E402
 
-from checker.core.releases import MODELLED_RELEASES  # noqa: E402
+from checker.core.releases.releases import MODELLED_RELEASES  # noqa: E402
 
-TARGET = REPO / "checker" / "core" / "arg_checks.py"
+TARGET = REPO / "checker" / "core" / "releases" / "arg_checks.py"
 SRT = "sglang/srt/"
 Source = Callable[[str], "str | None"]
 
@@ -520,7 +521,8 @@ def read_release_checks(files: dict[str, str]) -> list[Found]:
 
 
 def rule_id(key: str) -> str:
-    """A check's name in the table and in ``checker/core/check_policy.py``: its first words, and a digest of
+    """A check's name in the table and in ``checker/core/releases/check_policy.py``: its first words, and a
+    digest of
     its whole identity (two checks that start alike stay apart)."""
     words = re.findall(r"[a-z0-9]+", key.lower())
     slug = ""
@@ -617,7 +619,7 @@ release's code; do not edit).
 that has it) and, per run of releases, ``path:line function`` under ``sglang/srt/`` (``0.5.2-0.5.8 a | 0.5.9
 b``; `` & `` where a release has it twice). ``SIZING_READS[field] = (default, where)``: the argument's
 default (newest release) and where each release's pool sizing first reads it. How the checker handles each
-one: ``checker/core/check_policy.py`` and ``checker/core/arg_policy.py``.
+one: ``checker/core/releases/check_policy.py`` and ``checker/core/releases/arg_policy.py``.
 """
 
 from __future__ import annotations
@@ -661,10 +663,11 @@ def _newest_site(where: str) -> str:
 
 def render_docs() -> str:
     """The generated part of docs/preflight.md "Start-up refusals": every check not modelled, grouped by
-    reason (checker/core/check_policy.py), each with the releases that have it and where the newest does."""
-    from checker.core.arg_checks import CHECKS
-    from checker.core.arg_policy import NOT_MODELLED, REASONS
-    from checker.core.check_policy import CHECKS as HANDLED
+    reason
+    (checker/core/releases/check_policy.py), each with the releases that have it and where the newest does."""
+    from checker.core.releases.arg_checks import CHECKS
+    from checker.core.releases.arg_policy import NOT_MODELLED, REASONS
+    from checker.core.releases.check_policy import CHECKS as HANDLED
 
     lines = [BEGIN]
     for reason, text in REASONS.items():

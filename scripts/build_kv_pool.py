@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Build ``checker/core/kv_support.py``: where and how each modelled SGLang release sizes the KV token pool
-of a hybrid model on one pipeline stage, and how it turns the pool into ``max_running_requests``.
+"""Build ``checker/core/releases/kv_support.py``: where and how each modelled SGLang release sizes the KV
+token pool of a hybrid model on one pipeline stage, and how it turns the pool into ``max_running_requests``.
 
     python3 scripts/build_kv_pool.py [--wheels DIR] [--src DIR]
 
-For every release of ``checker.core.releases.MODELLED_RELEASES`` it reads the release's code (the unpacked
-sources under ``--src``/<version>/ when there, else the wheel; nothing is installed or imported) and
+For every release of ``checker.core.releases.releases.MODELLED_RELEASES`` it reads the release's code (the
+unpacked sources under ``--src``/<version>/ when there, else the wheel; nothing is installed or imported) and
 records, with the file:line it read each from:
 
 * ``layers``: which full-attention layers the KV cell counts on a stage: ``model`` (every full-attention
@@ -52,10 +52,10 @@ sys.path[:0] = [str(HERE), str(REPO)]
 import sglang_wheels as wheels  # noqa: E402
 from build_pp_support import HYBRID_ARCHITECTURES, release_source  # noqa: E402
 
-from checker.core.releases import MODELLED_RELEASES  # noqa: E402
+from checker.core.releases.releases import MODELLED_RELEASES  # noqa: E402
 from checker.engines.model_code import MODELS, Source, stage_range_attribute  # noqa: E402
 
-TARGET = REPO / "checker" / "core" / "kv_support.py"
+TARGET = REPO / "checker" / "core" / "releases" / "kv_support.py"
 SRT = "sglang/srt/"
 MR = SRT + "model_executor/model_runner.py"
 MIXIN = SRT + "model_executor/model_runner_kv_cache_mixin.py"
@@ -338,7 +338,7 @@ HEADER = '''\
 ``sglang/srt/``); the generator's docstring says what each value means. ``STAGE_RANGE[arch][release]`` =
 (the top-level class has ``start_layer``: its stage counts its own layers, where): False means the runner's
 ``getattr(model, "start_layer", 0)`` gives 0 and every stage's KV cell counts every attention layer of the
-model. :mod:`checker.core.kv_pool` applies them.
+model. :mod:`checker.core.sizing.kv_pool` applies them.
 """
 
 from __future__ import annotations

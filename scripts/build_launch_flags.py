@@ -3,7 +3,8 @@
 
     python3 scripts/build_launch_flags.py [--wheels DIR] [--src DIR] [--jobs N]
 
-For every release of ``checker.core.releases.MODELLED_RELEASES`` it runs ``scripts/dump_release_flags.py``
+For every release of ``checker.core.releases.releases.MODELLED_RELEASES`` it runs
+``scripts/dump_release_flags.py``
 (the release's own ``ServerArgs.add_cli_args`` on a bare ``argparse`` parser, dumped as JSON) in the
 venv of ``scripts/sglang_cpu_env.sh`` (``$SGLANG_CPU_HOME``, which must exist: build it first), on this
 path:
@@ -42,7 +43,7 @@ sys.path[:0] = [str(HERE), str(REPO)]
 import sglang_envs as envs  # noqa: E402
 import sglang_wheels as wheels  # noqa: E402
 
-from checker.core.releases import FIRST_MODELLED, MODELLED_RELEASES, NEWEST_MODELLED, release_key  # noqa: E402
+from checker.core.releases.releases import FIRST_MODELLED, MODELLED_RELEASES, NEWEST_MODELLED, release_key  # noqa: E402
 from checker.launch.command import SIZING_DESTS  # noqa: E402
 
 TARGET = REPO / "checker" / "launch" / "flags.py"

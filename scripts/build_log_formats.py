@@ -4,7 +4,7 @@ the post-flight reads, from the release's own format strings.
 
     python3 scripts/build_log_formats.py [--wheels DIR] [--src DIR]
 
-For every release of ``checker.core.releases.MODELLED_RELEASES`` it reads the wheel
+For every release of ``checker.core.releases.releases.MODELLED_RELEASES`` it reads the wheel
 (``pip download --no-deps sglang==X``, or the unpacked tree ``--src DIR/<X>/sglang``; nothing is
 installed or imported) with ``ast``:
 
@@ -19,7 +19,7 @@ installed or imported) with ``ast``:
   :data:`ANCHORS`, as segments (literal text, and fields named by the text before them).
 
 The table stores each distinct form with the runs of consecutive modelled releases that write it (as
-``checker/core/model_registry.py`` does). Run it again after adding a release;
+``checker/core/releases/model_registry.py`` does). Run it again after adding a release;
 tests/test_postflight_formats.py checks the table against the unpacked trees it finds.
 """
 
@@ -38,7 +38,7 @@ sys.path[:0] = [str(HERE), str(REPO)]
 
 import sglang_wheels as wheels  # noqa: E402
 
-from checker.core.releases import MODELLED_RELEASES  # noqa: E402
+from checker.core.releases.releases import MODELLED_RELEASES  # noqa: E402
 
 TARGET = REPO / "checker" / "postflight" / "log_formats.py"
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Build ``checker/core/model_registry.py``: the architectures each modelled SGLang release can load.
+"""Build ``checker/core/releases/model_registry.py``: the architectures each modelled SGLang release can load.
 
     python3 scripts/build_model_support.py [--wheels DIR]   # DIR: where wheels are (or go; pip's cache)
 
-For every release of ``checker.core.releases.MODELLED_RELEASES`` it reads the wheel
+For every release of ``checker.core.releases.releases.MODELLED_RELEASES`` it reads the wheel
 (``pip download --no-deps sglang==X``; nothing is installed or imported) the way the release's own
 registry does (``sglang/srt/models/registry.py`` ``import_model_classes``): each top-level module of
 ``sglang/srt/models`` that defines ``EntryClass`` registers that class (or each class of that list) under
@@ -26,9 +26,9 @@ sys.path[:0] = [str(HERE), str(REPO)]
 
 import sglang_wheels as wheels  # noqa: E402
 
-from checker.core.releases import MODELLED_RELEASES  # noqa: E402
+from checker.core.releases.releases import MODELLED_RELEASES  # noqa: E402
 
-TARGET = REPO / "checker" / "core" / "model_registry.py"
+TARGET = REPO / "checker" / "core" / "releases" / "model_registry.py"
 HEADER = '''\
 # ruff: noqa: E501  (generated: one line per architecture)
 """The architectures each modelled SGLang release's model registry loads (GENERATED; do not edit).
@@ -36,7 +36,7 @@ HEADER = '''\
 Built by ``scripts/build_model_support.py`` from each release's wheel: every top-level module of
 ``sglang/srt/models`` with an ``EntryClass`` registers its class(es) under ``__name__``
 (``models/registry.py`` ``import_model_classes``). ``REGISTERED[arch]`` lists the runs of consecutive
-modelled releases (first, last) that register ``arch``; :mod:`checker.core.model_support` reads it.
+modelled releases (first, last) that register ``arch``; :mod:`checker.core.releases.model_support` reads it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Build ``checker/core/pp_support.py``: whether each modelled SGLang release starts each hybrid model class
-under pipeline parallelism, and where in the release's code that is decided.
+"""Build ``checker/core/releases/pp_support.py``: whether each modelled SGLang release starts each hybrid
+model class under pipeline parallelism, and where in the release's code that is decided.
 
     python3 scripts/build_pp_support.py [--wheels DIR] [--src DIR]
 
-For every release of ``checker.core.releases.MODELLED_RELEASES`` it reads the release's code (the unpacked
-sources under ``--src``/<version>/ when there, else the wheel, ``pip download --no-deps sglang==X``;
+For every release of ``checker.core.releases.releases.MODELLED_RELEASES`` it reads the release's code (the
+unpacked sources under ``--src``/<version>/ when there, else the wheel, ``pip download --no-deps sglang==X``;
 nothing is installed or imported): the model registry (which module holds each architecture, as
 ``scripts/build_model_support.py`` reads it), the model runner's ``support_pp`` assert, and each hybrid
 class's own code through :func:`checker.engines.model_code.read_class` (its ``forward`` signature, the
@@ -44,10 +44,10 @@ sys.path[:0] = [str(HERE), str(REPO)]
 
 import sglang_wheels as wheels  # noqa: E402
 
-from checker.core.releases import MODELLED_RELEASES  # noqa: E402
+from checker.core.releases.releases import MODELLED_RELEASES  # noqa: E402
 from checker.engines.model_code import MODELS, Source, model_runner_assert, pipeline_status, read_class  # noqa: E402
 
-TARGET = REPO / "checker" / "core" / "pp_support.py"
+TARGET = REPO / "checker" / "core" / "releases" / "pp_support.py"
 HYBRID_ARCHITECTURES = (
     # model_type qwen3_next
     "Qwen3NextForCausalLM",
@@ -58,7 +58,7 @@ HYBRID_ARCHITECTURES = (
     "Qwen3_5MoeForCausalLM",
     # model_type kimi_linear
     "KimiLinearForCausalLM",
-    # the kimi-k3 preset (checker/core/model_support.py PRESET_ARCHITECTURES) and its text-only class
+    # the kimi-k3 preset (checker/core/releases/model_support.py PRESET_ARCHITECTURES) and its text-only class
     "KimiK3ForConditionalGeneration",
     "KimiK3LinearForCausalLM",
     # model_type nemotron_h, falcon_h1, granitemoehybrid
@@ -66,7 +66,8 @@ HYBRID_ARCHITECTURES = (
     "FalconH1ForCausalLM",
     "GraniteMoeHybridForCausalLM",
 )
-"""The hybrid classes a config the checker reads (checker/core/models.py FAMILIES) or a preset names."""
+"""The hybrid classes a config the checker reads (the checker.families registry) or a preset
+names."""
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,8 @@ layers: it starts), ``single-stage`` (the constructor asserts one stage: ``where
 ``all-layers`` (every stage builds every layer at ``where`` and runs them all at ``also``),
 ``unfiltered-load`` (``load_weights`` at ``where`` has no stage filter; ``also``: a tied head the later
 stages cannot build). Paths are under ``sglang/srt/``. A release that does not register the class has no
-entry (:mod:`checker.core.model_support` refuses it first). ``MODEL_RUNNER_ASSERT[release]``: where the
-model runner asserts ``support_pp`` under pp > 1 (None up to 0.5.5).
+entry (:mod:`checker.core.releases.model_support` refuses it first). ``MODEL_RUNNER_ASSERT[release]``:
+where the model runner asserts ``support_pp`` under pp > 1 (None up to 0.5.5).
 """
 
 from __future__ import annotations

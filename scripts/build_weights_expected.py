@@ -7,8 +7,8 @@ SGLang's own model classes hold them, built on the meta device by each release's
 
 Each (release, case) runs ``scripts/sglang_weights.py`` in that release's CPU environment (built by
 ``scripts/sglang_cpu_env.sh``: ``$SGLANG_CPU_HOME/releases/X`` with the venv's Python). The quick suite
-(``tests/test_weights.py``) holds the torch-free rules of ``checker/core/weights.py`` to these figures, so
-it needs no SGLang; ``pytest -m sglang`` builds the classes again where SGLang imports.
+(``tests/test_weights.py``) holds the torch-free rules of ``checker/core/weights/weights.py`` to these
+figures, so it needs no SGLang; ``pytest -m sglang`` builds the classes again where SGLang imports.
 
 A case a release cannot build (its class asserts one stage, or the release does not register the
 architecture) is recorded with the release's own one-line error instead of figures: the rules refuse it

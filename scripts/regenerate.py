@@ -6,7 +6,7 @@
     python3 scripts/regenerate.py --only pp_support --only log_formats [--check]
     python3 scripts/regenerate.py --list           # the registry: generator, outputs, what it reads
 
-The releases are ``checker.core.releases.MODELLED_RELEASES`` (the one release table); every generator
+The releases are ``checker.core.releases.releases.MODELLED_RELEASES`` (the one release table); every generator
 reads them itself. Each runs as its own process (``python3 SCRIPT [--wheels DIR] ARGS``, bounded by
 ``--timeout-s``), so it imports the tree it is run in: ``--check`` copies the repository's files (those
 git tracks or would track) to a scratch folder, runs the generators there in order (a later one reads
@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from checker.core.releases import MODELLED_RELEASES, NEWEST_MODELLED  # noqa: E402
+from checker.core.releases.releases import MODELLED_RELEASES, NEWEST_MODELLED  # noqa: E402
 
 WHEELS, ENVIRONMENTS, CHECKER = "wheels", "environments", "checker"
 WHEEL_DIR = Path(os.environ.get("CHECKER_SGLANG_WHEELS", Path.home() / ".cache" / "pp-checker" / "wheels"))
@@ -75,17 +75,19 @@ class Generator:
 
 # fmt: off
 GENERATORS: tuple[Generator, ...] = (
-    Generator("model_registry", "scripts/build_model_support.py", ("checker/core/model_registry.py",),
-              WHEELS, covers="checker.core.model_registry:TRANSFORMERS_FALLBACK"),
-    Generator("pp_support", "scripts/build_pp_support.py", ("checker/core/pp_support.py",),
-              WHEELS, covers="checker.core.pp_support:MODEL_RUNNER_ASSERT"),
+    Generator("model_registry", "scripts/build_model_support.py",
+              ("checker/core/releases/model_registry.py",),
+              WHEELS, covers="checker.core.releases.model_registry:TRANSFORMERS_FALLBACK"),
+    Generator("pp_support", "scripts/build_pp_support.py", ("checker/core/releases/pp_support.py",),
+              WHEELS, covers="checker.core.releases.pp_support:MODEL_RUNNER_ASSERT"),
     Generator("log_formats", "scripts/build_log_formats.py", ("checker/postflight/log_formats.py",),
               WHEELS, covers="checker.postflight.log_formats:RELEASES"),
     Generator("arg_checks", "scripts/build_arg_checks.py",
-              ("checker/core/arg_checks.py", "docs/preflight.md"), WHEELS),
-    Generator("kv_pool", "scripts/build_kv_pool.py", ("checker/core/kv_support.py",), WHEELS,
-              covers="checker.core.kv_support:KV_CODE"),
-    Generator("config_rules", "scripts/build_config_rules.py", ("checker/core/config_lines.py",), WHEELS),
+              ("checker/core/releases/arg_checks.py", "docs/preflight.md"), WHEELS),
+    Generator("kv_pool", "scripts/build_kv_pool.py", ("checker/core/releases/kv_support.py",), WHEELS,
+              covers="checker.core.releases.kv_support:KV_CODE"),
+    Generator("config_rules", "scripts/build_config_rules.py", ("checker/core/releases/config_lines.py",),
+              WHEELS),
     Generator("sizing_reference", "scripts/sglang_release_watch.py", (f"{SIZING_REFERENCE}.json",),
               WHEELS, args=("--record", "newest")),
     Generator("launch_flags", "scripts/build_launch_flags.py", ("checker/launch/flags.py",),

@@ -12,7 +12,7 @@
 # 2 bad usage; 3 an environment could not be built (pip failed; nothing was tested).
 #
 # The releases, their pins and their import paths come from scripts/sglang_envs.py, which derives them
-# from the one release table (checker/core/releases.py MODELLED_RELEASES).
+# from the one release table (checker/core/releases/releases.py MODELLED_RELEASES).
 #
 # Layout (under SGLANG_CPU_HOME, default ~/.cache/pp-checker/sglang-cpu, kept between runs):
 #   venv/            ONE venv (system site-packages visible, for torch) with the import-time packages every

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The SGLang CPU environments, derived from the one release table (``checker.core.releases``).
+"""The SGLang CPU environments, derived from the one release table (``checker.core.releases.releases``).
 
 The releases are ``MODELLED_RELEASES``; the engine runs those from ``checker.engines.sglang``
 ``FIRST_SUPPORTED`` on. What this module adds is what an environment needs that the checker does not:
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from checker.core.releases import release_key  # noqa: E402
+from checker.core.releases.releases import release_key  # noqa: E402
 from checker.engines.sglang import SUPPORTED_VERSIONS  # noqa: E402
 
 STUBS = REPO / "scripts" / "sglang_stubs"

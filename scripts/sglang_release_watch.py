@@ -8,8 +8,8 @@ sizing code change?
                                                              # become the reference (scripts/sglang_sizing/;
                                                              # scripts/regenerate.py runs it)
 
-For each published release newer than ``checker.core.releases.NEWEST_MODELLED`` it downloads the wheel
-(``pip download --no-deps``, cached by pip), extracts the functions that size the state pool, the
+For each published release newer than ``checker.core.releases.releases.NEWEST_MODELLED`` it downloads the
+wheel (``pip download --no-deps``, cached by pip), extracts the functions that size the state pool, the
 request limit and the micro-batch size (``scripts/sglang_wheels.py`` SIZING_FUNCTIONS), normalises them
 (no comments, docstrings, formatting or annotations) and compares them with the newest modelled
 release's, stored in ``scripts/sglang_sizing/<release>.json``. It prints which functions changed (a
@@ -36,7 +36,7 @@ sys.path[:0] = [str(HERE), str(REPO)]
 
 import sglang_wheels as wheels  # noqa: E402
 
-from checker.core.releases import NEWEST_MODELLED  # noqa: E402
+from checker.core.releases.releases import NEWEST_MODELLED  # noqa: E402
 
 REFERENCE_DIR = HERE / "sglang_sizing"
 EXIT_NONE, EXIT_NEWER, EXIT_UNREACHABLE = 0, 1, 3
@@ -45,8 +45,8 @@ next steps (docs/sglang-releases.md, "Adding a release"):
   1. until it is modelled, ranks on {v} derive with its own code (the engine) by default; run
      SGLANG_RELEASES={v} scripts/sglang_cpu_env.sh to see that the engine still drives it
      (a StandInRead line names any input the changed code reads that the checker does not know);
-  2. read the diffs above; where a number can change, add the rule to checker/core/sizing.py /
-     budget.py with a test of the new rule, and {v} to its group in checker/core/releases.py _GROUPS
+  2. read the diffs above; where a number can change, add the rule to checker/core/sizing/sizing.py /
+     budget.py with a test of the new rule, and {v} to its group in checker/core/releases/releases.py _GROUPS
      (the newest group when nothing changed): the one release table;
   3. python3 scripts/regenerate.py (every generated table from every modelled release, this
      reference included), review git diff, then pytest tests/test_generated.py;

@@ -4,7 +4,8 @@ The tools that keep the checker's release tables honest share this module:
 
 * ``scripts/sglang_release_watch.py`` - lists the published releases, downloads any newer than the newest
   modelled one and compares its sizing functions with the newest modelled release's;
-* ``scripts/build_model_support.py`` - builds ``checker/core/model_support.py``, the architectures each
+* ``scripts/build_model_support.py`` - builds ``checker/core/releases/model_support.py``, the architectures
+each
   modelled release's model registry loads.
 
 Every network step goes through pip (``pip index versions``, ``pip download --no-deps``), so pip's

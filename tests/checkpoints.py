@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from checker.core.checkpoint import INDEX_NAME, nbytes
-from checker.core.checkpoint_names import expected_tensors
+from checker.core.weights.checkpoint import INDEX_NAME, nbytes
+from checker.families.rules import expected_tensors
 
 Spec = tuple[str, tuple[int, ...], str]
 F32_SUFFIXES = ("A_log", ".e_score_correction_bias")

@@ -3,7 +3,7 @@
 config.json, for tests/test_config_rules.py (importable: pyproject sets pythonpath=["tests"]).
 
 Each case names the releases that refuse it, as read from their code (configs/<family>.py and, for a
-layer type the class lets through, models/<family>.py), and the rule of checker/core/config_rules.py
+layer type the class lets through, models/<family>.py), and the rule of checker/core/releases/config_rules.py
 that refuses it there. The same cases are loaded by the installed release's own config class in the
 ``sglang`` group: it must refuse exactly these.
 """

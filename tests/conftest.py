@@ -12,7 +12,7 @@ from typing import NamedTuple
 import pytest
 from hypothesis import settings
 
-from checker.core.environ import SGLANG_ENV_VARS as SGLANG_ENV
+from checker.core.sizing.environ import SGLANG_ENV_VARS as SGLANG_ENV
 
 # Property tests draw the same examples on every run (derived from each test's name), so CI on a clean
 # clone passes or fails on the code, not on the draw; HYPOTHESIS_PROFILE=explore draws new ones (run it

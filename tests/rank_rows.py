@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from checker.core.row import INPUT_NAMES, RankRow
+from checker.core.sizing.row import INPUT_NAMES, RankRow
 from checker.distributed.wire import digest
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from checker.core.attention import AttentionGeometry
-from checker.core.geometry import ModelGeometry
+from checker.core.sizing.attention import AttentionGeometry
+from checker.core.sizing.geometry import ModelGeometry
 
 
 @st.composite

@@ -1,10 +1,10 @@
 """Green means SGLang starts this deployment: every argument check of every modelled release is read from
 its code, and each is refused as the release refuses it or listed as not modelled with the reason.
 
-``scripts/build_arg_checks.py`` generates ``checker/core/arg_checks.py`` from each release's code (the
-asserts and raises of its argument handling that involve what the checker reads, and the server arguments
-its pool sizing reads); ``checker/core/check_policy.py`` and ``arg_policy.py`` handle each one. What a user
-relies on: the issue's launches are refused in one line (exit 2) quoting the release's own words and
+``scripts/build_arg_checks.py`` generates ``checker/core/releases/arg_checks.py`` from each release's code
+(the asserts and raises of its argument handling that involve what the checker reads, and the server arguments
+its pool sizing reads); ``checker/core/releases/check_policy.py`` and ``arg_policy.py`` handle each one. What
+a user relies on: the issue's launches are refused in one line (exit 2) quoting the release's own words and
 file:line, with a way out that starts; a flag the pool sizing reads is never parsed and ignored; a release
 whose code reads differently from the table (a new wheel, a changed check) fails here until the table is
 regenerated and the new check handled.
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from checker.core import arg_policy, check_policy
-from checker.core.arg_checks import CHECKS, SIZING_READS
-from checker.core.arg_quote import check_message, check_site, sites, sizing_read_site
 from checker.core.errors import FlagError
-from checker.core.launch_checks import LaunchFacts, check_launch
-from checker.core.releases import MODELLED_RELEASES
+from checker.core.releases import arg_policy, check_policy
+from checker.core.releases.arg_checks import CHECKS, SIZING_READS
+from checker.core.releases.arg_quote import check_message, check_site, sites, sizing_read_site
+from checker.core.releases.launch_checks import LaunchFacts, check_launch
+from checker.core.releases.releases import MODELLED_RELEASES
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -94,7 +94,7 @@ def test_the_counts_the_docs_give_are_the_tables() -> None:
     text = (REPO / "docs" / "preflight.md").read_text()
     modelled = sum(h.how == arg_policy.MODELLED for h in check_policy.CHECKS.values())
     assert f"{len(CHECKS)} checks over the {len(MODELLED_RELEASES)} releases" in text
-    assert f"`checker/core/check_policy.py`: {modelled}\nmodelled" in text
+    assert f"`checker/core/releases/check_policy.py`: {modelled}\nmodelled" in text
     assert f"{len(SIZING_READS)} of them over the releases" in text
     releases = (REPO / "docs" / "sglang-releases.md").read_text()
     assert (

@@ -6,8 +6,8 @@ a 50 MB file, a model directory). The invariant: a :class:`ConfigError` (exit 2 
 line names the key as the user wrote it (``text_config.num_hidden_layers`` for a nested one) and stays
 short, instead of a traceback, a RecursionError, minutes of work or gigabytes of memory on every rank.
 
-The limits are sized from real models (checker/core/geometry.py explains each one); the "largest accepted"
-tests below show they leave a valid 10,000-layer model deriving in milliseconds.
+The limits are sized from real models (checker/core/sizing/geometry.py explains each one); the "largest
+accepted" tests below show they leave a valid 10,000-layer model deriving in milliseconds.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from checker.core.errors import CheckerInputError, ConfigError, FlagError
-from checker.core.geometry import MAX_DIM, MAX_LAYERS, resolve_dtypes
-from checker.core.models import MAX_CONFIG_BYTES, load_geometry
-from checker.core.sizing import CapacityInputs, derive_all
+from checker.core.sizing.geometry import MAX_DIM, MAX_LAYERS, resolve_dtypes
+from checker.core.sizing.models import MAX_CONFIG_BYTES
+from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 NAN, INF = float("nan"), float("inf")
 # An error line quotes values shortened; a line this long would mean a value was pasted whole.
@@ -449,7 +450,7 @@ def test_a_fifo_nobody_writes_is_bounded_and_one_that_is_written_is_read(
     writes) is a real way to pass a config, so it still works."""
     import threading
 
-    from checker.core import models
+    from checker.core.sizing import models
 
     monkeypatch.setattr(models, "READ_S", 0.5)
     fifo = tmp_path / "config.json"

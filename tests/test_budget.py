@@ -12,7 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checker.core.budget import (
+from checker.core.errors import BudgetError, FlagError
+from checker.core.sizing.budget import (
     MISSING,
     agreed_budget_gib,
     agreed_free_gib,
@@ -20,7 +21,6 @@ from checker.core.budget import (
     pre_capture_activation_reserve_mb,
     sizing_budget,
 )
-from checker.core.errors import BudgetError, FlagError
 
 GIB = 2**30
 

@@ -328,7 +328,7 @@ def test_device_derivation_disagreeing_with_the_scalar_core_is_an_error(tmp_path
     patch = tmp_path / "broken_scalar"
     patch.mkdir()
     (patch / "sitecustomize.py").write_text(
-        "from checker.core import sizing\n"
+        "from checker.core.sizing import sizing\n"
         "_real = sizing.mamba_budget_bytes\n"
         "sizing.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) * 1.5\n"
     )

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from checker.core.checkpoint import INDEX_NAME, MAX_HEADER_BYTES, has_safetensors, read_checkpoint
-from checker.core.checkpoint_names import check_shapes, expected_tensors
 from checker.core.errors import ConfigError
+from checker.core.weights.checkpoint import INDEX_NAME, MAX_HEADER_BYTES, has_safetensors, read_checkpoint
+from checker.families.rules import check_shapes, expected_tensors
 from tests.checkpoints import disk_bytes, header_bytes, model_dir, write_checkpoint, write_shard
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -1,6 +1,7 @@
 """No weights figure from a checkpoint SGLang would read otherwise, or not load at all.
 
-The weights figure is the bf16/fp16/fp32 parameters the release's class holds (checker/core/weights.py).
+The weights figure is the bf16/fp16/fp32 parameters the release's class holds
+(checker/core/weights/weights.py).
 A quantized checkpoint holds other bytes, so it is refused in one line where SGLang would read a
 quantization: config.json's ``quantization_config`` (as before), its ``compression_config``
 (compressed-tensors) and a ``hf_quant_config.json`` beside it (ModelOpt; 0.5.23
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from checker.core.releases import MODELLED_RELEASES
+from checker.core.releases.releases import MODELLED_RELEASES
 from tests.checkpoints import model_dir, model_tensors, write_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -192,7 +193,7 @@ def test_the_installed_falcon_h1_class_raises_on_exactly_these_names(sglang_engi
     import subprocess
     import sys
 
-    from checker.core.config_rules import where
+    from checker.core.releases.config_rules import where
 
     release = sglang_engine.version
     if MODELLED_RELEASES.index(release) < MODELLED_RELEASES.index("0.5.22"):

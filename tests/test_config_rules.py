@@ -4,8 +4,8 @@ SGLang reads a model's config.json through its own config class (``configs/<fami
 model class from its layer types; each checks fields in its own way, and the checks changed between
 releases (Nemotron-H's layer pattern was a regular expression up to 0.5.9, a set of characters from
 0.5.10). A config a release refuses stops the server, so the checker refuses it too: one line naming
-the release, the field as written and the release's ``file:line`` (checker/core/config_rules.py, the
-lines from checker/core/config_lines.py, generated from every release's code). What a user relies on:
+the release, the field as written and the release's ``file:line`` (checker/core/releases/config_rules.py, the
+lines from checker/core/releases/config_lines.py, generated from every release's code). What a user relies on:
 the issue's Nemotron-H patterns (a lower-case ``m``, a space, a trailing newline, terminal escapes) are
 refused, never counted as attention layers; every case of tests/config_cases.py is refused on the
 releases whose code refuses it and derives on the others; the table is what the code says (``slow``,
@@ -25,12 +25,13 @@ from pathlib import Path
 import pytest
 from config_cases import CASES, FIXTURES, NEMOTRON_PATTERN, Case
 
-from checker.core.config_lines import WHERE
-from checker.core.config_rules import check_config, where
 from checker.core.errors import ConfigError, printable
-from checker.core.model_support import registers
-from checker.core.models import geometry_from_hf_config
-from checker.core.releases import MODELLED_RELEASES
+from checker.core.releases.config_lines import WHERE
+from checker.core.releases.config_rules import where
+from checker.core.releases.model_support import registers
+from checker.core.releases.releases import MODELLED_RELEASES
+from checker.families.geometry import geometry_from_hf_config
+from checker.families.rules import check_config
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = Path(os.environ.get("CHECKER_SGLANG_SRC", Path.home() / ".cache" / "pp-checker" / "src"))

@@ -19,9 +19,9 @@ def test_core_options_and_cli_import_without_torch() -> None:
     code = textwrap.dedent(
         """
         import sys
-        import checker.core, checker.core.sizing, checker.core.models, checker.commands.options
+        import checker.core, checker.core.sizing.sizing, checker.core.sizing.models, checker.commands.options
         import checker.cli.main
-        import checker.core.geometry, checker.core.partition, checker.core.errors
+        import checker.core.sizing.geometry, checker.core.sizing.partition, checker.core.errors
         leaked = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
         print("LEAKED" if leaked else "CLEAN", leaked[:5])
         """

@@ -231,7 +231,7 @@ def test_dtype_precedence_through_the_cli(
     cfg["mamba_ssm_dtype"] = "bfloat16"
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    # pp 1: Qwen3-Next asserts a single stage in every release (checker/core/pp_support.py).
+    # pp 1: Qwen3-Next asserts a single stage in every release (checker/core/releases/pp_support.py).
     doc = _json(cli, ["derive", "--model-config", str(path), "--pp-size", "1", *argv], env)
     geo = doc["geometry"]
     assert (geo["temporal_dtype"], geo["conv_dtype"]) == (temporal, conv)
@@ -259,10 +259,10 @@ def test_every_family_derives_and_agrees_under_max_share(
     from the charge's formula. E.g. Qwen3-Next at tp 2: 9 linear layers x (4096*3*2 + 16*128*128*4) =
     9 x 1,073,152 = 9,658,368 bytes.
 
-    Qwen3-Next, Falcon-H1 and Granite-4.0-H do not start under PP (checker/core/pp_support.py): their
+    Qwen3-Next, Falcon-H1 and Granite-4.0-H do not start under PP (checker/core/releases/pp_support.py): their
     config would be refused at pp 4, so their geometry (the config read at tp 2) goes in as a JSON model
     spec, which names no class: the charge is the same arithmetic over the same shapes."""
-    from checker.core.models import load_geometry
+    from checker.families.geometry import load_geometry
 
     config = fixtures_dir / f"{name}.json"
     model = str(config)

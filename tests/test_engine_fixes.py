@@ -35,18 +35,18 @@ from typing import Any
 import pytest
 
 from checker.core.errors import BudgetError, LayoutError
-from checker.core.geometry import resolve_dtypes
-from checker.core.models import load_geometry
-from checker.core.releases import parse_version
-from checker.core.sizing import CapacityInputs, derive_stage
+from checker.core.releases.releases import parse_version
+from checker.core.sizing.geometry import resolve_dtypes
+from checker.core.sizing.sizing import CapacityInputs, derive_stage
+from checker.families.geometry import load_geometry
 
 pytestmark = pytest.mark.sglang
 
 REPO = Path(__file__).resolve().parent.parent
 # A model laid out as Qwen3-Next (48 layers, every 4th full attention: layers 3, 7, ...; 36 linear-
 # attention layers): Nemotron-H's config, a text-only class that starts under PP in every release the
-# engine runs (Qwen3-Next's asserts a single stage, checker/core/pp_support.py; Qwen3.5's is multimodal,
-# and 0.5.18+ take a multimodal reservation off the budget _profile_available_bytes measures).
+# engine runs (Qwen3-Next's asserts a single stage, checker/core/releases/pp_support.py; Qwen3.5's is
+# multimodal, and 0.5.18+ take a multimodal reservation off the budget _profile_available_bytes measures).
 MODEL = REPO / "tests" / "fixtures" / "nemotron_h_48l.json"
 GIB = 1 << 30
 ONE_BYTE_GIB = 1 / GIB

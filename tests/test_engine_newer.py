@@ -169,7 +169,7 @@ def test_a_newer_release_is_judged_under_pp_by_its_own_class(sglang_engine, tmp_
     checker has no table for it, so the installed class's own code decides (its constructor's assert of
     a single stage, read from the installed file): exit 2, one line naming the class, the release and
     the same file:line the table holds for the real release; at --pp-size 1 --tp-size 2 it derives."""
-    from checker.core.model_support import pipeline_status
+    from checker.core.releases.model_support import pipeline_status
 
     site = renamed_release(sglang_engine.version, tmp_path)
     refused = _checker(["derive", "--model-config", QWEN3_NEXT, "--pp-size", "2", "--budget-gib", "16"], site)

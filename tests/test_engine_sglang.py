@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 
 from checker.core.errors import BudgetError, FlagError, LayoutError
-from checker.core.geometry import resolve_dtypes
-from checker.core.models import load_geometry
-from checker.core.row import NOT_INSTALLED, RankRow
-from checker.core.sizing import CapacityInputs, derive_stage, env_flag
+from checker.core.sizing.geometry import resolve_dtypes
+from checker.core.sizing.row import NOT_INSTALLED, RankRow
+from checker.core.sizing.sizing import CapacityInputs, derive_stage, env_flag
 from checker.engines.drift import DRIFT_VALUES, Drift, Outcome, compare, drift_lines, drift_summary
 from checker.engines.sglang import (
     FIRST_SUPPORTED,
@@ -36,6 +35,7 @@ from checker.engines.sglang import (
     check_version,
     installed_version,
 )
+from checker.families.geometry import load_geometry
 from checker.preflight.verdict import decide
 from checker.status import EXIT_CODES
 from checker.status import ROW_DRIFT as STATUS_DRIFT
@@ -54,7 +54,7 @@ FAMILIES = (
 GDN = "qwen3_5_gdn_small"
 """A GatedDeltaNet model whose class starts under PP, laid out as Qwen3-Next (48 layers, every 4th full
 attention, 32 value heads): Qwen3.5's config at Qwen3-Next's size. Qwen3-Next itself asserts a single
-stage in every release (checker/core/pp_support.py), so the comparisons that need stages use this."""
+stage in every release (checker/core/releases/pp_support.py), so the comparisons that need stages use this."""
 no_sglang = pytest.mark.skipif(
     installed_version() is not None, reason=f"sglang {installed_version()} is installed here"
 )
@@ -351,7 +351,7 @@ SPEC_STARTUP_REFUSAL = "is not compatible with radix cache when using --mamba-sc
 
 
 def _skip_engine_gap(engine: Any, texts: list[str]) -> None:
-    from checker.core.releases import release_model
+    from checker.core.releases.releases import release_model
 
     if release_model(engine.version).rules.radix_rule == "scheduler" and any(
         SPEC_STARTUP_REFUSAL in t for t in texts
@@ -416,8 +416,9 @@ KV_FIELDS = (
 
 def _stages(engine: Any, source: Any, pp: int) -> int:
     """``pp``, or 1 for a class the installed release does not start under PP (Qwen3-Next, Falcon-H1,
-    Granite-4.0-H: checker/core/pp_support.py): their sizing is compared on the deployment SGLang starts."""
-    from checker.core.model_support import model_architectures, registry_choice, runs_under_pp
+    Granite-4.0-H: checker/core/releases/pp_support.py):
+    their sizing is compared on the deployment SGLang starts."""
+    from checker.core.releases.model_support import model_architectures, registry_choice, runs_under_pp
 
     archs = model_architectures(model=source.model, model_config=source.model_config)
     arch = registry_choice(engine.version, archs)
@@ -477,7 +478,7 @@ def test_builtin_of_the_installed_release_matches_its_code(sglang_engine, family
 def test_builtin_of_the_installed_release_matches_its_code_on_env(sglang_engine, env: dict[str, str]) -> None:
     """The env vars SGLang reads while sizing (partition, skip-decode-lock, state dtype), a GDN model of
     48 layers at pp 4, as the installed release reads them."""
-    from checker.core.sizing import env_flag as flag
+    from checker.core.sizing.sizing import env_flag as flag
 
     flags: dict[str, Any] = {}
     if "SGLANG_PP_LAYER_PARTITION" in env:
@@ -495,7 +496,7 @@ def test_builtin_of_the_installed_release_matches_its_code_on_env(sglang_engine,
 
 
 def _divides_by_zero_cell(engine: Any) -> bool:
-    from checker.core.kv_support import KV_CODE
+    from checker.core.releases.kv_support import KV_CODE
 
     return KV_CODE[engine.version].zero_cell == "divide"
 
@@ -626,7 +627,7 @@ def test_engines_agree_across_pp_sizes(sglang_engine, cli, pp: int, model: list[
     get_pp_indices and _handle_max_mamba_cache compute them; the preset runs through SGLang's pool
     sizing with the checker's geometry (before 0.5.17, which cannot load kimi-k3, its layers and
     shapes as a JSON model spec)."""
-    from checker.core.model_support import registers
+    from checker.core.releases.model_support import registers
 
     if model[1] == "QWEN35":
         model = _fixture("qwen3_5_397b_a17b")
@@ -709,7 +710,7 @@ def test_auto_under_pp_resolves_as_the_builtin_says(sglang_engine) -> None:
 def test_a_model_error_is_reported_as_drift(sglang_engine, cli, monkeypatch) -> None:
     """Break the builtin's budget split by 1%: derive --engine both must exit 4 and name
     max_mamba_cache_size with the builtin's and SGLang's numbers (SGLang's being the unbroken one)."""
-    from checker.core import sizing
+    from checker.core.sizing import sizing
 
     argv = [*_fixture("nemotron_h_8b"), "--pp-size", "4", "--budget-gib", "8"]
     rc, good = _both(cli, argv)
@@ -743,7 +744,7 @@ def test_engine_sglang_refuses_policies_sglang_does_not_have(sglang_engine, cli)
 def test_engine_sglang_reports_sglang_refusals_as_input_errors(sglang_engine, cli) -> None:
     """A page size SGLang's validation refuses (256 % 24 != 0) is one line, exit 2, quoting SGLang
     (0.5.14+: before, auto is no_buffer and nothing checks the page size against the track interval)."""
-    from checker.core.releases import release_model
+    from checker.core.releases.releases import release_model
 
     if release_model(sglang_engine.version).rules.radix_rule != "strategies":
         pytest.skip(f"SGLang {sglang_engine.version} resolves auto to no_buffer: no extra-buffer page check")
@@ -803,7 +804,7 @@ def test_engines_refuse_the_same_cache_flags(sglang_engine, cli, flags: str) -> 
             *BOTH_REFUSE[flags],
         ]
     )
-    from checker.core.releases import release_model
+    from checker.core.releases.releases import release_model
 
     if release_model(sglang_engine.version).rules.radix_rule != "strategies":
         # 0.5.10-0.5.13.post1 have most of these asserts not (no_buffer turns the overlap schedule off, the
@@ -862,7 +863,7 @@ def test_plan_engines_agree_on_the_min_budget(sglang_engine, cli) -> None:
 # Loaded on one rank through PYTHONPATH: breaks the builtin's budget split by 1% there, so that rank's
 # engines disagree (SGLang 0.5.23 has no known drift left to use for the real-ranks path).
 _BREAK_BUILTIN = """\
-from checker.core import sizing
+from checker.core.sizing import sizing
 _real = sizing.mamba_budget_bytes
 sizing.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) * 1.01
 """
@@ -892,7 +893,7 @@ def test_check_engine_both_on_real_ranks(sglang_engine, tmp_path: Path) -> None:
     res = run_world(base, world_size=2, tmp_path=tmp_path, kill_after_s=300)
     assert res.codes == [0, 0], [r.stderr[-400:] for r in res.ranks]
     assert res.report()["status"] == "consistent"
-    from checker.core.releases import release_model
+    from checker.core.releases.releases import release_model
 
     if release_model(sglang_engine.version).rules.radix_rule == "strategies":  # 0.5.14+: refused alike
         res = run_world(

@@ -901,7 +901,7 @@ def sweep_world(args: Any, world: TorchrunWorld) -> int:
     """sweep under torchrun: every rank lays out its stage as the distributed sweep does (a world that is
     not pp x tp is refused there), then the sweep at that pp size, derived in this process."""
     from checker.commands import sweep
-    from checker.core.layout import layout
+    from checker.core.sizing.layout import layout
 
     config = sweep.config_from_args(args)
     s = config.sizing
@@ -937,7 +937,7 @@ class CheckerRun:
 
 def _architectures(geometry_name: str) -> tuple[str, ...]:
     """The architectures of the model a derivation read (``PATH (family)`` or a preset's name)."""
-    from checker.core.model_support import model_architectures
+    from checker.core.releases.model_support import model_architectures
 
     path = geometry_name.rsplit(" (", 1)[0]
     if os.path.exists(path):
@@ -1014,7 +1014,7 @@ def run_checker(
 
     from checker.cli.main import main
     from checker.commands import check, sweep
-    from checker.core.sizing import CapacityInputs
+    from checker.core.sizing.sizing import CapacityInputs
 
     shown = list(argv)
     argv, left_out = list(argv), []
@@ -1319,8 +1319,8 @@ def test_example_models_are_the_six_families() -> None:
     the test fixture of that family but for the keys corrected against the published model (listed in
     examples/models/README.md); and the examples that run at pp > 1 use only the families SGLang starts
     under pipeline parallelism."""
-    from checker.core.model_support import model_architectures
-    from checker.core.models import load_geometry
+    from checker.core.releases.model_support import model_architectures
+    from checker.families.geometry import load_geometry
 
     assert sorted(p.name for p in EXAMPLE_MODELS.iterdir() if p.is_dir()) == sorted(EXAMPLE_MODEL_DIRS)
     readme = (EXAMPLE_MODELS / "README.md").read_text()

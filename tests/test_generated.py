@@ -1,6 +1,7 @@
 """Every generated file, its generator (scripts/regenerate.py GENERATORS), and the one release table.
 
-The releases are ``checker.core.releases.MODELLED_RELEASES``. A release added there and not regenerated,
+The releases are ``checker.core.releases.releases.MODELLED_RELEASES``. A release added there and not
+regenerated,
 a generated file nobody registered, or a table its generator would now write differently, fails here:
 
 * quick: the registry matches the tree (every file that says GENERATED is an output; every output and
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from checker.core.releases import MODELLED_RELEASES, NEWEST_MODELLED, release_key, release_model
+from checker.core.releases.releases import MODELLED_RELEASES, NEWEST_MODELLED, release_key, release_model
 from checker.engines.sglang import SUPPORTED_VERSIONS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +97,7 @@ def test_every_registered_generator_and_output_exists() -> None:
 
 @pytest.mark.parametrize("gen", [g for g in regenerate.GENERATORS if g.covers], ids=lambda g: g.name)
 def test_each_generated_table_covers_the_modelled_releases(gen: regenerate.Generator) -> None:
-    """A release added to the table (its group in checker/core/releases.py) shows here until
+    """A release added to the table (its group in checker/core/releases/releases.py) shows here until
     ``python3 scripts/regenerate.py`` has run; a sampled table (the weights figures) names only modelled
     releases and the newest of them."""
     covered = _covered(gen)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from checker.core.errors import CheckerInputError, ConfigError, FlagError
-from checker.core.geometry import resolve_dtypes
-from checker.core.models import load_geometry
+from checker.core.sizing.geometry import resolve_dtypes
+from checker.families.geometry import load_geometry
 
 BF16, FP32, FP16 = 2, 4, 2
 

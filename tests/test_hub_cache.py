@@ -1,4 +1,5 @@
-"""A hub id is found in the local Hugging Face cache, as SGLang finds it offline (checker/core/hub_cache.py).
+"""A hub id is found in the local Hugging Face cache, as SGLang finds it offline
+(checker/core/weights/hub_cache.py).
 
 Every cache here is made by the test in tmp_path with huggingface_hub's documented layout
 (``models--ORG--NAME/refs/<rev>`` holding a commit, ``snapshots/<commit>/config.json`` a link into
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from checker.core import hub_cache
 from checker.core.errors import ConfigError, FlagError
-from checker.core.hub_cache import hub_cache as cache_of
-from checker.core.hub_cache import local_model_path
+from checker.core.weights import hub_cache
+from checker.core.weights.hub_cache import hub_cache as cache_of
+from checker.core.weights.hub_cache import local_model_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -251,7 +252,7 @@ def test_check_reads_a_hub_id_from_the_cache(run_checker, tmp_path, clean_env):
 
 _PROBE = """
 import json, sys
-from checker.core import hub_cache
+from checker.core.weights import hub_cache
 import huggingface_hub  # the real one: the lookup must go through it
 calls = []
 real = huggingface_hub.try_to_load_from_cache

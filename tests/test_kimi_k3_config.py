@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from checker.core.config_rules import check_config
 from checker.core.errors import ConfigError
-from checker.core.models import load_geometry
-from checker.core.releases import MODELLED_RELEASES
-from checker.core.sizing import CapacityInputs, derive_all
+from checker.core.releases.releases import MODELLED_RELEASES
+from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
+from checker.families.rules import check_config
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "kimi_k3_config.json"
 FIRST = "0.5.17"

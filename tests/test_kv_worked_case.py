@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from checker.core.geometry import resolve_dtypes
-from checker.core.models import load_geometry
-from checker.core.sizing import CapacityInputs, derive_all
+from checker.core.sizing.geometry import resolve_dtypes
+from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 KIMI_LINEAR = Path(__file__).resolve().parent / "fixtures" / "kimi_linear_48b_a3b.json"
 

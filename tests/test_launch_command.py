@@ -391,7 +391,7 @@ def test_the_tables_cover_every_release_from_0_5_2() -> None:
 
 
 def _installed_release() -> str | None:
-    from checker.core.releases import installed_sglang_version
+    from checker.core.releases.releases import installed_sglang_version
 
     v = installed_sglang_version()
     if v is None:

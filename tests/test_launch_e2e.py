@@ -24,7 +24,7 @@ NOISE = ["--host", "0.0.0.0", "--port", "30000", "--trust-remote-code", "--serve
 # family fixture -> (launch flags, the same in checker flags)
 FAMILIES = {
     # Qwen3-Next, Falcon-H1 and Granite-4.0-H start at one pipeline stage only (their constructor asserts
-    # it, or load_weights has no stage filter: checker/core/pp_support.py): their GPUs go to TP here.
+    # it, or load_weights has no stage filter: checker/core/releases/pp_support.py): their GPUs go to TP here.
     "qwen3_next_80b_a3b.json": (
         ["--pp-size", "1", "--tp-size", "8", "--mem-fraction-static", "0.85"],
         ["--pp-size", "1", "--tp-size", "8"],

@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engines", "device"),  # derivations by installed SGLang; on a torch device
     ("distributed",),  # torchrun environment, wire, process group, the run protocol
     ("files",),  # bounded, non-destructive writes and output-path checks (every writer, the session too)
+    ("families",),  # one package per model family and the registry the rest asks (model_type -> Family)
     ("core",),  # pure, torch-free capacity math and the rank row it derives
     ("status", "bounded", "__init__"),  # leaves: exit codes, the bounded call, the version
 )

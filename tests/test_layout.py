@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from checker.core.errors import LayoutError
-from checker.core.layout import layout
+from checker.core.sizing.layout import layout
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,7 @@ from harness import requires_gpu, run_world
 from checker.cli.main import build_parser
 from checker.commands.options import DEFAULT_BUDGET_GIB
 from checker.config import DeriveConfig
-from checker.core.models import load_geometry
-from checker.core.sizing import CapacityInputs, derive_all, derive_stage
+from checker.core.sizing.sizing import CapacityInputs, derive_all, derive_stage
 from checker.device.materialize import (
     LIMIT_ENV,
     MATERIALIZE_FAILED,
@@ -31,6 +30,7 @@ from checker.device.materialize import (
     materialize_stage,
     pool_tensors,
 )
+from checker.families.geometry import load_geometry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = {

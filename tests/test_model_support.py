@@ -1,7 +1,7 @@
 """A release that cannot load the model gets an error naming where the architecture arrived, not a pool.
 
 SGLang loads a model through its registry: the ``EntryClass`` of each module of ``sglang/srt/models``.
-``checker/core/model_registry.py`` records, per architecture, the modelled releases that register it
+``checker/core/releases/model_registry.py`` records, per architecture, the modelled releases that register it
 (built from the wheels by scripts/build_model_support.py). What a user relies on: ``derive`` on a
 release without the model's class exits 2 in one line naming the release where it arrived, and a
 release that has it derives as before; the table says what the wheels say (the ``slow`` test reads
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import FlagError
-from checker.core.model_registry import REGISTERED
-from checker.core.model_support import arrived_in, check_architectures, registers
-from checker.core.releases import MODELLED_RELEASES
+from checker.core.releases.model_registry import REGISTERED
+from checker.core.releases.model_support import arrived_in, check_architectures, registers
+from checker.core.releases.releases import MODELLED_RELEASES
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

@@ -4,8 +4,8 @@ test_geometry_models.py checks each family's shapes and test_bad_configs.py that
 ConfigError naming its key; this file pins what those leave open, found by a mutation run (issue 18 item 8):
 
 - each documented limit at its edge: the largest value the limit allows loads, one more is refused (the
-  limits are in checker/core/geometry.py: MAX_DIM per dim, MAX_STATE_ELEMENTS per state, 2..1,024 for a conv
-  kernel, MAX_CONTEXT_LEN, MAX_EXTRA_PER_SLOT_BYTES, 40 digits, 64 levels of JSON);
+  limits are in checker/core/sizing/geometry.py: MAX_DIM per dim, MAX_STATE_ELEMENTS per state, 2..1,024 for a
+  conv kernel, MAX_CONTEXT_LEN, MAX_EXTRA_PER_SLOT_BYTES, 40 digits, 64 levels of JSON);
 - the words of the error lines a user reads to fix a config: which keys a too-large product came from
   (written out from the spec's rule, /work/shared/spec/capacity.md section 11), what kind of value was
   found instead of the one expected, and the way out;
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from checker.core.errors import ConfigError, FlagError, LayoutError
-from checker.core.geometry import (
+from checker.core.sizing.geometry import (
     MAX_CONTEXT_LEN,
     MAX_DIM,
     MAX_EXTRA_PER_SLOT_BYTES,
@@ -39,13 +39,8 @@ from checker.core.geometry import (
     resolve_dtypes,
     sglang_dtype_name,
 )
-from checker.core.models import (
-    MAX_CONFIG_BYTES,
-    MAX_CONV_KERNEL,
-    geometry_from_hf_config,
-    geometry_from_model_spec,
-    load_geometry,
-)
+from checker.core.sizing.models import MAX_CONFIG_BYTES, MAX_CONV_KERNEL, geometry_from_model_spec
+from checker.families.geometry import geometry_from_hf_config, load_geometry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SRC = "cfg.json"
@@ -96,7 +91,8 @@ KERNEL_KEY = {
 @pytest.mark.parametrize("name", sorted(KERNEL_KEY))
 def test_conv_kernel_limits_in_every_family(name: str) -> None:
     """A conv of kernel K keeps K - 1 past tokens (SGLang's conv state window), so K = 1 has no state and
-    is refused, K = 2 keeps one token; 1,024 is the documented cap (checker/core/models.py), 1,025 refused.
+    is refused, K = 2 keeps one token; 1,024 is the documented cap (checker/core/sizing/models.py), 1,025
+    refused.
     KDA puts the window axis first, Mamba2 last."""
     key = KERNEL_KEY[name]
     window_axis = 0 if name.startswith("kimi") else 1

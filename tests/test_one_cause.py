@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from checker.core.environ import SGLANG_ENV_VARS
-from checker.core.releases import _installed_on_sys_path
-from checker.core.row import ATTENTION_LAYOUT, INPUT_NAMES
-from checker.core.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
+from checker.core.releases.releases import _installed_on_sys_path
+from checker.core.sizing.environ import SGLANG_ENV_VARS
+from checker.core.sizing.row import ATTENTION_LAYOUT, INPUT_NAMES
+from checker.core.sizing.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
 from checker.preflight import derivation
@@ -171,7 +171,7 @@ FLAG_NEEDS: dict[str, list[str]] = {
 }
 PP_SPEC = (("SGLANG_ENABLE_PP_SPEC", "1"),)
 """Every node of a speculative case exports it: SGLang 0.5.23 starts speculative decoding under PP only
-with it (checker/core/startup.py check_pp_spec)."""
+with it (checker/core/releases/startup.py check_pp_spec)."""
 ENV_CHANGE = {
     "SGLANG_PP_LAYER_PARTITION": "24,23,23,23",
     "SGLANG_MAMBA_CONV_DTYPE": "float32",

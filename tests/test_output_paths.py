@@ -774,7 +774,7 @@ OUTPUTS = {
 def _value_options(command: str) -> dict[str, argparse.Action]:
     """The options and positionals of ``command`` that take a value, by dest."""
     from checker.cli.main import build_parser
-    from checker.core.server_args import SIZING_FLAG_NAMES
+    from checker.core.sizing.server_args import SIZING_FLAG_NAMES
 
     parser = build_parser(only=command)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]

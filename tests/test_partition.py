@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from checker.core.errors import LayoutError
-from checker.core.models import load_geometry
-from checker.core.partition import default_partition, stage_bounds, stage_partition
+from checker.core.sizing.partition import default_partition, stage_bounds, stage_partition
+from checker.families.geometry import load_geometry
 
 
 def test_spec_example_l93_p8_gives_the_last_five_ranks_the_extra_layer() -> None:

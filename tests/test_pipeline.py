@@ -29,7 +29,7 @@ from checker.preflight.verdict import decide
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # A GatedDeltaNet model of 48 layers whose class starts under PP (Qwen3.5's config at Qwen3-Next's size:
-# Qwen3-Next itself asserts a single stage in every release, checker/core/pp_support.py).
+# Qwen3-Next itself asserts a single stage in every release, checker/core/releases/pp_support.py).
 QWEN3_NEXT = json.loads((FIXTURES / "qwen3_5_gdn_small.json").read_text())  # 48 layers
 PARTITION = "SGLANG_PP_LAYER_PARTITION"
 OVERLAP_LINE = (

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from strategies import attentions
 
 from checker.core.errors import BudgetError, CheckerInputError
-from checker.core.geometry import ModelGeometry
-from checker.core.models import load_geometry
-from checker.core.partition import default_partition, stage_partition
-from checker.core.planning import min_budget, suggest_partition
-from checker.core.sizing import POLICIES, CapacityInputs, derive_all
+from checker.core.sizing.geometry import ModelGeometry
+from checker.core.sizing.partition import default_partition, stage_partition
+from checker.core.sizing.planning import min_budget, suggest_partition
+from checker.core.sizing.sizing import POLICIES, CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 REPO = Path(__file__).resolve().parents[1]
 NEMOTRON = REPO / "tests" / "fixtures" / "nemotron_h_8b.json"

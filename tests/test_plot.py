@@ -2,7 +2,7 @@
 the 800 px GitHub shows a README image at.
 
 Sweeps come from the real derivation (``checker.device.sweep``); what the plot should show comes from the
-scalar core (``checker.core.sweep.scalar_sweep``), stage by stage, budget by budget.
+scalar core (``checker.core.sizing.sweep.scalar_sweep``), stage by stage, budget by budget.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import torch
 from PIL import Image
 
 from checker.core.errors import FlagError
-from checker.core.models import load_geometry
-from checker.core.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
-from checker.core.sweep import BOOT_FAILURE, MAX_BUDGETS, parse_budgets, scalar_sweep
+from checker.core.sizing.sizing import CHECKED_VALUES, POLICIES, CapacityInputs
+from checker.core.sizing.sweep import BOOT_FAILURE, MAX_BUDGETS, parse_budgets, scalar_sweep
 from checker.device.sweep import analyse, local_sweep
+from checker.families.geometry import load_geometry
 from checker.outputs.plot import (
     DIFFERS,
     FIG_WIDTH_IN,

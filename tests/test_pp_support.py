@@ -3,7 +3,7 @@
 SGLang runs a model class under pipeline parallelism only if its constructor does not assert a single
 stage, its ``forward`` takes ``pp_proxy_tensors`` (the model runner's ``support_pp``), each stage builds
 and runs only its own layers, and its ``load_weights`` skips what another stage holds.
-``checker/core/pp_support.py`` records, per hybrid class and release, what the release's code does
+``checker/core/releases/pp_support.py`` records, per hybrid class and release, what the release's code does
 (built from each release's sources by scripts/build_pp_support.py, which reads them through
 checker/engines/model_code.py). What a user relies on: derive, plan, sweep and check refuse such a
 deployment in one line naming the class, the release, the SGLang file:line and a way out that starts,
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import FlagError
-from checker.core.model_support import (
+from checker.core.releases.model_support import (
     any_class_runs_under_pp,
     builds_all_layers,
     check_pipeline,
@@ -27,8 +27,8 @@ from checker.core.model_support import (
     pipeline_status,
     runs_under_pp,
 )
-from checker.core.pp_support import MODEL_RUNNER_ASSERT, PIPELINE
-from checker.core.releases import MODELLED_RELEASES, release_model
+from checker.core.releases.pp_support import MODEL_RUNNER_ASSERT, PIPELINE
+from checker.core.releases.releases import MODELLED_RELEASES, release_model
 from checker.engines.model_code import ClassReading, Where, read_class
 from checker.engines.model_code import pipeline_status as reading_status
 
@@ -415,10 +415,11 @@ def test_the_hand_checked_findings_are_in_the_table() -> None:
 def test_the_engine_reads_the_installed_class_as_the_table_does(sglang_engine, family: str) -> None:
     """--engine sglang judges the installed class by its own code (read from the installed files): for the
     installed modelled release its answer at pp 2 is the table's, with the same file:line."""
-    from checker.core.geometry import resolve_dtypes
-    from checker.core.models import load_geometry, read_json
-    from checker.core.sizing import CapacityInputs
+    from checker.core.sizing.geometry import resolve_dtypes
+    from checker.core.sizing.models import read_json
+    from checker.core.sizing.sizing import CapacityInputs
     from checker.engines import ModelSource
+    from checker.families.geometry import load_geometry
 
     config = str(FIXTURES / f"{family}.json")
     arch = read_json(config)["architectures"][0]

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from strategies import geometries
 
 from checker.core.errors import BudgetError, CheckerInputError, FlagError, LayoutError
-from checker.core.geometry import ModelGeometry
-from checker.core.kv_pool import code_of, counts_own_stage
-from checker.core.releases import MODELLED_RELEASES, release_model
-from checker.core.sizing import (
+from checker.core.releases.releases import MODELLED_RELEASES, release_model
+from checker.core.sizing.geometry import ModelGeometry
+from checker.core.sizing.kv_pool import code_of, counts_own_stage
+from checker.core.sizing.sizing import (
     CHECKED_VALUES,
     CapacityInputs,
     StageCapacity,

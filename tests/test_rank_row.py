@@ -1,4 +1,4 @@
-"""A rank's input texts and its model label (checker.core.row): what decides that two ranks were
+"""A rank's input texts and its model label (checker.core.sizing.row): what decides that two ranks were
 given the same input, and what the root cause quotes when they were not.
 
 Two ranks whose values differ must get different texts (the digest of the text decides equality, so
@@ -15,9 +15,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checker.core.models import load_geometry
-from checker.core.row import input_text, model_label
+from checker.core.sizing.row import input_text, model_label
 from checker.distributed.wire import digest
+from checker.families.geometry import load_geometry
 
 # Every type a sizing flag, an environment variable or the budget takes.
 VALUES = st.one_of(

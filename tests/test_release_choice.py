@@ -1,4 +1,4 @@
-"""The release a rank derives as: one choice (``checker.core.releases.choose_release``), two names.
+"""The release a rank derives as: one choice (``checker.core.releases.releases.choose_release``), two names.
 
 What a user relies on: the report says which SGLang is installed (``sglang_installed``) and, apart from
 it, which release the values follow and who derived them (``derived_as``); a release number the checker
@@ -19,7 +19,7 @@ import netns
 import pytest
 
 from checker.core.errors import FlagError
-from checker.core.releases import (
+from checker.core.releases.releases import (
     FIRST_MODELLED,
     NEWEST_MODELLED,
     choose_release,

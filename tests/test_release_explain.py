@@ -1,5 +1,5 @@
 """What changed between two SGLang releases, as the verdict's root cause and ``derive --sglang-version
-a,b`` say it (``checker.core.releases.explain_release_difference``).
+a,b`` say it (``checker.core.releases.releases.explain_release_difference``).
 
 Expected lines are read off docs/sglang-releases.md's table of release groups: which rule changed, the
 first release with the new rule, and the two values.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from checker.core.releases import explain_release_difference
+from checker.core.releases.releases import explain_release_difference
 
 
 def test_the_first_release_with_the_new_rule_is_named() -> None:

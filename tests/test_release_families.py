@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import FlagError
-from checker.core.models import load_geometry
-from checker.core.releases import MODELLED_RELEASES, release_model
-from checker.core.sizing import CapacityInputs, derive_all
+from checker.core.releases.releases import MODELLED_RELEASES, release_model
+from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SRC = Path(os.environ.get("CHECKER_SGLANG_SRC", Path.home() / ".cache" / "pp-checker" / "src"))

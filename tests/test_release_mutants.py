@@ -3,7 +3,7 @@
 Most CLI tests of these rules run the checker in a subprocess, which a mutation tool cannot see into;
 these call the core functions in-process. Every expected value says where it comes from: pip's own
 reading of a version (``packaging.version``, which pytest depends on), a release's code
-(docs/sglang-releases.md, the wheels' model registries in checker/core/model_registry.py), the spec's
+(docs/sglang-releases.md, the wheels' model registries in checker/core/releases/model_registry.py), the spec's
 formulas (/work/shared/spec/capacity.md), or a property (a round trip, agreement with ``derive_all``).
 """
 
@@ -18,14 +18,9 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from checker.core.attention import AttentionGeometry
-from checker.core.budget import sizing_budget
 from checker.core.errors import BudgetError, FlagError, LayoutError
-from checker.core.geometry import ModelGeometry
-from checker.core.model_support import check_architectures, model_architectures, registers
-from checker.core.models import load_geometry
-from checker.core.planning import meets, min_budget, min_mem_fraction, partition_bounds, suggest_partition
-from checker.core.releases import (
+from checker.core.releases.model_support import check_architectures, model_architectures, registers
+from checker.core.releases.releases import (
     MAX_VERSION_CHARS,
     MODELLED_RELEASES,
     NEWEST_MODELLED,
@@ -35,7 +30,18 @@ from checker.core.releases import (
     release_key,
     release_model,
 )
-from checker.core.sizing import CapacityInputs, derive_all
+from checker.core.sizing.attention import AttentionGeometry
+from checker.core.sizing.budget import sizing_budget
+from checker.core.sizing.geometry import ModelGeometry
+from checker.core.sizing.planning import (
+    meets,
+    min_budget,
+    min_mem_fraction,
+    partition_bounds,
+    suggest_partition,
+)
+from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KIMI = load_geometry(model="kimi-k3")

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from checker.core.errors import FlagError
-from checker.core.models import load_geometry
-from checker.core.sizing import CapacityInputs
+from checker.core.sizing.sizing import CapacityInputs
+from checker.families.geometry import load_geometry
 
 QWEN = replace(load_geometry(model="kimi-k3"), family="qwen3_next")
 

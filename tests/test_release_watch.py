@@ -18,7 +18,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from checker.core.releases import NEWEST_MODELLED
+from checker.core.releases.releases import NEWEST_MODELLED
 
 REPO = Path(__file__).resolve().parent.parent
 WATCH = REPO / "scripts" / "sglang_release_watch.py"

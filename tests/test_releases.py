@@ -21,11 +21,8 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from strategies import geometries
 
-from checker.core.attention import AttentionGeometry
 from checker.core.errors import BudgetError, CheckerInputError, FlagError, LayoutError
-from checker.core.geometry import ModelGeometry
-from checker.core.models import load_geometry
-from checker.core.releases import (
+from checker.core.releases.releases import (
     FIRST_MODELLED,
     GROUPS,
     MODELLED_RELEASES,
@@ -34,9 +31,12 @@ from checker.core.releases import (
     installed_sglang_version,
     release_model,
 )
-from checker.core.sizing import POLICIES, CapacityInputs, derive_all, derive_stage
-from checker.core.sweep import BOOT_FAILURE
+from checker.core.sizing.attention import AttentionGeometry
+from checker.core.sizing.geometry import ModelGeometry
+from checker.core.sizing.sizing import POLICIES, CapacityInputs, derive_all, derive_stage
+from checker.core.sizing.sweep import BOOT_FAILURE
 from checker.device.sweep import derive_sweep
+from checker.families.geometry import load_geometry
 
 GIB = 2**30
 PER_REQ = 291_102_720
@@ -100,10 +100,10 @@ def test_modelled_releases_are_the_wheels_in_the_wheel_folder() -> None:
 
 
 def test_the_tables_generated_from_the_wheels_cover_every_modelled_release() -> None:
-    """scripts/build_pp_support.py read each release's own code into checker/core/pp_support.py: the
+    """scripts/build_pp_support.py read each release's own code into checker/core/releases/pp_support.py: the
     releases it covers are the modelled ones, in order (a release added to the list without regenerating
     the table, or one dropped from it, shows here)."""
-    from checker.core.pp_support import MODEL_RUNNER_ASSERT
+    from checker.core.releases.pp_support import MODEL_RUNNER_ASSERT
 
     assert tuple(MODEL_RUNNER_ASSERT) == MODELLED_RELEASES
 
@@ -600,7 +600,7 @@ def test_ratio_pool_0_5_3_post2_to_0_5_6_post2(version: str) -> None:
 def test_pp_refused_until_a_hybrid_model_supports_it() -> None:
     """Up to 0.5.7 no hybrid class starts under PP (qwen3_next.py asserts a single stage; kimi_linear.py,
     0.5.4.post2, splits its layers but its load_weights KeyErrors on another stage's until 0.5.17);
-    nemotron_h.py does from 0.5.8 (checker/core/pp_support.py). A JSON model spec is held to that.
+    nemotron_h.py does from 0.5.8 (checker/core/releases/pp_support.py). A JSON model spec is held to that.
     Kimi-Linear on 0.5.4.post2 at one stage: server_args.py forces KimiLinear's radix cache off, so
     handle_max_mamba_cache sizes K = --max-running-requests 16 (no // dp: not GDN), charged 16 * per_req;
     1 slot a request: tp_worker.py min(16 // 1, min(16, 16 // 1)) = 16, micro 16 // 1 = 16. Spec decoding
@@ -665,7 +665,8 @@ def test_no_buffer_slot_ratio_0_5_7_to_0_5_13(version: str, want: tuple[int, int
     MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP (2) unless extra_buffer runs with spec decoding, so no_buffer
     holds 3 + 2 = 5 slots: min(4096, 9 // 5) = 1 request; 0.5.8 adds it only under extra_buffer: 9 // 3
     = 3. Micro batch max(n // 8, 1) = 1. KV left 8 - 9 * per_req / 2**30 (no padding slot). 0.5.7 at one
-    stage (micro batch 1 // 1 = 1): no hybrid class starts under PP there (checker/core/pp_support.py),
+    stage (micro batch 1 // 1 = 1): no hybrid class starts under PP there
+    (checker/core/releases/pp_support.py),
     and whole-model charging makes K the same at any pp size."""
     pp = {"pp_size": 1} if version == "0.5.7" else {}
     stages = derive_all(make(version, geometry=QWEN, **pp))

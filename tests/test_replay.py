@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checker.core.errors import CheckerInputError, FlagError
-from checker.core.geometry import resolve_dtypes
-from checker.core.models import load_geometry
-from checker.core.sizing import GIB, CapacityInputs, derive_stage, plan_stage
-from checker.core.sweep import scalar_sweep
+from checker.core.sizing.geometry import resolve_dtypes
+from checker.core.sizing.sizing import GIB, CapacityInputs, derive_stage, plan_stage
+from checker.core.sizing.sweep import scalar_sweep
+from checker.families.geometry import load_geometry
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -70,7 +70,7 @@ def test_the_issues_case_derives_other_values_with_the_ring(cli) -> None:
 
 def _gdn_ring_per_layer(cfg: dict[str, Any], tp: int, window: int, *, release: str) -> int:
     """``replayssm_ring_bytes_per_req`` of one GDN layer, from the config's own numbers (SGLang's
-    configs/mamba_utils.py, read independently of checker.core.replay): bf16 conv state."""
+    configs/mamba_utils.py, read independently of checker.core.sizing.replay): bf16 conv state."""
     text = cfg.get("text_config", cfg)
     hv = text["linear_num_value_heads"] // tp
     hk = text["linear_num_key_heads"] // tp
@@ -266,7 +266,7 @@ def test_the_builtin_ring_is_the_installed_releases_own(
     """For the INSTALLED release, with --enable-linear-replayssm-spec: the builtin model and the release's
     own ``_handle_max_mamba_cache`` (run by the sglang engine) derive the same stage, field by field (the
     ring per slot and once, the intermediate state, the KV budget left), on every stage, or both refuse."""
-    from checker.core.releases import parse_version
+    from checker.core.releases.releases import parse_version
     from checker.engines import ModelSource
 
     version = sglang_engine.version

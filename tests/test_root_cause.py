@@ -16,7 +16,7 @@ import pytest
 from rank_rows import world
 
 from checker.core.ranks import is_split, outliers
-from checker.core.row import RankRow
+from checker.core.sizing.row import RankRow
 from checker.distributed.wire import VALUE_BYTES, decode_row, encode_row, sent_text
 from checker.preflight.verdict import decide, explain_input, infrastructure_failure
 from checker.status import ROW_DRIFT, ROW_INTERNAL

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from checker.core.attention import AttentionGeometry
 from checker.core.errors import BudgetError, FlagError, LayoutError
-from checker.core.geometry import ModelGeometry
-from checker.core.models import load_geometry
-from checker.core.sizing import CapacityInputs, derive_all, derive_stage, divergent_values
+from checker.core.sizing.attention import AttentionGeometry
+from checker.core.sizing.geometry import ModelGeometry
+from checker.core.sizing.sizing import CapacityInputs, derive_all, derive_stage, divergent_values
+from checker.families.geometry import load_geometry
 
 GIB = 2**30
 PER_LAYER = 4096 * 3 * 2 + 64 * 128 * 128 * 4  # 4,218,880: conv bf16 + temporal fp32

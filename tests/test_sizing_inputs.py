@@ -1,4 +1,4 @@
-"""One table of sizing inputs (checker/core/server_args.py): the checker's flags, the typed config, the
+"""One table of sizing inputs (checker/core/sizing/server_args.py): the checker's flags, the typed config, the
 core's inputs and the launch-command mapping all follow from it, and the launch command's values are
 checked as the checker's own flags are.
 
@@ -18,8 +18,8 @@ import pytest
 from checker.cli.main import _subparser, build_parser
 from checker.config import ModelChoice, SizingFlags, capacity_inputs
 from checker.core.errors import FlagError, LayoutError
-from checker.core.releases import choose_release
-from checker.core.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
+from checker.core.releases.releases import choose_release
+from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.launch.merge import given_dests
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

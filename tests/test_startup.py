@@ -1,6 +1,6 @@
 """What SGLang resolves from the speculative flags, and what it refuses at start-up from the flags under PP.
 
-``checker/core/startup.py`` holds, per release, the speculative setup the argument handling resolves
+``checker/core/releases/startup.py`` holds, per release, the speculative setup the argument handling resolves
 (NEXTN as EAGLE; unset steps, top-k and draft tokens picked together; draft tokens = steps + 1 at top-k
 1; an unset request cap of 48) and the start-up refusals the validation makes from inputs the checker
 reads (speculative decoding under PP, mixed chunked prefill under PP, a micro-batch cap of 0). What a
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import FlagError
-from checker.core.releases import MODELLED_RELEASES
-from checker.core.startup import (
+from checker.core.releases.releases import MODELLED_RELEASES
+from checker.core.releases.startup import (
     FIRST_PP_SPEC,
     SPEC_DEFAULT_MAX_RUNNING_REQUESTS,
     auto_params,
@@ -294,7 +294,7 @@ def test_mixed_chunked_prefill_under_pp_is_refused_up_to_0_5_10_post1(cli) -> No
 def test_every_sglang_variable_read_is_in_each_deriving_commands_help(cli) -> None:
     """SGLANG_ENABLE_PP_SPEC decides whether a deployment starts: a user must find it in --help, as the
     other variables a derivation reads."""
-    from checker.core.environ import PP_SPEC_ENV, SGLANG_ENV_VARS
+    from checker.core.sizing.environ import PP_SPEC_ENV, SGLANG_ENV_VARS
 
     for command in ("check", "derive", "plan", "sweep"):
         res = cli([command, "--help"])
@@ -327,7 +327,7 @@ def test_the_speculative_setup_is_what_each_releases_code_says() -> None:
     """In every release found: the last branch of auto_choose_speculative_params is auto_params', no hybrid
     class the checker reads is in its lists, NEXTN becomes EAGLE, an unset request cap becomes 48 and top-k
     1 sets the draft tokens to steps + 1."""
-    from checker.core.pp_support import PIPELINE
+    from checker.core.releases.pp_support import PIPELINE
 
     for v in _releases_here():
         text = _sources(v)

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from strategies import geometries
 
 from checker.core.errors import BudgetError, CheckerInputError
-from checker.core.models import load_geometry
-from checker.core.sizing import (
+from checker.core.sizing.sizing import (
     CHECKED_VALUES,
     GIB,
     POLICIES,
@@ -30,9 +29,10 @@ from checker.core.sizing import (
     plan_stage,
     size_pool,
 )
-from checker.core.sweep import BOOT_FAILURE, budget_runs, parse_budgets, scalar_sweep
-from checker.core.sweep import analyse as analyse_lists
+from checker.core.sizing.sweep import BOOT_FAILURE, budget_runs, parse_budgets, scalar_sweep
+from checker.core.sizing.sweep import analyse as analyse_lists
 from checker.device.sweep import analyse, derive_sweep, local_sweep
+from checker.families.geometry import load_geometry
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KIMI = ["--model", "kimi-k3", "--pp-size", "8", "--mamba-full-memory-ratio", "0.5"]
@@ -594,7 +594,7 @@ def test_sweep_modules_import_without_torch_until_run() -> None:
     code = textwrap.dedent(
         """
         import sys
-        import checker.core.sweep, checker.commands.sweep, checker.outputs.plot
+        import checker.core.sizing.sweep, checker.commands.sweep, checker.outputs.plot
         print("LEAKED" if "torch" in sys.modules else "CLEAN")
         """
     )

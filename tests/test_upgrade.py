@@ -264,7 +264,7 @@ def _capacity_inputs(env: dict[str, str] | None = None, **flags: object):
 def test_the_upgrade_facts_describe_the_deployment_as_configured() -> None:
     """What derive and plan --sglang-version A,B filter the release changes by: each fact from its flag
     (or the decode-lock switch in the environment), the model's per-slot extra state from its geometry."""
-    from checker.core.upgrade import UpgradeFacts
+    from checker.core.sizing.upgrade import UpgradeFacts
 
     plain = UpgradeFacts.of(_capacity_inputs(pp_size=1))
     assert plain == UpgradeFacts(strategy=plain.strategy, pp_size=1)

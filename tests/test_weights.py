@@ -3,8 +3,8 @@
 ``tests/fixtures/weights/expected.json`` holds, per release and per case, every rank's parameter and
 buffer bytes of SGLang's own class built on the meta device from that release's real code
 (``scripts/build_weights_expected.py`` runs ``scripts/sglang_weights.py`` in each release's CPU
-environment). The quick suite holds the torch-free rules of ``checker/core/weights.py`` to them, rank by
-rank, so a rule that drifts from a class fails here without SGLang. Where the release refuses the case
+environment). The quick suite holds the torch-free rules of ``checker/core/weights/weights.py`` to them, rank
+by rank, so a rule that drifts from a class fails here without SGLang. Where the release refuses the case
 (a class that asserts one stage, a flag its arguments refuse, a layer it cannot shard), the rules must
 refuse it too. ``pytest -m sglang`` builds the classes again where SGLang imports (the figures cannot go
 stale against the installed release).
@@ -21,16 +21,10 @@ from typing import Any
 import pytest
 
 from checker.core.errors import CheckerInputError, ConfigError, FlagError, LayoutError
-from checker.core.model_support import check_architectures, registers
-from checker.core.releases import MODELLED_RELEASES
-from checker.core.weights import (
-    GIB,
-    WeightsLayout,
-    allocator_bytes,
-    model_weights,
-    rank_params,
-    release_partition,
-)
+from checker.core.releases.model_support import check_architectures, registers
+from checker.core.releases.releases import MODELLED_RELEASES
+from checker.core.weights.weights import GIB, WeightsLayout, allocator_bytes, release_partition
+from checker.families.rules import model_weights, rank_params
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = json.loads((REPO / "tests/fixtures/weights/expected.json").read_text())
@@ -246,7 +240,7 @@ def test_a_moe_runner_that_re_lays_the_experts_is_refused_in_one_line() -> None:
 
 
 def test_a_quantized_model_is_refused_in_one_line(tmp_path: Path) -> None:
-    from checker.core.weights_source import checkpoint_weights
+    from checker.families.weights_source import checkpoint_weights
     from tests.checkpoints import model_dir
 
     cfg = json.loads((REPO / "tests/fixtures/qwen3_next_80b_a3b.json").read_text())

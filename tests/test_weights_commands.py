@@ -2,7 +2,7 @@
 derive's server budget.
 
 Model directories hold a sparse checkpoint of the real shapes (tests/checkpoints.py: real headers, no
-data). The figures are held to :func:`checker.core.weights.model_weights` (itself held to SGLang's own
+data). The figures are held to :func:`checker.core.weights.weights.model_weights` (itself held to SGLang's own
 classes in tests/test_weights.py) and to the release's budget formula worked by hand.
 """
 
@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from harness import run_world
 
-from checker.core.weights import GIB, WeightsLayout, model_weights
+from checker.core.weights.weights import GIB, WeightsLayout
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
+from checker.families.rules import model_weights
 from checker.outputs.report import to_json, to_markdown, to_text
 from checker.preflight import derivation
 from checker.preflight.verdict import decide

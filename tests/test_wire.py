@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from checker.core.errors import printable
-from checker.core.row import INPUT_NAMES, INT_FIELDS, RankRow
+from checker.core.sizing.row import INPUT_NAMES, INT_FIELDS, RankRow
 from checker.distributed.wire import (
     ERROR_BYTES,
     HOST_BYTES,

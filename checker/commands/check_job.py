@@ -27,7 +27,7 @@ from checker.status import ERROR
 if TYPE_CHECKING:
     import torch
 
-    from checker.core.row import RankRow
+    from checker.core.sizing.row import RankRow
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ from checker.commands.options import (
 )
 from checker.config import DeriveConfig
 from checker.core.errors import FlagError
-from checker.core.sizing import CapacityInputs, StageCapacity, divergent_values
+from checker.core.sizing.sizing import CapacityInputs, StageCapacity, divergent_values
 from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
 from checker.outputs.derive import Derivation, derivation_doc, derivation_text

@@ -1,5 +1,5 @@
 """``checker derive --sglang-version A,B``: every stage under each release, side by side, and the rule
-changes that explain a difference (:mod:`checker.core.upgrade`), rendered by
+changes that explain a difference (:mod:`checker.core.sizing.upgrade`), rendered by
 :mod:`checker.outputs.derive` (:class:`~checker.outputs.derive.ReleaseComparison`).
 """
 
@@ -9,8 +9,8 @@ import os
 
 from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
-from checker.core.sizing import CapacityInputs, StageCapacity
-from checker.core.upgrade import UpgradeFacts, explain, release_differences
+from checker.core.sizing.sizing import CapacityInputs, StageCapacity
+from checker.core.sizing.upgrade import UpgradeFacts, explain, release_differences
 from checker.outputs.derive import ReleaseComparison, comparison_doc, comparison_text
 from checker.outputs.stdout import show
 from checker.status import CONSISTENT, DIVERGENT

@@ -11,9 +11,9 @@ import argparse
 import math
 from collections.abc import Callable
 
-from checker.core.budget import MAX_BUDGET_GIB
 from checker.core.errors import SHOWN_CHARS, shorten
-from checker.core.server_args import MEM_FRACTION_STATIC, ServerArg
+from checker.core.sizing.budget import MAX_BUDGET_GIB
+from checker.core.sizing.server_args import MEM_FRACTION_STATIC, ServerArg
 from checker.distributed.rendezvous import init_method_problem
 
 MAX_GIB = MAX_BUDGET_GIB
@@ -72,7 +72,7 @@ def bounded_float(
 
 def row_type(row: ServerArg) -> Callable[[str], object]:
     """An argparse type for a sizing input: the text read as the row's kind, then checked by the row
-    (:mod:`checker.core.server_args`), so the flag refuses exactly what the typed config refuses."""
+    (:mod:`checker.core.sizing.server_args`), so the flag refuses exactly what the typed config refuses."""
 
     def parse(text: str) -> object:
         value: object = text
@@ -89,8 +89,8 @@ def row_type(row: ServerArg) -> Callable[[str], object]:
 
 
 # The edge: a GiB value from the command line (--budget-gib, --device-free-gib, ...) is checked here,
-# once, and keeps its name (budget_gib) down to the row. CapacityInputs (checker.core.sizing) is the one
-# validating constructor every derivation builds; for a value that came through here its check cannot
+# once, and keeps its name (budget_gib) down to the row. CapacityInputs (checker.core.sizing.sizing) is the
+# one validating constructor every derivation builds; for a value that came through here its check cannot
 # fire, it is there for callers that are not the parser (code, a plan's search, a config file).
 positive_gib = bounded_float(low=0, high=MAX_GIB, what=" GiB")
 unit_fraction = row_type(MEM_FRACTION_STATIC)

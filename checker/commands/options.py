@@ -11,8 +11,9 @@ import argparse
 from collections.abc import Sequence
 
 from checker.commands.flag_types import init_method, positive_gib, row_type, timeout_seconds
-from checker.core.models import DEFAULT_MODEL, PRESETS
-from checker.core.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
+from checker.core.sizing.models import DEFAULT_MODEL
+from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
+from checker.families import PRESETS
 from checker.launch.inputs import READ_OPTIONS, run_inputs
 
 DEFAULT_BUDGET_GIB = 8.0

@@ -1,8 +1,8 @@
 """``checker plan``: capacity planning from the same core every rank runs (no torch needed).
 
-Two modes: the smallest budget for a running-request target (:func:`checker.core.planning.min_budget`,
-and as a --mem-fraction-static with :func:`~checker.core.planning.min_mem_fraction`), or the layer
-partition with the largest pool (:func:`~checker.core.planning.suggest_partition`). What a user reads
+Two modes: the smallest budget for a running-request target (:func:`checker.core.sizing.planning.min_budget`,
+and as a --mem-fraction-static with :func:`~checker.core.sizing.planning.min_mem_fraction`), or the layer
+partition with the largest pool (:func:`~checker.core.sizing.planning.suggest_partition`). What a user reads
 in ``--help`` is :data:`DESCRIPTION` and :data:`EXAMPLES`.
 """
 
@@ -24,7 +24,7 @@ from checker.commands.plan_budget import run_releases, run_target
 from checker.commands.plan_partition import DEFAULT_SLACK, run_partition
 from checker.config import DeriveConfig, PlanConfig
 from checker.core.errors import FlagError
-from checker.core.partition import PARTITION_ENV
+from checker.core.sizing.partition import PARTITION_ENV
 from checker.launch.merge import launch_text
 
 HELP = "the smallest budget for a running-request target, or a partition with a larger pool"

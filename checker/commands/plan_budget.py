@@ -1,7 +1,8 @@
 """``checker plan --target-max-running-requests N``: the smallest budget at which every stage reaches
-the target (:func:`checker.core.planning.min_budget`), per charging policy or per release (``--sglang-version
+the target (:func:`checker.core.sizing.planning.min_budget`), per charging policy or per release
+(``--sglang-version
 A,B``), by the engines of --engine; with --gpu-free-gib also as the --mem-fraction-static that reaches it
-(:func:`~checker.core.planning.min_mem_fraction`) for the busiest rank's weights. Rendered by
+(:func:`~checker.core.sizing.planning.min_mem_fraction`) for the busiest rank's weights. Rendered by
 :mod:`checker.outputs.plan`.
 """
 
@@ -11,13 +12,13 @@ import os
 
 from checker.config import DeriveConfig, PlanConfig
 from checker.core.errors import FlagError
-from checker.core.planning import MemFraction, MinBudget, min_budget, min_mem_fraction
-from checker.core.releases import release_model
-from checker.core.sizing import POLICIES, CapacityInputs
-from checker.core.upgrade import UpgradeFacts, explain
-from checker.core.weights_source import busiest_rank
+from checker.core.releases.releases import release_model
+from checker.core.sizing.planning import MemFraction, MinBudget, min_budget, min_mem_fraction
+from checker.core.sizing.sizing import POLICIES, CapacityInputs
+from checker.core.sizing.upgrade import UpgradeFacts, explain
 from checker.engines.drift import Drift
 from checker.engines.planning import engine_min_budget, min_budget_drift
+from checker.families.weights_source import busiest_rank
 from checker.outputs.plan import (
     AssumedWeights,
     ReleaseTargets,

@@ -1,5 +1,5 @@
 """``checker plan --suggest-partition``: the layer partition that leaves the busiest stage the fewest
-linear layers (:func:`checker.core.planning.suggest_partition`), derived by the engines of --engine
+linear layers (:func:`checker.core.sizing.planning.suggest_partition`), derived by the engines of --engine
 beside SGLang's default split at the budget, and rendered by :mod:`checker.outputs.plan`.
 """
 
@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from checker.config import DeriveConfig, PlanConfig
 from checker.core.errors import BudgetError
-from checker.core.planning import suggest_partition
-from checker.core.sizing import CapacityInputs, StageCapacity
+from checker.core.sizing.planning import suggest_partition
+from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.engines.drift import Drift
 from checker.outputs.plan import PartitionPlan, partition_doc, partition_text
 from checker.outputs.stdout import show

@@ -24,8 +24,8 @@ from checker.commands.options import (
     check_run_outputs,
 )
 from checker.config import ModelChoice, OutputOptions, SizingFlags, SweepConfig
-from checker.core.sizing import POLICIES
-from checker.core.sweep import UPSTREAM_GRID
+from checker.core.sizing.sizing import POLICIES
+from checker.core.sizing.sweep import UPSTREAM_GRID
 from checker.distributed.launch_env import GroupOptions, RankEnv
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from checker.commands.sweep_plan import SweepFindings, SweepPlan, present
 from checker.config import OutputOptions, SweepConfig
 from checker.core.errors import CheckerInputError
-from checker.core.layout import layout
-from checker.core.sizing import CHECKED_VALUES
+from checker.core.sizing.layout import layout
+from checker.core.sizing.sizing import CHECKED_VALUES
 from checker.device.choice import sweep_device, use_one_cpu_thread
 from checker.distributed.exchange import JobContext, RankError
 from checker.distributed.launch_env import RankEnv

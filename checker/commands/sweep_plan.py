@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from checker.config import SweepConfig, capacity_inputs
 from checker.core.errors import CheckerInputError, FlagError
-from checker.core.sizing import CapacityInputs
-from checker.core.sweep import BudgetGrid, SweepSummary, parse_budgets
+from checker.core.sizing.sizing import CapacityInputs
+from checker.core.sizing.sweep import BudgetGrid, SweepSummary, parse_budgets
 from checker.outputs.plot import plot_sweep, plot_title
 from checker.outputs.sweep_report import build_report, to_json_text, write_report
 from checker.outputs.sweep_text import header, quiet_report, text_report

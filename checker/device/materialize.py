@@ -15,7 +15,7 @@ exactly those bytes, before the server starts. What is allocated mirrors SGLang 
   ``intermediate_conv_window (S + 1, D, *conv)``.
 * a configured per-slot extra state (``extra_per_slot_bytes``, shape unknown to us): ``(K + 1, bytes)``
   of uint8, the bytes ``state_allocated_bytes`` counts; with ``--enable-linear-replayssm-spec`` a KDA
-  model's ReplaySSM ring rides there (charged per slot, checker.core.replay), a GDN model's is one
+  model's ReplaySSM ring rides there (charged per slot, checker.core.sizing.replay), a GDN model's is one
   ``(bytes,)`` uint8 buffer of the ring charged per request, and no verify scratch is allocated
   (SGLang allocates no ``intermediate_ssm`` under the ring). The ring's bytes are the charged ones (the
   busiest stage's share, as ``extra_per_slot_bytes`` is).
@@ -52,8 +52,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, TypedDict
 
 from checker.core.errors import FlagError
-from checker.core.geometry import DTYPE_ITEMSIZE
-from checker.core.sizing import CapacityInputs, StageCapacity
+from checker.core.sizing.geometry import DTYPE_ITEMSIZE
+from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 
 if TYPE_CHECKING:
     import torch

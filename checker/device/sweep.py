@@ -1,7 +1,7 @@
 """Budget sweeps vectorised with torch: one stage's three checked values at every budget at once.
 
-:func:`derive_sweep` is bit-identical to the scalar core (``checker.core.sizing.size_pool``) budget by
-budget: it reuses :func:`~checker.core.sizing.plan_stage` for the budget-independent half and repeats
+:func:`derive_sweep` is bit-identical to the scalar core (``checker.core.sizing.sizing.size_pool``) budget by
+budget: it reuses :func:`~checker.core.sizing.sizing.plan_stage` for the budget-independent half and repeats
 ``size_pool``'s float64 arithmetic one IEEE operation at a time, in the same order, on float64 tensors.
 ``torch.div(..., rounding_mode="floor")`` on float64 runs CPython's own float ``//`` algorithm
 (fmod, then a correction step), checked against ``//`` on millions of values, so the pool size K lands
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from checker.core.errors import BudgetError, ConfigError, FlagError, LayoutError
-from checker.core.kv_pool import INT64_MAX, code_of, draft_layers_of, kv_dtype_bytes, stage_cell
-from checker.core.sizing import (
+from checker.core.sizing.kv_pool import INT64_MAX, code_of, draft_layers_of, kv_dtype_bytes, stage_cell
+from checker.core.sizing.sizing import (
     BOOT_FAILURE,
     CHECKED_VALUES,
     GIB,
@@ -31,10 +31,10 @@ from checker.core.sizing import (
     size_pool,
     spec_headroom,
 )
-from checker.core.sweep import PolicyFlags, flags_from_stack, summarise
+from checker.core.sizing.sweep import PolicyFlags, flags_from_stack, summarise
 
 if TYPE_CHECKING:  # the sweep's tables load with the sweep; check derives one budget without them
-    from checker.core.sweep import PolicyFlags, SweepSummary
+    from checker.core.sizing.sweep import PolicyFlags, SweepSummary
 
 # Products below are formed in float64 from exact operands, so each is rounded once, exactly as
 # Python's int product followed by int / 2**30 (correctly rounded) is. That holds while the operands
@@ -53,7 +53,7 @@ def _state_sweep(
     ratio = plan.slots_per_request
     spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
     per_slot = spr + extra
-    fixed = plan.replayssm_fixed_bytes  # the GDN ReplaySSM ring, charged once (checker.core.replay)
+    fixed = plan.replayssm_fixed_bytes  # the GDN ReplaySSM ring, charged once (checker.core.sizing.replay)
     # No speculative intermediate state is reserved under the ReplaySSM ring, as in size_pool.
     D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
     if rest.numel():
@@ -162,7 +162,7 @@ def _state_sweep(
 def _own_tokens(
     inputs: CapacityInputs, plan: StagePlan, K: torch.Tensor, kv_gib: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One stage's own KV capacity per budget, as ``checker.core.sizing.stage_kv`` sizes it: (profiled,
+    """One stage's own KV capacity per budget, as ``checker.core.sizing.sizing.stage_kv`` sizes it: (profiled,
     what up to 0.5.9 estimates requests from, own capacity before the MIN)."""
     zeros = torch.zeros_like(K)
     version = inputs.release.version
@@ -267,7 +267,7 @@ def _pipeline(
 ) -> list[torch.Tensor | None]:
     stages = _stage_sweeps(inputs, rest, required=required)
     # The MIN covers the stages that size their own pools at a budget (those whose own pool would boot
-    # alone: checker.core.sizing.derive_stage leaves out a stage whose size_pool raises there).
+    # alone: checker.core.sizing.sizing.derive_stage leaves out a stage whose size_pool raises there).
     sentinel = torch.full_like(rest, INT64_MAX, dtype=torch.int64)
     sized = [None if st is None else _boots_alone(inputs, st) for st in stages]
     minimum = (
@@ -294,7 +294,7 @@ def derive_pipeline_sweep(
     int64 (pp_size, num_budgets, 3) on ``device``, :data:`BOOT_FAILURE` where the scalar core raises
     :class:`BudgetError` at that budget. Each stage's KV pool is the MIN of every stage's own capacity at
     that budget (a stage whose own pools do not size there stays out of it), then its request cap by the
-    release's rule (``checker.core.sizing.derive_stage``, budget by budget). ``inputs.budget_gib`` is
+    release's rule (``checker.core.sizing.sizing.derive_stage``, budget by budget). ``inputs.budget_gib`` is
     ignored. A budget-independent error (LayoutError, FlagError) of any stage raises, as the scalar core
     does for any budget."""
     rest = torch.as_tensor(budgets, dtype=torch.float64, device=device).reshape(-1)
@@ -313,7 +313,7 @@ def _resolve(
     own: torch.Tensor,
     minimum: torch.Tensor,
 ) -> torch.Tensor:
-    """One stage after the MIN (``checker.core.kv_pool.resolve_one``), per budget."""
+    """One stage after the MIN (``checker.core.sizing.kv_pool.resolve_one``), per budget."""
     rules = inputs.release.rules
     code = code_of(inputs.release.version)
     page = inputs.kv_page_size
@@ -409,7 +409,8 @@ def stack_stages(
 
 
 def flags_from_tensor(stack: torch.Tensor) -> list[PolicyFlags]:
-    """:func:`checker.core.sweep.flags_from_stack`, vectorised over a (P, policies, budgets, 3) tensor."""
+    """:func:`checker.core.sizing.sweep.flags_from_stack`, vectorised over a (P, policies, budgets, 3)
+    tensor."""
 
     stack = stack.cpu()
     failed = stack[..., 0] == BOOT_FAILURE  # (P, policies, budgets)

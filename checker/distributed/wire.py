@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checker.core.errors import printable
-from checker.core.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
+from checker.core.sizing.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
 SCHEMA_VERSION = 12
-"""3: the row defined once in checker.core.row; 4: the launch command input; 5: a rank's error
+"""3: the row defined once in checker.core.sizing.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
 slots, new meanings: ``model`` digests the model's own files (not resolved dtypes or TP), ``launch_command``
@@ -44,7 +44,7 @@ rank's weights figure and its source (``weights_bytes``, ``weights_source``); 10
 a slot of its own (the speculative algorithm, steps and top-k): the release resolves the speculative
 setup from them, and the start-up refusals under PP read them; 11: two inputs more, the ReplaySSM
 spec-verify ring's switch and length (``enable_linear_replayssm_spec``, ``linear_replayssm_cache_len``),
-which the state-pool sizing charges (checker.core.replay); 12: the KV token pool (each rank's own
+which the state-pool sizing charges (checker.core.sizing.replay); 12: the KV token pool (each rank's own
 capacity and what the resolution after the MIN reads: cell, bytes, profile, release, page size, request
 flags, context length) and two inputs more (--kv-cache-dtype, --max-total-tokens) and an env var
 (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""

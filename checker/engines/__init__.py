@@ -1,7 +1,7 @@
 """Derivation engines: who computes a stage's pool size and limits.
 
-* ``builtin`` - the checker's own model of each modelled SGLang release (:mod:`checker.core.sizing`,
-  :mod:`checker.core.releases`); torch-free.
+* ``builtin`` - the checker's own model of each modelled SGLang release (:mod:`checker.core.sizing.sizing`,
+  :mod:`checker.core.releases.releases`); torch-free.
 * ``sglang`` - the INSTALLED SGLang's own code, called on CPU with light stand-ins
   (:mod:`checker.engines.sglang`); what the deployment will really do.
 * ``both`` - derive with each and report any difference as "model drift" (:mod:`checker.engines.drift`).
@@ -21,7 +21,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
-from checker.core.sizing import CapacityInputs, StageCapacity
+from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 
 ENGINES = ("builtin", "sglang", "both")
 DEFAULT_ENGINE = "builtin"

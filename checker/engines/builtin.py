@@ -1,5 +1,5 @@
 """The ``builtin`` engine: the checker's own model of each modelled SGLang release
-(:mod:`checker.core.sizing`)."""
+(:mod:`checker.core.sizing.sizing`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from checker.core.errors import CheckerInputError
-from checker.core.sizing import CapacityInputs, StageCapacity, StagePlan, plan_stage, size_pool, with_pool
+from checker.core.sizing.sizing import (
+    CapacityInputs,
+    StageCapacity,
+    StagePlan,
+    plan_stage,
+    size_pool,
+    with_pool,
+)
 from checker.engines import ModelSource
 
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from checker.core.errors import CheckerInputError
-from checker.core.releases import ReleaseChoice
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, derive_each_stage
+from checker.core.releases.releases import ReleaseChoice
+from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, derive_each_stage
 from checker.engines import ModelSource, PreparedEngine, get_engine
 
 DRIFT_VALUES = (

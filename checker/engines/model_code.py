@@ -1,8 +1,8 @@
 """What a model class's own source says about pipeline parallelism (stdlib only: ``ast``, no import of it).
 
 Read from a release's sources without running them, by ``scripts/build_pp_support.py`` over every modelled
-wheel (the table :mod:`checker.core.pp_support`) and by the ``sglang`` engine over the installed release (a
-release newer than the modelled ones is judged by its own code). What is read, per entry class:
+wheel (the table :mod:`checker.core.releases.pp_support`) and by the ``sglang`` engine over the installed
+release (a release newer than the modelled ones is judged by its own code). What is read, per entry class:
 
 * ``forward`` (the class's own, else the first base's, as attribute lookup finds it): whether it takes
   ``pp_proxy_tensors``. That is the model runner's whole test (0.5.23 ``model_executor/model_runner.py``

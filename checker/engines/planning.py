@@ -1,7 +1,7 @@
 """``plan --engine sglang|both``: the planning answers re-derived by the installed SGLang.
 
-The builtin search (:func:`checker.core.planning.min_budget`) finds the boundary with the checker's model;
-here the same boundary ("met at the answer, missed 0.01 GiB below") is searched again with SGLang's own
+The builtin search (:func:`checker.core.sizing.planning.min_budget`) finds the boundary with the checker's
+model; here the same boundary ("met at the answer, missed 0.01 GiB below") is searched again with SGLang's own
 derivation as the predicate, starting from the builtin's answer, so SGLang's answer is exact even when
 the model drifts (the predicate is monotone in the budget for the same reasons the builtin's is: the
 code is the same arithmetic). Under ``both`` any difference, in the budget or in a stage's values at
@@ -11,14 +11,14 @@ the builtin's budget, is a drift finding.
 from __future__ import annotations
 
 from checker.core.errors import BudgetError
-from checker.core.planning import (
+from checker.core.sizing.planning import (
     MAX_BUDGET_HUNDREDTHS,
     MinBudget,
     bisect_boundary,
     budget_from_hundredths,
     meets,
 )
-from checker.core.sizing import StageCapacity
+from checker.core.sizing.sizing import StageCapacity
 from checker.engines import PreparedEngine
 from checker.engines.drift import Drift, Outcome, compare
 

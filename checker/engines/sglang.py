@@ -56,12 +56,12 @@ Not callable standalone, so reproduced here (each one says where the SGLang code
   decoding is on and reads D from the resolved spec config.
 * Startup validation that runs after argument resolution (``ServerArgs.check_server_args``, called by
   ``entrypoints/engine.py``) is not run: it needs a real speculative setup. Its refusals of the inputs
-  the checker reads are made before either engine runs (:mod:`checker.core.startup`, in
+  the checker reads are made before either engine runs (:mod:`checker.core.releases.startup`, in
   ``CapacityInputs``: speculative decoding and mixed chunking under PP), with the rules of the modelled
   release (the newest one for a release the checker does not model).
 * Whether the installed release STARTS the model's class under PP is read from that class's own code
   (:meth:`SglangEngine.check_pipeline`, :mod:`checker.engines.model_code`), the rule
-  :mod:`checker.core.pp_support` holds for the modelled releases.
+  :mod:`checker.core.releases.pp_support` holds for the modelled releases.
 * Presets and JSON model specs have no config.json: their layer ids, shapes and dtypes are the
   checker's, packed into an object whose ``mamba_cache_per_req`` is SGLang's own property
   (``BaseLinearStateParams``); the resolution runs on a Qwen3-Next config.json with the same layer
@@ -130,14 +130,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checker.core.attention import AttentionGeometry
-from checker.core.environ import SGLANG_ENV_VARS
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
-from checker.core.geometry import canonical_dtype
-from checker.core.model_support import model_architectures, pipeline_refusal
-from checker.core.models import read_json
-from checker.core.releases import MODELLED_RELEASES, release_key
-from checker.core.sizing import CapacityInputs, StageCapacity
+from checker.core.releases.model_support import model_architectures, pipeline_refusal
+from checker.core.releases.releases import MODELLED_RELEASES, release_key
+from checker.core.sizing.attention import AttentionGeometry
+from checker.core.sizing.environ import SGLANG_ENV_VARS
+from checker.core.sizing.geometry import canonical_dtype
+from checker.core.sizing.models import read_json
+from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.engines import ModelSource, model_code, quiet_sglang
 
 FIRST_SUPPORTED = "0.5.10"
@@ -528,7 +528,8 @@ class SglangEngine:
         """Under pp > 1: whether the INSTALLED release starts the class its registry picks for the model,
         read from that class's own code (:mod:`checker.engines.model_code`: its constructor's asserts and
         layer builder, ``forward``'s ``pp_proxy_tensors``, ``load_weights``), the same rule the table of
-        modelled releases holds (:func:`checker.core.model_support.check_pipeline`): a release newer than
+        modelled releases holds (:func:`checker.core.releases.model_support.check_pipeline`): a release newer
+        than
         the modelled ones is judged by its own code. Nothing is imported: the files are read."""
         if inputs.pp_size <= 1:
             return

@@ -19,7 +19,7 @@
   the live parser of every release importable in the SGLang CPU environment. Flags sizing does not
   read are accepted with their text, under SGLang's own dest (the first long option's), and kept in
   ``LaunchCommand.given_values``: the release's start-up checks of them (``--nnodes``,
-  ``--enable-multi-layer-eagle``, ...: :mod:`checker.core.launch_checks`) and the refusal of a sizing
+  ``--enable-multi-layer-eagle``, ...: :mod:`checker.core.releases.launch_checks`) and the refusal of a sizing
   flag nothing models (:func:`checker.launch.merge.refuse_unmodelled`) read them there.
 
 Forms (from each release's wheel): ``python[3] -m sglang.launch_server ARGS`` (every release);
@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from checker.core.errors import FlagError, printable
-from checker.core.hub_cache import local_model_path
-from checker.core.models import path_stat, shown_path
-from checker.core.releases import installed_sglang_version, parse_version, release_key
+from checker.core.releases.releases import installed_sglang_version, parse_version, release_key
+from checker.core.sizing.models import path_stat, shown_path
+from checker.core.weights.hub_cache import local_model_path
 from checker.engines import quiet_sglang
 from checker.launch.flags import RELEASES, release_rows
 from checker.launch.repeats import OptionIndex, collapse_repeats
@@ -94,13 +94,14 @@ SIZING_DESTS = frozenset(
     }
 )
 # Flags that say where the model is, read beside the sizing inputs (never compared, never sized with): the
-# hub revision of a --model-path that names a hub id (checker.core.hub_cache), and --download-dir, where
-# SGLang's weights loader keeps its own cache. The flag tables store them as plain option rows.
+# hub revision of a --model-path that names a hub id (checker.core.weights.hub_cache), and --download-dir,
+# where SGLang's weights loader keeps its own cache. The flag tables store them as plain option rows.
 LOCATION_DESTS = {"--revision": "revision", "--download-dir": "download_dir"}
 # Sizing flags the stored tables keep as plain option rows (their choices change from release to release):
-# read as the text given, and held to the release's own choices by the sizing (checker.core.kv_pool).
+# read as the text given, and held to the release's own choices by the sizing (checker.core.sizing.kv_pool).
 KV_DESTS = {"--kv-cache-dtype": "kv_cache_dtype"}
-# Flags that decide what a rank's model class holds (checker.core.weights), read beside the sizing inputs
+# Flags that decide what a rank's model class holds (checker.core.weights.weights), read beside the sizing
+# inputs
 # for the weights figure; the same dests in every release's ServerArgs (``ep_size`` under any spelling).
 WEIGHTS_DESTS = {
     "--ep-size": "ep_size",
@@ -164,7 +165,7 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.?post(\d+))?$")
 
 
 def _key(version: str) -> tuple[int, ...]:
-    """A release's order (an installed pre-release or local build too: checker.core.releases)."""
+    """A release's order (an installed pre-release or local build too: checker.core.releases.releases)."""
 
     m = _VERSION.match(version.strip())
     if m is None:
@@ -216,7 +217,8 @@ class LaunchCommand:
     """Every flag the command gives, by its ServerArgs field (``tp_size``, ``nnodes``,
     ``enable_multi_layer_eagle``, ...), as the parser stored it: typed by SGLang's own parser; the table
     parser types the sizing inputs and keeps the text of the rest (a switch is True). What the start-up
-    checks (``checker.core.startup.check_launch``) and the refusal of unmodelled sizing flags read."""
+    checks (``checker.core.releases.startup.check_launch``) and the
+    refusal of unmodelled sizing flags read."""
 
     @property
     def label(self) -> str:
@@ -611,7 +613,7 @@ def _attention(raw: dict[str, Any], given: set[str], version: str) -> tuple[int,
 
 def _model_config(path: str, *, revision: str | None = None, release: str | None = None) -> str:
     """The local model SGLang reads for ``--model-path`` (a hub id: its cached snapshot of ``revision``,
-    :func:`checker.core.hub_cache.local_model_path`)."""
+    :func:`checker.core.weights.hub_cache.local_model_path`)."""
 
     path = local_model_path(path, revision=revision, flag="--model-path", release=release)
     p = Path(path)

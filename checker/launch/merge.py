@@ -16,17 +16,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from checker.core.environ import PP_SPEC_ENV
 from checker.core.errors import FlagError, printable
-from checker.core.releases import installed_sglang_version
-from checker.core.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
-from checker.core.startup import refuse, resolve_speculative, zero_micro_batch_refused
+from checker.core.releases.releases import installed_sglang_version
+from checker.core.releases.startup import refuse, resolve_speculative, zero_micro_batch_refused
+from checker.core.sizing.environ import PP_SPEC_ENV
+from checker.core.sizing.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
 
 MICRO_BATCH_POSITIVE = "pp-max-micro-batch-size-must-be-a-positive-1079cf"
-"""0.5.11+ ``check_server_args``: ``pp_max_micro_batch_size is None or >= 1`` (checker.core.arg_checks)."""
+"""0.5.11+ ``check_server_args``: ``pp_max_micro_batch_size is None or >= 1``
+(checker.core.releases.arg_checks)."""
 
 if TYPE_CHECKING:  # the flag tables load only when a launch command is parsed
-    from checker.core.launch_checks import LaunchFacts
+    from checker.core.releases.launch_checks import LaunchFacts
     from checker.launch.command import LaunchCommand
 
 # The launch command's inputs by the checker's name (LaunchCommand.values' keys): the rows of the table of
@@ -109,7 +110,7 @@ def given_dests(parser: argparse.ArgumentParser, words: Sequence[str]) -> set[st
 
 def _config_file(path: object) -> str:
     # start-up: the hub cache rules (~2.5 ms) load only for a --model-config; a hub id: the same rule
-    from checker.core.hub_cache import local_model_path
+    from checker.core.weights.hub_cache import local_model_path
 
     p = local_model_path(str(path), flag="--model-config")
     return os.path.realpath(os.path.join(p, "config.json") if os.path.isdir(p) else p)
@@ -177,7 +178,7 @@ def apply_launch_command(
         setattr(args, key, value)
     _refuse_draft_tokens_alone(cmd, args)
     # start-up: the launch command's own start-up checks load with the launch parser
-    from checker.core.launch_checks import check_launch
+    from checker.core.releases.launch_checks import check_launch
 
     check_launch(launch_facts(cmd, args, os.environ))
     refuse_unmodelled(cmd)
@@ -317,12 +318,12 @@ def _given(cmd: LaunchCommand, name: str, kind: type, default: object) -> object
 
 def launch_facts(cmd: LaunchCommand, args: argparse.Namespace, env: Mapping[str, str]) -> LaunchFacts:
     """What the launch command gives the release's start-up checks
-    (:func:`checker.core.launch_checks.check_launch`).
+    (:func:`checker.core.releases.launch_checks.check_launch`).
     The pp size is the one the deployment runs: the launch command's (SGLang's default 1), or the
     checker's; the speculative setup is the merged one (the launch command's, or the checker's own flags)."""
     # start-up: the sizing rules load with the derivation anyway; not before a launch command is read
-    from checker.core.launch_checks import LaunchFacts
-    from checker.core.sizing import env_flag
+    from checker.core.releases.launch_checks import LaunchFacts
+    from checker.core.sizing.sizing import env_flag
 
     sv = cmd.sglang_values
     launch_pp = cmd.values.get("pp_size")  # an int: every release's parser types --pp-size int
@@ -375,16 +376,17 @@ def launch_facts(cmd: LaunchCommand, args: argparse.Namespace, env: Mapping[str,
 
 def refuse_unmodelled(cmd: LaunchCommand) -> None:
     """A server argument the release's pool sizing reads that nothing in the checker models
-    (:data:`checker.core.arg_policy.REFUSED_SIZING_READS`), given with a value other than the release's
+    (:data:`checker.core.releases.arg_policy.REFUSED_SIZING_READS`), given with a value other than the
+    release's
     default: refused in one line naming where the release reads it, never parsed and ignored."""
     # start-up: the policy (~1 ms) loads with the launch parser, only for a launch command
-    from checker.core.arg_policy import REFUSED_SIZING_READS, SIZING_READS
+    from checker.core.releases.arg_policy import REFUSED_SIZING_READS, SIZING_READS
 
     given = [name for name in REFUSED_SIZING_READS if name in cmd.given_values]
     if not given:
         return
     # start-up: the generated table loads only when such a flag is given
-    from checker.core.arg_quote import sizing_default, sizing_read_site
+    from checker.core.releases.arg_quote import sizing_default, sizing_read_site
 
     for name in given:
         value = cmd.given_values[name]

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from checker.config import PreflightConfig
-from checker.core.row import RankRow
-from checker.core.weights_source import WeightsSource
+from checker.core.sizing.row import RankRow
+from checker.families.weights_source import WeightsSource
 
 
 def summary_line(config: PreflightConfig, row: RankRow, *, world_size: int, backend: str) -> str:

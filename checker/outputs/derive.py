@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from checker.config import DeriveConfig
 from checker.core.ranks import outliers
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
+from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc

@@ -6,7 +6,7 @@ policy and the budget; sweep the KV token capacity; plan neither), so the common
 
 from __future__ import annotations
 
-from checker.core.sizing import CapacityInputs
+from checker.core.sizing.sizing import CapacityInputs
 from checker.outputs.tables import fmt_bytes, fmt_int
 
 
@@ -69,7 +69,9 @@ def header(
     kv = kv_line(inputs)
     if state and kv:
         lines.append(kv)
-    if inputs.spec_note:  # what the release picked itself from --speculative-algorithm (checker.core.startup)
+    if (
+        inputs.spec_note
+    ):  # what the release picked itself from --speculative-algorithm (checker.core.releases.startup)
         lines.append(inputs.spec_note)
     if partition and inputs.partition_env and inputs.pp_size > 1:
         lines.append(f"SGLANG_PP_LAYER_PARTITION={inputs.partition_env}")

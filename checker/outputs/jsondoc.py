@@ -11,9 +11,9 @@ from dataclasses import fields
 
 from checker import __version__
 from checker.config import EngineChoice, SizingFlags, sglang_env
-from checker.core.releases import ReleaseChoice, installed_sglang_version
-from checker.core.row import NOT_INSTALLED, model_label
-from checker.core.sizing import CapacityInputs, StageCapacity
+from checker.core.releases.releases import ReleaseChoice, installed_sglang_version
+from checker.core.sizing.row import NOT_INSTALLED, model_label
+from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.device.materialize import MATERIALIZE_STATUS_NAMES, MaterializeResult
 from checker.status import ERROR
 
@@ -52,7 +52,7 @@ def json_inputs(
         d["resolved_strategy"] = None if inputs.disable_radix_cache else inputs.resolved_strategy
         d["overlap_schedule"] = inputs.effective_overlap_schedule
         d["slots_per_request"] = inputs.slots_per_request()
-        # What the release resolves itself from --speculative-algorithm (checker.core.startup).
+        # What the release resolves itself from --speculative-algorithm (checker.core.releases.startup).
         d["resolved_speculative_num_draft_tokens"] = inputs.speculative_num_draft_tokens
         d["resolved_max_running_requests"] = inputs.max_running_requests
     return d

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from checker.config import DeriveConfig, PlanConfig
-from checker.core.partition import PARTITION_ENV
-from checker.core.planning import MemFraction, MinBudget, SuggestedPartition
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
+from checker.core.sizing.partition import PARTITION_ENV
+from checker.core.sizing.planning import MemFraction, MinBudget, SuggestedPartition
+from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
@@ -21,8 +21,8 @@ from checker.outputs.tables import fmt_int, format_table
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
 
 if TYPE_CHECKING:
-    from checker.core.weights import RankWeights
-    from checker.core.weights_source import RankWeightsFigure
+    from checker.core.weights.weights import RankWeights
+    from checker.families.weights_source import RankWeightsFigure
 
 
 @dataclass(frozen=True, kw_only=True)

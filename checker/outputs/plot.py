@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from checker.core.errors import FlagError
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs
-from checker.core.sweep import BudgetGrid, PolicySummary, SweepSummary, budget_runs
+from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs
+from checker.core.sizing.sweep import BudgetGrid, PolicySummary, SweepSummary, budget_runs
 from checker.files import write_file
 
 if TYPE_CHECKING:  # matplotlib (and numpy, its dependency) are imported only when a plot is drawn
@@ -183,7 +183,7 @@ def plot_sweep(
     """Write the sweep plot as a PNG to ``path``.
 
     ``values[policy][pp_rank][i]`` is that stage's triple at ``budgets[i]`` in
-    :data:`~checker.core.sizing.CHECKED_VALUES` order: a sweep stack's ``stack[:, p, :, :]``, as nested
+    :data:`~checker.core.sizing.sizing.CHECKED_VALUES` order: a sweep stack's ``stack[:, p, :, :]``, as nested
     lists or any array numpy reads (``stack[:, p].cpu().numpy()`` spares a million-budget sweep 24
     million Python ints). A value <= 0 (the sweep's BOOT_FAILURE) means the stage cannot boot there and
     leaves a gap in its line. ``budgets`` is the grid, ascending; ``analysis`` is the sweep's

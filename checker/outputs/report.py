@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 from checker.config import SizingFlags
 from checker.core.ranks import outliers, rank_ranges
-from checker.core.row import MISSING, REPORTED_INTS, RankRow
-from checker.core.sizing import CHECKED_VALUES
-from checker.core.weights_source import WeightsSource
+from checker.core.sizing.row import MISSING, REPORTED_INTS, RankRow
+from checker.core.sizing.sizing import CHECKED_VALUES
 from checker.distributed.wire import VALUE_BYTES, digest, sent_text
+from checker.families.weights_source import WeightsSource
 from checker.files import append_file, write_file
 from checker.outputs.markup import cut, md_cell, md_table
 from checker.outputs.tables import fmt_int, format_table, mark

@@ -15,8 +15,8 @@ from typing import Any
 
 from checker import __version__
 from checker.config import SizingFlags
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs
-from checker.core.sweep import BudgetGrid, SweepSummary
+from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs
+from checker.core.sizing.sweep import BudgetGrid, SweepSummary
 from checker.files import write_file
 from checker.outputs.jsondoc import json_inputs
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs
-from checker.core.sweep import BudgetGrid, budget_runs
+from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs
+from checker.core.sizing.sweep import BudgetGrid, budget_runs
 from checker.outputs.tables import fmt_bytes, format_table
 from checker.status import DIVERGENT, EXIT_CODES
 

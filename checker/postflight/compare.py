@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from checker.core.ranks import outliers, rank_ranges
-from checker.core.server_args import SIZING_ARG
+from checker.core.sizing.server_args import SIZING_ARG
 from checker.postflight.prediction import Prediction, RankPrediction
 from checker.postflight.ranks import Logged, RankRead, span
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES

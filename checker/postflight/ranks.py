@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checker.core.model_registry import REGISTERED
+from checker.core.releases.model_registry import REGISTERED
 from checker.postflight.formats import MAMBA, POST_CAPTURE, SUMMARY, WEIGHTS, WEIGHTS_BEGIN, prefix_releases
 from checker.postflight.log_formats import RELEASES
 from checker.postflight.reader import LogReading, RankKey, Sighting, Where

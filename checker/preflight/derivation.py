@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 from checker import __version__
 from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
-from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
-from checker.core.kv_pool import release_index
-from checker.core.layout import layout
-from checker.core.partition import PARTITION_ENV
-from checker.core.releases import ReleaseChoice, installed_sglang_version
-from checker.core.row import (
+from checker.core.releases.releases import ReleaseChoice, installed_sglang_version
+from checker.core.sizing.budget import sizing_budget
+from checker.core.sizing.kv_pool import release_index
+from checker.core.sizing.layout import layout
+from checker.core.sizing.partition import PARTITION_ENV
+from checker.core.sizing.row import (
     ATTENTION_LAYOUT,
     MISSING,
     NOT_INSTALLED,
@@ -34,12 +34,12 @@ from checker.core.row import (
     model_digest,
     model_label,
 )
-from checker.core.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, requests_per_worker
-from checker.core.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
+from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, requests_per_worker
 from checker.device.materialize import MATERIALIZE_FAILED, materialize_stage, predicted_bytes, resolve_device
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.engines.drift import drift_summary, prepare_engines
+from checker.families.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 if TYPE_CHECKING:
@@ -98,7 +98,8 @@ def _device_free_bytes(config: PreflightConfig, env: RankEnv, device: torch.devi
 def rank_weights(
     config: PreflightConfig, env: RankEnv, local: LocalFacts, *, release: str, environ: Mapping[str, str]
 ) -> list[RankWeightsFigure]:
-    """Every rank's weights figure, by precedence (:func:`checker.core.weights_source.weights_per_rank`):
+    """Every rank's weights figure, by precedence
+    (:func:`checker.families.weights_source.weights_per_rank`):
     ``--weights-gib``, else the checkpoint beside the model's config.json as ``release``'s class holds it
     on each rank of this layout (every rank reads the same headers and gets the same list), else none."""
     b = config.budget
@@ -127,7 +128,7 @@ def device_budget(
     weights: Sequence[RankWeightsFigure] | None = None,
 ) -> tuple[float, str]:
     """``--budget-from-device``: the memory handed to sizing, computed as this rank's release does
-    (:func:`checker.core.budget.sizing_budget`), and the formula it used.
+    (:func:`checker.core.sizing.budget.sizing_budget`), and the formula it used.
 
     SGLang measures free memory before and after loading the weights, each all-reduced MIN over the
     ranks; the checker loads none, so free-after is free-before minus each rank's weights figure

@@ -23,9 +23,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from checker.core.partition import PARTITION_ENV
 from checker.core.ranks import rank_ranges, ranks_do
-from checker.core.row import MISSING, RankRow
+from checker.core.sizing.partition import PARTITION_ENV
+from checker.core.sizing.row import MISSING, RankRow
 
 PLACEMENT_INPUTS = (
     PARTITION_ENV,

@@ -1,6 +1,6 @@
 """The budget the server gets, for ``derive --gpu-free-gib`` (one process, every rank's weights known):
 free device memory before the weights, the busiest rank's weights and --mem-fraction-static, by the
-release's own formula (:func:`checker.core.budget.sizing_budget`). check's own, per rank and agreed
+release's own formula (:func:`checker.core.sizing.budget.sizing_budget`). check's own, per rank and agreed
 over the group, is :func:`checker.preflight.derivation.device_budget`.
 """
 
@@ -10,9 +10,9 @@ import os
 from dataclasses import replace
 
 from checker.config import DeriveConfig
-from checker.core.budget import sizing_budget
 from checker.core.errors import FlagError
-from checker.core.weights_source import busiest_rank
+from checker.core.sizing.budget import sizing_budget
+from checker.families.weights_source import busiest_rank
 
 
 def server_budget(

@@ -10,12 +10,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from checker.core.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
 from checker.core.errors import CheckerInputError
-from checker.core.kv_pool import KvStage, release_at, resolve_one
 from checker.core.ranks import is_split, outliers, rank_ranges, ranks_do
-from checker.core.releases import parse_version
-from checker.core.row import (
+from checker.core.releases.releases import parse_version
+from checker.core.sizing.environ import SGLANG_ENV_VARS, SKIP_DECODE_LOCK_ENV
+from checker.core.sizing.kv_pool import KvStage, release_at, resolve_one
+from checker.core.sizing.row import (
     ATTENTION_LAYOUT,
     FOLLOWS,
     MISSING,
@@ -24,8 +24,8 @@ from checker.core.row import (
     VERSION_INPUTS,
     RankRow,
 )
-from checker.core.sizing import CHECKED_VALUES, env_flag
-from checker.core.upgrade import UpgradeFacts, explain
+from checker.core.sizing.sizing import CHECKED_VALUES, env_flag
+from checker.core.sizing.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import sent_text
 from checker.preflight.pipeline import PipelineFault, pipeline_faults
 from checker.status import (
@@ -341,7 +341,7 @@ def _kv_stage(row: RankRow) -> KvStage:
 def resolve_kv_rows(rows: Sequence[RankRow]) -> list[RankRow]:
     """Every rank's KV pool after SGLang's MIN over the world group, from the gathered rows: the MIN of
     their own capacities, then each rank's pool, max_running_requests and micro-batch size by its own
-    release's rules (checker.core.kv_pool.resolve_one). A rank derives these alone from its own view of
+    release's rules (checker.core.sizing.kv_pool.resolve_one). A rank derives these alone from its own view of
     every stage; here they follow from what every rank really holds, so a rank that caps its pool
     (another --max-total-tokens on one node) lowers everyone's, as the MIN in SGLang does. A rank the
     resolution refuses (no request fits its pool) carries that error."""

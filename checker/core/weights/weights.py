@@ -1,0 +1,722 @@
+"""Each rank's weights as its SGLang release's model class holds them (torch-free).
+
+SGLang measures a rank's weights as the free memory lost around ``load_model`` (0.5.23
+``model_executor/model_runner.py:1272,1363``): every parameter and buffer of the rank's model class. The
+class decides the bytes, not the checkpoint: this module lists the parameters the release's class builds
+for one rank from the model's ``config.json`` (what SGLang builds it from), each with its per-rank shape
+and the dtype the class holds it in, and sums them. The rules, from the classes' code:
+
+* **Stage.** A stage builds only its own layers (``make_layers`` / ``get_pp_indices`` with
+  ``SGLANG_PP_LAYER_PARTITION``, the release's remainder rule; ``PPMissingLayer`` elsewhere), the first
+  stage the embedding, the last the final norm and the head. A tied head is the embedding's own tensor
+  at pp 1 and a separate copy at pp > 1 (every class here allocates ``lm_head`` on the last stage then).
+* **Tensor parallelism per weight kind.** Column-parallel weights split their output rows, row-parallel
+  ones their input columns, norms and routers are replicated; a vocabulary is padded to a multiple of 64
+  (times the group when 64-padding does not divide) before it is split (``vocab_parallel_embedding.py``);
+  KV heads are replicated when there are fewer of them than the group; a Mamba2 group count that the
+  group does not divide is replicated (``extra_groups_for_head_shards``). Which group: attention weights
+  the attention-TP group (the TP group divided by attention DP), MLPs the whole TP group, experts the MoE
+  TP group (the TP group divided by ``--ep-size``), each family as its class says.
+* **Experts.** Each EP rank holds ``num_experts / ep_size`` experts whose intermediate size is split by
+  the MoE TP size; the router gate is replicated.
+* **Held dtypes.** Parameters are built in the model dtype (``--dtype``, else the config's), except where
+  the class says otherwise: linear-attention ``A_log`` (and Kimi's ``dt_bias`` and conv weights), Mamba
+  ``A``, Falcon-H1's ``lm_head`` (``.number()``) in float32, some gated norms in the config's dtype.
+* **Left out.** ``mtp.*`` tensors (the target model skips them), a vision tower under
+  ``--language-model-only``.
+
+What the logged figure adds to the parameters (buffers such as an fp32 RoPE cache, copies a class makes
+after loading, what the allocator rounds up) is :data:`MARGIN_BYTES`, stated apart.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
+from checker.core.releases.model_support import pipeline_status
+from checker.core.sizing.partition import stage_bounds, stage_partition
+
+GIB = 2**30
+DTYPE_BYTES: Mapping[str, int] = {
+    "int64": 8,
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "float64": 8,
+    "float8_e4m3fn": 1,
+}
+_DTYPE_NAMES = {
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+    "float64": "float64",
+}
+VOCAB_PADDING = 64
+"""``DEFAULT_VOCAB_PADDING_SIZE`` (``layers/vocab_parallel_embedding.py``)."""
+
+PARTS = ("embed", "layers", "head", "vision")
+"""Where a rank's parameter bytes sit: the embedding (first stage), its layers, the final norm and the
+head (last stage), a vision tower."""
+EXTRA_PARTS = ("buffers", "copies")
+"""What the class holds beside its parameters: registered buffers, tensors derived after loading."""
+
+
+# ---- the layout --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightsLayout:
+    """The launch flags a rank's weights depend on. ``tp_size`` is the attention-TP width (the
+    checker's convention); SGLang's TP group is ``tp_size * dp_size``."""
+
+    pp_size: int
+    tp_size: int
+    dp_size: int = 1
+    """Attention DP size (``--dp-size`` with ``--enable-dp-attention``)."""
+    ep_size: int = 1
+    partition_env: str | None = None
+    enable_dp_lm_head: bool = False
+    language_model_only: bool = False
+    dtype: str = "auto"
+    disable_shared_experts_fusion: bool = False
+    moe_runner_backend: str = "auto"
+    """``--moe-runner-backend``: the expert weights are modelled as ``auto``/``triton`` hold them (other
+    backends pad or re-lay them: refused for a model with experts)."""
+    builds_all_layers: bool = False
+    """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):
+    from ``checker.core`` startup rules once they land; until then the caller says."""
+
+    def __post_init__(self) -> None:
+        for name in ("pp_size", "tp_size", "dp_size", "ep_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise LayoutError(f"--{name.replace('_', '-')} {shorten(v)} must be a positive integer")
+        if self.tp_group % self.ep_size:
+            raise LayoutError(
+                f"--ep-size {self.ep_size} must divide the TP group ({self.tp_group}); SGLang splits the "
+                "TP group into EP x MoE-TP ranks"
+            )
+
+    @property
+    def tp_group(self) -> int:
+        return self.tp_size * self.dp_size
+
+    @property
+    def world_size(self) -> int:
+        return self.pp_size * self.tp_group
+
+
+@dataclass(frozen=True)
+class Place:
+    """One rank's place, as SGLang derives it (0.5.23 ``runtime_context.derive_spawn_ranks``): the TP
+    group is contiguous, PP strided by it; attention TP is the fastest-changing part of the TP group; the
+    MoE ranks split it into EP x MoE-TP."""
+
+    rank: int
+    pp_rank: int
+    pp_size: int
+    tp_rank: int
+    tp_size: int
+    attn_tp_rank: int
+    attn_tp_size: int
+    attn_dp_size: int
+    moe_ep_rank: int
+    moe_ep_size: int
+    moe_tp_rank: int
+    moe_tp_size: int
+    start_layer: int
+    end_layer: int
+
+    @property
+    def first(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def last(self) -> bool:
+        return self.pp_rank == self.pp_size - 1
+
+    def size(self, group: str) -> int:
+        return {
+            "tp": self.tp_size,
+            "attn_tp": self.attn_tp_size,
+            "moe_tp": self.moe_tp_size,
+            "none": 1,
+        }[group]
+
+    def holds(self, layer: int) -> bool:
+        return self.start_layer <= layer < self.end_layer
+
+
+def release_partition(
+    release: str | None, num_hidden_layers: int, pp_size: int, partition_env: str | None
+) -> tuple[int, ...]:
+    """Layers per stage as the release's ``get_pp_indices`` gives them. 0.5.2-0.5.5.post3 give the last
+    stage the whole remainder (``distributed/utils.py``: ``if pp_rank == pp_size - 1: end_layer =
+    num_hidden_layers``); 0.5.6 on spread it over the last ``L % P`` stages."""
+    parts = stage_partition(num_hidden_layers, pp_size, partition_env)
+    if partition_env is not None and pp_size > 1:
+        return parts
+    if release is not None and before(release, "0.5.6"):
+        base = num_hidden_layers // pp_size
+        return tuple(
+            base if k < pp_size - 1 else num_hidden_layers - base * (pp_size - 1) for k in range(pp_size)
+        )
+    return parts
+
+
+def places(
+    layout: WeightsLayout, num_hidden_layers: int, release: str | None, *, all_layers: bool = False
+) -> list[Place]:
+    """Every rank's place in the layout, in world-rank order; ``all_layers``: every stage builds every
+    layer (the release's class ignores the stage)."""
+    parts = release_partition(release, num_hidden_layers, layout.pp_size, layout.partition_env)
+    bounds = stage_bounds(parts)
+    group = layout.tp_group
+    moe_tp = group // layout.ep_size
+    out = []
+    for rank in range(layout.world_size):
+        pp_rank, tp_rank = divmod(rank, group)
+        start, end = (0, num_hidden_layers) if layout.builds_all_layers or all_layers else bounds[pp_rank]
+        out.append(
+            Place(
+                rank=rank,
+                pp_rank=pp_rank,
+                pp_size=layout.pp_size,
+                tp_rank=tp_rank,
+                tp_size=group,
+                attn_tp_rank=tp_rank % layout.tp_size,
+                attn_tp_size=layout.tp_size,
+                attn_dp_size=layout.dp_size,
+                moe_ep_rank=tp_rank // moe_tp,
+                moe_ep_size=layout.ep_size,
+                moe_tp_rank=tp_rank % moe_tp,
+                moe_tp_size=moe_tp,
+                start_layer=start,
+                end_layer=end,
+            )
+        )
+    return out
+
+
+# ---- releases ----------------------------------------------------------------------------------------
+
+
+def _version(release: str) -> tuple[int, ...]:
+    nums = [int(x) for x in re.findall(r"\d+", release)]
+    return tuple(nums + [0] * (5 - len(nums)))
+
+
+def before(release: str, other: str) -> bool:
+    return _version(release) < _version(other)
+
+
+# ---- parameters --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a rank's model, as its class holds it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    part: str
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+
+def divide(n: int, k: int, what: str) -> int:
+    if n % k:
+        raise LayoutError(
+            f"{what} = {n} is not divisible by the group it is split over ({k}); SGLang refuses this "
+            "layout at startup: use a TP size that divides it"
+        )
+    return n // k
+
+
+def vocab_rows(vocab: int, size: int) -> int:
+    """Rows of a vocabulary-parallel embedding or head on one rank (``VocabParallelEmbedding``):
+    padded to 64, or to 64 x size when that does not split evenly."""
+    pad = VOCAB_PADDING
+
+    def padded(n: int, to: int) -> int:
+        return -(-n // to) * to
+
+    if padded(vocab, pad) % size:
+        pad *= size
+    return padded(vocab, pad) // size
+
+
+def kv_heads_per_rank(kv_heads: int, size: int) -> int:
+    """KV heads one rank holds: a share, or one replicated head when there are fewer than ranks."""
+    if kv_heads >= size:
+        return divide(kv_heads, size, "num_key_value_heads")
+    if size % kv_heads:
+        raise LayoutError(
+            f"num_key_value_heads = {kv_heads} must divide the attention TP size {size} (SGLang replicates "
+            "KV heads only in whole copies)"
+        )
+    return 1
+
+
+class Builder:
+    """Collects one rank's parameters."""
+
+    def __init__(self, place: Place, dtype: str, release: str = "0.5.23") -> None:
+        self.p = place
+        self.dtype = dtype
+        self.release = release
+        self.params: list[Param] = []
+
+    def add(self, name: str, shape: Sequence[int], *, part: str, dtype: str | None = None) -> None:
+        self.params.append(Param(name, tuple(int(d) for d in shape), dtype or self.dtype, part))
+
+    def buffer(self, name: str, shape: Sequence[int], dtype: str | None = None) -> None:
+        """A buffer the class registers (a RoPE cache, a norm's derived weight): memory, not a parameter."""
+        self.add(name, shape, part="buffers", dtype=dtype)
+
+    def copy(self, name: str, shape: Sequence[int], dtype: str | None = None) -> None:
+        """A tensor the class derives from loaded weights and keeps (``post_load_weights``)."""
+        self.add(name, shape, part="copies", dtype=dtype)
+
+    def params_named(self, name: str) -> Param:
+        return next(prm for prm in reversed(self.params) if prm.name == name)
+
+    def rope(self, max_position: int, rotary_dim: int) -> None:
+        """``get_rope``'s ``cos_sin_cache`` [max_position, rotary_dim] float32 (``SGLANG_ROPE_CACHE_FP32``
+        on CUDA); one per distinct setting, shared by every layer (``rotary_embedding/factory.py``)."""
+        key = f"rope.{max_position}.{rotary_dim}"
+        if any(prm.name == key for prm in self.params):
+            return
+        self.buffer(key, (max_position, rotary_dim), "float32")
+
+    # column- and row-parallel linears: (out, in) weights
+    def column(
+        self,
+        name: str,
+        out: int,
+        inp: int,
+        group: str,
+        *,
+        part: str = "layers",
+        bias: bool = False,
+        dtype: str | None = None,
+    ) -> None:
+        rows = divide(out, self.p.size(group), f"{name} output size")
+        self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
+        if bias:
+            self.add(f"{name}.bias", (rows,), part=part, dtype=dtype)
+
+    def row(
+        self, name: str, out: int, inp: int, group: str, *, part: str = "layers", bias: bool = False
+    ) -> None:
+        cols = divide(inp, self.p.size(group), f"{name} input size")
+        self.add(f"{name}.weight", (out, cols), part=part)
+        if bias:
+            self.add(f"{name}.bias", (out,), part=part)
+
+    def replicated(
+        self,
+        name: str,
+        out: int,
+        inp: int,
+        *,
+        part: str = "layers",
+        bias: bool = False,
+        dtype: str | None = None,
+    ) -> None:
+        self.add(f"{name}.weight", (out, inp), part=part, dtype=dtype)
+        if bias:
+            self.add(f"{name}.bias", (out,), part=part, dtype=dtype)
+
+    def norm(
+        self, name: str, dim: int, *, part: str = "layers", bias: bool = False, dtype: str | None = None
+    ) -> None:
+        self.add(f"{name}.weight", (dim,), part=part, dtype=dtype)
+        if bias:
+            self.add(f"{name}.bias", (dim,), part=part, dtype=dtype)
+
+    def vocab(
+        self, name: str, vocab: int, hidden: int, group: str, *, part: str, dtype: str | None = None
+    ) -> None:
+        self.add(f"{name}.weight", (vocab_rows(vocab, self.p.size(group)), hidden), part=part, dtype=dtype)
+
+    def qkv(
+        self,
+        name: str,
+        hidden: int,
+        head_dim: int,
+        heads: int,
+        kv_heads: int,
+        group: str,
+        *,
+        bias: bool = False,
+        v_head_dim: int | None = None,
+    ) -> None:
+        size = self.p.size(group)
+        q = divide(heads, size, "num_attention_heads") * head_dim
+        kv = kv_heads_per_rank(kv_heads, size)
+        out = q + kv * head_dim + kv * (v_head_dim or head_dim)
+        self.add(f"{name}.weight", (out, hidden), part="layers")
+        if bias:
+            self.add(f"{name}.bias", (out,), part="layers")
+
+    def experts(
+        self,
+        name: str,
+        num_experts: int,
+        hidden: int,
+        intermediate: int,
+        *,
+        shared_slots: int = 0,
+        gated: bool = True,
+    ) -> None:
+        """A FusedMoE's ``w13``/``w2``: the EP rank's share of the routed experts (plus fused shared-expert
+        slots, held by every rank), intermediate split by the MoE TP size (``fused_moe_triton/layer.py``)."""
+        local = divide(num_experts, self.p.moe_ep_size, "num_experts") + shared_slots
+        inter = divide(intermediate, self.p.moe_tp_size, "moe_intermediate_size")
+        self.add(f"{name}.w13_weight", (local, (2 if gated else 1) * inter, hidden), part="layers")
+        self.add(f"{name}.w2_weight", (local, hidden, inter), part="layers")
+
+
+# ---- the model's config -----------------------------------------------------------------------------
+
+
+class ConfigSection:
+    """A config.json section with the defaults of SGLang's config class for keys a checkpoint may leave
+    out. Every key read is type-checked: a wrong value is one ConfigError line naming the key."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, prefix: str = "") -> None:
+        self.data, self.source, self.prefix = data, source, prefix
+
+    def _error(self, key: str, value: Any, rule: str) -> ConfigError:
+        return ConfigError(
+            f"{self.source}: {self.prefix}{key}={shorten(value)} {rule}; fix it in the model config"
+        )
+
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+        value = self.data.get(key, default)
+        if value is None:
+            value = default
+        if value is None:
+            raise ConfigError(
+                f"{self.source}: config key {self.prefix}{key!r} is missing; the weights need it"
+            )
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._error(key, value, f"must be an integer, not {json_kind(value)}")
+        if not minimum <= value <= 2**40:
+            raise self._error(key, value, f"must be an integer >= {minimum}")
+        return value
+
+    def opt_int(self, key: str) -> int | None:
+        if self.data.get(key) is None:
+            return None
+        return self.integer(key)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._error(key, value, f"must be true or false, not {json_kind(value)}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise self._error(key, value, "must be a positive number")
+        return float(value)
+
+    def string(self, key: str, default: str | None = None) -> str | None:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._error(key, value, f"must be a string, not {json_kind(value)}")
+        return value
+
+    def array(self, key: str) -> list[Any] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self._error(key, value, f"must be a list, not {json_kind(value)}")
+        return value
+
+    def section(self, key: str) -> ConfigSection:
+        value = self.data.get(key)
+        if value is None:
+            return ConfigSection({}, self.source, f"{self.prefix}{key}.")
+        if not isinstance(value, Mapping):
+            raise self._error(key, value, f"must be a JSON object, not {json_kind(value)}")
+        return ConfigSection(value, self.source, f"{self.prefix}{key}.")
+
+
+def config_dtype(cfg: ConfigSection) -> str:
+    """The config's dtype, as ``ModelConfig`` reads it (``dtype`` or ``torch_dtype``; float32 when unset)."""
+    raw = cfg.data.get("dtype") or cfg.data.get("torch_dtype")
+    if raw is None:
+        return "float32"
+    if not isinstance(raw, str) or raw.lower().removeprefix("torch.") not in _DTYPE_NAMES:
+        raise ConfigError(f"{cfg.source}: {cfg.prefix}torch_dtype={shorten(raw)} is not a dtype SGLang loads")
+    return _DTYPE_NAMES[raw.lower().removeprefix("torch.")]
+
+
+def model_dtype(cfg: ConfigSection, flag: str) -> str:
+    """``ModelConfig.dtype`` (``configs/model_config.py`` ``_get_and_verify_dtype``): ``--dtype auto``
+    keeps the config's dtype, except float32, which becomes float16 (bfloat16 for Gemma)."""
+    conf = config_dtype(cfg)
+    f = flag.lower()
+    if f == "auto":
+        return "float16" if conf == "float32" else conf
+    if f not in _DTYPE_NAMES:
+        raise FlagError(
+            f"--dtype {shorten(flag)} is not one SGLang accepts (auto, bfloat16, float16, float32)"
+        )
+    return _DTYPE_NAMES[f]
+
+
+# ---- families -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FamilyWeights:
+    """How one model family's class builds a rank."""
+
+    name: str
+    model_types: tuple[str, ...]
+    text_section: str | None
+    num_layers: Callable[[ConfigSection], int]
+    build: Callable[[Builder, ConfigSection, ConfigSection, WeightsLayout, str], None]
+    """(builder, the whole config, the text config, the layout, the release)"""
+    tensors: Callable[[ConfigSection, ConfigSection], Iterator[tuple[str, tuple[int, ...]]]]
+    """(the whole config, the text config) -> the checkpoint's tensor names and shapes, a per-expert name
+    with ``experts.E.`` in place of the expert index (checker.families.rules.check_shapes)."""
+    unknown_tensor_rule: str | None = None
+    """The config rule (checker.core.releases.config_rules.where) under which the release's
+    ``load_weights`` raises on a tensor the class has no parameter for; None: it skips one."""
+    notes: tuple[str, ...] = field(default=())
+
+
+def text_section(fam: FamilyWeights, cfg: ConfigSection) -> ConfigSection:
+    """The config section the family's language model reads (the whole config when it has none)."""
+    text = cfg.section(fam.text_section) if fam.text_section else cfg
+    if fam.text_section and not text.data:
+        text = cfg
+    return text
+
+
+def embed_and_head(
+    b: Builder,
+    vocab: int,
+    hidden: int,
+    *,
+    tied: bool,
+    embed_group: str,
+    head_group: str,
+    embed_name: str = "model.embed_tokens",
+    head_dtype: str | None = None,
+    first_only: bool = True,
+) -> None:
+    p = b.p
+    if p.first or not first_only:
+        b.vocab(embed_name, vocab, hidden, embed_group, part="embed", dtype=head_dtype if tied else None)
+    if p.last:
+        if tied and p.pp_size == 1:
+            return  # the head is the embedding's own tensor
+        b.vocab("lm_head", vocab, hidden, head_group, part="head", dtype=head_dtype)
+
+
+def dp_embed_group(layout: WeightsLayout, release: str, *, split_from: str) -> str:
+    """The embedding's group under attention DP where a release moved from replicating it
+    (``enable_tp=not is_dp_attention_enabled()``) to splitting it over attention TP
+    (``use_attn_tp_group=is_dp_attention_enabled()``) at ``split_from``; the TP group without DP."""
+    if layout.dp_size == 1:
+        return "tp"
+    return "none" if before(release, split_from) else "attn_tp"
+
+
+# -- Qwen3-Next and Qwen3.5 ------------------------------------------------------------------------------
+
+
+def release_has_axis_map(release: str) -> bool:
+    """MRotaryEmbedding registers its ``axis_map`` for every mrope_section from 0.5.19
+    (``rotary_embedding/mrope.py`` ``_build_axis_map``); before, only for GLM's interleaving."""
+    return not before(release, "0.5.19")
+
+
+# -- Kimi-Linear ------------------------------------------------------------------------------------------
+
+
+# -- Mamba2 mixers: Nemotron-H, Falcon-H1, Granite-4.0-H ------------------------------------------------
+
+
+def plain_layers(key: str, default: int) -> Callable[[ConfigSection], int]:
+    return lambda t: t.integer(key, default)
+
+
+# ---- the answer -----------------------------------------------------------------------------------------
+
+# PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp): every request is rounded up to
+# 512 bytes; requests up to 1 MiB are carved out of 2 MiB segments, requests under 10 MiB out of 20 MiB
+# segments, larger ones get a segment of their own rounded up to 2 MiB. What SGLang measures is device
+# memory (``torch.cuda.mem_get_info`` after ``empty_cache``): whole segments, not the tensors in them.
+_MIN_BLOCK = 512
+_SMALL_SIZE = 1 << 20
+_SMALL_BUFFER = 2 << 20
+_LARGE_BUFFER = 20 << 20
+_MIN_LARGE_ALLOC = 10 << 20
+_ROUND_LARGE = 2 << 20
+
+
+def allocator_bytes(sizes: Sequence[int]) -> int:
+    """Device memory the caching allocator reserves for ``sizes`` allocated in order and kept: a
+    best-fit simulation of its two pools (blocks split while the rest is worth keeping: over 512 bytes
+    in the small pool, over 1 MiB in the large one)."""
+    free: dict[bool, list[int]] = {True: [], False: []}
+    reserved = 0
+    for size in sizes:
+        size = max(_MIN_BLOCK, -(-size // _MIN_BLOCK) * _MIN_BLOCK)
+        small = size <= _SMALL_SIZE
+        pool = free[small]
+        fits = [blk for blk in pool if blk >= size]
+        if fits:
+            blk = min(fits)
+            pool.remove(blk)
+        else:
+            if small:
+                blk = _SMALL_BUFFER
+            elif size < _MIN_LARGE_ALLOC:
+                blk = _LARGE_BUFFER
+            else:
+                blk = -(-size // _ROUND_LARGE) * _ROUND_LARGE
+            reserved += blk
+        rest = blk - size
+        if rest >= (_MIN_BLOCK if small else _SMALL_SIZE + 1):
+            pool.append(rest)
+    return reserved
+
+
+@dataclass(frozen=True)
+class RankWeights:
+    """One rank's weights: its parameters exactly (by part), and what the class and the allocator add."""
+
+    place: Place
+    param_bytes: int
+    by_part: Mapping[str, int]
+    buffer_bytes: int
+    """Buffers the class registers (RoPE caches, a GemmaRMSNorm's derived weight, Falcon-H1's muP rows)."""
+    copy_bytes: int
+    """Tensors derived from the weights after loading and kept (Kimi-Linear's ``w_kc``/``w_vc``)."""
+    rounding_bytes: int
+    """What the caching allocator's segments add to all of them."""
+
+    @property
+    def margin_bytes(self) -> int:
+        return self.buffer_bytes + self.copy_bytes + self.rounding_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """The figure SGLang logs as the weights' ``mem usage``: parameters plus the margin."""
+        return self.param_bytes + self.margin_bytes
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    family: str
+    architecture: str
+    dtype: str
+    num_hidden_layers: int
+    release: str
+    ranks: tuple[RankWeights, ...]
+
+
+def rank_params_of(
+    fam: FamilyWeights, config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str
+) -> list[tuple[Place, list[Param]]]:
+    """Every rank's parameters, buffers and kept copies (name, per-rank shape, held dtype), in
+    world-rank order and in the order ``fam``'s class builds them (checker.families.rules.rank_params
+    finds ``fam``)."""
+    cfg = ConfigSection(config, source)
+    text = text_section(fam, cfg)
+    # What the release's class does under PP is read from its own code (checker.core.releases.pp_support), the
+    # table that refuses such a deployment before sizing (model_support.check_pipeline). Asked again
+    # here for a direct caller, only where the class cannot be built at all: a class that builds but
+    # fails later (load_weights with no stage filter) still holds what it built.
+    architecture = str((cfg.array("architectures") or [""])[0])
+    status = pipeline_status(release, architecture) if layout.pp_size > 1 else None
+    unbuilt = {
+        "single-stage": "its constructor asserts one stage",
+        "no-pp": "its forward takes no pp_proxy_tensors",
+    }
+    if status is not None and status[0] in unbuilt:
+        raise LayoutError(
+            f"{architecture} cannot run under pipeline parallelism in SGLang {release} "
+            f"({unbuilt[status[0]]}: sglang/srt/{status[1]}); use --pp-size 1 (the same GPUs as --tp-size)"
+        )
+    dtype = model_dtype(text, layout.dtype)
+    experts = text.integer("num_experts", 0, minimum=0) or text.integer("num_local_experts", 0, minimum=0)
+    if experts and layout.moe_runner_backend not in ("auto", "triton"):
+        raise FlagError(
+            f"--moe-runner-backend {shorten(layout.moe_runner_backend)}: the checker models the expert "
+            "weights as the auto/triton runners hold them (others pad or re-lay them); give the weights "
+            "per GPU with --weights-gib"
+        )
+    out = []
+    all_layers = status is not None and status[0] == "all-layers"
+    for place in places(layout, fam.num_layers(text), release, all_layers=all_layers):
+        b = Builder(place, dtype, release)
+        fam.build(b, cfg, text, layout, release)
+        out.append((place, b.params))
+    return out
+
+
+def model_weights_of(
+    fam: FamilyWeights, config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str
+) -> ModelWeights:
+    """Every rank's weights for ``layout`` as SGLang ``release``'s class of ``fam`` holds them
+    (checker.families.rules.model_weights finds ``fam``)."""
+    cfg = ConfigSection(config, source)
+    text = text_section(fam, cfg)
+    ranks = []
+    for place, params in rank_params_of(fam, config, layout, release=release, source=source):
+        by_part = dict.fromkeys(PARTS + EXTRA_PARTS, 0)
+        for prm in params:
+            by_part[prm.part] += prm.nbytes
+        ranks.append(
+            RankWeights(
+                place=place,
+                param_bytes=sum(by_part[k] for k in PARTS),
+                by_part={k: by_part[k] for k in PARTS},
+                buffer_bytes=by_part["buffers"],
+                copy_bytes=by_part["copies"],
+                rounding_bytes=allocator_bytes([prm.nbytes for prm in params]) - sum(by_part.values()),
+            )
+        )
+    archs = cfg.array("architectures") or [""]
+    return ModelWeights(
+        family=fam.name,
+        architecture=str(archs[0]),
+        dtype=model_dtype(text, layout.dtype),
+        num_hidden_layers=fam.num_layers(text),
+        release=release,
+        ranks=tuple(ranks),
+    )

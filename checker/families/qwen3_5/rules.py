@@ -1,0 +1,171 @@
+"""Qwen3.5's release rules: Qwen3-Next's config checks; its own weights (a vision tower, the language
+model under ``model.language_model.``) and checkpoint names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from checker.core.errors import FlagError
+from checker.core.weights.checkpoint_names import Shape
+from checker.core.weights.weights import (
+    Builder,
+    ConfigSection,
+    FamilyWeights,
+    WeightsLayout,
+    before,
+    embed_and_head,
+)
+from checker.families.family import FamilyRules
+from checker.families.qwen3_next.rules import (
+    check_config,
+    gated_delta_net,
+    gemma_norm,
+    num_layers,
+    qwen_attention,
+    qwen_layer,
+    qwen_layer_types,
+    qwen_moe,
+    qwen_types,
+)
+
+
+def _qwen3_5_vision(b: Builder, cfg: ConfigSection, layout: WeightsLayout) -> None:
+    """``Qwen3VLMoeVisionModel`` (``models/qwen3_vl.py``), built on every stage; only ``pos_embed`` is
+    first-stage-only (``qwen3_vl.py:399-409``). Defaults are those of SGLang's ``Qwen3VLVisionConfig``."""
+    v = cfg.section("vision_config")
+    hid = v.integer("hidden_size", 1152)
+    depth = v.integer("depth", 27)
+    inter = v.integer("intermediate_size", 4304)
+    out = v.integer("out_hidden_size", 3584)
+    patch, tpatch = v.integer("patch_size", 16), v.integer("temporal_patch_size", 2)
+    cin = v.integer("in_channels", 3)
+    merge = v.integer("spatial_merge_size", 2)
+    npos = v.integer("num_position_embeddings", 2304)
+    deepstack = v.array("deepstack_visual_indexes")
+    if deepstack is None:
+        deepstack = [8, 16, 24]
+    g = "attn_tp" if layout.dp_size > 1 else "tp"
+    pre = "visual"
+    heads = v.integer("num_heads", 16)
+    b.buffer(f"{pre}.rotary_pos_emb.cos_sin_cache", (8192, hid // heads // 2), "float32")
+    b.add(f"{pre}.patch_embed.proj.weight", (hid, cin, tpatch, patch, patch), part="vision")
+    b.add(f"{pre}.patch_embed.proj.bias", (hid,), part="vision")
+    if b.p.first:
+        b.vocab(f"{pre}.pos_embed", npos, hid, g, part="vision")
+    for k in range(depth):
+        bp = f"{pre}.blocks.{k}"
+        b.norm(f"{bp}.norm1", hid, part="vision", bias=True)
+        b.norm(f"{bp}.norm2", hid, part="vision", bias=True)
+        b.column(f"{bp}.attn.qkv_proj", 3 * hid, hid, g, part="vision", bias=True)
+        b.row(f"{bp}.attn.proj", hid, hid, g, part="vision", bias=True)
+        b.column(f"{bp}.mlp.linear_fc1", inter, hid, g, part="vision", bias=True)
+        b.row(f"{bp}.mlp.linear_fc2", hid, inter, g, part="vision", bias=True)
+    ctx = hid * merge * merge
+    for name, norm_dim in [("merger", hid)] + [
+        (f"deepstack_merger_list.{k}", ctx) for k in range(len(deepstack))
+    ]:
+        b.norm(f"{pre}.{name}.norm", norm_dim, part="vision", bias=True)
+        b.column(f"{pre}.{name}.linear_fc1", ctx, ctx, g, part="vision", bias=True)
+        b.row(f"{pre}.{name}.linear_fc2", out, ctx, g, part="vision", bias=True)
+
+
+def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayout, release: str) -> None:
+    H, V = t.integer("hidden_size"), t.integer("vocab_size", 248320)
+    types = qwen_layer_types(t)
+    moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
+    # replicated under attention DP in every release (qwen3_5.py: enable_tp=not is_dp_attention_enabled())
+    embed_g = "none" if layout.dp_size > 1 else "tp"
+    head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
+    # 0.5.9-0.5.10 read tie_word_embeddings from the text config (qwen3_vl.py ``self.config =
+    # config.text_config``); 0.5.11+ copy the top-level config's onto it.
+    tied = (t if before(release, "0.5.11") else cfg).boolean("tie_word_embeddings", False)
+    if not _language_model_only(cfg, layout, release):
+        _qwen3_5_vision(b, cfg, layout)
+    embed_and_head(b, V, H, tied=tied, embed_group=embed_g, head_group=head_g)
+    for i in range(b.p.start_layer, b.p.end_layer):
+        if types[i] == "attention":
+            qwen_attention(b, t, i, release)
+        else:
+            # A_log in float32 from 0.5.10; 0.5.9's qwen3_5.py builds it in the model dtype
+            a_log = b.dtype if before(release, "0.5.10") else "float32"
+            gated_delta_net(b, t, i, norm_dtype=b.dtype, a_log_dtype=a_log)
+        if moe:
+            qwen_moe(b, t, i, layout, fuse_shared=False)
+        else:
+            inter = t.integer("intermediate_size")
+            b.column(f"model.layers.{i}.mlp.gate_up_proj", 2 * inter, H, "tp")
+            b.row(f"model.layers.{i}.mlp.down_proj", H, inter, "tp")
+        gemma_norm(b, f"model.layers.{i}.input_layernorm", H)
+        gemma_norm(b, f"model.layers.{i}.post_attention_layernorm", H)
+    if b.p.last:
+        gemma_norm(b, "model.norm", H, part="head")
+
+
+def _language_model_only(cfg: ConfigSection, layout: WeightsLayout, release: str) -> bool:
+    """Whether the class leaves its vision tower out: 0.5.18+ read ``language_model_only`` from the
+    model config (``configs/model_config.py`` ``is_lm_only``: the flag or the config.json key); the flag
+    itself is refused for Qwen3.5 (its architectures are not in ``LANGUAGE_MODEL_ONLY_ARCHITECTURES``,
+    0.5.23 ``arg_groups/model_hook.py:1103-1109``). Before 0.5.18 the tower is always built."""
+    if layout.language_model_only:
+        if before(release, "0.5.18"):
+            raise FlagError(
+                f"--language-model-only does not exist in SGLang {release} (it arrived in 0.5.18); drop it"
+            )
+        raise FlagError(
+            f"SGLang {release} refuses --language-model-only for Qwen3.5 (its architecture is not in "
+            'LANGUAGE_MODEL_ONLY_ARCHITECTURES); drop it, or set "language_model_only": true in config.json, '
+            "which the class reads"
+        )
+    return not before(release, "0.5.18") and cfg.boolean("language_model_only", False)
+
+
+def tensors(cfg: ConfigSection, t: ConfigSection) -> Iterator[tuple[str, Shape]]:
+    H, V = t.integer("hidden_size"), t.integer("vocab_size", 248320)
+    moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
+    lm = "model.language_model"
+    yield f"{lm}.embed_tokens.weight", (V, H)
+    yield f"{lm}.norm.weight", (H,)
+    if not cfg.boolean("tie_word_embeddings", False):
+        yield "lm_head.weight", (V, H)
+    for i, attention in enumerate(qwen_types(t)):
+        yield from qwen_layer(t, f"{lm}.layers.{i}", attention, moe, True)
+    v = cfg.section("vision_config")
+    hid, depth = v.integer("hidden_size", 1152), v.integer("depth", 27)
+    inter = v.integer("intermediate_size", 4304)
+    out, merge = v.integer("out_hidden_size", 3584), v.integer("spatial_merge_size", 2)
+    patch, tpatch = v.integer("patch_size", 16), v.integer("temporal_patch_size", 2)
+    cin = v.integer("in_channels", 3)
+    vis = "model.visual"
+    yield f"{vis}.patch_embed.proj.weight", (hid, cin, tpatch, patch, patch)
+    yield f"{vis}.patch_embed.proj.bias", (hid,)
+    yield f"{vis}.pos_embed.weight", (v.integer("num_position_embeddings", 2304), hid)
+    for k in range(depth):
+        bp = f"{vis}.blocks.{k}"
+        for n in ("norm1", "norm2"):
+            yield f"{bp}.{n}.weight", (hid,)
+            yield f"{bp}.{n}.bias", (hid,)
+        yield f"{bp}.attn.qkv.weight", (3 * hid, hid)
+        yield f"{bp}.attn.qkv.bias", (3 * hid,)
+        yield f"{bp}.attn.proj.weight", (hid, hid)
+        yield f"{bp}.attn.proj.bias", (hid,)
+        yield f"{bp}.mlp.linear_fc1.weight", (inter, hid)
+        yield f"{bp}.mlp.linear_fc1.bias", (inter,)
+        yield f"{bp}.mlp.linear_fc2.weight", (hid, inter)
+        yield f"{bp}.mlp.linear_fc2.bias", (hid,)
+    ctx = hid * merge * merge
+    deepstack = v.array("deepstack_visual_indexes") or []
+    for name, norm_dim in [("merger", hid)] + [
+        (f"deepstack_merger_list.{k}", ctx) for k in range(len(deepstack))
+    ]:
+        yield f"{vis}.{name}.norm.weight", (norm_dim,)
+        yield f"{vis}.{name}.norm.bias", (norm_dim,)
+        yield f"{vis}.{name}.linear_fc1.weight", (ctx, ctx)
+        yield f"{vis}.{name}.linear_fc1.bias", (ctx,)
+        yield f"{vis}.{name}.linear_fc2.weight", (out, ctx)
+        yield f"{vis}.{name}.linear_fc2.bias", (out,)
+
+
+RULES = FamilyRules(
+    check_config=check_config,
+    weights=FamilyWeights("Qwen3.5", ("qwen3_5", "qwen3_5_moe"), "text_config", num_layers, build, tensors),
+)

@@ -1,0 +1,145 @@
+"""What the rest of the checker asks of a family's release rules, through the registry: the config
+checks of each release (:func:`check_config`), the weights each rank holds (:func:`model_weights`) and the
+checkpoint names each release's ``load_weights`` takes (:func:`check_shapes`, :func:`check_loadable`).
+
+Loaded on first use: a rank imports it only for a model config or a checkpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from checker.core.errors import ConfigError, shorten
+from checker.core.releases.config_rules import Release, where
+from checker.core.sizing.models import read_json, resolve_config_path, shown_path
+from checker.core.weights.checkpoint import Checkpoint
+from checker.core.weights.checkpoint_names import Shape
+from checker.core.weights.weights import (
+    ConfigSection,
+    FamilyWeights,
+    ModelWeights,
+    Param,
+    Place,
+    WeightsLayout,
+    model_weights_of,
+    rank_params_of,
+    text_section,
+)
+from checker.families import FAMILIES, family_for
+
+_EXPERT = re.compile(r"\.experts\.\d+\.")
+
+
+def family_of(config: Mapping[str, Any], source: str) -> tuple[FamilyWeights, ConfigSection, ConfigSection]:
+    cfg = ConfigSection(config, source)
+    mt = cfg.string("model_type")
+    family = family_for(mt or "")
+    fam = family.rules().weights if family is not None else None
+    if fam is None:
+        known = ", ".join(f.name for f in FAMILIES if f.rules().weights is not None)
+        raise ConfigError(
+            f"{source}: model_type={shorten(mt)} is not a family whose weights the checker models ({known}); "
+            "give the weights per GPU with --weights-gib"
+        )
+    return fam, cfg, text_section(fam, cfg)
+
+
+def rank_params(
+    config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
+) -> list[tuple[Place, list[Param]]]:
+    """Every rank's parameters, buffers and kept copies (name, per-rank shape, held dtype), in
+    world-rank order and in the order the class builds them."""
+    fam, _, _ = family_of(config, source)
+    return rank_params_of(fam, config, layout, release=release, source=source)
+
+
+def model_weights(
+    config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
+) -> ModelWeights:
+    """Every rank's weights for ``layout`` as SGLang ``release``'s class holds them."""
+    fam, _, _ = family_of(config, source)
+    return model_weights_of(fam, config, layout, release=release, source=source)
+
+
+def expected_shapes(config: Mapping[str, Any], source: str = "config.json") -> dict[str, Shape]:
+    """Tensor name -> shape of the family's checkpoint; a per-expert name has ``experts.E.`` in place
+    of the expert index (every expert has the same shape)."""
+    fam, cfg, text = family_of(config, source)
+    return dict(fam.tensors(cfg, text))
+
+
+def expected_tensors(config: Mapping[str, Any], source: str = "config.json") -> Iterator[tuple[str, Shape]]:
+    """Every tensor of the family's checkpoint (per-expert names expanded), for building test shards."""
+    fam, cfg, text = family_of(config, source)
+    for name, shape in fam.tensors(cfg, text):
+        if ".experts.E." in name:
+            layer_cfg = text
+            count = layer_cfg.integer("num_experts", 0, minimum=0) or layer_cfg.integer(
+                "n_routed_experts", 0, minimum=0
+            )
+            for e in range(count):
+                yield name.replace(".experts.E.", f".experts.{e}."), shape
+        else:
+            yield name, shape
+
+
+def check_shapes(ckpt: Checkpoint, config: Mapping[str, Any], source: str = "config.json") -> int:
+    """Refuse a checkpoint whose tensor contradicts config.json (one ConfigError line naming the tensor,
+    both shapes and the shard); returns how many tensors were checked."""
+    expected = expected_shapes(config, source)
+    checked = 0
+    for name, tensor in ckpt.tensors.items():
+        key = _EXPERT.sub(".experts.E.", name) if ".experts." in name else name
+        want = expected.get(key)
+        if want is None:
+            continue
+        checked += 1
+        if tensor.shape != want:
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} has shape {list(tensor.shape)} but "
+                f"{source} gives {list(want)}; the checkpoint and config.json are of different models (point "
+                "--model-path at the directory that holds both)"
+            )
+    return checked
+
+
+def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str, source: str) -> None:
+    """Refuse (one ConfigError line naming the tensor and its shard) a checkpoint tensor the release's
+    class has no parameter for, where its ``load_weights`` raises on one (FamilyWeights.unknown_tensor_rule:
+    Falcon-H1's). The other families'
+    classes skip a name they have no parameter for (``if name not in params_dict: continue``) on the
+    paths a checkpoint of theirs takes, or refuse it by stage (:mod:`checker.core.releases.pp_support`)."""
+    fam, _, _ = family_of(config, source)
+    at = where(fam.unknown_tensor_rule, release) if fam.unknown_tensor_rule else None
+    if at is None:
+        return
+    expected = expected_shapes(config, source)
+    for name, tensor in ckpt.tensors.items():
+        if name in expected or "rotary_emb.inv_freq" in name or name.endswith(".bias"):
+            continue
+        raise ConfigError(
+            f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is no parameter of SGLang {release}'s "
+            f"{fam.name} class under {source}, and its load_weights indexes every such name (KeyError, "
+            f"sglang/srt/{at}): the checkpoint holds more than config.json describes (another model's "
+            "layers, or quantization scales without a quantization config); point --model-path at the "
+            "directory whose config.json matches its shards"
+        )
+
+
+def check_model_config(release: str, model_config: str) -> None:
+    """:func:`check_config` of ``--model-config`` (a config.json or the model directory holding it)."""
+    path = resolve_config_path(model_config)
+    check_config(release, read_json(path), source=shown_path(path))
+
+
+def check_config(release: str, data: Mapping[str, Any], *, source: str) -> None:
+    """ConfigError (one line) when SGLang ``release`` refuses the HF config ``data`` at load (its config
+    class) or while building the model from its layer types; nothing for a family or release the rules
+    do not cover, or a JSON model spec."""
+    if "linear_layer_ids" in data:
+        return
+    family = family_for(data.get("model_type"))
+    if family is not None:
+        family.rules().check_config(Release(release, source), data)

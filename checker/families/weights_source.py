@@ -1,0 +1,191 @@
+"""Where each rank's weights figure comes from, and the figure itself (torch-free).
+
+The budget SGLang gives a rank (``--budget-from-device``, ``plan``'s fraction) is free memory after the
+weights; the weights figure per rank is, by precedence:
+
+* ``flag``: ``--weights-gib`` (one value for every rank, or one per rank), when given;
+* ``log``: ``--weights-from-log`` (check, plan): the figures an earlier start's server logged;
+* ``checkpoint``: the model directory's safetensors checkpoint beside its config.json, read from the
+  shard headers (:mod:`checker.core.weights.checkpoint`), checked against config.json
+  (:mod:`checker.core.weights.checkpoint_names`), and held as the release's class holds it
+  (:mod:`checker.core.weights.weights`): parameters exactly, plus the stated margin (buffers, kept copies,
+  allocator segments);
+* none: no flag and no checkpoint (a preset, a JSON model spec, a directory with only config.json).
+
+:class:`WeightsSource` is the small enum the report carries; a later source (the server's own log line)
+adds a member.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from checker.core.errors import ConfigError, FlagError
+from checker.core.sizing.models import MAX_CONFIG_BYTES, read_json, shown_path
+
+if TYPE_CHECKING:
+    from checker.core.weights.checkpoint import Checkpoint
+    from checker.core.weights.weights import ModelWeights, RankWeights, WeightsLayout
+
+
+class WeightsSource(enum.IntEnum):
+    """Where a rank's weights figure came from. Integer values go on the wire (a rank row)."""
+
+    NONE = 0
+    FLAG = 1
+    CHECKPOINT = 2
+    LOG = 3
+
+    @property
+    def label(self) -> str:
+        return {0: "none", 1: "flag", 2: "checkpoint", 3: "log"}[int(self)]
+
+
+@dataclass(frozen=True)
+class RankWeightsFigure:
+    """One rank's weights figure and where it came from (``detail``: the checkpoint's parts, when read)."""
+
+    gib: float | None
+    source: WeightsSource
+    detail: RankWeights | None = None
+
+
+def busiest_rank(figures: Sequence[RankWeightsFigure]) -> int | None:
+    """The rank with the largest known weights figure (the lowest such rank on a tie): the one whose
+    free memory after loading bounds the budget (SGLang all-reduces free memory MIN over ranks). None
+    where no figure is known (no checkpoint, no flag)."""
+    known = [(f.gib, i) for i, f in enumerate(figures) if f.gib is not None]
+    return max(known, key=lambda k: (k[0], -k[1]))[1] if known else None
+
+
+HF_QUANT_CONFIG = "hf_quant_config.json"
+"""ModelOpt's file beside config.json: SGLang reads a quantization from it where config.json declares none
+(0.5.23 ``configs/model_config.py`` ``_parse_quant_hf_config``; 0.5.2 takes its mere presence as
+ModelOpt's)."""
+
+
+def _quantization(config: Mapping[str, Any], flag: str | None, directory: Path | None = None) -> str | None:
+    """The quantization SGLang reads for this checkpoint, in words (None: none), where it reads one:
+    config.json's ``quantization_config`` (or its text_config's), its ``compression_config``
+    (compressed-tensors), a ``hf_quant_config.json`` beside it, or ``--quantization``."""
+    q = config.get("quantization_config")
+    if isinstance(q, Mapping):
+        method = q.get("quant_method")
+        return str(method) if method else "a quantization_config"
+    text = config.get("text_config")
+    if isinstance(text, Mapping) and isinstance(text.get("quantization_config"), Mapping):
+        return str(text["quantization_config"].get("quant_method") or "a quantization_config")
+    if config.get("compression_config") is not None:
+        return "compressed-tensors, config.json's compression_config"
+    if directory is not None and (directory / HF_QUANT_CONFIG).exists():
+        return _modelopt(directory / HF_QUANT_CONFIG)
+    return flag or None
+
+
+def _modelopt(path: Path) -> str:
+    """What ``hf_quant_config.json`` declares, as SGLang unwraps it (``quantization``, nested or flat)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        doc = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_CONFIG_BYTES else None
+    except (OSError, ValueError, RecursionError) as exc:  # SGLang's json.load fails on it: no server
+        why = getattr(exc, "strerror", None) or (
+            str(exc) if isinstance(exc, ValueError) else "nested too deep"
+        )
+        raise FlagError(
+            f"{shown_path(path)}: not JSON SGLang can read ({why}); SGLang reads {HF_QUANT_CONFIG} beside "
+            "config.json as the model's quantization, and fails on this one"
+        ) from None
+    if not isinstance(doc, Mapping):
+        raise FlagError(
+            f"{shown_path(path)}: not a JSON object of at most {MAX_CONFIG_BYTES >> 20} MiB; SGLang reads "
+            f"{HF_QUANT_CONFIG} beside config.json as the model's quantization"
+        )
+    quantization = doc.get("quantization", doc)
+    if isinstance(quantization, Mapping) and isinstance(quantization.get("quantization"), Mapping):
+        quantization = quantization["quantization"]
+    algo = quantization.get("quant_algo") if isinstance(quantization, Mapping) else None
+    return f"modelopt {algo if isinstance(algo, str) else 'quantization'}, {HF_QUANT_CONFIG}"
+
+
+def checkpoint_weights(
+    directory: str | Path,
+    layout: WeightsLayout,
+    *,
+    release: str,
+    quantization: str | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> tuple[ModelWeights, Checkpoint]:
+    """Every rank's weights for ``layout`` from the checkpoint in ``directory`` (config.json beside it).
+
+    Refused in one line: a quantized model (``quantization_config`` or ``compression_config`` in
+    config.json, a ``hf_quant_config.json`` beside it, ``--quantization``, or float8 tensors under a config
+    that declares nothing): its held weights are not modelled; a tensor the class has no parameter for
+    where its ``load_weights`` raises on one (Falcon-H1); a family the checker does not model; a checkpoint
+    whose tensors contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
+    # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
+    # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
+    from checker.core.weights.checkpoint import read_checkpoint
+    from checker.core.weights.checkpoint_names import check_declared_dtypes
+    from checker.families.rules import check_loadable, check_shapes, family_of, model_weights
+
+    d = Path(directory)
+    if config is None:
+        config = read_json(d / "config.json")
+    method = _quantization(config, quantization, d)
+    if method:
+        raise FlagError(
+            f"{d}: the model is quantized ({method}); the checker derives the weights of unquantized "
+            "(bf16/fp16/fp32) checkpoints only: give the weights per GPU with --weights-gib (the largest "
+            "'mem usage' of an earlier server start's 'Load weight end' lines)"
+        )
+    family_of(config, str(d / "config.json"))  # an unmodelled family is refused before any shard is read
+    ckpt = read_checkpoint(d)
+    source = str(d / "config.json")
+    check_shapes(ckpt, config, source)
+    check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first
+    check_declared_dtypes(ckpt, source)
+    return model_weights(config, layout, release=release, source=str(d / "config.json")), ckpt
+
+
+def weights_per_rank(
+    *,
+    flag_gib: Sequence[float],
+    flag_source: WeightsSource = WeightsSource.FLAG,
+    world_size: int,
+    model_dir: str | Path | None,
+    layout: WeightsLayout | None,
+    release: str,
+    quantization: str | None = None,
+) -> list[RankWeightsFigure]:
+    """Every rank's weights figure, by precedence: ``--weights-gib`` (or the figures of
+    ``--weights-from-log``: ``flag_source`` LOG), else the checkpoint in ``model_dir`` (when it holds
+    safetensors), else none."""
+    if flag_gib:
+        if len(flag_gib) not in (1, world_size):
+            raise FlagError(
+                f"--weights-gib has {len(flag_gib)} values for {world_size} ranks; give one value for every "
+                "rank, or one per rank"
+            )
+        values = list(flag_gib) * (world_size if len(flag_gib) == 1 else 1)
+        return [RankWeightsFigure(v, flag_source) for v in values]
+    if model_dir is None or layout is None:
+        return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
+    # start-up: as in checkpoint_weights (a layout is given only where a checkpoint may be read)
+    from checker.core.weights.checkpoint import has_safetensors
+    from checker.core.weights.weights import GIB
+
+    if not has_safetensors(model_dir):
+        return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
+    mw, _ = checkpoint_weights(model_dir, layout, release=release, quantization=quantization)
+    if len(mw.ranks) != world_size:
+        raise ConfigError(
+            f"the layout gives {len(mw.ranks)} ranks but the world has {world_size}; "
+            "check --pp-size/--tp-size"
+        )
+    return [RankWeightsFigure(r.total_bytes / GIB, WeightsSource.CHECKPOINT, r) for r in mw.ranks]
