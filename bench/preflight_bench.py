@@ -113,6 +113,13 @@ def main() -> int:
                 f"that one {c / o:5.3f}  ({[round(x, 2) for x in other]})",
                 flush=True,
             )
+            # CPU seconds do not drift with the machine's load as wall seconds do: the change's own cost.
+            co = statistics.median(cpu["other"])
+            print(
+                f"ranks {n:>3}: CPU seconds per job: {args.against} preflight {co:6.2f}; this checkout "
+                f"{(cc - co) / n * 1000:+.0f} ms per rank against it",
+                flush=True,
+            )
     print()
     print(
         "| ranks | bare torchrun + gloo all-gather (s) | preflight (s) | median of pair ratios "

@@ -1,11 +1,11 @@
 """Budget sweeps vectorised with torch: one stage's three checked values at every budget at once.
 
-:func:`derive_sweep` is bit-identical to the scalar core (``checker.core.sizing.sizing.size_pool``) budget by
-budget: it reuses :func:`~checker.core.sizing.sizing.plan_stage` for the budget-independent half and repeats
-``size_pool``'s float64 arithmetic one IEEE operation at a time, in the same order, on float64 tensors.
-``torch.div(..., rounding_mode="floor")`` on float64 runs CPython's own float ``//`` algorithm
-(fmod, then a correction step), checked against ``//`` on millions of values, so the pool size K lands
-on the same slot, including at the budgets where it steps.
+:func:`derive_sweep` is the scalar core (``checker.core.sizing.sizing.size_pool`` / ``derive_stage``)
+budget by budget because it runs the same functions: :func:`~checker.core.sizing.sizing.plan_stage` for the
+budget-independent half, and the rules of :mod:`checker.core.sizing.formulas` with torch ops on a float64
+tensor of budgets for the rest. ``tensor // x`` on float64 runs CPython's own float ``//`` algorithm (fmod,
+then a correction step), checked against ``//`` on millions of values, so the pool size K lands on the
+same slot, including at the budgets where it steps.
 
 :func:`local_sweep` is what one stage derives for every policy; a sweep is the stack of those over
 stages, however it was gathered, and :func:`analyse` reads it.
@@ -19,7 +19,22 @@ from typing import TYPE_CHECKING
 import torch
 
 from checker.core.errors import BudgetError, ConfigError, FlagError, LayoutError
-from checker.core.sizing.kv_pool import INT64_MAX, code_of, draft_layers_of, kv_dtype_bytes, stage_cell
+from checker.core.sizing.formulas import (
+    OwnTokens,
+    StatePool,
+    handle_max_mamba_cache,
+    profile_tokens,
+    resolve_max_num_reqs,
+    speculative_draft_tokens,
+)
+from checker.core.sizing.kv_pool import (
+    INT64_MAX,
+    code_of,
+    draft_layers_of,
+    kv_dtype_bytes,
+    no_cell_tokens,
+    stage_cell,
+)
 from checker.core.sizing.sizing import (
     BOOT_FAILURE,
     CHECKED_VALUES,
@@ -28,7 +43,6 @@ from checker.core.sizing.sizing import (
     StagePlan,
     plan_stage,
     requests_per_worker,
-    size_pool,
     spec_headroom,
 )
 from checker.core.sizing.sweep import PolicyFlags, flags_from_stack, summarise
@@ -42,141 +56,80 @@ if TYPE_CHECKING:  # the sweep's tables load with the sweep; check derives one b
 _EXACT = 2**53
 
 
-def _state_sweep(
-    inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One stage's state pool per budget: (K, the GiB left for the KV pool), as ``size_pool`` sizes them.
-    Budget-independent refusals raise (probed on the scalar core, which words them)."""
-    rules = inputs.release.rules
-    pad = 1 if rules.padding_slot else 0
-    dp = inputs.dp_size
-    ratio = plan.slots_per_request
-    spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
-    per_slot = spr + extra
-    fixed = plan.replayssm_fixed_bytes  # the GDN ReplaySSM ring, charged once (checker.core.sizing.replay)
-    # No speculative intermediate state is reserved under the ReplaySSM ring, as in size_pool.
-    D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
-    if rest.numel():
-        # Budget-independent refusals (a stage the policy charges 0 bytes in the auto-fit branch, a
-        # fixed pool that floors to 0 per dp worker, 0 requests per worker before 0.5.23) are the
-        # scalar core's to make and to word: probe it at one budget.
-        try:
-            size_pool(plan, inputs, float(rest[0]))
-        except BudgetError:
-            pass
+class _TorchOps:
+    """checker.core.sizing.formulas.Ops on a float64 tensor of budgets (one entry per budget)."""
+
+    def __init__(self, rest: torch.Tensor) -> None:
+        self._rest = rest
+
+    def full(self, value: int) -> torch.Tensor:
+        return torch.full_like(self._rest, value, dtype=torch.int64)
+
+    def to_int(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.int64)  # toward zero, as int()
+
+    def to_float(self, x: torch.Tensor | int) -> torch.Tensor | float:
+        return x.to(torch.float64) if isinstance(x, torch.Tensor) else float(x)
+
+    def minimum(self, a: torch.Tensor | int, b: torch.Tensor | int) -> torch.Tensor:
+        if not isinstance(b, torch.Tensor):
+            return torch.clamp(torch.as_tensor(a), max=b)
+        if not isinstance(a, torch.Tensor):
+            return torch.clamp(b, max=a)
+        return torch.minimum(a, b)
+
+    def maximum(self, a: torch.Tensor | int, b: torch.Tensor | int) -> torch.Tensor:
+        if not isinstance(b, torch.Tensor):
+            return torch.clamp(torch.as_tensor(a), min=b)
+        if not isinstance(a, torch.Tensor):
+            return torch.clamp(b, min=a)
+        return torch.maximum(a, b)
+
+    def where(self, cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.where(cond, a, b)
+
+    def exact_slots(self, slots: torch.Tensor, rest: torch.Tensor, pp_rank: int) -> None:
+        if bool((slots >= _EXACT).any()):
+            raise BudgetError(
+                f"a budget of {float(rest.max()):g} GiB gives more than 2**53 state slots on stage "
+                f"{pp_rank}; sweep smaller budgets"
+            )
+
+
+def _state_sweep(inputs: CapacityInputs, plan: StagePlan, rest: torch.Tensor) -> StatePool:
+    """One stage's state pool per budget (checker.core.sizing.formulas.handle_max_mamba_cache, as the scalar
+    core sizes it). Budget-independent refusals raise, as on the scalar core."""
+    spr, per_slot = plan.stage_per_req_bytes, plan.stage_per_req_bytes + plan.extra_per_slot_bytes
+    D = speculative_draft_tokens(inputs, plan)
     user = requests_per_worker(inputs)  # the same per-release floor as the scalar core
-    if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT or fixed >= _EXACT:
+    # Integers the float64 arithmetic holds exactly, or no sweep: the scalar core's Python ints have no
+    # such bound.
+    if per_slot >= _EXACT or spr * max(D, 1) >= _EXACT or plan.replayssm_fixed_bytes >= _EXACT:
         raise BudgetError(
             f"stage {plan.pp_rank} charges {per_slot:,} bytes per slot, beyond what a sweep derives "
             "exactly (2**53); use the derive command for this geometry"
         )
-    zeros = torch.zeros_like(rest, dtype=torch.int64)
-
-    # The pool size K, first matching branch of SGLang's KVCacheConfigurator._handle_max_mamba_cache
-    # (sglang/srt/mem_cache/kv_cache_configurator.py), as size_pool does it.
-    reserved: torch.Tensor | int = 0
     if (inputs.max_mamba_cache_size or 0) >= _EXACT or (user or 0) >= _EXACT:
         raise FlagError(
             "--max-mamba-cache-size / --max-running-requests of 2**53 or more are beyond what a sweep "
             "derives exactly; use the derive command"
         )
-    state_bytes: torch.Tensor | None = None  # 0.5.3.post2-0.5.6.post2: K * spr * (1 + D) in one step
-    pool_rule = rules.pool_rule
-    no_radix = inputs.radix_cache_disabled
-    # 0.5.8-0.5.12.post1: per_req * (mrr // dp) * D off the budget before any branch.
-    up_front = D * (user or 0) if rules.spec_reserve == "up-front" else 0
-    if up_front:
-        rest = rest - float(spr * up_front) / GIB  # int bytes / 2**30, one rounding, as in SGLang
-    raw_reserve = 0.0  # 0.5.7: per_req * mrr * D, in the auto-fit branch only
-    joint = bool(D) and rules.spec_reserve == "joint"
-    if pool_rule == "fixed" or (pool_rule == "ratio" and (no_radix or spr == 0)):
-        # Up to 0.5.6.post2 with the radix cache off: (mmcs or mrr or 512) // dp, whatever the budget.
-        split = dp if inputs.splits_over_dp() else 1
-        K = zeros + (inputs.max_mamba_cache_size or inputs.max_running_requests or 512) // split
-        if pool_rule == "ratio":
-            state_bytes = (K * (spr * (1 + D))).to(torch.float64)
-    elif pool_rule == "ratio":
-        split = dp if inputs.splits_over_dp() else 1
-        B = rest * inputs.mamba_full_memory_ratio / (1 + inputs.mamba_full_memory_ratio) * GIB
-        K_f = torch.div(torch.div(B, float(spr), rounding_mode="floor"), float(1 + D), rounding_mode="floor")
-        if bool((K_f >= _EXACT).any()):
-            raise BudgetError(
-                f"a budget of {float(rest.max()):g} GiB gives more than 2**53 state slots on stage "
-                f"{plan.pp_rank}; sweep smaller budgets"
-            )
-        K = torch.div(K_f.to(torch.int64), split, rounding_mode="floor")
-        state_bytes = (K * (spr * (1 + D))).to(torch.float64)
-    elif pool_rule == "explicit-or-fit" and (no_radix or inputs.max_mamba_cache_size is not None):
-        K = zeros + (inputs.max_mamba_cache_size or inputs.max_running_requests or 512) // dp
-    elif pool_rule == "branches" and inputs.max_mamba_cache_size is not None:  # branch A: fixed K
-        k_fixed = inputs.max_mamba_cache_size // dp
-        K = zeros + k_fixed
-        if joint and user is not None:
-            reserved = min(user, k_fixed // ratio) + pad
-    elif pool_rule == "branches" and no_radix and user is not None:  # branch B: K from the request cap
-        k_fixed = user
-        K = zeros + k_fixed
-        if joint:
-            reserved = k_fixed + pad
-    else:  # branch C: auto-fit
-        if D and rules.spec_reserve == "auto-fit-raw":
-            raw_reserve = float(spr * inputs.max_running_requests * D)  # type: ignore[operator]
-            rest = rest - raw_reserve / GIB
-        # ((rest * r) / (1 + r)) * 2**30, left to right as Python evaluates it.
-        B = rest * inputs.mamba_full_memory_ratio / (1 + inputs.mamba_full_memory_ratio) * GIB
-        if joint and pad:
-            # (B - int) - int: Python converts each int to the nearest double, as float() does.
-            num = B - float(spr * (1 + D)) - float(extra)
-            den = spr * (1 + D / ratio) + extra  # budget-independent: the very Python float SGLang uses
-            K_f = torch.div(num, den, rounding_mode="floor")
-        elif joint:
-            K_f = torch.div(B, spr * (1 + D / ratio), rounding_mode="floor")
-        elif pad:
-            # (B - fixed) - per_slot: each int converted to the nearest double, as Python does.
-            K_f = torch.div(B - float(fixed) - float(per_slot), float(per_slot), rounding_mode="floor")
-        else:
-            K_f = torch.div(B, float(spr), rounding_mode="floor")
-        if bool((K_f >= _EXACT).any()):
-            raise BudgetError(
-                f"a budget of {float(rest.max()):g} GiB gives more than 2**53 state slots on stage "
-                f"{plan.pp_rank}; sweep smaller budgets"
-            )
-        K = K_f.to(torch.int64)  # int() of an integral float: exact below 2**53
-        if joint and user is not None:
-            per_ratio = torch.div(K, ratio, rounding_mode="floor")
-            reserved = torch.clamp(per_ratio, max=user) + pad
-
-    # What is left for KV, in SGLang's order: (rest - intermediate / 2**30) - (K + pad) * per_slot / 2**30.
-    left = rest
-    if state_bytes is not None:
-        kv_gib = rest - state_bytes / GIB  # int / 2**30 in SGLang: one rounding, as here
-    else:
-        if joint:
-            res = torch.as_tensor(reserved, dtype=torch.float64, device=rest.device)
-            left = rest - float(spr * D) * res / GIB  # spr * slots * D bytes, rounded once
-        # ((K + pad) * per_slot + fixed) / 2**30: the int sum is exact below 2**53, then rounded once.
-        kv_gib = left - ((K + pad).to(torch.float64) * float(per_slot) + float(fixed)) / GIB
-    return K, kv_gib
+    return handle_max_mamba_cache(_TorchOps(rest), inputs, plan, rest, user=user)
 
 
-def _own_tokens(
-    inputs: CapacityInputs, plan: StagePlan, K: torch.Tensor, kv_gib: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One stage's own KV capacity per budget, as ``checker.core.sizing.sizing.stage_kv`` sizes it: (profiled,
-    what up to 0.5.9 estimates requests from, own capacity before the MIN)."""
-    zeros = torch.zeros_like(K)
+def _own_tokens(inputs: CapacityInputs, plan: StagePlan, pool: StatePool) -> OwnTokens:
+    """One stage's own KV capacity per budget (checker.core.sizing.formulas.profile_tokens, as
+    ``checker.core.sizing.sizing.stage_kv`` sizes it)."""
     version = inputs.release.version
     code = code_of(version)
     context = inputs.resolved_context_len
     assert context is not None  # CapacityInputs refuses a model without one
     a = inputs.geometry.attention
-    cell = 0
+    cell, headroom, no_cell = 0, 0, 0
+    D = inputs.speculative_num_draft_tokens or 0
     if a is not None:
         draft = draft_layers_of(
-            version,
-            a,
-            speculative=bool(inputs.speculative_num_draft_tokens),
-            draft_path=inputs.speculative_draft_model_path,
+            version, a, speculative=bool(D), draft_path=inputs.speculative_draft_model_path
         )
         _, cell = stage_cell(
             version,
@@ -187,52 +140,38 @@ def _own_tokens(
             elem_bytes=kv_dtype_bytes(version, inputs.kv_cache_dtype, a),
             draft_layers=draft,
         )
-    if inputs.token_capacity is not None:
-        profiled = zeros + inputs.token_capacity
-    elif cell == 0:  # a stage whose KV lives on other stages (0.5.17+); before, size_pool refused it
-        profiled = zeros + (INT64_MAX if inputs.pp_size > 1 else inputs.max_total_tokens or context)
-    elif code.profile == "float-floor":
-        profiled = torch.div(kv_gib * GIB, float(cell), rounding_mode="floor").to(torch.int64)
-    else:
-        if bool((kv_gib * GIB >= 2**62).any()):
-            raise BudgetError("a budget this large leaves more than 2**62 bytes of KV; sweep smaller budgets")
-        profiled = torch.div((kv_gib * GIB).to(torch.int64), cell, rounding_mode="floor")
-    estimate_from = profiled
-    D = inputs.speculative_num_draft_tokens or 0
-    if D and code.spec_headroom_at and cell:
-        headroom = spec_headroom(inputs)
-        pool = (
-            zeros + inputs.max_running_requests
-            if inputs.max_running_requests
-            else _estimate(profiled, context)
+        headroom = spec_headroom(inputs) if D and code.spec_headroom_at else 0
+        no_cell = no_cell_tokens(
+            a, pp_size=inputs.pp_size, max_total_tokens=inputs.max_total_tokens, context_len=context
         )
-        slots = torch.minimum(pool, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
-        profiled = profiled + slots * headroom + 100
-    page, cap = inputs.kv_page_size, inputs.max_total_tokens
-    if code.order == "configurator":
-        own = torch.div(profiled, page, rounding_mode="floor") * page
-        if cap is not None:
-            own = torch.clamp(own, max=cap)
-    else:
-        own = torch.clamp(profiled, max=cap) if cap is not None else profiled
-        own = torch.div(own, page, rounding_mode="floor") * page
-    return profiled, estimate_from, own
+    if cell and inputs.token_capacity is None and bool((pool.kv_gib * GIB >= 2**62).any()):
+        raise BudgetError("a budget this large leaves more than 2**62 bytes of KV; sweep smaller budgets")
+    return profile_tokens(
+        _TorchOps(pool.kv_gib),
+        kv_gib=pool.kv_gib,
+        cell=cell,
+        profile=code.profile,
+        order=code.order,
+        no_cell_tokens=no_cell,
+        token_capacity=inputs.token_capacity,
+        max_total_tokens=inputs.max_total_tokens,
+        page_size=inputs.kv_page_size,
+        context_len=context,
+        headroom=headroom,
+        max_running_requests=inputs.max_running_requests,
+        K=pool.K,
+        slots_per_request=plan.slots_per_request,
+    )
 
 
-def _estimate(tokens: torch.Tensor, context_len: int) -> torch.Tensor:
-    """``clamp(int(T / context_len * 512), 2048, 4096)`` in float64, as Python divides (T < 2**53)."""
-    return torch.clamp(torch.trunc(tokens.to(torch.float64) / context_len * 512).to(torch.int64), 2048, 4096)
-
-
-_Sized = tuple[StagePlan, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+_Sized = tuple[StagePlan, StatePool, OwnTokens]
 
 
 def _stage_sweep(inputs: CapacityInputs, k: int, rest: torch.Tensor) -> _Sized:
-    """Stage ``k``'s own pools per budget: (plan, K, KV GiB, profiled, estimate_from, own capacity)."""
+    """Stage ``k``'s own pools per budget: its plan, its state pool, its own KV capacity."""
     plan = plan_stage(inputs, k)
-    K, kv_gib = _state_sweep(inputs, plan, rest)
-    profiled, estimate_from, own = _own_tokens(inputs, plan, K, kv_gib)
-    return plan, K, kv_gib, profiled, estimate_from, own
+    pool = _state_sweep(inputs, plan, rest)
+    return plan, pool, _own_tokens(inputs, plan, pool)
 
 
 def _stage_sweeps(inputs: CapacityInputs, rest: torch.Tensor, *, required: int | None) -> list[_Sized | None]:
@@ -252,12 +191,11 @@ def _stage_sweeps(inputs: CapacityInputs, rest: torch.Tensor, *, required: int |
 def _boots_alone(inputs: CapacityInputs, st: _Sized) -> torch.Tensor:
     """Per budget: whether the stage's own pools size there (``derive_stage`` leaves it out of the MIN
     where its ``size_pool`` raises)."""
-    plan, K, kv_gib, profiled, estimate_from, own = st
-    return _resolve(inputs, plan, K, kv_gib, profiled, estimate_from, own, own)[:, 0] != BOOT_FAILURE
+    return _resolve(inputs, st, st[2].own)[:, 0] != BOOT_FAILURE
 
 
 def _after_min(inputs: CapacityInputs, st: _Sized, ok: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
-    values = _resolve(inputs, *st, minimum)
+    values = _resolve(inputs, st, minimum)
     # A stage whose own pools do not size there does not boot, whatever the MIN of the others.
     return torch.where(ok.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE))
 
@@ -273,7 +211,7 @@ def _pipeline(
     minimum = (
         torch.stack(
             [
-                torch.where(ok, st[5], sentinel)
+                torch.where(ok, st[2].own, sentinel)
                 for st, ok in zip(stages, sized, strict=True)
                 if st is not None and ok is not None
             ]
@@ -303,50 +241,34 @@ def derive_pipeline_sweep(
     return torch.stack([t for t in _pipeline(inputs, rest, required=None) if t is not None])
 
 
-def _resolve(
-    inputs: CapacityInputs,
-    plan: StagePlan,
-    K: torch.Tensor,
-    kv_gib: torch.Tensor,
-    profiled: torch.Tensor,
-    estimate_from: torch.Tensor,
-    own: torch.Tensor,
-    minimum: torch.Tensor,
-) -> torch.Tensor:
-    """One stage after the MIN (``checker.core.sizing.kv_pool.resolve_one``), per budget."""
-    rules = inputs.release.rules
-    code = code_of(inputs.release.version)
-    page = inputs.kv_page_size
-    synced = minimum if inputs.pp_size > 1 else own
-    if code.order == "configurator":
-        aligned = torch.div(profiled, page, rounding_mode="floor") * page
-        T = torch.where(synced != aligned, torch.div(synced, page, rounding_mode="floor") * page, aligned)
-    else:
-        T = synced
+def _resolve(inputs: CapacityInputs, st: _Sized, minimum: torch.Tensor) -> torch.Tensor:
+    """One stage after the MIN (checker.core.sizing.formulas.resolve_max_num_reqs, as
+    ``checker.core.sizing.kv_pool.resolve_one`` resolves it), per budget: (K, requests, micro-batch), or
+    :data:`BOOT_FAILURE` where the scalar core raises."""
+    plan, pool, own = st
     context = inputs.resolved_context_len
     assert context is not None  # CapacityInputs refuses a model without one
-    user = requests_per_worker(inputs)
-    half = torch.div(T, 2, rounding_mode="floor")
-    if rules.request_cap == "tp-worker":
-        raw = inputs.max_running_requests
-        pool = torch.zeros_like(T) + raw if raw is not None else _estimate(estimate_from, context)
-        first = torch.zeros_like(T) + user if user is not None else half
-        n = torch.minimum(first, pool)
-    else:
-        est = _estimate(T, context)
-        if rules.request_cap == "estimate":
-            n = torch.clamp(est, max=user) if user is not None else torch.minimum(est, half)
-        else:
-            n = torch.minimum(torch.zeros_like(T) + user if user is not None else est, half)
-    n = torch.minimum(n, torch.div(K, plan.slots_per_request, rounding_mode="floor"))
-    if inputs.pp_max_micro_batch_size:
-        micro = torch.zeros_like(n) + inputs.pp_max_micro_batch_size
-    else:
-        micro = torch.clamp(torch.div(n, inputs.pp_size, rounding_mode="floor"), min=1)
-    # _profile_available_bytes refuses rest_memory <= 0 (an exactly empty KV budget does not boot), the
-    # pool config a pool of 0 tokens, resolve_max_num_reqs 0 requests.
-    boots = (K > 0) & (kv_gib > 0) & (T > 0) & (n > 0)
-    values = torch.stack((K, n, micro), dim=1)
+    r = resolve_max_num_reqs(
+        _TorchOps(pool.kv_gib),
+        rule=inputs.release.rules.request_cap,
+        order=code_of(inputs.release.version).order,
+        pp_size=inputs.pp_size,
+        page_size=inputs.kv_page_size,
+        context_len=context,
+        profiled=own.profiled,
+        estimate_from=own.estimate_from,
+        own=own.own,
+        minimum=minimum,
+        K=pool.K,
+        slots_per_request=plan.slots_per_request,
+        requests_per_worker=requests_per_worker(inputs),
+        user_max_running_requests=inputs.max_running_requests,
+        user_micro=inputs.pp_max_micro_batch_size,
+    )
+    # size_pool refuses K <= 0 and an empty KV budget (_profile_available_bytes: rest_memory <= 0),
+    # resolve_one a pool of 0 tokens and 0 requests.
+    boots = (pool.K > 0) & (pool.kv_gib > 0) & (r.T > 0) & (r.requests > 0)
+    values = torch.stack((pool.K, r.requests, r.micro), dim=1)
     return torch.where(boots.unsqueeze(1), values, torch.full_like(values, BOOT_FAILURE))
 
 
@@ -369,7 +291,7 @@ def derive_sweep(
         # The MIN is given (a rank re-deriving its own stage on its device): only this stage is sized, so
         # a rank's cost does not grow with the pipeline's length.
         st = _stage_sweep(inputs, pp_rank, rest)
-        return _after_min(inputs, st, _boots_alone(inputs, st), torch.full_like(st[5], minimum))
+        return _after_min(inputs, st, _boots_alone(inputs, st), torch.full_like(st[2].own, minimum))
     out = _pipeline(inputs, rest, required=pp_rank)[pp_rank]
     assert out is not None  # its own refusal raised
     return out

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from checker.core.errors import BudgetError, ConfigError, FlagError, LayoutError
 from checker.core.releases.kv_support import KV_CODE, STAGE_RANGE, KvCode
 from checker.core.releases.releases import MODELLED_RELEASES, release_model
+from checker.core.sizing import formulas
 from checker.core.sizing.attention import AttentionGeometry
+from checker.core.sizing.formulas import SCALAR, profile_tokens, resolve_max_num_reqs
 
 INT64_MAX = 2**63 - 1
 """What a stage with no attention layer reports from 0.5.17 (``torch.iinfo(torch.int64).max``)."""
@@ -171,7 +173,18 @@ def align(tokens: int, page_size: int) -> int:
 
 def estimate(tokens: int, context_len: int) -> int:
     """``clamp(int(T / context_len * 512), 2048, 4096)``: float division, as every release writes it."""
-    return max(min(int(tokens / context_len * 512), ESTIMATE_MAX), ESTIMATE_MIN)
+    return int(formulas.estimate(SCALAR, tokens, context_len))
+
+
+def no_cell_tokens(
+    attention: AttentionGeometry, *, pp_size: int, max_total_tokens: int | None, context_len: int
+) -> int:
+    """What a stage whose KV cell is 0 bytes reports (0.5.17+; before, it does not start): int64 max under
+    pp > 1 for a model with attention layers elsewhere, which keeps it out of the MIN
+    (pool_configurator.py DefaultPoolConfigurator), else --max-total-tokens or the context length."""
+    if pp_size > 1 and attention.full_attention_layer_ids:
+        return INT64_MAX
+    return max_total_tokens or context_len
 
 
 def own_kv(
@@ -191,11 +204,14 @@ def own_kv(
     context_len: int,
     draft_layers: int = 0,
     headroom_per_request: int = 0,
-    request_slots: int = 0,
+    max_running_requests: int | None = None,
+    max_mamba_cache_size: int = 0,
+    slots_per_request: int = 1,
 ) -> KvOwn:
-    """Steps 1-3 of the module docstring for one stage. ``headroom_per_request``: up to 0.5.6.post2, an
-    EAGLE target's ``steps * topk + draft_tokens`` (0 otherwise); ``request_slots``: the requests that
-    headroom is for (``min(--max-running-requests or the estimate, K // ratio)``, before any // dp)."""
+    """Steps 1-3 of the module docstring for one stage (the arithmetic: checker.core.sizing.formulas.
+    profile_tokens). ``headroom_per_request``: up to 0.5.6.post2, an EAGLE target's ``steps * topk +
+    draft_tokens`` (0 otherwise), for ``min(--max-running-requests or the estimate, K // ratio)``
+    requests (before any // dp)."""
     code = code_of(release)
     elem = kv_dtype_bytes(release, kv_cache_dtype, attention)
     layers, cell = stage_cell(
@@ -207,41 +223,33 @@ def own_kv(
         elem_bytes=elem,
         draft_layers=draft_layers,
     )
-    available = int(kv_budget_gib * GIB)
-    if token_capacity is not None:
-        profiled = token_capacity
-    elif cell == 0:
+    if token_capacity is None and cell == 0:
         refuse_zero_cell(release, pp_rank=pp_rank, start_layer=start_layer, end_layer=end_layer)
-        # pool_configurator.py DefaultPoolConfigurator: a stage whose KV lives on another stage reports
-        # int64 max, and stays out of the MIN (pp > 1 and the model has attention layers).
-        if pp_size > 1 and attention.full_attention_layer_ids:
-            profiled = INT64_MAX
-        else:
-            profiled = max_total_tokens or context_len
-    elif code.profile == "float-floor":
-        profiled = int(kv_budget_gib * GIB // cell)  # int(rest_memory * (1 << 30) // cell_size)
-    else:
-        profiled = available // cell  # int(rest_memory * (1 << 30)) // cell_size
-    estimate_tokens = profiled
-    if headroom_per_request and code.spec_headroom_at:
-        # model_runner.py init_memory_pool (up to 0.5.6.post2): draft_runner_cache_size = T + max_num_reqs *
-        # steps * topk + max_num_reqs * draft_tokens + 100, which becomes the target's token count.
-        profiled = profiled + request_slots * headroom_per_request + 100
-    if code.order == "configurator":
-        # calculate_pool_sizes aligns; _apply_token_constraints caps (and MINs, then re-aligns).
-        own = align(profiled, page_size)
-        if max_total_tokens is not None:
-            own = min(own, max_total_tokens)
-    else:
-        own = min(profiled, max_total_tokens) if max_total_tokens is not None else profiled
-        own = align(own, page_size)
+    t = profile_tokens(
+        SCALAR,
+        kv_gib=kv_budget_gib,
+        cell=cell,
+        profile=code.profile,
+        order=code.order,
+        no_cell_tokens=no_cell_tokens(
+            attention, pp_size=pp_size, max_total_tokens=max_total_tokens, context_len=context_len
+        ),
+        token_capacity=token_capacity,
+        max_total_tokens=max_total_tokens,
+        page_size=page_size,
+        context_len=context_len,
+        headroom=headroom_per_request if code.spec_headroom_at else 0,
+        max_running_requests=max_running_requests,
+        K=max_mamba_cache_size,
+        slots_per_request=slots_per_request,
+    )
     return KvOwn(
         attention_layers=layers,
         cell_bytes=cell,
-        available_bytes=available,
-        profiled_tokens=profiled,
-        estimate_tokens=estimate_tokens,
-        own_tokens=own,
+        available_bytes=int(kv_budget_gib * GIB),
+        profiled_tokens=t.profiled,
+        estimate_tokens=t.estimate_from,
+        own_tokens=t.own,
     )
 
 
@@ -295,15 +303,28 @@ def world_min(stages: Sequence[KvStage]) -> int:
 
 
 def resolve_one(stage: KvStage, minimum: int) -> KvResolved:
-    """Step 4-5 for one rank given the world's MIN of own capacities (its own when pp == 1)."""
+    """Step 4-5 for one rank given the world's MIN of own capacities (its own when pp == 1); the
+    arithmetic is checker.core.sizing.formulas.resolve_max_num_reqs, the refusals the release's."""
     rules = release_model(stage.release).rules
     code = code_of(stage.release)
-    synced = minimum if stage.pp_size > 1 else stage.own_tokens
-    if code.order == "configurator":
-        aligned = align(stage.profiled_tokens, stage.page_size)
-        T = align(synced, stage.page_size) if synced != aligned else aligned
-    else:
-        T = synced
+    r = resolve_max_num_reqs(
+        SCALAR,
+        rule=rules.request_cap,
+        order=code.order,
+        pp_size=stage.pp_size,
+        page_size=stage.page_size,
+        context_len=stage.context_len,
+        profiled=stage.profiled_tokens,
+        estimate_from=stage.estimate_tokens,
+        own=stage.own_tokens,
+        minimum=minimum,
+        K=stage.max_mamba_cache_size,
+        slots_per_request=stage.slots_per_request,
+        requests_per_worker=stage.requests_per_worker,
+        user_max_running_requests=stage.user_max_running_requests,
+        user_micro=stage.user_micro,
+    )
+    T, n = r.T, r.requests
     if T <= 0:
         raise BudgetError(
             f"SGLang {stage.release} leaves stage {stage.pp_rank} a KV pool of {T} tokens and refuses to "
@@ -311,7 +332,6 @@ def resolve_one(stage: KvStage, minimum: int) -> KvResolved:
             "lower --mamba-full-memory-ratio, or raise --max-total-tokens"
         )
     K, ratio = stage.max_mamba_cache_size, stage.slots_per_request
-    n = min(_requests(stage, T, rules.request_cap), K // ratio)
     if n <= 0:
         hint = " or --token-capacity" if stage.token_capacity is not None and T // 2 <= 0 else ""
         raise BudgetError(
@@ -321,32 +341,14 @@ def resolve_one(stage: KvStage, minimum: int) -> KvResolved:
             else f"budget too small for one running request on stage {stage.pp_rank}: its KV pool holds "
             f"{T} tokens after the MIN over stages; raise --budget-gib{hint}"
         )
-    micro = stage.user_micro or max(n // stage.pp_size, 1)
     idle = (stage.own_tokens - T) * stage.cell_bytes if stage.cell_bytes and stage.own_tokens >= T else 0
     return KvResolved(
         max_total_num_tokens=T,
         max_running_requests=n,
-        pp_max_micro_batch_size=micro,
+        pp_max_micro_batch_size=r.micro,
         idle_bytes=idle,
         limiting=stage.pp_size > 1 and stage.own_tokens == minimum,
     )
-
-
-def _requests(stage: KvStage, T: int, rule: str) -> int:
-    """max_running_requests before ``K // ratio`` (``ReleaseRules.request_cap``)."""
-    user = stage.requests_per_worker
-    if rule == "tp-worker":
-        # model_runner.py init_memory_pool / tp_worker.py (up to 0.5.9): the request pool is the user's
-        # value or the estimate from the stage's OWN profile; then min(mrr // dp or T // 2, that pool).
-        pool = stage.user_max_running_requests
-        if pool is None:
-            pool = estimate(stage.estimate_tokens, stage.context_len)
-        first = user if user is not None else T // 2
-        return min(first, pool)
-    est = estimate(T, stage.context_len)
-    if rule == "estimate":  # 0.5.10-0.5.13.post1 _resolve_max_num_reqs
-        return min(user, est) if user is not None else min(est, T // 2)
-    return min(user if user is not None else est, T // 2)  # 0.5.14+ resolve_max_num_reqs
 
 
 def resolve(stages: Sequence[KvStage]) -> list[KvResolved]:

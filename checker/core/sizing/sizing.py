@@ -37,6 +37,7 @@ from checker.core.releases.releases import (
 )
 from checker.core.releases.startup import check_pp_spec, refuse
 from checker.core.sizing.environ import LONGER_CONTEXT_ENV
+from checker.core.sizing.formulas import SCALAR, handle_max_mamba_cache, profile_tokens
 from checker.core.sizing.geometry import ModelGeometry
 from checker.core.sizing.kv_pool import (
     ESTIMATE_MAX,
@@ -811,111 +812,19 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
     (pool: ``_handle_max_mamba_cache`` / ``handle_max_mamba_cache``; requests: ``resolve_max_num_reqs``;
     micro-batch: ``max(max_running_requests // pp_size, 1)`` in managers/scheduler.py
     ``Scheduler.__init__``; see docs/sglang-releases.md). Float operations in SGLang's order."""
-    rest = inputs.budget_gib if budget_gib is None else budget_gib
-    given = rest
-    rules = inputs.release.rules
-    pad = 1 if rules.padding_slot else 0
-    dp = inputs.dp_size
+    given = inputs.budget_gib if budget_gib is None else budget_gib
+    pad = 1 if inputs.release.rules.padding_slot else 0
     ratio = plan.slots_per_request
-    spr, extra = plan.stage_per_req_bytes, plan.extra_per_slot_bytes
-    per_slot = spr + extra
-    fixed = plan.replayssm_fixed_bytes
-    # ``reserves_spec_state = has_spec_dec and not replayssm_active``: under the ReplaySSM ring the
-    # speculative intermediate state is not reserved (checker.core.sizing.replay).
-    D = 0 if plan.replayssm_active else inputs.speculative_num_draft_tokens or 0
+    per_slot = plan.stage_per_req_bytes + plan.extra_per_slot_bytes
     user = requests_per_worker(inputs)  # refuses 0 per worker before 0.5.23
-    pool_rule = rules.pool_rule
-    no_radix = inputs.radix_cache_disabled
-    # ``state_bytes``: what the release takes off the budget for the pool itself (None: (K + pad) slots).
-    state_bytes: int | None = None
-    # 0.5.8-0.5.12.post1 take per_req * (mrr // dp) * D off the budget before any branch (spec_reserve
-    # "up-front"); 0.5.7 takes per_req * mrr * D off in the auto-fit branch only ("auto-fit-raw").
-    up_front = D * (user or 0) if rules.spec_reserve == "up-front" else 0
-    if up_front:
-        rest = rest - spr * up_front / GIB
-
-    if pool_rule == "fixed" or (pool_rule == "ratio" and (no_radix or spr == 0)):
-        # Up to 0.5.6.post2 with the radix cache off (always off before 0.5.3.post2): K is
-        # --max-mamba-cache-size, else --max-running-requests, else 512, then // dp (0.5.3.post2+: for
-        # hybrid GDN only, handle_max_mamba_cache ``if self.hybrid_gdn_config is not None``).
-        chosen = inputs.max_mamba_cache_size or inputs.max_running_requests or 512
-        split = dp if inputs.splits_over_dp() else 1
-        branch, K, reserved = ("A" if inputs.max_mamba_cache_size else "B"), chosen // split, 0
-        if pool_rule == "ratio":
-            state_bytes = K * spr * (1 + D)  # handle_max_mamba_cache charges (1 + D) per slot
-    elif pool_rule == "ratio":
-        # int((B // per_req) // (1 + D)), then // dp; an explicit --max-mamba-cache-size is ignored.
-        B = mamba_budget_bytes(rest, inputs.mamba_full_memory_ratio)
-        split = dp if inputs.splits_over_dp() else 1
-        branch, K, reserved = "C", int(B // spr // (1 + D)) // split, 0
-        state_bytes = K * spr * (1 + D)
-    elif pool_rule == "explicit-or-fit" and (no_radix or inputs.max_mamba_cache_size is not None):
-        # 0.5.7-0.5.8.post1 handle_max_mamba_cache: (mmcs or mrr or 512) // dp.
-        chosen = inputs.max_mamba_cache_size or inputs.max_running_requests or 512
-        branch, K, reserved = ("A" if inputs.max_mamba_cache_size else "B"), chosen // dp, 0
-    elif pool_rule == "branches" and inputs.max_mamba_cache_size is not None:
-        branch, K = "A", inputs.max_mamba_cache_size // dp
-        joint = D and user is not None and rules.spec_reserve == "joint"
-        reserved = (min(user, K // ratio) + pad) if joint and user is not None else 0
-    elif pool_rule == "branches" and no_radix and user is not None:
-        branch, K = "B", user
-        reserved = K + pad if D and rules.spec_reserve == "joint" else 0
-    else:
-        branch = "C"
-        if spr <= 0:
-            # Only the auto-fit branch asserts a positive per-request charge (``assert stage_per_req
-            # > 0``); an explicit pool size (A, B) starts with a zero charge.
-            raise LayoutError(
-                f"stage {plan.pp_rank} holds no linear layers, so --policy {inputs.resolved_policy} "
-                "charges it 0 bytes per request and SGLang cannot auto-fit its pool (it asserts a positive "
-                "charge); use max-share, another partition, or --max-mamba-cache-size"
-            )
-        if D and rules.spec_reserve == "auto-fit-raw":
-            # 0.5.7: per_req * --max-running-requests * D, the user's value not split over dp.
-            rest = rest - spr * inputs.max_running_requests * D / GIB  # type: ignore[operator]
-        B = mamba_budget_bytes(rest, inputs.mamba_full_memory_ratio)
-        joint = D and rules.spec_reserve == "joint"
-        if joint and pad:
-            K = int((B - spr * (1 + D) - extra) // (spr * (1 + D / ratio) + extra))
-        elif joint:
-            K = int(B // (spr * (1 + D / ratio)))  # 0.5.13-0.5.16: no padding slot, no extra state
-        elif pad:
-            # One padding slot (the pool allocates K + 1); the GDN ring charged once comes off first.
-            K = int((B - fixed - per_slot) // per_slot)
-        else:
-            K = int(B // spr)
-        reserved = (min(user, K // ratio) + pad) if joint and user is not None else 0
-    if K <= 0 and branch == "A":
-        # Not a budget problem: the user's pool size is split over the dp workers and floors to 0.
-        raise FlagError(
-            f"--max-mamba-cache-size {inputs.max_mamba_cache_size} split over --dp-size {dp} gives "
-            f"K=0 state slots per dp worker; set it to at least {dp}"
-        )
+    pool = handle_max_mamba_cache(SCALAR, inputs, plan, given, user=user)
+    branch, K, kv_budget_gib = pool.branch, pool.K, pool.kv_gib
     if K <= 0:
         raise BudgetError(
             f"not enough memory for the state pool: --budget-gib {given} gives K={K} slots at "
-            f"stage_per_req={spr} bytes (stage {plan.pp_rank}); raise the budget or "
+            f"stage_per_req={plan.stage_per_req_bytes} bytes (stage {plan.pp_rank}); raise the budget or "
             "--mamba-full-memory-ratio"
         )
-    if state_bytes is not None:
-        # 0.5.3.post2-0.5.6.post2: total_rest_memory - K * per_req * (1 + D) / 2**30, in one step.
-        intermediate = K * spr * D
-        kv_budget_gib = rest - state_bytes / GIB
-    elif rules.spec_reserve == "joint":
-        intermediate = spr * reserved * D if D else 0
-        # SGLang takes the spec reservation off first, then the state: total_rest_memory -
-        # intermediate / 2**30, then - (K + pad) * per_slot / 2**30.
-        left = rest - intermediate / GIB if D else rest
-        kv_budget_gib = left - ((K + pad) * per_slot + fixed) / GIB
-    else:
-        # 0.5.7-0.5.12.post1: the reservation already came off ``rest`` above.
-        if rules.spec_reserve == "up-front":
-            intermediate = spr * up_front
-        elif D and branch == "C":
-            intermediate = spr * inputs.max_running_requests * D  # type: ignore[operator]
-        else:
-            intermediate = 0
-        kv_budget_gib = rest - (K + pad) * per_slot / GIB
     if kv_budget_gib <= 0:
         # kv_cache_configurator.py _profile_available_bytes (0.5.14+: model_runner_kv_cache_mixin.py):
         # ``if rest_memory <= 0: raise ValueError("... leave no GPU memory for the KV cache ...")``.
@@ -925,6 +834,7 @@ def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None 
             f"and {inputs.release.label} needs more than 0; lower --max-mamba-cache-size or "
             "--max-running-requests, or raise the budget"
         )
+    intermediate = pool.intermediate_bytes
 
     own = stage_kv(plan, inputs, kv_budget_gib, K=K, ratio=ratio)
     alone = StageCapacity(
@@ -954,53 +864,50 @@ def stage_kv(plan: StagePlan, inputs: CapacityInputs, kv_budget_gib: float, *, K
     context = inputs.resolved_context_len
     assert context is not None  # CapacityInputs refuses a model without one
     if g.attention is None:  # a model spec without attention facts: --token-capacity stands for the pool
-        T = inputs.token_capacity
-        assert T is not None  # CapacityInputs refuses the spec without it
-        capped = min(T, inputs.max_total_tokens) if inputs.max_total_tokens is not None else T
+        code = code_of(version)
+        t = profile_tokens(
+            SCALAR,
+            kv_gib=kv_budget_gib,
+            cell=0,
+            profile=code.profile,
+            order=code.order,
+            no_cell_tokens=0,
+            token_capacity=inputs.token_capacity,
+            max_total_tokens=inputs.max_total_tokens,
+            page_size=inputs.kv_page_size,
+            context_len=context,
+        )
         return KvOwn(
             attention_layers=0,
             cell_bytes=0,
             available_bytes=int(kv_budget_gib * GIB),
-            profiled_tokens=T,
-            estimate_tokens=T,
-            own_tokens=capped // inputs.kv_page_size * inputs.kv_page_size,
+            profiled_tokens=t.profiled,
+            estimate_tokens=t.estimate_from,
+            own_tokens=t.own,
         )
     D = inputs.speculative_num_draft_tokens or 0
-    headroom = 0
-    if D and code_of(version).spec_headroom_at:
-        headroom = spec_headroom(inputs)
-    draft = draft_layers_of(
-        version, g.attention, speculative=bool(D), draft_path=inputs.speculative_draft_model_path
+    return own_kv(
+        version,
+        g.attention,
+        pp_rank=plan.pp_rank,
+        pp_size=inputs.pp_size,
+        start_layer=plan.start_layer,
+        end_layer=plan.end_layer,
+        attn_tp=inputs.tp_size,
+        kv_cache_dtype=inputs.kv_cache_dtype,
+        kv_budget_gib=kv_budget_gib,
+        page_size=inputs.kv_page_size,
+        max_total_tokens=inputs.max_total_tokens,
+        token_capacity=inputs.token_capacity,
+        context_len=context,
+        draft_layers=draft_layers_of(
+            version, g.attention, speculative=bool(D), draft_path=inputs.speculative_draft_model_path
+        ),
+        headroom_per_request=spec_headroom(inputs) if D and code_of(version).spec_headroom_at else 0,
+        max_running_requests=inputs.max_running_requests,
+        max_mamba_cache_size=K,
+        slots_per_request=ratio,
     )
-
-    def size(request_slots: int) -> KvOwn:
-        assert g.attention is not None
-        return own_kv(
-            version,
-            g.attention,
-            pp_rank=plan.pp_rank,
-            pp_size=inputs.pp_size,
-            start_layer=plan.start_layer,
-            end_layer=plan.end_layer,
-            attn_tp=inputs.tp_size,
-            kv_cache_dtype=inputs.kv_cache_dtype,
-            kv_budget_gib=kv_budget_gib,
-            page_size=inputs.kv_page_size,
-            max_total_tokens=inputs.max_total_tokens,
-            token_capacity=inputs.token_capacity,
-            context_len=context,
-            draft_layers=draft,
-            headroom_per_request=headroom,
-            request_slots=request_slots,
-        )
-
-    own = size(0)
-    if headroom:
-        # model_runner.py init_memory_pool (up to 0.5.6.post2): the requests the headroom is for are the
-        # user's --max-running-requests or the estimate from the profile, capped by the state pool.
-        pool = inputs.max_running_requests or estimate(own.estimate_tokens, context)
-        own = size(min(pool, K // ratio))
-    return own
 
 
 def spec_headroom(inputs: CapacityInputs) -> int:
