@@ -320,17 +320,18 @@ def test_torchrun_root_cause_names_the_verdict(tmp_path):
 
 @pytest.mark.slow
 def test_device_derivation_disagreeing_with_the_scalar_core_is_an_error(tmp_path):
-    """Each rank derives its stage twice: the scalar core and the vectorised path on its device. A
-    rank whose scalar core is off by half (patched through sitecustomize on rank 1 only) must be caught
-    and reported by every rank, not pass as consistent."""
+    """Each rank derives its stage twice: the scalar core and the same formulas on its device's tensors.
+    A rank whose device arithmetic is off (its float-to-int conversion one slot high, patched through
+    sitecustomize on rank 1 only: what a device whose arithmetic differs from Python's would give) must be
+    caught and reported by every rank, not pass as consistent."""
     import os
 
-    patch = tmp_path / "broken_scalar"
+    patch = tmp_path / "broken_device"
     patch.mkdir()
     (patch / "sitecustomize.py").write_text(
-        "from checker.core.sizing import sizing\n"
-        "_real = sizing.mamba_budget_bytes\n"
-        "sizing.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) * 1.5\n"
+        "from checker.device import sweep\n"
+        "_real = sweep._TorchOps.to_int\n"
+        "sweep._TorchOps.to_int = lambda self, x: _real(self, x) + 1\n"
     )
     path = os.pathsep.join(p for p in (str(patch), os.environ.get("PYTHONPATH", "")) if p)
     res = run_world(

@@ -710,13 +710,13 @@ def test_auto_under_pp_resolves_as_the_builtin_says(sglang_engine) -> None:
 def test_a_model_error_is_reported_as_drift(sglang_engine, cli, monkeypatch) -> None:
     """Break the builtin's budget split by 1%: derive --engine both must exit 4 and name
     max_mamba_cache_size with the builtin's and SGLang's numbers (SGLang's being the unbroken one)."""
-    from checker.core.sizing import sizing
+    from checker.core.sizing import formulas  # the budget split's one home, both paths call it
 
     argv = [*_fixture("nemotron_h_8b"), "--pp-size", "4", "--budget-gib", "8"]
     rc, good = _both(cli, argv)
     assert rc == 0
-    real = sizing.mamba_budget_bytes
-    monkeypatch.setattr(sizing, "mamba_budget_bytes", lambda b, r: real(b, r) * 1.01)
+    real = formulas.mamba_budget_bytes
+    monkeypatch.setattr(formulas, "mamba_budget_bytes", lambda b, r: real(b, r) * 1.01)
     rc, doc = _both(cli, argv)
     assert rc == 4
     k = [d for d in doc["drift"] if d["value"] == "max_mamba_cache_size"]
@@ -863,9 +863,9 @@ def test_plan_engines_agree_on_the_min_budget(sglang_engine, cli) -> None:
 # Loaded on one rank through PYTHONPATH: breaks the builtin's budget split by 1% there, so that rank's
 # engines disagree (SGLang 0.5.23 has no known drift left to use for the real-ranks path).
 _BREAK_BUILTIN = """\
-from checker.core.sizing import sizing
-_real = sizing.mamba_budget_bytes
-sizing.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) * 1.01
+from checker.core.sizing import formulas
+_real = formulas.mamba_budget_bytes
+formulas.mamba_budget_bytes = lambda budget_gib, ratio: _real(budget_gib, ratio) * 1.01
 """
 
 

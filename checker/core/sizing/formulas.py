@@ -88,6 +88,12 @@ SCALAR: Ops = _Scalar()
 # ------------------------------------------------------------------------------------------------------
 
 
+def mamba_budget_bytes(budget_gib: Num, ratio: float) -> Num:
+    """Bytes the auto-fit branch hands the state pool: ``((rest * r) / (1 + r)) * 2**30``, left to right
+    as Python evaluates it (a float, or a float64 tensor of them)."""
+    return budget_gib * ratio / (1 + ratio) * GIB
+
+
 @dataclass(frozen=True)
 class StatePool:
     branch: str
@@ -148,7 +154,7 @@ def handle_max_mamba_cache(
             state_bytes = K * (spr * (1 + D))  # handle_max_mamba_cache charges (1 + D) per slot
     elif pool_rule == "ratio":
         # int((B // per_req) // (1 + D)), then // dp; an explicit --max-mamba-cache-size is ignored.
-        B = rest * r / (1 + r) * GIB
+        B = mamba_budget_bytes(rest, r)
         slots = B // spr // (1 + D)
         ops.exact_slots(slots, rest, plan.pp_rank)
         split = dp if inputs.splits_over_dp() else 1
@@ -180,8 +186,7 @@ def handle_max_mamba_cache(
         if D and rules.spec_reserve == "auto-fit-raw":
             # 0.5.7: per_req * --max-running-requests * D, the user's value not split over dp.
             rest = rest - spr * inputs.max_running_requests * D / GIB  # type: ignore[operator]
-        # ((rest * r) / (1 + r)) * 2**30, left to right as Python evaluates it.
-        B = rest * r / (1 + r) * GIB
+        B = mamba_budget_bytes(rest, r)
         if joint and pad:
             # (B - int) - int: Python converts each int to the nearest double.
             slots = (B - spr * (1 + D) - extra) // (spr * (1 + D / ratio) + extra)

@@ -745,11 +745,6 @@ def plan_stage(inputs: CapacityInputs, pp_rank: int) -> StagePlan:
     )
 
 
-def mamba_budget_bytes(budget_gib: float, ratio: float) -> float:
-    """Bytes the auto-fit branch hands the state pool: ``rest * r / (1 + r) * 2**30``."""
-    return budget_gib * ratio / (1 + ratio) * GIB
-
-
 def requests_per_worker(inputs: CapacityInputs) -> int | None:
     """``--max-running-requests // dp`` as the release reads it: floored at 1 from 0.5.23
     (kv_cache_configurator.py ``resolve_max_num_reqs``, ``_handle_max_mamba_cache``), a plain ``//``
