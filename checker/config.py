@@ -266,6 +266,8 @@ class OutputOptions:
     junit: str | None = None
     format: str = "text"
     quiet: bool = False
+    plot: str | None = None
+    """check --plot: the stage picture the publishing rank (rank 0) writes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -326,6 +328,11 @@ class DeriveConfig:
     budget_formula: str | None = None
     """derive --gpu-free-gib: how ``budget_gib`` was computed (the release's formula, the weights and
     where they came from)."""
+    weights_gib: float | None = None
+    """derive --gpu-free-gib: the weights figure the budget assumed (--weights-gib, else the checkpoint's
+    busiest rank); the picture of --plot draws it."""
+    plot: str | None = None
+    """derive --plot: where the stage picture is written (PNG)."""
 
     @classmethod
     def from_args(

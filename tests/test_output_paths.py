@@ -763,8 +763,8 @@ NOT_A_FILE = {
     "command",
 }
 OUTPUTS = {
-    "check": {"report", "junit"},
-    "derive": set(),
+    "check": {"report", "junit", "plot"},
+    "derive": {"plot"},
     "plan": set(),
     "sweep": {"report", "plot"},
     "postflight": {"postflight_report", "junit"},
