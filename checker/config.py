@@ -431,6 +431,10 @@ class PlanConfig:
     """Where ``weights_gib`` came from when not typed: ``--weights-from-log LOG`` (the busiest rank's)."""
     all_policies: bool = False
     """--all-policies: every charging policy, not only the release's own."""
+    target_tokens: int | None = None
+    """--target-tokens N: the smallest budget at which every stage holds N KV tokens after the MIN."""
+    target_requests: int | None = None
+    """--target-requests R: ... at which every stage serves R requests of the resolved context length."""
 
     def __post_init__(self) -> None:
         """Flags that belong to another mode, one line each (the first that applies)."""
@@ -471,10 +475,20 @@ class PlanConfig:
             )
         if self.all_policies and derive.sizing.policy is not None:
             raise FlagError("--all-policies and --policy both choose the policies; give one")
+        if self.in_tokens and (len(derive.releases) > 1 or derive.release.engine != "builtin"):
+            raise FlagError(
+                "--target-tokens and --target-requests are searched with the builtin model of one "
+                "release: drop --engine and give one --sglang-version (a modelled one)"
+            )
+
+    @property
+    def in_tokens(self) -> bool:
+        """--target-tokens or --target-requests (a plan in tokens)."""
+        return self.target_tokens is not None or self.target_requests is not None
 
     @property
     def suggest_partition(self) -> bool:
-        return self.target_max_running_requests is None
+        return self.target_max_running_requests is None and not self.in_tokens
 
 
 def model_source(model: ModelChoice, sizing: SizingFlags) -> ModelSource:
