@@ -231,7 +231,7 @@ class CapacityInputs(SizingFlags):
                 f"--context-len {self.context_len} (a launch command's --context-length) is above the "
                 f"model's own context length {own}: {sg} refuses it at start-up (ValueError: "
                 f'"User-specified context_length ({self.context_len}) is greater than the derived '
-                f'context_length ({own}). ... To allow overriding this maximum, set the env var '
+                f"context_length ({own}). ... To allow overriding this maximum, set the env var "
                 f'{LONGER_CONTEXT_ENV}=1"; sglang/srt/{at}); lower it, or set {LONGER_CONTEXT_ENV}=1'
             )
         if self.resolved_context_len is None:
