@@ -753,6 +753,8 @@ NOT_A_FILE = {
     "sglang_version",
     "materialize_device",
     "target_max_running_requests",
+    "target_tokens",
+    "target_requests",
     "partition_slack",
     "budgets",
     "policy",

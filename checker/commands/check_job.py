@@ -165,8 +165,8 @@ class CheckJob:
             **weights_doc(self.config, verdict.rows),
         }
         problems = []
-        if out.plot and verdict.rows:  # start-up: matplotlib loads only for --plot
-            from checker.outputs.stage_plot import check_plot
+        if out.plot and verdict.rows:
+            from checker.outputs.stage_plot import check_plot  # optional dependency: matplotlib, --plot only
 
             problems.append(check_plot(out.plot, verdict.rows))
         problems += report.write_all(

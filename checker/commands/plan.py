@@ -22,6 +22,7 @@ from checker.commands.options import (
 )
 from checker.commands.plan_budget import run_releases, run_target
 from checker.commands.plan_partition import DEFAULT_SLACK, run_partition
+from checker.commands.plan_tokens import run_tokens
 from checker.config import DeriveConfig, PlanConfig
 from checker.core.errors import FlagError
 from checker.core.partition import PARTITION_ENV
@@ -174,8 +175,6 @@ def run(args: argparse.Namespace) -> int:
     if len(config.derive.releases) > 1:
         return run_releases(config)
     if config.in_tokens:
-        from checker.commands.plan_tokens import run_tokens
-
         return run_tokens(config)
     if config.suggest_partition:
         return run_partition(config)

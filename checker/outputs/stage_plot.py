@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from checker.core.errors import FlagError
 from checker.files import write_file
+from checker.outputs.plot import FIG_WIDTH_IN, SAVE_DPI, _matplotlib, title_model
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -138,8 +139,6 @@ def row_bars(rows: Sequence[RankRow]) -> list[StageBar]:
 def stage_figure(bars: Sequence[StageBar], title: str, *, weights_known: bool = True) -> Figure:
     """The figure :func:`plot_stages` saves (rectangles' gids: ``"stage <k>|<segment>"``; the limiting
     stage's mark: ``"stage <k>|limiting"``)."""
-    from checker.outputs.plot import FIG_WIDTH_IN, SAVE_DPI, _matplotlib
-
     Figure, FigureCanvasAgg = _matplotlib()
     fig = Figure(figsize=(FIG_WIDTH_IN, 4.5), dpi=SAVE_DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -220,8 +219,6 @@ def check_plot(path: str, rows: Sequence[RankRow]) -> str | None:
 
 def stage_title(model: str, pp_size: int, tp_size: int, bars: Sequence[StageBar]) -> str:
     """Model and layout, then the pool every stage holds and who sets it."""
-    from checker.outputs.plot import title_model
-
     limiting = [str(b.pp_rank) for b in bars if b.limiting]
     tokens = bars[0].max_total_num_tokens if bars else 0
     who = f", set by stage {', '.join(limiting)}" if limiting else ""
