@@ -272,6 +272,8 @@ class OutputOptions:
     junit: str | None = None
     format: str = "text"
     quiet: bool = False
+    plot: str | None = None
+    """check --plot: the stage picture the publishing rank (rank 0) writes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -332,6 +334,11 @@ class DeriveConfig:
     budget_formula: str | None = None
     """derive --gpu-free-gib: how ``budget_gib`` was computed (the release's formula, the weights and
     where they came from)."""
+    weights_gib: float | None = None
+    """derive --gpu-free-gib: the weights figure the budget assumed (--weights-gib, else the checkpoint's
+    busiest rank); the picture of --plot draws it."""
+    plot: str | None = None
+    """derive --plot: where the stage picture is written (PNG)."""
 
     @classmethod
     def from_args(
@@ -430,6 +437,10 @@ class PlanConfig:
     """Where ``weights_gib`` came from when not typed: ``--weights-from-log LOG`` (the busiest rank's)."""
     all_policies: bool = False
     """--all-policies: every charging policy, not only the release's own."""
+    target_tokens: int | None = None
+    """--target-tokens N: the smallest budget at which every stage holds N KV tokens after the MIN."""
+    target_requests: int | None = None
+    """--target-requests R: ... at which every stage serves R requests of the resolved context length."""
 
     def __post_init__(self) -> None:
         """Flags that belong to another mode, one line each (the first that applies)."""
@@ -470,10 +481,20 @@ class PlanConfig:
             )
         if self.all_policies and derive.sizing.policy is not None:
             raise FlagError("--all-policies and --policy both choose the policies; give one")
+        if self.in_tokens and (len(derive.releases) > 1 or derive.release.engine != "builtin"):
+            raise FlagError(
+                "--target-tokens and --target-requests are searched with the builtin model of one "
+                "release: drop --engine and give one --sglang-version (a modelled one)"
+            )
+
+    @property
+    def in_tokens(self) -> bool:
+        """--target-tokens or --target-requests (a plan in tokens)."""
+        return self.target_tokens is not None or self.target_requests is not None
 
     @property
     def suggest_partition(self) -> bool:
-        return self.target_max_running_requests is None
+        return self.target_max_running_requests is None and not self.in_tokens
 
 
 def model_source(model: ModelChoice, sizing: SizingFlags) -> ModelSource:

@@ -28,7 +28,9 @@ records, with the file:line it read each from:
   ``add``: ``cell + int(cell * d / n)``) and ``draft_layers``, where ``d`` comes from (``draft-path``: only
   a --speculative-draft-model-path's config; ``target-config``: also the target's own
   ``num_nextn_predict_layers`` when no draft path is given, 0.5.20+);
-* ``kv_dtypes``: the --kv-cache-dtype choices of the release's parser.
+* ``kv_dtypes``: the --kv-cache-dtype choices of the release's parser;
+* ``context_refusal_at``: where ``ModelConfig`` refuses a --context-length above the config's without
+  SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN (``raise ValueError``).
 
 Per hybrid class (``STAGE_RANGE``): whether the top-level model object the runner holds has a
 ``start_layer`` (its own or a base's: an assignment, a property or a class attribute), read through
@@ -66,6 +68,7 @@ LAYER_SETUP = SRT + "model_executor/model_runner_components/layer_setup.py"
 SPEC_AUX = SRT + "model_executor/model_runner_components/spec_aux_hidden_state.py"
 SERVER_ARGS = SRT + "server_args.py"
 FIELDS = SRT + "arg_groups/fields/model.py"
+MODEL_CONFIG = SRT + "configs/model_config.py"
 
 HAND_CHECKED = (
     (
@@ -284,7 +287,22 @@ def read_release(version: str, source: Source) -> dict[str, str]:
                 ranged = at(path, n)
                 break
     out["stage_range_at"] = ranged or ""
+    out["context_refusal_at"] = context_refusal(code, version)
     return out
+
+
+def context_refusal(code: Code, version: str) -> str:
+    """Where ModelConfig refuses a --context-length above the config's without
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: the ``raise ValueError(`` whose message says so."""
+    parsed = code.tree(MODEL_CONFIG)
+    if parsed is not None:
+        lines = parsed[0].splitlines()
+        for i, line in enumerate(lines):
+            if "To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER" in line:
+                for j in range(i, max(i - 4, -1), -1):
+                    if "raise ValueError(" in lines[j]:
+                        return at(MODEL_CONFIG, j + 1)
+    raise SystemExit(f"{version}: the longer --context-length refusal not found in {MODEL_CONFIG}")
 
 
 def kv_dtype_choices(code: Code, version: str) -> tuple[str, str]:
@@ -366,6 +384,7 @@ class KvCode(NamedTuple):
     kv_dtypes: str
     kv_dtypes_at: str
     stage_range_at: str
+    context_refusal_at: str
 
 
 # fmt: off
@@ -391,6 +410,7 @@ FIELDS_ORDER = (
     "kv_dtypes",
     "kv_dtypes_at",
     "stage_range_at",
+    "context_refusal_at",
 )
 
 

@@ -242,8 +242,8 @@ INVENTORY: dict[str, int] = {
     "launchers/k8s-pytorchjob.yaml": 2,
     "checker --help": 2,
     "checker check --help": 2,
-    "checker derive --help": 7,
-    "checker plan --help": 4,
+    "checker derive --help": 8,
+    "checker plan --help": 6,
     "checker sweep --help": 5,
     "docs/postflight.md": 5,  # the two forms of the weights-from-log block count once each
     "checker postflight --help": 3,

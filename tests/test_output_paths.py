@@ -753,6 +753,8 @@ NOT_A_FILE = {
     "sglang_version",
     "materialize_device",
     "target_max_running_requests",
+    "target_tokens",
+    "target_requests",
     "partition_slack",
     "budgets",
     "policy",
@@ -763,8 +765,8 @@ NOT_A_FILE = {
     "command",
 }
 OUTPUTS = {
-    "check": {"report", "junit"},
-    "derive": set(),
+    "check": {"report", "junit", "plot"},
+    "derive": {"plot"},
     "plan": set(),
     "sweep": {"report", "plot"},
     "postflight": {"postflight_report", "junit"},

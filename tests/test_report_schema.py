@@ -207,7 +207,19 @@ PLAN = {
         *["--pp-size", "8", "--target-max-running-requests", "30"],
         *["--gpu-free-gib", "20", "--weights-gib", "18"],
     ],
+    "tokens": [
+        "--pp-size",
+        "8",
+        "--target-tokens",
+        "1000000",
+        "--gpu-free-gib",
+        "139",
+        "--weights-gib",
+        "60",
+    ],
+    "requests": ["--pp-size", "4", "--target-requests", "16", "--context-len", "4096", "--all-policies"],
     "partition": ["--pp-size", "8", "--budget-gib", "8", "--suggest-partition"],
+    "partition-kv-note": ["--pp-size", "4", "--suggest-partition", "--partition-slack", "2"],
     "partition-no-change": ["--pp-size", "3", "--suggest-partition", "--policy", "own-share"],
 }
 

@@ -134,7 +134,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "under nccl, else cpu), cpu, cuda (GPU LOCAL_RANK mod the GPU count: gloo ranks "
         "may share one GPU) or cuda:N",
     )
-    add_output_args(parser, report="write the JSON report here (rank 0)", junit=True)
+    add_output_args(
+        parser,
+        report="write the JSON report here (rank 0)",
+        junit=True,
+        plot="write a PNG here (rank 0): one stacked bar per stage (weights, state pool, KV pool, the "
+        "reserved remainder, the memory the MIN leaves idle), the stage that limits the KV pool marked; "
+        "the step summary names it (needs the 'plot' extra)",
+    )
 
 
 def _job(config: PreflightConfig | None, output: OutputOptions) -> CheckJob:

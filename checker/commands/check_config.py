@@ -30,6 +30,7 @@ def output_paths(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     return [
         ("--report", args.report),
         ("--junit", args.junit),
+        ("--plot", args.plot),
         ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY")),
         ("TORCHELASTIC_ERROR_FILE", os.environ.get("TORCHELASTIC_ERROR_FILE")),
     ]
@@ -75,6 +76,10 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             "--allow-single-rank for a single-rank deployment"
         )
     check_run_outputs(args, output_paths(args))
+    if args.plot and env.rank == 0:  # the rank that plots: refused before any verdict is printed
+        from checker.outputs.plot import require_matplotlib  # the optional 'plot' extra
+
+        require_matplotlib()
     model = ModelChoice.from_args(args)
     return PreflightConfig(
         model=model,
@@ -91,7 +96,9 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             weights=WeightsFlags.from_args(args, model),
             agree=not args.no_agree_budget,
         ),
-        output=OutputOptions(report=args.report, junit=args.junit, format=args.format, quiet=args.quiet),
+        output=OutputOptions(
+            report=args.report, junit=args.junit, format=args.format, quiet=args.quiet, plot=args.plot
+        ),
         strict_inputs=args.strict_inputs,
         materialize=args.materialize,
         materialize_device=args.materialize_device,

@@ -18,7 +18,7 @@ from checker.config import OutputOptions, PreflightConfig
 from checker.distributed.exchange import JobContext, RankError
 from checker.distributed.wire import ROW_LEN, Header, decode_row, encode_row
 from checker.outputs import report
-from checker.outputs.check_run import summary_line, weights_doc
+from checker.outputs.check_run import run_timings, summary_line, torch_version, weights_doc
 from checker.outputs.report import launch_command_doc, one_line
 from checker.preflight.derivation import LocalFacts, derive_row, local_facts
 from checker.preflight.verdict import Verdict, decide, infrastructure_failure
@@ -92,7 +92,7 @@ class CheckJob:
             ctx.env,
             local.facts,
             all_free=[h.device_free_bytes for h in headers],
-            torch_version=_torch_version(),
+            torch_version=torch_version(),
             device=ctx.device,
             deadline=ctx.deadline,
             timings=measured,
@@ -157,14 +157,19 @@ class CheckJob:
         elapsed = ctx.elapsed_s
         extra: dict[str, object] = {
             "checker_version": __version__,
-            "torch_version": _torch_version(),
+            "torch_version": torch_version(),
             "backend": ctx.backend,
-            "timings": _timings(ctx, outcome),
+            "timings": run_timings(ctx.timings, outcome.timings, ctx.elapsed_s),
             "launch_command": launch_command_doc(self.config.launch if self.config is not None else None),
             "own_inputs": dict(outcome.own_inputs),
             **weights_doc(self.config, verdict.rows),
         }
-        problems = report.write_all(
+        problems = []
+        if out.plot and verdict.rows:
+            from checker.outputs.stage_plot import check_plot  # optional dependency: matplotlib, --plot only
+
+            problems.append(check_plot(out.plot, verdict.rows))
+        problems += report.write_all(
             verdict,
             report=out.report,
             junit=out.junit,
@@ -172,6 +177,7 @@ class CheckJob:
             elapsed_s=elapsed,
             extra=extra,
             step_summary=not outcome.before_rows,
+            plot=out.plot if out.plot and not any(problems) else None,
         )
         if outcome.before_rows:  # ranks' own errors: one line each on stderr, as any usage error
             for line in self._error_lines(ctx, outcome.before_rows):
@@ -185,7 +191,7 @@ class CheckJob:
                 quiet=out.quiet,
                 extra=extra,
             )
-        return "; ".join(problems) or None
+        return "; ".join(p for p in problems if p) or None
 
     def fallback(self, ctx: JobContext, outcome: CheckOutcome) -> None:
         if outcome.before_rows:
@@ -199,14 +205,3 @@ class CheckJob:
         its ranks."""
         world = tuple(range(ctx.world_size))
         return [e.message if e.ranks == world else e.line() for e in errors]
-
-
-def _timings(ctx: JobContext, outcome: CheckOutcome) -> dict[str, float]:
-    """The report's timings in the order the run took them: start-up, the derivation, the exchange, all."""
-    started = {k: v for k, v in ctx.timings.items() if k == "init_s"}
-    return {**started, **outcome.timings, **ctx.timings, "total_s": ctx.elapsed_s}
-
-
-def _torch_version() -> str:
-    torch = sys.modules.get("torch")
-    return str(getattr(torch, "__version__", "?"))

@@ -24,6 +24,7 @@ from checker.commands.options import (
     add_layout_args,
     add_model_args,
     add_output_args,
+    check_run_outputs,
 )
 from checker.config import DeriveConfig
 from checker.core.errors import FlagError
@@ -56,6 +57,7 @@ EXAMPLES = (
     "python -m checker derive -- sglang serve --model-path examples/models/Falcon-H1-0.5B --tp-size 2",
     "python -m checker derive --model-config examples/models/Nemotron-H-8B-Base-8K --format json",
     "python -m checker derive --model kimi-k3 --budget-gib 8 --sglang-version 0.5.17,0.5.23",
+    "python -m checker derive --model kimi-k3 --pp-size 4 --budget-gib 8 --plot stages.png",
     "# what --mem-fraction-static 0.85 gives on an 80 GiB GPU (weights: the checkpoint's, or as given):",
     "python -m checker derive --gpu-free-gib 79 --weights-gib 8 --mem-fraction-static 0.85",
     "python -m checker derive --model kimi-k3 --pp-size 8 --max-mamba-cache-size 4 --materialize",
@@ -70,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag_args(parser)
     add_engine_args(parser)
     add_output_args(parser)
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a PNG: one stacked bar per stage (weights, state pool, KV pool, the reserved "
+        "remainder, the memory the MIN leaves idle), the stage that limits the KV pool marked "
+        "(needs the 'plot' extra)",
+    )
     parser.add_argument(
         "--materialize",
         action="store_true",
@@ -115,7 +124,15 @@ def config_from_args(args: argparse.Namespace) -> DeriveConfig:
         launch_command=launch_text(args, compared=False),
         materialize=args.materialize,
         materialize_device=args.materialize_device,
+        plot=args.plot,
     )
+    if args.plot:  # refused before any output: a path that is an input, or no matplotlib
+        if len(config.releases) > 1:
+            raise FlagError("--plot draws one release's stages; give one --sglang-version")
+        check_run_outputs(args, [("--plot", args.plot)])
+        from checker.outputs.plot import require_matplotlib  # the optional 'plot' extra
+
+        require_matplotlib()
     if args.gpu_free_gib is None:
         for flag, value in (
             ("--weights-gib", args.weights_gib),
@@ -174,6 +191,10 @@ def run_derive(config: DeriveConfig) -> int:
         materialize_s=materialize_s,
     )
     show(config.output, lambda: derivation_doc(result), lambda: derivation_text(result))
+    if config.plot and stages is not None:
+        from checker.outputs.stage_plot import derive_plot  # matplotlib: only for --plot
+
+        derive_plot(config, inputs, stages)
     for m in failed:
         print(f"checker: error: {m.error}", file=sys.stderr)
     return code

@@ -169,8 +169,10 @@ def add_output_args(
     report: str | None = None,
     junit: bool = False,
     quiet: str = "print only the one-line verdict",
+    plot: str | None = None,
 ) -> None:
-    """--report (with ``report`` as its help), --junit, --format text|json and --quiet: every command's."""
+    """--report (with ``report`` as its help), --junit, --format text|json and --quiet: every command's;
+    --plot (with ``plot`` as its help) where given."""
     g = parser.add_argument_group("output")
     if report:
         g.add_argument("--report", metavar="PATH", help=report)
@@ -183,6 +185,8 @@ def add_output_args(
         help="what goes to stdout: text (default) or the JSON document (docs/json-output.md)",
     )
     g.add_argument("--quiet", "-q", action="store_true", help=quiet)
+    if plot:
+        g.add_argument("--plot", metavar="FILE.png", help=plot)
 
 
 def read_options(args: argparse.Namespace) -> dict[str, object]:

@@ -22,12 +22,13 @@ from checker.commands.options import (
 )
 from checker.commands.plan_budget import run_releases, run_target
 from checker.commands.plan_partition import DEFAULT_SLACK, run_partition
+from checker.commands.plan_tokens import run_tokens
 from checker.config import DeriveConfig, PlanConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.partition import PARTITION_ENV
 from checker.launch.merge import launch_text
 
-HELP = "the smallest budget for a running-request target, or a partition with a larger pool"
+HELP = "the smallest budget for a request or KV-token target, or a partition with a larger pool"
 USAGE = ("python -m checker plan",)
 DESCRIPTION = """\
 Capacity planning from the same derivation every rank runs (no torch needed). Two questions, one per
@@ -35,7 +36,10 @@ mode. --target-max-running-requests N: the smallest budget (0.01 GiB steps) at w
 reaches N running requests under the release's own charging policy (--all-policies: all three, the
 release's marked); with --gpu-free-gib, also the --mem-fraction-static to start the server with, for
 the weights of the busiest rank (--weights-gib, else the model directory's safetensors checkpoint as the
-release's class holds it per rank). --suggest-partition: the SGLANG_PP_LAYER_PARTITION
+release's class holds it per rank). --target-tokens N and --target-requests R answer the same in tokens:
+every stage holds N tokens of KV after the MIN over the pipeline, or serves R requests of the context
+length (the KV pool holds R x C tokens and the release's own clamping gives R running requests).
+--suggest-partition: the SGLANG_PP_LAYER_PARTITION
 that leaves the busiest stage the fewest linear layers (a larger pool under max-share), to export
 identically on every node; check verifies that they do.
 
@@ -45,6 +49,8 @@ EXAMPLES = (
     "python -m checker plan --model kimi-k3 --pp-size 8 --target-max-running-requests 48",
     "python -m checker plan --target-max-running-requests 48 --gpu-free-gib 139 --weights-gib 40",
     "python -m checker plan --target-max-running-requests 48 -- --model-path /models/Falcon-H1-0.5B",
+    "python -m checker plan --model kimi-k3 --target-tokens 1000000 --gpu-free-gib 139 --weights-gib 40",
+    "python -m checker plan --model kimi-k3 --pp-size 8 --target-requests 64 --context-len 4096",
     "python -m checker plan --model-path examples/models/Nemotron-H-8B-Base-8K --suggest-partition",
 )
 
@@ -76,6 +82,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="find, per policy, the smallest --budget-gib (0.01 GiB steps) at which every stage derives "
         "max_running_requests >= N (per dp worker)",
+    )
+    mode.add_argument(
+        "--target-tokens",
+        type=positive_int,
+        metavar="N",
+        help="find the smallest --budget-gib at which every stage holds N tokens of KV after the MIN "
+        "over the pipeline (max_total_num_tokens >= N)",
+    )
+    mode.add_argument(
+        "--target-requests",
+        type=positive_int,
+        metavar="R",
+        help="find the smallest --budget-gib at which every stage serves R requests of context C "
+        "(--context-len, a launch command's --context-length, else the config's): the KV pool holds "
+        "R x C tokens and max_running_requests >= R, as the release clamps it",
     )
     mode.add_argument(
         "--suggest-partition",
@@ -144,6 +165,8 @@ def config_from_args(args: argparse.Namespace) -> PlanConfig:
         weights_gib=weights,
         weights_source=source,
         all_policies=args.all_policies,
+        target_tokens=args.target_tokens,
+        target_requests=args.target_requests,
     )
 
 
@@ -151,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if len(config.derive.releases) > 1:
         return run_releases(config)
+    if config.in_tokens:
+        return run_tokens(config)
     if config.suggest_partition:
         return run_partition(config)
     return run_target(config)

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from checker.config import DeriveConfig, PlanConfig
 from checker.core.errors import BudgetError
-from checker.core.sizing.planning import suggest_partition
+from checker.core.sizing.kv_partition import kv_choice
+from checker.core.sizing.planning import stage_linear_counts, suggest_partition
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.engines.drift import Drift
 from checker.outputs.plan import PartitionPlan, partition_doc, partition_text
@@ -34,6 +35,14 @@ def run_partition(config: PlanConfig) -> int:
         pp_size=base.pp_size,
         slack=slack,
     )
+    # The KV objective (checker.core.sizing.kv_partition): where the KV pool binds the request cap at the
+    # budget, a partition that moves attention layers and serves more replaces the state optimum.
+    kv = kv_choice(base, plan.bounds, plan.partition, plan.largest_stage_linear_layers)
+    if kv is not None and kv.adopted:
+        counts = stage_linear_counts(g.linear_layer_ids, kv.partition)
+        plan = replace(
+            plan, partition=kv.partition, largest_stage_linear_layers=max(counts), stage_linear_layers=counts
+        )
     drifts: list[Drift] = []
     suggested, error, version = _derive_or_error(derive, replace(base, partition_env=plan.env), drifts)
     if suggested is None and not drifts:
@@ -50,6 +59,7 @@ def run_partition(config: PlanConfig) -> int:
         default_error=default_error,
         drifts=drifts,
         sglang_version=version,
+        kv=kv,
     )
     show(config.derive.output, lambda: partition_doc(result), lambda: partition_text(result))
     return result.exit_code

@@ -5,7 +5,8 @@ rank's logged ``mem usage`` to).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 
 from checker.config import PreflightConfig
 from checker.core.sizing.row import RankRow
@@ -63,3 +64,15 @@ def weights_doc(config: PreflightConfig | None, rows: Sequence[RankRow] = ()) ->
         "weights_gib": list(b.weights_gib) or [0.0],
         "weights_source": b.weights_source or ("--weights-gib" if b.weights_gib else "none (0 GiB)"),
     }
+
+
+def run_timings(run: Mapping[str, float], derived: Mapping[str, float], total_s: float) -> dict[str, float]:
+    """The report's timings in the order the run took them: start-up (the run's ``init_s``), the
+    derivation's, the exchange's (the run's others), all."""
+    started = {k: v for k, v in run.items() if k == "init_s"}
+    return {**started, **derived, **run, "total_s": total_s}
+
+
+def torch_version() -> str:
+    torch = sys.modules.get("torch")
+    return str(getattr(torch, "__version__", "?"))

@@ -21,6 +21,7 @@ from checker.outputs.tables import fmt_int, format_table
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
 
 if TYPE_CHECKING:
+    from checker.core.sizing.kv_partition import KvChoice
     from checker.core.weights.weights import RankWeights
     from checker.families.weights_source import RankWeightsFigure
 
@@ -113,6 +114,8 @@ class PartitionPlan(_EngineFindings):
     default: list[StageCapacity] | None
     default_error: str | None
     """Why the default split does not boot (None when it does)."""
+    kv: KvChoice | None = None
+    """The KV objective's finding at the budget (checker.core.sizing.kv_partition; None: nothing to add)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -351,15 +354,20 @@ def partition_text(p: PartitionPlan) -> list[str]:
         format_table(["", "layers per stage", "linear per stage", "largest", *CHECKED_VALUES], rows),
         "",
     ]
-    if plan.largest_stage_linear_layers == plan.default_largest_stage_linear_layers:
+    kv = [p.kv.line()] if p.kv is not None else []
+    if plan.partition == plan.default_partition:
         lines.append(
             f"no change needed: the default split already has the fewest linear layers on its busiest "
             f"stage ({plan.largest_stage_linear_layers}); leave {PARTITION_ENV} unset on every node"
         )
-        return lines + engine_lines(p.config, p)
+        return lines + kv + engine_lines(p.config, p)
+    lines += kv
     if p.default is None:
         lines.append(f"the default split does not boot at this budget: {p.default_error}")
-    elif p.suggested is not None:
+    elif (
+        p.suggested is not None
+        and plan.largest_stage_linear_layers != plan.default_largest_stage_linear_layers
+    ):
         # The smallest stage pool is what binds (all stages agree under max-share).
         before = min(s.max_mamba_cache_size for s in p.default)
         after = min(s.max_mamba_cache_size for s in p.suggested)
@@ -422,5 +430,14 @@ def partition_doc(p: PartitionPlan) -> dict[str, object]:
             env=None,
             group_size=tp,
         ),
+        "kv_objective": None
+        if p.kv is None
+        else {
+            PARTITION_ENV: p.kv.env,
+            "adopted": p.kv.adopted,
+            "kv_binds_requests": p.kv.kv_binds,
+            "max_total_num_tokens": [p.kv.tokens_before, p.kv.tokens_after],
+            "max_running_requests": [p.kv.requests_before, p.kv.requests_after],
+        },
         **_engine_doc(p.config, p),
     }

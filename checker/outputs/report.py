@@ -577,7 +577,7 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
 # -- GitHub step summary -------------------------------------------------------------------------------
 
 
-def to_markdown(verdict: Verdict, *, summary: str) -> str:
+def to_markdown(verdict: Verdict, *, summary: str, plot: str | None = None) -> str:
     lines = [f"### PP capacity preflight: {HEADLINE[verdict.status]}", ""]
     causes = root_cause_lines(verdict)
     if causes:
@@ -615,6 +615,12 @@ def to_markdown(verdict: Verdict, *, summary: str) -> str:
         lines += md_table(headers, body) + [""]
         pool = kv_pool_line(verdict.rows)
         lines += [md_cell(pool), ""] if pool else []
+    if plot:
+        lines += [
+            "Stage picture (--plot, written by rank 0; upload it as an artifact to view it): "
+            f"`{md_cell(plot)}`",
+            "",
+        ]
     for item in verdict.errors:
         lines.append(f"- error: {md_cell(item)}")
     if verdict.status == INFRASTRUCTURE_FAILURE:
@@ -640,8 +646,10 @@ def write_all(
     elapsed_s: float,
     extra: Mapping[str, object],
     step_summary: bool = True,
+    plot: str | None = None,
 ) -> list[str]:
-    """Write every requested artefact, each bounded; return problems (the verdict must still print)."""
+    """Write every requested artefact, each bounded; return problems (the verdict must still print).
+    ``plot``: the stage picture written before them (the step summary names it)."""
     problems = []
     if report:
         problems.append(
@@ -651,7 +659,9 @@ def write_all(
         problems.append(write_file(junit, to_junit(verdict, elapsed_s=elapsed_s), what="--junit"))
     step = os.environ.get("GITHUB_STEP_SUMMARY") if step_summary else None
     if step:
-        problems.append(append_file(step, to_markdown(verdict, summary=summary), what="GITHUB_STEP_SUMMARY"))
+        problems.append(
+            append_file(step, to_markdown(verdict, summary=summary, plot=plot), what="GITHUB_STEP_SUMMARY")
+        )
     return [p for p in problems if p]
 
 

@@ -37,4 +37,10 @@ def server_budget(
         config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )
     formula = f"weights {weights:.2f} GiB ({source}); {result.formula}"
-    return replace(config, budget_gib=result.budget_gib, budget_given=True, budget_formula=formula)
+    return replace(
+        config,
+        budget_gib=result.budget_gib,
+        budget_given=True,
+        budget_formula=formula,
+        weights_gib=weights if weights_gib is not None else None,
+    )

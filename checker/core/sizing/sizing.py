@@ -228,13 +228,15 @@ class CapacityInputs(SizingFlags):
             and self.context_len > own
             and not self.allow_longer_context
         ):
-            # configs/model_config.py ModelConfig._derive_context_length, every modelled release.
+            # configs/model_config.py ModelConfig (``_derive_context_length`` from 0.5.10), every modelled
+            # release; where, per release: kv_support.KvCode.context_refusal_at.
+            at = code_of(self.release.version).context_refusal_at
             raise FlagError(
                 f"--context-len {self.context_len} (a launch command's --context-length) is above the "
-                f"model's own context length {own}: {sg} refuses it at start-up "
-                f'("User-specified context_length ({self.context_len}) is greater than the derived '
-                f'context_length ({own})"); lower it, or '
-                f"set {LONGER_CONTEXT_ENV}=1 as SGLang's message says"
+                f"model's own context length {own}: {sg} refuses it at start-up (ValueError: "
+                f'"User-specified context_length ({self.context_len}) is greater than the derived '
+                f"context_length ({own}). ... To allow overriding this maximum, set the env var "
+                f'{LONGER_CONTEXT_ENV}=1"; sglang/srt/{at}); lower it, or set {LONGER_CONTEXT_ENV}=1'
             )
         if self.resolved_context_len is None:
             raise FlagError(
