@@ -85,6 +85,8 @@ GENERATORS: tuple[Generator, ...] = (
               ("checker/core/arg_checks.py", "docs/preflight.md"), WHEELS),
     Generator("kv_pool", "scripts/build_kv_pool.py", ("checker/core/kv_support.py",), WHEELS,
               covers="checker.core.kv_support:KV_CODE"),
+    Generator("mem_fraction", "scripts/build_mem_fraction.py", ("checker/core/mem_fraction_table.py",), WHEELS,
+              covers="checker.core.mem_fraction_table:RULES"),
     Generator("config_rules", "scripts/build_config_rules.py", ("checker/core/config_lines.py",), WHEELS),
     Generator("sizing_reference", "scripts/sglang_release_watch.py", (f"{SIZING_REFERENCE}.json",),
               WHEELS, args=("--record", "newest")),
