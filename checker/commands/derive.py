@@ -32,7 +32,6 @@ from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
 from checker.outputs.derive import Derivation, derivation_doc, derivation_text
 from checker.outputs.stdout import show
-from checker.preflight.default_fraction import release_default_fraction
 from checker.preflight.server_budget import server_budget
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 
@@ -145,6 +144,9 @@ def config_from_args(args: argparse.Namespace) -> DeriveConfig:
                 "flag), or --device-total-gib G (the GPU's total memory) for the release's own default: "
                 "SGLang picks one from the GPU's total memory when it is unset"
             )
+        # start-up: the rule and its table load only when the fraction is the release's default
+        from checker.preflight.default_fraction import release_default_fraction
+
         picked = release_default_fraction(config, args, args.device_total_gib * 1024, os.environ)
         fraction, source = picked.value, picked.text
     if len(config.releases) > 1:

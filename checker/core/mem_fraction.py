@@ -141,7 +141,7 @@ def read_flags(argv: Sequence[str], release: str) -> _Flags:
 
 
 def _multimodal(config: Mapping[str, Any] | None) -> bool:
-    return bool(config) and any(k in config for k in ("vision_config", "audio_config"))
+    return config is not None and any(k in config for k in ("vision_config", "audio_config"))
 
 
 def default_fraction(
