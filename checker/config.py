@@ -206,12 +206,12 @@ def _model_path_words(argv: tuple[str, ...]) -> Iterator[str]:
 
 MISSING_FRACTION = (
     "--budget-from-device needs the server's --mem-fraction-static (in the launch command, or as a flag): "
-    "SGLang picks one from the GPU's memory and the serving mode when it is unset (0.5.23: "
-    "arg_groups/memory_hook.py), which the checker does not model; add --mem-fraction-static F as the "
-    "server is started"
+    "SGLang picks one from the GPU's total memory and the serving mode when it is unset, and this rank has "
+    "no GPU to read the total from; add --mem-fraction-static F as the server is started, or "
+    "--device-total-gib G (the GPU's total memory) for the release's own default"
 )
-"""A --budget-from-device without a fraction (derive --gpu-free-gib refuses the same): a fraction the
-checker picked would size a pool the server never has."""
+"""A --budget-from-device without a fraction and without a GPU total (derive --gpu-free-gib refuses the
+same): a fraction the checker picked would size a pool the server never has."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,7 +221,13 @@ class BudgetSource:
     budget_gib: float | None = None
     from_device: bool = False
     mem_fraction_static: float | None = None
-    """The server's --mem-fraction-static: required with ``from_device`` (never assumed)."""
+    """The server's --mem-fraction-static; unset with ``from_device``, the release's own default from the
+    GPU's total memory (``device_total_gib`` or the rank's GPU: checker.core.releases.mem_fraction), never
+    assumed."""
+    device_total_gib: float | None = None
+    """``--device-total-gib``: the GPU's total memory, where the rank cannot read it (a CPU rank)."""
+    total_from_device: bool = False
+    """The fraction is unset and this rank reads the GPU's total memory as SGLang does."""
     device_free_gib: tuple[float, ...] = ()
     """Free memory to assume instead of measuring it: one value, or one per rank."""
     agree: bool = True
@@ -234,8 +240,14 @@ class BudgetSource:
     weights: WeightsFlags = field(default_factory=WeightsFlags)
 
     def __post_init__(self) -> None:
-        if self.from_device and self.mem_fraction_static is None:
+        if self.from_device and not self.fraction_known:
             raise FlagError(MISSING_FRACTION)
+
+    @property
+    def fraction_known(self) -> bool:
+        """A fraction given, or a GPU total to compute the release's default from."""
+        given = self.mem_fraction_static is not None or self.device_total_gib is not None
+        return given or self.total_from_device
 
     @property
     def fraction(self) -> float:
@@ -248,7 +260,11 @@ class BudgetSource:
     def label(self) -> str:
         if self.from_device:
             agreement = "MIN over ranks" if self.agree else "not agreed"
-            fraction = f"--mem-fraction-static {self.fraction:g}"
+            fraction = (
+                f"--mem-fraction-static {self.mem_fraction_static:g}"
+                if self.mem_fraction_static is not None
+                else "--mem-fraction-static: the release's default for the GPU"
+            )
             return f"device free, {fraction}, {self.weights_label}, {agreement}"
         return "--budget-gib"
 

@@ -86,6 +86,8 @@ GENERATORS: tuple[Generator, ...] = (
               ("checker/core/releases/arg_checks.py", "docs/preflight.md"), WHEELS),
     Generator("kv_pool", "scripts/build_kv_pool.py", ("checker/core/releases/kv_support.py",), WHEELS,
               covers="checker.core.releases.kv_support:KV_CODE"),
+    Generator("mem_fraction", "scripts/build_mem_fraction.py",
+              ("checker/core/releases/mem_fraction_table.py",), WHEELS, covers="checker.core.releases.mem_fraction_table:RULES"),
     Generator("config_rules", "scripts/build_config_rules.py", ("checker/core/releases/config_lines.py",),
               WHEELS),
     Generator("sizing_reference", "scripts/sglang_release_watch.py", (f"{SIZING_REFERENCE}.json",),

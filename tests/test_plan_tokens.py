@@ -14,9 +14,9 @@ import pytest
 
 from checker.core.errors import BudgetError
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.families.geometry import load_geometry
 from checker.core.sizing.sizing import CapacityInputs, derive_all
 from checker.core.sizing.token_plan import TokenTarget, min_budget_tokens
+from checker.families.geometry import load_geometry
 
 KIMI_LINEAR = Path(__file__).resolve().parent / "fixtures" / "kimi_linear_48b_a3b.json"
 

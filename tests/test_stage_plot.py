@@ -18,9 +18,9 @@ from harness import run_world
 from rank_rows import world
 
 from checker.core.sizing.geometry import resolve_dtypes
-from checker.families.geometry import load_geometry
 from checker.core.sizing.row import BUDGET_MILLIONTHS
 from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families.geometry import load_geometry
 
 pytest.importorskip("matplotlib")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from checker.commands import lifecycle
 from checker.commands.check_config import config_from_args
-from checker.commands.flag_types import gib_list, unit_fraction
+from checker.commands.flag_types import gib_list, positive_gib, unit_fraction
 from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.commands.options import (
     add_engine_args,
@@ -77,7 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="F",
         help="with --budget-from-device: the server's --mem-fraction-static, in (0, 1] (read from the "
-        "launch command; required: SGLang picks one by GPU and serving mode when it is unset)",
+        "launch command). Unset, the rank's SGLang release's own default, computed from the GPU's total "
+        "memory (read on a GPU rank as SGLang reads it, nvidia-smi's memory.total; else "
+        "--device-total-gib) and the launch command's serving flags; a serving mode whose default the "
+        "checker does not model is refused, never assumed",
+    )
+    g.add_argument(
+        "--device-total-gib",
+        type=positive_gib,
+        metavar="GIB",
+        help="with --budget-from-device and no --mem-fraction-static: the GPU's total memory as SGLang "
+        "reads it (nvidia-smi memory.total / 1024, e.g. 79.65 on an H100 80GB), where the rank cannot "
+        "read it (CPU ranks)",
     )
     g.add_argument(
         "--device-free-gib",

@@ -50,8 +50,19 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         )
     if args.budget_gib is not None and args.budget_from_device:
         raise FlagError("--budget-gib and --budget-from-device are two budget sources; give one")
-    if args.budget_from_device and args.mem_fraction_static is None:
-        raise FlagError(MISSING_FRACTION)
+    total_from_device = False
+    if args.budget_from_device and args.mem_fraction_static is None and args.device_total_gib is None:
+        # The release's default needs the GPU's total memory: this rank's GPU, read at derive time
+        import torch
+
+        total_from_device = torch.cuda.is_available()
+        if not total_from_device:
+            raise FlagError(MISSING_FRACTION)
+    if args.device_total_gib is not None and (not args.budget_from_device or args.mem_fraction_static):
+        raise FlagError(
+            "--device-total-gib gives the GPU's total memory for the release's default "
+            "--mem-fraction-static: give it with --budget-from-device and without a fraction"
+        )
     if args.device_free_gib and not args.budget_from_device:
         raise FlagError("--device-free-gib only applies with --budget-from-device")
     if args.weights_gib and not args.budget_from_device:
@@ -90,6 +101,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
             budget_gib=args.budget_gib,
             from_device=args.budget_from_device,
             mem_fraction_static=args.mem_fraction_static,
+            device_total_gib=args.device_total_gib,
+            total_from_device=total_from_device,
             device_free_gib=tuple(args.device_free_gib or ()),
             weights_gib=weights,
             weights_source=weights_source,

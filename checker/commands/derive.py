@@ -107,7 +107,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mem-fraction-static",
         type=unit_fraction,
         metavar="F",
-        help="with --gpu-free-gib: the server's --mem-fraction-static (read from the launch command)",
+        help="with --gpu-free-gib: the server's --mem-fraction-static (read from the launch command); "
+        "unset, the release's own default for --device-total-gib",
+    )
+    b.add_argument(
+        "--device-total-gib",
+        type=positive_gib,
+        metavar="GIB",
+        help="with --gpu-free-gib and no --mem-fraction-static: the GPU's total memory as SGLang reads it "
+        "(nvidia-smi memory.total / 1024, e.g. 79.65 on an H100 80GB); the fraction is then the one the "
+        "release picks for it and the launch command's serving flags",
     )
     parser.add_argument(
         "--materialize-device",
@@ -137,20 +146,29 @@ def config_from_args(args: argparse.Namespace) -> DeriveConfig:
         for flag, value in (
             ("--weights-gib", args.weights_gib),
             ("--mem-fraction-static", args.mem_fraction_static),
+            ("--device-total-gib", args.device_total_gib),
         ):
             if value is not None and not (flag == "--mem-fraction-static" and getattr(args, "launch", None)):
                 raise FlagError(f"{flag} applies with --gpu-free-gib (the budget the server gets); add it")
         return config
     if config.budget_given:
         raise FlagError("--budget-gib and --gpu-free-gib are two budget sources; give one")
-    if args.mem_fraction_static is None:
-        raise FlagError(
-            "--gpu-free-gib needs the server's --mem-fraction-static (in the launch command, or as a flag): "
-            "SGLang picks one by GPU when it is unset, which the checker cannot know"
-        )
+    fraction, source = args.mem_fraction_static, None
+    if fraction is None:
+        if args.device_total_gib is None:
+            raise FlagError(
+                "--gpu-free-gib needs the server's --mem-fraction-static (in the launch command, or as a "
+                "flag), or --device-total-gib G (the GPU's total memory) for the release's own default: "
+                "SGLang picks one from the GPU's total memory when it is unset"
+            )
+        # start-up: the rule and its table load only when the fraction is the release's default
+        from checker.preflight.default_fraction import release_default_fraction
+
+        picked = release_default_fraction(config, args, args.device_total_gib * 1024, os.environ)
+        fraction, source = picked.value, picked.text
     if len(config.releases) > 1:
         raise FlagError("--gpu-free-gib computes one release's budget; give one --sglang-version")
-    return server_budget(config, args.gpu_free_gib, args.weights_gib, args.mem_fraction_static)
+    return server_budget(config, args.gpu_free_gib, args.weights_gib, fraction, fraction_source=source)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,14 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from checker import __version__
-from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
+from checker.config import (
+    MISSING_FRACTION,
+    PreflightConfig,
+    SizingFlags,
+    capacity_inputs,
+    model_source,
+    sglang_env,
+)
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.releases.releases import ReleaseChoice, installed_sglang_version
 from checker.core.sizing.budget import sizing_budget
@@ -57,6 +64,8 @@ class LocalFacts:
     pp_size: int = 0
     pp_rank: int = 0
     device_free_bytes: int = MISSING
+    device_total_mib: float | None = None
+    """The GPU's total memory as SGLang reads it, where the fraction is the release's default."""
     status: int = ROW_OK
     error: str = ""
 
@@ -71,9 +80,24 @@ def local_facts(config: PreflightConfig, env: RankEnv, device: torch.device | No
             dp_size=config.sizing.dp_size,
         )
         free = _device_free_bytes(config, env, device) if config.budget.from_device else MISSING
+        total = _device_total_mib(config, device) if config.budget.from_device else None
     except CheckerInputError as exc:
         return LocalFacts(status=exc.code, error=str(exc))
-    return LocalFacts(pp_size=pp_size, pp_rank=pp_rank, device_free_bytes=free)
+    return LocalFacts(pp_size=pp_size, pp_rank=pp_rank, device_free_bytes=free, device_total_mib=total)
+
+
+def _device_total_mib(config: PreflightConfig, device: torch.device | None) -> float | None:
+    """Where the fraction is unset: the GPU's total memory, given or read as SGLang reads it."""
+    b = config.budget
+    if b.mem_fraction_static is not None:
+        return None
+    if b.device_total_gib is not None:
+        return b.device_total_gib * 1024
+    if device is not None and device.type == "cuda":
+        from checker.preflight.default_fraction import sglang_device_total_mib
+
+        return sglang_device_total_mib(device)
+    raise LayoutError(MISSING_FRACTION)
 
 
 def _device_free_bytes(config: PreflightConfig, env: RankEnv, device: torch.device | None) -> int:
@@ -150,16 +174,24 @@ def device_budget(
         known = [(env.rank, local.device_free_bytes)]
     before = min(f for _, f in known) / GIB
     after = min(f / GIB - per_rank[r] for r, f in known)
+    fraction, picked = b.mem_fraction_static, ""
+    if fraction is None:  # the release's own default for this rank's GPU (never assumed)
+        from checker.preflight.default_fraction import release_default_fraction
+
+        if local.device_total_mib is None:
+            raise LayoutError(MISSING_FRACTION)
+        default = release_default_fraction(config, None, local.device_total_mib, os.environ, release=release)
+        fraction, picked = default.value, f"; {default.text}"
     result = sizing_budget(
         release,
         free_before_gib=before,
         weights_gib=max(before - after, 0.0),
-        mem_fraction_static=b.fraction,
+        mem_fraction_static=fraction,
     )
     agreement = "MIN over ranks" if b.agree else "this rank's own, not agreed"
     # Where the weights came from is each rank's own field (weights_source): the formula is an input,
     # cut at the wire's width, and keeps the numbers first.
-    return result.budget_gib, f"device free ({agreement}): {result.formula}"
+    return result.budget_gib, f"device free ({agreement}): {result.formula}{picked}"
 
 
 def flag_inputs(sizing: SizingFlags, given: GivenFlags | None) -> dict[str, str | None]:

@@ -16,7 +16,12 @@ from checker.families.weights_source import busiest_rank
 
 
 def server_budget(
-    config: DeriveConfig, free_gib: float, weights_gib: float | None, fraction: float
+    config: DeriveConfig,
+    free_gib: float,
+    weights_gib: float | None,
+    fraction: float,
+    *,
+    fraction_source: str | None = None,
 ) -> DeriveConfig:
     """The config at the budget the server gets: ``sizing_budget`` of the release, with free-after taken
     as free-before less the busiest rank's weights (SGLang all-reduces free memory MIN over ranks)."""
@@ -37,6 +42,8 @@ def server_budget(
         config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )
     formula = f"weights {weights:.2f} GiB ({source}); {result.formula}"
+    if fraction_source is not None:  # the release's own default, and where it comes from
+        formula += f"; {fraction_source}"
     return replace(
         config,
         budget_gib=result.budget_gib,
