@@ -32,6 +32,7 @@ from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
 from checker.outputs.derive import Derivation, derivation_doc, derivation_text
 from checker.outputs.stdout import show
+from checker.preflight.resolve import derive_engines, derive_inputs
 from checker.preflight.server_budget import server_budget
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 
@@ -145,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_derive(config: DeriveConfig) -> int:
     """Every stage with the engines of --engine; --materialize allocates each one after."""
-    inputs = config.inputs(os.environ)
-    engines = config.engines(inputs, os.environ)
+    inputs = derive_inputs(config, os.environ)
+    engines = derive_engines(config, inputs, os.environ)
     stages, drifts = engines.derive_all(inputs.pp_size)
     materialized, materialize_s = None, 0.0
     if stages is not None and config.materialize:

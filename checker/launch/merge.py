@@ -347,7 +347,7 @@ def launch_facts(cmd: LaunchCommand, flags: Mapping[str, object], env: Mapping[s
             draft_tokens=draft,
             max_running_requests=_flag(flags, "max_running_requests", None),
         ).draft_tokens
-    except FlagError:  # refused with the sizing inputs, in its own words (config.capacity_inputs)
+    except FlagError:  # refused with the sizing inputs, in its own words (preflight.resolve.capacity_inputs)
         resolved = None
     switch = bool
     return LaunchFacts(

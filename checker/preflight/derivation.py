@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from checker import __version__
-from checker.config import PreflightConfig, SizingFlags, capacity_inputs, model_source, sglang_env
+from checker.config import PreflightConfig, SizingFlags, sglang_env
 from checker.core.budget import sizing_budget
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.kv_pool import release_index
@@ -40,6 +40,7 @@ from checker.device.materialize import MATERIALIZE_FAILED, materialize_stage, pr
 from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.engines.drift import drift_summary, prepare_engines
+from checker.preflight.resolve import capacity_inputs, choose_release, model_source
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ def derive_row(
         # The one choice of this rank's release (what is installed HERE decides; --sglang-version wins).
         installed = installed_sglang_version()
         inputs["sglang_installed"] = installed or NOT_INSTALLED
-        release = config.engine.choose(installed)
+        release = choose_release(config.engine, installed)
         inputs["derived_as"] = release.label
     except CheckerInputError as exc:  # unreadable metadata, a version that is no release number
         if row.status == ROW_OK:

@@ -13,6 +13,7 @@ from checker.config import DeriveConfig
 from checker.core.budget import sizing_budget
 from checker.core.errors import FlagError
 from checker.core.weights_source import busiest_rank
+from checker.preflight.resolve import derive_inputs, derive_rank_weights
 
 
 def server_budget(
@@ -23,7 +24,7 @@ def server_budget(
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"
     else:
-        figures = config.rank_weights(config.inputs(os.environ), os.environ)
+        figures = derive_rank_weights(config, derive_inputs(config, os.environ), os.environ)
         busiest = busiest_rank(figures)
         if busiest is None:
             raise FlagError(
