@@ -6,6 +6,9 @@ Nothing below the command layer sees an ``argparse.Namespace``: the derivation r
 read :class:`EngineChoice`. :class:`SizingFlags` is the table of sizing inputs
 (:mod:`checker.core.sizing.server_args`): its field names are SGLang's server-arg names, so the preflight's
 inputs (which ranks compare by digest) follow from :data:`SIZING_FLAG_NAMES` and need no list of their own.
+
+Data only: what a derivation runs with (the release, the capacity inputs, the engines, the model as
+the sglang engine rebuilds it) is resolved from it in :mod:`checker.preflight.resolve`.
 """
 
 from __future__ import annotations
@@ -18,37 +21,22 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from checker.core.errors import CheckerInputError, FlagError, printable
-from checker.core.releases.releases import choose_release, installed_sglang_version, release_model
-from checker.core.releases.startup import (
-    _AUTO_STANDALONE,  # STANDALONE's own (steps, top-k, draft tokens)
-    EAGLE_FAMILY,
-    auto_params,
-    check_pp_spec,
-    resolve_speculative,
-)
-from checker.core.sizing.environ import LONGER_CONTEXT_ENV, SGLANG_ENV_VARS
-from checker.core.sizing.geometry import resolve_dtypes
+from checker.core.releases.releases import choose_release, installed_sglang_version
+from checker.core.sizing.environ import SGLANG_ENV_VARS
 from checker.core.sizing.models import DEFAULT_MODEL
-from checker.core.sizing.partition import PARTITION_ENV
-from checker.core.sizing.server_args import SIZING_ARGS
 from checker.core.sizing.server_args import (
     SIZING_FLAG_NAMES as SIZING_FLAG_NAMES,  # re-exported with the config
 )
 from checker.core.sizing.server_args import (
     SizingFlags as SizingFlags,  # re-exported: the config's table of inputs
 )
-from checker.core.sizing.sizing import CapacityInputs, env_flag
 from checker.distributed.launch_env import GroupOptions
-from checker.families.geometry import load_geometry
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from checker.core.releases.releases import ReleaseChoice
     from checker.core.weights.weights import WeightsLayout
-    from checker.engines import ModelSource
-    from checker.engines.drift import EngineSet
-    from checker.families.weights_source import RankWeightsFigure
     from checker.launch.merge import GivenFlags, LaunchInputs
 
 
@@ -90,19 +78,6 @@ class EngineChoice:
     def from_args(cls, args: argparse.Namespace) -> EngineChoice:
         return cls(
             engine=args.engine, best_effort=args.sglang_best_effort, sglang_version=args.sglang_version
-        )
-
-    def choose(self, installed: str | None, *, own_code: bool = True) -> ReleaseChoice:
-        """The release to derive as and who derives it
-        (:func:`checker.core.releases.releases.choose_release`, the one place this is decided);
-        ``installed``: this rank's installed SGLang version (None: none)."""
-
-        return choose_release(
-            self.sglang_version,
-            installed,
-            engine=self.engine,
-            best_effort=self.best_effort,
-            own_code=own_code,
         )
 
 
@@ -374,24 +349,6 @@ class DeriveConfig:
             **given,  # type: ignore[arg-type]  # each a field's value, named by the caller (from_args' docstring)
         )
 
-    def rank_weights(self, inputs: CapacityInputs, env: Mapping[str, str]) -> list[RankWeightsFigure]:
-        """Every rank's weights figure for this deployment, from the checkpoint beside the model's
-        config.json as the release's class holds it (a list of RankWeightsFigure; their source is
-        ``none`` without a checkpoint)."""
-        # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
-        from checker.families.weights_source import weights_per_rank
-
-        w = self.weights
-        layout = w.layout(self.sizing, pp_size=inputs.pp_size, partition_env=env.get(PARTITION_ENV))
-        return weights_per_rank(
-            flag_gib=(),
-            world_size=layout.world_size,
-            model_dir=w.model_dir,
-            layout=layout,
-            release=self.release.modelled,
-            quantization=w.quantization,
-        )
-
     @property
     def budget_source(self) -> str:
         if self.budget_formula is not None:
@@ -412,26 +369,9 @@ class DeriveConfig:
         """The release derived as and who derives it, chosen once for this process (derive and plan run
         as the installed SGLang, like one rank)."""
 
-        return self.engine.choose(installed_sglang_version())
-
-    def inputs(self, env: Mapping[str, str], *, policy: str | None = None) -> CapacityInputs:
-        return capacity_inputs(
-            self.model, self.sizing, budget_gib=self.budget_gib, policy=policy, env=env, release=self.release
-        )
-
-    def engines(self, inputs: CapacityInputs, env: Mapping[str, str]) -> EngineSet:
-        """The engines of ``--engine`` (``sglang`` for a release the checker does not model), prepared for
-        ``inputs`` (an ``EngineSet``)."""
-        # start-up: the engines and their comparison (~7 ms) load only when a command derives
-        from checker.engines.drift import prepare_engines
-
-        return prepare_engines(
-            self.release.engine,
-            inputs,
-            model_source(self.model, self.sizing),
-            env,
-            best_effort=self.engine.best_effort,
-            release=self.release,
+        e = self.engine
+        return choose_release(
+            e.sglang_version, installed_sglang_version(), engine=e.engine, best_effort=e.best_effort
         )
 
 
@@ -511,135 +451,6 @@ class PlanConfig:
     @property
     def suggest_partition(self) -> bool:
         return self.target_max_running_requests is None and not self.in_tokens
-
-
-def model_source(model: ModelChoice, sizing: SizingFlags) -> ModelSource:
-    """What the sglang engine rebuilds the geometry from: the model as the user named it."""
-    # start-up: the engine registry (~4 ms with logging) loads only when a command derives
-    from checker.engines import ModelSource
-
-    return ModelSource(
-        model=model.model,
-        model_config=model.model_config,
-        mamba_ssm_dtype=sizing.mamba_ssm_dtype,
-        release_default_ratio=sizing.mamba_full_memory_ratio is None,
-    )
-
-
-def capacity_inputs(
-    model: ModelChoice,
-    sizing: SizingFlags,
-    *,
-    budget_gib: float,
-    pp_size: int | None = None,
-    policy: str | None = None,
-    env: Mapping[str, str],
-    release: ReleaseChoice | None = None,
-) -> CapacityInputs:
-    """One rank's :class:`CapacityInputs`, derived as ``release`` (chosen by the caller, once; None: the
-    installed release's model, for commands that run the checker's model only); raises CheckerInputError
-    on anything invalid."""
-
-    if release is None:
-        release = EngineChoice().choose(installed_sglang_version(), own_code=False)
-    if model.model_config is not None and release.modelled == release.derived_as:
-        # start-up: the config classes' rules (~1 ms) load only for a model config. First: what the
-        # release refuses at load is named with its file:line, before the geometry reader's own words.
-        from checker.families.rules import check_model_config
-
-        check_model_config(release.derived_as, model.model_config)
-    geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
-    stages = pp_size or sizing.pp_size or 1
-    if release.modelled == release.derived_as:  # a release the checker models: its code is known
-        # start-up: the model registry tables (~4 ms) load only for a modelled release's check
-        from checker.core.releases.model_support import (
-            check_architectures,
-            check_pipeline,
-            model_architectures,
-        )
-
-        archs = model_architectures(model=model.model, model_config=model.model_config)
-        check_architectures(release.derived_as, archs, model=model.label, env=env)
-        check_pipeline(
-            release.derived_as,
-            archs,
-            pp_size=stages,
-            tp_group_size=sizing.tp_group_size,
-            env=env,
-            tp_fits=lambda n: _shards(model, n // sizing.dp_size),
-        )
-    geometry = resolve_dtypes(geometry, env=env, mamba_ssm_dtype=sizing.mamba_ssm_dtype)
-    ratio = sizing.mamba_full_memory_ratio
-    if ratio is None:
-        ratio = release_model(release.modelled).rules.default_full_memory_ratio
-    flags = {row.name: getattr(sizing, row.name) for row in SIZING_ARGS}
-    # What the release resolves of the speculative setup itself, before any sizing (a launch command's
-    # --speculative-algorithm EAGLE alone runs with the release's own draft tokens and request cap).
-    try:
-        spec = resolve_speculative(
-            release.modelled,
-            algorithm=sizing.speculative_algorithm,
-            steps=sizing.speculative_num_steps,
-            topk=sizing.speculative_eagle_topk,
-            draft_tokens=sizing.speculative_num_draft_tokens,
-            max_running_requests=sizing.max_running_requests,
-        )
-    except FlagError:
-        # An algorithm whose setup is not modelled (NGRAM, ...) that the release refuses under PP
-        # anyway: the start-up refusal is what the user meets first, and it names the way out. (A setup
-        # of the EAGLE family that does not go together is refused as SGLang does, before that check.)
-        algorithm = (sizing.speculative_algorithm or "").strip().upper()
-        if algorithm and algorithm not in EAGLE_FAMILY and algorithm != "NEXTN":
-            check_pp_spec(
-                release.modelled,
-                pp_size=stages,
-                algorithm=algorithm,
-                speculative=True,
-                pp_spec_env=env_flag(env.get("SGLANG_ENABLE_PP_SPEC")),
-                attention_dp=sizing.dp_size > 1,
-            )
-        raise
-    steps, topk = sizing.speculative_num_steps, sizing.speculative_eagle_topk
-    if spec.algorithm is not None and steps is None:
-        # The release picked all three itself (checker.core.releases.startup.resolve_speculative); up to
-        # 0.5.6.post2 the KV pool grows by steps x top-k per request (checker.core.sizing.kv_pool).
-        auto = _AUTO_STANDALONE if spec.algorithm == "STANDALONE" else auto_params(release.modelled)
-        steps, topk = auto[0], auto[1]
-    resolved = {
-        "pp_size": stages,
-        "mamba_full_memory_ratio": ratio,
-        "policy": policy or sizing.policy,
-        "speculative_algorithm": spec.algorithm,
-        "speculative_num_draft_tokens": spec.draft_tokens,
-        "speculative_num_steps": steps,
-        "speculative_eagle_topk": topk,
-        "max_running_requests": spec.max_running_requests,
-    }
-    return CapacityInputs(
-        **{**flags, **resolved},
-        geometry=geometry,
-        budget_gib=budget_gib,
-        partition_env=env.get(PARTITION_ENV),
-        skip_decode_lock=env_flag(env.get("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")),
-        pp_spec_env=env_flag(env.get("SGLANG_ENABLE_PP_SPEC")),
-        spec_note=spec.note,
-        allow_longer_context=env_flag(env.get(LONGER_CONTEXT_ENV)),
-        # The model the checker's own pieces apply: derived_as, or the newest one standing in for a
-        # release it does not model (the label, from ``release``, says which).
-        sglang_version=release.derived_as if release.best_effort else release.modelled,
-        sglang_best_effort=release.best_effort,
-    )
-
-
-def _shards(model: ModelChoice, tp_size: int) -> bool:
-    """Whether the model's state shapes split over ``tp_size`` attention-TP ranks (the way out a refusal
-    under PP offers: the same GPUs as TP)."""
-
-    try:
-        load_geometry(model=model.model, model_config=model.model_config, tp_size=tp_size)
-    except CheckerInputError:
-        return False
-    return True
 
 
 def sglang_env(env: Mapping[str, str]) -> dict[str, str | None]:

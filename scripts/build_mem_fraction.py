@@ -64,8 +64,8 @@ edit.
 
 How each release picks --mem-fraction-static when the launch command leaves it unset (see that script
 and checker/core/releases/mem_fraction.py, which applies it). Per release: where the rule is (file, def
-line, the line computing the fraction), its CUDA tiers (upper bound in GiB or None, chunked_prefill_size, decode
-graph max bs below tp 4, from tp 4; 0.5.2: the reserve's a, b of (a + tp*pp / b) GiB), the speculative
+line, the line computing the fraction), its CUDA tiers (upper bound in GiB or None, chunked_prefill_size,
+decode graph max bs below tp 4, from tp 4; 0.5.2: the reserve's a, b of (a + tp*pp / b) GiB), the speculative
 reserve (MiB: STANDALONE, the others; None: none), and the switches the rule reads.
 """
 

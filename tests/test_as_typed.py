@@ -123,7 +123,8 @@ def test_a_launch_default_is_not_quoted_as_the_launch_commands_value(capsys) -> 
 )
 def test_the_attention_layout_holds_the_flags_as_typed(tmp_path, launch, typed) -> None:
     from checker.cli.main import _subparser, build_parser
-    from checker.launch.merge import apply_launch_command, given_dests, given_flags
+    from checker.cli.namespace import apply_launch_command, given_dests
+    from checker.launch.merge import given_flags
 
     parser = build_parser()
     args = parser.parse_args(["check", *CHECKER])

@@ -6,8 +6,9 @@ A part dropped or shown with another input's value would have the reader size a 
 
 from __future__ import annotations
 
-from checker.config import ModelChoice, SizingFlags, capacity_inputs
+from checker.config import ModelChoice, SizingFlags
 from checker.outputs.header import header
+from checker.preflight.resolve import capacity_inputs
 
 
 def _inputs(env: dict[str, str] | None = None, **flags: object):

@@ -212,9 +212,10 @@ def parse_checker(args: list[str]):
     import argparse
 
     from checker.cli import main as cli
+    from checker.cli.namespace import given_dests
     from checker.core.errors import FlagError
     from checker.launch.command import parse_launch_command
-    from checker.launch.merge import CHECKER_FLAG, given_dests
+    from checker.launch.merge import CHECKER_FLAG
 
     ours, launch = split_launch(args)
     words = cli.with_default_command(ours)

@@ -78,8 +78,8 @@ def _env(rank: int) -> RankEnv:
 
 def _rank_row(node: Node, rank: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
+    from checker.cli.namespace import apply_launch_command, given_dests
     from checker.commands.check_config import config_from_args
-    from checker.launch.merge import apply_launch_command, given_dests
 
     with monkeypatch.context() as m:
         if node.installed is not None:

@@ -746,6 +746,7 @@ NOT_A_FILE = {
     "weights_gib",
     "mem_fraction_static",
     "device_free_gib",
+    "device_total_gib",
     "timeout_s",
     "backend",
     "format",

@@ -101,8 +101,8 @@ def _junit_strings(xml: str) -> Iterator[str]:
 def rendered(case: Case, rows: list, v) -> dict[str, list[str]]:  # noqa: ANN001 - a Verdict
     """Every line each rendering of the verdict ``v`` on ``rows`` (``case``'s) shows, by rendering."""
     from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
+    from checker.cli.namespace import apply_launch_command, given_dests
     from checker.commands.check_config import config_from_args
-    from checker.launch.merge import apply_launch_command, given_dests
     from checker.outputs.check_run import summary_line
 
     words = join_negative_values(with_default_command(list(case.same.argv)))

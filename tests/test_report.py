@@ -657,8 +657,8 @@ def _launch_world(commands: list[list[str]]) -> tuple[Verdict, dict]:
     """Each rank's launch command through the real CLI path (the check parser, the launch-command merge,
     config_from_args), derived and sent through the wire; returns the verdict and rank 0's report extra."""
     from checker.cli.main import _subparser, build_parser
+    from checker.cli.namespace import apply_launch_command, given_dests
     from checker.commands.check_config import config_from_args
-    from checker.launch.merge import apply_launch_command, given_dests
     from checker.outputs.report import launch_command_doc
 
     world = World(len(commands))

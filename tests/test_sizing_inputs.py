@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from checker.cli.main import _subparser, build_parser
-from checker.config import ModelChoice, SizingFlags, capacity_inputs
+from checker.cli.namespace import given_dests
+from checker.config import ModelChoice, SizingFlags
 from checker.core.errors import FlagError, LayoutError
 from checker.core.releases.releases import choose_release
 from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
-from checker.launch.merge import given_dests
+from checker.preflight.resolve import capacity_inputs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Qwen3.5: a GatedDeltaNet model whose class starts under PP (Qwen3-Next asserts a single stage).

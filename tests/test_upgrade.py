@@ -255,7 +255,8 @@ def test_a_node_whose_release_cannot_load_the_model_is_the_root_cause(tmp_path):
 
 
 def _capacity_inputs(env: dict[str, str] | None = None, **flags: object):
-    from checker.config import ModelChoice, SizingFlags, capacity_inputs
+    from checker.config import ModelChoice, SizingFlags
+    from checker.preflight.resolve import capacity_inputs
 
     sizing = SizingFlags(**flags)  # type: ignore[arg-type]
     return capacity_inputs(ModelChoice(model="kimi-k3"), sizing, budget_gib=8.0, env=env or {})

@@ -63,8 +63,8 @@ def test_each_rank_row_carries_its_checkpoint_figure(kimi_dir: Path) -> None:
     budget takes the busiest rank's figure off the agreed free memory (SGLang's MIN over ranks), and the
     JSON and text reports show both."""
     from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
+    from checker.cli.namespace import apply_launch_command, given_dests
     from checker.commands.check_config import config_from_args
-    from checker.launch.merge import apply_launch_command, given_dests
 
     words = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
     launch = ["--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]

@@ -21,17 +21,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol, cast
 
 from checker import __version__
+from checker.cli.namespace import apply_launch_command, given_dests
 from checker.commands.lifecycle import COMMANDS as GROUP_COMMANDS
 from checker.commands.lifecycle import GroupFlags
 from checker.commands.lifecycle import refuse as refuse_rank
 from checker.core.errors import CheckerInputError, cut_long_words, printable
-from checker.launch.merge import (
-    CHECKER_FLAG,
-    SGLANG_FLAG,
-    apply_launch_command,
-    given_dests,
-    split_launch_command,
-)
+from checker.launch.merge import CHECKER_FLAG, SGLANG_FLAG, split_launch_command
 from checker.launch.repeats import OptionIndex, collapse_repeats
 from checker.status import ERROR, EXIT_CODES, EXIT_INTERRUPTED, EXIT_USAGE
 

@@ -33,7 +33,8 @@ from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
 from checker.outputs.derive import Derivation, derivation_doc, derivation_text
 from checker.outputs.stdout import show
-from checker.preflight.server_budget import server_budget
+from checker.preflight.resolve import derive_engines, derive_inputs
+from checker.preflight.server_budget import budget_the_server_gets
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 
 if TYPE_CHECKING:  # torch is imported when --materialize runs
@@ -142,33 +143,7 @@ def config_from_args(args: argparse.Namespace) -> DeriveConfig:
         from checker.outputs.plot import require_matplotlib  # the optional 'plot' extra
 
         require_matplotlib()
-    if args.gpu_free_gib is None:
-        for flag, value in (
-            ("--weights-gib", args.weights_gib),
-            ("--mem-fraction-static", args.mem_fraction_static),
-            ("--device-total-gib", args.device_total_gib),
-        ):
-            if value is not None and not (flag == "--mem-fraction-static" and getattr(args, "launch", None)):
-                raise FlagError(f"{flag} applies with --gpu-free-gib (the budget the server gets); add it")
-        return config
-    if config.budget_given:
-        raise FlagError("--budget-gib and --gpu-free-gib are two budget sources; give one")
-    fraction, source = args.mem_fraction_static, None
-    if fraction is None:
-        if args.device_total_gib is None:
-            raise FlagError(
-                "--gpu-free-gib needs the server's --mem-fraction-static (in the launch command, or as a "
-                "flag), or --device-total-gib G (the GPU's total memory) for the release's own default: "
-                "SGLang picks one from the GPU's total memory when it is unset"
-            )
-        # start-up: the rule and its table load only when the fraction is the release's default
-        from checker.preflight.default_fraction import release_default_fraction
-
-        picked = release_default_fraction(config, args, args.device_total_gib * 1024, os.environ)
-        fraction, source = picked.value, picked.text
-    if len(config.releases) > 1:
-        raise FlagError("--gpu-free-gib computes one release's budget; give one --sglang-version")
-    return server_budget(config, args.gpu_free_gib, args.weights_gib, fraction, fraction_source=source)
+    return budget_the_server_gets(config, args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_derive(config: DeriveConfig) -> int:
     """Every stage with the engines of --engine; --materialize allocates each one after."""
-    inputs = config.inputs(os.environ)
-    engines = config.engines(inputs, os.environ)
+    inputs = derive_inputs(config, os.environ)
+    engines = derive_engines(config, inputs, os.environ)
     stages, drifts = engines.derive_all(inputs.pp_size)
     materialized, materialize_s = None, 0.0
     if stages is not None and config.materialize:

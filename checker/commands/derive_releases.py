@@ -13,6 +13,7 @@ from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.core.sizing.upgrade import UpgradeFacts, explain, release_differences
 from checker.outputs.derive import ReleaseComparison, comparison_doc, comparison_text
 from checker.outputs.stdout import show
+from checker.preflight.resolve import derive_engines, derive_inputs
 from checker.status import CONSISTENT, DIVERGENT
 
 
@@ -34,8 +35,8 @@ def run_releases(config: DeriveConfig) -> int:
     errors: dict[str, str] = {}
     for version in releases:
         as_release = config.as_release(version)
-        inputs[version] = as_release.inputs(os.environ)
-        engines = as_release.engines(inputs[version], os.environ)
+        inputs[version] = derive_inputs(as_release, os.environ)
+        engines = derive_engines(as_release, inputs[version], os.environ)
         try:
             derived: list[StageCapacity] = []
             for k in range(inputs[version].pp_size):

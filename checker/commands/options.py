@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from checker.commands.flag_types import init_method, positive_gib, row_type, timeout_seconds
 from checker.core.sizing.models import DEFAULT_MODEL
 from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.families import PRESETS
 from checker.launch.inputs import READ_OPTIONS, run_inputs
+
+
+class FlagGroup(Protocol):
+    """Where a flag is added: a parser, or one of its argument groups (argparse names their common base
+    only privately)."""
+
+    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
+
 
 DEFAULT_BUDGET_GIB = 8.0
 """derive, plan and sweep only: the upstream unit test's budget. check requires an explicit source."""
@@ -51,13 +60,13 @@ def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -
     )
 
 
-def add_sizing_flag(group: argparse._ActionsContainer, name: str, **override: object) -> None:
+def add_sizing_flag(group: FlagGroup, name: str, **override: object) -> None:
     """One sizing input's flag where a command gives it its own meaning (plan's --policy): the row's
     type and choices, ``override``'s help or default."""
     _add_row(group, SIZING_ARG[name], **override)
 
 
-def _add_row(group: argparse._ActionsContainer, row: ServerArg, **override: object) -> None:
+def _add_row(group: FlagGroup, row: ServerArg, **override: object) -> None:
     """One sizing input's flag, as its row defines it (``override``: the command's default and help)."""
     kwargs: dict[str, object] = {"default": row.default, "help": row.help}
     if row.kind is bool:
@@ -66,8 +75,7 @@ def _add_row(group: argparse._ActionsContainer, row: ServerArg, **override: obje
         kwargs["choices"] = row.choices
     else:
         kwargs.update(type=row_type(row), metavar=row.metavar)
-    # argparse's keyword arguments, each typed apart in its stubs; assembled here per row kind
-    group.add_argument(row.flag, **{**kwargs, **override})  # type: ignore[arg-type]
+    group.add_argument(row.flag, **{**kwargs, **override})
 
 
 def add_layout_args(parser: argparse.ArgumentParser, *, pp_default: int | None) -> None:
@@ -137,7 +145,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_group_args(g: argparse._ActionsContainer) -> None:
+def add_group_args(g: FlagGroup) -> None:
     """Options of any command that runs over a process group (check, sweep)."""
     g.add_argument(
         "--backend",

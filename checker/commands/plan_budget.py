@@ -29,6 +29,7 @@ from checker.outputs.plan import (
     target_text,
 )
 from checker.outputs.stdout import show
+from checker.preflight.resolve import derive_engines, derive_inputs, derive_rank_weights
 
 
 def run_target(config: PlanConfig) -> int:
@@ -47,9 +48,9 @@ def run_target(config: PlanConfig) -> int:
         policies = (own, *(p for p in POLICIES if p != own))
     else:
         policies = (own,)
-    results = [min_budget(derive.inputs(os.environ, policy=p), target, policy=p) for p in policies]
+    results = [min_budget(derive_inputs(derive, os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(derive, results)
-    inputs = derive.inputs(os.environ, policy=policies[0])
+    inputs = derive_inputs(derive, os.environ, policy=policies[0])
     weights = assumed_weights(config, inputs)
     result = TargetPlan(
         config=config,
@@ -74,7 +75,7 @@ def assumed_weights(config: PlanConfig, inputs: CapacityInputs) -> AssumedWeight
         if config.weights_source:  # --weights-from-log
             return AssumedWeights(gib=config.weights_gib, source="log", note=config.weights_source)
         return AssumedWeights(gib=config.weights_gib, source="flag")
-    ranks = config.derive.rank_weights(inputs, os.environ)
+    ranks = derive_rank_weights(config.derive, inputs, os.environ)
     busiest = busiest_rank(ranks)
     if busiest is None:
         raise FlagError(
@@ -114,8 +115,8 @@ def _engine_min_budgets(
     drifts: list[Drift] = []
     version = None
     for r in results:
-        inputs = derive.inputs(os.environ, policy=r.policy)
-        engines = derive.engines(inputs, os.environ)
+        inputs = derive_inputs(derive, os.environ, policy=r.policy)
+        engines = derive_engines(derive, inputs, os.environ)
         version = engines.sglang_version
         if mode == "sglang":
             out.append(engine_min_budget(engines.primary, inputs.pp_size, r))
@@ -138,7 +139,7 @@ def run_releases(config: PlanConfig) -> int:
     inputs: dict[str, CapacityInputs] = {}
     results: dict[str, MinBudget] = {}
     for version in derive.releases:
-        inputs[version] = derive.as_release(version).inputs(os.environ)
+        inputs[version] = derive_inputs(derive.as_release(version), os.environ)
         results[version] = min_budget(inputs[version], target, policy=derive.sizing.policy)
     explanations: list[str] = []
     for a, b in zip(derive.releases, derive.releases[1:], strict=False):

@@ -16,6 +16,7 @@ from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.engines.drift import Drift
 from checker.outputs.plan import PartitionPlan, partition_doc, partition_text
 from checker.outputs.stdout import show
+from checker.preflight.resolve import derive_engines, derive_inputs
 
 DEFAULT_SLACK = 1
 """Each stage holds floor(L/P) - 1 to ceil(L/P) + 1 layers unless --partition-slack says otherwise."""
@@ -26,7 +27,7 @@ def run_partition(config: PlanConfig) -> int:
     split (whatever SGLANG_PP_LAYER_PARTITION is set here), both derived at the budget."""
     derive = config.derive
     slack = DEFAULT_SLACK if config.partition_slack is None else config.partition_slack
-    here = derive.inputs(os.environ)
+    here = derive_inputs(derive, os.environ)
     base = replace(here, partition_env=None)  # the comparison is against SGLang's default split
     g = base.geometry
     plan = suggest_partition(
@@ -70,7 +71,7 @@ def _derive_or_error(
 ) -> tuple[list[StageCapacity] | None, str | None, str | None]:
     """The chosen engine's stages (the builtin's under both; its drift findings join ``drifts``), the
     error when they do not boot, and the SGLang version that ran (None for builtin)."""
-    engines = derive.engines(inputs, os.environ)
+    engines = derive_engines(derive, inputs, os.environ)
     try:
         stages, found = engines.derive_all(inputs.pp_size)
     except BudgetError as exc:

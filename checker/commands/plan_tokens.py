@@ -17,6 +17,7 @@ from checker.core.sizing.sizing import POLICIES
 from checker.core.sizing.token_plan import TokenTarget, min_budget_tokens
 from checker.outputs.plan_tokens import TokenPlan, token_doc, token_text
 from checker.outputs.stdout import show
+from checker.preflight.resolve import derive_inputs
 
 
 def run_tokens(config: PlanConfig) -> int:
@@ -29,14 +30,16 @@ def run_tokens(config: PlanConfig) -> int:
         policies = (own, *(p for p in POLICIES if p != own))
     else:
         policies = (own,)
-    inputs = derive.inputs(os.environ, policy=policies[0])
+    inputs = derive_inputs(derive, os.environ, policy=policies[0])
     target = TokenTarget(
         tokens=config.target_tokens,
         requests=config.target_requests,
         context=inputs.resolved_context_len if config.target_requests is not None else None,
     )
     t0 = time.perf_counter()
-    results = [min_budget_tokens(derive.inputs(os.environ, policy=p), target, policy=p) for p in policies]
+    results = [
+        min_budget_tokens(derive_inputs(derive, os.environ, policy=p), target, policy=p) for p in policies
+    ]
     search_s = time.perf_counter() - t0
     weights = assumed_weights(config, inputs)
     result = TokenPlan(

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from checker.config import SweepConfig, capacity_inputs
+from checker.config import SweepConfig
 from checker.core.errors import CheckerInputError, FlagError
 from checker.core.sizing.sizing import CapacityInputs
 from checker.core.sizing.sweep import BudgetGrid, SweepSummary, parse_budgets
 from checker.outputs.plot import plot_sweep, plot_title
 from checker.outputs.sweep_report import build_report, to_json_text, write_report
 from checker.outputs.sweep_text import header, quiet_report, text_report
+from checker.preflight.resolve import capacity_inputs
 from checker.status import DIVERGENT, EXIT_CODES, exit_after_outputs, undelivered_note
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checker.engines.errors import SglangChanged
+
 MODELS = "sglang/srt/models/"
 Source = Callable[[str], "str | None"]
 """A release's source by its path in the wheel (``sglang/srt/models/qwen3_next.py``); None: absent."""
@@ -83,6 +85,20 @@ class _Module:
     """Local name -> (module path, name there) for ``from ... import`` of sglang modules."""
 
 
+def parse_source(path: str, text: str) -> ast.Module:
+    """A release's source file as Python reads it: a UTF-8 byte-order mark is no code (0.5.3.post1 to
+    0.5.12.post1 ship ``models/qwen2_classification.py`` with one, and import it). A file that does not
+    parse is not skipped, since what it says is what the answer depends on: :class:`SglangChanged`."""
+    try:
+        return ast.parse(text.removeprefix("\ufeff"))
+    except SyntaxError as exc:
+        raise SglangChanged(
+            f"the installed SGLang's {path} does not parse here (SyntaxError: {exc.msg}, line {exc.lineno}): "
+            "the checker reads the model's own code to tell how it runs under pipeline parallelism; "
+            "report the release and this line"
+        ) from None
+
+
 class _Reader:
     def __init__(self, source: Source) -> None:
         self.source = source
@@ -93,12 +109,8 @@ class _Reader:
             text = self.source(path)
             mod = None
             if text is not None:
-                try:
-                    tree = ast.parse(text)
-                except SyntaxError:
-                    tree = None
-                if tree is not None:
-                    mod = _Module(path, tree, _classes(tree), _imports(tree, path))
+                tree = parse_source(path, text)
+                mod = _Module(path, tree, _classes(tree), _imports(tree, path))
             self.modules[path] = mod
         return self.modules[path]
 
@@ -507,7 +519,7 @@ def model_runner_assert(source: Source) -> Where | None:
     text = source(MODEL_RUNNER)
     if text is None:
         return None
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(parse_source(MODEL_RUNNER, text)):
         if isinstance(node, ast.Assert) and "support_pp" in ast.unparse(node.test):
             return Where(MODEL_RUNNER, node.lineno)
     return None
@@ -542,10 +554,7 @@ def entry_module(architecture: str, package_root: Path) -> str | None:
         text = path.read_text(encoding="utf-8", errors="replace")
         if architecture not in text or "EntryClass" not in text:
             continue
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
+        tree = parse_source(f"{MODELS}{path.name}", text)
         for node in tree.body:
             if not isinstance(node, ast.Assign):
                 continue

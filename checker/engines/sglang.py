@@ -139,6 +139,15 @@ from checker.core.sizing.geometry import canonical_dtype
 from checker.core.sizing.models import read_json
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.engines import ModelSource, model_code, quiet_sglang
+from checker.engines.errors import (
+    IMPORT_FAILURES,
+    SGLANG_CHANGED,
+    SGLANG_REFUSES,
+    SglangChanged,
+    SglangUnavailable,
+    StandInRead,
+    sglang_changed,
+)
 
 FIRST_SUPPORTED = "0.5.10"
 """The first release whose three sizing steps (pool size, slots per request, request cap) are methods the
@@ -173,21 +182,6 @@ BRANCHES = {
     "mamba_pool.memory_budget": "C",
     "mamba_pool.memory_budget_spec": "C",
 }
-
-
-class SglangUnavailable(CheckerInputError):
-    """SGLang is not installed, not importable, or a version the checker does not support."""
-
-
-class StandInRead(SglangUnavailable):
-    """SGLang's sizing code read an input that a stand-in the engine hands it does not hold.
-
-    The engine runs the release's own methods on objects made without their constructors (a
-    configurator, a model runner, parallel widths, a preset's state shapes) holding exactly the inputs
-    the checker knows. A release that reads anything else (a new field, a renamed one) must not get a
-    silent default, so this is NOT an AttributeError: ``getattr(obj, name, default)`` and ``hasattr``
-    let it through instead of answering for the release. One line, exit 2.
-    """
 
 
 def _stand_in_read(owner: str, name: str, version: str | None, detail: str = "") -> StandInRead:
@@ -332,7 +326,6 @@ def _import_api() -> types.SimpleNamespace:
             runtime = _optional_module("sglang.srt.runtime_context")  # 0.5.15+
             hybrid_arch = _optional_module("sglang.srt.configs.hybrid_arch")  # 0.5.16+
             kv = _optional_module("sglang.srt.mem_cache.kv_cache_configurator")  # 0.5.16+
-            platforms = _optional_module("sglang.srt.platforms")  # 0.5.13+
             mamba_hook = _optional_module("sglang.srt.arg_groups.mamba_hook")  # 0.5.19+
             overrides = _optional_module("sglang.srt.arg_groups.overrides")
             runner = dp_attention = None
@@ -344,7 +337,9 @@ def _import_api() -> types.SimpleNamespace:
         raise SglangUnavailable(
             f"SGLang is installed but does not import here (missing {missing!r}); {INSTALL_HINT}"
         ) from None
-    except Exception as exc:  # a broken install: still one line, never a traceback
+    except IMPORT_FAILURES as exc:
+        # A module that raises while it imports (a broken install, or a dependency of another release
+        # than the one it pins): one line naming what it raised, never a traceback.
         raise SglangUnavailable(
             f"importing SGLang failed ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
         ) from None
@@ -361,7 +356,7 @@ def _import_api() -> types.SimpleNamespace:
         methods = ("handle_max_mamba_cache", "_calculate_mamba_ratio", "_resolve_max_num_reqs")
     missing_methods = [m for m in methods if not callable(getattr(host_cls, m, None))]
     if missing_methods:
-        raise SglangUnavailable(
+        raise SglangChanged(
             f"this SGLang's {host_cls.__name__} has no {', '.join(missing_methods)}: its pool sizing is not "
             f"where the engine calls it (supported: {SUPPORTED_RANGE})"
         )
@@ -393,7 +388,7 @@ def _import_api() -> types.SimpleNamespace:
         dp_attention=dp_attention,
         pp_local_per_request_bytes=getattr(kv, "_pp_local_per_request_bytes", None),  # 0.5.19+
         SpeculativeAlgorithm=spec_info.SpeculativeAlgorithm,
-        get_platform=getattr(platforms, "get_platform", None),
+        get_platform=getattr(runtime, "get_platform", None),  # 0.5.19+
     )
 
 
@@ -402,7 +397,7 @@ def _check_micro_batch_rule() -> None:
     spec = importlib.util.find_spec("sglang.srt.managers.scheduler")
     text = Path(spec.origin).read_text() if spec and spec.origin else ""
     if not MICRO_BATCH_RULE.search(text):
-        raise SglangUnavailable(
+        raise SglangChanged(
             "--engine sglang/both: the installed SGLang's scheduler no longer derives "
             "pp_max_micro_batch_size as max(max_running_requests // pp_size, 1); this checker cannot "
             "model it"
@@ -461,11 +456,19 @@ class SglangEngine:
         return "max-share" if "pp_layer_scale" in code.co_varnames else "whole-model"
 
     def _detect_gpu_platform(self) -> bool:
+        """Whether this host is a GPU platform SGLang keeps the extra-buffer strategy on (then nothing
+        stands in for its answer): 0.5.19+ ``runtime_context.get_platform()``'s flags (the object
+        ``mamba_hook`` asks); 0.5.10-0.5.18 the ``is_cuda()`` their ``ServerArgs`` asks."""
+        get_platform = self.api.get_platform
+        where = "runtime_context.get_platform()" if get_platform is not None else "server_args.is_cuda()"
         try:
-            p = self.api.get_platform()
-            return bool(p.is_cuda or p.is_hip or p.is_musa or p.is_npu or p.is_xpu)
-        except Exception:
-            return False
+            if get_platform is not None:
+                p = get_platform()
+                return bool(p.is_cuda or p.is_hip or p.is_musa or p.is_npu or p.is_xpu)
+            is_cuda = getattr(self.api.server_args_module, "is_cuda", None)
+            return bool(is_cuda()) if is_cuda is not None else False
+        except SGLANG_CHANGED as exc:
+            raise sglang_changed(self.version, where, exc) from None
 
     @contextlib.contextmanager
     def _gpu_platform(self) -> Iterator[None]:
@@ -697,6 +700,26 @@ def _map_error(phase: str, exc: BaseException) -> CheckerInputError:
     return cls(f"SGLang {what}: {type(exc).__name__}: {text}")
 
 
+@contextlib.contextmanager
+def _sglang_call(
+    phase: str, where: str, version: str | None, *, asserts: str | None = None
+) -> Iterator[None]:
+    """SGLang's code running for ``phase``: what it raises on the inputs (:data:`SGLANG_REFUSES`) is the
+    phase's input error (:func:`_map_error`; a bare ``assert`` is ``asserts``' where given); what a call
+    raises because the code is not what the engine was written against (:data:`SGLANG_CHANGED`) is
+    :class:`SglangChanged` naming ``where``. The checker's own errors (a strict stand-in's) pass."""
+    try:
+        yield
+    except CheckerInputError:
+        raise
+    except AssertionError as exc:
+        raise _map_error(asserts or phase, exc) from None
+    except SGLANG_REFUSES as exc:
+        raise _map_error(phase, exc) from None
+    except SGLANG_CHANGED as exc:
+        raise sglang_changed(version, where, exc) from None
+
+
 @dataclass
 class _Frame:
     """Locals of ``_handle_max_mamba_cache`` captured when it returns or raises."""
@@ -739,7 +762,7 @@ class PreparedSglang:
         self.context: Any = None  # SGLang's runtime context (0.5.16+; untyped there); None before
         with self._scope(activate=False):
             self.server_args = self._resolve(source)
-            try:
+            with _sglang_call("resolve", "publishing the resolved config (runtime_context)", self.version):
                 if rt is None:  # 0.5.10-0.5.15: the sizing reads the ServerArgs itself
                     pass
                 elif hasattr(rt, "create_context"):  # 0.5.22+: a context of our own
@@ -747,8 +770,6 @@ class PreparedSglang:
                 else:  # 0.5.16-0.5.21: the one process-wide context, published in _activate
                     self.context = rt.get_context()
                     self._publish()
-            except Exception as exc:
-                raise _map_error("resolve", exc) from None
         with self._scope():
             self._parallel_widths = self._widths_if_unpublished()
         with self._scope():
@@ -870,18 +891,14 @@ class PreparedSglang:
             kwargs["mamba_ssm_dtype"] = canonical_dtype(source.mamba_ssm_dtype, source="--mamba-ssm-dtype")
         unknown = sorted(k for k in kwargs if k not in fields)
         if unknown:  # a release that renamed or dropped a flag the sizing needs: not a silent default
-            raise SglangUnavailable(
+            raise SglangChanged(
                 f"SGLang {self.version}'s ServerArgs has no {', '.join(unknown)}: the flags the checker "
                 "derives from are not this release's"
             )
-        try:
+        with _sglang_call("resolve", "ServerArgs(...) and its resolution", self.version):
             server_args = self.api.ServerArgs(**kwargs)  # 0.5.10-0.5.18 resolve here (__post_init__)
             if hasattr(server_args, "resolve_once"):  # 0.5.19+
                 server_args.resolve_once()
-        except CheckerInputError:
-            raise
-        except Exception as exc:
-            raise _map_error("resolve", exc) from None
         return server_args
 
     def _widths_if_unpublished(self) -> dict[str, int] | None:
@@ -895,8 +912,17 @@ class PreparedSglang:
             try:
                 int(rt.get_parallel().attn_tp_size)
                 return None
-            except Exception:
-                pass
+            except AssertionError as exc:
+                # 0.5.16-0.5.18: "attention tensor model parallel group is not initialized" (the live
+                # group); any other assert is not the one this adapter answers.
+                if "not initialized" not in str(exc):
+                    raise sglang_changed(
+                        self.version, "runtime_context.get_parallel().attn_tp_size", exc
+                    ) from None
+            except SGLANG_CHANGED as exc:
+                raise sglang_changed(
+                    self.version, "runtime_context.get_parallel().attn_tp_size", exc
+                ) from None
         sa = self.server_args
         attn_dp = int(sa.dp_size) if getattr(sa, "enable_dp_attention", False) else 1
         return dict(
@@ -914,17 +940,14 @@ class PreparedSglang:
 
     def _build_model(self) -> None:
         api = self.api
-        try:
+        where = f"the model config and its {api.host_cls.__name__} (mamba2_cache_params)"
+        with _sglang_call("config", where, self.version):
             self.model_config = self._model_config()
             if api.host == "runner":
                 self._build_runner()
             else:
                 self._build_configurator()
             self.params = self.mamba.mamba2_cache_params  # reads the attention-TP width
-        except CheckerInputError:
-            raise
-        except Exception as exc:
-            raise _map_error("config", exc) from None
 
     def _checker_mamba(self) -> _CheckerMambaConfig:
         params = _CheckerStateParams(self.api, self.inputs, self.version)
@@ -1034,17 +1057,12 @@ class PreparedSglang:
             raise mine
         minimum = min(s.stage.kv_own_tokens for s in stages if isinstance(s, _OwnStage))
         with self._scope(), self._pool_size(mine.stage.max_mamba_cache_size):
-            try:
+            where = f"the KV pool after the MIN and {self.api.host_cls.__name__}.{self.api.requests_method}"
+            with _sglang_call("pool", where, self.version, asserts="resolve"):
                 T = self._after_min(mine, minimum)
                 if T <= 0:
                     raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static.")
                 n = int(getattr(self.host, self.api.requests_method)(T))
-            except CheckerInputError:
-                raise
-            except AssertionError as exc:
-                raise _map_error("resolve", exc) from None
-            except Exception as exc:
-                raise _map_error("pool", exc) from None
         s = mine.stage
         micro = self.user_micro or max(n // self.pp_size, 1)
         idle = (s.kv_own_tokens - T) * s.kv_cell_bytes if s.kv_cell_bytes and s.kv_own_tokens >= T else 0
@@ -1062,17 +1080,16 @@ class PreparedSglang:
         api, c = self.api, self.host
         L = int(self.model_config.num_hidden_layers)
         with self._scope():
-            try:
+            with _sglang_call("layout", "distributed.utils.get_pp_indices", self.version):
                 start, end = api.get_pp_indices(L, pp_rank, self.pp_size)
-            except CheckerInputError:
-                raise
-            except Exception as exc:
-                raise _map_error("layout", exc) from None
             # SGLang writes K into the published config (or the ServerArgs); it is put back afterwards
             # so the next derivation (another stage, another budget) starts from the user's value.
             with self._pool_size_slot() as (read_k, new_sources):
                 handle = getattr(api.host_cls, api.pool_method)
-                try:
+                where = (
+                    f"{api.host_cls.__name__}.{api.pool_method}, {api.ratio_method} and the stage's KV pool"
+                )
+                with _sglang_call("pool", where, self.version, asserts="resolve"):
                     with _capture_locals(handle.__code__) as frame:
                         kv_left = getattr(c, api.pool_method)(rest)
                     K = int(read_k())
@@ -1082,12 +1099,6 @@ class PreparedSglang:
                             f"the state pool leaves {kv_left:.3f} GB for the KV cache (rest <= 0)"
                         )
                     kv = self._own_kv(start, end, pp_rank, kv_left)
-                except CheckerInputError:
-                    raise
-                except AssertionError as exc:
-                    raise _map_error("resolve", exc) from None
-                except Exception as exc:
-                    raise _map_error("pool", exc) from None
                 sources = new_sources()
         loc = frame.values
         branch = next((BRANCHES[s] for s in reversed(sources) if s in BRANCHES), None) or self._branch(loc)
@@ -1170,7 +1181,7 @@ class PreparedSglang:
         self.use_mla_backend = str(getattr(mc.attention_arch, "name", mc.attention_arch)) == "MLA"
         given = self._server_arg("kv_cache_dtype")
         dtype_module = _optional_module("sglang.srt.mem_cache.kv_cache_dtype")  # 0.5.16+
-        try:
+        with _sglang_call("resolve", "configure_kv_cache_dtype", self.version):
             if dtype_module is not None and hasattr(dtype_module, "configure_kv_cache_dtype"):
                 resolved, self.kv_cache_dtype = dtype_module.configure_kv_cache_dtype(
                     server_args_kv_cache_dtype=given,
@@ -1190,10 +1201,6 @@ class PreparedSglang:
                 runner.configure_kv_cache_dtype()
                 self.kv_cache_dtype = runner.kv_cache_dtype
                 self.kv_cache_dtype_str = given
-        except CheckerInputError:
-            raise
-        except Exception as exc:
-            raise _map_error("resolve", exc) from None
         self.own_stage = self._class_has_start_layer()
 
     def _server_arg(self, name: str) -> Any:

@@ -14,10 +14,10 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from checker.core.errors import FlagError, printable
-from checker.core.releases.releases import installed_sglang_version
 from checker.core.releases.startup import refuse, resolve_speculative, zero_micro_batch_refused
 from checker.core.sizing.environ import PP_SPEC_ENV
 from checker.core.sizing.server_args import LAUNCH_ARGS, SIZING_FLAG_NAMES
@@ -91,23 +91,6 @@ def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | No
     return words[:i], words[i + 1 :]
 
 
-def given_dests(parser: argparse.ArgumentParser, words: Sequence[str]) -> set[str]:
-    """The dests of the checker flags the user gave, in any spelling argparse accepts (``--tp 2``,
-    ``--tp-size=2``, an alias): ``words`` parsed again with every default suppressed, so a dest is
-    present exactly when a word set it (argparse cannot tell "given" from "defaulted" otherwise)."""
-    saved = [(a, a.default, a.required) for a in parser._actions]
-    saved_defaults = dict(parser._defaults)
-    try:
-        for action in parser._actions:
-            action.default, action.required = argparse.SUPPRESS, False
-        parser._defaults.clear()
-        return set(vars(parser.parse_args(list(words))))
-    finally:
-        for action, default, required in saved:
-            action.default, action.required = default, required
-        parser._defaults.update(saved_defaults)
-
-
 def _config_file(path: object) -> str:
     # start-up: the hub cache rules (~2.5 ms) load only for a --model-config; a hub id: the same rule
     from checker.core.weights.hub_cache import local_model_path
@@ -130,38 +113,62 @@ def _same(a: object, b: object, key: str = "") -> bool:
     return a == b
 
 
-def apply_launch_command(
-    args: argparse.Namespace, launch: Sequence[str], *, given: set[str]
-) -> tuple[argparse.Namespace, LaunchInputs]:
-    """Fill ``args`` with the launch command's sizing inputs; refuse one given in both places unless
-    the two agree. Returns the namespace and what the report records."""
+@dataclass(frozen=True, kw_only=True)
+class LaunchMerge:
+    """The checker's flags and the launch command merged: what the launch command sets and what the report
+    records of it. The flags are left as they were (the CLI layer applies ``values``)."""
+
+    values: Mapping[str, object]
+    """The launch command's sizing inputs the checker's own flags did not give, by the flags' dests (read
+    only): the checker's flags with these in place are the command's inputs."""
+    launch: LaunchInputs
+
+    def applied(self, flags: Mapping[str, object]) -> dict[str, object]:
+        """``flags`` (a copy) with the launch command's values in place."""
+        return {**flags, **self.values}
+
+
+def merge_launch(
+    flags: Mapping[str, object],
+    launch: Sequence[str],
+    *,
+    given: frozenset[str],
+    env: Mapping[str, str],
+    installed: str | None,
+) -> LaunchMerge:
+    """The checker's parsed flags (by dest; ``given``: the dests typed) and the deployment's launch
+    command as one set of sizing inputs: the launch command's fill the flags it gives, and one given in
+    both places must agree. ``env``: the rank's environment (the launch command's start-up checks read
+    SGLANG_ENABLE_PP_SPEC); ``installed``: the installed SGLang's version (its own parser reads the
+    command where it is the release asked for). Neither input is changed."""
     if not launch:
         raise FlagError(
             "nothing after --: give the deployment's launch command, e.g. -- python -m "
             "sglang.launch_server --model-path /models/M --pp-size 8 ..."
         )
-    release = getattr(args, "sglang_version", None)
+    release = flags.get("sglang_version")
+    assert release is None or isinstance(release, str)  # --sglang-version: a string flag
     if release and "," in release:
         raise FlagError("--sglang-version A,B compares releases; with a launch command give one release")
     # start-up: the launch parser and its flag tables (~19 ms) load only for a launch command
     from checker.launch.command import parse_launch_command
 
-    installed = installed_sglang_version()
     cmd = parse_launch_command(
         launch, release=release, prefer_installed=release is None or release == installed
     )
     _refuse_unread_config(cmd, launch)
     values = _checked_values(cmd)
+    fills: dict[str, object] = {}
     for key, value in values.items():
-        if not hasattr(args, key):
+        if key not in flags:
             continue  # an input this command does not use (e.g. --mem-fraction-static for derive)
-        if key == "model_config" and getattr(args, "model", None):
+        if key == "model_config" and flags.get("model"):
             raise FlagError(
-                f"--model {args.model} and --model-path {value} in the launch command name two models; "
+                f"--model {flags['model']} and --model-path {value} in the launch command name two models; "
                 "drop --model"
             )
         if key in given:
-            ours = getattr(args, key)
+            ours = flags[key]
             if not _same(ours, value, key):
                 theirs = SGLANG_FLAG.get(key, CHECKER_FLAG[key])
                 if not _explicit(cmd, key):  # the release's default, which nobody typed
@@ -175,17 +182,18 @@ def apply_launch_command(
                     "it in one place (the launch command is what the server runs)"
                 )
             continue
-        setattr(args, key, value)
-    _refuse_draft_tokens_alone(cmd, args)
+        fills[key] = value
+    merged = {**flags, **fills}
+    _refuse_draft_tokens_alone(cmd, merged)
     # start-up: the launch command's own start-up checks load with the launch parser
     from checker.core.releases.launch_checks import check_launch
 
-    check_launch(launch_facts(cmd, args, os.environ))
+    check_launch(launch_facts(cmd, merged, env))
     refuse_unmodelled(cmd)
-    compared = _compared_apart(args)
+    compared = _compared_apart(merged)
     items = sorted(cmd.sizing_text().items(), key=lambda kv: (kv[0] == "model_config", kv[0]))
     given_items = [(k, v) for k, v in items if _explicit(cmd, k)]
-    return args, LaunchInputs(
+    inputs = LaunchInputs(
         parser=cmd.parser,
         release=cmd.release,
         text=" ".join(f"{k}={v}" for k, v in given_items if k not in compared),
@@ -198,6 +206,7 @@ def apply_launch_command(
         download_dir=cmd.location.get("download_dir"),
         revision=cmd.location.get("revision"),
     )
+    return LaunchMerge(values=MappingProxyType(fills), launch=inputs)
 
 
 # The attention-layout fields as a launch command spells them, in the order a reader says them:
@@ -271,24 +280,24 @@ _ATTENTION_FIELDS = tuple(
 )
 
 
-def _compared_apart(args: argparse.Namespace) -> set[str]:
+def _compared_apart(flags: Mapping[str, object]) -> set[str]:
     """The launch command's inputs that ranks compare as inputs of their own, left out of the
     ``launch_command`` input so that one flag changed on some nodes is named once, as itself: every
     sizing flag, the model (``model``, by its config's content), the TP layout, and
     --mem-fraction-static where it makes the budget (``budget_source`` under --budget-from-device)."""
 
     out = {*SIZING_FLAG_NAMES, "model_config", *_ATTENTION_FIELDS}
-    if getattr(args, "budget_from_device", False):
+    if flags.get("budget_from_device", False):
         out.add("mem_fraction_static")
     return out
 
 
-def _refuse_draft_tokens_alone(cmd: LaunchCommand, args: argparse.Namespace) -> None:
+def _refuse_draft_tokens_alone(cmd: LaunchCommand, flags: Mapping[str, object]) -> None:
     """``--speculative-num-draft-tokens`` in the launch command with no algorithm anywhere: SGLang runs
     no speculative decoding then (the pool sizing asks ``spec_algorithm.is_none()``; 0.5.3.post2-0.5.6.post2
     still scale the pool by the draft tokens), while the checker's own flag alone means speculative
     decoding. Which one is meant is the user's to say, not the checker's to guess."""
-    if "speculative_num_draft_tokens" not in cmd.explicit or getattr(args, "speculative_algorithm", None):
+    if "speculative_num_draft_tokens" not in cmd.explicit or flags.get("speculative_algorithm"):
         return
     d = cmd.values.get("speculative_num_draft_tokens")
     raise FlagError(
@@ -316,7 +325,7 @@ def _given(cmd: LaunchCommand, name: str, kind: type, default: object) -> object
     return value
 
 
-def launch_facts(cmd: LaunchCommand, args: argparse.Namespace, env: Mapping[str, str]) -> LaunchFacts:
+def launch_facts(cmd: LaunchCommand, flags: Mapping[str, object], env: Mapping[str, str]) -> LaunchFacts:
     """What the launch command gives the release's start-up checks
     (:func:`checker.core.releases.launch_checks.check_launch`).
     The pp size is the one the deployment runs: the launch command's (SGLang's default 1), or the
@@ -327,19 +336,19 @@ def launch_facts(cmd: LaunchCommand, args: argparse.Namespace, env: Mapping[str,
 
     sv = cmd.sglang_values
     launch_pp = cmd.values.get("pp_size")  # an int: every release's parser types --pp-size int
-    pp = getattr(args, "pp_size", None) or (launch_pp if isinstance(launch_pp, int) else None) or 1
-    algorithm = getattr(args, "speculative_algorithm", None)
-    draft = getattr(args, "speculative_num_draft_tokens", None)
+    pp = _flag(flags, "pp_size", None) or (launch_pp if isinstance(launch_pp, int) else None) or 1
+    algorithm = _flag(flags, "speculative_algorithm", None)
+    draft = _flag(flags, "speculative_num_draft_tokens", None)
     try:
         resolved = resolve_speculative(
             cmd.release,
             algorithm=algorithm,
-            steps=getattr(args, "speculative_num_steps", None),
-            topk=getattr(args, "speculative_eagle_topk", None),
+            steps=_flag(flags, "speculative_num_steps", None),
+            topk=_flag(flags, "speculative_eagle_topk", None),
             draft_tokens=draft,
-            max_running_requests=getattr(args, "max_running_requests", None),
+            max_running_requests=_flag(flags, "max_running_requests", None),
         ).draft_tokens
-    except FlagError:  # refused with the sizing inputs, in its own words (config.capacity_inputs)
+    except FlagError:  # refused with the sizing inputs, in its own words (preflight.resolve.capacity_inputs)
         resolved = None
     switch = bool
     return LaunchFacts(
@@ -353,25 +362,30 @@ def launch_facts(cmd: LaunchCommand, args: argparse.Namespace, env: Mapping[str,
         speculative_algorithm=algorithm,
         speculative=bool(algorithm) or bool(draft),
         draft_tokens=resolved,
-        speculative_eagle_topk=getattr(args, "speculative_eagle_topk", None),
+        speculative_eagle_topk=_flag(flags, "speculative_eagle_topk", None),
         enable_multi_layer_eagle=switch(_given(cmd, "enable_multi_layer_eagle", bool, False)),
         speculative_adaptive=switch(_given(cmd, "speculative_adaptive", bool, False)),
         disaggregation_mode=str(_given(cmd, "disaggregation_mode", str, "null")),
         min_free_slots_delay=_given(cmd, "min_free_slots_delay", int, None),
         pp_spec_env=env_flag(env.get(PP_SPEC_ENV)),
         chunked_prefill_size=_optional_int(sv.get("chunked_prefill_size")),
-        page_size=getattr(args, "page_size", None),
-        disable_radix_cache=bool(getattr(args, "disable_radix_cache", False)),
-        disable_overlap_schedule=bool(getattr(args, "disable_overlap_schedule", False)),
-        mamba_radix_cache_strategy=str(getattr(args, "mamba_radix_cache_strategy", None) or "auto"),
+        page_size=_flag(flags, "page_size", None),
+        disable_radix_cache=bool(_flag(flags, "disable_radix_cache", False)),
+        disable_overlap_schedule=bool(_flag(flags, "disable_overlap_schedule", False)),
+        mamba_radix_cache_strategy=str(_flag(flags, "mamba_radix_cache_strategy", None) or "auto"),
         enable_mixed_chunk=bool(sv.get("enable_mixed_chunk")) and "enable_mixed_chunk" in cmd.sglang_explicit,
         enable_dp_lm_head=switch(_given(cmd, "enable_dp_lm_head", bool, False)),
         ep_join_mode=_given(cmd, "ep_join_mode", str, None),  # type: ignore[arg-type]
         enable_linear_replayssm=switch(_given(cmd, "enable_linear_replayssm", bool, False)),
-        enable_linear_replayssm_spec=bool(getattr(args, "enable_linear_replayssm_spec", False)),
-        linear_replayssm_cache_len=getattr(args, "linear_replayssm_cache_len", None),
-        mamba_ssm_dtype=getattr(args, "mamba_ssm_dtype", None),
+        enable_linear_replayssm_spec=bool(_flag(flags, "enable_linear_replayssm_spec", False)),
+        linear_replayssm_cache_len=_flag(flags, "linear_replayssm_cache_len", None),
+        mamba_ssm_dtype=_flag(flags, "mamba_ssm_dtype", None),
     )
+
+
+def _flag(flags: Mapping[str, object], name: str, default: Any) -> Any:
+    """A flag's value as its parser typed it (``default`` where the command has no such flag)."""
+    return flags.get(name, default)
 
 
 def refuse_unmodelled(cmd: LaunchCommand) -> None:

@@ -15,6 +15,7 @@ from checker.core.releases.releases import ReleaseChoice, installed_sglang_versi
 from checker.core.sizing.row import NOT_INSTALLED, model_label
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.device.materialize import MATERIALIZE_STATUS_NAMES, MaterializeResult
+from checker.preflight.resolve import choose_release
 from checker.status import ERROR
 
 
@@ -33,7 +34,7 @@ def json_inputs(
     release derived as (``release``: the command's one choice); then what the flags resolve to
     (``resolved_*``), as derive/plan/sweep add. ``release`` None: the installed release's model (sweep)."""
     if release is None:
-        release = EngineChoice().choose(installed_sglang_version(), own_code=False)
+        release = choose_release(EngineChoice(), installed_sglang_version(), own_code=False)
     d: dict[str, object] = {
         "checker_version": __version__,
         "sglang_installed": release.installed or NOT_INSTALLED,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from checker.core.errors import FlagError
 from checker.files import write_file
 from checker.outputs.plot import FIG_WIDTH_IN, SAVE_DPI, _matplotlib, title_model
+from checker.preflight.resolve import derive_rank_weights
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -193,7 +194,7 @@ def derive_plot(config: DeriveConfig, inputs: CapacityInputs, stages: Sequence[S
     assert config.plot is not None
     weights: list[float | None] = [config.weights_gib] * len(stages)
     if config.weights_gib is None:
-        figures = config.rank_weights(inputs, os.environ)
+        figures = derive_rank_weights(config, inputs, os.environ)
         group = max(len(figures) // max(len(stages), 1), 1)
         for k in range(len(stages)):
             known = [f.gib for f in figures[k * group : (k + 1) * group] if f.gib is not None]

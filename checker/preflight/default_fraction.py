@@ -31,8 +31,8 @@ def sglang_device_total_mib(device: Any) -> float:
         if out.returncode == 0 and values:
             return min(values)
     except (OSError, subprocess.TimeoutExpired):
-        pass
-    import torch
+        pass  # no nvidia-smi (a MIG slice, a container without it): SGLang's own fallback below
+    import torch  # torch: only a GPU rank reaches here, and it has imported torch already
 
     return float(torch.cuda.mem_get_info(device)[1] // MIB)
 

@@ -16,14 +16,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from checker import __version__
-from checker.config import (
-    MISSING_FRACTION,
-    PreflightConfig,
-    SizingFlags,
-    capacity_inputs,
-    model_source,
-    sglang_env,
-)
+from checker.config import MISSING_FRACTION, PreflightConfig, SizingFlags, sglang_env
 from checker.core.errors import CheckerInputError, LayoutError
 from checker.core.releases.releases import ReleaseChoice, installed_sglang_version
 from checker.core.sizing.budget import sizing_budget
@@ -47,6 +40,7 @@ from checker.distributed.faults import maybe_inject
 from checker.distributed.launch_env import RankEnv
 from checker.engines.drift import drift_summary, prepare_engines
 from checker.families.weights_source import RankWeightsFigure, WeightsSource, weights_per_rank
+from checker.preflight.resolve import capacity_inputs, choose_release, model_source
 from checker.status import ROW_DRIFT, ROW_INTERNAL, ROW_MATERIALIZE, ROW_OK
 
 if TYPE_CHECKING:
@@ -94,6 +88,7 @@ def _device_total_mib(config: PreflightConfig, device: torch.device | None) -> f
     if b.device_total_gib is not None:
         return b.device_total_gib * 1024
     if device is not None and device.type == "cuda":
+        # start-up: the fraction's rule and its nvidia-smi reader load only where the fraction is unset
         from checker.preflight.default_fraction import sglang_device_total_mib
 
         return sglang_device_total_mib(device)
@@ -176,6 +171,7 @@ def device_budget(
     after = min(f / GIB - per_rank[r] for r, f in known)
     fraction, picked = b.mem_fraction_static, ""
     if fraction is None:  # the release's own default for this rank's GPU (never assumed)
+        # start-up: the fraction's rule and its table (~18 ms) load only where the fraction is unset
         from checker.preflight.default_fraction import release_default_fraction
 
         if local.device_total_mib is None:
@@ -271,7 +267,7 @@ def derive_row(
         # The one choice of this rank's release (what is installed HERE decides; --sglang-version wins).
         installed = installed_sglang_version()
         inputs["sglang_installed"] = installed or NOT_INSTALLED
-        release = config.engine.choose(installed)
+        release = choose_release(config.engine, installed)
         inputs["derived_as"] = release.label
     except CheckerInputError as exc:  # unreadable metadata, a version that is no release number
         if row.status == ROW_OK:

@@ -6,6 +6,7 @@ over the group, is :func:`checker.preflight.derivation.device_budget`.
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from checker.config import DeriveConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.budget import sizing_budget
 from checker.families.weights_source import busiest_rank
+from checker.preflight.resolve import derive_inputs, derive_rank_weights
 
 
 def server_budget(
@@ -28,7 +30,7 @@ def server_budget(
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"
     else:
-        figures = config.rank_weights(config.inputs(os.environ), os.environ)
+        figures = derive_rank_weights(config, derive_inputs(config, os.environ), os.environ)
         busiest = busiest_rank(figures)
         if busiest is None:
             raise FlagError(
@@ -51,3 +53,35 @@ def server_budget(
         budget_formula=formula,
         weights_gib=weights if weights_gib is not None else None,
     )
+
+
+def budget_the_server_gets(config: DeriveConfig, args: argparse.Namespace) -> DeriveConfig:
+    """derive's flags of the budget the server gets (--gpu-free-gib, --weights-gib, --mem-fraction-static,
+    --device-total-gib): the config at that budget, or ``config`` as it is without --gpu-free-gib."""
+    if args.gpu_free_gib is None:
+        for flag, value in (
+            ("--weights-gib", args.weights_gib),
+            ("--mem-fraction-static", args.mem_fraction_static),
+            ("--device-total-gib", args.device_total_gib),
+        ):
+            if value is not None and not (flag == "--mem-fraction-static" and getattr(args, "launch", None)):
+                raise FlagError(f"{flag} applies with --gpu-free-gib (the budget the server gets); add it")
+        return config
+    if config.budget_given:
+        raise FlagError("--budget-gib and --gpu-free-gib are two budget sources; give one")
+    fraction, source = args.mem_fraction_static, None
+    if fraction is None:
+        if args.device_total_gib is None:
+            raise FlagError(
+                "--gpu-free-gib needs the server's --mem-fraction-static (in the launch command, or as a "
+                "flag), or --device-total-gib G (the GPU's total memory) for the release's own default: "
+                "SGLang picks one from the GPU's total memory when it is unset"
+            )
+        # start-up: the rule and its table load only when the fraction is the release's default
+        from checker.preflight.default_fraction import release_default_fraction
+
+        picked = release_default_fraction(config, args, args.device_total_gib * 1024, os.environ)
+        fraction, source = picked.value, picked.text
+    if len(config.releases) > 1:
+        raise FlagError("--gpu-free-gib computes one release's budget; give one --sglang-version")
+    return server_budget(config, args.gpu_free_gib, args.weights_gib, fraction, fraction_source=source)

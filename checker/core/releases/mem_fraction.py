@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checker.core.errors import FlagError
+from checker.core.releases.releases import release_key
 
 MIB = 1 << 20
 ADD_FLAG = "add --mem-fraction-static F as the server is started"
@@ -156,6 +157,7 @@ def default_fraction(
     """The --mem-fraction-static SGLang ``release`` picks on a GPU of ``total_mib`` MiB for the launch
     command ``argv`` (config.json's ``config`` decides whether it is a VLM)."""
     if rules is None:
+        # start-up: the generated table (~18 ms, -X importtime) loads only where the fraction is unset
         from checker.core.releases.mem_fraction_table import RULES
 
         rules = RULES
@@ -217,8 +219,6 @@ def _prefill_graph_by_class(release: str) -> bool:
     """0.5.10+ capture a prefill CUDA graph by default, off under pp > 1 (0.5.10-0.5.18
     ``_handle_piecewise_cuda_graph``: "5. Pipeline parallelism"; 0.5.19+ ``apply_cuda_graph_compatibility``)
     and for some model classes: at pp 1 the checker cannot say whether it reserves for one."""
-    from checker.core.releases.releases import release_key
-
     return release_key(release) >= release_key("0.5.10")
 
 
