@@ -141,7 +141,8 @@ def _declared(config: Mapping[str, Any], directory: Path | None) -> tuple[Mappin
             doc = None
         q = doc.get("quantization", doc) if isinstance(doc, Mapping) else None
         algo = q.get("quant_algo") if isinstance(q, Mapping) else None
-        return {"quant_method": f"modelopt ({shorten(algo)})"}, HF_QUANT_CONFIG
+        algo = algo if isinstance(algo, str) else "quantization"
+        return {"quant_method": f"modelopt {shorten(algo)}"}, HF_QUANT_CONFIG
     return None, ""
 
 
@@ -165,8 +166,9 @@ def read_scheme(
     method = q.get("quant_method")
     if not isinstance(method, str) or not method:
         method = flag or ""
-    method = method.lower()
-    if method.startswith("modelopt (") or method == "compressed-tensors":
+    if not method.startswith("modelopt "):
+        method = method.lower()
+    if method.startswith("modelopt ") or method == "compressed-tensors":
         raise FlagError(
             f"{source}: the model is quantized ({method}, {where}); the checker derives quantized weights "
             f"for {', '.join(MODELLED)} only; {_WAY_OUT}"
