@@ -124,7 +124,12 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
-    "nemotron_h/fp8-tensor": (f"{F}/weights/nemotron_h_fp8_tensor.json", ["pp=2,tp=2", "pp=3,tp=2"], None, {}),
+    "nemotron_h/fp8-tensor": (
+        f"{F}/weights/nemotron_h_fp8_tensor.json",
+        ["pp=2,tp=2", "pp=3,tp=2"],
+        None,
+        {},
+    ),
 }
 
 

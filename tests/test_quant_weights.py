@@ -174,7 +174,7 @@ def test_fp8_on_a_family_whose_quantized_class_is_not_modelled_is_refused_naming
         model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
 
 
-# -- shards that contradict the config: one line naming the tensor and shard ----------------------------------
+# -- shards that contradict the config: one line naming the tensor and shard ---------------------------
 
 
 def test_an_fp8_weight_without_its_scale_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checker.core.errors import ConfigError, FlagError, LayoutError, shorten
+from checker.core.errors import ConfigError, FlagError, LayoutError, printable, shorten
 
 HF_QUANT_CONFIG = "hf_quant_config.json"
 
@@ -142,7 +142,7 @@ def _declared(config: Mapping[str, Any], directory: Path | None) -> tuple[Mappin
         q = doc.get("quantization", doc) if isinstance(doc, Mapping) else None
         algo = q.get("quant_algo") if isinstance(q, Mapping) else None
         algo = algo if isinstance(algo, str) else "quantization"
-        return {"quant_method": f"modelopt {shorten(algo)}"}, HF_QUANT_CONFIG
+        return {"quant_method": f"modelopt {printable(algo)[:80]}"}, HF_QUANT_CONFIG
     return None, ""
 
 
