@@ -777,6 +777,12 @@ def rank_params_of(
     quant = read_scheme(config, flag=layout.quantization, source=source)
     if quant is not None:
         quant = quant.mapped(fam.hf_prefixes)
+        if before(release, "0.5.23"):  # held to 0.5.23's quantized classes only (tests/fixtures/weights)
+            raise FlagError(
+                f"{source}: the model is quantized ({quant.describe()}); the checker models FP8 weights as "
+                f"SGLang 0.5.23's classes hold them, not {release}'s: give the weights per GPU with "
+                "--weights-gib"
+            )
     if quant is not None and quant.method not in fam.quant_methods:
         raise FlagError(
             f"{source}: the model is quantized ({quant.describe()}); the checker models that method for "
