@@ -1,6 +1,6 @@
 """How long reading a 100-shard checkpoint's headers takes, and how much memory: the headers, not the data.
 
-    python bench/checkpoint_headers_bench.py            # Qwen3.5-397B-A17B and Qwen3-Next-80B, 100 shards
+    python bench/checkpoint_headers_bench.py            # Qwen3.5-397B, Qwen3-Next-80B (bf16, FP8), 100 shards
 
 For each model it writes a sparse checkpoint of the real shapes (tests/checkpoints.py: real headers, the
 data regions holes) over 100 shards with an index, then times, best of five, ``read_checkpoint`` (the
@@ -28,16 +28,19 @@ sys.path.insert(0, str(REPO))
 from checker.core.weights.checkpoint import read_checkpoint  # noqa: E402
 from checker.core.weights.weights import WeightsLayout  # noqa: E402
 from checker.families.rules import check_shapes, model_weights  # noqa: E402
-from tests.checkpoints import disk_bytes, model_dir  # noqa: E402
+from checker.families.weights_source import checkpoint_weights  # noqa: E402
+from tests.checkpoints import disk_bytes, fp8_tensors, model_dir, write_checkpoint  # noqa: E402
 
 MODELS = {
     "Qwen3.5-397B-A17B": REPO / "tests/fixtures/weights/qwen3_5_397b_a17b.json",
     "Qwen3-Next-80B-A3B": REPO / "tests/fixtures/qwen3_next_80b_a3b.json",
+    "Qwen3-Next-80B-FP8": REPO / "tests/fixtures/weights/qwen3_next_fp8_block.json",
 }
 SHARDS = 100
 LAYOUTS = {
     "Qwen3.5-397B-A17B": WeightsLayout(pp_size=4, tp_size=8),
     "Qwen3-Next-80B-A3B": WeightsLayout(pp_size=1, tp_size=8),
+    "Qwen3-Next-80B-FP8": WeightsLayout(pp_size=1, tp_size=8, ep_size=8),
 }
 
 
@@ -65,12 +68,21 @@ def main() -> None:
     )
     for name, config_path in MODELS.items():
         with tempfile.TemporaryDirectory(prefix="ckpt-bench-") as tmp:
-            d = model_dir(Path(tmp) / "m", config_path, shards=SHARDS)
             config = json.loads(config_path.read_text())
+            if "quantization_config" in config:  # FP8: float8 weights and their scale tensors
+                d = Path(tmp) / "m"
+                d.mkdir()
+                (d / "config.json").write_text(config_path.read_text())
+                write_checkpoint(d, fp8_tensors(config), shards=SHARDS)
+            else:
+                d = model_dir(Path(tmp) / "m", config_path, shards=SHARDS)
             layout = LAYOUTS[name]
             read_s = best_of(lambda d=d: read_checkpoint(d))
 
             def whole(d: Path = d, config: dict = config, layout: WeightsLayout = layout) -> None:
+                if "quantization_config" in config:  # the reader's whole path: FP8 scale checks included
+                    checkpoint_weights(d, layout, release="0.5.23", config=config)
+                    return
                 ckpt = read_checkpoint(d)
                 check_shapes(ckpt, config)
                 model_weights(config, layout, release="0.5.23")

@@ -101,6 +101,35 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     "falcon_h1/dp": (f"{F}/falcon_h1_0_5b.json", ["pp=1,tp=2,dp=2"], None, {}),
     "granite_h/tp": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=8"], None, {}),
     "granite_h/ep": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=8,ep=8"], None, {}),
+    # FP8 checkpoints (quantization_config as Qwen and NVIDIA publish them: block-wise 128x128 with
+    # weight_scale_inv, and per-tensor with static input scales), the quantized classes of the newest
+    # release: ``--release 0.5.23 --case qwen3_next/fp8 --case nemotron_h/fp8``
+    "qwen3_next/fp8-block": (
+        f"{F}/weights/qwen3_next_fp8_block.json",
+        ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=8,ep=8", "pp=1,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    # tp 8 splits the 512-wide experts into 64-wide partitions: not whole 128-blocks, refused
+    "qwen3_next/fp8-block-tp8": (f"{F}/weights/qwen3_next_fp8_block.json", ["pp=1,tp=8"], None, {}),
+    "qwen3_next/fp8-tensor": (
+        f"{F}/weights/qwen3_next_fp8_tensor.json",
+        ["pp=1,tp=2", "pp=1,tp=4,ep=4"],
+        None,
+        {},
+    ),
+    "nemotron_h/fp8-block": (
+        f"{F}/weights/nemotron_h_fp8_block.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2"],
+        None,
+        {},
+    ),
+    "nemotron_h/fp8-tensor": (
+        f"{F}/weights/nemotron_h_fp8_tensor.json",
+        ["pp=2,tp=2", "pp=3,tp=2"],
+        None,
+        {},
+    ),
 }
 
 
@@ -173,7 +202,7 @@ def _dump(doc: dict[str, object]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--release", action="append", help="default: every release with a CPU environment")
-    ap.add_argument("--case", help="only cases whose id starts with this")
+    ap.add_argument("--case", action="append", help="only cases whose id starts with this (repeatable)")
     ap.add_argument("--timeout-s", type=float, default=5400)
     args = ap.parse_args()
     releases = args.release or sorted(
@@ -185,7 +214,7 @@ def main() -> int:
         k: {"config": c, "layouts": ls, "partition": p, "flags": f} for k, (c, ls, p, f) in CASES.items()
     }
     for release in releases:
-        chosen = [c for c in CASES if not args.case or c.startswith(args.case)]
+        chosen = [c for c in CASES if not args.case or any(c.startswith(p) for p in args.case)]
         t0 = time.monotonic()
         figures = run_release(release, chosen, args.timeout_s)
         doc["figures"].setdefault(release, {}).update(figures)

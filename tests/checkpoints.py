@@ -83,3 +83,35 @@ def model_dir(
 def disk_bytes(directory: Path) -> int:
     """Blocks actually allocated under ``directory`` (st_blocks is in 512-byte units)."""
     return sum(os.stat(p).st_blocks * 512 for p in directory.iterdir())
+
+
+def fp8_tensors(config: Mapping[str, Any]) -> list[Spec]:
+    """The FP8 checkpoint of ``config`` as its ``quantization_config`` says it is stored: every 2-D linear
+    weight the ignore list leaves in F8_E4M3 with its float32 scale (``weight_scale_inv`` of
+    [ceil(out/bn), ceil(in/bk)] block-wise, a scalar ``weight_scale`` per-tensor), the rest BF16."""
+    from checker.core.weights.quant import _path_match
+
+    q = config["quantization_config"]
+    ignored = q.get("modules_to_not_convert") or q.get("ignored_layers") or []
+    block = q.get("weight_block_size")
+    out: list[Spec] = []
+    for name, shape, dtype in model_tensors(config):
+        module = name.removesuffix(".weight")
+        quantized = (
+            name.endswith(".weight")
+            and len(shape) == 2
+            and not any(k in name for k in ("embed", "lm_head"))
+            and not any(_path_match(i, module) for i in ignored)
+        )
+        if not quantized:
+            out.append((name, shape, dtype))
+            continue
+        out.append((name, shape, "F8_E4M3"))
+        if block:
+            scale = (-(-shape[0] // block[0]), -(-shape[1] // block[1]))
+            out.append((f"{module}.weight_scale_inv", scale, "F32"))
+        else:
+            out.append((f"{module}.weight_scale", (), "F32"))
+            if q.get("activation_scheme") == "static":
+                out.append((f"{module}.input_scale", (), "F32"))
+    return out

@@ -64,7 +64,7 @@ def _one_line(res: Any) -> str:
             {"format": "float-quantized", "quant_method": "compressed-tensors"},
             "quantized (compressed-tensors, config.json's compression_config)",
         ),
-        ("quantization_config", {"quant_method": "fp8"}, "quantized (fp8)"),
+        ("quantization_config", {"quant_method": "awq", "bits": 4}, "quantized (awq)"),
     ],
     ids=["modelopt-fp8", "modelopt-mixed", "compressed-tensors", "quantization_config"],
 )

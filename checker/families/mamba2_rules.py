@@ -59,7 +59,11 @@ def mamba_mixer(
     if conv_bias:
         b.add(f"{pre}.conv1d.bias", (conv_dim // size,), part="layers")
     in_proj = intermediate + conv_dim + heads
-    b.column(f"{pre}.in_proj", in_proj, hidden, g, bias=proj_bias)
+    # merged (five logical shards) where the groups split evenly, one shard where they are replicated
+    # (layers/attention/mamba/mamba.py: MergedColumnParallelLinear or ColumnParallelLinear)
+    gs = cache_groups * state
+    shards = [intermediate, intermediate, gs, gs, heads] if n_groups % size == 0 else None
+    b.column(f"{pre}.in_proj", in_proj, hidden, g, bias=proj_bias, shards=shards)
     b.row(f"{pre}.out_proj", hidden, intermediate, g, bias=proj_bias)
     if rms_norm:
         b.add(f"{pre}.norm.weight", (divide(intermediate, size, "mamba intermediate size"),), part="layers")

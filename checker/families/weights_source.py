@@ -69,24 +69,6 @@ HF_QUANT_CONFIG = "hf_quant_config.json"
 ModelOpt's)."""
 
 
-def _quantization(config: Mapping[str, Any], flag: str | None, directory: Path | None = None) -> str | None:
-    """The quantization SGLang reads for this checkpoint, in words (None: none), where it reads one:
-    config.json's ``quantization_config`` (or its text_config's), its ``compression_config``
-    (compressed-tensors), a ``hf_quant_config.json`` beside it, or ``--quantization``."""
-    q = config.get("quantization_config")
-    if isinstance(q, Mapping):
-        method = q.get("quant_method")
-        return str(method) if method else "a quantization_config"
-    text = config.get("text_config")
-    if isinstance(text, Mapping) and isinstance(text.get("quantization_config"), Mapping):
-        return str(text["quantization_config"].get("quant_method") or "a quantization_config")
-    if config.get("compression_config") is not None:
-        return "compressed-tensors, config.json's compression_config"
-    if directory is not None and (directory / HF_QUANT_CONFIG).exists():
-        return _modelopt(directory / HF_QUANT_CONFIG)
-    return flag or None
-
-
 def _modelopt(path: Path) -> str:
     """What ``hf_quant_config.json`` declares, as SGLang unwraps it (``quantization``, nested or flat)."""
     try:
@@ -130,27 +112,34 @@ def checkpoint_weights(
     whose tensors contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
     # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
+    import dataclasses
+
     from checker.core.weights.checkpoint import read_checkpoint
-    from checker.core.weights.checkpoint_names import check_declared_dtypes
+    from checker.core.weights.checkpoint_names import check_fp8, check_unquantized
+    from checker.core.weights.quant import read_scheme
     from checker.families.rules import check_loadable, check_shapes, family_of, model_weights
 
     d = Path(directory)
     if config is None:
         config = read_json(d / "config.json")
-    method = _quantization(config, quantization, d)
-    if method:
-        raise FlagError(
-            f"{d}: the model is quantized ({method}); the checker derives the weights of unquantized "
-            "(bf16/fp16/fp32) checkpoints only: give the weights per GPU with --weights-gib (the largest "
-            "'mem usage' of an earlier server start's 'Load weight end' lines)"
-        )
-    family_of(config, str(d / "config.json"))  # an unmodelled family is refused before any shard is read
-    ckpt = read_checkpoint(d)
     source = str(d / "config.json")
+    # the quantization SGLang reads (config.json, hf_quant_config.json, --quantization): FP8 modelled, the
+    # rest refused in one line naming it, before any shard is read
+    declared = config.get("quantization_config") or config.get("compression_config")
+    if declared is None and (d / HF_QUANT_CONFIG).exists():
+        _modelopt(d / HF_QUANT_CONFIG)  # one that SGLang's json.load fails on is refused as such
+    scheme = read_scheme(config, flag=quantization, directory=d, source=source)
+    if quantization:
+        layout = dataclasses.replace(layout, quantization=quantization)
+    family_of(config, source)  # an unmodelled family is refused before any shard is read
+    ckpt = read_checkpoint(d)
+    if scheme is not None:
+        check_fp8(ckpt, scheme.block, source)
     check_shapes(ckpt, config, source)
     check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first
-    check_declared_dtypes(ckpt, source)
-    return model_weights(config, layout, release=release, source=str(d / "config.json")), ckpt
+    if scheme is None:
+        check_unquantized(ckpt, source)
+    return model_weights(config, layout, release=release, source=source), ckpt
 
 
 def weights_per_rank(

@@ -30,3 +30,70 @@ def check_declared_dtypes(ckpt: Checkpoint, source: str) -> None:
                 "of unquantized (bf16/fp16/fp32) checkpoints only: give the weights per GPU with "
                 "--weights-gib (the largest 'mem usage' of an earlier server start's 'Load weight end' lines)"
             )
+
+
+_PACKED = (".qweight", ".qzeros", ".weight_packed", ".weight_scale", ".weight_scale_inv", ".input_scale")
+"""Names only a quantized checkpoint holds (AWQ/GPTQ packed weights and zeros, compressed-tensors packs,
+FP8 scales)."""
+
+
+def check_unquantized(ckpt: Checkpoint, source: str) -> None:
+    """Under a config.json that declares no quantization: refuse float8 (or narrower) tensors, integer
+    packed weights and quantization scales, before any figure (read as bf16 the figure would be wrong)."""
+    check_declared_dtypes(ckpt, source)
+    for name, tensor in ckpt.tensors.items():
+        packed = name.endswith(_PACKED) or (name.endswith(".weight") and tensor.dtype in ("I32", "U32", "I8"))
+        if packed:
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} ({tensor.dtype}) is a quantized "
+                f"weight or scale, but {source} declares no quantization: the config and the shards are of "
+                "different checkpoints (point --model-path at the directory whose config.json matches them)"
+            )
+
+
+_SCALE_DTYPES = ("F32", "BF16", "F16")
+
+
+def check_fp8(ckpt: Checkpoint, block: tuple[int, int] | None, source: str) -> int:
+    """Under an FP8 ``quantization_config``: every float8 weight has its scale, of the shape the block
+    size gives (``weight_scale_inv`` [ceil(out/bn), ceil(in/bk)]; per-tensor a scalar ``weight_scale``),
+    and the checkpoint holds float8 weights at all. Returns how many quantized weights were checked."""
+    want_name = "weight_scale_inv" if block is not None else "weight_scale"
+    checked = 0
+    for name, tensor in ckpt.tensors.items():
+        if not name.endswith(".weight") or tensor.dtype not in ("F8_E4M3", "F8_E5M2"):
+            continue
+        checked += 1
+        module = name[: -len(".weight")]
+        scale = ckpt.tensors.get(f"{module}.{want_name}")
+        where = f"tensor {shorten(name)} in shard {shorten(tensor.shard)}"
+        if scale is None:
+            raise ConfigError(
+                f"{where} is {tensor.dtype} but no shard holds its {module}.{want_name}, which {source}'s "
+                f"FP8 quantization_config ({'block-wise' if block else 'per-tensor'}) loads it with: the "
+                "checkpoint is incomplete or of another quantization; re-download it"
+            )
+        if block is not None:
+            if len(tensor.shape) != 2:
+                continue
+            out, inp = tensor.shape
+            shape: tuple[int, ...] = (-(-out // block[0]), -(-inp // block[1]))
+            ok = scale.shape == shape
+        else:
+            shape = ()
+            ok = scale.shape in ((), (1,))
+        if not ok or scale.dtype not in _SCALE_DTYPES:
+            raise ConfigError(
+                f"tensor {shorten(f'{module}.{want_name}')} in shard {shorten(scale.shard)} is {scale.dtype} "
+                f"{list(scale.shape)}, but the {list(tensor.shape)} weight it scales takes a float "
+                f"{list(shape)} under {source}'s quantization_config"
+                + (f" (blocks of {block[0]}x{block[1]})" if block else "")
+                + "; the checkpoint and config.json disagree"
+            )
+    if not checked:
+        raise ConfigError(
+            f"{source} declares an FP8 quantization_config but no shard holds a float8 weight: the config "
+            "and the shards are of different checkpoints (point --model-path at the directory whose "
+            "config.json matches them)"
+        )
+    return checked

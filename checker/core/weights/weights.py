@@ -40,6 +40,7 @@ from typing import Any
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
 from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
+from checker.core.weights.quant import QuantScheme, ceil_div, check_block, read_scheme
 
 GIB = 2**30
 DTYPE_BYTES: Mapping[str, int] = {
@@ -92,6 +93,8 @@ class WeightsLayout:
     moe_runner_backend: str = "auto"
     """``--moe-runner-backend``: the expert weights are modelled as ``auto``/``triton`` hold them (other
     backends pad or re-lay them: refused for a model with experts)."""
+    quantization: str | None = None
+    """``--quantization``: must agree with the checkpoint's own (checker.core.weights.quant)."""
     builds_all_layers: bool = False
     """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):
     from ``checker.core`` startup rules once they land; until then the caller says."""
@@ -272,12 +275,17 @@ def kv_heads_per_rank(kv_heads: int, size: int) -> int:
 
 
 class Builder:
-    """Collects one rank's parameters."""
+    """Collects one rank's parameters; ``quant``: the checkpoint's FP8 scheme, which the linears, the
+    experts and the attention layers of a class built with a quant config hold as
+    :mod:`checker.core.weights.quant` says."""
 
-    def __init__(self, place: Place, dtype: str, release: str = "0.5.23") -> None:
+    def __init__(
+        self, place: Place, dtype: str, release: str = "0.5.23", quant: QuantScheme | None = None
+    ) -> None:
         self.p = place
         self.dtype = dtype
         self.release = release
+        self.quant = quant
         self.params: list[Param] = []
 
     def add(self, name: str, shape: Sequence[int], *, part: str, dtype: str | None = None) -> None:
@@ -302,6 +310,51 @@ class Builder:
             return
         self.buffer(key, (max_position, rotary_dim), "float32")
 
+    def kv_scales(self, prefix: str) -> None:
+        """A RadixAttention under a quant config: ``Fp8KVCacheMethod``'s float32 ``k_scale``/``v_scale``."""
+        if self.quant is not None:
+            self.add(f"{prefix}.k_scale", (), part="layers", dtype="float32")
+            self.add(f"{prefix}.v_scale", (), part="layers", dtype="float32")
+
+    def linear(
+        self,
+        name: str,
+        shards: Sequence[int],
+        inp: int,
+        *,
+        part: str = "layers",
+        bias: bool = False,
+        dtype: str | None = None,
+        quant: bool = True,
+        prefix: str | None = None,
+        out_split: int = 1,
+        in_split: int = 1,
+    ) -> None:
+        """A linear's per-rank weight (``shards``: its logical output partitions on this rank), quantized
+        where the scheme takes it (``quant``: the class passes its quant config; ``prefix``: the module
+        name SGLang matches the ignore list against, when it is not ``name``)."""
+        rows = sum(shards)
+        s = self.quant
+        if s is None or not quant or s.skips(prefix or name):
+            self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
+        else:
+            check_block(s, prefix or name, shards, inp, out_split=out_split, in_split=in_split)
+            self.add(f"{name}.weight", (rows, inp), part=part, dtype="float8_e4m3fn")
+            if s.block is not None:
+                bn, bk = s.block
+                scale = (ceil_div(rows, bn), ceil_div(inp, bk))
+                self.add(f"{name}.weight_scale_inv", scale, part=part, dtype="float32")
+            else:
+                self.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
+                if s.static:
+                    self.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
+                # after loading: one scale per output channel, a static input scale its maximum
+                self.copy(f"{name}.weight_scale.channelwise", (rows, 1), "float32")
+                if s.static:
+                    self.copy(f"{name}.input_scale.max", (), "float32")
+        if bias:
+            self.add(f"{name}.bias", (rows,), part=part, dtype=dtype)
+
     # column- and row-parallel linears: (out, in) weights
     def column(
         self,
@@ -313,19 +366,33 @@ class Builder:
         part: str = "layers",
         bias: bool = False,
         dtype: str | None = None,
+        shards: Sequence[int] | None = None,
+        quant: bool = True,
+        prefix: str | None = None,
     ) -> None:
-        rows = divide(out, self.p.size(group), f"{name} output size")
-        self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
-        if bias:
-            self.add(f"{name}.bias", (rows,), part=part, dtype=dtype)
+        """``shards``: a merged linear's logical output sizes (summing to ``out``)."""
+        size = self.p.size(group)
+        rows = divide(out, size, f"{name} output size")
+        parts = [divide(x, size, f"{name} output size") for x in shards] if shards else [rows]
+        self.linear(
+            name, parts, inp, part=part, bias=bias, dtype=dtype, quant=quant, prefix=prefix, out_split=size
+        )
 
     def row(
-        self, name: str, out: int, inp: int, group: str, *, part: str = "layers", bias: bool = False
+        self,
+        name: str,
+        out: int,
+        inp: int,
+        group: str,
+        *,
+        part: str = "layers",
+        bias: bool = False,
+        quant: bool = True,
+        prefix: str | None = None,
     ) -> None:
-        cols = divide(inp, self.p.size(group), f"{name} input size")
-        self.add(f"{name}.weight", (out, cols), part=part)
-        if bias:
-            self.add(f"{name}.bias", (out,), part=part)
+        size = self.p.size(group)
+        cols = divide(inp, size, f"{name} input size")
+        self.linear(name, [out], cols, part=part, bias=bias, quant=quant, prefix=prefix, in_split=size)
 
     def replicated(
         self,
@@ -336,10 +403,10 @@ class Builder:
         part: str = "layers",
         bias: bool = False,
         dtype: str | None = None,
+        quant: bool = True,
+        prefix: str | None = None,
     ) -> None:
-        self.add(f"{name}.weight", (out, inp), part=part, dtype=dtype)
-        if bias:
-            self.add(f"{name}.bias", (out,), part=part, dtype=dtype)
+        self.linear(name, [out], inp, part=part, bias=bias, dtype=dtype, quant=quant, prefix=prefix)
 
     def norm(
         self, name: str, dim: int, *, part: str = "layers", bias: bool = False, dtype: str | None = None
@@ -364,14 +431,13 @@ class Builder:
         *,
         bias: bool = False,
         v_head_dim: int | None = None,
+        prefix: str | None = None,
     ) -> None:
         size = self.p.size(group)
         q = divide(heads, size, "num_attention_heads") * head_dim
         kv = kv_heads_per_rank(kv_heads, size)
-        out = q + kv * head_dim + kv * (v_head_dim or head_dim)
-        self.add(f"{name}.weight", (out, hidden), part="layers")
-        if bias:
-            self.add(f"{name}.bias", (out,), part="layers")
+        shards = [q, kv * head_dim, kv * (v_head_dim or head_dim)]
+        self.linear(name, shards, hidden, bias=bias, prefix=prefix, out_split=size)
 
     def experts(
         self,
@@ -384,11 +450,37 @@ class Builder:
         gated: bool = True,
     ) -> None:
         """A FusedMoE's ``w13``/``w2``: the EP rank's share of the routed experts (plus fused shared-expert
-        slots, held by every rank), intermediate split by the MoE TP size (``fused_moe_triton/layer.py``)."""
+        slots, held by every rank), intermediate split by the MoE TP size (``fused_moe_triton/layer.py``);
+        under FP8 their scales (``Fp8MoEMethod``, checker.core.weights.quant)."""
         local = divide(num_experts, self.p.moe_ep_size, "num_experts") + shared_slots
         inter = divide(intermediate, self.p.moe_tp_size, "moe_intermediate_size")
-        self.add(f"{name}.w13_weight", (local, (2 if gated else 1) * inter, hidden), part="layers")
-        self.add(f"{name}.w2_weight", (local, hidden, inter), part="layers")
+        shards = 2 if gated else 1
+        s = self.quant
+        fp8 = s is not None and not s.skips(name)
+        dtype = "float8_e4m3fn" if fp8 else None
+        self.add(f"{name}.w13_weight", (local, shards * inter, hidden), part="layers", dtype=dtype)
+        self.add(f"{name}.w2_weight", (local, hidden, inter), part="layers", dtype=dtype)
+        if s is None or not fp8:
+            return
+        if s.block is not None:
+            bn, bk = s.block
+            if inter % bn or (self.p.moe_tp_size > 1 and inter % bk):
+                raise LayoutError(
+                    f"{name}: its intermediate partition {inter} is not divisible by the FP8 block "
+                    f"{bn}x{bk}; SGLang refuses this layout ('The output_size of gate's and up's weight ... "
+                    "is not divisible by weight quantization block_n', fp8.py:1586): use a TP size or "
+                    "--ep-size that keeps whole blocks"
+                )
+            w13 = (local, shards * ceil_div(inter, bn), ceil_div(hidden, bk))
+            self.add(f"{name}.w13_weight_scale_inv", w13, part="layers", dtype="float32")
+            w2 = (local, ceil_div(hidden, bn), ceil_div(inter, bk))
+            self.add(f"{name}.w2_weight_scale_inv", w2, part="layers", dtype="float32")
+            return
+        self.add(f"{name}.w13_weight_scale", (local, shards), part="layers", dtype="float32")
+        self.add(f"{name}.w2_weight_scale", (local,), part="layers", dtype="float32")
+        if s.static:
+            self.add(f"{name}.w13_input_scale", (local,), part="layers", dtype="float32")
+            self.add(f"{name}.w2_input_scale", (local,), part="layers", dtype="float32")
 
 
 # ---- the model's config -----------------------------------------------------------------------------
@@ -510,6 +602,11 @@ class FamilyWeights:
     """The config rule (checker.core.releases.config_rules.where) under which the release's
     ``load_weights`` raises on a tensor the class has no parameter for; None: it skips one."""
     notes: tuple[str, ...] = field(default=())
+    quant_methods: tuple[str, ...] = ()
+    hf_prefixes: tuple[tuple[str, str], ...] = ()
+    """The class's ``hf_to_sglang_mapper`` prefixes, applied to a quantization's ignore list."""
+    """The quantization methods (checker.core.weights.quant) whose per-rank weights are modelled for
+    this family's class, each held to SGLang's own quantized classes (tests/fixtures/weights)."""
 
 
 def text_section(fam: FamilyWeights, cfg: ConfigSection) -> ConfigSection:
@@ -649,6 +746,10 @@ class ModelWeights:
     ranks: tuple[RankWeights, ...]
 
 
+QUANT_FAMILIES = {"fp8": ("Qwen3-Next", "Nemotron-H")}
+"""The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
+
+
 def rank_params_of(
     fam: FamilyWeights, config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str
 ) -> list[tuple[Place, list[Param]]]:
@@ -673,6 +774,21 @@ def rank_params_of(
             f"({unbuilt[status[0]]}: sglang/srt/{status[1]}); use --pp-size 1 (the same GPUs as --tp-size)"
         )
     dtype = model_dtype(text, layout.dtype)
+    quant = read_scheme(config, flag=layout.quantization, source=source)
+    if quant is not None:
+        quant = quant.mapped(fam.hf_prefixes)
+        if before(release, "0.5.23"):  # held to 0.5.23's quantized classes only (tests/fixtures/weights)
+            raise FlagError(
+                f"{source}: the model is quantized ({quant.describe()}); the checker models FP8 weights as "
+                f"SGLang 0.5.23's classes hold them, not {release}'s: give the weights per GPU with "
+                "--weights-gib"
+            )
+    if quant is not None and quant.method not in fam.quant_methods:
+        raise FlagError(
+            f"{source}: the model is quantized ({quant.describe()}); the checker models that method for "
+            f"{', '.join(QUANT_FAMILIES.get(quant.method, ())) or 'no family'} only, not {fam.name}: give "
+            "the weights per GPU with --weights-gib"
+        )
     experts = text.integer("num_experts", 0, minimum=0) or text.integer("num_local_experts", 0, minimum=0)
     if experts and layout.moe_runner_backend not in ("auto", "triton"):
         raise FlagError(
@@ -683,7 +799,7 @@ def rank_params_of(
     out = []
     all_layers = status is not None and status[0] == "all-layers"
     for place in places(layout, fam.num_layers(text), release, all_layers=all_layers):
-        b = Builder(place, dtype, release)
+        b = Builder(place, dtype, release, quant)
         fam.build(b, cfg, text, layout, release)
         out.append((place, b.params))
     return out

@@ -76,6 +76,7 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
             ag = "tp" if before(release, "0.5.14") else "attn_tp"
             b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, ag)
             b.row(f"{pre}.o_proj", H, heads * hd, ag)
+            b.kv_scales(f"{pre}.attn")
         elif c == "-":
             if isinstance(inter_cfg, list):
                 k = pattern[: i + 1].count("-") - 1
@@ -281,5 +282,14 @@ def _nemotron_mtp(r: Release, data: Mapping[str, Any]) -> None:
 
 RULES = FamilyRules(
     check_config=check_config,
-    weights=FamilyWeights("Nemotron-H", ("nemotron_h",), None, num_layers, build, tensors),
+    weights=FamilyWeights(
+        "Nemotron-H",
+        ("nemotron_h",),
+        None,
+        num_layers,
+        build,
+        tensors,
+        quant_methods=("fp8",),
+        hf_prefixes=(("backbone.", "model."),),  # NemotronHForCausalLM.hf_to_sglang_mapper
+    ),
 )

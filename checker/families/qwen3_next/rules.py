@@ -56,8 +56,14 @@ def gated_delta_net(
     b.add(
         f"{pre}.conv1d.weight", (divide(2 * key_dim + value_dim, size, "conv channels"), 1, K), part="layers"
     )
-    b.column(f"{pre}.in_proj_qkvz", 2 * key_dim + 2 * value_dim, H, g)
-    b.column(f"{pre}.in_proj_ba", 2 * nv, H, g)
+    b.column(
+        f"{pre}.in_proj_qkvz",
+        2 * key_dim + 2 * value_dim,
+        H,
+        g,
+        shards=[key_dim, key_dim, value_dim, value_dim],
+    )
+    b.column(f"{pre}.in_proj_ba", 2 * nv, H, g, shards=[nv, nv])
     b.norm(f"{pre}.norm", dv, dtype=norm_dtype)
     b.row(f"{pre}.out_proj", H, value_dim, g)
 
@@ -86,8 +92,17 @@ def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str) -> None:
     hd = t.integer("head_dim", 256)
     gate = t.boolean("attn_output_gate", True)
     pre = f"model.layers.{i}"
-    b.qkv(f"{pre}.qkv_proj", H, hd, heads * (2 if gate else 1), kv, "attn_tp")
-    b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp")
+    b.qkv(
+        f"{pre}.qkv_proj",
+        H,
+        hd,
+        heads * (2 if gate else 1),
+        kv,
+        "attn_tp",
+        prefix=f"{pre}.self_attn.qkv_proj",
+    )
+    b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", prefix=f"{pre}.self_attn.o_proj")
+    b.kv_scales(f"{pre}.attn")
     gemma_norm(b, f"{pre}.q_norm", hd)
     gemma_norm(b, f"{pre}.k_norm", hd)
     max_pos, factor, rope = _rope_setting(t)
@@ -110,11 +125,11 @@ def qwen_moe(b: Builder, t: ConfigSection, i: int, layout: WeightsLayout, *, fus
     # more expert slot that every EP rank holds, split by the MoE TP size instead of the TP group.
     fused = fuse_shared and not layout.disable_shared_experts_fusion and shared > 0 and shared == inter
     b.experts(f"{pre}.experts", E, H, inter, shared_slots=1 if fused else 0)
-    b.replicated(f"{pre}.gate", E, H)
+    b.replicated(f"{pre}.gate", E, H, quant=False)  # quant_config=None (models/qwen2_moe.py:352)
     if shared > 0 and not fused:
         b.column(f"{pre}.shared_expert.gate_up_proj", 2 * shared, H, "tp")
         b.row(f"{pre}.shared_expert.down_proj", H, shared, "tp")
-    b.replicated(f"{pre}.shared_expert_gate", 1, H)
+    b.replicated(f"{pre}.shared_expert_gate", 1, H, quant=False)  # quant_config=None (qwen2_moe.py:390)
 
 
 def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayout, release: str) -> None:
@@ -270,5 +285,7 @@ def check_config(r: Release, data: Mapping[str, Any]) -> None:
 
 RULES = FamilyRules(
     check_config=check_config,
-    weights=FamilyWeights("Qwen3-Next", ("qwen3_next",), None, num_layers, build, tensors),
+    weights=FamilyWeights(
+        "Qwen3-Next", ("qwen3_next",), None, num_layers, build, tensors, quant_methods=("fp8",)
+    ),
 )

@@ -1,0 +1,265 @@
+"""A checkpoint's quantization as SGLang reads it, and what its FP8 method holds per rank (torch-free).
+
+Modelled: SGLang's ``fp8`` method (``layers/quantization/fp8.py``, 0.5.23 line numbers below) on an FP8
+checkpoint, block-wise (``weight_block_size`` [bn, bk], scales ``weight_scale_inv``) and per-tensor (one
+``weight_scale`` per logical shard; ``input_scale`` too under ``activation_scheme: static``), with the
+layers ``ignored_layers`` / ``modules_to_not_convert`` keep unquantized, on a Hopper GPU (H100/H200):
+
+* a quantized linear holds its weight in ``float8_e4m3fn`` (``create_fp8_weight_``, :656-665) and, block-
+  wise, a float32 ``weight_scale_inv`` of ``[ceil(out/bn), ceil(in/bk)]`` over the rank's own partition
+  (:675-689); per-tensor, a float32 ``weight_scale`` per logical shard (:691-696), which after loading is
+  expanded to one scale per output channel, ``[out, 1]`` (``process_weights_after_loading`` :1211-1216,
+  ``convert_to_channelwise`` in ``quantization/utils.py:141``, since the CUTLASS kernel of SM90 takes
+  per-channel scales), and a static ``input_scale`` reduced to its maximum (:1259-1262);
+* a FusedMoE holds ``w13``/``w2`` in float8 and, block-wise, ``w13_weight_scale_inv`` of
+  ``[E, 2 * ceil(I/bn), ceil(H/bk)]`` and ``w2_weight_scale_inv`` of ``[E, ceil(H/bn), ceil(I/bk)]``
+  (``create_fp8_moe_weight_`` :1721-1746); per-tensor ``w13_weight_scale`` ``[E, 2]`` and
+  ``w2_weight_scale`` ``[E]`` (:1750-1761), static input scales ``[E]`` each (:1806-1819);
+* every RadixAttention gets ``Fp8KVCacheMethod`` (:470-471): two float32 scalars ``k_scale``/``v_scale``;
+* embeddings, heads, norms and the linears a class builds with ``quant_config=None`` stay as they were.
+
+Block-wise FP8 on Hopper keeps its scales as loaded (the UE8M0 requantization of
+``requant_block_scale_ue8m0_for_deepgemm`` :819-826 is Blackwell's DeepGEMM path, and the bf16 weight
+cache of :857-902 needs a [32, 32] UE8M0 checkpoint). Refused in one line: every other method (named), an
+FP8 quantization asked for on an unquantized checkpoint (``--quantization fp8``: online quantization), and
+what the release itself refuses (an unknown method, a flag that contradicts the config, a malformed
+``weight_block_size``, a block that does not divide a partition).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checker.core.errors import ConfigError, FlagError, LayoutError, printable, shorten
+
+HF_QUANT_CONFIG = "hf_quant_config.json"
+
+SGLANG_METHODS = (
+    "fp8 mxfp8 minimax_m3_nvfp4 blockwise_int8 modelopt modelopt_fp8 modelopt_fp4 nvfp4_online "
+    "modelopt_mixed w8a8_int8 w8a8_fp8 awq awq_marlin bitsandbytes gguf gptq_marlin moe_wna16 "
+    "compressed-tensors compressed_tensors w4afp8 petit_nvfp4 quark quark_mxfp4 auto-round auto-round-int8 "
+    "modelslim quark_int4fp8_moe humming mxfp_w4a8 mxfp4 gptq"
+).split()
+"""0.5.23's ``QUANTIZATION_METHODS`` (``layers/quantization/__init__.py:63-159``); a method outside it is
+the release's ``Unknown quantization method`` (``configs/model_config.py:2152``)."""
+
+MODELLED = ("fp8",)
+"""The methods whose per-rank weights the checker derives."""
+
+FUSED_SHARDS: Mapping[str, tuple[str, ...]] = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+"""``_FALLBACK_FUSED_SHARDS`` (``quantization/utils.py``), which is also every modelled family's own
+``packed_modules_mapping``: a fused linear is skipped when its shards are."""
+
+_WAY_OUT = (
+    "give the weights per GPU with --weights-gib (the largest 'mem usage' of an earlier server start's "
+    "'Load weight end' lines)"
+)
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """A checkpoint's FP8 quantization as ``Fp8Config.from_config`` reads it."""
+
+    method: str
+    block: tuple[int, int] | None
+    """``weight_block_size`` [bn, bk]; None: per-tensor."""
+    static: bool
+    """``activation_scheme: static``: per-tensor input scales are held too."""
+    ignored: tuple[str, ...]
+    """``ignored_layers`` / ``modules_to_not_convert``, each with and without its ``model.`` prefix."""
+    source: str
+
+    def describe(self) -> str:
+        if self.block:
+            return f"{self.method} block {self.block[0]}x{self.block[1]}"
+        return f"{self.method} per-tensor ({'static' if self.static else 'dynamic'} activations)"
+
+    def mapped(self, prefixes: Sequence[tuple[str, str]]) -> QuantScheme:
+        """The ignore list under the class's ``hf_to_sglang_mapper`` prefixes (``apply_weight_name_mapper``,
+        fp8.py:481, called by ``model_loader/loader.py:280``), as Nemotron-H maps ``backbone.``."""
+        out = []
+        for name in self.ignored:
+            for old, new in prefixes:
+                if name.startswith(old):
+                    name = new + name[len(old) :]
+                    break
+            out.append(name)
+        return QuantScheme(self.method, self.block, self.static, tuple(dict.fromkeys(out)), self.source)
+
+    def skips(self, prefix: str) -> bool:
+        """``is_layer_skipped`` (``quantization/utils.py:70-127``) with the fallback fused mapping."""
+        proj = prefix.split(".")[-1]
+        if proj in FUSED_SHARDS:
+            seen = {
+                any(_path_match(ign, prefix.replace(proj, shard)) for ign in self.ignored)
+                for shard in FUSED_SHARDS[proj]
+            }
+            if len(seen) > 1:
+                raise ConfigError(
+                    f"{self.source}: quantization_config ignores some but not all shards of {prefix}; SGLang "
+                    "refuses it ('Detected some but not all shards of ... are quantized', "
+                    "quantization/utils.py:101)"
+                )
+            return seen.pop()
+        skipped = any(_path_match(ign, prefix) for ign in self.ignored)
+        if "experts" in prefix:
+            skipped = skipped or any(prefix in ign for ign in self.ignored if "experts" in ign)
+        return skipped
+
+
+def _path_match(ignored: str, prefix: str) -> bool:
+    """``_module_path_match``: a whole dotted-path component match."""
+    ignored, prefix = ignored.rstrip("."), prefix.rstrip(".")
+    return ignored == prefix or prefix.startswith(ignored + ".") or f".{ignored}." in f".{prefix}."
+
+
+def _declared(config: Mapping[str, Any], directory: Path | None) -> tuple[Mapping[str, Any] | None, str]:
+    """The quantization config SGLang reads (``_parse_quant_hf_config``, model_config.py:1727-1821):
+    config.json's ``quantization_config`` (or its text_config's), its ``compression_config``, a
+    ``hf_quant_config.json`` beside it."""
+    q = config.get("quantization_config")
+    if q is None and isinstance(config.get("text_config"), Mapping):
+        q = config["text_config"].get("quantization_config")
+    if q is not None:
+        if not isinstance(q, Mapping):
+            raise ConfigError(f"config.json: quantization_config={shorten(q)} must be a JSON object")
+        return q, "config.json's quantization_config"
+    c = config.get("compression_config")
+    if c is not None:
+        return {"quant_method": "compressed-tensors"}, "config.json's compression_config"
+    if directory is not None and (directory / HF_QUANT_CONFIG).is_file():
+        try:
+            doc = json.loads((directory / HF_QUANT_CONFIG).read_text()[: 4 << 20])
+        except (OSError, ValueError, RecursionError):
+            doc = None
+        q = doc.get("quantization", doc) if isinstance(doc, Mapping) else None
+        algo = q.get("quant_algo") if isinstance(q, Mapping) else None
+        algo = algo if isinstance(algo, str) else "quantization"
+        return {"quant_method": f"modelopt {printable(algo)[:80]}"}, HF_QUANT_CONFIG
+    return None, ""
+
+
+def read_scheme(
+    config: Mapping[str, Any], *, flag: str | None = None, directory: Path | None = None, source: str
+) -> QuantScheme | None:
+    """The checkpoint's FP8 scheme, None for an unquantized one; every other case one line."""
+    q, where = _declared(config, directory)
+    flag = flag.lower() if isinstance(flag, str) and flag else None
+    if q is None:
+        if flag is None:
+            return None
+        if flag not in SGLANG_METHODS:
+            raise FlagError(
+                f"--quantization {shorten(flag)}: SGLang refuses it (Unknown quantization method)"
+            )
+        raise FlagError(
+            f"--quantization {flag} on an unquantized checkpoint ({source}): SGLang quantizes the weights "
+            f"while loading, which the checker does not model; {_WAY_OUT}"
+        )
+    method = q.get("quant_method")
+    if not isinstance(method, str) or not method:
+        method = flag or ""
+    if not method.startswith("modelopt "):
+        method = method.lower()
+    if method.startswith("modelopt ") or method == "compressed-tensors":
+        raise FlagError(
+            f"{source}: the model is quantized ({method}, {where}); the checker derives quantized weights "
+            f"for {', '.join(MODELLED)} only; {_WAY_OUT}"
+        )
+    if method not in SGLANG_METHODS:
+        raise ConfigError(
+            f"{source}: {where} quant_method={shorten(q.get('quant_method'))}: SGLang refuses it ('Unknown "
+            "quantization method', configs/model_config.py:2152); fix the model config"
+        )
+    if flag is not None and flag != method:
+        raise FlagError(
+            f"--quantization {flag} contradicts {where}'s quant_method {method}: SGLang refuses it ('does "
+            "not match the quantization method specified in the `quantization` argument', "
+            "configs/model_config.py:2143)"
+        )
+    if method not in MODELLED:
+        raise FlagError(
+            f"{source}: the model is quantized ({method}); the checker derives quantized weights for "
+            f"{', '.join(MODELLED)} only; {_WAY_OUT}"
+        )
+    return _fp8(q, source)
+
+
+def _fp8(q: Mapping[str, Any], source: str) -> QuantScheme:
+    """``Fp8Config.from_config`` and ``__init__`` (fp8.py:284-386), their refusals included."""
+    act = q.get("activation_scheme")
+    if act is None:
+        raise ConfigError(
+            f"{source}: quantization_config has no activation_scheme; SGLang's Fp8Config requires it "
+            "('Cannot find any of [activation_scheme]', fp8.py:350)"
+        )
+    if act not in ("static", "dynamic"):
+        raise ConfigError(
+            f"{source}: quantization_config activation_scheme={shorten(act)}: SGLang refuses it "
+            "('Unsupported activation scheme', fp8.py:285)"
+        )
+    raw_ignored = q.get("ignored_layers") or q.get("modules_to_not_convert") or []
+    if not isinstance(raw_ignored, list) or not all(isinstance(x, str) for x in raw_ignored):
+        raise ConfigError(
+            f"{source}: quantization_config modules_to_not_convert={shorten(raw_ignored)} must be a list of "
+            "module names"
+        )
+    ignored: list[str] = []
+    for name in raw_ignored:
+        base = name.removeprefix("model.")
+        ignored += [base, f"model.{base}"]
+    raw_block = q.get("weight_block_size")
+    block: tuple[int, int] | None = None
+    if raw_block is not None:
+        if (
+            not isinstance(raw_block, list)
+            or len(raw_block) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in raw_block)
+        ):
+            raise ConfigError(
+                f"{source}: quantization_config weight_block_size={shorten(raw_block)}: SGLang takes two "
+                "positive block sizes [block_n, block_k] ('must have 2 dimensions', fp8.py:307)"
+            )
+        if act != "dynamic":
+            raise ConfigError(
+                f"{source}: quantization_config weight_block_size with activation_scheme static: SGLang "
+                "refuses it ('block-wise quantization only supports dynamic activation scheme', fp8.py:312)"
+            )
+        block = (raw_block[0], raw_block[1])
+    return QuantScheme("fp8", block, act == "static", tuple(ignored), source)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_block(
+    scheme: QuantScheme, prefix: str, shards: Sequence[int], inp: int, *, out_split: int, in_split: int
+) -> None:
+    """``validate_block_quant_shapes`` (fp8.py:570-611): a row-split input partition divisible by bk, a
+    column-split or merged output partition divisible by bn."""
+    if scheme.block is None:
+        return
+    bn, bk = scheme.block
+    if in_split > 1 and inp % bk:
+        raise LayoutError(
+            f"{prefix}: its input partition {inp} is not divisible by the FP8 block_k {bk}; SGLang refuses "
+            "this layout ('Weight input_size_per_partition ... is not divisible by weight quantization "
+            "block_k', fp8.py:597): use a TP size that keeps whole blocks"
+        )
+    if out_split > 1 or len(shards) > 1:
+        for size in shards:
+            if size % bn:
+                raise LayoutError(
+                    f"{prefix}: its output partition {size} is not divisible by the FP8 block_n {bn}; SGLang "
+                    "refuses this ('Weight output_partition_size ... is not divisible by weight quantization "
+                    "block_n', fp8.py:606): use a TP size that keeps whole blocks, or list the layer in "
+                    "modules_to_not_convert as the checkpoint does"
+                )

@@ -1,0 +1,224 @@
+"""FP8 checkpoints (issue 39 item 1): the per-rank weights of a quantized checkpoint, and its bad input.
+
+The per-rank figures are held to SGLang 0.5.23's own quantized classes by the ``*/fp8-*`` cases of
+tests/fixtures/weights/expected.json (tests/test_weights.py); here: what a user of ``derive`` on an FP8
+model directory sees, and every way such a directory can contradict itself (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checker.core.errors import CheckerInputError, ConfigError, FlagError, LayoutError
+from checker.core.weights.quant import read_scheme
+from checker.core.weights.weights import GIB, WeightsLayout
+from checker.families.rules import model_weights
+from tests.checkpoints import fp8_tensors, model_tensors, write_checkpoint
+
+REPO = Path(__file__).resolve().parent.parent
+W = REPO / "tests/fixtures/weights"
+QWEN_BLOCK = W / "qwen3_next_fp8_block.json"
+QWEN_TENSOR = W / "qwen3_next_fp8_tensor.json"
+NEMOTRON_BLOCK = W / "nemotron_h_fp8_block.json"
+DERIVE = ["derive", "--gpu-free-gib", "79", "--mem-fraction-static", "0.85"]
+
+
+def _cfg(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text()))
+
+
+def _fp8_dir(tmp_path: Path, cfg: dict[str, Any], tensors: list[Any] | None = None) -> Path:
+    d = tmp_path / "m"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    write_checkpoint(d, fp8_tensors(cfg) if tensors is None else tensors, shards=3)
+    return d
+
+
+def _one_line(res: Any) -> str:
+    assert res.rc == 2 and res.out == "", res
+    (line,) = res.err.strip().splitlines()
+    assert "Traceback" not in line
+    return line
+
+
+# -- the figure --------------------------------------------------------------------------------------------
+
+
+def test_an_fp8_checkpoint_derives_with_its_quantized_figure(cli: Callable[..., Any], tmp_path: Path) -> None:
+    """Qwen3-Next-80B FP8 at tp 4: derive reads the shards and reports the quantized class's figure
+    (about half the bf16 one), not a refusal and not the bf16 figure."""
+    cfg = _cfg(QWEN_BLOCK)
+    d = _fp8_dir(tmp_path, cfg)
+    res = cli([*DERIVE, "--pp-size", "1", "--tp-size", "4", "--model-config", str(d), "--format", "json"])
+    assert res.rc == 0, res.err
+    fp8 = model_weights(cfg, WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    bf16_cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    bf16 = model_weights(bf16_cfg, WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    assert 0.45 < fp8.ranks[0].param_bytes / bf16.ranks[0].param_bytes < 0.6
+    shown = f"{fp8.ranks[0].total_bytes / GIB:.2f}"
+    assert shown in res.out, (shown, res.out[:2000])
+
+
+def test_the_scales_are_the_block_grid_of_each_rank_partition() -> None:
+    """Block-wise: a [3072, 2048] in_proj_qkvz partition holds a [24, 16] float32 weight_scale_inv; the
+    experts [E, 2 * I/128, H/128] and [E, H/128, I/128]; an ignored linear stays bf16 without a scale."""
+    from checker.families.rules import rank_params
+
+    (_, params), *_ = rank_params(_cfg(QWEN_BLOCK), WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    by = {p.name: p for p in params}
+    pre = "model.layers.0.linear_attn"
+    assert (by[f"{pre}.in_proj_qkvz.weight"].dtype, by[f"{pre}.in_proj_qkvz.weight_scale_inv"].shape) == (
+        "float8_e4m3fn",
+        (24, 16),
+    )
+    assert (
+        by[f"{pre}.in_proj_ba.weight"].dtype == "bfloat16" and f"{pre}.in_proj_ba.weight_scale_inv" not in by
+    )
+    assert by["model.layers.0.mlp.experts.w13_weight_scale_inv"].shape == (513, 2, 16)
+    assert by["model.layers.0.mlp.experts.w2_weight_scale_inv"].shape == (513, 16, 1)
+    assert by["model.layers.3.attn.k_scale"].shape == () and by["lm_head.weight"].dtype == "bfloat16"
+
+
+def test_per_tensor_fp8_keeps_a_per_channel_scale_after_loading() -> None:
+    """Per-tensor: one scale per logical shard as built (qkv: 3), expanded after loading to one per
+    output channel (the SM90 CUTLASS kernel's layout): a kept copy in the margin, not a parameter."""
+    from checker.families.rules import rank_params
+
+    (_, params), *_ = rank_params(_cfg(QWEN_TENSOR), WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
+    by = {p.name: p for p in params}
+    assert by["model.layers.3.qkv_proj.weight_scale"].shape == (3,)
+    assert by["model.layers.3.qkv_proj.input_scale"].shape == (3,)
+    rows = by["model.layers.3.qkv_proj.weight"].shape[0]
+    assert by["model.layers.3.qkv_proj.weight_scale.channelwise"].shape == (rows, 1)
+    assert by["model.layers.3.qkv_proj.weight_scale.channelwise"].part == "copies"
+
+
+def test_nemotron_h_maps_its_backbone_names_in_the_ignore_list() -> None:
+    """``backbone.layers.N.mixer.in_proj`` in the ignore list keeps model.layers.N.mixer.in_proj bf16
+    (the class's hf_to_sglang_mapper); without the mapping the 5-shard in_proj is refused at tp 2."""
+    from checker.families.rules import rank_params
+
+    rp = rank_params(_cfg(NEMOTRON_BLOCK), WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    by = {p.name: p for p in rp[0][1]}
+    assert by["model.layers.0.mixer.in_proj.weight"].dtype == "bfloat16"
+    assert by["model.layers.0.mixer.out_proj.weight"].dtype == "float8_e4m3fn"
+
+
+# -- what the release refuses --------------------------------------------------------------------------------
+
+
+def test_a_block_that_does_not_divide_a_partition_is_the_release_refusal() -> None:
+    """tp 8 splits Qwen3-Next's 512-wide experts into 64-wide partitions: 0.5.23 raises at construction
+    (fp8.py:1586), as the tp8 case of expected.json records."""
+    with pytest.raises(LayoutError, match="not divisible by the FP8 block"):
+        model_weights(_cfg(QWEN_BLOCK), WeightsLayout(pp_size=1, tp_size=8), release="0.5.23")
+
+
+@pytest.mark.parametrize(
+    ("quant", "flag", "error", "says"),
+    [
+        ({"quant_method": "fp9"}, None, ConfigError, "Unknown quantization method"),
+        ({"quant_method": "fp8"}, None, ConfigError, "activation_scheme"),
+        ({"quant_method": "fp8", "activation_scheme": "eager"}, None, ConfigError, "Unsupported activation"),
+        (
+            {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128]},
+            None,
+            ConfigError,
+            "weight_block_size",
+        ),
+        (
+            {"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]},
+            None,
+            ConfigError,
+            "only supports dynamic",
+        ),
+        ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "awq", FlagError, "contradicts"),
+        ({"quant_method": "awq", "bits": 4}, None, FlagError, "quantized (awq)"),
+        (None, "fp8", FlagError, "quantizes the weights while loading"),
+        (None, "fp99", FlagError, "Unknown quantization method"),
+    ],
+    ids=[
+        "unknown",
+        "no-activation",
+        "bad-activation",
+        "bad-block",
+        "static-block",
+        "flag",
+        "awq",
+        "online",
+        "bad-flag",
+    ],
+)
+def test_a_quantization_the_release_or_the_checker_refuses_is_one_line(
+    quant: dict[str, Any] | None, flag: str | None, error: type[Exception], says: str
+) -> None:
+    cfg = _cfg(QWEN_BLOCK)
+    cfg.pop("quantization_config")
+    if quant is not None:
+        cfg["quantization_config"] = quant
+    with pytest.raises(error) as exc:
+        read_scheme(cfg, flag=flag, source="config.json")
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_fp8_on_a_family_whose_quantized_class_is_not_modelled_is_refused_naming_it() -> None:
+    cfg = _cfg(REPO / "tests/fixtures/falcon_h1_0_5b.json")
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    with pytest.raises(FlagError, match="Qwen3-Next, Nemotron-H only, not Falcon-H1"):
+        model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
+
+
+# -- shards that contradict the config: one line naming the tensor and shard ---------------------------
+
+
+def test_an_fp8_weight_without_its_scale_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
+    cfg = _cfg(QWEN_BLOCK)
+    tensors = [t for t in fp8_tensors(cfg) if t[0] != "model.layers.5.linear_attn.out_proj.weight_scale_inv"]
+    d = _fp8_dir(tmp_path, cfg, tensors)
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "model.layers.5.linear_attn.out_proj.weight" in line and "weight_scale_inv" in line, line
+    assert "in shard 'model-0000" in line, line
+
+
+def test_a_scale_of_the_wrong_shape_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
+    cfg = _cfg(QWEN_BLOCK)
+    name = "model.layers.3.self_attn.o_proj.weight_scale_inv"
+    tensors = [(n, (1, 1) if n == name else s, dt) for n, s, dt in fp8_tensors(cfg)]
+    d = _fp8_dir(tmp_path, cfg, tensors)
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert name in line and "[1, 1]" in line and "[16, 32]" in line, line
+
+
+def test_an_fp8_config_over_bf16_shards_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
+    cfg = _cfg(QWEN_BLOCK)
+    d = _fp8_dir(tmp_path, cfg, model_tensors(cfg))
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "no shard holds a float8 weight" in line, line
+
+
+def test_an_int32_packed_weight_under_a_bf16_config_is_refused(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    cfg = _cfg(QWEN_BLOCK)
+    cfg.pop("quantization_config")
+    tensors = model_tensors(cfg) + [("model.layers.0.linear_attn.out_proj.qweight", (512, 2048), "I32")]
+    d = _fp8_dir(tmp_path, cfg, tensors)
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "out_proj.qweight" in line and "declares no quantization" in line, line
+
+
+def test_nothing_past_the_headers_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The FP8 checks read the headers only: the bytes read are the headers' own."""
+    from checker.families.weights_source import checkpoint_weights
+
+    d = _fp8_dir(tmp_path, _cfg(QWEN_BLOCK))
+    _, ckpt = checkpoint_weights(d, WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    assert 0 < ckpt.header_bytes < ckpt.total_bytes // 1000
+    with pytest.raises(CheckerInputError):
+        checkpoint_weights(d, WeightsLayout(pp_size=1, tp_size=8), release="0.5.23")
