@@ -18,6 +18,7 @@ adds a member.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Mapping, Sequence
@@ -112,8 +113,6 @@ def checkpoint_weights(
     whose tensors contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
     # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
-    import dataclasses
-
     from checker.core.weights.checkpoint import read_checkpoint
     from checker.core.weights.checkpoint_names import check_fp8, check_unquantized
     from checker.core.weights.quant import read_scheme
