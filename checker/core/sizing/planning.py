@@ -8,6 +8,7 @@ value of the decimal), so the budget we print derives exactly what we claim when
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -16,6 +17,7 @@ from checker.core.sizing.budget import sizing_budget
 from checker.core.sizing.kv_pool import ESTIMATE_MAX
 from checker.core.sizing.partition import default_partition, stage_bounds, stage_partition
 from checker.core.sizing.sizing import (
+    GIB,
     CapacityInputs,
     StageCapacity,
     StagePlan,
@@ -219,22 +221,34 @@ def bisect_boundary(
     return hi, stages, below, below_error
 
 
+def sawtooth_window(inputs: CapacityInputs, plans: list[StagePlan]) -> int:
+    """How far below the bisection's answer an earlier budget may still meet the target, in hundredths.
+
+    One tooth of the saw-tooth is the budget that buys one more state slot: ``P = slot x (1 + r) / r``
+    (the state pool gets ``r / (1 + r)`` of the budget). Over a tooth the KV bytes rise by ``P`` and then
+    drop by ``slot``, so each tooth's peak is ``slot / r`` above the last: once one tooth's peak meets the
+    target, every tooth after the next ``ceil(r)`` meets it whole. Every budget where met and missed
+    alternate, and so any answer of the bisection, lies within ``ceil(r) + 2`` teeth of the smallest budget
+    that meets; ``slot`` is the largest stage's charge per slot, with the speculative state per slot."""
+    per_slot = max(p.stage_per_req_bytes + p.extra_per_slot_bytes for p in plans)
+    slot = per_slot * (1 + (inputs.speculative_num_draft_tokens or 0))
+    r = inputs.mamba_full_memory_ratio
+    tooth = slot * (1 + r) / r
+    return math.ceil((math.ceil(r) + 2) * tooth / GIB * 100) + 2
+
+
 def min_budget(inputs: CapacityInputs, target: int, *, policy: str | None = None) -> MinBudget:
     """The smallest budget, in hundredths of a GiB, at which every stage derives max_running_requests
     >= ``target`` under ``policy`` (None: ``inputs.policy``, which None in turn makes the release's own).
 
     Search: double an upper bracket until the target is met, then bisect with the invariant
     "``lo`` misses, ``hi`` meets" until they are 0.01 GiB apart. That invariant alone guarantees the
-    promised boundary (met at the answer, missed 0.01 GiB below) whatever the function's shape; the
-    result is also the *smallest* such budget because "met" is monotone in the budget:
-
-    * branch C: ``B = rest * r / (1 + r) * 2**30`` is a chain of IEEE operations with positive
-      constants, each monotone non-decreasing under round-to-nearest, and so are ``- per_slot``,
-      ``// per_slot`` and ``int()``; K never shrinks as the budget grows, nor does ``min(caps,
-      K // ratio)``. The failure checks are monotone too: K <= 0 and n <= 0 only at the bottom, and the
-      KV remainder is at least ``rest / (1 + r)`` GiB minus rounding, never 0 or below.
-    * branches A and B: K and n do not depend on the budget; only "the fixed pool fits in the budget"
-      does, and ``rest - const > 0`` is monotone.
+    promised boundary (met at the answer, missed 0.01 GiB below) whatever the function's shape. The
+    state pool's K is monotone in the budget (``B = rest * r / (1 + r) * 2**30`` is a chain of IEEE
+    operations with positive constants, and so are ``- per_slot``, ``// per_slot`` and ``int()``), but
+    where the KV pool binds the request cap (``T // 2``, the estimate from T) "met" need not be: each new
+    state slot takes its bytes from the KV pool at once, a saw-tooth. So every budget within
+    :func:`sawtooth_window` below the bisection's answer is tried too, and the smallest that meets wins.
 
     The final two evaluations re-derive both ends through the same core, so the returned stages are
     exactly what ``derive`` prints at those budgets.
@@ -276,6 +290,12 @@ def min_budget(inputs: CapacityInputs, target: int, *, policy: str | None = None
             )
         lo, hi = hi, min(2 * hi, MAX_BUDGET_HUNDREDTHS)
     hi, stages, below, below_error = bisect_boundary(derive_at, target, lo, hi)
+    lowest = hi
+    for h in range(hi - 1, max(hi - sawtooth_window(inputs, plans), 0) - 1, -1):
+        if meets(derive_at, h, target):  # an earlier tooth's peak (see sawtooth_window)
+            lowest = h
+    if lowest != hi:
+        hi, stages, below, below_error = bisect_boundary(derive_at, target, lowest - 1, lowest)
     # Re-checked through the same core: met at hi, missed at hi - 1.
     assert all(s.max_running_requests >= target for s in stages), "bisection lost its invariant"
     assert below is None or any(s.max_running_requests < target for s in below), "not a boundary"

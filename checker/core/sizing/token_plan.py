@@ -13,13 +13,12 @@ the state pool's ``K // ratio``: :func:`checker.core.sizing.kv_pool.resolve_one`
 the KV bytes are a saw-tooth (rising with the budget between slots, dropping by one slot's bytes at each).
 Its lower edge rises, so the doubling-and-bisection of :mod:`checker.core.sizing.planning` finds *a* budget
 that meets the target with 0.01 GiB less missing it; then every budget below it within the window where met
-and missed can alternate (:func:`_window`) is tried too. So the answer is the smallest budget that meets
-the target, and the one 0.01 GiB below misses it.
+and missed can alternate (:func:`checker.core.sizing.planning.sawtooth_window`) is tried too. So the answer
+is the smallest budget that meets the target, and the one 0.01 GiB below misses it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -29,12 +28,11 @@ from checker.core.sizing.planning import (
     RequestCap,
     budget_from_hundredths,
     running_request_caps,
+    sawtooth_window,
 )
 from checker.core.sizing.sizing import (
-    GIB,
     CapacityInputs,
     StageCapacity,
-    StagePlan,
     kv_token_bound,
     plan_stage,
     resolve_stages,
@@ -138,22 +136,6 @@ def unreachable(inputs: CapacityInputs, target: TokenTarget) -> str | None:
     return None
 
 
-def _window(inputs: CapacityInputs, plans: list[StagePlan]) -> int:
-    """How far below the bisection's answer an earlier budget may still meet the target, in hundredths.
-
-    One tooth of the saw-tooth is the budget that buys one more state slot: ``P = slot x (1 + r) / r``
-    (the state pool gets ``r / (1 + r)`` of the budget). Over a tooth the KV bytes rise by ``P`` and then
-    drop by ``slot``, so each tooth's peak is ``slot / r`` above the last: once one tooth's peak meets the
-    target, every tooth after the next ``ceil(r)`` meets it whole. Every budget where met and missed
-    alternate, and so any answer of the bisection, lies within ``ceil(r) + 2`` teeth of the smallest budget
-    that meets; ``slot`` is the largest stage's charge per slot, with the speculative state per slot."""
-    per_slot = max(p.stage_per_req_bytes + p.extra_per_slot_bytes for p in plans)
-    slot = per_slot * (1 + (inputs.speculative_num_draft_tokens or 0))
-    r = inputs.mamba_full_memory_ratio
-    tooth = slot * (1 + r) / r
-    return math.ceil((math.ceil(r) + 2) * tooth / GIB * 100) + 2
-
-
 def min_budget_tokens(
     inputs: CapacityInputs, target: TokenTarget, *, policy: str | None = None
 ) -> TokenBudget:
@@ -191,8 +173,8 @@ def min_budget_tokens(
             hi = mid
         else:
             lo = mid
-    # A budget below ``hi`` on an earlier tooth's peak may meet it too (:func:`_window`).
-    window = _window(inputs, plans)
+    # A budget below ``hi`` on an earlier tooth's peak may meet it too (sawtooth_window).
+    window = sawtooth_window(inputs, plans)
     h = hi - 1
     while h > 0 and h >= hi - window:
         if meets(h):
