@@ -16,6 +16,7 @@ from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapa
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
+from checker.outputs.render import Document
 from checker.outputs.tables import fmt_bytes, fmt_int, format_table, mark
 
 if TYPE_CHECKING:
@@ -145,13 +146,11 @@ def engine_lines(d: Derivation) -> list[str]:
 
 
 def derivation_text(d: Derivation) -> list[str]:
-    """The lines derive prints (``--quiet``: the one-line answer only)."""
+    """The lines derive prints."""
     if d.stages is None:  # only the drift to show
         return [header(d.inputs, state=True, policy=True, budget=True, partition=True), ""] + drift_lines(
             d.drifts, sglang_version=d.sglang_version
         )
-    if d.config.output.quiet:
-        return [agreement_line(d.stages)]
     lines = [header(d.inputs, state=True, policy=True, budget=True, partition=True)]
     if d.config.budget_formula is not None:
         lines.append(f"budget: {d.config.budget_formula}")
@@ -233,11 +232,11 @@ def release_table(c: ReleaseComparison) -> str:
     return format_table(headers, rows)
 
 
-def comparison_text(c: ReleaseComparison) -> list[str]:
-    """The lines ``derive --sglang-version A,B`` prints (``--quiet``: the answer without the tables)."""
+def comparison_text(c: ReleaseComparison, *, tables: bool = True) -> list[str]:
+    """The lines ``derive --sglang-version A,B`` prints (``tables`` False, ``--quiet``: the answer)."""
     lines: list[str] = []
     both = " and ".join(c.releases)
-    if not c.config.output.quiet:
+    if tables:
         # No policy on the header: each release derives with its own unless --policy.
         lines += [header(c.inputs[c.releases[-1]], state=True, budget=True, partition=True), ""]
         lines += [release_table(c), ""]
@@ -275,3 +274,23 @@ def comparison_doc(c: ReleaseComparison, *, status: str) -> dict[str, object]:
         "differences": c.differences,
         "explanations": c.explanations,
     }
+
+
+def derivation_document(d: Derivation) -> Document:
+    """derive's result for every renderer; ``--quiet``: the one-line answer (the drift, where there are
+    no stages)."""
+    stages = d.stages
+    return Document(
+        lambda: derivation_doc(d),
+        lambda: derivation_text(d),
+        (lambda: "\n".join(derivation_text(d))) if stages is None else (lambda: agreement_line(stages)),
+    )
+
+
+def comparison_document(c: ReleaseComparison, *, status: str) -> Document:
+    """``derive --sglang-version A,B``'s result; ``--quiet``: the answer without the tables."""
+    return Document(
+        lambda: comparison_doc(c, status=status),
+        lambda: comparison_text(c),
+        lambda: "\n".join(comparison_text(c, tables=False)),
+    )
