@@ -15,7 +15,7 @@ from checker.core.ranks import outliers
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
-from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
+from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc, weights_per_rank_doc
 from checker.outputs.render import Document
 from checker.outputs.tables import fmt_bytes, fmt_int, format_table, mark
 
@@ -183,6 +183,17 @@ def _inputs_doc(config: DeriveConfig, inputs: CapacityInputs, *, resolved: bool 
     )
 
 
+def _weights_doc(c: DeriveConfig) -> dict[str, object] | None:
+    """--gpu-free-gib: the weights and the --mem-fraction-static the budget used (null without it)."""
+    if c.mem_fraction_static is None:
+        return None
+    return {
+        "per_rank": weights_per_rank_doc(c.weights_figures),
+        "mem_fraction_static": c.mem_fraction_static,
+        "mem_fraction_source": c.mem_fraction_source,
+    }
+
+
 def derivation_doc(d: Derivation) -> dict[str, object]:
     """derive's JSON document (check's report's names)."""
     m = d.materialized
@@ -199,6 +210,7 @@ def derivation_doc(d: Derivation) -> dict[str, object]:
         # Who derived (the installed SGLang's version is inputs.sglang_installed) and what drifted.
         "engine": d.engine,
         "drift": [vars(x) for x in d.drifts],
+        "weights": _weights_doc(d.config),
     }
     if m is not None:
         doc["materialize"] = {

@@ -16,7 +16,7 @@ from checker.core.sizing.planning import MemFraction, MinBudget, SuggestedPartit
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
-from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
+from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc, weights_per_rank_doc
 from checker.outputs.render import Document
 from checker.outputs.tables import fmt_int, format_table
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
@@ -83,6 +83,7 @@ class AssumedWeights:
             "source": self.source,
             "busiest_rank": self.rank,
             "per_rank_gib": [f.gib for f in self.figures] if self.figures else None,
+            "per_rank": weights_per_rank_doc(self.figures) if self.figures else None,
         }
 
 

@@ -26,6 +26,7 @@ from checker.families.weights_source import WeightsSource
 from checker.outputs.markup import cut, md_cell, md_table
 from checker.outputs.render import Document
 from checker.outputs.tables import fmt_int, format_table, mark
+from checker.preflight.derivation import FRACTION_MILLIONTHS, FRACTION_SOURCES
 from checker.preflight.pipeline import agreed_num_layers
 from checker.preflight.verdict import COMPARED_VALUES, STAGE_VALUES, ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
@@ -122,6 +123,9 @@ def rank_dict(row: RankRow) -> dict[str, object]:
     d["kv_limiting"] = None if row.kv_limiting == MISSING else bool(row.kv_limiting)
     d["budget_gib"] = row.budget_gib
     d["weights_source"] = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else None
+    fraction = row.mem_fraction_millionths
+    d["mem_fraction_static"] = None if fraction == MISSING else fraction / FRACTION_MILLIONTHS
+    d["mem_fraction_source"] = FRACTION_SOURCES.get(row.mem_fraction_source)
     if row.materialize_status == MISSING:
         for name in ("predicted_bytes", "allocated_bytes"):
             d.pop(name)
