@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from checker.core.releases.releases import ReleaseChoice
     from checker.core.weights.weights import WeightsLayout
+    from checker.families.weights_source import RankWeightsFigure
     from checker.launch.merge import GivenFlags, LaunchInputs
 
 
@@ -330,6 +331,13 @@ class DeriveConfig:
     busiest rank); the picture of --plot draws it."""
     plot: str | None = None
     """derive --plot: where the stage picture is written (PNG)."""
+    weights_figures: tuple[RankWeightsFigure, ...] = ()
+    """derive --gpu-free-gib: every rank's weights figure the budget chose its busiest from (the
+    checkpoint's), or the one --weights-gib figure for every rank."""
+    mem_fraction_static: float | None = None
+    """derive --gpu-free-gib: the --mem-fraction-static the budget used."""
+    mem_fraction_source: str | None = None
+    """Where it came from: ``given`` (the flag or the launch command) or ``release default``."""
 
     @classmethod
     def from_args(

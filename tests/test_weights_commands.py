@@ -280,3 +280,92 @@ def test_the_fraction_question_without_a_checkpoint_names_why(
     code, out, err = cli(argv)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert why in err and "--weights-gib" in err
+
+
+def _parts(config: Path, layout: WeightsLayout) -> list[tuple[int, int, int, int]]:
+    """Every rank's (param, buffer, margin, total) bytes as the release's class holds them."""
+    mw = model_weights(json.loads(config.read_text()), layout, release="0.5.23")
+    return [(r.param_bytes, r.buffer_bytes, r.margin_bytes, r.total_bytes) for r in mw.ranks]
+
+
+def test_check_reports_each_rank_weights_and_fraction_as_integers(
+    kimi_dir: Path, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """Two ranks on a real gloo group, the fraction left to the release: each rank's report entry carries
+    its checkpoint figure's parts as integers (they crossed the wire, schema 13) and the fraction the
+    budget used, with its source, as fields of their own (not only inside budget_source)."""
+    argv = ["check", "--budget-from-device", "--device-free-gib", "79", "--device-total-gib", "79.65", *FAST]
+    argv += ["--", "--model-path", str(kimi_dir), "--pp-size", "2"]
+    res = run_world(argv, world_size=2, tmp_path=tmp_path)
+    assert res.codes == [0, 0], res.ranks[0].stderr[-2000:]
+    ranks = res.report()["ranks"]
+    want = _parts(KIMI, WeightsLayout(pp_size=2, tp_size=1))
+    got = [(r["param_bytes"], r["buffer_bytes"], r["margin_bytes"], r["weights_bytes"]) for r in ranks]
+    assert got == want and all(isinstance(x, int) for row in got for x in row)
+    assert all(p + m == t for p, _, m, t in got)
+    assert [r["mem_fraction_source"] for r in ranks] == ["release default"] * 2
+    fractions = {r["mem_fraction_static"] for r in ranks}
+    assert len(fractions) == 1 and 0.5 < min(fractions) < 0.95
+    # the one derive picks for the same deployment (budget_source, cut at the wire's width, lost it)
+    code, out, err = cli(
+        ["derive", "--gpu-free-gib", "79", "--device-total-gib", "79.65", "--format", "json", "--"]
+        + ["--model-path", str(kimi_dir), "--pp-size", "2"]
+    )
+    assert code == 0, err
+    assert fractions == {json.loads(out)["weights"]["mem_fraction_static"]}
+
+
+def test_check_names_a_given_fraction_and_a_flag_figure(kimi_dir: Path, tmp_path: Path) -> None:
+    """--weights-gib: a number, so no parts (null); the launch command's fraction is ``given``."""
+    argv = ["check", "--budget-from-device", "--device-free-gib", "139", "--weights-gib", "30", *FAST]
+    argv += ["--", "--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]
+    res = run_world(argv, world_size=2, tmp_path=tmp_path)
+    assert res.codes == [0, 0], res.ranks[0].stderr[-2000:]
+    ranks = res.report()["ranks"]
+    assert [(r["param_bytes"], r["margin_bytes"], r["weights_bytes"]) for r in ranks] == [
+        (None, None, 30 * GIB)
+    ] * 2
+    assert [(r["mem_fraction_static"], r["mem_fraction_source"]) for r in ranks] == [(0.85, "given")] * 2
+
+
+@pytest.mark.parametrize("fraction", [["--mem-fraction-static", "0.85"], []])
+def test_derive_json_carries_each_rank_weights(
+    fraction: list[str], kimi_dir: Path, cli: Callable[..., Any]
+) -> None:
+    """derive --gpu-free-gib --format json: every rank's figure as integers (the busiest is the one the
+    budget used) and the fraction with its source: given, or the release's default for the GPU total."""
+    argv = ["derive", "--gpu-free-gib", "79", "--device-total-gib", "79.65", "--format", "json", "--"]
+    code, out, err = cli([*argv, "--model-path", str(kimi_dir), "--pp-size", "2", *fraction])
+    assert code == 0, err
+    w = json.loads(out)["weights"]
+    want = _parts(KIMI, WeightsLayout(pp_size=2, tp_size=1))
+    got = [
+        (r["param_bytes"], r["buffer_bytes"], r["margin_bytes"], r["weights_bytes"]) for r in w["per_rank"]
+    ]
+    assert got == want and [r["weights_source"] for r in w["per_rank"]] == ["checkpoint"] * 2
+    budget_source = json.loads(out)["inputs"]["budget_source"]
+    assert f"{max(t for *_, t in want) / GIB:.2f} GiB" in budget_source
+    if fraction:
+        assert (w["mem_fraction_static"], w["mem_fraction_source"]) == (0.85, "given")
+    else:
+        assert w["mem_fraction_source"] == "release default"
+        assert f"--mem-fraction-static {w['mem_fraction_static']:g}, SGLang 0.5.23's default" in budget_source
+
+
+def test_derive_json_has_no_weights_without_the_server_budget(cli: Callable[..., Any]) -> None:
+    code, out, err = cli(
+        ["derive", "--model", "kimi-k3", "--pp-size", "2", "--budget-gib", "8", "--format", "json"]
+    )
+    assert code == 0, err
+    assert json.loads(out)["weights"] is None
+
+
+def test_plan_json_carries_each_rank_weights(kimi_dir: Path, cli: Callable[..., Any]) -> None:
+    argv = ["plan", "--target-max-running-requests", "8", "--gpu-free-gib", "139", "--format", "json"]
+    code, out, err = cli([*argv, "--", "--model-path", str(kimi_dir), "--pp-size", "2"])
+    assert code == 0, err
+    per_rank = json.loads(out)["weights"]["per_rank"]
+    want = _parts(KIMI, WeightsLayout(pp_size=2, tp_size=1))
+    assert [
+        (r["param_bytes"], r["buffer_bytes"], r["margin_bytes"], r["weights_bytes"]) for r in per_rank
+    ] == want

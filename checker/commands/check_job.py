@@ -19,6 +19,7 @@ from checker.distributed.exchange import JobContext, RankError
 from checker.distributed.wire import ROW_LEN, Header, decode_row, encode_row
 from checker.outputs import report
 from checker.outputs.check_run import run_timings, summary_line, torch_version, weights_doc
+from checker.outputs.render import emit, write_artifacts
 from checker.outputs.report import launch_command_doc, one_line
 from checker.preflight.derivation import LocalFacts, derive_row, local_facts
 from checker.preflight.verdict import Verdict, decide, infrastructure_failure
@@ -169,28 +170,21 @@ class CheckJob:
             from checker.outputs.stage_plot import check_plot  # optional dependency: matplotlib, --plot only
 
             problems.append(check_plot(out.plot, verdict.rows))
-        problems += report.write_all(
+        doc = report.document(
             verdict,
-            report=out.report,
-            junit=out.junit,
             summary=outcome.summary,
             elapsed_s=elapsed,
             extra=extra,
-            step_summary=not outcome.before_rows,
             plot=out.plot if out.plot and not any(problems) else None,
+            text=not outcome.before_rows,
+        )
+        problems += write_artifacts(
+            doc, report=out.report, junit=out.junit, step_summary=not outcome.before_rows
         )
         if outcome.before_rows:  # ranks' own errors: one line each on stderr, as any usage error
             for line in self._error_lines(ctx, outcome.before_rows):
                 print(line, file=sys.stderr, flush=True)
-        if not outcome.before_rows or out.format == "json":
-            report.print_verdict(
-                verdict,
-                summary=outcome.summary,
-                elapsed_s=elapsed,
-                format=out.format,
-                quiet=out.quiet,
-                extra=extra,
-            )
+        emit(doc, out)
         return "; ".join(p for p in problems if p) or None
 
     def fallback(self, ctx: JobContext, outcome: CheckOutcome) -> None:

@@ -31,8 +31,8 @@ from checker.core.errors import FlagError
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity, divergent_values
 from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
-from checker.outputs.derive import Derivation, derivation_doc, derivation_text
-from checker.outputs.stdout import show
+from checker.outputs.derive import Derivation, derivation_document
+from checker.outputs.render import emit
 from checker.preflight.resolve import derive_engines, derive_inputs
 from checker.preflight.server_budget import budget_the_server_gets
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
@@ -183,7 +183,7 @@ def run_derive(config: DeriveConfig) -> int:
         materialized=materialized,
         materialize_s=materialize_s,
     )
-    show(config.output, lambda: derivation_doc(result), lambda: derivation_text(result))
+    emit(derivation_document(result), config.output)
     if config.plot and stages is not None:
         from checker.outputs.stage_plot import derive_plot  # matplotlib: only for --plot
 

@@ -11,8 +11,8 @@ from checker.config import DeriveConfig
 from checker.core.errors import BudgetError, FlagError
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.core.sizing.upgrade import UpgradeFacts, explain, release_differences
-from checker.outputs.derive import ReleaseComparison, comparison_doc, comparison_text
-from checker.outputs.stdout import show
+from checker.outputs.derive import ReleaseComparison, comparison_document
+from checker.outputs.render import emit
 from checker.preflight.resolve import derive_engines, derive_inputs
 from checker.status import CONSISTENT, DIVERGENT
 
@@ -61,5 +61,5 @@ def run_releases(config: DeriveConfig) -> int:
         explanations=explanations,
     )
     status = DIVERGENT if differences or errors else CONSISTENT
-    show(config.output, lambda: comparison_doc(result, status=status), lambda: comparison_text(result))
+    emit(comparison_document(result, status=status), config.output)
     return 0

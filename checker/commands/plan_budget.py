@@ -23,12 +23,10 @@ from checker.outputs.plan import (
     AssumedWeights,
     ReleaseTargets,
     TargetPlan,
-    releases_doc,
-    releases_text,
-    target_doc,
-    target_text,
+    releases_document,
+    target_document,
 )
-from checker.outputs.stdout import show
+from checker.outputs.render import emit
 from checker.preflight.resolve import derive_engines, derive_inputs, derive_rank_weights
 
 
@@ -62,7 +60,7 @@ def run_target(config: PlanConfig) -> int:
         own_policy=own,
         weights=weights,
     )
-    show(config.derive.output, lambda: target_doc(result), lambda: target_text(result))
+    emit(target_document(result), config.derive.output)
     return result.exit_code
 
 
@@ -156,5 +154,5 @@ def run_releases(config: PlanConfig) -> int:
         },
         explanations=explanations,
     )
-    show(config.derive.output, lambda: releases_doc(result), lambda: releases_text(result))
+    emit(releases_document(result), config.derive.output)
     return 0

@@ -14,8 +14,8 @@ from checker.core.sizing.kv_partition import kv_choice
 from checker.core.sizing.planning import stage_linear_counts, suggest_partition
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.engines.drift import Drift
-from checker.outputs.plan import PartitionPlan, partition_doc, partition_text
-from checker.outputs.stdout import show
+from checker.outputs.plan import PartitionPlan, partition_document
+from checker.outputs.render import emit
 from checker.preflight.resolve import derive_engines, derive_inputs
 
 DEFAULT_SLACK = 1
@@ -62,7 +62,7 @@ def run_partition(config: PlanConfig) -> int:
         sglang_version=version,
         kv=kv,
     )
-    show(config.derive.output, lambda: partition_doc(result), lambda: partition_text(result))
+    emit(partition_document(result), config.derive.output)
     return result.exit_code
 
 

@@ -15,8 +15,8 @@ from checker.config import PlanConfig
 from checker.core.releases.releases import release_model
 from checker.core.sizing.sizing import POLICIES
 from checker.core.sizing.token_plan import TokenTarget, min_budget_tokens
-from checker.outputs.plan_tokens import TokenPlan, token_doc, token_text
-from checker.outputs.stdout import show
+from checker.outputs.plan_tokens import TokenPlan, token_document
+from checker.outputs.render import emit
 from checker.preflight.resolve import derive_inputs
 
 
@@ -52,5 +52,5 @@ def run_tokens(config: PlanConfig) -> int:
         weights=weights,
         search_s=search_s,
     )
-    show(derive.output, lambda: token_doc(result), lambda: token_text(result))
+    emit(token_document(result), derive.output)
     return 0

@@ -9,7 +9,6 @@ what it read, per rank. What a user reads in ``--help`` is :data:`DESCRIPTION` a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -114,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, t0: float) -> int:
     # start-up: the report writer and the bounded writers (~13 ms) load only when it writes
     from checker.outputs import postflight as out
+    from checker.outputs.render import emit, write_artifacts
 
     if args.logs.count("-") > 1:
         raise FlagError("- (standard input) is given twice; give it once")
@@ -131,20 +131,11 @@ def _run(args: argparse.Namespace, t0: float) -> int:
             log_errors=errors,
             log_warnings=warnings,
         )
-    doc = out.to_json(result, reading, report=args.report)
-    problems = out.write_outputs(
-        doc=doc,
-        junit_text=out.to_junit(result, elapsed_s=time.monotonic() - t0) if args.junit else None,
-        markdown=out.to_markdown(result, reading) if args.report else None,
-        report=args.postflight_report,
-        junit=args.junit,
+    doc = out.document(result, reading, report=args.report, elapsed_s=time.monotonic() - t0)
+    problems = write_artifacts(
+        doc, report=args.postflight_report, report_flag="--postflight-report", junit=args.junit
     )
-    if args.format == "json":
-        print(json.dumps(doc, indent=2), flush=True)
-    elif args.quiet:
-        print(out.one_line(result), flush=True)
-    else:
-        print(out.to_text(result, reading), flush=True)
+    emit(doc, args)
     for p in problems:  # the one policy for an output that cannot be written (checker.status)
         print(f"checker postflight: error: {p}{undelivered_note(result.exit_code)}", file=sys.stderr)
     return exit_after_outputs(result.exit_code, undelivered=bool(problems))
@@ -154,17 +145,11 @@ def _error(args: argparse.Namespace, message: str) -> int:
     """Unreadable input: one line on stderr, exit 2, and the error in every artefact asked for."""
     # start-up: the report writer and the bounded writers (~13 ms) load only when logs were read
     from checker.outputs import postflight as out
+    from checker.outputs.render import emit, write_artifacts
 
     line = f"checker postflight: error: {message}"
-    doc = out.error_doc(message, report=args.report, logs=args.logs)
-    out.write_outputs(
-        doc=doc,
-        junit_text=out.error_junit(message),
-        markdown=out.error_markdown(message),
-        report=args.postflight_report,
-        junit=args.junit,
-    )
-    if args.format == "json":
-        print(json.dumps(doc, indent=2), flush=True)
+    doc = out.error_document(message, report=args.report, logs=args.logs)
+    write_artifacts(doc, report=args.postflight_report, report_flag="--postflight-report", junit=args.junit)
+    emit(doc, args)
     print(line, file=sys.stderr)
     return 2

@@ -8,7 +8,6 @@ or what went wrong: some rank's error, a lost rank (stderr, and ``--report``).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +24,8 @@ from checker.distributed.launch_env import RankEnv
 from checker.distributed.liveness import describe
 from checker.distributed.wire import Header
 from checker.outputs.progress import Progress, progress_wanted
-from checker.outputs.sweep_report import failure_report, write_report
+from checker.outputs.render import emit, write_artifacts
+from checker.outputs.sweep_report import document, failure_report
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, INFRASTRUCTURE_FAILURE
 
 if TYPE_CHECKING:  # torch is imported when the sweep runs, so --help and input errors cost none
@@ -178,11 +178,9 @@ class SweepJob:
             return "; ".join(present(self.config, outcome.findings)) or None
         for line in outcome.lines():
             _say(ctx, outcome.status, line)
-        if self.output.format == "json":
-            print(json.dumps(outcome.failure_report(), indent=1))
-        if self.output.report:
-            return write_report(self.output.report, outcome.failure_report())
-        return None
+        doc = document(outcome.failure_report())
+        emit(doc, self.output)
+        return "; ".join(write_artifacts(doc, report=self.output.report)) or None
 
     def fallback(self, ctx: JobContext, outcome: SweepOutcome) -> None:
         for line in outcome.lines():

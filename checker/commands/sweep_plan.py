@@ -14,7 +14,8 @@ from checker.core.errors import CheckerInputError, FlagError
 from checker.core.sizing.sizing import CapacityInputs
 from checker.core.sizing.sweep import BudgetGrid, SweepSummary, parse_budgets
 from checker.outputs.plot import plot_sweep, plot_title
-from checker.outputs.sweep_report import build_report, to_json_text, write_report
+from checker.outputs.render import emit, write_artifacts
+from checker.outputs.sweep_report import build_report, document
 from checker.outputs.sweep_text import header, quiet_report, text_report
 from checker.preflight.resolve import capacity_inputs
 from checker.status import DIVERGENT, EXIT_CODES, exit_after_outputs, undelivered_note
@@ -114,19 +115,13 @@ def present(config: SweepConfig, findings: SweepFindings) -> list[str]:
         mode=findings.mode,
         world_size=findings.world_size,
     )
-    if config.output.format == "json":
-        print(to_json_text(report))
-    elif config.output.quiet:
-        print(quiet_report(report, plan.grid))
-    else:
-        print(header(plan.inputs, plan.grid))
-        print()
-        print(text_report(report, plan.grid))
-    problems = []
-    if config.output.report:
-        problem = write_report(config.output.report, report)
-        if problem:
-            problems.append(problem)
+    doc = document(
+        report,
+        lambda: [header(plan.inputs, plan.grid), "", text_report(report, plan.grid)],
+        lambda: quiet_report(report, plan.grid),
+    )
+    emit(doc, config.output)
+    problems = write_artifacts(doc, report=config.output.report)
     if config.plot:
         values = {p: findings.stack[:, i].numpy() for i, p in enumerate(plan.policies)}
         try:

@@ -15,7 +15,8 @@ from checker.core.ranks import outliers
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity, divergent_values
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
-from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
+from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc, weights_per_rank_doc
+from checker.outputs.render import Document
 from checker.outputs.tables import fmt_bytes, fmt_int, format_table, mark
 
 if TYPE_CHECKING:
@@ -145,13 +146,11 @@ def engine_lines(d: Derivation) -> list[str]:
 
 
 def derivation_text(d: Derivation) -> list[str]:
-    """The lines derive prints (``--quiet``: the one-line answer only)."""
+    """The lines derive prints."""
     if d.stages is None:  # only the drift to show
         return [header(d.inputs, state=True, policy=True, budget=True, partition=True), ""] + drift_lines(
             d.drifts, sglang_version=d.sglang_version
         )
-    if d.config.output.quiet:
-        return [agreement_line(d.stages)]
     lines = [header(d.inputs, state=True, policy=True, budget=True, partition=True)]
     if d.config.budget_formula is not None:
         lines.append(f"budget: {d.config.budget_formula}")
@@ -184,6 +183,17 @@ def _inputs_doc(config: DeriveConfig, inputs: CapacityInputs, *, resolved: bool 
     )
 
 
+def _weights_doc(c: DeriveConfig) -> dict[str, object] | None:
+    """--gpu-free-gib: the weights and the --mem-fraction-static the budget used (null without it)."""
+    if c.mem_fraction_static is None:
+        return None
+    return {
+        "per_rank": weights_per_rank_doc(c.weights_figures),
+        "mem_fraction_static": c.mem_fraction_static,
+        "mem_fraction_source": c.mem_fraction_source,
+    }
+
+
 def derivation_doc(d: Derivation) -> dict[str, object]:
     """derive's JSON document (check's report's names)."""
     m = d.materialized
@@ -200,6 +210,7 @@ def derivation_doc(d: Derivation) -> dict[str, object]:
         # Who derived (the installed SGLang's version is inputs.sglang_installed) and what drifted.
         "engine": d.engine,
         "drift": [vars(x) for x in d.drifts],
+        "weights": _weights_doc(d.config),
     }
     if m is not None:
         doc["materialize"] = {
@@ -233,11 +244,11 @@ def release_table(c: ReleaseComparison) -> str:
     return format_table(headers, rows)
 
 
-def comparison_text(c: ReleaseComparison) -> list[str]:
-    """The lines ``derive --sglang-version A,B`` prints (``--quiet``: the answer without the tables)."""
+def comparison_text(c: ReleaseComparison, *, tables: bool = True) -> list[str]:
+    """The lines ``derive --sglang-version A,B`` prints (``tables`` False, ``--quiet``: the answer)."""
     lines: list[str] = []
     both = " and ".join(c.releases)
-    if not c.config.output.quiet:
+    if tables:
         # No policy on the header: each release derives with its own unless --policy.
         lines += [header(c.inputs[c.releases[-1]], state=True, budget=True, partition=True), ""]
         lines += [release_table(c), ""]
@@ -275,3 +286,23 @@ def comparison_doc(c: ReleaseComparison, *, status: str) -> dict[str, object]:
         "differences": c.differences,
         "explanations": c.explanations,
     }
+
+
+def derivation_document(d: Derivation) -> Document:
+    """derive's result for every renderer; ``--quiet``: the one-line answer (the drift, where there are
+    no stages)."""
+    stages = d.stages
+    return Document(
+        lambda: derivation_doc(d),
+        lambda: derivation_text(d),
+        (lambda: "\n".join(derivation_text(d))) if stages is None else (lambda: agreement_line(stages)),
+    )
+
+
+def comparison_document(c: ReleaseComparison, *, status: str) -> Document:
+    """``derive --sglang-version A,B``'s result; ``--quiet``: the answer without the tables."""
+    return Document(
+        lambda: comparison_doc(c, status=status),
+        lambda: comparison_text(c),
+        lambda: "\n".join(comparison_text(c, tables=False)),
+    )

@@ -7,6 +7,7 @@ commands build theirs from these pieces.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import fields
 
 from checker import __version__
@@ -15,6 +16,7 @@ from checker.core.releases.releases import ReleaseChoice, installed_sglang_versi
 from checker.core.sizing.row import NOT_INSTALLED, model_label
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.device.materialize import MATERIALIZE_STATUS_NAMES, MaterializeResult
+from checker.families.weights_source import RankWeightsFigure
 from checker.preflight.resolve import choose_release
 from checker.status import ERROR
 
@@ -83,3 +85,25 @@ def stage_dict(s: StageCapacity, group_size: int, m: MaterializeResult | None = 
 
 def status_doc(status: str, exit_code: int) -> dict[str, object]:
     return {"checker_version": __version__, "status": status, "exit_code": exit_code}
+
+
+def weights_per_rank_doc(figures: Sequence[RankWeightsFigure]) -> list[dict[str, object]]:
+    """Every rank's weights figure as integers, under check's ``ranks[]`` names: ``weights_bytes`` (the
+    total), its parts where the checkpoint gave it (``param_bytes`` exactly as the release's class holds
+    them, ``buffer_bytes``, ``margin_bytes`` beyond the parameters; null for a figure given as a number),
+    and ``weights_source``. ``rank`` is the global rank (tp the inner dimension)."""
+    docs: list[dict[str, object]] = []
+    for rank, f in enumerate(figures):
+        d = f.detail
+        total = d.total_bytes if d is not None else (None if f.gib is None else round(f.gib * 2**30))
+        docs.append(
+            {
+                "rank": rank,
+                "weights_bytes": total,
+                "param_bytes": None if d is None else d.param_bytes,
+                "buffer_bytes": None if d is None else d.buffer_bytes,
+                "margin_bytes": None if d is None else d.margin_bytes,
+                "weights_source": f.source.label,
+            }
+        )
+    return docs

@@ -16,7 +16,8 @@ from checker.core.sizing.planning import MemFraction, MinBudget, SuggestedPartit
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 from checker.engines.drift import Drift, drift_lines
 from checker.outputs.header import header
-from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc
+from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc, weights_per_rank_doc
+from checker.outputs.render import Document
 from checker.outputs.tables import fmt_int, format_table
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
 
@@ -82,6 +83,7 @@ class AssumedWeights:
             "source": self.source,
             "busiest_rank": self.rank,
             "per_rank_gib": [f.gib for f in self.figures] if self.figures else None,
+            "per_rank": weights_per_rank_doc(self.figures) if self.figures else None,
         }
 
 
@@ -196,9 +198,10 @@ def _below_text(result: MinBudget) -> str:
     return f"{worst.max_running_requests} (stage {worst.pp_rank})"
 
 
-def target_text(p: TargetPlan) -> list[str]:
+def target_text(p: TargetPlan, *, head: bool = True) -> list[str]:
+    """``head`` False (``--quiet``): without the inputs' header."""
     c, inputs, target = p.config, p.inputs, p.config.target_max_running_requests
-    lines = [] if c.derive.output.quiet else [header(inputs)]
+    lines = [header(inputs)] if head else []
     if inputs.partition_env and inputs.pp_size > 1:
         lines.append(f"{PARTITION_ENV}={inputs.partition_env}")
     lines += [f"target: every stage derives max_running_requests >= {target}", ""]
@@ -277,9 +280,9 @@ def target_doc(p: TargetPlan) -> dict[str, object]:
 # -- the same under each release -----------------------------------------------------------------------
 
 
-def releases_text(p: ReleaseTargets) -> list[str]:
+def releases_text(p: ReleaseTargets, *, head: bool = True) -> list[str]:
     target = p.config.target_max_running_requests
-    lines = [] if p.config.derive.output.quiet else [header(p.inputs[p.releases[-1]])]
+    lines = [header(p.inputs[p.releases[-1]])] if head else []
     lines += [f"target: every stage derives max_running_requests >= {target}, under each release", ""]
     rows = []
     for v, r in p.results.items():
@@ -329,9 +332,9 @@ def releases_doc(p: ReleaseTargets) -> dict[str, object]:
 # -- a partition against the default split -------------------------------------------------------------
 
 
-def partition_text(p: PartitionPlan) -> list[str]:
+def partition_text(p: PartitionPlan, *, head: bool = True) -> list[str]:
     base, plan, policy = p.inputs, p.partition, p.inputs.resolved_policy
-    lines = [] if p.config.derive.output.quiet else [header(base)]
+    lines = [header(base)] if head else []
     lines.append(
         f"policy {policy}; budget {base.budget_gib:g} GiB; each stage holds {plan.bounds.lower} to "
         f"{plan.bounds.upper} layers (slack {p.slack})"
@@ -441,3 +444,22 @@ def partition_doc(p: PartitionPlan) -> dict[str, object]:
         },
         **_engine_doc(p.config, p),
     }
+
+
+def target_document(p: TargetPlan) -> Document:
+    """``plan --target-max-running-requests``'s result; ``--quiet``: the text without its header."""
+    return Document(
+        lambda: target_doc(p), lambda: target_text(p), lambda: "\n".join(target_text(p, head=False))
+    )
+
+
+def releases_document(p: ReleaseTargets) -> Document:
+    return Document(
+        lambda: releases_doc(p), lambda: releases_text(p), lambda: "\n".join(releases_text(p, head=False))
+    )
+
+
+def partition_document(p: PartitionPlan) -> Document:
+    return Document(
+        lambda: partition_doc(p), lambda: partition_text(p), lambda: "\n".join(partition_text(p, head=False))
+    )

@@ -14,6 +14,7 @@ from checker.core.sizing.token_plan import TokenBudget, TokenTarget
 from checker.outputs.header import header
 from checker.outputs.jsondoc import json_layout, stage_dict, status_doc
 from checker.outputs.plan import AssumedWeights, _inputs_doc, fraction_doc, fraction_text
+from checker.outputs.render import Document
 from checker.outputs.tables import fmt_int, format_table
 from checker.status import CONSISTENT
 
@@ -44,9 +45,10 @@ def _there(target: TokenTarget, stages: list[StageCapacity] | None) -> str:
     return f"{fmt_int(T)} tokens, {n} requests (short of {' and '.join(short)})"
 
 
-def token_text(p: TokenPlan) -> list[str]:
+def token_text(p: TokenPlan, *, head: bool = True) -> list[str]:
+    """``head`` False (``--quiet``): without the inputs' header."""
     c, inputs = p.config, p.inputs
-    lines = [] if c.derive.output.quiet else [header(inputs)]
+    lines = [header(inputs)] if head else []
     if inputs.partition_env and inputs.pp_size > 1:
         lines.append(f"{PARTITION_ENV}={inputs.partition_env}")
     lines += [f"target: {p.target.label}", ""]
@@ -113,3 +115,8 @@ def token_doc(p: TokenPlan) -> dict[str, object]:
         },
         "timings": {"search_s": p.search_s},
     }
+
+
+def token_document(p: TokenPlan) -> Document:
+    """``plan --target-tokens``'s result; ``--quiet``: the text without its header."""
+    return Document(lambda: token_doc(p), lambda: token_text(p), lambda: "\n".join(token_text(p, head=False)))

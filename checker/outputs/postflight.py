@@ -8,13 +8,11 @@ describes the JSON; docs/postflight.md shows each rendering.
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from checker import __version__
-from checker.files import append_file, write_file
 from checker.outputs.markup import cut, md_cell, md_table
+from checker.outputs.render import Document
 from checker.outputs.tables import format_table
 from checker.postflight.compare import (
     DIVERGES,
@@ -412,27 +410,37 @@ def error_junit(message: str) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-# -- writing -------------------------------------------------------------------------------------------
+# -- the document --------------------------------------------------------------------------------------
 
 
-def write_outputs(
-    *,
-    doc: Mapping[str, object],
-    junit_text: str | None,
-    markdown: str | None,
-    report: str | None,
-    junit: str | None,
-) -> list[str]:
-    """Write every requested artefact, each bounded; the problems (the verdict still prints)."""
-    problems = []
-    if report:
-        problems.append(write_file(report, json.dumps(doc, indent=2) + "\n", what="--postflight-report"))
-    if junit and junit_text is not None:
-        problems.append(write_file(junit, junit_text, what="--junit"))
-    step = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step and markdown is not None:
-        problems.append(append_file(step, markdown, what="GITHUB_STEP_SUMMARY"))
-    return [p for p in problems if p]
+def document(result: Postflight, reading: LogReading, *, report: str | None, elapsed_s: float) -> Document:
+    """The post-flight for every renderer; the step summary only where it held logs to ``report``."""
+    return Document(
+        lambda: to_json(result, reading, report=report),
+        lambda: [to_text(result, reading)],
+        lambda: one_line(result),
+        junit=lambda: to_junit(result, elapsed_s=elapsed_s),
+        markdown=(lambda: to_markdown(result, reading)) if report else None,
+    )
 
 
-__all__ = ["CONSISTENT", "to_json", "to_text", "to_junit", "to_markdown", "one_line", "write_outputs"]
+def error_document(message: str, *, report: str | None, logs: Sequence[str]) -> Document:
+    """Unreadable input: the error in the JSON, JUnit and the step summary; nothing in the text (the one
+    line goes to stderr)."""
+    return Document(
+        lambda: error_doc(message, report=report, logs=logs),
+        junit=lambda: error_junit(message),
+        markdown=lambda: error_markdown(message),
+    )
+
+
+__all__ = [
+    "CONSISTENT",
+    "document",
+    "error_document",
+    "to_json",
+    "to_text",
+    "to_junit",
+    "to_markdown",
+    "one_line",
+]

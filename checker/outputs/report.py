@@ -12,8 +12,6 @@ rendering of one divergent run.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
@@ -25,9 +23,10 @@ from checker.core.sizing.row import MISSING, REPORTED_INTS, RankRow
 from checker.core.sizing.sizing import CHECKED_VALUES
 from checker.distributed.wire import VALUE_BYTES, digest, sent_text
 from checker.families.weights_source import WeightsSource
-from checker.files import append_file, write_file
 from checker.outputs.markup import cut, md_cell, md_table
+from checker.outputs.render import Document
 from checker.outputs.tables import fmt_int, format_table, mark
+from checker.preflight.derivation import FRACTION_MILLIONTHS, FRACTION_SOURCES
 from checker.preflight.pipeline import agreed_num_layers
 from checker.preflight.verdict import COMPARED_VALUES, STAGE_VALUES, ValueGroup, Verdict
 from checker.status import DIVERGENT, ERROR, HEADLINE, INFRASTRUCTURE_FAILURE, MODEL_DRIFT, row_status_name
@@ -124,6 +123,9 @@ def rank_dict(row: RankRow) -> dict[str, object]:
     d["kv_limiting"] = None if row.kv_limiting == MISSING else bool(row.kv_limiting)
     d["budget_gib"] = row.budget_gib
     d["weights_source"] = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else None
+    fraction = row.mem_fraction_millionths
+    d["mem_fraction_static"] = None if fraction == MISSING else fraction / FRACTION_MILLIONTHS
+    d["mem_fraction_source"] = FRACTION_SOURCES.get(row.mem_fraction_source)
     if row.materialize_status == MISSING:
         for name in ("predicted_bytes", "allocated_bytes"):
             d.pop(name)
@@ -637,41 +639,22 @@ def to_markdown(verdict: Verdict, *, summary: str, plot: str | None = None) -> s
 # -- writing -------------------------------------------------------------------------------------------
 
 
-def write_all(
+def document(
     verdict: Verdict,
     *,
-    report: str | None,
-    junit: str | None,
     summary: str,
     elapsed_s: float,
     extra: Mapping[str, object],
-    step_summary: bool = True,
     plot: str | None = None,
-) -> list[str]:
-    """Write every requested artefact, each bounded; return problems (the verdict must still print).
-    ``plot``: the stage picture written before them (the step summary names it)."""
-    problems = []
-    if report:
-        problems.append(
-            write_file(report, json.dumps(to_json(verdict, extra=extra), indent=2) + "\n", what="--report")
-        )
-    if junit:
-        problems.append(write_file(junit, to_junit(verdict, elapsed_s=elapsed_s), what="--junit"))
-    step = os.environ.get("GITHUB_STEP_SUMMARY") if step_summary else None
-    if step:
-        problems.append(
-            append_file(step, to_markdown(verdict, summary=summary, plot=plot), what="GITHUB_STEP_SUMMARY")
-        )
-    return [p for p in problems if p]
-
-
-def print_verdict(
-    verdict: Verdict, *, summary: str, elapsed_s: float, format: str, quiet: bool, extra: Mapping[str, object]
-) -> None:
-    """stdout: the text report, the JSON report (``--format json``), or one line (``--quiet``)."""
-    if format == "json":
-        print(json.dumps(to_json(verdict, extra=extra), indent=2), flush=True)
-    elif quiet:
-        print(one_line(verdict), flush=True)
-    else:
-        print(to_text(verdict, summary=summary, elapsed_s=elapsed_s), flush=True)
+    text: bool = True,
+) -> Document:
+    """check's result, built once for every renderer: the JSON report, the text, the one line, JUnit and
+    the step summary. ``plot``: the stage picture written before them (the step summary names it);
+    ``text`` False: the ranks' own errors went to stderr, so only the JSON is printed on stdout."""
+    return Document(
+        lambda: to_json(verdict, extra=extra),
+        (lambda: [to_text(verdict, summary=summary, elapsed_s=elapsed_s)]) if text else None,
+        (lambda: one_line(verdict)) if text else None,
+        junit=lambda: to_junit(verdict, elapsed_s=elapsed_s),
+        markdown=lambda: to_markdown(verdict, summary=summary, plot=plot),
+    )

@@ -7,9 +7,8 @@ The findings of a sweep (:func:`build_report`) or, under torchrun, why there are
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,8 +16,8 @@ from checker import __version__
 from checker.config import SizingFlags
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs
 from checker.core.sizing.sweep import BudgetGrid, SweepSummary
-from checker.files import write_file
 from checker.outputs.jsondoc import json_inputs
+from checker.outputs.render import Document
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES
 
 PRETTY_REPORT_BUDGETS = 2_000
@@ -126,14 +125,14 @@ def failure_report(
     }
 
 
-def to_json_text(report: Mapping[str, object]) -> str:
-    # Indented for a person when it is short; compact when it lists many budgets, because json's
-    # indenting encoder is pure Python and costs seconds on a dense sweep (the C encoder, milliseconds).
+def document(
+    report: Mapping[str, object],
+    lines: Callable[[], Sequence[str]] | None = None,
+    line: Callable[[], str] | None = None,
+) -> Document:
+    """The sweep's findings (or why there are none) for every renderer. The JSON is indented for a person
+    when it is short; compact when it lists many budgets, because json's indenting encoder is pure Python
+    and costs seconds on a dense sweep (the C encoder, milliseconds)."""
     num = report.get("num_budgets", 0)
     indent = 1 if isinstance(num, int) and num <= PRETTY_REPORT_BUDGETS else None
-    return json.dumps(report, indent=indent)
-
-
-def write_report(path: str, report: Mapping[str, object]) -> str | None:
-    """Write ``--report`` (bounded); a problem line, or None."""
-    return write_file(path, to_json_text(report) + "\n", what="--report")
+    return Document(lambda: report, lines, line, indent=indent)

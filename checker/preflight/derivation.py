@@ -137,6 +137,21 @@ def rank_weights(
     )
 
 
+FRACTION_MILLIONTHS = 1_000_000
+"""``mem_fraction_millionths`` per unit of --mem-fraction-static (the row's one int form of it)."""
+FRACTION_GIVEN, FRACTION_DEFAULT = 1, 2
+"""``mem_fraction_source`` on the row: given (the flag or the launch command), the release's default."""
+FRACTION_SOURCES = {FRACTION_GIVEN: "given", FRACTION_DEFAULT: "release default"}
+
+
+@dataclass(frozen=True)
+class UsedFraction:
+    """The --mem-fraction-static a device budget used, and where it came from (``FRACTION_*``)."""
+
+    value: float
+    source: int
+
+
 def device_budget(
     config: PreflightConfig,
     env: RankEnv,
@@ -145,9 +160,9 @@ def device_budget(
     *,
     release: str,
     weights: Sequence[RankWeightsFigure] | None = None,
-) -> tuple[float, str]:
+) -> tuple[float, str, UsedFraction]:
     """``--budget-from-device``: the memory handed to sizing, computed as this rank's release does
-    (:func:`checker.core.sizing.budget.sizing_budget`), and the formula it used.
+    (:func:`checker.core.sizing.budget.sizing_budget`), the formula it used and the --mem-fraction-static.
 
     SGLang measures free memory before and after loading the weights, each all-reduced MIN over the
     ranks; the checker loads none, so free-after is free-before minus each rank's weights figure
@@ -187,7 +202,8 @@ def device_budget(
     agreement = "MIN over ranks" if b.agree else "this rank's own, not agreed"
     # Where the weights came from is each rank's own field (weights_source): the formula is an input,
     # cut at the wire's width, and keeps the numbers first.
-    return result.budget_gib, f"device free ({agreement}): {result.formula}{picked}"
+    used = UsedFraction(fraction, FRACTION_DEFAULT if picked else FRACTION_GIVEN)
+    return result.budget_gib, f"device free ({agreement}): {result.formula}{picked}", used
 
 
 def flag_inputs(sizing: SizingFlags, given: GivenFlags | None) -> dict[str, str | None]:
@@ -319,9 +335,19 @@ def _derive_into(
         row.weights_source = int(mine.source)
         if mine.gib is not None:
             row.weights_bytes = round(mine.gib * GIB)
-        budget_gib, formula = device_budget(
+        if mine.detail is not None:  # the checkpoint's figure: its parts, exactly
+            d = mine.detail
+            row.param_bytes, row.buffer_bytes, row.margin_bytes = (
+                d.param_bytes,
+                d.buffer_bytes,
+                d.margin_bytes,
+            )
+            row.weights_bytes = d.total_bytes
+        budget_gib, formula, fraction = device_budget(
             config, env, local, all_free, release=release.modelled, weights=weights
         )
+        row.mem_fraction_millionths = round(fraction.value * FRACTION_MILLIONTHS)
+        row.mem_fraction_source = fraction.source
         # Agreed (MIN over ranks), the formula is every rank's and says how the budget was reached; not
         # agreed, its numbers are this rank's own free memory, not an input: the flags are the source
         # then, and each rank's budget_gib shows what its memory gave.

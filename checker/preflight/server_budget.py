@@ -13,7 +13,7 @@ from dataclasses import replace
 from checker.config import DeriveConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.budget import sizing_budget
-from checker.families.weights_source import busiest_rank
+from checker.families.weights_source import RankWeightsFigure, WeightsSource, busiest_rank
 from checker.preflight.resolve import derive_inputs, derive_rank_weights
 
 
@@ -29,6 +29,10 @@ def server_budget(
     as free-before less the busiest rank's weights (SGLang all-reduces free memory MIN over ranks)."""
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"
+        inputs = derive_inputs(config, os.environ)
+        figures = [RankWeightsFigure(weights_gib, WeightsSource.FLAG)] * (
+            inputs.pp_size * inputs.tp_group_size
+        )
     else:
         figures = derive_rank_weights(config, derive_inputs(config, os.environ), os.environ)
         busiest = busiest_rank(figures)
@@ -52,6 +56,9 @@ def server_budget(
         budget_given=True,
         budget_formula=formula,
         weights_gib=weights if weights_gib is not None else None,
+        weights_figures=tuple(figures),
+        mem_fraction_static=fraction,
+        mem_fraction_source="given" if fraction_source is None else "release default",
     )
 
 

@@ -103,6 +103,19 @@ class RankRow:
     weights_source: int = _int(default=0)
     """Where ``weights_bytes`` came from (checker.families.weights_source.WeightsSource: 0 none, 1 flag,
     2 checkpoint)."""
+    param_bytes: int = _int()
+    """Of ``weights_bytes`` read from the checkpoint: the parameters exactly, as the release's class holds
+    them on this rank (MISSING: the figure is not the checkpoint's, so it has no parts)."""
+    buffer_bytes: int = _int()
+    """Of the checkpoint's figure: the buffers the class registers (part of ``margin_bytes``)."""
+    margin_bytes: int = _int()
+    """Of the checkpoint's figure: everything beyond the parameters (buffers, kept copies, the allocator's
+    rounding); ``param_bytes + margin_bytes == weights_bytes``."""
+    mem_fraction_millionths: int = _int(report=False)
+    """The --mem-fraction-static this rank's budget used, in millionths (MISSING: no device budget)."""
+    mem_fraction_source: int = _int(report=False, default=0)
+    """Where it came from: 0 none (no device budget), 1 given (the flag or the launch command), 2 the
+    release's default for this rank's GPU total (:mod:`checker.core.releases.mem_fraction`)."""
     # --materialize
     predicted_bytes: int = _int()
     allocated_bytes: int = _int()
