@@ -233,7 +233,7 @@ def test_a_hub_id_weights_come_from_the_download_dir(
 ) -> None:
     """A hub id with the launch command's --download-dir: config.json from the hub cache (as SGLang's
     config reader finds it), the weights from that directory's snapshot (SGLang's loader downloads there:
-    ``snapshot_download(cache_dir=download_dir)``); where the directory lacks it, no checkpoint figure."""
+    ``snapshot_download(cache_dir=download_dir)``); where the directory lacks it, config.json's figure."""
     repo = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
     config_only = tmp_path / "config-only"
     config_only.mkdir()

@@ -164,6 +164,7 @@ def config_weights(
     the same figure the checkpoint gives, since the release's class decides the bytes. The quantization
     is read as :func:`checkpoint_weights` reads it (config.json, ``hf_quant_config.json``,
     ``--quantization``); a family the checker does not model is refused in one line."""
+    # start-up: as in checkpoint_weights (the weights rules, 12-21 ms a rank, load only for a figure)
     from checker.core.weights.quant import read_scheme
     from checker.families.rules import family_of, model_weights
 
@@ -233,6 +234,7 @@ def weights_per_rank(
 def _modelled(path: Path) -> bool:
     """Whether the config's family has its weights modelled (an unreadable config: True, so that the
     figure's own reading refuses it in one line)."""
+    # start-up: the family registry loads only where a config-only figure is optional (derive --plot)
     from checker.families import family_for
 
     try:
