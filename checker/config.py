@@ -255,7 +255,11 @@ class BudgetSource:
             return f"weights {figures} GiB ({self.weights_source or '--weights-gib'})"
         if self.weights.model_dir is not None and has_safetensors(self.weights.model_dir):
             return "weights per rank from the checkpoint"
-        return "no weights figure (no --weights-gib, no checkpoint: a budget larger than the server's)"
+        if self.weights.model_dir is not None and os.path.isfile(
+            os.path.join(self.weights.model_dir, "config.json")
+        ):
+            return "weights per rank from config.json (no shards)"
+        return "no weights figure (no --weights-gib, no model directory: a budget larger than the server's)"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -233,7 +233,7 @@ def test_a_hub_id_weights_come_from_the_download_dir(
 ) -> None:
     """A hub id with the launch command's --download-dir: config.json from the hub cache (as SGLang's
     config reader finds it), the weights from that directory's snapshot (SGLang's loader downloads there:
-    ``snapshot_download(cache_dir=download_dir)``); where the directory lacks it, no checkpoint figure."""
+    ``snapshot_download(cache_dir=download_dir)``); where the directory lacks it, config.json's figure."""
     repo = "moonshotai/Kimi-Linear-48B-A3B-Instruct"
     config_only = tmp_path / "config-only"
     config_only.mkdir()
@@ -257,9 +257,13 @@ def test_a_hub_id_weights_come_from_the_download_dir(
     assert (
         f"--download-dir {tmp_path / 'empty'} holds no snapshot of {repo}" in err and "--weights-gib" in err
     )
-    # without --download-dir the weights are beside config.json in the hub cache: none there
+    # without --download-dir the weights are beside config.json in the hub cache: none there, and the
+    # figure is config.json's by the release's class, the same bytes the checkpoint gives
     code, out, err = cli([*argv, *launch])
-    assert code == 2 and "holds no *.safetensors beside its config.json" in err, err
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["weights"]["source"] == "config"
+    assert doc["weights"]["gib"] == pytest.approx(max(_figures(KIMI, WeightsLayout(pp_size=3, tp_size=1))))
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from checker.commands import lifecycle
 from checker.commands.check_config import config_from_args
-from checker.commands.flag_types import gib_list, positive_gib, unit_fraction
+from checker.commands.flag_types import gib_list, positive_gib, unit_fraction, weights_gib_list
 from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.commands.options import (
     add_engine_args,
@@ -99,13 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--weights-gib",
-        type=gib_list,
+        type=weights_gib_list,
         metavar="GIB[,GIB...]",
         help="with --budget-from-device: the model weights' footprint per rank (one value, or one per "
         "rank); SGLang sizes from free memory measured before and after loading them, as your release "
         "does. Default: each rank's figure from the model directory's safetensors checkpoint (its "
-        "headers: the parameters the release's class holds on that rank, plus the stated margin); "
-        "without a checkpoint 0, a budget larger than the server's",
+        "headers: the parameters the release's class holds on that rank, plus the stated margin), or its "
+        "config.json alone where no shards are there; 0: explicitly none",
     )
     g.add_argument(
         "--weights-from-log",

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from checker.commands.derive_releases import run_releases
-from checker.commands.flag_types import positive_gib, unit_fraction
+from checker.commands.flag_types import positive_gib, unit_fraction, weights_gib
 from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     b.add_argument(
         "--weights-gib",
-        type=positive_gib,
+        type=weights_gib,
         metavar="GIB",
         help="with --gpu-free-gib: the weights on the busiest rank (GiB); default: the model directory's "
         "safetensors checkpoint, each rank's as the release's class holds them",

@@ -93,6 +93,8 @@ def row_type(row: ServerArg) -> Callable[[str], object]:
 # one validating constructor every derivation builds; for a value that came through here its check cannot
 # fire, it is there for callers that are not the parser (code, a plan's search, a config file).
 positive_gib = bounded_float(low=0, high=MAX_GIB, what=" GiB")
+weights_gib = bounded_float(low=0, high=MAX_GIB, low_inclusive=True, what=" GiB")
+"""--weights-gib: 0 is the explicit "no weights" (the figure is otherwise the model directory's)."""
 unit_fraction = row_type(MEM_FRACTION_STATIC)
 timeout_seconds = bounded_float(low=0, high=MAX_TIMEOUT_S, what=" seconds")
 
@@ -101,6 +103,11 @@ def gib_list(text: str) -> tuple[float, ...]:
     """GIB[,GIB...]: one or more positive GiB values."""
     values = tuple(positive_gib(part.strip()) for part in text.split(","))
     return values
+
+
+def weights_gib_list(text: str) -> tuple[float, ...]:
+    """--weights-gib GIB[,GIB...]: GiB values >= 0 (0: explicitly no weights)."""
+    return tuple(weights_gib(part.strip()) for part in text.split(","))
 
 
 def init_method(text: str) -> str:

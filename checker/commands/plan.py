@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from checker.commands.flag_types import int_at_least, positive_gib, positive_int
+from checker.commands.flag_types import int_at_least, positive_gib, positive_int, weights_gib
 from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     d.add_argument(
         "--weights-gib",
-        type=positive_gib,
+        type=weights_gib,
         metavar="GIB",
         help="the weights' footprint on the busiest rank (GiB): the largest 'mem usage=X GB' of the "
         "server's 'Load weight end.' log lines. Default: the model directory's safetensors checkpoint, "

@@ -83,7 +83,7 @@ def assumed_weights(config: PlanConfig, inputs: CapacityInputs) -> AssumedWeight
     figure = ranks[busiest]
     assert figure.gib is not None
     return AssumedWeights(
-        gib=figure.gib, source="checkpoint", rank=busiest, figures=tuple(ranks), detail=figure.detail
+        gib=figure.gib, source=figure.source.label, rank=busiest, figures=tuple(ranks), detail=figure.detail
     )
 
 

@@ -105,6 +105,26 @@ def check_shapes(ckpt: Checkpoint, config: Mapping[str, Any], source: str = "con
     return checked
 
 
+def check_complete(ckpt: Checkpoint, config: Mapping[str, Any], source: str = "config.json") -> None:
+    """Refuse a checkpoint that lacks a tensor the family's class needs (one ConfigError line naming the
+    tensor and the shards): every release's ``load_weights`` fills only the parameters the checkpoint
+    names, and a class whose ``load_weights`` skips a name it has no parameter for (Nemotron-H and
+    Qwen3.5 log a warning, 0.5.23 ``models/nemotron_h.py:1354``, ``models/qwen3_5.py:2368``) starts on
+    uninitialized memory, e.g. Llama's tensor names under a Nemotron-H config.json."""
+    have = ckpt.tensors
+    for name, _ in expected_tensors(config, source):
+        if name not in have:
+            shards = sorted({t.shard for t in have.values()})
+            held = f"{len(shards)} shard{'s' if len(shards) != 1 else ''}" if len(shards) != 1 else shards[0]
+            example = next(iter(have), None)
+            raise ConfigError(
+                f"tensor {shorten(name)} is in no shard of the checkpoint ({held}"
+                f"{', which hold e.g. ' + shorten(example) if example else ''}), and the class config.json "
+                "names loads it: the checkpoint and config.json are of different models, or the download is "
+                "incomplete (point --model-path at the directory that holds both, whole)"
+            )
+
+
 def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str, source: str) -> None:
     """Refuse (one ConfigError line naming the tensor and its shard) a checkpoint tensor the release's
     class has no parameter for, where its ``load_weights`` raises on one (FamilyWeights.unknown_tensor_rule:

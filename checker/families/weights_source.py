@@ -10,7 +10,10 @@ weights; the weights figure per rank is, by precedence:
   (:mod:`checker.core.weights.checkpoint_names`), and held as the release's class holds it
   (:mod:`checker.core.weights.weights`): parameters exactly, plus the stated margin (buffers, kept copies,
   allocator segments);
-* none: no flag and no checkpoint (a preset, a JSON model spec, a directory with only config.json).
+* ``config``: a model directory with config.json and no shards: the same figure from config.json alone
+  (the release's class decides the bytes, not the checkpoint), so a budget is never sized on free memory
+  with the weights missing; a family whose weights are not modelled is refused there in one line;
+* none: no flag and no model directory (a preset, a JSON model spec).
 
 :class:`WeightsSource` is the small enum the report carries; a later source (the server's own log line)
 adds a member.
@@ -41,10 +44,22 @@ class WeightsSource(enum.IntEnum):
     FLAG = 1
     CHECKPOINT = 2
     LOG = 3
+    CONFIG = 4
 
     @property
     def label(self) -> str:
-        return {0: "none", 1: "flag", 2: "checkpoint", 3: "log"}[int(self)]
+        return {0: "none", 1: "flag", 2: "checkpoint", 3: "log", 4: "config"}[int(self)]
+
+    @property
+    def words(self) -> str:
+        """Where the figure came from, in a report's words."""
+        return {
+            0: "no weights figure",
+            1: "--weights-gib",
+            2: "the checkpoint",
+            3: "--weights-from-log",
+            4: "config.json (no shards)",
+        }[int(self)]
 
 
 @dataclass(frozen=True)
@@ -116,7 +131,7 @@ def checkpoint_weights(
     from checker.core.weights.checkpoint import read_checkpoint
     from checker.core.weights.checkpoint_names import check_fp8, check_unquantized
     from checker.core.weights.quant import read_scheme
-    from checker.families.rules import check_loadable, check_shapes, family_of, model_weights
+    from checker.families.rules import check_complete, check_loadable, check_shapes, family_of, model_weights
 
     d = Path(directory)
     if config is None:
@@ -136,9 +151,34 @@ def checkpoint_weights(
         check_fp8(ckpt, scheme.block, source)
     check_shapes(ckpt, config, source)
     check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first
+    check_complete(ckpt, config, source)  # a parameter no shard fills: the class starts uninitialized
     if scheme is None:
         check_unquantized(ckpt, source)
     return model_weights(config, layout, release=release, source=source), ckpt
+
+
+def config_weights(
+    directory: str | Path, layout: WeightsLayout, *, release: str, quantization: str | None = None
+) -> ModelWeights:
+    """Every rank's weights for ``layout`` from ``directory``'s config.json alone (no shards beside it):
+    the same figure the checkpoint gives, since the release's class decides the bytes. The quantization
+    is read as :func:`checkpoint_weights` reads it (config.json, ``hf_quant_config.json``,
+    ``--quantization``); a family the checker does not model is refused in one line."""
+    # start-up: as in checkpoint_weights (the weights rules, 12-21 ms a rank, load only for a figure)
+    from checker.core.weights.quant import read_scheme
+    from checker.families.rules import family_of, model_weights
+
+    d = Path(directory)
+    config = read_json(d / "config.json")
+    source = shown_path(d / "config.json")
+    declared = config.get("quantization_config") or config.get("compression_config")
+    if declared is None and (d / HF_QUANT_CONFIG).exists():
+        _modelopt(d / HF_QUANT_CONFIG)
+    read_scheme(config, flag=quantization, directory=d, source=source)
+    if quantization:
+        layout = dataclasses.replace(layout, quantization=quantization)
+    family_of(config, source)
+    return model_weights(config, layout, release=release, source=source)
 
 
 def weights_per_rank(
@@ -150,10 +190,13 @@ def weights_per_rank(
     layout: WeightsLayout | None,
     release: str,
     quantization: str | None = None,
+    required: bool = True,
 ) -> list[RankWeightsFigure]:
     """Every rank's weights figure, by precedence: ``--weights-gib`` (or the figures of
     ``--weights-from-log``: ``flag_source`` LOG), else the checkpoint in ``model_dir`` (when it holds
-    safetensors), else none."""
+    safetensors), else ``model_dir``'s config.json alone (source CONFIG), else none (no model directory).
+    ``required`` False (a picture that shows the weights where known): a family whose weights are not
+    modelled gets none instead of the one-line refusal."""
     if flag_gib:
         if len(flag_gib) not in (1, world_size):
             raise FlagError(
@@ -168,12 +211,35 @@ def weights_per_rank(
     from checker.core.weights.checkpoint import has_safetensors
     from checker.core.weights.weights import GIB
 
-    if not has_safetensors(model_dir):
+    source = WeightsSource.CHECKPOINT
+    if has_safetensors(model_dir):
+        mw, _ = checkpoint_weights(model_dir, layout, release=release, quantization=quantization)
+    elif not (Path(model_dir) / "config.json").is_file():
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
-    mw, _ = checkpoint_weights(model_dir, layout, release=release, quantization=quantization)
+    else:
+        if not required and not _modelled(Path(model_dir) / "config.json"):
+            return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
+        mw, source = (
+            config_weights(model_dir, layout, release=release, quantization=quantization),
+            WeightsSource.CONFIG,
+        )
     if len(mw.ranks) != world_size:
         raise ConfigError(
             f"the layout gives {len(mw.ranks)} ranks but the world has {world_size}; "
             "check --pp-size/--tp-size"
         )
-    return [RankWeightsFigure(r.total_bytes / GIB, WeightsSource.CHECKPOINT, r) for r in mw.ranks]
+    return [RankWeightsFigure(r.total_bytes / GIB, source, r) for r in mw.ranks]
+
+
+def _modelled(path: Path) -> bool:
+    """Whether the config's family has its weights modelled (an unreadable config: True, so that the
+    figure's own reading refuses it in one line)."""
+    # start-up: the family registry loads only where a config-only figure is optional (derive --plot)
+    from checker.families import family_for
+
+    try:
+        model_type = read_json(path).get("model_type")
+    except ConfigError:
+        return True
+    family = family_for(model_type if isinstance(model_type, str) else "")
+    return family is None or family.rules().weights is not None

@@ -53,12 +53,13 @@ def weights_doc(config: PreflightConfig | None, rows: Sequence[RankRow] = ()) ->
     if config is None or not config.budget.from_device:
         return {}
     b = config.budget
-    if not b.weights_gib and rows and all(r.weights_source == int(WeightsSource.CHECKPOINT) for r in rows):
+    derived = (int(WeightsSource.CHECKPOINT), int(WeightsSource.CONFIG))
+    if not b.weights_gib and rows and all(r.weights_source in derived for r in rows):
         figures = [r.weights_bytes / 2**30 for r in sorted(rows, key=lambda r: r.rank)]
         return {
             "weights_gib": [round(f, 6) for f in figures],
-            "weights_source": "the checkpoint: each rank's parameters as its release's class holds them, "
-            "plus the stated margin",
+            "weights_source": f"{WeightsSource(rows[0].weights_source).words}: each rank's parameters as its "
+            "release's class holds them, plus the stated margin",
         }
     return {
         "weights_gib": list(b.weights_gib) or [0.0],

@@ -49,7 +49,8 @@ class AssumedWeights:
 
     gib: float
     source: str
-    """``flag`` (--weights-gib), ``log`` (--weights-from-log) or ``checkpoint``."""
+    """``flag`` (--weights-gib), ``log`` (--weights-from-log), ``checkpoint`` or ``config`` (config.json
+    alone, no shards)."""
     note: str | None = None
     """--weights-from-log: which log line the figure is (the largest mem usage, and its prefix)."""
     rank: int | None = None
@@ -73,7 +74,8 @@ class AssumedWeights:
             params, margin = d.param_bytes / 2**30, d.margin_bytes / 2**30
             parts = f": parameters {params:.2f} GiB ({parts}) + margin {margin:.2f}"
         return (
-            f"weights {self.gib:.2f} GiB on the busiest rank, rank {self.rank} (from the checkpoint{parts}; "
+            f"weights {self.gib:.2f} GiB on the busiest rank, rank {self.rank} (from "
+            f"{'config.json, no shards' if self.source == 'config' else 'the checkpoint'}{parts}; "
             "--weights-gib overrides)"
         )
 
@@ -238,7 +240,7 @@ def target_text(p: TargetPlan, *, head: bool = True) -> list[str]:
             f"as --mem-fraction-static, with {c.gpu_free_gib:g} GiB free before {w.gib:g} GiB of "
             f"weights{note} ({inputs.release.label}):",
         ]
-        if w.source == "checkpoint":
+        if w.source in ("checkpoint", "config"):
             lines.append(f"  {w.line()}")
         lines += [
             f"  {name(policy)}: {fraction_text(f)}" for policy, f in p.fractions.items() if f is not None

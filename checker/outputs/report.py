@@ -357,6 +357,8 @@ def weights_cell(row: RankRow) -> str:
     if row.weights_bytes == MISSING:
         return "-"
     source = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else "?"
+    if source == "config":  # the figure from config.json alone, said where a CI log shows it
+        source = "config.json, no shards"
     return f"{row.weights_bytes / 2**30:.2f} GiB ({source})"
 
 

@@ -194,7 +194,7 @@ def derive_plot(config: DeriveConfig, inputs: CapacityInputs, stages: Sequence[S
     assert config.plot is not None
     weights: list[float | None] = [config.weights_gib] * len(stages)
     if config.weights_gib is None:
-        figures = derive_rank_weights(config, inputs, os.environ)
+        figures = derive_rank_weights(config, inputs, os.environ, required=False)
         group = max(len(figures) // max(len(stages), 1), 1)
         for k in range(len(stages)):
             known = [f.gib for f in figures[k * group : (k + 1) * group] if f.gib is not None]

@@ -206,11 +206,12 @@ def derive_engines(config: DeriveConfig, inputs: CapacityInputs, env: Mapping[st
 
 
 def derive_rank_weights(
-    config: DeriveConfig, inputs: CapacityInputs, env: Mapping[str, str]
+    config: DeriveConfig, inputs: CapacityInputs, env: Mapping[str, str], *, required: bool = True
 ) -> list[RankWeightsFigure]:
     """Every rank's weights figure for this deployment, from the checkpoint beside the model's
-    config.json as the release's class holds it (a list of RankWeightsFigure; their source is
-    ``none`` without a checkpoint)."""
+    config.json (or that config.json alone) as the release's class holds it (a list of
+    RankWeightsFigure; their source is ``none`` without a model directory; ``required``: as
+    :func:`checker.families.weights_source.weights_per_rank`)."""
     # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
     from checker.families.weights_source import weights_per_rank
 
@@ -223,4 +224,5 @@ def derive_rank_weights(
         layout=layout,
         release=config.release.modelled,
         quantization=w.quantization,
+        required=required,
     )

@@ -43,7 +43,7 @@ def server_budget(
             )
         busiest_gib = figures[busiest].gib
         assert busiest_gib is not None
-        weights, source = busiest_gib, f"the checkpoint, busiest rank {busiest}"
+        weights, source = busiest_gib, f"{figures[busiest].source.words}, busiest rank {busiest}"
     result = sizing_budget(
         config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )

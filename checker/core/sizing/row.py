@@ -102,7 +102,7 @@ class RankRow:
     checkpoint's parameters plus the stated margin, or --weights-gib; MISSING when there is none."""
     weights_source: int = _int(default=0)
     """Where ``weights_bytes`` came from (checker.families.weights_source.WeightsSource: 0 none, 1 flag,
-    2 checkpoint)."""
+    2 checkpoint, 3 log, 4 config.json alone)."""
     param_bytes: int = _int()
     """Of ``weights_bytes`` read from the checkpoint: the parameters exactly, as the release's class holds
     them on this rank (MISSING: the figure is not the checkpoint's, so it has no parts)."""
