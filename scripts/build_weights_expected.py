@@ -103,7 +103,7 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     "granite_h/ep": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=8,ep=8"], None, {}),
     # FP8 checkpoints (quantization_config as Qwen and NVIDIA publish them: block-wise 128x128 with
     # weight_scale_inv, and per-tensor with static input scales), the quantized classes of the newest
-    # release: ``--release 0.5.23 --case qwen3_next/fp8 --case nemotron_h/fp8``
+    # release: ``--release 0.5.23 --case qwen3_next/fp8 --case qwen3_5/fp8 --case nemotron_h/fp8``
     "qwen3_next/fp8-block": (
         f"{F}/weights/qwen3_next_fp8_block.json",
         ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=8,ep=8", "pp=1,tp=2,dp=2"],
@@ -118,6 +118,14 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # Qwen3.5 (the family with a vision tower, built unquantized: quant_config=None): MoE and dense
+    "qwen3_5/fp8-block": (
+        f"{F}/weights/qwen3_5_fp8_block.json",
+        ["pp=1,tp=4", "pp=2,tp=2", "pp=3,tp=1", "pp=2,tp=4,ep=4", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_5/fp8-dense": (f"{F}/weights/qwen3_5_dense_fp8_block.json", ["pp=1,tp=4", "pp=2,tp=2"], None, {}),
     "nemotron_h/fp8-block": (
         f"{F}/weights/nemotron_h_fp8_block.json",
         ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2"],
