@@ -1,8 +1,9 @@
 """FP8 checkpoints (issue 39 item 1): the per-rank weights of a quantized checkpoint, and its bad input.
 
-The per-rank figures are held to SGLang 0.5.23's own quantized classes by the ``*/fp8-*`` cases of
-tests/fixtures/weights/expected.json (tests/test_weights.py); here: what a user of ``derive`` on an FP8
-model directory sees, and every way such a directory can contradict itself (one line, exit 2).
+The per-rank figures are held to the own quantized classes of SGLang 0.5.10-0.5.23 (eight releases)
+by the ``*/fp8-*`` cases of tests/fixtures/weights/expected.json (tests/test_weights.py); here: what a
+user of ``derive`` on an FP8 model directory sees, and every way such a directory can contradict
+itself (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -161,6 +162,28 @@ def test_a_block_that_does_not_divide_a_partition_is_the_release_refusal() -> No
     (fp8.py:1586), as the tp8 case of expected.json records."""
     with pytest.raises(LayoutError, match="not divisible by the FP8 block"):
         model_weights(_cfg(QWEN_BLOCK), WeightsLayout(pp_size=1, tp_size=8), release="0.5.23")
+
+
+@pytest.mark.parametrize("release", ["0.5.21", "0.5.9", "0.5.5"])
+def test_fp8_on_a_release_whose_classes_were_not_checked_is_refused_in_one_line(release: str) -> None:
+    """The FP8 rules are held to the classes of the releases with a CPU environment (0.5.10 ... 0.5.23,
+    the ``*/fp8-*`` figures of each); a release between or before them is refused, naming those."""
+    with pytest.raises(FlagError) as exc:
+        model_weights(_cfg(NEMOTRON_BLOCK), WeightsLayout(pp_size=2, tp_size=2), release=release)
+    msg = str(exc.value)
+    assert f"not {release}'s" in msg and "0.5.10" in msg and "--weights-gib" in msg and "\n" not in msg
+
+
+def test_the_fp8_figures_of_every_checked_release_are_in_the_fixture() -> None:
+    """Every release the FP8 rules claim has SGLang's own figures for every FP8 case (a release added
+    to CHECKED_RELEASES without them would be claimed unchecked)."""
+    from checker.core.weights.quant import CHECKED_RELEASES
+
+    doc = json.loads((W / "expected.json").read_text())
+    cases = [c for c in doc["cases"] if "/fp8-" in c]
+    assert len(cases) >= 7
+    for release in CHECKED_RELEASES["fp8"]:
+        assert all(c in doc["figures"].get(release, {}) for c in cases), release
 
 
 @pytest.mark.parametrize(

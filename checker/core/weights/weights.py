@@ -40,7 +40,7 @@ from typing import Any
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
 from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
-from checker.core.weights.quant import QuantScheme, ceil_div, check_block, read_scheme
+from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check_release, read_scheme
 
 GIB = 2**30
 DTYPE_BYTES: Mapping[str, int] = {
@@ -779,12 +779,7 @@ def rank_params_of(
     quant = read_scheme(config, flag=layout.quantization, source=source)
     if quant is not None:
         quant = quant.mapped(fam.hf_prefixes, fam.packed_modules)
-        if before(release, "0.5.23"):  # held to 0.5.23's quantized classes only (tests/fixtures/weights)
-            raise FlagError(
-                f"{source}: the model is quantized ({quant.describe()}); the checker models FP8 weights as "
-                f"SGLang 0.5.23's classes hold them, not {release}'s: give the weights per GPU with "
-                "--weights-gib"
-            )
+        check_release(quant.method, release, quant.describe(), source)
     if quant is not None and quant.method not in fam.quant_methods:
         raise FlagError(
             f"{source}: the model is quantized ({quant.describe()}); the checker models that method for "

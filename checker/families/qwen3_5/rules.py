@@ -86,7 +86,8 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
     embed_and_head(b, V, H, tied=tied, embed_group=embed_g, head_group=head_g)
     for i in range(b.p.start_layer, b.p.end_layer):
         if types[i] == "attention":
-            qwen_attention(b, t, i, release)
+            # RadixAttention takes the quant config (its FP8 k_scale/v_scale) from 0.5.17 (qwen3_5.py:915)
+            qwen_attention(b, t, i, release, kv_quant=not before(release, "0.5.17"))
         else:
             # A_log in float32 from 0.5.10; 0.5.9's qwen3_5.py builds it in the model dtype
             a_log = b.dtype if before(release, "0.5.10") else "float32"
