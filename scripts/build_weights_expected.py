@@ -103,13 +103,16 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     "granite_h/ep": (f"{F}/granite_4_0_h_small.json", ["pp=1,tp=8,ep=8"], None, {}),
     # FP8 checkpoints (quantization_config as Qwen and NVIDIA publish them: block-wise 128x128 with
     # weight_scale_inv, and per-tensor with static input scales), the quantized classes of the newest
-    # release: ``--release 0.5.23 --case qwen3_next/fp8 --case nemotron_h/fp8``
+    # release: ``--release 0.5.23 --case qwen3_next/fp8 --case qwen3_5/fp8 --case nemotron_h/fp8``
     "qwen3_next/fp8-block": (
         f"{F}/weights/qwen3_next_fp8_block.json",
-        ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=8,ep=8", "pp=1,tp=2,dp=2"],
+        ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=2,dp=2"],
         None,
         {},
     ),
+    # ep 8: the shared expert, fused into the experts from 0.5.15, stays a tp-8 linear before and its
+    # 64-wide partitions are refused (0.5.10, 0.5.13)
+    "qwen3_next/fp8-block-ep8": (f"{F}/weights/qwen3_next_fp8_block.json", ["pp=1,tp=8,ep=8"], None, {}),
     # tp 8 splits the 512-wide experts into 64-wide partitions: not whole 128-blocks, refused
     "qwen3_next/fp8-block-tp8": (f"{F}/weights/qwen3_next_fp8_block.json", ["pp=1,tp=8"], None, {}),
     "qwen3_next/fp8-tensor": (
@@ -118,6 +121,14 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # Qwen3.5 (the family with a vision tower, built unquantized: quant_config=None): MoE and dense
+    "qwen3_5/fp8-block": (
+        f"{F}/weights/qwen3_5_fp8_block.json",
+        ["pp=1,tp=4", "pp=2,tp=2", "pp=3,tp=1", "pp=2,tp=4,ep=4", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_5/fp8-dense": (f"{F}/weights/qwen3_5_dense_fp8_block.json", ["pp=1,tp=4", "pp=2,tp=2"], None, {}),
     "nemotron_h/fp8-block": (
         f"{F}/weights/nemotron_h_fp8_block.json",
         ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2"],

@@ -1,8 +1,9 @@
 """FP8 checkpoints (issue 39 item 1): the per-rank weights of a quantized checkpoint, and its bad input.
 
-The per-rank figures are held to SGLang 0.5.23's own quantized classes by the ``*/fp8-*`` cases of
-tests/fixtures/weights/expected.json (tests/test_weights.py); here: what a user of ``derive`` on an FP8
-model directory sees, and every way such a directory can contradict itself (one line, exit 2).
+The per-rank figures are held to the own quantized classes of SGLang 0.5.10-0.5.23 (eight releases)
+by the ``*/fp8-*`` cases of tests/fixtures/weights/expected.json (tests/test_weights.py); here: what a
+user of ``derive`` on an FP8 model directory sees, and every way such a directory can contradict
+itself (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ W = REPO / "tests/fixtures/weights"
 QWEN_BLOCK = W / "qwen3_next_fp8_block.json"
 QWEN_TENSOR = W / "qwen3_next_fp8_tensor.json"
 NEMOTRON_BLOCK = W / "nemotron_h_fp8_block.json"
+QWEN35_BLOCK = W / "qwen3_5_fp8_block.json"
 DERIVE = ["derive", "--gpu-free-gib", "79", "--mem-fraction-static", "0.85"]
 
 
@@ -110,6 +112,48 @@ def test_nemotron_h_maps_its_backbone_names_in_the_ignore_list() -> None:
     assert by["model.layers.0.mixer.out_proj.weight"].dtype == "float8_e4m3fn"
 
 
+def test_qwen3_5_keeps_its_vision_tower_unquantized_and_unfuses_its_own_packed_modules() -> None:
+    """Qwen3.5 FP8: the vision tower is built with quant_config=None (qwen3_vl.py:1332-1336), so it
+    stays bf16 whatever the checkpoint; ``in_proj_ba`` is skipped because the ignore list names both
+    of its shards ``in_proj_b``/``in_proj_a`` (the class's packed_modules_mapping, qwen3_5.py:1710);
+    ``in_proj_qkvz`` is quantized with its block grid."""
+    from checker.families.rules import rank_params
+
+    (_, params), *_ = rank_params(_cfg(QWEN35_BLOCK), WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    by = {p.name: p for p in params}
+    assert by["visual.blocks.0.attn.qkv_proj.weight"].dtype == "bfloat16"
+    assert not any(n.startswith("visual.") and "scale" in n for n in by)
+    pre = "model.layers.0.linear_attn"
+    assert by[f"{pre}.in_proj_ba.weight"].dtype == "bfloat16"
+    assert f"{pre}.in_proj_ba.weight_scale_inv" not in by
+    assert by[f"{pre}.in_proj_qkvz.weight"].dtype == "float8_e4m3fn"
+    assert by[f"{pre}.in_proj_qkvz.weight_scale_inv"].shape == (80, 32)
+    assert by["model.layers.0.mlp.experts.w13_weight_scale_inv"].shape == (512, 8, 32)
+
+
+def test_qwen3_5_ignoring_one_shard_of_a_packed_module_is_the_release_refusal() -> None:
+    """``in_proj_a`` ignored but ``in_proj_b`` not: SGLang raises 'Detected some but not all shards'
+    (quantization/utils.py:101) for the fused ``in_proj_ba``."""
+    cfg = _cfg(QWEN35_BLOCK)
+    q = cfg["quantization_config"]
+    q["modules_to_not_convert"] = [n for n in q["modules_to_not_convert"] if not n.endswith("in_proj_b")]
+    with pytest.raises(ConfigError, match="some but not all shards of model.layers.0.linear_attn.in_proj_ba"):
+        model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
+
+
+def test_a_qwen3_5_fp8_checkpoint_derives_per_stage(cli: Callable[..., Any], tmp_path: Path) -> None:
+    """Qwen3.5-397B FP8 under pp 2 x tp 4: derive reads the shards (vision tower bf16, the language
+    model FP8) and prints every stage's quantized figure."""
+    cfg = _cfg(QWEN35_BLOCK)
+    d = _fp8_dir(tmp_path, cfg)
+    res = cli([*DERIVE, "--pp-size", "2", "--tp-size", "4", "--model-config", str(d), "--format", "json"])
+    assert res.rc == 0, res.err
+    mw = model_weights(cfg, WeightsLayout(pp_size=2, tp_size=4), release="0.5.23")
+    for stage in (0, 4):
+        shown = f"{mw.ranks[stage].total_bytes / GIB:.2f}"
+        assert shown in res.out, (shown, res.out[:2000])
+
+
 # -- what the release refuses --------------------------------------------------------------------------------
 
 
@@ -118,6 +162,28 @@ def test_a_block_that_does_not_divide_a_partition_is_the_release_refusal() -> No
     (fp8.py:1586), as the tp8 case of expected.json records."""
     with pytest.raises(LayoutError, match="not divisible by the FP8 block"):
         model_weights(_cfg(QWEN_BLOCK), WeightsLayout(pp_size=1, tp_size=8), release="0.5.23")
+
+
+@pytest.mark.parametrize("release", ["0.5.21", "0.5.9", "0.5.5"])
+def test_fp8_on_a_release_whose_classes_were_not_checked_is_refused_in_one_line(release: str) -> None:
+    """The FP8 rules are held to the classes of the releases with a CPU environment (0.5.10 ... 0.5.23,
+    the ``*/fp8-*`` figures of each); a release between or before them is refused, naming those."""
+    with pytest.raises(FlagError) as exc:
+        model_weights(_cfg(NEMOTRON_BLOCK), WeightsLayout(pp_size=2, tp_size=2), release=release)
+    msg = str(exc.value)
+    assert f"not {release}'s" in msg and "0.5.10" in msg and "--weights-gib" in msg and "\n" not in msg
+
+
+def test_the_fp8_figures_of_every_checked_release_are_in_the_fixture() -> None:
+    """Every release the FP8 rules claim has SGLang's own figures for every FP8 case (a release added
+    to CHECKED_RELEASES without them would be claimed unchecked)."""
+    from checker.core.weights.quant import CHECKED_RELEASES
+
+    doc = json.loads((W / "expected.json").read_text())
+    cases = [c for c in doc["cases"] if "/fp8-" in c]
+    assert len(cases) >= 7
+    for release in CHECKED_RELEASES["fp8"]:
+        assert all(c in doc["figures"].get(release, {}) for c in cases), release
 
 
 @pytest.mark.parametrize(
@@ -170,7 +236,7 @@ def test_a_quantization_the_release_or_the_checker_refuses_is_one_line(
 def test_fp8_on_a_family_whose_quantized_class_is_not_modelled_is_refused_naming_it() -> None:
     cfg = _cfg(REPO / "tests/fixtures/falcon_h1_0_5b.json")
     cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
-    with pytest.raises(FlagError, match="Qwen3-Next, Nemotron-H only, not Falcon-H1"):
+    with pytest.raises(FlagError, match="Qwen3-Next, Qwen3.5, Nemotron-H only, not Falcon-H1"):
         model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
 
 

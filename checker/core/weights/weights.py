@@ -40,7 +40,7 @@ from typing import Any
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
 from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
-from checker.core.weights.quant import QuantScheme, ceil_div, check_block, read_scheme
+from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check_release, read_scheme
 
 GIB = 2**30
 DTYPE_BYTES: Mapping[str, int] = {
@@ -603,10 +603,12 @@ class FamilyWeights:
     ``load_weights`` raises on a tensor the class has no parameter for; None: it skips one."""
     notes: tuple[str, ...] = field(default=())
     quant_methods: tuple[str, ...] = ()
-    hf_prefixes: tuple[tuple[str, str], ...] = ()
-    """The class's ``hf_to_sglang_mapper`` prefixes, applied to a quantization's ignore list."""
     """The quantization methods (checker.core.weights.quant) whose per-rank weights are modelled for
     this family's class, each held to SGLang's own quantized classes (tests/fixtures/weights)."""
+    hf_prefixes: tuple[tuple[str, str], ...] = ()
+    """The class's ``hf_to_sglang_mapper`` prefixes, applied to a quantization's ignore list."""
+    packed_modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """The class's ``packed_modules_mapping`` entries beyond ``qkv_proj``/``gate_up_proj``."""
 
 
 def text_section(fam: FamilyWeights, cfg: ConfigSection) -> ConfigSection:
@@ -746,7 +748,7 @@ class ModelWeights:
     ranks: tuple[RankWeights, ...]
 
 
-QUANT_FAMILIES = {"fp8": ("Qwen3-Next", "Nemotron-H")}
+QUANT_FAMILIES = {"fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H")}
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
 
 
@@ -776,13 +778,8 @@ def rank_params_of(
     dtype = model_dtype(text, layout.dtype)
     quant = read_scheme(config, flag=layout.quantization, source=source)
     if quant is not None:
-        quant = quant.mapped(fam.hf_prefixes)
-        if before(release, "0.5.23"):  # held to 0.5.23's quantized classes only (tests/fixtures/weights)
-            raise FlagError(
-                f"{source}: the model is quantized ({quant.describe()}); the checker models FP8 weights as "
-                f"SGLang 0.5.23's classes hold them, not {release}'s: give the weights per GPU with "
-                "--weights-gib"
-            )
+        quant = quant.mapped(fam.hf_prefixes, fam.packed_modules)
+        check_release(quant.method, release, quant.describe(), source)
     if quant is not None and quant.method not in fam.quant_methods:
         raise FlagError(
             f"{source}: the model is quantized ({quant.describe()}); the checker models that method for "

@@ -31,7 +31,9 @@ from checker.families.qwen3_next.rules import (
 
 def _qwen3_5_vision(b: Builder, cfg: ConfigSection, layout: WeightsLayout) -> None:
     """``Qwen3VLMoeVisionModel`` (``models/qwen3_vl.py``), built on every stage; only ``pos_embed`` is
-    first-stage-only (``qwen3_vl.py:399-409``). Defaults are those of SGLang's ``Qwen3VLVisionConfig``."""
+    first-stage-only (``qwen3_vl.py:399-409``). Defaults are those of SGLang's ``Qwen3VLVisionConfig``.
+    Built with ``quant_config=None`` in every release (0.5.23 ``qwen3_vl.py:1332-1336``): unquantized
+    under a quantized checkpoint."""
     v = cfg.section("vision_config")
     hid = v.integer("hidden_size", 1152)
     depth = v.integer("depth", 27)
@@ -56,17 +58,17 @@ def _qwen3_5_vision(b: Builder, cfg: ConfigSection, layout: WeightsLayout) -> No
         bp = f"{pre}.blocks.{k}"
         b.norm(f"{bp}.norm1", hid, part="vision", bias=True)
         b.norm(f"{bp}.norm2", hid, part="vision", bias=True)
-        b.column(f"{bp}.attn.qkv_proj", 3 * hid, hid, g, part="vision", bias=True)
-        b.row(f"{bp}.attn.proj", hid, hid, g, part="vision", bias=True)
-        b.column(f"{bp}.mlp.linear_fc1", inter, hid, g, part="vision", bias=True)
-        b.row(f"{bp}.mlp.linear_fc2", hid, inter, g, part="vision", bias=True)
+        b.column(f"{bp}.attn.qkv_proj", 3 * hid, hid, g, part="vision", bias=True, quant=False)
+        b.row(f"{bp}.attn.proj", hid, hid, g, part="vision", bias=True, quant=False)
+        b.column(f"{bp}.mlp.linear_fc1", inter, hid, g, part="vision", bias=True, quant=False)
+        b.row(f"{bp}.mlp.linear_fc2", hid, inter, g, part="vision", bias=True, quant=False)
     ctx = hid * merge * merge
     for name, norm_dim in [("merger", hid)] + [
         (f"deepstack_merger_list.{k}", ctx) for k in range(len(deepstack))
     ]:
         b.norm(f"{pre}.{name}.norm", norm_dim, part="vision", bias=True)
-        b.column(f"{pre}.{name}.linear_fc1", ctx, ctx, g, part="vision", bias=True)
-        b.row(f"{pre}.{name}.linear_fc2", out, ctx, g, part="vision", bias=True)
+        b.column(f"{pre}.{name}.linear_fc1", ctx, ctx, g, part="vision", bias=True, quant=False)
+        b.row(f"{pre}.{name}.linear_fc2", out, ctx, g, part="vision", bias=True, quant=False)
 
 
 def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayout, release: str) -> None:
@@ -84,7 +86,8 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
     embed_and_head(b, V, H, tied=tied, embed_group=embed_g, head_group=head_g)
     for i in range(b.p.start_layer, b.p.end_layer):
         if types[i] == "attention":
-            qwen_attention(b, t, i, release)
+            # RadixAttention takes the quant config (its FP8 k_scale/v_scale) from 0.5.17 (qwen3_5.py:915)
+            qwen_attention(b, t, i, release, kv_quant=not before(release, "0.5.17"))
         else:
             # A_log in float32 from 0.5.10; 0.5.9's qwen3_5.py builds it in the model dtype
             a_log = b.dtype if before(release, "0.5.10") else "float32"
@@ -167,5 +170,20 @@ def tensors(cfg: ConfigSection, t: ConfigSection) -> Iterator[tuple[str, Shape]]
 
 RULES = FamilyRules(
     check_config=check_config,
-    weights=FamilyWeights("Qwen3.5", ("qwen3_5", "qwen3_5_moe"), "text_config", num_layers, build, tensors),
+    weights=FamilyWeights(
+        "Qwen3.5",
+        ("qwen3_5", "qwen3_5_moe"),
+        "text_config",
+        num_layers,
+        build,
+        tensors,
+        quant_methods=("fp8",),
+        # the class's modules sit under model.language_model. (the checker's model.)
+        hf_prefixes=(("model.language_model.", "model."),),
+        # models/qwen3_5.py:1710-1715
+        packed_modules=(
+            ("in_proj_qkvz", ("in_proj_qkv", "in_proj_z")),
+            ("in_proj_ba", ("in_proj_b", "in_proj_a")),
+        ),
+    ),
 )

@@ -86,7 +86,8 @@ def _rope_setting(t: ConfigSection) -> tuple[int, float, Mapping[str, Any]]:
     return t.integer("max_position_embeddings", 32768), float(factor), rope
 
 
-def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str) -> None:
+def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str, *, kv_quant: bool = True) -> None:
+    """``kv_quant``: the class passes its quant config to RadixAttention (its KV scales)."""
     H = t.integer("hidden_size")
     heads, kv = t.integer("num_attention_heads", 16), t.integer("num_key_value_heads", 2)
     hd = t.integer("head_dim", 256)
@@ -102,7 +103,8 @@ def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str) -> None:
         prefix=f"{pre}.self_attn.qkv_proj",
     )
     b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", prefix=f"{pre}.self_attn.o_proj")
-    b.kv_scales(f"{pre}.attn")
+    if kv_quant:
+        b.kv_scales(f"{pre}.attn")
     gemma_norm(b, f"{pre}.q_norm", hd)
     gemma_norm(b, f"{pre}.k_norm", hd)
     max_pos, factor, rope = _rope_setting(t)
@@ -127,7 +129,9 @@ def qwen_moe(b: Builder, t: ConfigSection, i: int, layout: WeightsLayout, *, fus
     b.experts(f"{pre}.experts", E, H, inter, shared_slots=1 if fused else 0)
     b.replicated(f"{pre}.gate", E, H, quant=False)  # quant_config=None (models/qwen2_moe.py:352)
     if shared > 0 and not fused:
-        b.column(f"{pre}.shared_expert.gate_up_proj", 2 * shared, H, "tp")
+        # MergedColumnParallelLinear([I] * 2) (qwen2_moe.py Qwen2MoeMLP): two logical shards, two
+        # per-tensor FP8 scales
+        b.column(f"{pre}.shared_expert.gate_up_proj", 2 * shared, H, "tp", shards=[shared, shared])
         b.row(f"{pre}.shared_expert.down_proj", H, shared, "tp")
     b.replicated(f"{pre}.shared_expert_gate", 1, H, quant=False)  # quant_config=None (qwen2_moe.py:390)
 
