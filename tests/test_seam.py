@@ -371,7 +371,9 @@ def test_rank_0_hung_alive_is_named_by_one_survivor(piece):
     """Issue 37: rank 0 hangs, alive and beating, before the exchange (``header``), while it derives
     (``payload``: a stuck NFS read of the checkpoint headers) or after it (``decide``). Before, the report
     was rank 0's own watchdog's, naming nobody. Now the survivors hold it behind once --timeout-s has
-    passed and one of them publishes naming it; the agent's SIGTERM then ends rank 0 with that code."""
+    passed and one of them publishes naming it; rank 0 then leaves with that code, without publishing:
+    by the agent's SIGTERM or by its own watcher reading the announcement, whichever comes first (two
+    threads racing in wall time; a loaded machine ran either first)."""
     world = SeamWorld(3, timeout_s=20, agent=True)
     js = jobs(3)
     _fault(world, js, 0, piece, "hang")
@@ -382,7 +384,7 @@ def test_rank_0_hung_alive_is_named_by_one_survivor(piece):
     assert writer == 1 and kind == "lost" and missing == [0]  # the lowest survivor
     assert "rank 0 (node-0)" in detail
     assert world.clock.monotonic() - t0 < 20 + 5
-    assert processes[0].sigterm and not js[0].published
+    assert processes[0].code == 3 and not js[0].published
 
 
 def test_rank_0_hung_holding_the_lease_is_taken_over_after_the_publish_bound():

@@ -66,10 +66,9 @@ def check_fp8(ckpt: Checkpoint, block: tuple[int, int] | None, source: str) -> i
         checked += 1
         module = name[: -len(".weight")]
         scale = ckpt.tensors.get(f"{module}.{want_name}")
-        where = f"tensor {shorten(name)} in shard {shorten(tensor.shard)}"
         if scale is None:
             raise ConfigError(
-                f"{where} is {tensor.dtype} but no shard holds its {module}.{want_name}, which {source}'s "
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {tensor.dtype} but no shard holds its {module}.{want_name}, which {source}'s "
                 f"FP8 quantization_config ({'block-wise' if block else 'per-tensor'}) loads it with: the "
                 "checkpoint is incomplete or of another quantization; re-download it"
             )
