@@ -68,7 +68,8 @@ def check_fp8(ckpt: Checkpoint, block: tuple[int, int] | None, source: str) -> i
         scale = ckpt.tensors.get(f"{module}.{want_name}")
         if scale is None:
             raise ConfigError(
-                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {tensor.dtype} but no shard holds its {module}.{want_name}, which {source}'s "
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {tensor.dtype} but no shard "
+                f"holds its {module}.{want_name}, which {source}'s "
                 f"FP8 quantization_config ({'block-wise' if block else 'per-tensor'}) loads it with: the "
                 "checkpoint is incomplete or of another quantization; re-download it"
             )
