@@ -6,8 +6,9 @@ into the ``infrastructure_failure`` verdict instead of a traceback or a hang.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -64,6 +65,8 @@ class Group:
         self._base: dist.Store | None = None
         self._pg: dist.Store | None = None
         """The process group's own client of the store (:meth:`_base_store`)."""
+        self._pg_connect: _Connect | None = None
+        """That client, connecting beside the first one (:meth:`join`)."""
         self.heartbeat: Heartbeat | None = None
         self.device = torch.device("cpu")
 
@@ -105,6 +108,13 @@ class Group:
             wait_for_workers=False,
         )
 
+    def _two_tcp_clients(self) -> bool:
+        """The store is a TCPStore, of which the process group takes a second client (:meth:`_base_store`)."""
+        method = self.init_method
+        if method and method.startswith("file://"):
+            return False
+        return not (self.env.world_size == 1 and not self.env.master_port)
+
     @property
     def liveness_store(self) -> LivenessStore | None:
         """The store as liveness uses it: torch 2.13's type stubs omit ``Store.append`` and
@@ -115,6 +125,12 @@ class Group:
         """Connect to the rendezvous store, list this rank as joined (its liveness keys) and start its
         heartbeat: from here on the watchers can see it, while it still waits for the others."""
         try:
+            if self._two_tcp_clients():
+                # The process group's client connects beside this one, not after it: a c10d client's
+                # connect can stall (it looks up its socket's host name for its log: 5 s where reverse
+                # DNS does not answer), and two stalls one after the other cost a 32-rank preflight 5 s
+                # over a bare torchrun job on this machine (docs/performance.md).
+                self._pg_connect = _Connect(lambda: self._base_store(second=True))
             base = self._base_store()
             base.set_timeout(self.timeout)
             self._base = base
@@ -142,7 +158,10 @@ class Group:
         store of its own (:meth:`_base_store`)."""
         assert self.store is not None, "join first"
         try:
-            pg = self._base_store(second=True)
+            if self._pg_connect is not None:
+                pg = self._pg_connect.result(self.timeout.total_seconds())
+            else:
+                pg = self._base_store(second=True)
             pg.set_timeout(self.timeout)
             self._pg = pg
             dist.init_process_group(
@@ -153,6 +172,8 @@ class Group:
                 timeout=self.timeout,
                 device_id=self.device if self.backend == "nccl" else None,
             )
+        except InfrastructureFailure:
+            raise
         except Exception as exc:  # torch raises several types (DistStoreError, RuntimeError, ...)
             raise InfrastructureFailure("init", _one_line(exc)) from None
 
@@ -197,6 +218,35 @@ class Group:
         """Clean path only: destroying a group while a peer is stuck in a collective can deadlock."""
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class _Connect:
+    """``connect()`` on a thread of its own from construction; :meth:`result` waits for it (bounded)."""
+
+    def __init__(self, connect: Callable[[], dist.Store]) -> None:
+        self._connect = connect
+        self._store: dist.Store | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="checker-pg-store-connect")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._store = self._connect()
+        except BaseException as exc:  # handed to result(), on the rank's own thread
+            self._error = exc
+
+    def result(self, timeout_s: float) -> dist.Store:
+        # The connect is bounded by the store's own timeout (the same --timeout-s); one more second
+        # covers the thread's start.
+        self._thread.join(timeout_s + 1.0)
+        if self._error is not None:
+            raise self._error
+        if self._store is None:
+            raise InfrastructureFailure(
+                "init", f"the store did not answer a second client in {timeout_s:g} s"
+            )
+        return self._store
 
 
 def _one_line(exc: BaseException) -> str:
