@@ -111,9 +111,8 @@ class WeightsFlags:
         launch = getattr(args, "launch", None)
         given: dict[str, object] = dict(getattr(launch, "weights", {}) or {})
         model_dir, looked = weights_directory(model, launch)
-        values: dict[str, object] = dict(getattr(launch, "given_values", {}) or {})
-        algorithm = values.get("speculative_algorithm") or getattr(args, "speculative_algorithm", None)
-        draft_path = values.get("speculative_draft_model_path")
+        algorithm = getattr(args, "speculative_algorithm", None)
+        draft_path = given.get("speculative_draft_model_path")
         draft_path = None if draft_path is None else str(draft_path)
         if (
             draft_path is not None
