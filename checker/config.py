@@ -99,13 +99,33 @@ class WeightsFlags:
     language_model_only: bool = False
     disable_shared_experts_fusion: bool = False
     moe_runner_backend: str = "auto"
+    draft_path: str | None = None
+    """``--speculative-draft-model-path`` where EAGLE/NEXTN runs a draft (None: the target checkpoint's
+    own NEXTN/MTP layer, or no speculative decoding: see :attr:`draft`)."""
+    draft: str | None = None
+    """``"nextn"``: an EAGLE/NEXTN draft is loaded from the target checkpoint; ``"separate"``: from
+    :attr:`draft_path` (checker.core.weights.weights.WeightsLayout.draft); None: no draft."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model: ModelChoice) -> WeightsFlags:
         launch = getattr(args, "launch", None)
         given: dict[str, object] = dict(getattr(launch, "weights", {}) or {})
         model_dir, looked = weights_directory(model, launch)
+        algorithm = getattr(args, "speculative_algorithm", None)
+        draft_path = given.get("speculative_draft_model_path")
+        draft_path = None if draft_path is None else str(draft_path)
+        if (
+            draft_path is not None
+            and model_dir is not None
+            and os.path.realpath(draft_path) == os.path.realpath(model_dir)
+        ):
+            draft_path = None  # the target's own checkpoint: its NEXTN/MTP layer
+        draft = None
+        if isinstance(algorithm, str) and algorithm.upper() in ("EAGLE", "NEXTN"):
+            draft = "nextn" if draft_path is None else "separate"
         return cls(
+            draft_path=draft_path,
+            draft=draft,
             model_dir=model_dir,
             looked=looked,
             # the launch command's --ep-size, parsed as an int (command.WEIGHTS_DESTS); given holds objects
@@ -141,6 +161,8 @@ class WeightsFlags:
             dtype=self.dtype,
             disable_shared_experts_fusion=self.disable_shared_experts_fusion,
             moe_runner_backend=self.moe_runner_backend,
+            draft=self.draft,
+            draft_path=self.draft_path,
         )
 
 

@@ -52,6 +52,14 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     ),
     "qwen3_next/fp16": (f"{F}/qwen3_next_80b_a3b.json", ["pp=1,tp=2"], None, {"dtype": "float16"}),
     "qwen3_next/pp": (f"{F}/qwen3_next_80b_a3b.json", ["pp=2,tp=1"], None, {}),
+    # The NEXTN/MTP draft a last-stage rank loads (--speculative-algorithm EAGLE/NEXTN): the config as the
+    # draft's ModelConfig rewrites it (0.5.23 configs/model_config.py:1134-1136), built as one stage
+    "qwen3_next/mtp-draft": (
+        f"{F}/weights/qwen3_next_mtp_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8", "pp=1,tp=4,ep=4"],
+        None,
+        {},
+    ),
     "qwen3_5/pp-tp": (
         f"{F}/weights/qwen3_5_397b_a17b.json",
         ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"],

@@ -7,6 +7,7 @@ Loaded on first use: a rank imports it only for a model config or a checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -23,7 +24,9 @@ from checker.core.weights.weights import (
     Param,
     Place,
     WeightsLayout,
+    draft_params,
     model_weights_of,
+    places,
     rank_params_of,
     text_section,
 )
@@ -53,6 +56,22 @@ def rank_params(
     world-rank order and in the order the class builds them."""
     fam, _, _ = family_of(config, source)
     return rank_params_of(fam, config, layout, release=release, source=source)
+
+
+def draft_rank_params(
+    config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
+) -> list[tuple[Place, list[Param]]]:
+    """The NEXTN/MTP draft's parameters and buffers on every rank that loads it (the last stage's), in
+    world-rank order (checker.core.weights.weights.draft_params)."""
+    fam, cfg, text = family_of(config, source)
+    if layout.draft is None:
+        layout = dataclasses.replace(layout, draft="nextn")
+    out = []
+    for place in places(layout, fam.num_layers(text), release):
+        params = draft_params(fam, cfg, text, layout, place, release)
+        if params is not None:
+            out.append((place, params))
+    return out
 
 
 def model_weights(

@@ -207,6 +207,8 @@ def weights_per_rank(
         return [RankWeightsFigure(v, flag_source) for v in values]
     if model_dir is None or layout is None:
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
+    if layout.draft == "separate" and layout.draft_path is not None:
+        check_draft_dir(layout.draft_path)
     # start-up: as in checkpoint_weights (a layout is given only where a checkpoint may be read)
     from checker.core.weights.checkpoint import has_safetensors
     from checker.core.weights.weights import GIB
@@ -229,6 +231,18 @@ def weights_per_rank(
             "check --pp-size/--tp-size"
         )
     return [RankWeightsFigure(r.total_bytes / GIB, source, r) for r in mw.ranks]
+
+
+def check_draft_dir(path: str) -> None:
+    """A separate draft (``--speculative-draft-model-path``) must be a model directory the checker reads:
+    SGLang builds the draft from its config.json. One line where it is not (FlagError/ConfigError)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        raise FlagError(
+            f"--speculative-draft-model-path {shown_path(Path(path))}: not a model directory with a "
+            "config.json (SGLang builds the draft from it); give the draft's local directory"
+        )
+    read_json(config)  # one line where SGLang could not read it either
 
 
 def _modelled(path: Path) -> bool:

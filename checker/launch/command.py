@@ -113,6 +113,9 @@ WEIGHTS_DESTS = {
     "--language-model-only": "language_model_only",
     "--disable-shared-experts-fusion": "disable_shared_experts_fusion",
     "--moe-runner-backend": "moe_runner_backend",
+    # a separate draft's checkpoint (checker.core.weights.weights.WeightsLayout.draft)
+    "--speculative-draft-model-path": "speculative_draft_model_path",
+    "--speculative-draft-model": "speculative_draft_model_path",
 }
 # Old dest -> the ServerArgs field from_cli_args copies it to (0.5.2-0.5.13.post1), or the older
 # spelling of a field (--mamba-scheduler-strategy, renamed in 0.5.14).

@@ -90,7 +90,8 @@ def status_doc(status: str, exit_code: int) -> dict[str, object]:
 def weights_per_rank_doc(figures: Sequence[RankWeightsFigure]) -> list[dict[str, object]]:
     """Every rank's weights figure as integers, under check's ``ranks[]`` names: ``weights_bytes`` (the
     total), its parts where the checkpoint gave it (``param_bytes`` exactly as the release's class holds
-    them, ``buffer_bytes``, ``margin_bytes`` beyond the parameters; null for a figure given as a number),
+    them, ``buffer_bytes``, ``margin_bytes`` beyond the parameters, ``draft_bytes`` the speculative draft
+    loaded before the pool is sized: param + margin + draft == total; null for a figure given as a number),
     and ``weights_source``. ``rank`` is the global rank (tp the inner dimension)."""
     docs: list[dict[str, object]] = []
     for rank, f in enumerate(figures):
@@ -103,6 +104,7 @@ def weights_per_rank_doc(figures: Sequence[RankWeightsFigure]) -> list[dict[str,
                 "param_bytes": None if d is None else d.param_bytes,
                 "buffer_bytes": None if d is None else d.buffer_bytes,
                 "margin_bytes": None if d is None else d.margin_bytes,
+                "draft_bytes": None if d is None else d.draft_bytes,
                 "weights_source": f.source.label,
             }
         )

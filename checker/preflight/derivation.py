@@ -337,10 +337,11 @@ def _derive_into(
             row.weights_bytes = round(mine.gib * GIB)
         if mine.detail is not None:  # the checkpoint's figure: its parts, exactly
             d = mine.detail
-            row.param_bytes, row.buffer_bytes, row.margin_bytes = (
+            row.param_bytes, row.buffer_bytes, row.margin_bytes, row.draft_bytes = (
                 d.param_bytes,
                 d.buffer_bytes,
                 d.margin_bytes,
+                d.draft_bytes,
             )
             row.weights_bytes = d.total_bytes
         budget_gib, formula, fraction = device_budget(

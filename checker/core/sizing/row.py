@@ -110,7 +110,10 @@ class RankRow:
     """Of the checkpoint's figure: the buffers the class registers (part of ``margin_bytes``)."""
     margin_bytes: int = _int()
     """Of the checkpoint's figure: everything beyond the parameters (buffers, kept copies, the allocator's
-    rounding); ``param_bytes + margin_bytes == weights_bytes``."""
+    rounding); ``param_bytes + margin_bytes + draft_bytes == weights_bytes``."""
+    draft_bytes: int = _int()
+    """Of the checkpoint's figure: the speculative draft this rank loads before the pool is sized
+    (checker.core.weights.weights.draft_bytes; 0 without one)."""
     mem_fraction_millionths: int = _int(report=False)
     """The --mem-fraction-static this rank's budget used, in millionths (MISSING: no device budget)."""
     mem_fraction_source: int = _int(report=False, default=0)

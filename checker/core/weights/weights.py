@@ -31,6 +31,7 @@ after loading, what the allocator rounds up) is :data:`MARGIN_BYTES`, stated apa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -95,6 +96,12 @@ class WeightsLayout:
     backends pad or re-lay them: refused for a model with experts)."""
     quantization: str | None = None
     """``--quantization``: must agree with the checkpoint's own (checker.core.weights.quant)."""
+    draft: str | None = None
+    """The speculative draft a last-stage rank loads beside the target: ``"nextn"``, the NEXTN/MTP layer
+    held in the target checkpoint (``--speculative-algorithm EAGLE``/``NEXTN`` with no separate
+    ``--speculative-draft-model-path``); ``"separate"``: a draft from :attr:`draft_path` (refused: not
+    modelled); None: no draft (:func:`draft_bytes`)."""
+    draft_path: str | None = None
     builds_all_layers: bool = False
     """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):
     from ``checker.core`` startup rules once they land; until then the caller says."""
@@ -609,6 +616,9 @@ class FamilyWeights:
     """The class's ``hf_to_sglang_mapper`` prefixes, applied to a quantization's ignore list."""
     packed_modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """The class's ``packed_modules_mapping`` entries beyond ``qkv_proj``/``gate_up_proj``."""
+    draft: Callable[[Builder, ConfigSection, ConfigSection, WeightsLayout, str], None] | None = None
+    """How the family's NEXTN/MTP draft class (built from the target's config, one stage) builds a rank;
+    None: no draft class is modelled (:func:`draft_bytes`)."""
 
 
 def text_section(fam: FamilyWeights, cfg: ConfigSection) -> ConfigSection:
@@ -668,6 +678,66 @@ def plain_layers(key: str, default: int) -> Callable[[ConfigSection], int]:
     return lambda t: t.integer(key, default)
 
 
+# ---- the speculative draft -----------------------------------------------------------------------------
+
+FIRST_DRAFT_IN_BUDGET = "0.5.14"
+"""From 0.5.14 the scheduler loads the draft worker before any KV pool is sized (0.5.23
+``managers/scheduler.py:1128-1135`` ``init_model_worker``: ``init_tp_model_worker``,
+``maybe_init_draft_worker``, then ``init_memory_pools``), so the free memory the pool is sized from
+(``mem_cache/kv_cache_configurator.py:2990-3060`` ``_profile_available_bytes``: "Loaded weights (target +
+draft)") has the draft's weights taken off. Up to 0.5.13.post1 the target's ``TpModelWorker`` sizes its
+pool in its own constructor, before the draft worker exists: the draft comes out of the slack."""
+
+
+def draft_params(
+    fam: FamilyWeights,
+    cfg: ConfigSection,
+    text: ConfigSection,
+    layout: WeightsLayout,
+    place: Place,
+    release: str,
+) -> list[Param] | None:
+    """The draft class's parameters on ``place`` (None: the rank loads no draft). Under PP only the last
+    stage loads it (0.5.23 ``managers/scheduler.py:1042-1051``), built as one stage (``draft_pp_context``:
+    its own embedding, layer, norm and head) with the target's TP layout (EAGLE/NEXTN:
+    ``speculative/draft_parallel.py`` ``DraftTPExecution.TARGET_LAYOUT``)."""
+    if layout.draft is None or fam.draft is None or not place.last:
+        return None
+    one = dataclasses.replace(place, pp_rank=0, pp_size=1, start_layer=0, end_layer=1)
+    b = Builder(one, model_dtype(text, layout.dtype), release, None)
+    fam.draft(b, cfg, text, layout, release)
+    return b.params
+
+
+def draft_bytes(
+    fam: FamilyWeights,
+    cfg: ConfigSection,
+    text: ConfigSection,
+    layout: WeightsLayout,
+    place: Place,
+    *,
+    release: str,
+    source: str,
+) -> int:
+    """What the draft adds to ``place``'s figure where ``release`` sizes the pool after loading it."""
+    if layout.draft is None:
+        return 0
+    if layout.draft != "nextn":
+        raise FlagError(
+            f"--speculative-draft-model-path {shorten(layout.draft_path)}: the weights of a separate draft "
+            "model are not modelled; give the weights per GPU (target and draft) with --weights-gib"
+        )
+    if fam.draft is None:
+        raise FlagError(
+            f"{source}: the checker models no NEXTN/MTP draft class for {fam.name}; give the weights per "
+            "GPU (target and draft) with --weights-gib"
+        )
+    params = draft_params(fam, cfg, text, layout, place, release)
+    if params is None or before(release, FIRST_DRAFT_IN_BUDGET):
+        return 0
+    return allocator_bytes([prm.nbytes for prm in params])
+
+
 # ---- the answer -----------------------------------------------------------------------------------------
 
 # PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp): every request is rounded up to
@@ -723,15 +793,23 @@ class RankWeights:
     """Tensors derived from the weights after loading and kept (Kimi-Linear's ``w_kc``/``w_vc``)."""
     rounding_bytes: int
     """What the caching allocator's segments add to all of them."""
+    draft_bytes: int = 0
+    """The speculative draft model this rank loads before the KV pool is sized (its parameters, buffers
+    and segments; :func:`draft_bytes`): 0 where it loads none or the release loads it after."""
 
     @property
     def margin_bytes(self) -> int:
         return self.buffer_bytes + self.copy_bytes + self.rounding_bytes
 
     @property
-    def total_bytes(self) -> int:
-        """The figure SGLang logs as the weights' ``mem usage``: parameters plus the margin."""
+    def target_bytes(self) -> int:
+        """The figure SGLang logs as the target's weights' ``mem usage``: parameters plus the margin."""
         return self.param_bytes + self.margin_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """What the budget takes off free memory: the target's weights and the draft's."""
+        return self.target_bytes + self.draft_bytes
 
     @property
     def total_gib(self) -> float:
@@ -786,6 +864,12 @@ def rank_params_of(
             f"{', '.join(QUANT_FAMILIES.get(quant.method, ())) or 'no family'} only, not {fam.name}: give "
             "the weights per GPU with --weights-gib"
         )
+    if quant is not None and layout.draft is not None:
+        raise FlagError(
+            f"{source}: the model is quantized ({quant.describe()}) and a NEXTN/MTP draft loads beside it; "
+            "the checker models the draft's weights unquantized only: give the weights per GPU with "
+            "--weights-gib"
+        )
     experts = text.integer("num_experts", 0, minimum=0) or text.integer("num_local_experts", 0, minimum=0)
     if experts and layout.moe_runner_backend not in ("auto", "triton"):
         raise FlagError(
@@ -822,6 +906,7 @@ def model_weights_of(
                 buffer_bytes=by_part["buffers"],
                 copy_bytes=by_part["copies"],
                 rounding_bytes=allocator_bytes([prm.nbytes for prm in params]) - sum(by_part.values()),
+                draft_bytes=draft_bytes(fam, cfg, text, layout, place, release=release, source=source),
             )
         )
     archs = cfg.array("architectures") or [""]

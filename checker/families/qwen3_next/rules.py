@@ -161,6 +161,19 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
         gemma_norm(b, "model.norm", H, part="head")
 
 
+def draft(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayout, release: str) -> None:
+    """``Qwen3NextForCausalLMMTP`` (0.5.23 ``models/qwen3_next_mtp.py:40-95``): ``fc`` (a plain
+    ``nn.Linear(2H, H)``, replicated), two GemmaRMSNorms, and a ``Qwen3NextModel`` of the target's config
+    with one layer, full attention (``num_hidden_layers = 1``, ``full_attention_interval = 1``), its own
+    embedding, final norm and ``ParallelLMHead``: the target's class on one stage."""
+    H = t.integer("hidden_size")
+    b.replicated("fc", H, 2 * H, quant=False)
+    gemma_norm(b, "pre_fc_norm_embedding", H)
+    gemma_norm(b, "pre_fc_norm_hidden", H)
+    mtp = ConfigSection({**t.data, "num_hidden_layers": 1, "full_attention_interval": 1}, t.source, t.prefix)
+    build(b, cfg, mtp, layout, release)
+
+
 def num_layers(t: ConfigSection) -> int:
     return t.integer("num_hidden_layers", 48)
 
@@ -290,6 +303,13 @@ def check_config(r: Release, data: Mapping[str, Any]) -> None:
 RULES = FamilyRules(
     check_config=check_config,
     weights=FamilyWeights(
-        "Qwen3-Next", ("qwen3_next",), None, num_layers, build, tensors, quant_methods=("fp8",)
+        "Qwen3-Next",
+        ("qwen3_next",),
+        None,
+        num_layers,
+        build,
+        tensors,
+        quant_methods=("fp8",),
+        draft=draft,
     ),
 )

@@ -1,0 +1,150 @@
+"""The speculative draft's weights (issue 39 item 3): the NEXTN/MTP layer in the target checkpoint, on the
+ranks that load it, in the budget where the release charges it.
+
+The draft class's bytes are held to SGLang's own ``Qwen3NextForCausalLMMTP`` on the meta device in
+tests/test_weights.py (case ``qwen3_next/mtp-draft``, 0.5.15 / 0.5.20 / 0.5.23); here: which rank carries
+them, from which release, and what a user sees (derive's JSON, the one-line refusals). Model directories
+hold sparse checkpoints of the real shapes (tests/checkpoints.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checker.core.errors import FlagError
+from checker.core.weights.weights import GIB, WeightsLayout, allocator_bytes
+from checker.families.rules import draft_rank_params, model_weights
+from tests.checkpoints import model_dir
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QWEN3_NEXT = FIXTURES / "qwen3_next_80b_a3b.json"
+CONFIG = json.loads(QWEN3_NEXT.read_text())
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return model_dir(tmp_path_factory.mktemp("qn") / "Qwen3-Next-80B-A3B", QWEN3_NEXT, shards=4)
+
+
+def _draft_held(layout: WeightsLayout, release: str) -> dict[int, int]:
+    return {
+        p.rank: allocator_bytes([x.nbytes for x in params])
+        for p, params in draft_rank_params(CONFIG, layout, release=release)
+    }
+
+
+def test_under_pp_only_the_last_stage_builds_the_draft() -> None:
+    """The placement rule (0.5.23 scheduler.py:1042-1051): pp 2 x tp 2, ranks 2 and 3 build the whole
+    draft class, ranks 0 and 1 none. Qwen3-Next's own class asserts one stage (qwen3_next.py:1036), so
+    a deployment reaches this only at pp 1; the rule is the draft's, not the family's."""
+    held = _draft_held(WeightsLayout(pp_size=2, tp_size=2, draft="nextn"), "0.5.23")
+    assert sorted(held) == [2, 3] and held[2] == held[3]
+    # built as one stage: the same bytes as every rank of pp 1 x tp 2 (its own embedding, layer, head)
+    assert held[2] == _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")[0] > 2 * GIB
+
+
+def test_the_draft_is_its_own_part_of_the_figure() -> None:
+    plain = WeightsLayout(pp_size=1, tp_size=2)
+    without = model_weights(CONFIG, plain, release="0.5.23").ranks
+    with_draft = model_weights(CONFIG, dataclasses.replace(plain, draft="nextn"), release="0.5.23").ranks
+    held = _draft_held(dataclasses.replace(plain, draft="nextn"), "0.5.23")
+    for a, b in zip(without, with_draft, strict=True):
+        assert b.draft_bytes == held[b.place.rank]
+        assert (a.param_bytes, a.margin_bytes) == (b.param_bytes, b.margin_bytes)
+        assert b.total_bytes == a.total_bytes + b.draft_bytes
+
+
+def test_at_pp_1_every_rank_loads_the_draft_split_by_tp() -> None:
+    layout = WeightsLayout(pp_size=1, tp_size=4, draft="nextn")
+    ranks = model_weights(CONFIG, layout, release="0.5.23").ranks
+    assert len({r.draft_bytes for r in ranks}) == 1 and ranks[0].draft_bytes > 0
+    tp1 = model_weights(CONFIG, dataclasses.replace(layout, tp_size=1), release="0.5.23").ranks[0]
+    assert 3 * ranks[0].draft_bytes < tp1.draft_bytes < 5 * ranks[0].draft_bytes
+
+
+@pytest.mark.parametrize("release, charged", [("0.5.13", False), ("0.5.14", True), ("0.5.23", True)])
+def test_the_draft_is_charged_from_the_release_that_loads_it_before_the_pool(
+    release: str, charged: bool
+) -> None:
+    """Up to 0.5.13.post1 the target sizes its pool before the draft worker exists (the draft comes out
+    of the slack); from 0.5.14 the scheduler loads the draft first (scheduler.py init_model_worker)."""
+    layout = WeightsLayout(pp_size=1, tp_size=2, draft="nextn")
+    ranks = model_weights(CONFIG, layout, release=release).ranks
+    assert all((r.draft_bytes > 0) == charged for r in ranks)
+
+
+def test_a_quantized_target_with_a_draft_is_refused_in_one_line() -> None:
+    cfg = dict(
+        CONFIG,
+        quantization_config={
+            "quant_method": "fp8",
+            "activation_scheme": "dynamic",
+            "weight_block_size": [128, 128],
+        },
+    )
+    with pytest.raises(FlagError) as exc:
+        model_weights(cfg, WeightsLayout(pp_size=1, tp_size=1, draft="nextn"), release="0.5.23")
+    assert "draft" in str(exc.value) and "--weights-gib" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_family_without_a_modelled_draft_class_is_refused_in_one_line() -> None:
+    cfg = json.loads((FIXTURES / "kimi_linear_48b_a3b.json").read_text())
+    with pytest.raises(FlagError) as exc:
+        model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), release="0.5.23")
+    assert "no NEXTN/MTP draft class" in str(exc.value)
+
+
+DERIVE = ["derive", "--gpu-free-gib", "139", "--format", "json", "--sglang-version", "0.5.23", "--"]
+
+
+def test_derive_shows_the_draft_as_its_own_part_and_takes_it_off_the_budget(
+    qwen_dir: Path, cli: Callable[..., Any]
+) -> None:
+    """tp 2 with EAGLE on 0.5.23: every rank's figure carries the draft, its own field in the JSON; the
+    budget is sized from the busiest rank's figure with it."""
+    base = ["--model-path", str(qwen_dir), "--tp-size", "2", "--mem-fraction-static", "0.85"]
+    env: dict[str, str] = {}
+    code, out, err = cli([*DERIVE, *base], env=env)
+    assert code == 0, err
+    plain = json.loads(out)["weights"]["per_rank"]
+    code, out, err = cli([*DERIVE, *base, "--speculative-algorithm", "EAGLE"], env=env)
+    assert code == 0, err
+    doc = json.loads(out)
+    spec = doc["weights"]["per_rank"]
+    held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
+    assert [r["draft_bytes"] for r in spec] == [held[0], held[1]]
+    for a, b in zip(plain, spec, strict=True):
+        assert b["weights_bytes"] == a["weights_bytes"] + b["draft_bytes"]
+        assert b["param_bytes"] + b["margin_bytes"] + b["draft_bytes"] == b["weights_bytes"]
+    busiest = max(r["weights_bytes"] for r in spec) / GIB
+    assert doc["inputs"]["budget_gib"] == pytest.approx(139 - busiest - 139 * 0.15, abs=1e-3)
+
+
+def test_a_draft_path_that_is_no_model_directory_is_one_line_and_exit_2(
+    qwen_dir: Path, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    argv = [*DERIVE, "--model-path", str(qwen_dir), "--tp-size", "2", "--mem-fraction-static", "0.85"]
+    missing = tmp_path / "no-draft"
+    code, out, err = cli(
+        [*argv, "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(missing)]
+    )
+    assert code == 2 and "not a model directory" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    # a model directory: read, then refused as not modelled (never sized without the draft)
+    draft = model_dir(tmp_path / "draft", QWEN3_NEXT, shards=1)
+    code, out, err = cli(
+        [*argv, "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(draft)]
+    )
+    assert code == 2 and "separate draft model are not modelled" in err and "--weights-gib" in err
+    # the target's own directory named as the draft: its NEXTN/MTP layer
+    code, out, err = cli(
+        [*argv, "--speculative-algorithm", "NEXTN", "--speculative-draft-model-path", str(qwen_dir)]
+    )
+    assert code == 0, err
+    assert all(r["draft_bytes"] > 0 for r in json.loads(out)["weights"]["per_rank"])
