@@ -16,6 +16,7 @@ from checker.core.releases.config_rules import Release, where
 from checker.core.sizing.models import read_json, resolve_config_path, shown_path
 from checker.core.weights.checkpoint import Checkpoint
 from checker.core.weights.checkpoint_names import Shape
+from checker.core.weights.quant import read_scheme
 from checker.core.weights.weights import (
     ConfigSection,
     FamilyWeights,
@@ -144,8 +145,6 @@ def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str,
             # a quantized checkpoint's scales: loaded where the class holds that parameter (its
             # quantized linears), skipped where its load_weights skips a miss, else its KeyError
             if held is None:
-                from checker.core.weights.weights import WeightsLayout
-
                 one = WeightsLayout(pp_size=1, tp_size=1)
                 ((_, params),) = rank_params(config, one, release=release, source=source)
                 held = {p.name for p in params}
@@ -168,8 +167,6 @@ def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str,
 
 
 def _quantized(config: Mapping[str, Any], source: str) -> bool:
-    from checker.core.weights.quant import read_scheme
-
     return read_scheme(config, source=source) is not None
 
 

@@ -111,6 +111,7 @@ def with_hf_quant_config(config: Mapping[str, Any], d: Path) -> Mapping[str, Any
     """``config`` with the ``hf_quant_config.json`` beside it where config.json declares no quantization
     (SGLang reads the file then: ``_parse_quant_hf_config``, 0.5.23 configs/model_config.py:1806-1812),
     under the key :mod:`checker.core.weights.quant` reads it from."""
+    # start-up: as in checkpoint_weights (the weights modules load only where a model directory is read)
     from checker.core.weights.quant import HF_QUANT_KEY
 
     declared = config.get("quantization_config") or config.get("compression_config")

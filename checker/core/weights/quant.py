@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,8 +205,6 @@ def _excluded(patterns: Sequence[str], prefix: str) -> bool:
     """``ModelOptQuantConfig.is_layer_excluded``: a glob (``*`` any text, ``.`` literal) matching the
     whole prefix (or it without ``language_model.``) or any one of its dotted parts, or a fused MLA part
     named inside the prefix's last part."""
-    import re
-
     prefixes = [prefix]
     if prefix.startswith("language_model."):
         prefixes.append(prefix.removeprefix("language_model."))
