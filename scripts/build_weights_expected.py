@@ -143,6 +143,22 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # ModelOpt FP8 (modelopt_fp8, per-tensor weight and input scales): Falcon-H1 declared by a
+    # hf_quant_config.json beside config.json (the harness copies <config>.hf_quant_config.json), its head
+    # excluded or quantized; Nemotron-H by config.json's flat quantization_config with an FP8 KV cache
+    "falcon_h1/modelopt-fp8": (
+        f"{F}/weights/falcon_h1_modelopt_fp8.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "falcon_h1/modelopt-fp8-head": (f"{F}/weights/falcon_h1_modelopt_fp8_head.json", ["pp=1,tp=2"], None, {}),
+    "nemotron_h/modelopt-fp8": (
+        f"{F}/weights/nemotron_h_modelopt_fp8.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
     "nemotron_h/fp8-tensor": (
         f"{F}/weights/nemotron_h_fp8_tensor.json",
         ["pp=2,tp=2", "pp=3,tp=2"],

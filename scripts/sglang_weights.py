@@ -485,6 +485,9 @@ def run_layouts(
     tmp = tempfile.mkdtemp(prefix="sglang-weights-")
     try:
         shutil.copy(config, os.path.join(tmp, "config.json"))
+        beside = config.removesuffix(".json") + ".hf_quant_config.json"
+        if os.path.isfile(beside):  # ModelOpt's file beside config.json, which SGLang reads too
+            shutil.copy(beside, os.path.join(tmp, "hf_quant_config.json"))
         for text in layouts:
             layout = parse_layout(text)
             world = layout["pp"] * layout["tp"] * layout.get("dp", 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,4 +122,19 @@ def fp8_tensors(config: Mapping[str, Any]) -> list[Spec]:
             out.append((f"{module}.weight_scale", (), "F32"))
             if q.get("activation_scheme") == "static":
                 out.append((f"{module}.input_scale", (), "F32"))
+    return out
+
+
+def modelopt_tensors(config: Mapping[str, Any], quantized: Callable[[str], bool]) -> list[Spec]:
+    """A ModelOpt FP8 export of ``config``: every 2-D ``.weight`` whose module ``quantized`` names in
+    F8_E4M3 with its scalar float32 ``weight_scale`` and ``input_scale`` (ModelOpt's per-tensor scales),
+    the rest as :func:`model_tensors` has them."""
+    out: list[Spec] = []
+    for name, shape, dtype in model_tensors(config):
+        module = name.removesuffix(".weight")
+        if not (name.endswith(".weight") and len(shape) == 2 and quantized(module)):
+            out.append((name, shape, dtype))
+            continue
+        out += [(name, shape, "F8_E4M3"), (f"{module}.weight_scale", (), "F32")]
+        out.append((f"{module}.input_scale", (), "F32"))
     return out

@@ -49,10 +49,10 @@ def _one_line(res: Any) -> str:
 @pytest.mark.parametrize(
     ("where", "content", "says"),
     [
-        (
+        (  # ModelOpt FP8 is modelled (tests/test_quant_weights.py): NVFP4 is refused by name
             "hf_quant_config.json",
-            {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}},
-            "quantized (modelopt FP8, hf_quant_config.json)",
+            {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}},
+            "quantized (modelopt NVFP4, hf_quant_config.json) (SGLang's modelopt_fp4)",
         ),
         (
             "hf_quant_config.json",
@@ -66,11 +66,12 @@ def _one_line(res: Any) -> str:
         ),
         ("quantization_config", {"quant_method": "awq", "bits": 4}, "quantized (awq)"),
     ],
-    ids=["modelopt-fp8", "modelopt-mixed", "compressed-tensors", "quantization_config"],
+    ids=["modelopt-nvfp4", "modelopt-mixed", "compressed-tensors", "quantization_config"],
 )
 def test_a_quantization_declared_where_sglang_reads_it_is_refused(cli, tmp_path, where, content, says):
-    """Falcon-H1 with ModelOpt FP8 projections (its hf_quant_config.json beside config.json) was sized as
-    bf16: "weights 1.09 GiB", the figure of the unquantized model."""
+    """A quantization the checker does not model, declared where SGLang reads it: refused naming it, never
+    sized as bf16 (Falcon-H1 under a ModelOpt hf_quant_config.json was "weights 1.09 GiB", the
+    unquantized figure; its FP8 is now derived, tests/test_quant_weights.py)."""
     d = model_dir(tmp_path / "m", FALCON, shards=1)
     assert _derive(cli, d).rc == 0  # the unquantized checkpoint derives
     if where.endswith(".json"):

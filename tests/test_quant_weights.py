@@ -288,3 +288,161 @@ def test_nothing_past_the_headers_is_read(tmp_path: Path, monkeypatch: pytest.Mo
     assert 0 < ckpt.header_bytes < ckpt.total_bytes // 1000
     with pytest.raises(CheckerInputError):
         checkpoint_weights(d, WeightsLayout(pp_size=1, tp_size=8), release="0.5.23")
+
+
+# -- ModelOpt FP8 (modelopt_fp8): hf_quant_config.json or config.json's flat quantization_config ---------
+
+FALCON_MO = W / "falcon_h1_modelopt_fp8.json"
+NEMOTRON_MO = W / "nemotron_h_modelopt_fp8.json"
+
+
+def _falcon_attn_mlp(module: str) -> bool:
+    """The projections 0.5.23's Falcon-H1 class quantizes: attention and MLP, not the Mamba mixer
+    (built without the quant config, falcon_h1.py:187-200) nor the excluded head."""
+    return ".self_attn." in module or ".feed_forward." in module
+
+
+def _modelopt_dir(tmp_path: Path, config: Path, quantized: Callable[[str], bool]) -> Path:
+    from tests.checkpoints import modelopt_tensors
+
+    cfg = _cfg(config)
+    d = tmp_path / "m"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    beside = config.with_name(config.name.removesuffix(".json") + ".hf_quant_config.json")
+    if beside.is_file():
+        (d / "hf_quant_config.json").write_text(beside.read_text())
+    write_checkpoint(d, modelopt_tensors(cfg, quantized), shards=3)
+    return d
+
+
+def _sglang_figure(case: str, layout: dict[str, int], rank: int) -> int:
+    doc = json.loads((W / "expected.json").read_text())
+    (entry,) = [e for e in doc["figures"]["0.5.23"][case]["layouts"] if e["layout"] == layout]
+    return int(entry["ranks"][rank][1])
+
+
+def test_a_modelopt_fp8_falcon_h1_beside_its_hf_quant_config_derives_sglangs_figure(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The issue's tried case: Falcon-H1-0.5B with F8_E4M3 projections, their weight_scale/input_scale, and
+    a hf_quant_config.json beside config.json was "weights 1.09 GiB", the bf16 figure. Now derive reports
+    the figure of 0.5.23's ModelOptFp8 classes (parameters equal to the meta-built class's, in
+    expected.json), well under the bf16 one."""
+    from checker.families.weights_source import checkpoint_weights
+
+    d = _modelopt_dir(tmp_path, FALCON_MO, _falcon_attn_mlp)
+    mw, _ = checkpoint_weights(d, WeightsLayout(pp_size=1, tp_size=1), release="0.5.23")
+    assert mw.ranks[0].param_bytes == _sglang_figure("falcon_h1/modelopt-fp8", {"pp": 1, "tp": 1}, 0)
+    bf16 = model_weights(_cfg(FALCON_MO), WeightsLayout(pp_size=1, tp_size=1), release="0.5.23")
+    assert mw.ranks[0].param_bytes < 0.8 * bf16.ranks[0].param_bytes
+    res = cli([*DERIVE, "--pp-size", "1", "--tp-size", "1", "--model-config", str(d), "--format", "json"])
+    assert res.rc == 0, res.err
+    assert f"{mw.ranks[0].total_bytes / GIB:.2f}" in res.out
+    assert f"{bf16.ranks[0].total_bytes / GIB:.2f}" not in res.out
+
+
+def test_falcon_h1_holds_its_mamba_mixer_unquantized_so_its_fp8_scales_are_the_load_keyerror(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """0.5.23's Falcon-H1 builds MambaMixer2 without the quant config: in_proj stays bf16 and has no
+    weight_scale parameter, and its load_weights indexes params_dict with every name (falcon_h1.py:552):
+    a checkpoint with F8 mixer projections cannot load. One line naming the scale and its shard."""
+    d = _modelopt_dir(tmp_path, FALCON_MO, lambda m: _falcon_attn_mlp(m) or ".mamba." in m)
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "model.layers.0.mamba.in_proj.weight_scale" in line or "mamba.in_proj.input_scale" in line, line
+    assert "in shard 'model-0000" in line and "KeyError" in line and "unquantized" in line, line
+
+
+def test_modelopt_fp8_holds_per_shard_scales_and_keeps_0d_or_per_channel_ones_after_loading() -> None:
+    """ModelOptFp8LinearMethod: [shards] weight_scale and input_scale as built; after loading one 0-d
+    scale where FlashInfer's per-tensor GEMM takes the layer (both dimensions divisible by 16), one per
+    output channel where it does not (modelopt_quant.py:611-633), and the input scale's 0-d maximum."""
+    from checker.families.rules import rank_params
+
+    cfg = _cfg(FALCON_MO)
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "FP8", "ignore": ["lm_head"]}
+    cfg["intermediate_size"] = 2040  # down_proj's input: not a multiple of 16
+    ((_, params),) = rank_params(cfg, WeightsLayout(pp_size=1, tp_size=1), release="0.5.23")
+    by = {p.name: p for p in params}
+    qkv = "model.layers.0.qkv_proj"
+    assert by[f"{qkv}.weight_scale"].shape == by[f"{qkv}.input_scale"].shape == (3,)
+    assert by[f"{qkv}.weight_scale.max"].shape == () and by[f"{qkv}.weight_scale.max"].part == "copies"
+    down = "model.layers.0.feed_forward.down_proj"
+    assert by[f"{down}.weight_scale.max"].shape == (1024, 1)
+    assert by[f"{down}.input_scale.max"].shape == ()
+    assert by["lm_head.weight"].dtype == "float32" and "lm_head.weight_scale" not in by
+
+
+def test_nemotron_h_modelopt_fp8_from_config_json_reads_ignore_globs_and_the_kv_cache_scheme() -> None:
+    """config.json's flat ModelOpt quantization_config: ``backbone.layers.0.*`` (mapped to model.) keeps
+    layer 0 bf16 and no other; ``kv_cache_scheme`` float 8 bits gives each attention layer k/v scales,
+    which a config without it does not."""
+    from checker.families.rules import rank_params
+
+    cfg = _cfg(NEMOTRON_MO)
+    ((_, params),) = rank_params(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")[:1]
+    by = {p.name: p for p in params}
+    assert by["model.layers.0.mixer.in_proj.weight"].dtype == "bfloat16"
+    assert by["model.layers.4.mixer.in_proj.weight"].dtype == "float8_e4m3fn"
+    assert by["model.layers.4.mixer.in_proj.weight_scale"].shape == (5,)
+    # the glob's ``0.`` is a whole part: layer 20 is not layer 0's
+    assert by["model.layers.20.mixer.in_proj.weight"].dtype == "float8_e4m3fn"
+    assert by["model.layers.50.mixer.in_proj.weight"].dtype == "float8_e4m3fn"
+    assert by["model.layers.51.mixer.up_proj.weight"].dtype == "bfloat16"
+    assert by["model.layers.7.mixer.attn.k_scale"].shape == ()
+    del cfg["quantization_config"]["kv_cache_scheme"]
+    ((_, params),) = rank_params(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")[:1]
+    assert not any(p.name.endswith("k_scale") for p in params)
+
+
+@pytest.mark.parametrize(
+    ("quant", "flag", "says"),
+    [
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, None, "(SGLang's modelopt_fp4)"),
+        ({"quant_method": "modelopt", "quant_algo": "MXFP8"}, None, "(SGLang's mxfp8)"),
+        ({"quant_algo": "W4A8_AWQ"}, None, "modelopt W4A8_AWQ"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", "contradicts"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": "lm_head"}, None, "list of module"),
+    ],
+    ids=["nvfp4", "mxfp8", "other-algo", "flag", "bad-ignore"],
+)
+def test_a_modelopt_quantization_the_checker_or_the_release_refuses_is_one_line(
+    quant: dict[str, Any], flag: str | None, says: str
+) -> None:
+    cfg = _cfg(NEMOTRON_MO)
+    cfg["quantization_config"] = quant
+    with pytest.raises(CheckerInputError) as exc:
+        read_scheme(cfg, flag=flag, source="config.json")
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("flag", ["modelopt", "modelopt_fp8"])
+def test_the_modelopt_flags_sglang_takes_for_an_fp8_checkpoint_agree(flag: str) -> None:
+    scheme = read_scheme(_cfg(NEMOTRON_MO), flag=flag, source="config.json")
+    assert scheme is not None and scheme.method == "modelopt_fp8"
+
+
+@pytest.mark.parametrize("release", ["0.5.22", "0.5.10"])
+def test_modelopt_fp8_on_a_release_whose_classes_were_not_checked_is_refused(release: str) -> None:
+    with pytest.raises(FlagError) as exc:
+        model_weights(_cfg(NEMOTRON_MO), WeightsLayout(pp_size=2, tp_size=2), release=release)
+    assert f"not {release}'s" in str(exc.value) and "modelopt_fp8" in str(exc.value)
+
+
+def test_a_modelopt_fp8_declaration_over_bf16_shards_is_refused(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    d = _modelopt_dir(tmp_path, FALCON_MO, lambda m: False)
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "no shard holds a float8 weight" in line and "hf_quant_config.json" in line, line
+
+
+def test_the_modelopt_figures_of_every_checked_release_are_in_the_fixture() -> None:
+    from checker.core.weights.quant import CHECKED_RELEASES
+
+    doc = json.loads((W / "expected.json").read_text())
+    cases = [c for c in doc["cases"] if "/modelopt-fp8" in c]
+    assert len(cases) >= 3
+    for release in CHECKED_RELEASES["modelopt_fp8"]:
+        assert all("layouts" in doc["figures"].get(release, {}).get(c, {}) for c in cases), release

@@ -52,7 +52,16 @@ def _parse(text: str) -> dict[str, int]:
 
 
 def _config(case: dict[str, Any]) -> dict[str, Any]:
-    return json.loads((REPO / case["config"]).read_text())
+    """The case's config.json, with the ``hf_quant_config.json`` the harness puts beside it (a fixture's
+    ``<config>.hf_quant_config.json``), read as the model directory's reader reads it."""
+    from checker.core.weights.quant import HF_QUANT_KEY
+
+    path = REPO / case["config"]
+    config = dict(json.loads(path.read_text()))
+    beside = path.with_name(path.name.removesuffix(".json") + ".hf_quant_config.json")
+    if beside.is_file():
+        config[HF_QUANT_KEY] = json.loads(beside.read_text())
+    return config
 
 
 RUNS = [(release, case) for release, cases in sorted(FIGURES.items()) for case in sorted(cases)]

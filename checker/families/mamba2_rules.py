@@ -32,10 +32,12 @@ def mamba_mixer(
     layout: WeightsLayout,
     release: str,
     cache_tp_size: int | None = None,
+    quant: bool = True,
 ) -> int:
     """``MambaMixer2`` (``layers/attention/mamba/mamba.py``): over the attention-TP group under DP
     attention from 0.5.14 (the whole TP group before), else the TP group; a group count the group does
-    not divide is replicated to it (``extra_groups_for_head_shards``: n_groups=1 becomes tp groups)."""
+    not divide is replicated to it (``extra_groups_for_head_shards``: n_groups=1 becomes tp groups);
+    ``quant``: the class hands the mixer its quant config (Falcon-H1's does not)."""
     g = "attn_tp" if layout.dp_size > 1 and not before(release, "0.5.14") else "tp"
     size = b.p.size(g)
     divide(heads, size, "mamba heads")
@@ -63,8 +65,8 @@ def mamba_mixer(
     # (layers/attention/mamba/mamba.py: MergedColumnParallelLinear or ColumnParallelLinear)
     gs = cache_groups * state
     shards = [intermediate, intermediate, gs, gs, heads] if n_groups % size == 0 else None
-    b.column(f"{pre}.in_proj", in_proj, hidden, g, bias=proj_bias, shards=shards)
-    b.row(f"{pre}.out_proj", hidden, intermediate, g, bias=proj_bias)
+    b.column(f"{pre}.in_proj", in_proj, hidden, g, bias=proj_bias, shards=shards, quant=quant)
+    b.row(f"{pre}.out_proj", hidden, intermediate, g, bias=proj_bias, quant=quant)
     if rms_norm:
         b.add(f"{pre}.norm.weight", (divide(intermediate, size, "mamba intermediate size"),), part="layers")
     return groups  # the group count the mixer holds (n_groups, or the replicated one)

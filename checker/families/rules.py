@@ -17,6 +17,7 @@ from checker.core.releases.config_rules import Release, where
 from checker.core.sizing.models import read_json, resolve_config_path, shown_path
 from checker.core.weights.checkpoint import Checkpoint
 from checker.core.weights.checkpoint_names import Shape
+from checker.core.weights.quant import read_scheme
 from checker.core.weights.weights import (
     ConfigSection,
     FamilyWeights,
@@ -155,9 +156,26 @@ def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str,
     if at is None:
         return
     expected = expected_shapes(config, source)
+    held: set[str] | None = None
     for name, tensor in ckpt.tensors.items():
         if name in expected or "rotary_emb.inv_freq" in name or name.endswith(".bias"):
             continue
+        if fam.load_name is not None and _quantized(config, source):
+            # a quantized checkpoint's scales: loaded where the class holds that parameter (its
+            # quantized linears), skipped where its load_weights skips a miss, else its KeyError
+            if held is None:
+                one = WeightsLayout(pp_size=1, tp_size=1)
+                ((_, params),) = rank_params(config, one, release=release, source=source)
+                held = {p.name for p in params}
+            mapped, skipped = fam.load_name(name)
+            if mapped in held or skipped:
+                continue
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} has no parameter in SGLang "
+                f"{release}'s {fam.name} class under {source}'s quantization ({mapped} is not built: the "
+                "class holds that module unquantized), and its load_weights indexes every such name "
+                f"(KeyError, sglang/srt/{at}): SGLang cannot load this checkpoint"
+            )
         raise ConfigError(
             f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is no parameter of SGLang {release}'s "
             f"{fam.name} class under {source}, and its load_weights indexes every such name (KeyError, "
@@ -165,6 +183,10 @@ def check_loadable(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str,
             "layers, or quantization scales without a quantization config); point --model-path at the "
             "directory whose config.json matches its shards"
         )
+
+
+def _quantized(config: Mapping[str, Any], source: str) -> bool:
+    return read_scheme(config, source=source) is not None
 
 
 def check_model_config(release: str, model_config: str) -> None:

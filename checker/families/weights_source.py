@@ -85,8 +85,8 @@ HF_QUANT_CONFIG = "hf_quant_config.json"
 ModelOpt's)."""
 
 
-def _modelopt(path: Path) -> str:
-    """What ``hf_quant_config.json`` declares, as SGLang unwraps it (``quantization``, nested or flat)."""
+def _modelopt(path: Path) -> Mapping[str, Any]:
+    """``hf_quant_config.json``, read as SGLang's ``json.load`` reads it (one that fails: one line)."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
@@ -104,11 +104,20 @@ def _modelopt(path: Path) -> str:
             f"{shown_path(path)}: not a JSON object of at most {MAX_CONFIG_BYTES >> 20} MiB; SGLang reads "
             f"{HF_QUANT_CONFIG} beside config.json as the model's quantization"
         )
-    quantization = doc.get("quantization", doc)
-    if isinstance(quantization, Mapping) and isinstance(quantization.get("quantization"), Mapping):
-        quantization = quantization["quantization"]
-    algo = quantization.get("quant_algo") if isinstance(quantization, Mapping) else None
-    return f"modelopt {algo if isinstance(algo, str) else 'quantization'}, {HF_QUANT_CONFIG}"
+    return doc
+
+
+def with_hf_quant_config(config: Mapping[str, Any], d: Path) -> Mapping[str, Any]:
+    """``config`` with the ``hf_quant_config.json`` beside it where config.json declares no quantization
+    (SGLang reads the file then: ``_parse_quant_hf_config``, 0.5.23 configs/model_config.py:1806-1812),
+    under the key :mod:`checker.core.weights.quant` reads it from."""
+    # start-up: as in checkpoint_weights (the weights modules load only where a model directory is read)
+    from checker.core.weights.quant import HF_QUANT_KEY
+
+    declared = config.get("quantization_config") or config.get("compression_config")
+    if declared is None and (d / HF_QUANT_CONFIG).exists():
+        return {**config, HF_QUANT_KEY: _modelopt(d / HF_QUANT_CONFIG)}
+    return config
 
 
 def checkpoint_weights(
@@ -139,9 +148,7 @@ def checkpoint_weights(
     source = str(d / "config.json")
     # the quantization SGLang reads (config.json, hf_quant_config.json, --quantization): FP8 modelled, the
     # rest refused in one line naming it, before any shard is read
-    declared = config.get("quantization_config") or config.get("compression_config")
-    if declared is None and (d / HF_QUANT_CONFIG).exists():
-        _modelopt(d / HF_QUANT_CONFIG)  # one that SGLang's json.load fails on is refused as such
+    config = with_hf_quant_config(config, d)  # one that SGLang's json.load fails on is refused as such
     scheme = read_scheme(config, flag=quantization, directory=d, source=source)
     if quantization:
         layout = dataclasses.replace(layout, quantization=quantization)
@@ -169,11 +176,8 @@ def config_weights(
     from checker.families.rules import family_of, model_weights
 
     d = Path(directory)
-    config = read_json(d / "config.json")
     source = shown_path(d / "config.json")
-    declared = config.get("quantization_config") or config.get("compression_config")
-    if declared is None and (d / HF_QUANT_CONFIG).exists():
-        _modelopt(d / HF_QUANT_CONFIG)
+    config = with_hf_quant_config(read_json(d / "config.json"), d)
     read_scheme(config, flag=quantization, directory=d, source=source)
     if quantization:
         layout = dataclasses.replace(layout, quantization=quantization)

@@ -92,7 +92,8 @@ def check_fp8(ckpt: Checkpoint, block: tuple[int, int] | None, source: str) -> i
             )
     if not checked:
         raise ConfigError(
-            f"{source} declares an FP8 quantization_config but no shard holds a float8 weight: the config "
+            f"{source} declares an FP8 quantization (its quantization_config, or a hf_quant_config.json "
+            "beside it) but no shard holds a float8 weight: the config "
             "and the shards are of different checkpoints (point --model-path at the directory whose "
             "config.json matches them)"
         )

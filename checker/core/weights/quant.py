@@ -18,6 +18,29 @@ layers ``ignored_layers`` / ``modules_to_not_convert`` keep unquantized, on a Ho
 * every RadixAttention gets ``Fp8KVCacheMethod`` (:470-471): two float32 scalars ``k_scale``/``v_scale``;
 * embeddings, heads, norms and the linears a class builds with ``quant_config=None`` stay as they were.
 
+Modelled too: ModelOpt FP8 (``modelopt_fp8``, ``layers/quantization/modelopt_quant.py`` of 0.5.23), read
+from a ``hf_quant_config.json`` beside config.json (``{"quantization": {"quant_algo": "FP8",
+"exclude_modules", "kv_cache_quant_algo"}}``) or config.json's flat ``quantization_config``
+(``quant_method: modelopt``, ``quant_algo: FP8``, ``ignore``, ``kv_cache_scheme``), both turned into
+``modelopt_fp8`` by ``_parse_modelopt_quant_config`` (``configs/model_config.py:1851-1869``) and read by
+``ModelOptFp8Config.from_config`` (modelopt_quant.py:466-522):
+
+* a quantized linear (and an LM head built with the quant config: ``ParallelLMHead`` takes the linear
+  method, :341) holds its weight in ``float8_e4m3fn`` and two float32 per-shard scales, ``weight_scale``
+  and ``input_scale`` ``[shards]`` (:560-609); after loading (:617-651, on SM90 with CUDA 12 and
+  FlashInfer, as SGLang's CUDA install has it) the weight is requantized in place to the largest shard
+  scale, ``weight_scale`` becomes that one 0-d scale where the FlashInfer per-tensor GEMM takes the
+  layer (``_can_use_flashinfer_bmm``: both weight dimensions divisible by 16, :611-615) and one scale per
+  output channel ``[out, 1]`` otherwise (``convert_to_channelwise``), ``input_scale`` its 0-d maximum;
+* a FusedMoE (``ModelOptFp8MoEMethod`` :1109-1192) holds ``w13``/``w2`` in float8, ``w13_weight_scale``
+  ``[E, 2]``, ``w2_weight_scale`` ``[E]`` and two input scales ``[E]``; after loading ``w13_weight_scale``
+  becomes ``[E]`` and the input scales 0-d (:1194-1253);
+* a RadixAttention built with the quant config gets ``k_scale``/``v_scale`` only where the config
+  declares an FP8 KV cache (``kv_cache_quant_algo``, or ``kv_cache_scheme`` float 8 bits, :345-346);
+* the layers ``exclude_modules``/``ignore`` name stay unquantized: ``is_layer_skipped`` with the fused
+  mapping, or ``is_layer_excluded``'s glob match of the whole prefix or any dotted part (:377-424), after
+  the class's ``hf_to_sglang_mapper`` (:364-375).
+
 Block-wise FP8 on Hopper keeps its scales as loaded (the UE8M0 requantization of
 ``requant_block_scale_ue8m0_for_deepgemm`` :819-826 is Blackwell's DeepGEMM path, and the bf16 weight
 cache of :857-902 needs a [32, 32] UE8M0 checkpoint). Refused in one line: every other method (named), an
@@ -30,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +72,12 @@ SGLANG_METHODS = (
 """0.5.23's ``QUANTIZATION_METHODS`` (``layers/quantization/__init__.py:63-159``); a method outside it is
 the release's ``Unknown quantization method`` (``configs/model_config.py:2152``)."""
 
-MODELLED = ("fp8",)
+MODELLED = ("fp8", "modelopt_fp8")
 """The methods whose per-rank weights the checker derives."""
 
 CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
     "fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
+    "modelopt_fp8": ("0.5.23",),
 }
 """The releases whose quantized classes the method's rules are held to, per method: each one's own
 ``Fp8LinearMethod``/``Fp8MoEMethod``/``Fp8KVCacheMethod`` built on the meta device
@@ -80,6 +105,10 @@ FUSED_SHARDS: Mapping[str, tuple[str, ...]] = {
 """``_FALLBACK_FUSED_SHARDS`` (``quantization/utils.py``), which is also every modelled family's own
 ``packed_modules_mapping``: a fused linear is skipped when its shards are."""
 
+HF_QUANT_KEY = "_hf_quant_config.json"
+"""Where the model directory's reader puts the parsed ``hf_quant_config.json`` into the config mapping it
+hands on (the file is beside config.json, the rules see only the mapping)."""
+
 _WAY_OUT = (
     "give the weights per GPU with --weights-gib (the largest 'mem usage' of an earlier server start's "
     "'Load weight end' lines)"
@@ -101,8 +130,19 @@ class QuantScheme:
     packed: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """The class's own ``packed_modules_mapping`` beyond the fallback (``get_quant_config`` hands it to
     the quant config, model_loader/weight_utils.py:299), as Qwen3.5's ``in_proj_qkvz``/``in_proj_ba``."""
+    kv: bool = True
+    """A RadixAttention built with the quant config holds ``k_scale``/``v_scale`` (fp8: always; ModelOpt:
+    where the config declares an FP8 KV cache)."""
+    globs: tuple[str, ...] = ()
+    """ModelOpt's ``exclude_modules`` as ``is_layer_excluded`` matches them (glob: prefix or any part)."""
+
+    @property
+    def modelopt(self) -> bool:
+        return self.method == "modelopt_fp8"
 
     def describe(self) -> str:
+        if self.modelopt:
+            return f"{self.method} (ModelOpt FP8, per-tensor{', FP8 KV cache' if self.kv else ''})"
         if self.block:
             return f"{self.method} block {self.block[0]}x{self.block[1]}"
         return f"{self.method} per-tensor ({'static' if self.static else 'dynamic'} activations)"
@@ -116,17 +156,28 @@ class QuantScheme:
         fp8.py:481, called by ``model_loader/loader.py:280``), as Nemotron-H maps ``backbone.``, and under
         the checker's names for the class's modules (Qwen3.5's ``model.language_model.`` is the
         checker's ``model.``); ``packed``: the class's own fused-module mapping."""
-        out = []
-        for name in self.ignored:
-            for old, new in prefixes:
-                if name.startswith(old):
-                    name = new + name[len(old) :]
-                    break
-            out.append(name)
-        return dataclasses.replace(self, ignored=tuple(dict.fromkeys(out)), packed=tuple(packed))
+
+        def apply(names: tuple[str, ...]) -> tuple[str, ...]:
+            out = []
+            for name in names:
+                for old, new in prefixes:
+                    if name.startswith(old):
+                        name = new + name[len(old) :]
+                        break
+                out.append(name)
+                if self.modelopt and name.startswith("language_model."):  # modelopt_quant.py:370-371
+                    out.append(name.removeprefix("language_model."))
+            return tuple(dict.fromkeys(out))
+
+        return dataclasses.replace(
+            self, ignored=apply(self.ignored), globs=apply(self.globs), packed=tuple(packed)
+        )
 
     def skips(self, prefix: str) -> bool:
-        """``is_layer_skipped`` (``quantization/utils.py:70-127``) with the fallback fused mapping."""
+        """``is_layer_skipped`` (``quantization/utils.py:70-127``) with the fallback fused mapping; under
+        ModelOpt also ``is_layer_excluded`` (modelopt_quant.py:377-424)."""
+        if self.globs and _excluded(self.globs, prefix):
+            return True
         proj = prefix.split(".")[-1]
         fused = dict(self.packed) if proj in dict(self.packed) else FUSED_SHARDS
         if proj in fused:
@@ -145,6 +196,27 @@ class QuantScheme:
         if "experts" in prefix:
             skipped = skipped or any(prefix in ign for ign in self.ignored if "experts" in ign)
         return skipped
+
+
+_FUSED_PATTERNS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
+
+
+def _excluded(patterns: Sequence[str], prefix: str) -> bool:
+    """``ModelOptQuantConfig.is_layer_excluded``: a glob (``*`` any text, ``.`` literal) matching the
+    whole prefix (or it without ``language_model.``) or any one of its dotted parts, or a fused MLA part
+    named inside the prefix's last part."""
+    prefixes = [prefix]
+    if prefix.startswith("language_model."):
+        prefixes.append(prefix.removeprefix("language_model."))
+    for pattern in patterns:
+        rx = re.compile(pattern.replace(".", r"\.").replace("*", r".*"))
+        for pfx in prefixes:
+            if rx.fullmatch(pfx) or any(rx.fullmatch(part) for part in pfx.split(".")):
+                return True
+        tail = pattern.rsplit(".", maxsplit=1)[-1]
+        if tail in _FUSED_PATTERNS and any(tail in pfx.rsplit(".", maxsplit=1)[-1] for pfx in prefixes):
+            return True
+    return False
 
 
 def _path_match(ignored: str, prefix: str) -> bool:
@@ -167,16 +239,36 @@ def _declared(config: Mapping[str, Any], directory: Path | None) -> tuple[Mappin
     c = config.get("compression_config")
     if c is not None:
         return {"quant_method": "compressed-tensors"}, "config.json's compression_config"
+    if isinstance(config.get(HF_QUANT_KEY), Mapping):
+        return _modelopt_file(config[HF_QUANT_KEY]), HF_QUANT_CONFIG
     if directory is not None and (directory / HF_QUANT_CONFIG).is_file():
         try:
             doc = json.loads((directory / HF_QUANT_CONFIG).read_text()[: 4 << 20])
         except (OSError, ValueError, RecursionError):
             doc = None
-        q = doc.get("quantization", doc) if isinstance(doc, Mapping) else None
-        algo = q.get("quant_algo") if isinstance(q, Mapping) else None
-        algo = algo if isinstance(algo, str) else "quantization"
-        return {"quant_method": f"modelopt {printable(algo)[:80]}"}, HF_QUANT_CONFIG
+        return _modelopt_file(doc if isinstance(doc, Mapping) else {}), HF_QUANT_CONFIG
     return None, ""
+
+
+def unwrap_modelopt(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``unwrap_modelopt_quantization_config`` (model_config.py:116-121): ``quantization``, nested or flat."""
+    q = doc.get("quantization", doc)
+    if not isinstance(q, Mapping):
+        return {}
+    nested = q.get("quantization")
+    return nested if isinstance(nested, Mapping) else q
+
+
+def _modelopt_file(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``hf_quant_config.json`` as the quantization config SGLang reads from it: its section's
+    ``quant_algo``, ``exclude_modules`` and ``kv_cache_quant_algo`` (modelopt_quant.py:491-500)."""
+    q = unwrap_modelopt(doc)
+    return {
+        "quant_method": "modelopt",
+        "quant_algo": q.get("quant_algo"),
+        "ignore": q.get("exclude_modules"),
+        "kv_cache_quant_algo": q.get("kv_cache_quant_algo"),
+    }
 
 
 def read_scheme(
@@ -197,6 +289,8 @@ def read_scheme(
             f"while loading, which the checker does not model; {_WAY_OUT}"
         )
     method = q.get("quant_method")
+    if "quant_method" not in q or method == "modelopt":  # model_config.py:1731-1741
+        return _modelopt(q, flag, where, source)
     if not isinstance(method, str) or not method:
         method = flag or ""
     if not method.startswith("modelopt "):
@@ -223,6 +317,49 @@ def read_scheme(
             f"{', '.join(MODELLED)} only; {_WAY_OUT}"
         )
     return _fp8(q, source)
+
+
+_MODELOPT_METHODS = {"MIXED_PRECISION": "modelopt_mixed or w4afp8", "MXFP8": "mxfp8"}
+
+
+def _modelopt(q: Mapping[str, Any], flag: str | None, where: str, source: str) -> QuantScheme:
+    """A ModelOpt quantization (``_parse_modelopt_quant_config``, model_config.py:1836-1897): FP8 is
+    ``modelopt_fp8``, read by ``ModelOptFp8Config.from_config`` (modelopt_quant.py:466-522); the other
+    algorithms are refused naming the method SGLang picks."""
+    algo = q.get("quant_algo")
+    shown = printable(algo)[:80] if isinstance(algo, str) else shorten(algo)
+    if algo != "FP8":
+        if isinstance(algo, str) and ("FP4" in algo or "NVFP4" in algo):
+            named = "modelopt_fp4"
+        else:
+            named = _MODELOPT_METHODS.get(algo, "") if isinstance(algo, str) else ""
+        as_ = f" (SGLang's {named})" if named else ""
+        raise FlagError(
+            f"{source}: the model is quantized (modelopt {shown}, {where}){as_}; the checker derives "
+            f"quantized weights for {', '.join(MODELLED)} only; {_WAY_OUT}"
+        )
+    if flag is not None and flag not in ("modelopt", "modelopt_fp8"):
+        if flag not in SGLANG_METHODS:
+            raise FlagError(
+                f"--quantization {shorten(flag)}: SGLang refuses it (Unknown quantization method)"
+            )
+        raise FlagError(
+            f"--quantization {flag} contradicts {where}'s ModelOpt FP8 (modelopt_fp8): SGLang refuses it "
+            "('does not match the quantization method specified in the `quantization` argument', "
+            "configs/model_config.py:2143)"
+        )
+    raw = q.get("ignore") or []
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise ConfigError(
+            f"{source}: {where} exclude_modules/ignore={shorten(raw)} must be a list of module names"
+        )
+    scheme = q.get("kv_cache_scheme")
+    if isinstance(scheme, Mapping):  # modelopt_quant.py:484-491
+        kv = scheme.get("type") == "float" and scheme.get("num_bits") == 8
+    else:
+        kv = bool(q.get("kv_cache_quant_algo"))
+    names = tuple(raw)
+    return QuantScheme("modelopt_fp8", None, True, names, source, kv=kv, globs=names)
 
 
 def _fp8(q: Mapping[str, Any], source: str) -> QuantScheme:

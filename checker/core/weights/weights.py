@@ -319,7 +319,7 @@ class Builder:
 
     def kv_scales(self, prefix: str) -> None:
         """A RadixAttention under a quant config: ``Fp8KVCacheMethod``'s float32 ``k_scale``/``v_scale``."""
-        if self.quant is not None:
+        if self.quant is not None and self.quant.kv:
             self.add(f"{prefix}.k_scale", (), part="layers", dtype="float32")
             self.add(f"{prefix}.v_scale", (), part="layers", dtype="float32")
 
@@ -336,18 +336,29 @@ class Builder:
         prefix: str | None = None,
         out_split: int = 1,
         in_split: int = 1,
+        weight_dtype: str | None = None,
     ) -> None:
         """A linear's per-rank weight (``shards``: its logical output partitions on this rank), quantized
         where the scheme takes it (``quant``: the class passes its quant config; ``prefix``: the module
-        name SGLang matches the ignore list against, when it is not ``name``)."""
+        name SGLang matches the ignore list against, when it is not ``name``; ``weight_dtype``: what a
+        quantized weight is cast to after it is built, as Falcon-H1's ``lm_head.float()``)."""
         rows = sum(shards)
         s = self.quant
-        if s is None or not quant or s.skips(prefix or name):
+        if s is None or not quant or s.skips(name if prefix is None else prefix):
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
         else:
             check_block(s, prefix or name, shards, inp, out_split=out_split, in_split=in_split)
-            self.add(f"{name}.weight", (rows, inp), part=part, dtype="float8_e4m3fn")
-            if s.block is not None:
+            self.add(f"{name}.weight", (rows, inp), part=part, dtype=weight_dtype or "float8_e4m3fn")
+            if s.modelopt:
+                self.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
+                self.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
+                # after loading (modelopt_quant.py:617-633): the largest shard scale, 0-d where the
+                # FlashInfer per-tensor GEMM takes the layer (both dimensions divisible by 16), else
+                # one per output channel; the input scale's 0-d maximum
+                bmm = rows % 16 == 0 and inp % 16 == 0
+                self.copy(f"{name}.weight_scale.max", () if bmm else (rows, 1), "float32")
+                self.copy(f"{name}.input_scale.max", (), "float32")
+            elif s.block is not None:
                 bn, bk = s.block
                 scale = (ceil_div(rows, bn), ceil_div(inp, bk))
                 self.add(f"{name}.weight_scale_inv", scale, part=part, dtype="float32")
@@ -425,7 +436,14 @@ class Builder:
     def vocab(
         self, name: str, vocab: int, hidden: int, group: str, *, part: str, dtype: str | None = None
     ) -> None:
-        self.add(f"{name}.weight", (vocab_rows(vocab, self.p.size(group)), hidden), part=part, dtype=dtype)
+        rows = vocab_rows(vocab, self.p.size(group))
+        s = self.quant
+        if name == "lm_head" and s is not None and s.modelopt and not s.skips(name):
+            # ParallelLMHead built with the quant config takes ModelOpt's linear method
+            # (modelopt_quant.py:341): its weight fp8 with its scales (a later .float() casts it)
+            self.linear(name, [rows], hidden, part=part, weight_dtype=dtype)
+            return
+        self.add(f"{name}.weight", (rows, hidden), part=part, dtype=dtype)
 
     def qkv(
         self,
@@ -468,6 +486,15 @@ class Builder:
         self.add(f"{name}.w13_weight", (local, shards * inter, hidden), part="layers", dtype=dtype)
         self.add(f"{name}.w2_weight", (local, hidden, inter), part="layers", dtype=dtype)
         if s is None or not fp8:
+            return
+        if s.modelopt:  # ModelOptFp8MoEMethod (modelopt_quant.py:1155-1192, after loading :1207-1253)
+            self.add(f"{name}.w13_weight_scale", (local, shards), part="layers", dtype="float32")
+            self.add(f"{name}.w2_weight_scale", (local,), part="layers", dtype="float32")
+            self.add(f"{name}.w13_input_scale", (local,), part="layers", dtype="float32")
+            self.add(f"{name}.w2_input_scale", (local,), part="layers", dtype="float32")
+            self.copy(f"{name}.w13_weight_scale.max", (local,), "float32")
+            self.copy(f"{name}.w13_input_scale.max", (), "float32")
+            self.copy(f"{name}.w2_input_scale.max", (), "float32")
             return
         if s.block is not None:
             bn, bk = s.block
@@ -619,6 +646,9 @@ class FamilyWeights:
     draft: Callable[[Builder, ConfigSection, ConfigSection, WeightsLayout, str], None] | None = None
     """How the family's NEXTN/MTP draft class (built from the target's config, one stage) builds a rank;
     None: no draft class is modelled (:func:`draft_bytes`)."""
+    load_name: Callable[[str], tuple[str, bool]] | None = None
+    """Where ``unknown_tensor_rule`` is set: the parameter name ``load_weights`` looks a checkpoint name up
+    as, and whether a miss is skipped; a quantized checkpoint's scales are held to the class by it."""
 
 
 def text_section(fam: FamilyWeights, cfg: ConfigSection) -> ConfigSection:
@@ -826,7 +856,7 @@ class ModelWeights:
     ranks: tuple[RankWeights, ...]
 
 
-QUANT_FAMILIES = {"fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H")}
+QUANT_FAMILIES = {"fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H"), "modelopt_fp8": ("Nemotron-H", "Falcon-H1")}
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
 
 

@@ -39,8 +39,12 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
         b.vocab("lm_head", V, H, head_g, part="head", dtype="float32")
     for i in range(b.p.start_layer, b.p.end_layer):
         pre = f"model.layers.{i}"
-        b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp", bias=t.boolean("attention_bias", False))
-        b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", bias=t.boolean("attention_bias", False))
+        # quantized: the attention's linears are built without a prefix (falcon_h1.py:153-170, so no
+        # exclude pattern names them), its RadixAttention without the quant config (no KV scales,
+        # :172-179), the mixer without it (unquantized, :187-200), the MLP under ``mlp.`` (:212-213)
+        bias = t.boolean("attention_bias", False)
+        b.qkv(f"{pre}.qkv_proj", H, hd, heads, kv, "attn_tp", bias=bias, prefix="")
+        b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", bias=bias, prefix="")
         groups = mamba_mixer(
             b,
             f"{pre}.mamba",
@@ -57,10 +61,14 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
             release=release,
             # the config computed the cache params with the whole TP group up to 0.5.4.post3
             cache_tp_size=b.p.tp_size if before(release, "0.5.5") else None,
+            quant=False,
         )
         inter = t.integer("intermediate_size", 14336)
-        b.column(f"{pre}.feed_forward.gate_up_proj", 2 * inter, H, "tp")
-        b.row(f"{pre}.feed_forward.down_proj", H, inter, "tp")
+        ff = f"{pre}.feed_forward"
+        mlp = f"{pre}.mlp"
+        gate_up = f"{mlp}.gate_up_proj"
+        b.column(f"{ff}.gate_up_proj", 2 * inter, H, "tp", shards=[inter, inter], prefix=gate_up)
+        b.row(f"{ff}.down_proj", H, inter, "tp", prefix=f"{mlp}.down_proj")
         b.norm(f"{pre}.input_layernorm", H)
         b.norm(f"{pre}.pre_ff_layernorm", H)
         b.norm(f"{pre}.q_norm", hd)
@@ -142,6 +150,22 @@ def check_config(r: Release, data: Mapping[str, Any]) -> None:
     )
 
 
+_STACKED = (("qkv_proj", "q_proj"), ("qkv_proj", "k_proj"), ("qkv_proj", "v_proj"))
+_STACKED_MLP = (("gate_up_proj", "gate_proj"), ("gate_up_proj", "up_proj"))
+
+
+def load_name(name: str) -> tuple[str, bool]:
+    """The parameter Falcon-H1's ``load_weights`` looks a checkpoint name up as (0.5.23 falcon_h1.py:
+    518-555), and whether a miss is skipped (a stacked shard's: ``if name not in params_dict:
+    continue``) rather than a KeyError."""
+    name = name.replace(".self_attn", "") if ".self_attn." in name else name
+    name = name.replace("A_log", "A") if "A_log" in name else name
+    for param, shard in _STACKED + _STACKED_MLP:
+        if shard in name:
+            return name.replace(shard, param), True
+    return name, name.endswith(".bias")
+
+
 # Falcon-H1's load_weights (models/falcon_h1.py, the same in every release) leaves two kinds of name to
 # no parameter: the rotary cache, and a bias the class has none of. Every other name, a stacked
 # projection's too (its name rewritten onto qkv_proj / gate_up_proj, then looked up), indexes
@@ -157,5 +181,7 @@ RULES = FamilyRules(
         build,
         tensors,
         unknown_tensor_rule="falcon_h1.load_unknown",
+        quant_methods=("modelopt_fp8",),
+        load_name=load_name,
     ),
 )
