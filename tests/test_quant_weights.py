@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from checker.core.errors import CheckerInputError, ConfigError, FlagError, LayoutError
-from checker.core.weights.quant import read_scheme
+from checker.core.weights.quant import _path_matches_any, read_scheme
 from checker.core.weights.weights import GIB, WeightsLayout
 from checker.families.rules import model_weights
 from tests.checkpoints import fp8_tensors, model_tensors, write_checkpoint
@@ -446,3 +448,23 @@ def test_the_modelopt_figures_of_every_checked_release_are_in_the_fixture() -> N
     assert len(cases) >= 3
     for release in CHECKED_RELEASES["modelopt_fp8"]:
         assert all("layouts" in doc["figures"].get(release, {}).get(c, {}) for c in cases), release
+
+
+def _module_path_match(ignored: str, prefix: str) -> bool:
+    """SGLang 0.5.23's own rule, as written in quantization/utils.py:48-60 (the oracle)."""
+    ignored, prefix = ignored.rstrip("."), prefix.rstrip(".")
+    return ignored == prefix or prefix.startswith(ignored + ".") or f".{ignored}." in f".{prefix}."
+
+
+_PART = st.sampled_from(
+    ["model", "layers", "0", "1", "mlp", "gate", "gate_up_proj", "experts", "lm_head", "mtp"]
+)
+_PATH = st.lists(_PART, min_size=1, max_size=5).map(".".join)
+
+
+@given(st.lists(st.one_of(_PATH, _PATH.map(lambda p: p + ".")), max_size=6), _PATH)
+def test_the_ignore_list_matches_as_sglang_matches_it(ignored: list[str], prefix: str) -> None:
+    """The set lookup the checker uses (fast on 512-expert models) skips exactly the modules SGLang's
+    ``_module_path_match`` skips: whole dotted parts, ``mlp.gate`` never ``mlp.gate_up_proj``."""
+    want = any(_module_path_match(i, prefix) for i in ignored)
+    assert _path_matches_any(tuple(ignored), prefix) == want

@@ -52,6 +52,7 @@ what the release itself refuses (an unknown method, a flag that contradicts the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -181,10 +182,7 @@ class QuantScheme:
         proj = prefix.split(".")[-1]
         fused = dict(self.packed) if proj in dict(self.packed) else FUSED_SHARDS
         if proj in fused:
-            seen = {
-                any(_path_match(ign, prefix.replace(proj, shard)) for ign in self.ignored)
-                for shard in fused[proj]
-            }
+            seen = {_path_matches_any(self.ignored, prefix.replace(proj, shard)) for shard in fused[proj]}
             if len(seen) > 1:
                 raise ConfigError(
                     f"{self.source}: quantization_config ignores some but not all shards of {prefix}; SGLang "
@@ -192,7 +190,7 @@ class QuantScheme:
                     "quantization/utils.py:101)"
                 )
             return seen.pop()
-        skipped = any(_path_match(ign, prefix) for ign in self.ignored)
+        skipped = _path_matches_any(self.ignored, prefix)
         if "experts" in prefix:
             skipped = skipped or any(prefix in ign for ign in self.ignored if "experts" in ign)
         return skipped
@@ -219,10 +217,19 @@ def _excluded(patterns: Sequence[str], prefix: str) -> bool:
     return False
 
 
-def _path_match(ignored: str, prefix: str) -> bool:
-    """``_module_path_match``: a whole dotted-path component match."""
-    ignored, prefix = ignored.rstrip("."), prefix.rstrip(".")
-    return ignored == prefix or prefix.startswith(ignored + ".") or f".{ignored}." in f".{prefix}."
+@functools.lru_cache(maxsize=64)
+def _ignored_set(ignored: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(i.rstrip(".") for i in ignored)
+
+
+def _path_matches_any(ignored: tuple[str, ...], prefix: str) -> bool:
+    """``_module_path_match`` (quantization/utils.py) of any ignored name, a whole dotted-path component
+    match, as set lookups: an ignored name matches exactly when it is a contiguous run of the prefix's
+    dotted parts. Scanned name by name per module, a 512-expert model's ignore list was 0.4 s of a 0.47 s
+    Qwen3.5 FP8 figure."""
+    names = _ignored_set(ignored)
+    parts = prefix.rstrip(".").split(".")
+    return any(".".join(parts[a:b]) in names for a in range(len(parts)) for b in range(a + 1, len(parts) + 1))
 
 
 def _declared(config: Mapping[str, Any], directory: Path | None) -> tuple[Mapping[str, Any] | None, str]:
