@@ -95,10 +95,15 @@ def fp8_tensors(config: Mapping[str, Any]) -> list[Spec]:
     # a 512-expert model one lookup each instead of one scan of the ignore list each (it took 20 s).
     ignored = {i.rstrip(".") for i in q.get("modules_to_not_convert") or q.get("ignored_layers") or []}
 
+    firsts = {i.split(".", 1)[0] for i in ignored}
+
     def is_ignored(module: str) -> bool:
         parts = module.rstrip(".").split(".")
         return any(
-            ".".join(parts[a:b]) in ignored for a in range(len(parts)) for b in range(a + 1, len(parts) + 1)
+            ".".join(parts[a:b]) in ignored
+            for a in range(len(parts))
+            if parts[a] in firsts
+            for b in range(a + 1, len(parts) + 1)
         )
 
     block = q.get("weight_block_size")

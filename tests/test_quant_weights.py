@@ -36,11 +36,22 @@ def _cfg(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
+_TENSORS: dict[str, list[Any]] = {}
+
+
+def _fp8_tensors(cfg: dict[str, Any]) -> list[Any]:
+    """``fp8_tensors`` once per config (150k tensors for an 80B model: seconds a call); a copy each time."""
+    key = json.dumps(cfg, sort_keys=True)
+    if key not in _TENSORS:
+        _TENSORS[key] = fp8_tensors(cfg)
+    return list(_TENSORS[key])
+
+
 def _fp8_dir(tmp_path: Path, cfg: dict[str, Any], tensors: list[Any] | None = None) -> Path:
     d = tmp_path / "m"
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
-    write_checkpoint(d, fp8_tensors(cfg) if tensors is None else tensors, shards=3)
+    write_checkpoint(d, _fp8_tensors(cfg) if tensors is None else tensors, shards=3)
     return d
 
 
@@ -247,7 +258,7 @@ def test_fp8_on_a_family_whose_quantized_class_is_not_modelled_is_refused_naming
 
 def test_an_fp8_weight_without_its_scale_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
     cfg = _cfg(QWEN_BLOCK)
-    tensors = [t for t in fp8_tensors(cfg) if t[0] != "model.layers.5.linear_attn.out_proj.weight_scale_inv"]
+    tensors = [t for t in _fp8_tensors(cfg) if t[0] != "model.layers.5.linear_attn.out_proj.weight_scale_inv"]
     d = _fp8_dir(tmp_path, cfg, tensors)
     line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
     assert "model.layers.5.linear_attn.out_proj.weight" in line and "weight_scale_inv" in line, line
@@ -257,7 +268,7 @@ def test_an_fp8_weight_without_its_scale_is_refused(cli: Callable[..., Any], tmp
 def test_a_scale_of_the_wrong_shape_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
     cfg = _cfg(QWEN_BLOCK)
     name = "model.layers.3.self_attn.o_proj.weight_scale_inv"
-    tensors = [(n, (1, 1) if n == name else s, dt) for n, s, dt in fp8_tensors(cfg)]
+    tensors = [(n, (1, 1) if n == name else s, dt) for n, s, dt in _fp8_tensors(cfg)]
     d = _fp8_dir(tmp_path, cfg, tensors)
     line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
     assert name in line and "[1, 1]" in line and "[16, 32]" in line, line

@@ -218,8 +218,10 @@ def _excluded(patterns: Sequence[str], prefix: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _ignored_set(ignored: tuple[str, ...]) -> frozenset[str]:
-    return frozenset(i.rstrip(".") for i in ignored)
+def _ignored_set(ignored: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
+    """The ignored names, and their first dotted parts (a run can match only where one starts)."""
+    names = frozenset(i.rstrip(".") for i in ignored)
+    return names, frozenset(n.split(".", 1)[0] for n in names)
 
 
 def _path_matches_any(ignored: tuple[str, ...], prefix: str) -> bool:
@@ -227,9 +229,14 @@ def _path_matches_any(ignored: tuple[str, ...], prefix: str) -> bool:
     match, as set lookups: an ignored name matches exactly when it is a contiguous run of the prefix's
     dotted parts. Scanned name by name per module, a 512-expert model's ignore list was 0.4 s of a 0.47 s
     Qwen3.5 FP8 figure."""
-    names = _ignored_set(ignored)
+    names, firsts = _ignored_set(ignored)
     parts = prefix.rstrip(".").split(".")
-    return any(".".join(parts[a:b]) in names for a in range(len(parts)) for b in range(a + 1, len(parts) + 1))
+    return any(
+        ".".join(parts[a:b]) in names
+        for a in range(len(parts))
+        if parts[a] in firsts
+        for b in range(a + 1, len(parts) + 1)
+    )
 
 
 def _declared(config: Mapping[str, Any], directory: Path | None) -> tuple[Mapping[str, Any] | None, str]:
