@@ -125,11 +125,11 @@ class Group:
         """Connect to the rendezvous store, list this rank as joined (its liveness keys) and start its
         heartbeat: from here on the watchers can see it, while it still waits for the others."""
         try:
-            if self._two_tcp_clients():
+            if self._two_tcp_clients() and (self.env.use_agent_store or self.env.rank != 0):
                 # The process group's client connects beside this one, not after it: a c10d client's
-                # connect can stall (it looks up its socket's host name for its log: 5 s where reverse
-                # DNS does not answer), and two stalls one after the other cost a 32-rank preflight 5 s
-                # over a bare torchrun job on this machine (docs/performance.md).
+                # connect stalled 5 s on some ranks of a 32-rank start on the 2-core development machine
+                # (cause not found), and two stalls one after the other added up. Rank 0 outside torchrun
+                # hosts the store with its first client, so its second connects after it.
                 self._pg_connect = _Connect(lambda: self._base_store(second=True))
             base = self._base_store()
             base.set_timeout(self.timeout)
