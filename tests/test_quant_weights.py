@@ -65,6 +65,7 @@ def _one_line(res: Any) -> str:
 # -- the figure --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # an 80B-parameter checkpoint's 150k tensors written and read: the slow step runs it
 def test_an_fp8_checkpoint_derives_with_its_quantized_figure(cli: Callable[..., Any], tmp_path: Path) -> None:
     """Qwen3-Next-80B FP8 at tp 4: derive reads the shards and reports the quantized class's figure
     (about half the bf16 one), not a refusal and not the bf16 figure."""
@@ -154,6 +155,7 @@ def test_qwen3_5_ignoring_one_shard_of_a_packed_module_is_the_release_refusal() 
         model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
 
 
+@pytest.mark.slow  # an 80B-parameter checkpoint's 150k tensors written and read: the slow step runs it
 def test_a_qwen3_5_fp8_checkpoint_derives_per_stage(cli: Callable[..., Any], tmp_path: Path) -> None:
     """Qwen3.5-397B FP8 under pp 2 x tp 4: derive reads the shards (vision tower bf16, the language
     model FP8) and prints every stage's quantized figure."""
@@ -265,6 +267,7 @@ def test_an_fp8_weight_without_its_scale_is_refused(cli: Callable[..., Any], tmp
     assert "in shard 'model-0000" in line, line
 
 
+@pytest.mark.slow  # an 80B-parameter checkpoint's 150k tensors written and read: the slow step runs it
 def test_a_scale_of_the_wrong_shape_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
     cfg = _cfg(QWEN_BLOCK)
     name = "model.layers.3.self_attn.o_proj.weight_scale_inv"
@@ -292,6 +295,7 @@ def test_an_int32_packed_weight_under_a_bf16_config_is_refused(
     assert "out_proj.qweight" in line and "declares no quantization" in line, line
 
 
+@pytest.mark.slow  # an 80B-parameter checkpoint's 150k tensors written and read: the slow step runs it
 def test_nothing_past_the_headers_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The FP8 checks read the headers only: the bytes read are the headers' own."""
     from checker.families.weights_source import checkpoint_weights
