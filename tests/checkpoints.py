@@ -89,23 +89,10 @@ def fp8_tensors(config: Mapping[str, Any]) -> list[Spec]:
     """The FP8 checkpoint of ``config`` as its ``quantization_config`` says it is stored: every 2-D linear
     weight the ignore list leaves in F8_E4M3 with its float32 scale (``weight_scale_inv`` of
     [ceil(out/bn), ceil(in/bk)] block-wise, a scalar ``weight_scale`` per-tensor), the rest BF16."""
+    from checker.core.weights.quant import _path_matches_any
+
     q = config["quantization_config"]
-    # SGLang's _module_path_match is a whole dotted-component match: an ignored name matches a module when
-    # it is a contiguous run of the module's path components. A set of those runs makes the ~90k tensors of
-    # a 512-expert model one lookup each instead of one scan of the ignore list each (it took 20 s).
-    ignored = {i.rstrip(".") for i in q.get("modules_to_not_convert") or q.get("ignored_layers") or []}
-
-    firsts = {i.split(".", 1)[0] for i in ignored}
-
-    def is_ignored(module: str) -> bool:
-        parts = module.rstrip(".").split(".")
-        return any(
-            ".".join(parts[a:b]) in ignored
-            for a in range(len(parts))
-            if parts[a] in firsts
-            for b in range(a + 1, len(parts) + 1)
-        )
-
+    ignored = tuple(q.get("modules_to_not_convert") or q.get("ignored_layers") or [])
     block = q.get("weight_block_size")
     out: list[Spec] = []
     for name, shape, dtype in model_tensors(config):
@@ -114,7 +101,7 @@ def fp8_tensors(config: Mapping[str, Any]) -> list[Spec]:
             name.endswith(".weight")
             and len(shape) == 2
             and not any(k in name for k in ("embed", "lm_head"))
-            and not is_ignored(module)
+            and not _path_matches_any(ignored, module)
         )
         if not quantized:
             out.append((name, shape, dtype))
