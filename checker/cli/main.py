@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, Protocol, cast
 
 from checker import __version__
+from checker.argspec import read_parser
 from checker.cli.namespace import apply_launch_command, given_dests
 from checker.commands.lifecycle import COMMANDS as GROUP_COMMANDS
 from checker.commands.lifecycle import GroupFlags
@@ -136,12 +137,12 @@ def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
     choices: list[str] = []
     todo = [parser]
     while todo:  # the top-level parser reports the subcommands' unknown flags too
-        p = todo.pop()
-        for action in p._actions:
-            choices += [o for o in action.option_strings if o.startswith("--")]
-            if isinstance(action, argparse._SubParsersAction):
-                choices += list(action.choices)
-                todo += list(action.choices.values())
+        p = read_parser(todo.pop())
+        for option in p.options:
+            choices += [o for o in option.strings if o.startswith("--")]
+            if option.kind == "parsers":
+                choices += list(option.choices)
+                todo += list(option.choices.values())
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
 
@@ -259,8 +260,7 @@ def join_negative_values(argv: Sequence[str]) -> list[str]:
 def _refuse_unknown_flags(parser: argparse.ArgumentParser, words: Sequence[str]) -> None:
     """An unknown flag is named before anything else: argparse would first complain that a required
     flag is missing when the user only mistyped it (``--modle``)."""
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    sub = action.choices.get(words[0]) if words else None
+    sub = read_parser(parser).subparsers.get(words[0]) if words else None
     if sub is None:
         return
     index = OptionIndex(sub)  # by binary search: a command line of thousands of words stays linear
@@ -269,17 +269,14 @@ def _refuse_unknown_flags(parser: argparse.ArgumentParser, words: Sequence[str])
         if word == "--":
             break
         flag = word.split("=", 1)[0]
-        if flag.startswith("--") and flag not in index.actions and not index._prefixed(flag):
+        if flag.startswith("--") and flag not in index.actions and not index.prefixed(flag):
             unknown.append(word)
     if unknown:
         sub.error(f"unrecognized arguments: {' '.join(unknown)}")
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    action: argparse._SubParsersAction[argparse.ArgumentParser] = next(
-        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
-    )
-    return action.choices[name]
+    return read_parser(parser).subparsers[name]
 
 
 def quiet_torch_import() -> None:

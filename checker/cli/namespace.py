@@ -1,5 +1,5 @@
 """The checker's own parsed flags, as the CLI layer holds them: the one place an ``argparse.Namespace`` is
-changed after parsing, and argparse's internals are read for the checker's parser (what a word set).
+changed after parsing (argparse's insides, for what a word set, are read in :mod:`checker.argspec`).
 
 Below this layer nothing changes a Namespace: the launch merge is a function of the flags and the launch
 command (:func:`checker.launch.merge.merge_launch`), applied here.
@@ -11,25 +11,15 @@ import argparse
 import os
 from collections.abc import Sequence
 
+from checker.argspec import read_parser
 from checker.core.releases.releases import installed_sglang_version
 from checker.launch.merge import LaunchInputs, merge_launch
 
 
 def given_dests(parser: argparse.ArgumentParser, words: Sequence[str]) -> set[str]:
     """The dests of the checker flags the user gave, in any spelling argparse accepts (``--tp 2``,
-    ``--tp-size=2``, an alias): ``words`` parsed again with every default suppressed, so a dest is
-    present exactly when a word set it (argparse cannot tell "given" from "defaulted" otherwise)."""
-    saved = [(a, a.default, a.required) for a in parser._actions]
-    saved_defaults = dict(parser._defaults)
-    try:
-        for action in parser._actions:
-            action.default, action.required = argparse.SUPPRESS, False
-        parser._defaults.clear()
-        return set(vars(parser.parse_args(list(words))))
-    finally:
-        for action, default, required in saved:
-            action.default, action.required = default, required
-        parser._defaults.update(saved_defaults)
+    ``--tp-size=2``, an alias): :meth:`checker.argspec.ParserSpec.given`."""
+    return read_parser(parser).given(words)
 
 
 def apply_launch_command(

@@ -15,6 +15,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from checker.argspec import OptionSpec, read_parser
 from checker.commands.lifecycle import GroupFlags
 from checker.config import OutputOptions
 from checker.distributed.launch_env import GroupOptions
@@ -49,19 +50,19 @@ def group_flags(
     rank take part through the store only. Nothing readable at all: every default, and the backend
     unknown."""
     lenient = _Lenient(add_help=False, allow_abbrev=parser.allow_abbrev, prefix_chars=parser.prefix_chars)
-    wanted: dict[str, argparse.Action] = {}
-    for i, action in enumerate(parser._actions):
-        if not action.option_strings:
+    wanted: dict[str, OptionSpec] = {}
+    for i, action in enumerate(read_parser(parser).options):
+        if not action.strings:
             continue  # a positional is left over with the rest
         dest = action.dest if action.dest in (*GROUP_DESTS, *OUTPUT_DESTS, *INPUT_DESTS) else f"other_{i}"
         if dest == action.dest:
             wanted[dest] = action
         if action.nargs == 0:
-            lenient.add_argument(*action.option_strings, dest=dest, action="store_true", default=None)
-        elif isinstance(action, argparse._AppendAction):  # --weights-from-log A --weights-from-log B
-            lenient.add_argument(*action.option_strings, dest=dest, action="append", default=None)
+            lenient.add_argument(*action.strings, dest=dest, action="store_true", default=None)
+        elif action.appends:  # --weights-from-log A --weights-from-log B
+            lenient.add_argument(*action.strings, dest=dest, action="append", default=None)
         else:
-            lenient.add_argument(*action.option_strings, dest=dest, nargs=action.nargs, default=None)
+            lenient.add_argument(*action.strings, dest=dest, nargs=action.nargs, default=None)
     try:
         parsed, _ = lenient.parse_known_args(list(words))
     except _Unreadable:
@@ -88,7 +89,7 @@ def group_flags(
     )
 
 
-def _value(action: argparse.Action, raw: Any) -> Any:
+def _value(action: OptionSpec, raw: Any) -> Any:
     """``raw`` (text, or True for a switch given) as ``action`` would store it; its default when not
     given or when the flag refuses it."""
     if raw is None:

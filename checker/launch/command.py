@@ -43,6 +43,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from checker.argspec import read_parser
 from checker.core.errors import FlagError, printable
 from checker.core.releases.releases import installed_sglang_version, parse_version, release_key
 from checker.core.sizing.models import path_stat, shown_path
@@ -332,10 +333,10 @@ def parser_rows(parser: argparse.ArgumentParser) -> list[FlagRow]:
     ``(option strings, nargs)``; for :data:`SIZING_DESTS` also dest, type name, default, choices,
     required."""
     rows: list[FlagRow] = []
-    for a in parser._actions:
-        if isinstance(a, argparse._HelpAction):
+    for a in read_parser(parser).options:
+        if a.kind == "help":
             continue
-        opts = " ".join(a.option_strings)
+        opts = " ".join(a.strings)
         if a.dest not in SIZING_DESTS:
             rows.append((opts, a.nargs))
             continue
@@ -458,11 +459,7 @@ def _merge_config(parser: argparse.ArgumentParser, merger: Any, args: list[str])
         try:
             m = merger(parser)  # 0.5.8+
         except TypeError:
-            booleans = [
-                a.dest
-                for a in parser._actions
-                if isinstance(a, argparse._StoreTrueAction | argparse._StoreFalseAction)
-            ]
+            booleans = [a.dest for a in read_parser(parser).options if a.boolean]
             m = merger(boolean_actions=booleans)  # 0.5.3-0.5.7
         return list(m.merge_config_with_args(list(args)))
     except Exception as exc:
@@ -534,10 +531,7 @@ def _parse(parser: argparse.ArgumentParser, args: list[str]) -> tuple[dict[str, 
     args = collapse_repeats(index, args)
     with quiet_sglang(stderr=True):
         ns = parser.parse_args(args)
-        for a in parser._actions:
-            a.default = argparse.SUPPRESS
-            a.required = False
-        given = set(vars(parser.parse_args(args)))
+        given = index.spec.given(args)
     return vars(ns), given
 
 

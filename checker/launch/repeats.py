@@ -30,13 +30,7 @@ import argparse
 import bisect
 from collections.abc import Sequence
 
-# argparse's own actions whose effect is "the last occurrence wins" (exact types: subclasses may act).
-_LAST_WINS = (
-    argparse._StoreAction,
-    argparse._StoreTrueAction,
-    argparse._StoreFalseAction,
-    argparse._StoreConstAction,
-)
+from checker.argspec import OptionSpec, ParserSpec, read_parser
 
 # nargs that take every following word, flags included: a word after such a flag may not move.
 _READS_ALL = (argparse.REMAINDER, argparse.PARSER)
@@ -46,23 +40,23 @@ class OptionIndex:
     """A parser's option strings, for resolving words as argparse does without its linear scans."""
 
     def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self.parser = parser
-        self.actions = parser._option_string_actions
+        self.spec: ParserSpec = read_parser(parser)
+        self.actions = self.spec.by_string
         self.long = sorted(o for o in self.actions if o.startswith("--"))
         # The reading below is argparse's for a parser of flags only; anything else is left to argparse.
         self.simple = (
-            parser.prefix_chars == "-"
-            and not parser.fromfile_prefix_chars
-            and all(a.option_strings and a.nargs not in _READS_ALL for a in parser._actions)
+            self.spec.prefix_chars == "-"
+            and not self.spec.fromfile_prefix_chars
+            and all(o.strings and o.nargs not in _READS_ALL for o in self.spec.options)
         )
 
-    def _prefixed(self, prefix: str) -> list[str]:
+    def prefixed(self, prefix: str) -> list[str]:
         """Up to two long option strings starting with ``prefix`` (two: ambiguous)."""
         i = bisect.bisect_left(self.long, prefix)
         return [o for o in self.long[i : i + 2] if o.startswith(prefix)]
 
-    def resolve(self, word: str) -> tuple[argparse.Action | None, str | None]:
-        """(the action ``word`` names, the value it carries after ``=``), as argparse's
+    def resolve(self, word: str) -> tuple[OptionSpec | None, str | None]:
+        """(the option ``word`` names, the value it carries after ``=``), as argparse's
         ``_parse_optional`` reads it; (None, None) for a word that is not one flag (a value, an unknown
         or ambiguous flag)."""
         if word in self.actions:
@@ -72,8 +66,8 @@ class OptionIndex:
         name, eq, value = word.partition("=")
         if eq and name in self.actions:
             return self.actions[name], value
-        if self.parser.allow_abbrev:
-            matches = self._prefixed(name)
+        if self.spec.allow_abbrev:
+            matches = self.prefixed(name)
             if len(matches) == 1:
                 return self.actions[matches[0]], value if eq else None
         return None, None
@@ -83,12 +77,8 @@ class OptionIndex:
         is a negative number in a parser without negative-number flags (argparse's own rule)."""
         if not word.startswith("-"):
             return True
-        negative = getattr(self.parser, "_negative_number_matcher", None)
-        return bool(
-            negative is not None
-            and negative.match(word)
-            and getattr(self.parser, "_has_negative_number_optionals", True) == []
-        )
+        negative = self.spec.negative_number
+        return bool(negative is not None and negative.match(word))
 
     def unknown(self, word: str) -> bool:
         """Whether argparse would reject ``word`` as an unrecognized flag: it starts with ``--``, names
@@ -98,8 +88,8 @@ class OptionIndex:
         name = word.split("=", 1)[0]
         if name in self.actions:
             return False
-        if self.parser.allow_abbrev:
-            return not self._prefixed(name)
+        if self.spec.allow_abbrev:
+            return not self.prefixed(name)
         return True
 
 
@@ -109,13 +99,13 @@ def collapse_repeats(index: OptionIndex, args: Sequence[str]) -> list[str]:
     if not index.simple:
         return args
     # (action, start, end, value) per collapsible unit, in order.
-    units: list[tuple[argparse.Action, int, int, str | None]] = []
+    units: list[tuple[OptionSpec, int, int, str | None]] = []
     i, n = 0, len(args)
     while i < n:
         if args[i] == "--":
             break  # everything after it is a positional: argparse refuses it, as given
         action, value = index.resolve(args[i])
-        if action is None or type(action) not in _LAST_WINS or action.nargs not in (None, 0):
+        if action is None or not action.last_wins or action.nargs not in (None, 0):
             i += 1
         elif value is not None:  # --flag=value
             if action.nargs is None:
@@ -136,16 +126,7 @@ def collapse_repeats(index: OptionIndex, args: Sequence[str]) -> list[str]:
             continue
         if end < n and index.resolve(args[end])[0] is None:
             continue  # the next word would be read differently without this unit before it
-        if value is not None and not _valid(index.parser, action, value):
+        if value is not None and not index.spec.accepts(action, value):
             continue  # argparse says why, in its own words
         drop[start:end] = b"\x01" * (end - start)
     return [w for w, d in zip(args, drop, strict=True) if not d]
-
-
-def _valid(parser: argparse.ArgumentParser, action: argparse.Action, value: str) -> bool:
-    """Whether argparse would take ``value`` for ``action`` (its type conversion and choices)."""
-    try:
-        parser._get_values(action, [value])
-    except Exception:
-        return False
-    return True
