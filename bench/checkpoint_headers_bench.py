@@ -1,6 +1,6 @@
 """How long reading a 100-shard checkpoint's headers takes, and how much memory: the headers, not the data.
 
-    python bench/checkpoint_headers_bench.py            # Qwen3.5-397B, Qwen3-Next-80B (bf16, FP8), 100 shards
+    python bench/checkpoint_headers_bench.py   # Qwen3.5-397B, Qwen3-Next-80B (bf16, FP8, CT), 100 shards
 
 For each model it writes a sparse checkpoint of the real shapes (tests/checkpoints.py: real headers, the
 data regions holes) over 100 shards with an index, then times, best of five, ``read_checkpoint`` (the
@@ -29,18 +29,26 @@ from checker.core.weights.checkpoint import read_checkpoint  # noqa: E402
 from checker.core.weights.weights import WeightsLayout  # noqa: E402
 from checker.families.rules import check_shapes, model_weights  # noqa: E402
 from checker.families.weights_source import checkpoint_weights  # noqa: E402
-from tests.checkpoints import disk_bytes, fp8_tensors, model_dir, write_checkpoint  # noqa: E402
+from tests.checkpoints import (  # noqa: E402
+    compressed_tensors,
+    disk_bytes,
+    fp8_tensors,
+    model_dir,
+    write_checkpoint,
+)
 
 MODELS = {
     "Qwen3.5-397B-A17B": REPO / "tests/fixtures/weights/qwen3_5_397b_a17b.json",
     "Qwen3-Next-80B-A3B": REPO / "tests/fixtures/qwen3_next_80b_a3b.json",
     "Qwen3-Next-80B-FP8": REPO / "tests/fixtures/weights/qwen3_next_fp8_block.json",
+    "Qwen3-Next-80B-CT": REPO / "tests/fixtures/weights/qwen3_next_ct_fp8_channel.json",
 }
 SHARDS = 100
 LAYOUTS = {
     "Qwen3.5-397B-A17B": WeightsLayout(pp_size=4, tp_size=8),
     "Qwen3-Next-80B-A3B": WeightsLayout(pp_size=1, tp_size=8),
     "Qwen3-Next-80B-FP8": WeightsLayout(pp_size=1, tp_size=8, ep_size=8),
+    "Qwen3-Next-80B-CT": WeightsLayout(pp_size=1, tp_size=8),
 }
 
 
@@ -73,7 +81,8 @@ def main() -> None:
                 d = Path(tmp) / "m"
                 d.mkdir()
                 (d / "config.json").write_text(config_path.read_text())
-                write_checkpoint(d, fp8_tensors(config), shards=SHARDS)
+                ct = config["quantization_config"].get("quant_method") == "compressed-tensors"
+                write_checkpoint(d, (compressed_tensors if ct else fp8_tensors)(config), shards=SHARDS)
             else:
                 d = model_dir(Path(tmp) / "m", config_path, shards=SHARDS)
             layout = LAYOUTS[name]

@@ -159,6 +159,36 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # compressed-tensors FP8 W8A8 (llm-compressor's presets): per-channel weights with dynamic per-token
+    # activations (FP8_DYNAMIC), 128x128 blocks (FP8_BLOCK), per-tensor weights and static input scales
+    # with an FP8 KV cache; ignore lists by name, dotted suffix and re: regex, Nemotron-H's by its HF name
+    "qwen3_next/ct-fp8-channel": (
+        f"{F}/weights/qwen3_next_ct_fp8_channel.json",
+        ["pp=1,tp=2", "pp=1,tp=4,ep=4", "pp=1,tp=8", "pp=1,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_next/ct-fp8-block": (
+        f"{F}/weights/qwen3_next_ct_fp8_block.json",
+        ["pp=1,tp=4", "pp=1,tp=8,ep=8"],
+        None,
+        {},
+    ),
+    # tp 8: 64-wide expert partitions, not whole 128-blocks (compressed_tensors_w8a8_fp8_moe.py:107)
+    "qwen3_next/ct-fp8-block-tp8": (f"{F}/weights/qwen3_next_ct_fp8_block.json", ["pp=1,tp=8"], None, {}),
+    # per-tensor weights with per-token activations: the MoE method's assertion
+    "qwen3_next/ct-fp8-tensor-token": (
+        f"{F}/weights/qwen3_next_ct_fp8_tensor_token.json",
+        ["pp=1,tp=2"],
+        None,
+        {},
+    ),
+    "nemotron_h/ct-fp8-tensor": (
+        f"{F}/weights/nemotron_h_ct_fp8_tensor.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
     "nemotron_h/fp8-tensor": (
         f"{F}/weights/nemotron_h_fp8_tensor.json",
         ["pp=2,tp=2", "pp=3,tp=2"],

@@ -442,6 +442,9 @@ class Release:
             _patched(torch.cuda, "Stream", _NoStream),
             # 0.5.2-0.5.x pass device=torch.cuda.current_device() to some norms: the build's device here
             _patched(torch.cuda, "current_device", lambda: torch.device("meta")),
+            # the GPU a quantized scheme is picked for (compressed-tensors' _check_scheme_supported reads
+            # it at construction, compressed_tensors.py:416): Hopper, SM90, as the checker models
+            _patched(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0)),
         ):
             if len(inspect.signature(init).parameters) == 2:  # up to 0.5.8 it takes the quant config itself
                 return init(mc, lc)

@@ -130,3 +130,34 @@ def modelopt_tensors(config: Mapping[str, Any], quantized: Callable[[str], bool]
         out += [(name, shape, "F8_E4M3"), (f"{module}.weight_scale", (), "F32")]
         out.append((f"{module}.input_scale", (), "F32"))
     return out
+
+
+def compressed_tensors(config: Mapping[str, Any]) -> list[Spec]:
+    """A compressed-tensors FP8 W8A8 export of ``config`` (llm-compressor's layout, its first config
+    group): every 2-D linear weight outside ``ignore`` (names, dotted suffixes, ``re:`` regexes, matched
+    on the checkpoint's names) in F8_E4M3 with its float32 ``weight_scale`` (``[]`` per tensor,
+    ``[out, 1]`` per channel, the block grid per block) and, static, a scalar ``input_scale``."""
+    from checker.core.weights.compressed import _listed
+
+    q = config["quantization_config"]
+    group = next(iter(q["config_groups"].values()))
+    w, a = group["weights"], group.get("input_activations")
+    ignore = tuple(q.get("ignore") or ())
+    out: list[Spec] = []
+    for name, shape, dtype in model_tensors(config):
+        module = name.removesuffix(".weight")
+        if not (name.endswith(".weight") and len(shape) == 2) or "embed" in name or _listed(module, ignore):
+            out.append((name, shape, dtype))
+            continue
+        out.append((name, shape, "F8_E4M3"))
+        if w["strategy"] == "channel":
+            scale: tuple[int, ...] = (shape[0], 1)
+        elif w["strategy"] == "block":
+            bn, bk = w["block_structure"]
+            scale = (-(-shape[0] // bn), -(-shape[1] // bk))
+        else:
+            scale = ()
+        out.append((f"{module}.weight_scale", scale, "F32"))
+        if a and not a.get("dynamic"):
+            out.append((f"{module}.input_scale", (), "F32"))
+    return out

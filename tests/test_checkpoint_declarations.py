@@ -59,10 +59,20 @@ def _one_line(res: Any) -> str:
             {"quantization": {"quant_algo": "MIXED_PRECISION"}},
             "quantized (modelopt MIXED_PRECISION, hf_quant_config.json)",
         ),
-        (
+        (  # compressed-tensors FP8 W8A8 is modelled for Qwen3-Next and Nemotron-H (test_quant_weights.py):
+            # a W4A16 compression_config on Falcon-H1 is refused naming it
             "compression_config",
-            {"format": "float-quantized", "quant_method": "compressed-tensors"},
-            "quantized (compressed-tensors, config.json's compression_config)",
+            {
+                "format": "pack-quantized",
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "group_0": {
+                        "targets": ["Linear"],
+                        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+                    }
+                },
+            },
+            "quantized (compressed-tensors (group weights)); the checker models that method for",
         ),
         ("quantization_config", {"quant_method": "awq", "bits": 4}, "quantized (awq)"),
     ],

@@ -483,3 +483,203 @@ def test_the_ignore_list_matches_as_sglang_matches_it(ignored: list[str], prefix
     ``_module_path_match`` skips: whole dotted parts, ``mlp.gate`` never ``mlp.gate_up_proj``."""
     want = any(_module_path_match(i, prefix) for i in ignored)
     assert _path_matches_any(tuple(ignored), prefix) == want
+
+
+# -- compressed-tensors FP8 W8A8 (quant_method compressed-tensors, config_groups / ignore) ---------------
+
+NEMOTRON_CT = W / "nemotron_h_ct_fp8_tensor.json"
+QWEN_CT = W / "qwen3_next_ct_fp8_channel.json"
+QWEN_CT_BLOCK = W / "qwen3_next_ct_fp8_block.json"
+
+
+def _ct_dir(tmp_path: Path, cfg: dict[str, Any], tensors: list[Any] | None = None) -> Path:
+    from tests.checkpoints import compressed_tensors
+
+    d = tmp_path / "m"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    write_checkpoint(d, compressed_tensors(cfg) if tensors is None else tensors, shards=3)
+    return d
+
+
+def test_a_compressed_tensors_fp8_nemotron_h_checkpoint_derives_sglangs_figure(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Nemotron-H 8B as llm-compressor writes it (per-tensor FP8, static input scales, FP8 KV cache, the
+    head and layer 0's mixer in_proj ignored under their HF names): every rank of pp 2 x tp 2 read from
+    the shards equals what 0.5.23's CompressedTensorsW8A8Fp8 classes hold (expected.json), and derive
+    prints that figure, not the bf16 one."""
+    from checker.families.weights_source import checkpoint_weights
+
+    cfg = _cfg(NEMOTRON_CT)
+    d = _ct_dir(tmp_path, cfg)
+    mw, ckpt = checkpoint_weights(d, WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    for rank in range(4):
+        want = _sglang_figure("nemotron_h/ct-fp8-tensor", {"pp": 2, "tp": 2}, rank)
+        assert mw.ranks[rank].param_bytes == want, rank
+    assert 0 < ckpt.header_bytes < ckpt.total_bytes // 1000  # headers only
+    bf16 = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    plain = model_weights(bf16, WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    assert mw.ranks[2].param_bytes < 0.7 * plain.ranks[2].param_bytes
+    res = cli([*DERIVE, "--pp-size", "2", "--tp-size", "2", "--model-config", str(d), "--format", "json"])
+    assert res.rc == 0, res.err
+    per_rank = json.loads(res.out)["weights"]["per_rank"]
+    assert [r["param_bytes"] for r in per_rank] == [r.param_bytes for r in mw.ranks]
+    busiest = max(r.total_bytes for r in mw.ranks)
+    assert f"weights {busiest / GIB:.2f} GiB (the checkpoint" in res.out
+
+
+def test_compressed_tensors_holds_each_strategys_scales_and_keeps_ignored_layers_bf16() -> None:
+    """Per channel (Qwen3-Next FP8-dynamic): ``weight_scale`` [out, 1] on every quantized linear, the
+    experts [E, 2I, 1] and [E, H, 1], no input scale (dynamic activations); ``in_proj_ba`` stays bf16
+    without a scale (the ``re:`` ignore entry); no KV scales without a kv_cache_scheme. Per tensor with
+    static inputs (Nemotron-H): [shards] scales, a 0-d maximum kept after loading, the ignored
+    ``backbone.layers.0.mixer.in_proj`` (mapped to model.) bf16, k/v scales from the kv_cache_scheme."""
+    from checker.families.rules import rank_params
+
+    (_, params), *_ = rank_params(_cfg(QWEN_CT), WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    by = {p.name: p for p in params}
+    pre = "model.layers.0.linear_attn"
+    assert by[f"{pre}.in_proj_qkvz.weight_scale"].shape == (3072, 1)
+    assert by[f"{pre}.in_proj_ba.weight"].dtype == "bfloat16" and f"{pre}.in_proj_ba.weight_scale" not in by
+    assert by["model.layers.0.mlp.experts.w13_weight_scale"].shape == (513, 256, 1)
+    assert by["model.layers.0.mlp.experts.w2_weight_scale"].shape == (513, 2048, 1)
+    assert not any(n.endswith(("input_scale", "k_scale")) for n in by)
+    ((_, params), *_) = rank_params(_cfg(NEMOTRON_CT), WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    by = {p.name: p for p in params}
+    assert by["model.layers.0.mixer.in_proj.weight"].dtype == "bfloat16"
+    assert by["model.layers.4.mixer.in_proj.weight_scale"].shape == (5,)
+    assert by["model.layers.4.mixer.in_proj.input_scale"].shape == (5,)
+    assert by["model.layers.4.mixer.in_proj.weight_scale.max"].part == "copies"
+    assert by["model.layers.7.mixer.attn.k_scale"].shape == ()
+
+
+def test_compressed_tensors_block_scales_and_the_tp8_refusal() -> None:
+    """FP8_BLOCK: the [ceil(out/128), ceil(in/128)] grid per linear, the experts' grids; tp 8 leaves
+    64-wide expert partitions, 0.5.23's refusal (recorded in expected.json)."""
+    from checker.families.rules import rank_params
+
+    (_, params), *_ = rank_params(_cfg(QWEN_CT_BLOCK), WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    by = {p.name: p for p in params}
+    assert by["model.layers.0.linear_attn.in_proj_qkvz.weight_scale"].shape == (24, 16)
+    assert by["model.layers.0.mlp.experts.w13_weight_scale"].shape == (513, 2, 16)
+    with pytest.raises(LayoutError, match="not divisible by the compressed-tensors FP8 block"):
+        model_weights(_cfg(QWEN_CT_BLOCK), WeightsLayout(pp_size=1, tp_size=8), release="0.5.23")
+
+
+def test_a_scheme_the_releases_moe_method_rejects_is_its_own_one_line(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Per-tensor FP8 weights with dynamic per-token activations: fine for 0.5.23's linears, an assertion
+    in its FP8 MoE method (expected.json records the AssertionError): one line naming the layer, exit 2,
+    from a config-only model directory."""
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text((W / "qwen3_next_ct_fp8_tensor_token.json").read_text())
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "model.layers.0.mlp.experts" in line and "tensor FP8 weights with token activations" in line, line
+    assert "compressed_tensors_w8a8_fp8_moe.py:65" in line, line
+
+
+def _ct_with(**changes: Any) -> dict[str, Any]:
+    cfg = _cfg(NEMOTRON_CT)
+    q = cfg["quantization_config"]
+    for key, value in changes.items():
+        if key in ("weights", "input_activations"):
+            q["config_groups"]["group_0"][key] = value
+        else:
+            q[key] = value
+    return cfg
+
+
+_INT4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "says"),
+    [
+        ({"weights": _INT4, "input_activations": None, "format": "pack-quantized"}, FlagError, "WNA16"),
+        ({"weights": _INT4, "input_activations": None, "format": "marlin-24"}, ConfigError, "Sparse24"),
+        ({"input_activations": None}, FlagError, "FP8 weight-only"),
+        ({"format": "dense"}, ConfigError, "No compressed-tensors compatible scheme"),
+        ({"ignore": ["backbone.layers.7.mixer.q_proj"]}, ConfigError, "some but not all of"),
+        ({"sparsity_config": {"format": "sparse-24-bitmask"}}, FlagError, "sparsity_config"),
+        ({"weights": {"num_bits": 8, "type": "fp", "strategy": "tensor"}}, ConfigError, "QuantizationArgs"),
+        ({"ignore": ["re:("]}, ConfigError, "regular expression"),
+    ],
+    ids=["w4a16", "sparse24", "w8a16", "dense-format", "uneven-shards", "sparsity", "bad-type", "bad-regex"],
+)
+def test_a_compressed_tensors_scheme_refused_by_the_release_or_the_checker_is_one_line(
+    changes: dict[str, Any], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error) as exc:
+        model_weights(_ct_with(**changes), WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    assert says in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_a_module_no_target_matches_is_the_release_refusal() -> None:
+    """Targets that name only the MLP projections: layer 0's mixer out_proj matches none, SGLang's 'Unable to
+    find matching target' (compressed_tensors/utils.py:140)."""
+    cfg = _cfg(NEMOTRON_CT)
+    cfg["quantization_config"]["config_groups"]["group_0"]["targets"] = ["re:.*mixer[.](up|down)_proj$"]
+    with pytest.raises(
+        ConfigError, match="no compressed-tensors target matches model.layers.0.mixer.out_proj"
+    ):
+        model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
+
+
+def test_compression_config_is_read_as_quantization_config_and_flags_as_sglang_takes_them() -> None:
+    cfg = _cfg(NEMOTRON_CT)
+    cfg["compression_config"] = cfg.pop("quantization_config")
+    scheme = read_scheme(cfg, source="config.json")
+    assert scheme is not None and scheme.method == "compressed-tensors" and scheme.kv
+    assert read_scheme(cfg, flag="compressed-tensors", source="config.json") is not None
+    with pytest.raises(FlagError, match="serves it with its w8a8_fp8 method"):
+        read_scheme(cfg, flag="w8a8_fp8", source="config.json")
+    with pytest.raises(FlagError, match="contradicts"):
+        read_scheme(cfg, flag="fp8", source="config.json")
+    with pytest.raises(FlagError, match="not 0.5.22's"):
+        model_weights(_cfg(NEMOTRON_CT), WeightsLayout(pp_size=2, tp_size=2), release="0.5.22")
+
+
+def test_a_compressed_tensors_weight_without_its_scale_is_refused(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    from tests.checkpoints import compressed_tensors
+
+    cfg = _cfg(NEMOTRON_CT)
+    gone = "backbone.layers.5.mixer.up_proj.input_scale"
+    d = _ct_dir(tmp_path, cfg, [t for t in compressed_tensors(cfg) if t[0] != gone])
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert gone in line and "in shard 'model-0000" in line and "compressed-tensors" in line, line
+
+
+def test_a_compressed_tensors_scale_of_the_wrong_shape_is_refused(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    from tests.checkpoints import compressed_tensors
+
+    cfg = _cfg(NEMOTRON_CT)
+    name = "backbone.layers.3.mixer.down_proj.weight_scale"
+    d = _ct_dir(tmp_path, cfg, [(n, (4096, 1) if n == name else s, t) for n, s, t in compressed_tensors(cfg)])
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert name in line and "[4096, 1]" in line and "[] or [1]" in line, line
+
+
+def test_a_compressed_tensors_config_over_bf16_shards_is_refused(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    cfg = _cfg(NEMOTRON_CT)
+    d = _ct_dir(tmp_path, cfg, model_tensors(cfg))
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "compressed-tensors" in line and "no shard holds a float8 weight" in line, line
+
+
+def test_the_compressed_tensors_figures_of_every_checked_release_are_in_the_fixture() -> None:
+    from checker.core.weights.quant import CHECKED_RELEASES
+
+    doc = json.loads((W / "expected.json").read_text())
+    cases = [c for c in doc["cases"] if "/ct-fp8" in c]
+    assert len(cases) >= 5
+    for release in CHECKED_RELEASES["compressed-tensors"]:
+        assert all(c in doc["figures"].get(release, {}) for c in cases), release

@@ -138,8 +138,9 @@ def checkpoint_weights(
     # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
     from checker.core.weights.checkpoint import read_checkpoint
-    from checker.core.weights.checkpoint_names import check_fp8, check_unquantized
+    from checker.core.weights.checkpoint_names import check_compressed, check_fp8, check_unquantized
     from checker.core.weights.quant import read_scheme
+    from checker.core.weights.weights import check_quant_family
     from checker.families.rules import check_complete, check_loadable, check_shapes, family_of, model_weights
 
     d = Path(directory)
@@ -152,9 +153,17 @@ def checkpoint_weights(
     scheme = read_scheme(config, flag=quantization, directory=d, source=source)
     if quantization:
         layout = dataclasses.replace(layout, quantization=quantization)
-    family_of(config, source)  # an unmodelled family is refused before any shard is read
+    fam, _, _ = family_of(config, source)  # an unmodelled family is refused before any shard is read
+    check_quant_family(fam, scheme, source)  # and a method its class is not modelled under
     ckpt = read_checkpoint(d)
-    if scheme is not None:
+    if scheme is not None and scheme.ct is not None:
+        ct = scheme.ct
+        blocks = {g.weights.block for _, g in ct.targets if g.weights.strategy == "block"}
+        static = bool(ct.targets) and all(
+            g.inputs is not None and not g.inputs.dynamic for _, g in ct.targets
+        )
+        check_compressed(ckpt, ct.strategies(), next(iter(blocks), None), static, source)
+    elif scheme is not None:
         check_fp8(ckpt, scheme.block, source)
     check_shapes(ckpt, config, source)
     check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first

@@ -98,3 +98,58 @@ def check_fp8(ckpt: Checkpoint, block: tuple[int, int] | None, source: str) -> i
             "config.json matches them)"
         )
     return checked
+
+
+def check_compressed(
+    ckpt: Checkpoint,
+    strategies: set[str],
+    block: tuple[int, int] | None,
+    static: bool,
+    source: str,
+) -> int:
+    """Under a compressed-tensors FP8 W8A8 ``quantization_config``: every float8 weight has its
+    ``weight_scale`` of a shape its config's strategies give (per tensor ``[]``/``[1]``, per channel
+    ``[out, 1]``, per block ``[ceil(out/bn), ceil(in/bk)]``), a static scheme its ``input_scale``
+    (``[]``/``[1]``), and the checkpoint holds float8 weights at all. Returns how many were checked."""
+    checked = 0
+    for name, tensor in ckpt.tensors.items():
+        if not name.endswith(".weight") or tensor.dtype not in ("F8_E4M3", "F8_E5M2"):
+            continue
+        checked += 1
+        module = name[: -len(".weight")]
+        wanted = []
+        if "tensor" in strategies:
+            wanted += [(), (1,)]
+        if len(tensor.shape) == 2:
+            out, inp = tensor.shape
+            if "channel" in strategies:
+                wanted.append((out, 1))
+            if block is not None:
+                wanted.append((-(-out // block[0]), -(-inp // block[1])))
+        for scale_name, need in (("weight_scale", wanted), ("input_scale", [(), (1,)] if static else [])):
+            scale = ckpt.tensors.get(f"{module}.{scale_name}")
+            if scale is None:
+                if not need:
+                    continue
+                raise ConfigError(
+                    f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {tensor.dtype} but no shard "
+                    f"holds its {module}.{scale_name}, which {source}'s compressed-tensors FP8 "
+                    "quantization_config loads it with: the checkpoint is incomplete or of another "
+                    "quantization; re-download it"
+                )
+            if need and (scale.shape not in need or scale.dtype not in _SCALE_DTYPES):
+                shown = " or ".join(str(list(s)) for s in need)
+                raise ConfigError(
+                    f"tensor {shorten(f'{module}.{scale_name}')} in shard {shorten(scale.shard)} is "
+                    f"{scale.dtype} {list(scale.shape)}, but the {list(tensor.shape)} weight it scales "
+                    f"takes a float {shown} under {source}'s compressed-tensors quantization_config "
+                    f"({'/'.join(sorted(strategies))}); the checkpoint and config.json disagree"
+                )
+    if not checked:
+        raise ConfigError(
+            f"{source} declares a compressed-tensors FP8 quantization but no shard holds a float8 weight: "
+            "the config and the shards are of different checkpoints (point --model-path at the directory "
+            "whose "
+            "config.json matches them)"
+        )
+    return checked

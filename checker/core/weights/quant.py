@@ -41,6 +41,10 @@ from a ``hf_quant_config.json`` beside config.json (``{"quantization": {"quant_a
   mapping, or ``is_layer_excluded``'s glob match of the whole prefix or any dotted part (:377-424), after
   the class's ``hf_to_sglang_mapper`` (:364-375).
 
+Modelled too: compressed-tensors FP8 W8A8 (``quant_method: compressed-tensors`` in ``quantization_config``
+or ``compression_config``), read and held as :mod:`checker.core.weights.compressed` says (SGLang 0.5.23's
+``CompressedTensorsW8A8Fp8``/``CompressedTensorsW8A8Fp8MoE``).
+
 Block-wise FP8 on Hopper keeps its scales as loaded (the UE8M0 requantization of
 ``requant_block_scale_ue8m0_for_deepgemm`` :819-826 is Blackwell's DeepGEMM path, and the bf16 weight
 cache of :857-902 needs a [32, 32] UE8M0 checkpoint). Refused in one line: every other method (named), an
@@ -61,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, printable, shorten
+from checker.core.weights.compressed import CompressedConfig, read_compressed
 
 HF_QUANT_CONFIG = "hf_quant_config.json"
 
@@ -73,12 +78,13 @@ SGLANG_METHODS = (
 """0.5.23's ``QUANTIZATION_METHODS`` (``layers/quantization/__init__.py:63-159``); a method outside it is
 the release's ``Unknown quantization method`` (``configs/model_config.py:2152``)."""
 
-MODELLED = ("fp8", "modelopt_fp8")
+MODELLED = ("fp8", "modelopt_fp8", "compressed-tensors")
 """The methods whose per-rank weights the checker derives."""
 
 CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
     "fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
     "modelopt_fp8": ("0.5.23",),
+    "compressed-tensors": ("0.5.23",),
 }
 """The releases whose quantized classes the method's rules are held to, per method: each one's own
 ``Fp8LinearMethod``/``Fp8MoEMethod``/``Fp8KVCacheMethod`` built on the meta device
@@ -136,12 +142,18 @@ class QuantScheme:
     where the config declares an FP8 KV cache)."""
     globs: tuple[str, ...] = ()
     """ModelOpt's ``exclude_modules`` as ``is_layer_excluded`` matches them (glob: prefix or any part)."""
+    ct: CompressedConfig | None = None
+    """compressed-tensors: its targets and ignore list, the scheme per module
+    (checker.core.weights.compressed)."""
 
     @property
     def modelopt(self) -> bool:
         return self.method == "modelopt_fp8"
 
     def describe(self) -> str:
+        if self.ct is not None:
+            kinds = "/".join(sorted(self.ct.strategies()))
+            return f"{self.method} ({kinds + ' weights' if kinds else 'no config groups'})"
         if self.modelopt:
             return f"{self.method} (ModelOpt FP8, per-tensor{', FP8 KV cache' if self.kv else ''})"
         if self.block:
@@ -170,8 +182,9 @@ class QuantScheme:
                     out.append(name.removeprefix("language_model."))
             return tuple(dict.fromkeys(out))
 
+        ct = self.ct.mapped(prefixes, (*FUSED_SHARDS.items(), *packed)) if self.ct is not None else None
         return dataclasses.replace(
-            self, ignored=apply(self.ignored), globs=apply(self.globs), packed=tuple(packed)
+            self, ignored=apply(self.ignored), globs=apply(self.globs), packed=tuple(packed), ct=ct
         )
 
     def skips(self, prefix: str) -> bool:
@@ -251,8 +264,10 @@ def _declared(config: Mapping[str, Any], directory: Path | None) -> tuple[Mappin
             raise ConfigError(f"config.json: quantization_config={shorten(q)} must be a JSON object")
         return q, "config.json's quantization_config"
     c = config.get("compression_config")
-    if c is not None:
-        return {"quant_method": "compressed-tensors"}, "config.json's compression_config"
+    if c is not None:  # the whole document, as quantization_config (model_config.py:1743-1745)
+        if not isinstance(c, Mapping):
+            raise ConfigError(f"config.json: compression_config={shorten(c)} must be a JSON object")
+        return c, "config.json's compression_config"
     if isinstance(config.get(HF_QUANT_KEY), Mapping):
         return _modelopt_file(config[HF_QUANT_KEY]), HF_QUANT_CONFIG
     if directory is not None and (directory / HF_QUANT_CONFIG).is_file():
@@ -309,7 +324,9 @@ def read_scheme(
         method = flag or ""
     if not method.startswith("modelopt "):
         method = method.lower()
-    if method.startswith("modelopt ") or method == "compressed-tensors":
+    if method == "compressed-tensors":
+        return _compressed(q, flag, where, source)
+    if method.startswith("modelopt "):
         raise FlagError(
             f"{source}: the model is quantized ({method}, {where}); the checker derives quantized weights "
             f"for {', '.join(MODELLED)} only; {_WAY_OUT}"
@@ -331,6 +348,32 @@ def read_scheme(
             f"{', '.join(MODELLED)} only; {_WAY_OUT}"
         )
     return _fp8(q, source)
+
+
+_CT_FLAGS = ("w8a8_fp8", "w8a8_int8", "auto-round-int8")
+"""Flags SGLang accepts for a compressed-tensors checkpoint and serves with their own method
+(``compatible_quantization_methods``, configs/model_config.py:2052-2054)."""
+
+
+def _compressed(q: Mapping[str, Any], flag: str | None, where: str, source: str) -> QuantScheme:
+    """A compressed-tensors quantization (checker.core.weights.compressed), under the flag SGLang takes."""
+    if flag is not None and flag != "compressed-tensors":
+        if flag not in SGLANG_METHODS:
+            raise FlagError(
+                f"--quantization {shorten(flag)}: SGLang refuses it (Unknown quantization method)"
+            )
+        if flag in _CT_FLAGS:
+            raise FlagError(
+                f"--quantization {flag} over {where}'s compressed-tensors: SGLang serves it with its {flag} "
+                f"method, which the checker does not model; drop the flag or {_WAY_OUT}"
+            )
+        raise FlagError(
+            f"--quantization {flag} contradicts {where}'s quant_method compressed-tensors: SGLang refuses it "
+            "('does not match the quantization method specified in the `quantization` argument', "
+            "configs/model_config.py:2143)"
+        )
+    ct = read_compressed(q, where, source)
+    return QuantScheme("compressed-tensors", None, False, (), source, kv=ct.kv, ct=ct)
 
 
 _MODELOPT_METHODS = {"MIXED_PRECISION": "modelopt_mixed or w4afp8", "MXFP8": "mxfp8"}

@@ -41,6 +41,8 @@ from typing import Any
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
 from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
+from checker.core.weights.compressed import CompressedConfig, Scheme
+from checker.core.weights.compressed import check_block as ct_check_block
 from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check_release, read_scheme
 
 GIB = 2**30
@@ -337,6 +339,7 @@ class Builder:
         out_split: int = 1,
         in_split: int = 1,
         weight_dtype: str | None = None,
+        cls: str = "Linear",
     ) -> None:
         """A linear's per-rank weight (``shards``: its logical output partitions on this rank), quantized
         where the scheme takes it (``quant``: the class passes its quant config; ``prefix``: the module
@@ -344,7 +347,13 @@ class Builder:
         quantized weight is cast to after it is built, as Falcon-H1's ``lm_head.float()``)."""
         rows = sum(shards)
         s = self.quant
-        if s is None or not quant or s.skips(name if prefix is None else prefix):
+        if s is not None and s.ct is not None:
+            ct = s.ct.linear(prefix or name, cls) if quant else None
+            if ct is None:
+                self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
+            else:
+                compressed_linear(self, s.ct, ct, name, shards, inp, part, out_split, in_split)
+        elif s is None or not quant or s.skips(name if prefix is None else prefix):
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
         else:
             check_block(s, prefix or name, shards, inp, out_split=out_split, in_split=in_split)
@@ -392,8 +401,18 @@ class Builder:
         size = self.p.size(group)
         rows = divide(out, size, f"{name} output size")
         parts = [divide(x, size, f"{name} output size") for x in shards] if shards else [rows]
+        cls = "MergedColumnParallelLinear" if shards else "ColumnParallelLinear"
         self.linear(
-            name, parts, inp, part=part, bias=bias, dtype=dtype, quant=quant, prefix=prefix, out_split=size
+            name,
+            parts,
+            inp,
+            part=part,
+            bias=bias,
+            dtype=dtype,
+            quant=quant,
+            prefix=prefix,
+            out_split=size,
+            cls=cls,
         )
 
     def row(
@@ -410,7 +429,17 @@ class Builder:
     ) -> None:
         size = self.p.size(group)
         cols = divide(inp, size, f"{name} input size")
-        self.linear(name, [out], cols, part=part, bias=bias, quant=quant, prefix=prefix, in_split=size)
+        self.linear(
+            name,
+            [out],
+            cols,
+            part=part,
+            bias=bias,
+            quant=quant,
+            prefix=prefix,
+            in_split=size,
+            cls="RowParallelLinear",
+        )
 
     def replicated(
         self,
@@ -424,7 +453,17 @@ class Builder:
         quant: bool = True,
         prefix: str | None = None,
     ) -> None:
-        self.linear(name, [out], inp, part=part, bias=bias, dtype=dtype, quant=quant, prefix=prefix)
+        self.linear(
+            name,
+            [out],
+            inp,
+            part=part,
+            bias=bias,
+            dtype=dtype,
+            quant=quant,
+            prefix=prefix,
+            cls="ReplicatedLinear",
+        )
 
     def norm(
         self, name: str, dim: int, *, part: str = "layers", bias: bool = False, dtype: str | None = None
@@ -438,6 +477,8 @@ class Builder:
     ) -> None:
         rows = vocab_rows(vocab, self.p.size(group))
         s = self.quant
+        if name == "lm_head" and s is not None and s.ct is not None:
+            s.ct.head(name)  # a quantized head: refused (compressed.py)
         if name == "lm_head" and s is not None and s.modelopt and not s.skips(name):
             # ParallelLMHead built with the quant config takes ModelOpt's linear method
             # (modelopt_quant.py:341): its weight fp8 with its scales (a later .float() casts it)
@@ -462,7 +503,7 @@ class Builder:
         q = divide(heads, size, "num_attention_heads") * head_dim
         kv = kv_heads_per_rank(kv_heads, size)
         shards = [q, kv * head_dim, kv * (v_head_dim or head_dim)]
-        self.linear(name, shards, hidden, bias=bias, prefix=prefix, out_split=size)
+        self.linear(name, shards, hidden, bias=bias, prefix=prefix, out_split=size, cls="QKVParallelLinear")
 
     def experts(
         self,
@@ -481,6 +522,10 @@ class Builder:
         inter = divide(intermediate, self.p.moe_tp_size, "moe_intermediate_size")
         shards = 2 if gated else 1
         s = self.quant
+        if s is not None and s.ct is not None:
+            ct = s.ct.moe(name)
+            compressed_experts(self, ct, name, local, hidden, inter, shards)
+            return
         fp8 = s is not None and not s.skips(name)
         dtype = "float8_e4m3fn" if fp8 else None
         self.add(f"{name}.w13_weight", (local, shards * inter, hidden), part="layers", dtype=dtype)
@@ -515,6 +560,84 @@ class Builder:
         if s.static:
             self.add(f"{name}.w13_input_scale", (local,), part="layers", dtype="float32")
             self.add(f"{name}.w2_input_scale", (local,), part="layers", dtype="float32")
+
+
+def compressed_linear(
+    b: Builder,
+    cfg: CompressedConfig,
+    sch: Scheme,
+    name: str,
+    shards: Sequence[int],
+    inp: int,
+    part: str,
+    out_split: int,
+    in_split: int,
+) -> None:
+    """A linear under compressed-tensors FP8 W8A8 (``CompressedTensorsW8A8Fp8.create_weights``,
+    compressed_tensors_w8a8_fp8.py:64-145; after loading :147-237, checker.core.weights.compressed)."""
+    rows = sum(shards)
+    b.add(f"{name}.weight", (rows, inp), part=part, dtype="float8_e4m3fn")
+    if sch.strategy == "channel":
+        b.add(f"{name}.weight_scale", (rows, 1), part=part, dtype="float32")
+    elif sch.strategy == "tensor":
+        b.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
+    else:
+        assert sch.block is not None
+        ct_check_block(cfg, name, sch.block, shards, inp, out_split=out_split, in_split=in_split)
+        bn, bk = sch.block
+        b.add(f"{name}.weight_scale", (ceil_div(rows, bn), ceil_div(inp, bk)), part=part, dtype="float32")
+    if sch.static_input:
+        b.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
+    # after loading: per tensor the largest weight scale (0-d), a static input scale's 0-d maximum
+    if sch.strategy == "tensor":
+        b.copy(f"{name}.weight_scale.max", (), "float32")
+    if sch.static_input:
+        b.copy(f"{name}.input_scale.max", (), "float32")
+
+
+def compressed_experts(
+    b: Builder, sch: Scheme | None, name: str, local: int, hidden: int, inter: int, shards: int
+) -> None:
+    """A FusedMoE under compressed-tensors (``CompressedTensorsW8A8Fp8MoE.create_weights``,
+    compressed_tensors_w8a8_fp8_moe.py:84-237; after loading :239-313); ``sch`` None: the unquantized
+    method, as without a quant config."""
+    if sch is None:
+        b.add(f"{name}.w13_weight", (local, shards * inter, hidden), part="layers")
+        b.add(f"{name}.w2_weight", (local, hidden, inter), part="layers")
+        return
+    if sch.block is not None:
+        bn, bk = sch.block
+        if inter % bn or (b.p.moe_tp_size > 1 and inter % bk):
+            raise LayoutError(
+                f"{name}: its intermediate partition {inter} is not divisible by the compressed-tensors FP8 "
+                f"block {bn}x{bk}; SGLang refuses this layout ('The output_size of gate's and up's weight "
+                "... is not divisible by weight quantization block_n', "
+                "compressed_tensors_w8a8_fp8_moe.py:112): use a TP size or --ep-size that keeps whole blocks"
+            )
+    # w13 is 2 x I whether or not the experts are gated (get_moe_weight_sizes(is_concat=True), :121-126)
+    shards = 2
+    b.add(f"{name}.w13_weight", (local, shards * inter, hidden), part="layers", dtype="float8_e4m3fn")
+    b.add(f"{name}.w2_weight", (local, hidden, inter), part="layers", dtype="float8_e4m3fn")
+    if sch.strategy == "tensor":
+        b.add(f"{name}.w13_weight_scale", (local, 2), part="layers", dtype="float32")
+        b.add(f"{name}.w2_weight_scale", (local,), part="layers", dtype="float32")
+    elif sch.strategy == "channel":
+        b.add(f"{name}.w13_weight_scale", (local, shards * inter, 1), part="layers", dtype="float32")
+        b.add(f"{name}.w2_weight_scale", (local, hidden, 1), part="layers", dtype="float32")
+    else:
+        assert sch.block is not None
+        bn, bk = sch.block
+        w13 = (local, 2 * ceil_div(inter, bn), ceil_div(hidden, bk))
+        b.add(f"{name}.w13_weight_scale", w13, part="layers", dtype="float32")
+        w2 = (local, ceil_div(hidden, bn), ceil_div(inter, bk))
+        b.add(f"{name}.w2_weight_scale", w2, part="layers", dtype="float32")
+    if sch.static_input:
+        b.add(f"{name}.w13_input_scale", (local,), part="layers", dtype="float32")
+        b.add(f"{name}.w2_input_scale", (local,), part="layers", dtype="float32")
+        b.copy(f"{name}.w13_input_scale.max", (), "float32")
+        b.copy(f"{name}.w2_input_scale.max", (), "float32")
+    if sch.strategy == "tensor":
+        b.copy(f"{name}.w13_weight_scale.max", (local,), "float32")
 
 
 # ---- the model's config -----------------------------------------------------------------------------
@@ -856,8 +979,22 @@ class ModelWeights:
     ranks: tuple[RankWeights, ...]
 
 
-QUANT_FAMILIES = {"fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H"), "modelopt_fp8": ("Nemotron-H", "Falcon-H1")}
+QUANT_FAMILIES = {
+    "fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H"),
+    "modelopt_fp8": ("Nemotron-H", "Falcon-H1"),
+    "compressed-tensors": ("Qwen3-Next", "Nemotron-H"),
+}
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
+
+
+def check_quant_family(fam: FamilyWeights, quant: QuantScheme | None, source: str) -> None:
+    """A quantization whose method is not modelled for ``fam``'s class: one line (before any shard)."""
+    if quant is not None and quant.method not in fam.quant_methods:
+        raise FlagError(
+            f"{source}: the model is quantized ({quant.describe()}); the checker models that method for "
+            f"{', '.join(QUANT_FAMILIES.get(quant.method, ())) or 'no family'} only, not {fam.name}: give "
+            "the weights per GPU with --weights-gib"
+        )
 
 
 def rank_params_of(
@@ -888,12 +1025,7 @@ def rank_params_of(
     if quant is not None:
         quant = quant.mapped(fam.hf_prefixes, fam.packed_modules)
         check_release(quant.method, release, quant.describe(), source)
-    if quant is not None and quant.method not in fam.quant_methods:
-        raise FlagError(
-            f"{source}: the model is quantized ({quant.describe()}); the checker models that method for "
-            f"{', '.join(QUANT_FAMILIES.get(quant.method, ())) or 'no family'} only, not {fam.name}: give "
-            "the weights per GPU with --weights-gib"
-        )
+    check_quant_family(fam, quant, source)
     if quant is not None and layout.draft is not None:
         raise FlagError(
             f"{source}: the model is quantized ({quant.describe()}) and a NEXTN/MTP draft loads beside it; "

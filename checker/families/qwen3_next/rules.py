@@ -309,7 +309,7 @@ RULES = FamilyRules(
         num_layers,
         build,
         tensors,
-        quant_methods=("fp8",),
+        quant_methods=("fp8", "compressed-tensors"),
         draft=draft,
     ),
 )
