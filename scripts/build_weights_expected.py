@@ -60,6 +60,22 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # Qwen3.5's MTP draft (Qwen3_5ForCausalLMMTP, models/qwen3_5_mtp.py): the config as the draft's
+    # ModelConfig rewrites it (0.5.23 configs/model_config.py:1159-1181), text only, one stage; MoE, dense,
+    # and a config tied at the top level only (the draft reads the text config's tie_word_embeddings)
+    "qwen3_5/mtp-draft": (
+        f"{F}/weights/qwen3_5_mtp_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8", "pp=1,tp=4,ep=4"],
+        None,
+        {},
+    ),
+    "qwen3_5/mtp-draft-dense": (
+        f"{F}/weights/qwen3_5_dense_mtp_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=4"],
+        None,
+        {},
+    ),
+    "qwen3_5/mtp-draft-tied": (f"{F}/weights/qwen3_5_tied_mtp_draft.json", ["pp=1,tp=2"], None, {}),
     "qwen3_5/pp-tp": (
         f"{F}/weights/qwen3_5_397b_a17b.json",
         ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"],

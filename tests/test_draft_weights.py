@@ -148,3 +148,68 @@ def test_a_draft_path_that_is_no_model_directory_is_one_line_and_exit_2(
     )
     assert code == 0, err
     assert all(r["draft_bytes"] > 0 for r in json.loads(out)["weights"]["per_rank"])
+
+
+# ---- Qwen3.5's MTP draft (Qwen3_5ForCausalLMMTP) -------------------------------------------------------
+
+QWEN3_5 = FIXTURES / "weights/qwen3_5_397b_a17b.json"
+CONFIG_3_5 = json.loads(QWEN3_5.read_text())
+
+
+def test_qwen3_5_under_pp_only_the_last_stage_carries_its_mtp_draft() -> None:
+    """Qwen3.5 runs under PP (unlike Qwen3-Next's class), so the placement rule is reached: pp 2 x tp 4
+    on 0.5.23, the last stage's four ranks load the whole one-stage draft (its own embedding, layer, norm
+    and head, split by the target's TP), the first stage's none."""
+    layout = WeightsLayout(pp_size=2, tp_size=4, draft="nextn")
+    ranks = model_weights(CONFIG_3_5, layout, release="0.5.23").ranks
+    plain = model_weights(CONFIG_3_5, dataclasses.replace(layout, draft=None), release="0.5.23").ranks
+    one_stage = {
+        p.rank: allocator_bytes([x.nbytes for x in params])
+        for p, params in draft_rank_params(CONFIG_3_5, WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    }
+    assert [r.draft_bytes for r in ranks[:4]] == [0, 0, 0, 0]
+    assert [r.draft_bytes for r in ranks[4:]] == [one_stage[k] for k in range(4)]
+    assert ranks[4].draft_bytes > 3 * GIB  # embedding + head of a 248k vocabulary, 512 experts of one layer
+    for a, b in zip(plain, ranks, strict=True):
+        assert b.total_bytes == a.total_bytes + b.draft_bytes
+
+
+def test_qwen3_5_draft_reads_the_text_configs_tie_not_the_top_levels() -> None:
+    """``tie_word_embeddings`` true at the top level only (qwen3_5_mtp.py:139-141 reads the text config):
+    the draft keeps its own lm_head, while the target ties it (held to SGLang's classes in
+    expected.json: qwen3_5/mtp-draft-tied, qwen3_5/tied)."""
+    tied = json.loads((FIXTURES / "weights/qwen3_5_moe_tied.json").read_text())
+    one = WeightsLayout(pp_size=1, tp_size=1)
+    ((_, draft),) = draft_rank_params(tied, one, release="0.5.23")
+    assert "lm_head.weight" in {p.name for p in draft}
+    text_tied = dict(tied, text_config=dict(tied["text_config"], tie_word_embeddings=True))
+    ((_, draft_tied),) = draft_rank_params(text_tied, one, release="0.5.23")
+    assert "lm_head.weight" not in {p.name for p in draft_tied}
+    vocab, hidden = tied["text_config"]["vocab_size"], tied["text_config"]["hidden_size"]
+    assert sum(p.nbytes for p in draft) - sum(p.nbytes for p in draft_tied) == vocab * hidden * 2
+
+
+@pytest.fixture(scope="module")
+def qwen3_5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return model_dir(tmp_path_factory.mktemp("q35") / "Qwen3.5-397B-A17B", QWEN3_5, shards=4)
+
+
+def test_derive_under_pp_charges_the_qwen3_5_draft_to_the_last_stage(
+    qwen3_5_dir: Path, cli: Callable[..., Any]
+) -> None:
+    """pp 2 x tp 4, EAGLE with SGLANG_ENABLE_PP_SPEC on 0.5.23: the last stage's ranks carry the draft
+    in derive's JSON, the first stage's do not, and the budget is sized from the busiest (a last) rank."""
+    argv = [*DERIVE, "--model-path", str(qwen3_5_dir), "--tp-size", "4", "--pp-size", "2"]
+    argv += ["--mem-fraction-static", "0.85", "--speculative-algorithm", "EAGLE"]
+    code, out, err = cli(argv, env={"SGLANG_ENABLE_PP_SPEC": "1"})
+    assert code == 0, err
+    doc = json.loads(out)
+    per_rank = doc["weights"]["per_rank"]
+    one_stage = {
+        p.rank: allocator_bytes([x.nbytes for x in params])
+        for p, params in draft_rank_params(CONFIG_3_5, WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+    }
+    assert [r["draft_bytes"] for r in per_rank] == [0] * 4 + [one_stage[k] for k in range(4)]
+    busiest = max(r["weights_bytes"] for r in per_rank)
+    assert busiest == per_rank[7]["weights_bytes"] > per_rank[3]["weights_bytes"] + one_stage[3] // 2
+    assert doc["inputs"]["budget_gib"] == pytest.approx(139 - busiest / GIB - 139 * 0.15, abs=1e-3)
