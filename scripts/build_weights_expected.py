@@ -76,6 +76,17 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         {},
     ),
     "qwen3_5/mtp-draft-tied": (f"{F}/weights/qwen3_5_tied_mtp_draft.json", ["pp=1,tp=2"], None, {}),
+    # A separate EAGLE3 draft (--speculative-draft-model-path; LlamaForCausalLMEagle3, models/llama_eagle3.py)
+    # of the shapes SpecForge writes for a hidden-2048 Qwen3-Next target: its own reduced-vocabulary head
+    "eagle3/qwen3-next-draft": (
+        f"{F}/weights/eagle3_qwen3_next_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8"],
+        None,
+        {},
+    ),
+    # its options: two layers (0.5.13+; one before), a target hidden size of its own, four aux states
+    # (eagle_config), fc_norm (0.5.13+) and norm_before_fc (0.5.17+), the target's vocabulary in its head
+    "eagle3/options": (f"{F}/weights/eagle3_options_draft.json", ["pp=1,tp=2"], None, {}),
     "qwen3_5/pp-tp": (
         f"{F}/weights/qwen3_5_397b_a17b.json",
         ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"],

@@ -17,14 +17,16 @@ from typing import Any
 
 import pytest
 
-from checker.core.errors import FlagError
+from checker.core.errors import CheckerInputError, FlagError
 from checker.core.weights.weights import GIB, WeightsLayout, allocator_bytes
+from checker.families.drafts import separate_draft_rank_params, with_separate_draft
 from checker.families.rules import draft_rank_params, model_weights
 from tests.checkpoints import model_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QWEN3_NEXT = FIXTURES / "qwen3_next_80b_a3b.json"
 CONFIG = json.loads(QWEN3_NEXT.read_text())
+EAGLE3_CONFIG = json.loads((FIXTURES / "weights/eagle3_qwen3_next_draft.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -136,12 +138,18 @@ def test_a_draft_path_that_is_no_model_directory_is_one_line_and_exit_2(
     )
     assert code == 2 and "not a model directory" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
-    # a model directory: read, then refused as not modelled (never sized without the draft)
-    draft = model_dir(tmp_path / "draft", QWEN3_NEXT, shards=1)
-    code, out, err = cli(
-        [*argv, "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(draft)]
+    # a model directory of an architecture the checker does not model: refused naming it (never sized
+    # without the draft)
+    eagle2 = tmp_path / "eagle2"
+    eagle2.mkdir()
+    (eagle2 / "config.json").write_text(
+        json.dumps(dict(EAGLE3_CONFIG, architectures=["LlamaForCausalLMEagle"], num_hidden_layers=1))
     )
-    assert code == 2 and "separate draft model are not modelled" in err and "--weights-gib" in err
+    code, out, err = cli(
+        [*argv, "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(eagle2)]
+    )
+    assert code == 2 and "(LlamaForCausalLMEagle)" in err and "--weights-gib" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     # the target's own directory named as the draft: its NEXTN/MTP layer
     code, out, err = cli(
         [*argv, "--speculative-algorithm", "NEXTN", "--speculative-draft-model-path", str(qwen_dir)]
@@ -213,3 +221,99 @@ def test_derive_under_pp_charges_the_qwen3_5_draft_to_the_last_stage(
     busiest = max(r["weights_bytes"] for r in per_rank)
     assert busiest == per_rank[7]["weights_bytes"] > per_rank[3]["weights_bytes"] + one_stage[3] // 2
     assert doc["inputs"]["budget_gib"] == pytest.approx(139 - busiest / GIB - 139 * 0.15, abs=1e-3)
+
+
+# ---- a separate draft directory (--speculative-draft-model-path) ---------------------------------------
+
+
+def _draft_dir(path: Path, config: dict[str, Any]) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def _separate_held(config: dict[str, Any], layout: WeightsLayout, release: str) -> dict[int, int]:
+    return {
+        p.rank: allocator_bytes([x.nbytes for x in params])
+        for p, params in separate_draft_rank_params(config, layout, release=release)
+    }
+
+
+def test_derive_charges_a_separate_eagle3_draft_on_every_rank(
+    qwen_dir: Path, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """Qwen3-Next at tp 2 with an EAGLE3 draft directory (config.json only: the class decides the bytes,
+    LlamaForCausalLMEagle3 held to SGLang's own on 7 releases in expected.json): each rank carries the
+    draft split by the target's TP (its SINGLE_GROUP layout is the target's attention TP without DP)."""
+    draft = _draft_dir(tmp_path / "eagle3", EAGLE3_CONFIG)
+    base = ["--model-path", str(qwen_dir), "--tp-size", "2", "--mem-fraction-static", "0.85"]
+    code, out, err = cli([*DERIVE, *base])
+    assert code == 0, err
+    plain = json.loads(out)["weights"]["per_rank"]
+    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(draft)]
+    code, out, err = cli([*DERIVE, *base, *spec])
+    assert code == 0, err
+    per_rank = json.loads(out)["weights"]["per_rank"]
+    held = _separate_held(EAGLE3_CONFIG, WeightsLayout(pp_size=1, tp_size=2), "0.5.23")
+    assert [r["draft_bytes"] for r in per_rank] == [held[0], held[1]]
+    assert 0.5 * GIB < held[0] < 1 * GIB  # 76k x 2048 embedding, one layer, a 32k head, a 262k RoPE cache
+    for a, b in zip(plain, per_rank, strict=True):
+        assert b["weights_bytes"] == a["weights_bytes"] + b["draft_bytes"]
+
+
+def test_a_separate_directory_of_the_family_is_its_mtp_draft_on_the_last_stage(
+    qwen3_5_dir: Path, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """A Qwen3.5 directory (config.json only) given as the draft: the draft ModelConfig rewrites its
+    architecture to Qwen3_5ForCausalLMMTP (model_config.py:1159-1181), so it is sized as the MTP class of
+    that config, on the last stage only under PP."""
+    draft = _draft_dir(tmp_path / "mtp", CONFIG_3_5)
+    argv = [*DERIVE, "--model-path", str(qwen3_5_dir), "--tp-size", "4", "--pp-size", "2"]
+    argv += ["--mem-fraction-static", "0.85", "--speculative-algorithm", "EAGLE"]
+    code, out, err = cli(
+        [*argv, "--speculative-draft-model-path", str(draft)], env={"SGLANG_ENABLE_PP_SPEC": "1"}
+    )
+    assert code == 0, err
+    separate = [r["draft_bytes"] for r in json.loads(out)["weights"]["per_rank"]]
+    code, out, err = cli(argv, env={"SGLANG_ENABLE_PP_SPEC": "1"})
+    assert code == 0, err
+    assert separate == [r["draft_bytes"] for r in json.loads(out)["weights"]["per_rank"]]
+    assert separate[:4] == [0] * 4 and min(separate[4:]) > 0
+
+
+def test_a_separate_draft_beside_a_quantized_target_is_sized() -> None:
+    """The draft is its own checkpoint: a quantized target (FP8) does not make it quantized, so unlike
+    the target's own NEXTN layer it is sized (bf16, from its own config.json)."""
+    fp8 = json.loads((FIXTURES / "weights/qwen3_next_fp8_block.json").read_text())
+    layout = WeightsLayout(pp_size=1, tp_size=2, draft="separate", draft_path="unused")
+    plain = model_weights(fp8, dataclasses.replace(layout, draft=None), release="0.5.23")
+    mw = with_separate_draft(plain, EAGLE3_CONFIG, layout, release="0.5.23", source="draft/config.json")
+    held = _separate_held(EAGLE3_CONFIG, layout, "0.5.23")
+    assert [r.draft_bytes for r in mw.ranks] == [held[0], held[1]]
+    assert [r.total_bytes - r.draft_bytes for r in mw.ranks] == [r.total_bytes for r in plain.ranks]
+
+
+def test_a_separate_draft_is_charged_from_0_5_14() -> None:
+    layout = WeightsLayout(pp_size=1, tp_size=2, draft="separate", draft_path="unused")
+    for release, charged in (("0.5.13", False), ("0.5.14", True)):
+        plain = model_weights(CONFIG, dataclasses.replace(layout, draft=None), release=release)
+        mw = with_separate_draft(plain, EAGLE3_CONFIG, layout, release=release, source="d")
+        assert all((r.draft_bytes > 0) == charged for r in mw.ranks)
+
+
+@pytest.mark.parametrize(
+    "change, layout, words",
+    [
+        ({"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}, {}, "quantized"),
+        ({}, {"dp_size": 2}, "attention DP"),
+        ({"architectures": ["DeepseekV3ForCausalLMNextN"]}, {}, "(DeepseekV3ForCausalLMNextN)"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, {}, "rope_scaling type 'yarn'"),
+    ],
+)
+def test_a_separate_draft_the_checker_does_not_model_is_refused_in_one_line(
+    change: dict[str, Any], layout: dict[str, int], words: str
+) -> None:
+    config = dict(EAGLE3_CONFIG, **change)
+    with pytest.raises(CheckerInputError) as exc:
+        separate_draft_rank_params(config, WeightsLayout(pp_size=1, tp_size=2, **layout), release="0.5.23")
+    assert words in str(exc.value) and "--weights-gib" in str(exc.value) and "\n" not in str(exc.value)
