@@ -317,3 +317,81 @@ def test_a_separate_draft_the_checker_does_not_model_is_refused_in_one_line(
     with pytest.raises(CheckerInputError) as exc:
         separate_draft_rank_params(config, WeightsLayout(pp_size=1, tp_size=2, **layout), release="0.5.23")
     assert words in str(exc.value) and "--weights-gib" in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---- the draft in the text output -----------------------------------------------------------------------
+
+
+def test_check_text_shows_each_ranks_draft_as_its_own_part(qwen_dir: Path) -> None:
+    """check in-process, as each node builds its row (parser, launch-command merge, derive_row, the wire's
+    round trip, decide): at tp 2 with EAGLE each rank's row carries its draft, and the text report and
+    step summary name it beside the rank's weights figure."""
+    from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
+    from checker.cli.namespace import apply_launch_command, given_dests
+    from checker.commands.check_config import config_from_args
+    from checker.distributed.wire import decode_row, encode_row
+    from checker.outputs.report import to_markdown, to_text
+    from checker.preflight import derivation
+    from checker.preflight.verdict import decide
+    from tests.test_weights_commands import FAST, _env
+
+    words = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
+    launch = ["--model-path", str(qwen_dir), "--tp-size", "2", "--mem-fraction-static", "0.85"]
+    launch += ["--speculative-algorithm", "EAGLE"]
+    rows = []
+    for rank in range(2):
+        words = join_negative_values(with_default_command(list(words)))
+        parser = build_parser()
+        args = parser.parse_args(words)
+        args.given = given_dests(_subparser(parser, "check"), words[1:])
+        args, args.launch = apply_launch_command(args, launch, given=args.given)
+        env = _env(rank, 2)
+        config = config_from_args(args, env)
+        facts = derivation.local_facts(config, env, None)
+        row = derivation.derive_row(
+            config,
+            env,
+            facts,
+            all_free=[facts.device_free_bytes] * 2,
+            torch_version="2.8.0",
+            device=None,
+            environ={},
+        )
+        rows.append(decode_row(encode_row(row)))
+    held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
+    assert [r.draft_bytes for r in rows] == [held[0], held[1]]
+    verdict = decide(rows, world_size=2)
+    for text in (to_text(verdict, summary="", elapsed_s=1.0), to_markdown(verdict, summary="")):
+        for r in rows:
+            assert (
+                f"{r.weights_bytes / GIB:.2f} GiB (checkpoint, draft {r.draft_bytes / GIB:.2f} GiB)" in text
+            )
+
+
+def test_derive_text_names_the_draft_in_the_budget_line(qwen_dir: Path, cli: Callable[..., Any]) -> None:
+    base = ["--model-path", str(qwen_dir), "--tp-size", "2", "--mem-fraction-static", "0.85"]
+    argv = ["derive", "--gpu-free-gib", "139", "--sglang-version", "0.5.23", "--", *base]
+    code, out, err = cli([*argv, "--speculative-algorithm", "EAGLE"])
+    assert code == 0, err
+    held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
+    assert f"busiest rank 0, of which the speculative draft {held[0] / GIB:.2f} GiB)" in out
+    code, out, err = cli(argv)
+    assert code == 0, err
+    assert "speculative draft" not in out
+
+
+def test_plan_text_names_the_draft_in_the_weights_line(qwen_dir: Path, cli: Callable[..., Any]) -> None:
+    argv = [
+        "plan",
+        "--target-max-running-requests",
+        "48",
+        "--gpu-free-gib",
+        "139",
+        "--sglang-version",
+        "0.5.23",
+    ]
+    argv += ["--", "--model-path", str(qwen_dir), "--tp-size", "2", "--speculative-algorithm", "EAGLE"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
+    assert f"+ speculative draft {held[0] / GIB:.2f}; --weights-gib overrides)" in out

@@ -38,7 +38,9 @@ from checker.core.weights.weights import (
     draft_params,
     model_dtype,
     places,
+    text_section,
 )
+from checker.families import family_for
 
 EAGLE3 = "LlamaForCausalLMEagle3"
 
@@ -98,14 +100,14 @@ def separate_draft_params(
         b = Builder(one, model_dtype(cfg, layout.dtype), release, None)
         eagle3(b, cfg, release)
         return b.params
-    # start-up: the family registry only where a draft directory names a family's own config
-    from checker.families.rules import family_of
-
     model_type = config.get("model_type")
-    rewrites = MTP_REWRITES.get(model_type if isinstance(model_type, str) else "", ())
-    if arch not in rewrites:
+    model_type = model_type if isinstance(model_type, str) else ""
+    family = family_for(model_type)
+    fam = family.rules().weights if family is not None else None
+    if arch not in MTP_REWRITES.get(model_type, ()) or fam is None:
         raise _refuse(path, arch, "a draft architecture the checker does not model")
-    fam, cfg, text = family_of(config, source)
+    cfg = ConfigSection(config, source)
+    text = text_section(fam, cfg)
     return draft_params(fam, cfg, text, dataclasses.replace(layout, draft="nextn"), place, release)
 
 

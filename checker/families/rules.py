@@ -33,6 +33,7 @@ from checker.core.weights.weights import (
     text_section,
 )
 from checker.families import FAMILIES, family_for
+from checker.families.drafts import read_draft_config, with_separate_draft
 
 _EXPERT = re.compile(r"\.experts\.\d+\.")
 
@@ -83,8 +84,6 @@ def model_weights(
     (``--speculative-draft-model-path``) read from its own config.json (checker.families.drafts)."""
     fam, _, _ = family_of(config, source)
     if layout.draft == "separate" and layout.draft_path is not None:
-        from checker.families.drafts import read_draft_config, with_separate_draft
-
         draft_config = read_draft_config(layout.draft_path)
         target = model_weights_of(
             fam, config, dataclasses.replace(layout, draft=None), release=release, source=source

@@ -240,6 +240,7 @@ def weights_per_rank(
 def check_draft_dir(path: str) -> None:
     """A separate draft (``--speculative-draft-model-path``) must be a model directory the checker reads:
     SGLang builds the draft from its config.json. One line where it is not (FlagError/ConfigError)."""
+    # start-up: as in checkpoint_weights (the weights rules load only where a figure is asked for)
     from checker.families.drafts import read_draft_config
 
     read_draft_config(path)
