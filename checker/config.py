@@ -123,6 +123,8 @@ class WeightsFlags:
         draft = None
         if isinstance(algorithm, str) and algorithm.upper() in ("EAGLE", "NEXTN"):
             draft = "nextn" if draft_path is None else "separate"
+        elif isinstance(algorithm, str) and algorithm.upper() == "EAGLE3" and draft_path is not None:
+            draft = "separate"  # an EAGLE3 draft is always its own checkpoint (checker.families.drafts)
         return cls(
             draft_path=draft_path,
             draft=draft,

@@ -60,6 +60,33 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # Qwen3.5's MTP draft (Qwen3_5ForCausalLMMTP, models/qwen3_5_mtp.py): the config as the draft's
+    # ModelConfig rewrites it (0.5.23 configs/model_config.py:1159-1181), text only, one stage; MoE, dense,
+    # and a config tied at the top level only (the draft reads the text config's tie_word_embeddings)
+    "qwen3_5/mtp-draft": (
+        f"{F}/weights/qwen3_5_mtp_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8", "pp=1,tp=4,ep=4"],
+        None,
+        {},
+    ),
+    "qwen3_5/mtp-draft-dense": (
+        f"{F}/weights/qwen3_5_dense_mtp_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=4"],
+        None,
+        {},
+    ),
+    "qwen3_5/mtp-draft-tied": (f"{F}/weights/qwen3_5_tied_mtp_draft.json", ["pp=1,tp=2"], None, {}),
+    # A separate EAGLE3 draft (--speculative-draft-model-path; LlamaForCausalLMEagle3, models/llama_eagle3.py)
+    # of the shapes SpecForge writes for a hidden-2048 Qwen3-Next target: its own reduced-vocabulary head
+    "eagle3/qwen3-next-draft": (
+        f"{F}/weights/eagle3_qwen3_next_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=4", "pp=1,tp=8"],
+        None,
+        {},
+    ),
+    # its options: two layers (0.5.13+; one before), a target hidden size of its own, four aux states
+    # (eagle_config), fc_norm (0.5.13+) and norm_before_fc (0.5.17+), the target's vocabulary in its head
+    "eagle3/options": (f"{F}/weights/eagle3_options_draft.json", ["pp=1,tp=2"], None, {}),
     "qwen3_5/pp-tp": (
         f"{F}/weights/qwen3_5_397b_a17b.json",
         ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ import pytest
 from checker.core.errors import CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.releases.model_support import check_architectures, registers
 from checker.core.releases.releases import MODELLED_RELEASES
-from checker.core.weights.weights import GIB, WeightsLayout, allocator_bytes, release_partition
+from checker.core.weights.weights import (
+    GIB,
+    Param,
+    Place,
+    WeightsLayout,
+    allocator_bytes,
+    release_partition,
+)
+from checker.families.drafts import EAGLE3, separate_draft_rank_params
 from checker.families.rules import draft_rank_params, model_weights, rank_params
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,6 +40,8 @@ EXPECTED = json.loads((REPO / "tests/fixtures/weights/expected.json").read_text(
 FIGURES: dict[str, dict[str, Any]] = EXPECTED["figures"]
 CASES: dict[str, dict[str, Any]] = EXPECTED["cases"]
 FAMILIES = ("qwen3_next", "qwen3_5", "kimi_linear", "nemotron_h", "falcon_h1", "granite_h")
+DRAFTS = ("eagle3",)
+"""Separate draft classes with figures of their own (checker.families.drafts)."""
 
 
 def _layout(layout: dict[str, int], case: dict[str, Any]) -> WeightsLayout:
@@ -64,6 +75,15 @@ def _config(case: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _params_of(config: dict[str, Any]) -> Callable[..., list[tuple[Place, list[Param]]]]:
+    """Whose parameters a case's class holds: a draft class (the config as the draft's ModelConfig
+    rewrites it) on the ranks that load the draft, a separate EAGLE3 draft there too, else the target's."""
+    arch = str((config.get("architectures") or [""])[0])
+    if arch == EAGLE3:
+        return separate_draft_rank_params
+    return draft_rank_params if arch.endswith("MTP") else rank_params
+
+
 RUNS = [(release, case) for release, cases in sorted(FIGURES.items()) for case in sorted(cases)]
 
 
@@ -84,13 +104,11 @@ def test_every_rank_holds_what_the_release_class_holds(release: str, case: str) 
         # A case the release refuses has one layout (the harness stops at the first refusal).
         assert len(spec["layouts"]) == 1, got["error"]
         with pytest.raises(CheckerInputError):
-            rank_params(config, _layout(_parse(spec["layouts"][0]), spec), release=release)
+            _params_of(config)(config, _layout(_parse(spec["layouts"][0]), spec), release=release)
         return
     for entry in got["layouts"]:
         layout = _layout(entry["layout"], spec)
-        # a draft class (the config as the draft's ModelConfig rewrites it): the ranks that load the draft
-        draft = str((config.get("architectures") or [""])[0]).endswith("MTP")
-        mine = (draft_rank_params if draft else rank_params)(config, layout, release=release)
+        mine = _params_of(config)(config, layout, release=release)
         assert len(mine) == len(entry["ranks"]) == layout.world_size
         for (rank, param_bytes, buffer_bytes), (place, params) in zip(entry["ranks"], mine, strict=True):
             assert place.rank == rank
@@ -229,7 +247,7 @@ def test_the_newest_modelled_release_has_figures_for_every_family() -> None:
     scripts/build_weights_expected.py when a release is added)."""
     newest = MODELLED_RELEASES[-1]
     covered = {case.split("/")[0] for case in FIGURES.get(newest, {})}
-    assert covered == set(FAMILIES)
+    assert covered == set(FAMILIES) | set(DRAFTS)
 
 
 def test_a_rank_figure_in_gib() -> None:

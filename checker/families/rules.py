@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from checker.core.errors import ConfigError, shorten
@@ -32,6 +33,7 @@ from checker.core.weights.weights import (
     text_section,
 )
 from checker.families import FAMILIES, family_for
+from checker.families.drafts import read_draft_config, with_separate_draft
 
 _EXPERT = re.compile(r"\.experts\.\d+\.")
 
@@ -78,8 +80,16 @@ def draft_rank_params(
 def model_weights(
     config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
 ) -> ModelWeights:
-    """Every rank's weights for ``layout`` as SGLang ``release``'s class holds them."""
+    """Every rank's weights for ``layout`` as SGLang ``release``'s class holds them; a separate draft
+    (``--speculative-draft-model-path``) read from its own config.json (checker.families.drafts)."""
     fam, _, _ = family_of(config, source)
+    if layout.draft == "separate" and layout.draft_path is not None:
+        draft_config = read_draft_config(layout.draft_path)
+        target = model_weights_of(
+            fam, config, dataclasses.replace(layout, draft=None), release=release, source=source
+        )
+        draft_source = shown_path(Path(layout.draft_path) / "config.json")
+        return with_separate_draft(target, draft_config, layout, release=release, source=draft_source)
     return model_weights_of(fam, config, layout, release=release, source=source)
 
 

@@ -249,13 +249,10 @@ def weights_per_rank(
 def check_draft_dir(path: str) -> None:
     """A separate draft (``--speculative-draft-model-path``) must be a model directory the checker reads:
     SGLang builds the draft from its config.json. One line where it is not (FlagError/ConfigError)."""
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        raise FlagError(
-            f"--speculative-draft-model-path {shown_path(Path(path))}: not a model directory with a "
-            "config.json (SGLang builds the draft from it); give the draft's local directory"
-        )
-    read_json(config)  # one line where SGLang could not read it either
+    # start-up: as in checkpoint_weights (the weights rules load only where a figure is asked for)
+    from checker.families.drafts import read_draft_config
+
+    read_draft_config(path)
 
 
 def _modelled(path: Path) -> bool:

@@ -73,6 +73,8 @@ class AssumedWeights:
             parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in named)
             params, margin = d.param_bytes / 2**30, d.margin_bytes / 2**30
             parts = f": parameters {params:.2f} GiB ({parts}) + margin {margin:.2f}"
+            if d.draft_bytes:  # the speculative draft the rank loads before the pool is sized
+                parts += f" + speculative draft {d.draft_bytes / 2**30:.2f}"
         return (
             f"weights {self.gib:.2f} GiB on the busiest rank, rank {self.rank} (from "
             f"{'config.json, no shards' if self.source == 'config' else 'the checkpoint'}{parts}; "

@@ -353,13 +353,15 @@ DIFFERING_HEADERS = ["value", "derived", "share", "ranks", "pp_ranks", "layers",
 
 
 def weights_cell(row: RankRow) -> str:
-    """A rank's weights figure and its source ("15.11 GiB (checkpoint)"), "-" where it has none."""
+    """A rank's weights figure and its source ("15.11 GiB (checkpoint)"), with the speculative draft's
+    part where the rank loads one ("18.62 GiB (checkpoint, draft 3.51 GiB)"), "-" where it has none."""
     if row.weights_bytes == MISSING:
         return "-"
     source = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else "?"
     if source == "config":  # the figure from config.json alone, said where a CI log shows it
         source = "config.json, no shards"
-    return f"{row.weights_bytes / 2**30:.2f} GiB ({source})"
+    draft = "" if row.draft_bytes in (MISSING, 0) else f", draft {row.draft_bytes / 2**30:.2f} GiB"
+    return f"{row.weights_bytes / 2**30:.2f} GiB ({source}{draft})"
 
 
 def _with_weights(rows: Sequence[RankRow]) -> bool:

@@ -44,6 +44,9 @@ def server_budget(
         busiest_gib = figures[busiest].gib
         assert busiest_gib is not None
         weights, source = busiest_gib, f"{figures[busiest].source.words}, busiest rank {busiest}"
+        detail = figures[busiest].detail
+        if detail is not None and detail.draft_bytes:  # the speculative draft, its own part
+            source += f", of which the speculative draft {detail.draft_bytes / 2**30:.2f} GiB"
     result = sizing_budget(
         config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )

@@ -101,8 +101,8 @@ class WeightsLayout:
     draft: str | None = None
     """The speculative draft a last-stage rank loads beside the target: ``"nextn"``, the NEXTN/MTP layer
     held in the target checkpoint (``--speculative-algorithm EAGLE``/``NEXTN`` with no separate
-    ``--speculative-draft-model-path``); ``"separate"``: a draft from :attr:`draft_path` (refused: not
-    modelled); None: no draft (:func:`draft_bytes`)."""
+    ``--speculative-draft-model-path``); ``"separate"``: a draft from :attr:`draft_path` (its own config.json
+    decides the class: checker.families.drafts; :func:`draft_bytes` refuses it); None: no draft."""
     draft_path: str | None = None
     builds_all_layers: bool = False
     """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):

@@ -104,6 +104,39 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
         gemma_norm(b, "model.norm", H, part="head")
 
 
+def draft(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayout, release: str) -> None:
+    """``Qwen3_5ForCausalLMMTP`` (0.5.23 ``models/qwen3_5_mtp.py:104-151``; the same modules 0.5.9-0.5.23):
+    the text config only (no vision tower), ``fc`` (a plain ``nn.Linear(2H, H)``, replicated), two
+    GemmaRMSNorms, and a ``Qwen3_5ForCausalLM`` of one full-attention layer (``num_hidden_layers = 1``,
+    ``full_attention_interval = 1``: ``layers_block_type`` is computed from the interval,
+    ``configs/qwen3_next.py:260-269``, whatever ``layer_types`` lists) with its own embedding and final norm,
+    and a ``ParallelLMHead`` unless the *text* config ties it (``config.tie_word_embeddings`` on the text
+    config, :139-141: the top level's flag, which the target copies onto it in ``qwen3_vl.py:1353-1354``, is
+    not copied here). The config's ``mtp_num_hidden_layers`` is not read by any release: always one layer."""
+    H, V = t.integer("hidden_size"), t.integer("vocab_size", 248320)
+    b.replicated("fc", H, 2 * H, quant=False)
+    gemma_norm(b, "pre_fc_norm_embedding", H)
+    gemma_norm(b, "pre_fc_norm_hidden", H)
+    data = {k: v for k, v in t.data.items() if k != "layer_types"}
+    mtp = ConfigSection({**data, "num_hidden_layers": 1, "full_attention_interval": 1}, t.source, t.prefix)
+    moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
+    embed_g = "none" if layout.dp_size > 1 else "tp"
+    head_g = "attn_tp" if layout.enable_dp_lm_head else "tp"
+    embed_and_head(
+        b, V, H, tied=t.boolean("tie_word_embeddings", False), embed_group=embed_g, head_group=head_g
+    )
+    qwen_attention(b, mtp, 0, release, kv_quant=not before(release, "0.5.17"))
+    if moe:
+        qwen_moe(b, mtp, 0, layout, fuse_shared=False)
+    else:
+        inter = t.integer("intermediate_size")
+        b.column("model.layers.0.mlp.gate_up_proj", 2 * inter, H, "tp")
+        b.row("model.layers.0.mlp.down_proj", H, inter, "tp")
+    gemma_norm(b, "model.layers.0.input_layernorm", H)
+    gemma_norm(b, "model.layers.0.post_attention_layernorm", H)
+    gemma_norm(b, "model.norm", H, part="head")
+
+
 def _language_model_only(cfg: ConfigSection, layout: WeightsLayout, release: str) -> bool:
     """Whether the class leaves its vision tower out: 0.5.18+ read ``language_model_only`` from the
     model config (``configs/model_config.py`` ``is_lm_only``: the flag or the config.json key); the flag
@@ -185,5 +218,6 @@ RULES = FamilyRules(
             ("in_proj_qkvz", ("in_proj_qkv", "in_proj_z")),
             ("in_proj_ba", ("in_proj_b", "in_proj_a")),
         ),
+        draft=draft,
     ),
 )
