@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from checker.core.sizing.attention import AttentionGeometry
 from checker.core.sizing.geometry import ModelGeometry
+from checker.families import FAMILY_TABLE
 
 
 @st.composite
@@ -64,4 +65,5 @@ def geometries(
         extra_per_slot_bytes=draw(st.sampled_from(extras)),
         context_len=draw(st.sampled_from([4096, 32768, 262144, 1048576])),
         attention=draw(attentions(num_layers=L, linear=frozenset(ids))),
+        families=FAMILY_TABLE,  # as load_geometry hands every geometry: a drawn family is asked its facts
     )

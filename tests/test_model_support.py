@@ -60,7 +60,7 @@ def test_derive_on_a_release_without_the_models_class_names_where_it_arrived(
     cli, argv: list[str], release: str, arch: str, first: str, ok: str
 ) -> None:
     """``ok``: the first release that also sizes a pool for it (FalconH1 loads from 0.5.3, gets a pool
-    from 0.5.3.post2: ReleaseRules.pool_families)."""
+    from 0.5.3.post2: FamilyFacts.pool)."""
     r = cli(["derive", *argv, "--pp-size", "1", "--disable-radix-cache", "--sglang-version", release])
     assert r.rc == 2 and r.out == "", r.out[-300:]
     (line,) = r.err.strip().splitlines()

@@ -100,7 +100,7 @@ def test_max_share_agrees_across_stages(data: st.DataObject) -> None:
             or ("--pp-size" in msg and P > 1 and not rules.pp_hybrid)
             or ("has no mamba cache strategy" in msg and rules.radix_rule in ("forced-off", "fixed-ratio"))
             or ("by the model_type" in msg and g.family is None)
-            or ("sizes a mamba state pool only for" in msg and rules.pool_families is not None)
+            or ("sizes a mamba state pool only for" in msg and rules.pool_by_family)
             or ("has no such strategy" in msg and not rules.has_lazy)
             or ("Pipeline parallelism is not compatible" in msg and P > 1 and not rules.pp_with_spec)
         ), msg

@@ -7,9 +7,17 @@ first release with the new rule, and the two values.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from checker.core.releases.releases import explain_release_difference
+from checker.core.releases.releases import explain_release_difference as explain_with
+from checker.families import FAMILY_TABLE
+
+
+def explain_release_difference(a: str, b: str, **kw: Any) -> list[str]:
+    """With every family's facts, as the callers pass them."""
+    return explain_with(a, b, families=FAMILY_TABLE, **kw)
 
 
 def test_the_first_release_with_the_new_rule_is_named() -> None:

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import FlagError
-from checker.core.releases.releases import MODELLED_RELEASES, release_model
+from checker.core.releases.releases import MODELLED_RELEASES, rule_value
 from checker.core.sizing.sizing import CapacityInputs, derive_all
+from checker.families import FAMILY_TABLE
 from checker.families.geometry import load_geometry
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -137,7 +138,8 @@ def test_the_pool_families_are_what_the_releases_model_runner_says(version: str)
     if not path.is_file():
         pytest.skip(f"no unpacked SGLang {version} under {SRC}")
     pool, split = _families_in(path.read_text())
-    rules = release_model(version).rules
-    assert rules.pool_families is not None and set(rules.pool_families) == pool
-    assert (None if rules.dp_split_families is None else set(rules.dp_split_families)) == split
+    pools = rule_value(version, "pool_families", FAMILY_TABLE)
+    splits = rule_value(version, "dp_split_families", FAMILY_TABLE)
+    assert isinstance(pools, tuple) and set(pools) == pool
+    assert (None if splits is None else set(splits)) == split  # type: ignore[arg-type]
     assert version in MODELLED_RELEASES

@@ -36,6 +36,7 @@ from checker.core.sizing.geometry import ModelGeometry
 from checker.core.sizing.sizing import POLICIES, CapacityInputs, derive_all, derive_stage
 from checker.core.sizing.sweep import BOOT_FAILURE
 from checker.device.sweep import derive_sweep
+from checker.families import FAMILY_TABLE
 from checker.families.geometry import load_geometry
 
 GIB = 2**30
@@ -186,19 +187,19 @@ def test_installed_version_is_read_from_metadata_without_importing(tmp_path: Pat
 
 def test_explain_release_difference() -> None:
     """0.5.16 -> 0.5.17 changed the charge and the padding slot (among others); one group, no lines."""
-    lines = explain_release_difference("0.5.17", "0.5.16")
+    lines = explain_release_difference("0.5.17", "0.5.16", families=FAMILY_TABLE)
     assert any(
         "0.5.16 charges each stage for the whole model's state; 0.5.17 and later charge the largest" in x
         for x in lines
     )
     assert any("padding slot" in x for x in lines)
-    assert explain_release_difference("0.5.18", "0.5.20") == []
-    assert explain_release_difference("0.5.20", "0.5.21") == [
+    assert explain_release_difference("0.5.18", "0.5.20", families=FAMILY_TABLE) == []
+    assert explain_release_difference("0.5.20", "0.5.21", families=FAMILY_TABLE) == [
         "0.5.20 refuses speculative decoding under pipeline parallelism; 0.5.21 accepts EAGLE with "
         "SGLANG_ENABLE_PP_SPEC=1"
     ]
-    assert explain_release_difference("0.5.15", "0.5.15.post1") == []
-    floors = explain_release_difference("0.5.22", "0.5.23")
+    assert explain_release_difference("0.5.15", "0.5.15.post1", families=FAMILY_TABLE) == []
+    floors = explain_release_difference("0.5.22", "0.5.23", families=FAMILY_TABLE)
     assert len(floors) == 1 and "0.5.23 floors" in floors[0]
 
 
@@ -325,6 +326,7 @@ TOY = ModelGeometry(
     context_len=1_048_576,
     # A KV cache on layer 3 of 1 head x (8 + 8) x 2 bytes: about 2**25 tokens at 1 GiB, never binding.
     attention=AttentionGeometry(full_attention_layer_ids=(3,), num_kv_heads=1, head_dim=8, v_head_dim=8),
+    families=FAMILY_TABLE,  # the registry's facts, as load_geometry hands every geometry (a model spec too)
 )  # 176 bytes a layer, 704 per request
 
 

@@ -24,6 +24,7 @@ from checker.core.errors import BudgetError, FlagError, LayoutError
 from checker.core.sizing.attention import AttentionGeometry
 from checker.core.sizing.geometry import ModelGeometry
 from checker.core.sizing.sizing import CapacityInputs, derive_all, derive_stage, divergent_values
+from checker.families import FAMILY_TABLE
 from checker.families.geometry import load_geometry
 
 GIB = 2**30
@@ -680,6 +681,7 @@ TOY = ModelGeometry(
     # Layer 3 also holds a KV cache (as every Falcon-H1 layer does): 1 head x (8 + 8) x 2 bytes = 32 bytes
     # a token, so about 2**25 tokens at 1 GiB: the pool is far from binding the estimate's 4096.
     attention=AttentionGeometry(full_attention_layer_ids=(3,), num_kv_heads=1, head_dim=8, v_head_dim=8),
+    families=FAMILY_TABLE,  # the registry's facts, as load_geometry hands every geometry (a model spec too)
 )  # 176 bytes a layer, 704 per request: at 1 GiB the state pool never binds
 
 

@@ -50,7 +50,7 @@ def run_releases(config: DeriveConfig) -> int:
     explanations = []
     for a, b in zip(releases, releases[1:], strict=False):
         if differences or a in errors or b in errors:
-            explanations += explain(a, b, UpgradeFacts.of(inputs[b]))
+            explanations += explain(a, b, UpgradeFacts.of(inputs[b]), inputs[b].geometry.families)
     result = ReleaseComparison(
         config=config,
         releases=releases,

@@ -142,7 +142,7 @@ def run_releases(config: PlanConfig) -> int:
     explanations: list[str] = []
     for a, b in zip(derive.releases, derive.releases[1:], strict=False):
         if results[a].budget_gib != results[b].budget_gib:
-            explanations += explain(a, b, UpgradeFacts.of(inputs[b]))
+            explanations += explain(a, b, UpgradeFacts.of(inputs[b]), inputs[b].geometry.families)
     result = ReleaseTargets(
         config=config,
         releases=derive.releases,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from checker.core.releases.family_facts import FamilyTable
 from checker.core.sizing.geometry import ModelGeometry
 from checker.families import falcon_h1, granite, kimi_k3, kimi_linear, nemotron_h, qwen3_5, qwen3_next
 from checker.families.family import Family
@@ -28,6 +29,10 @@ FAMILIES: tuple[Family, ...] = (
 
 BY_MODEL_TYPE: Mapping[str, Family] = {mt: f for f in FAMILIES for mt in f.model_types}
 assert len(BY_MODEL_TYPE) == sum(len(f.model_types) for f in FAMILIES), "a model type has one family"
+
+FAMILY_TABLE = FamilyTable.of_families([f.facts for f in FAMILIES])
+"""Every family's facts as the releases' sizing reads them, handed to every geometry read here
+(``ModelGeometry.families``)."""
 
 PRESETS: Mapping[str, Callable[[int], ModelGeometry]] = {
     name: preset for f in FAMILIES for name, preset in f.presets.items()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from checker.core.releases.family_facts import FamilyFacts
 from checker.core.sizing.geometry import ModelGeometry
 from checker.core.sizing.models import AttentionSpec, Keys
 
@@ -40,6 +41,12 @@ class Family(Protocol):
     @property
     def model_types(self) -> tuple[str, ...]:
         """The HF ``model_type`` values it claims."""
+        ...
+
+    @property
+    def facts(self) -> FamilyFacts:
+        """What each release's sizing does with it where SGLang tells families apart (its kind of state,
+        the releases that give it a pool, split it over dp, force the radix cache off, ...)."""
         ...
 
     @property
@@ -77,13 +84,17 @@ class HybridFamily:
     """The :class:`Family` every family module builds: its facts and functions as fields."""
 
     name: str
-    model_types: tuple[str, ...]
+    facts: FamilyFacts
     read: Callable[[Keys, int], dict[str, Any]]
     attention: AttentionSpec
     load_rules: Callable[[], FamilyRules]
     text_config: str | None = None
     presets: Mapping[str, Callable[[int], ModelGeometry]] = field(default_factory=dict)
     example_configs: tuple[str, ...] = ()
+
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        return self.facts.model_types
 
     def geometry(self, keys: Keys, tp_size: int) -> dict[str, Any]:
         return self.read(keys, tp_size)

@@ -14,7 +14,6 @@ from checker.core.sizing.geometry import ModelGeometry
 from checker.core.sizing.models import (
     DEFAULT_MODEL,
     FIX,
-    STATE_POOL_FAMILIES,
     Keys,
     attention_geometry,
     context_length,
@@ -25,7 +24,30 @@ from checker.core.sizing.models import (
     resolve_config_path,
     shown_path,
 )
-from checker.families import BY_MODEL_TYPE, PRESETS, family_for
+from checker.families import BY_MODEL_TYPE, FAMILY_TABLE, PRESETS, family_for
+
+# Model types SGLang 0.5.23 gives a state pool (srt/configs/hybrid_arch.py mambaish_config) that the checker
+# does not read: a config of one of these is a hybrid model to describe with a JSON model spec.
+STATE_POOL_FAMILIES = frozenset(
+    {
+        "bailing_hybrid",
+        "falcon_mamba",
+        "glm5_next",
+        "inkling_mm_model",
+        "inkling_model",
+        "intern_s2_preview",
+        "jet_nemotron",
+        "jet_vlm",
+        "lfm2",
+        "lfm2_moe",
+        "lfm2_vl",
+        "mamba",
+        "mamba2",
+        "minicpm_sala",
+        "NemotronH_Nano_VL_V2",
+        "zaya",
+    }
+)
 
 
 def geometry_from_hf_config(cfg: Mapping[str, Any], *, tp_size: int, source: str) -> ModelGeometry:
@@ -89,7 +111,9 @@ def load_geometry(
             geometry = geometry_from_hf_config(data, tp_size=tp_size, source=source)
         # The file's content as JSON reads it: two copies that differ only in whitespace or key order
         # are one model to SGLang too.
-        return replace(geometry, source_digest=digest(json.dumps(data, sort_keys=True)))
+        return replace(
+            geometry, source_digest=digest(json.dumps(data, sort_keys=True)), families=FAMILY_TABLE
+        )
     name = model or DEFAULT_MODEL
     if name not in PRESETS:
         raise ConfigError(
@@ -97,4 +121,4 @@ def load_geometry(
             "pass --model-config PATH for anything else"
         )
     own = json.dumps(PRESETS[name](1).describe(), sort_keys=True)  # the preset's definition, before TP
-    return replace(PRESETS[name](tp_size), source_digest=digest(own))
+    return replace(PRESETS[name](tp_size), source_digest=digest(own), families=FAMILY_TABLE)

@@ -27,6 +27,7 @@ from checker.core.sizing.row import (
 from checker.core.sizing.sizing import CHECKED_VALUES, env_flag
 from checker.core.sizing.upgrade import UpgradeFacts, explain
 from checker.distributed.wire import sent_text
+from checker.families import FAMILY_TABLE
 from checker.preflight.pipeline import PipelineFault, pipeline_faults
 from checker.status import (
     CONSISTENT,
@@ -177,7 +178,7 @@ def explain_releases(rows: Sequence[RankRow]) -> str:
     why: list[str] = []
     for a, b in zip(installed, installed[1:], strict=False):
         try:
-            why += explain(a, b, _upgrade_facts(rows))
+            why += explain(a, b, _upgrade_facts(rows), FAMILY_TABLE)
         except CheckerInputError:  # a release the model does not know: nothing to explain with
             continue
     if why:

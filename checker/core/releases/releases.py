@@ -16,10 +16,13 @@ import functools
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checker.core.errors import CheckerInputError, FlagError, shorten
 from checker.core.releases.pp_support import PIPELINE
+
+if TYPE_CHECKING:
+    from checker.core.releases.family_facts import FamilyTable
 
 FIRST_WITH_STATE_POOL = "0.5.2"
 """The first release that sizes a mamba state pool at all (``max_mamba_cache_size``: the user's
@@ -33,11 +36,6 @@ POOL_RULES = ("fixed", "ratio", "explicit-or-fit", "branches")
 SPEC_RESERVES = ("none", "auto-fit-raw", "up-front", "joint")
 REQUEST_CAPS = ("tp-worker", "estimate", "half-tokens")
 RADIX_RULES = ("forced-off", "fixed-ratio", "scheduler-v1", "scheduler-spec", "scheduler", "strategies")
-GDN_FAMILIES = ("qwen3_next",)
-"""model_type values SGLang 0.5.2-0.5.6.post2 treat as hybrid GDN (model_runner.py ``is_hybrid_gdn`` /
-``hybrid_gdn_config``: Qwen3NextConfig; 0.5.3's ``is_hybrid_gdn`` also lists FalconH1ForCausalLM)."""
-MAMBA2_FAMILIES = ("nemotron_h", "falcon_h1")
-"""model_type values of model_runner.py ``mamba2_config`` (FalconH1Config | NemotronHConfig), 0.5.3.post1+."""
 BUDGET_RULES = ("slack", "slack+pre-capture", "slack+pre-capture+mm")
 
 
@@ -108,32 +106,17 @@ class ReleaseRules:
     (0.5.14+: auto by overlap / page size, ``_calculate_mamba_ratio``, no_buffer asserts)."""
     has_lazy: bool = True
     """Whether extra_buffer_lazy exists (server_args.py strategy choices): from 0.5.13."""
-    pool_families: tuple[str, ...] | None = None
-    """model_type values whose config gets a state pool at all (None: every hybrid family the checker
-    reads). 0.5.2: Qwen3-Next only (model_runner.py ``is_hybrid_gdn``, architectures); 0.5.3: plus
-    Falcon-H1 (``is_hybrid_gdn`` lists FalconH1ForCausalLM, model_runner.py:1300-1306);
-    0.5.3.post1-0.5.4.post1: Qwen3-Next, NemotronH and FalconH1 (``mambaish_config`` = ``mamba2_config`` or
-    ``hybrid_gdn_config``, 0.5.3.post1 model_runner.py:1314-1330); 0.5.4.post2-0.5.6.post2: plus KimiLinear
-    (``kimi_linear_config``)."""
-    dp_split_families: tuple[str, ...] | None = None
-    """model_type values whose pool size is divided by dp (None: every family). 0.5.3.post1-0.5.6.post2:
-    only hybrid GDN (0.5.3.post1 ``ModelRunner.__init__`` :369-377, then ``handle_max_mamba_cache``:
-    ``if self.hybrid_gdn_config is not None: ... // dp``); 0.5.2-0.5.3 split every pool they size."""
-    radix_off_families: tuple[str, ...] = ()
-    """model_type values for which SGLang forces the radix cache off: NemotronH and FalconH1 in
-    0.5.3.post2-0.5.6.post2 (model_runner.py ``ModelRunner.__init__``: ``if config := self.mamba2_config:
-    ... disable_radix_cache = True``); KimiLinear 0.5.4.post2-0.5.13.post1 (server_args.py
-    ``_handle_model_specific_adjustments`` "Disabling Radix Cache for {model_arch}"; from 0.5.9 via
-    ``support_mamba_cache=False``)."""
-    no_extra_buffer_families: tuple[str, ...] = ()
-    """model_type values whose architecture the release does not give the extra_buffer strategy (so
-    ``auto`` stays no_buffer for them and an explicit extra_buffer is refused at startup), read per
-    release from server_args.py: the ``_handle_mamba_radix_cache(..., support_mamba_cache_extra_buffer=
-    False)`` call sites (NemotronH, FalconH1 and GraniteMoeHybrid 0.5.9-0.5.12.post1; for NemotronH in
-    arg_groups/nemotron_h_hook.py from 0.5.12) and the architecture list of
-    ``_support_mamba_cache_extra_buffer`` (0.5.14) / arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS``
-    (0.5.15+), from which KimiLinear is missing in 0.5.14-0.5.15.post1. Found by running each release's
-    own code (``--engine both``)."""
+    pool_by_family: bool = False
+    """Whether the release gives a state pool only to the families its model runner lists (each
+    family's ``FamilyFacts.pool``, :mod:`checker.core.releases.family_facts`): 0.5.2-0.5.6.post2
+    (model_runner.py ``is_hybrid_gdn``'s architectures in 0.5.2-0.5.3, then ``mambaish_config``'s config
+    classes); from 0.5.7 every hybrid family the checker reads."""
+    dp_split_by_family: bool = False
+    """Whether the release divides the pool by dp only for the families it lists (``FamilyFacts.dp_split``):
+    0.5.3.post1-0.5.6.post2 (0.5.3.post1 ``ModelRunner.__init__`` :369-377, then ``handle_max_mamba_cache``:
+    ``if self.hybrid_gdn_config is not None: ... // dp``); 0.5.2-0.5.3 and 0.5.7+ split every pool they
+    size. Which families a release forces the radix cache off for, or gives no extra_buffer strategy, are
+    the families' facts alone (``FamilyFacts.radix_off`` / ``no_extra_buffer``)."""
     pp_hybrid: bool = True
     """Whether any hybrid class the checker reads starts under pipeline parallelism: False up to 0.5.7
     (models/qwen3_next.py and falcon_h1.py assert ``pp_group.is_first_rank and is_last_rank``;
@@ -174,8 +157,6 @@ _PRE_SCHEDULER: dict[str, Any] = dict(_OLD, spec_reserve="none", has_lazy=False,
 _MR = "sglang/srt/model_executor/model_runner.py "
 _MIXIN = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py "
 _CONFIGURATOR = "sglang/srt/mem_cache/kv_cache_configurator.py KVCacheConfigurator._handle_max_mamba_cache"
-_KIMI = ("kimi_linear",)
-_NO_XBUF_0_5_9 = ("nemotron_h", "falcon_h1", "granitemoehybrid")
 
 _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
     (
@@ -185,7 +166,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.__init__ (hybrid GDN block), profile_max_num_token",
             pool_rule="fixed",
             radix_rule="forced-off",
-            pool_families=GDN_FAMILIES,
+            pool_by_family=True,
             **_PRE_SCHEDULER,
         ),
     ),
@@ -198,7 +179,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.__init__ (hybrid GDN block), profile_max_num_token",
             pool_rule="fixed",
             radix_rule="forced-off",
-            pool_families=GDN_FAMILIES + ("falcon_h1",),
+            pool_by_family=True,
             **_PRE_SCHEDULER,
         ),
     ),
@@ -212,8 +193,8 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.__init__ (mambaish block), profile_max_num_token",
             pool_rule="fixed",
             radix_rule="forced-off",
-            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
-            dp_split_families=GDN_FAMILIES,
+            pool_by_family=True,
+            dp_split_by_family=True,
             **_PRE_SCHEDULER,
         ),
     ),
@@ -225,9 +206,8 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             pool_rule="ratio",
             radix_rule="fixed-ratio",
             default_full_memory_ratio=0.2,
-            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
-            dp_split_families=GDN_FAMILIES,
-            radix_off_families=MAMBA2_FAMILIES,
+            pool_by_family=True,
+            dp_split_by_family=True,
             **_PRE_SCHEDULER,
         ),
     ),
@@ -238,9 +218,8 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.handle_max_mamba_cache",
             pool_rule="ratio",
             radix_rule="fixed-ratio",
-            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES,
-            dp_split_families=GDN_FAMILIES,
-            radix_off_families=MAMBA2_FAMILIES,
+            pool_by_family=True,
+            dp_split_by_family=True,
             **_PRE_SCHEDULER,
         ),
     ),
@@ -261,9 +240,8 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MR + "ModelRunner.handle_max_mamba_cache",
             pool_rule="ratio",
             radix_rule="fixed-ratio",
-            pool_families=GDN_FAMILIES + MAMBA2_FAMILIES + _KIMI,
-            dp_split_families=GDN_FAMILIES,
-            radix_off_families=MAMBA2_FAMILIES + _KIMI,
+            pool_by_family=True,
+            dp_split_by_family=True,
             **_PRE_SCHEDULER,
         ),
     ),
@@ -277,7 +255,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             request_cap="tp-worker",
             radix_rule="scheduler-v1",
             has_lazy=False,
-            radix_off_families=_KIMI,
             **_OLD,
         ),
     ),
@@ -291,7 +268,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             request_cap="tp-worker",
             radix_rule="scheduler-spec",
             has_lazy=False,
-            radix_off_families=_KIMI,
             **_OLD,
         ),
     ),
@@ -305,8 +281,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             request_cap="tp-worker",
             radix_rule="scheduler-spec",
             has_lazy=False,
-            radix_off_families=_KIMI,
-            no_extra_buffer_families=_NO_XBUF_0_5_9,
             **_OLD,
         ),
     ),
@@ -320,8 +294,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             request_cap="estimate",
             radix_rule="scheduler",
             has_lazy=False,
-            radix_off_families=_KIMI,
-            no_extra_buffer_families=_NO_XBUF_0_5_9,
             **_OLD,
         ),
     ),
@@ -332,7 +304,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
             sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
             request_cap="estimate",
             radix_rule="scheduler",
-            radix_off_families=_KIMI,
             **_OLD,
         ),
     ),
@@ -341,7 +312,6 @@ _GROUPS: tuple[tuple[tuple[str, ...], ReleaseRules], ...] = (
         ReleaseRules(
             group="0.5.14-0.5.15.post1",
             sizing_function=_MIXIN + "ModelRunnerKVCacheMixin.handle_max_mamba_cache",
-            no_extra_buffer_families=_KIMI,
             **_OLD,
         ),
     ),
@@ -817,32 +787,57 @@ _EXPLAIN: dict[str, str] = {
 }
 
 
-def explain_release_difference(a: str, b: str, *, only: Collection[str] | None = None) -> list[str]:
+FAMILY_RULES = ("pool_families", "dp_split_families", "radix_off_families", "no_extra_buffer_families")
+"""The rules a release applies per model family: answered from the release's flags and the families' facts
+(:func:`rule_value`), in place of ``pool_by_family`` / ``dp_split_by_family`` among the rule names."""
+RULE_NAMES: tuple[str, ...] = tuple(
+    name
+    for f in fields(ReleaseRules)
+    for name in {"pool_by_family": FAMILY_RULES[:1], "dp_split_by_family": FAMILY_RULES[1:]}.get(
+        f.name, (f.name,)
+    )
+)
+"""The rules :func:`explain_release_difference` compares, in the order it says them."""
+
+
+def rule_value(version: str, name: str, families: FamilyTable) -> object:
+    """Rule ``name`` (a :data:`RULE_NAMES` entry) of modelled release ``version``: a ReleaseRules field, or
+    for a :data:`FAMILY_RULES` name the model types it applies to (None: every family)."""
+    rules = _RULES_BY_RELEASE[version]
+    if name == "pool_families":
+        return families.listed("pool", version) if rules.pool_by_family else None
+    if name == "dp_split_families":
+        return families.listed("dp_split", version) if rules.dp_split_by_family else None
+    if name in FAMILY_RULES:
+        return families.listed(name.removesuffix("_families"), version)
+    return getattr(rules, name)
+
+
+def explain_release_difference(
+    a: str, b: str, *, families: FamilyTable, only: Collection[str] | None = None
+) -> list[str]:
     """One line per rule that differs between releases ``a`` and ``b`` (in either order): what can make
     the two derive different values from the same flags. Empty when both are in one group.
 
-    ``only``: the rule names (ReleaseRules fields) that matter for the inputs at hand; see
-    :func:`rules_that_matter`."""
+    ``families``: every family's facts (``checker.families.FAMILY_TABLE``), for the rules a release
+    applies per family. ``only``: the rule names (:data:`RULE_NAMES`) that matter for the inputs at hand;
+    see :func:`rules_that_matter`."""
     ra, rb = release_model(a), release_model(b)
     old, new = (ra, rb) if parse_version(ra.version) <= parse_version(rb.version) else (rb, ra)
     lines = []
-    for f in fields(ReleaseRules):
-        if f.name in ("group", "sizing_function") or getattr(old.rules, f.name) == getattr(new.rules, f.name):
+    for name in RULE_NAMES:
+        if name in ("group", "sizing_function"):
             continue
-        if only is not None and f.name not in only:
+        was, now = rule_value(old.version, name, families), rule_value(new.version, name, families)
+        if was == now or (only is not None and name not in only):
             continue
         # Name the first release with the newer rule: the first of new's rule value after old.
         first_new = next(
             v
             for v in MODELLED_RELEASES
-            if parse_version(v) > parse_version(old.version)
-            and getattr(_RULES_BY_RELEASE[v], f.name) == getattr(new.rules, f.name)
+            if parse_version(v) > parse_version(old.version) and rule_value(v, name, families) == now
         )
-        lines.append(
-            _EXPLAIN[f.name].format(
-                old=old.version, new=first_new, a=getattr(old.rules, f.name), b=getattr(new.rules, f.name)
-            )
-        )
+        lines.append(_EXPLAIN[name].format(old=old.version, new=first_new, a=was, b=now))
     if old.rules.sizing_function != new.rules.sizing_function and not lines:
         lines.append(f"{old.version} and {new.version} size the pool in different files with the same rules")
     return lines

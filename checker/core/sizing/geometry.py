@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from checker.core.errors import CheckerInputError, ConfigError, FlagError, json_kind, shorten
+from checker.core.releases.family_facts import FamilyTable
 from checker.core.sizing.attention import AttentionGeometry
 
 # ---- limits: sizes no real model reaches, refused up front so any input costs bounded time and memory ----
@@ -113,8 +114,12 @@ class ModelGeometry:
     gives none, whose KV pool the checker cannot size (it then needs ``--token-capacity``)."""
     family: str | None = None
     """The model family as SGLang tells it apart: the HF config's ``model_type`` ("qwen3_next",
-    "nemotron_h", ...), the preset's, or a model spec's optional ``model_type``; None when unknown. Old
-    releases size the pool per family (``checker.core.releases.releases.ReleaseRules.pool_families``)."""
+    "nemotron_h", ...), the preset's, or a model spec's optional ``model_type``; None when unknown."""
+    families: FamilyTable = field(default=FamilyTable(), compare=False)
+    """Every family's facts as the releases' sizing reads them
+    (:mod:`checker.core.releases.family_facts`), set by the registry that read the geometry
+    (``checker.families``); the sizing asks them by ``family``. A geometry built without them is of no
+    family a release tells apart."""
 
     def __post_init__(self) -> None:
         L = self.num_hidden_layers

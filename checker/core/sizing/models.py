@@ -172,28 +172,6 @@ def mamba2_shapes(
     return (conv,), (heads, head_dim, state_size)
 
 
-# Model types SGLang 0.5.23 gives a state pool (srt/configs/hybrid_arch.py mambaish_config) that the checker
-# does not read: a config of one of these is a hybrid model to describe with a JSON model spec.
-STATE_POOL_FAMILIES = frozenset(
-    {
-        "bailing_hybrid",
-        "falcon_mamba",
-        "glm5_next",
-        "inkling_mm_model",
-        "inkling_model",
-        "intern_s2_preview",
-        "jet_nemotron",
-        "jet_vlm",
-        "lfm2",
-        "lfm2_moe",
-        "lfm2_vl",
-        "mamba",
-        "mamba2",
-        "minicpm_sala",
-        "NemotronH_Nano_VL_V2",
-        "zaya",
-    }
-)
 # Config keys of a model with recurrent or linear-attention state (a family newer than the list above).
 _STATE_KEY_WORDS = ("mamba", "ssm", "linear_attn", "linear_num", "linear_conv", "kda", "lightning")
 

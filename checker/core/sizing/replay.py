@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checker.core.errors import FlagError
+from checker.core.releases.family_facts import GDN, KDA
 from checker.core.releases.releases import parse_version
 from checker.core.sizing.geometry import DTYPE_ITEMSIZE, ModelGeometry
 
@@ -44,10 +45,6 @@ PER_SLOT = "per-slot"
 FIXED_GDN = "fixed-gdn"
 DEFAULT_CACHE_LEN = 16
 """``--linear-replayssm-cache-len``'s default in every release that has it (0.5.15-0.5.23)."""
-GDN_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
-"""``configs/hybrid_arch.py`` ``hybrid_gdn_config``: Qwen3NextConfig, Qwen3_5Config, Qwen3_5MoeConfig."""
-KDA_FAMILIES = ("kimi_linear", "kimi_k3")
-"""``kimi_linear_config`` (``hybrid_kda_config`` from 0.5.21): KimiLinearConfig, KimiK3's text config."""
 FIRST_FLAG = "0.5.16"
 """The first release with the spec-verify ring's flag (0.5.16: ``--enable-gdn-replayssm-spec``)."""
 
@@ -63,12 +60,11 @@ def ring_rule(release: str) -> str:
 
 
 def ring_kind(geometry: ModelGeometry) -> str | None:
-    """``gdn``, ``kda``, or None for a model whose sizing has no ring (Mamba2 families)."""
-    if geometry.family in GDN_FAMILIES:
-        return "gdn"
-    if geometry.family in KDA_FAMILIES:
-        return "kda"
-    return None
+    """``gdn``, ``kda``, or None for a model whose sizing has no ring (Mamba2 families, no family): the
+    kind of state its family's config class is (``FamilyFacts.kind``: the ``configs/hybrid_arch.py`` config
+    property that answers for it, ``hybrid_gdn_config`` or the KDA one)."""
+    facts = geometry.families.of(geometry.family)
+    return facts.kind if facts is not None and facts.kind in (GDN, KDA) else None
 
 
 @dataclass(frozen=True, kw_only=True)

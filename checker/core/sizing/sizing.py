@@ -268,13 +268,13 @@ class CapacityInputs(SizingFlags):
     def _refuse_family(self, rules: ReleaseRules, sg: str) -> None:
         """Old releases size the pool per model family (docs/sglang-releases.md): refuse a geometry that
         does not say its family where the answer depends on it, or a family the release has no pool for."""
-        fam = self.geometry.family
+        fam, table, v = self.geometry.family, self.geometry.families, self.release.version
         needs = []
-        if rules.pool_families is not None:
+        if rules.pool_by_family:
             needs.append("whether it has a state pool at all")
-        if rules.dp_split_families is not None and self.dp_size > 1:
+        if rules.dp_split_by_family and self.dp_size > 1:
             needs.append("whether --dp-size splits the pool")
-        if rules.radix_off_families and not self.disable_radix_cache:
+        if table.listed("radix_off", v) and not self.disable_radix_cache:
             needs.append("whether the radix cache is forced off")
         if fam is None and needs:
             raise FlagError(
@@ -282,10 +282,10 @@ class CapacityInputs(SizingFlags):
                 'model spec names none; add "model_type" (e.g. "qwen3_next") to the spec or pass the HF '
                 "config"
             )
-        if rules.pool_families is not None and fam not in rules.pool_families:
+        if rules.pool_by_family and not table.at("pool", v, fam):
             raise FlagError(
                 f"{self.geometry.name}: {sg} sizes a mamba state pool only for model_type "
-                f"{', '.join(rules.pool_families)}, not {fam}; use a later release"
+                f"{', '.join(table.listed('pool', v))}, not {fam}; use a later release"
             )
 
     def _refuse_replay(self, sg: str) -> None:
@@ -348,12 +348,14 @@ class CapacityInputs(SizingFlags):
         rules = self.release.rules
         if self.disable_radix_cache or rules.radix_rule == "forced-off":
             return True
-        return self.geometry.family in rules.radix_off_families
+        return self.geometry.families.at("radix_off", self.release.version, self.geometry.family)
 
     def splits_over_dp(self) -> bool:
-        """Whether the release divides K by dp for this family (0.5.3.post2-0.5.6.post2: hybrid GDN only)."""
-        fams = self.release.rules.dp_split_families
-        return fams is None or self.geometry.family in fams
+        """Whether the release divides K by dp for this family (0.5.3.post1-0.5.6.post2: hybrid GDN only)."""
+        g = self.geometry
+        return not self.release.rules.dp_split_by_family or g.families.at(
+            "dp_split", self.release.version, g.family
+        )
 
     @cached_property
     def release(self) -> ReleaseModel:
@@ -416,8 +418,9 @@ class CapacityInputs(SizingFlags):
     @property
     def extra_buffer_supported(self) -> bool:
         """Whether the release gives this model family the extra_buffer strategy
-        (``ReleaseRules.no_extra_buffer_families``; a geometry without a family is given it)."""
-        return self.geometry.family not in self.release.rules.no_extra_buffer_families
+        (``FamilyFacts.no_extra_buffer``; a geometry without a family is given it)."""
+        g = self.geometry
+        return not g.families.at("no_extra_buffer", self.release.version, g.family)
 
     def _refuse_unsupported_extra_buffer(self, strategy: str) -> None:
         if strategy.startswith("extra_buffer") and not self.extra_buffer_supported:
@@ -586,13 +589,14 @@ class CapacityInputs(SizingFlags):
                 "asserts mamba_track_interval % page_size == 0); use a page size that divides "
                 f"{MAMBA_TRACK_INTERVAL} (1, 2, 4, ..., {MAMBA_TRACK_INTERVAL})"
             )
+        g = self.geometry
         if (
-            self.release.rules.radix_rule == "scheduler-v1"
-            and self.geometry.family == "qwen3_next"
+            g.families.at("page_divides_chunk", self.release.version, g.family)
             and FLA_CHUNK_SIZE % self.page_size
         ):
-            # 0.5.7 server_args.py _handle_model_specific_adjustments, Qwen3-Next with an extra buffer:
-            # ``assert FLA_CHUNK_SIZE % page_size == 0`` (later releases only ask the two to nest).
+            # The family's fact (FamilyFacts.page_divides_chunk): 0.5.7 server_args.py
+            # _handle_model_specific_adjustments asserts ``FLA_CHUNK_SIZE % page_size == 0`` with an extra
+            # buffer (later releases only ask the two to nest).
             refuse(
                 GDN_PAGE_DIVIDES_CHUNK,
                 self.release.version,

@@ -9,10 +9,14 @@ explain a difference here; both describe the deployment as :class:`UpgradeFacts`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from checker.core.releases.releases import ReleaseRules, explain_release_difference
+from checker.core.releases.releases import RULE_NAMES, explain_release_difference
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
+
+if TYPE_CHECKING:
+    from checker.core.releases.family_facts import FamilyTable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,13 +63,13 @@ _CONDITIONAL = {
 
 
 def rules_that_matter(facts: UpgradeFacts) -> set[str]:
-    names = {f.name for f in fields(ReleaseRules)}
-    return {n for n in names if n not in _CONDITIONAL or _CONDITIONAL[n](facts)}
+    return {n for n in RULE_NAMES if n not in _CONDITIONAL or _CONDITIONAL[n](facts)}
 
 
-def explain(a: str, b: str, facts: UpgradeFacts) -> list[str]:
-    """The changes between releases ``a`` and ``b`` that can make them derive differently here."""
-    return explain_release_difference(a, b, only=rules_that_matter(facts))
+def explain(a: str, b: str, facts: UpgradeFacts, families: FamilyTable) -> list[str]:
+    """The changes between releases ``a`` and ``b`` that can make them derive differently here
+    (``families``: every family's facts, ``checker.families.FAMILY_TABLE``)."""
+    return explain_release_difference(a, b, families=families, only=rules_that_matter(facts))
 
 
 def release_differences(by_release: dict[str, list[StageCapacity]]) -> list[dict[str, object]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from checker.core.releases.family_facts import MAMBA2, FamilyFacts
 from checker.core.sizing.models import AttentionSpec, Keys
 from checker.families.family import FamilyRules, HybridFamily
 from checker.families.mamba2 import expand_times_hidden, mamba2_block
@@ -45,7 +46,17 @@ def _rules() -> FamilyRules:
 
 FAMILY = HybridFamily(
     name="Falcon-H1",
-    model_types=("falcon_h1",),
+    facts=FamilyFacts(
+        model_types=("falcon_h1",),
+        kind=MAMBA2,
+        # 0.5.3 model_runner.py ``is_hybrid_gdn`` lists FalconH1ForCausalLM; ``mamba2_config`` from
+        # 0.5.3.post1.
+        pool=(("0.5.3", None),),
+        # As Nemotron-H's: ``mamba2_config`` forces the radix cache off (0.5.3.post2-0.5.6.post2), and
+        # server_args.py gives it no extra buffer in 0.5.9-0.5.12.post1.
+        radix_off=(("0.5.3.post2", "0.5.6.post2"),),
+        no_extra_buffer=(("0.5.9", "0.5.12.post1"),),
+    ),
     read=geometry,
     # configs/falcon_h1.py FalconH1Config: num_key_value_heads=8, max_position_embeddings=8192.
     attention=AttentionSpec(_every_layer, 8192, kv_heads_default=8),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from checker.core.errors import ConfigError, json_kind, shorten
+from checker.core.releases.family_facts import MAMBA2, FamilyFacts
 from checker.core.sizing.models import FIX, AttentionSpec, Keys
 from checker.families.family import FamilyRules, HybridFamily
 from checker.families.mamba2 import expand_times_hidden, mamba2_block
@@ -58,7 +59,13 @@ def _rules() -> FamilyRules:
 
 FAMILY = HybridFamily(
     name="Granite-4.0-H",
-    model_types=("granitemoehybrid",),
+    facts=FamilyFacts(
+        model_types=("granitemoehybrid",),
+        kind=MAMBA2,
+        # 0.5.9-0.5.12.post1 server_args.py ``_handle_mamba_radix_cache(...,
+        # support_mamba_cache_extra_buffer=False)`` for GraniteMoeHybridForCausalLM.
+        no_extra_buffer=(("0.5.9", "0.5.12.post1"),),
+    ),
     read=geometry,
     # configs/granitemoehybrid.py GraniteMoeHybridConfig: num_key_value_heads=8,
     # max_position_embeddings=131072.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from checker.core.releases.family_facts import KDA, FamilyFacts
 from checker.core.sizing.attention import AttentionGeometry
 from checker.core.sizing.geometry import ModelGeometry, exact_div
 from checker.families import kimi_linear
@@ -54,7 +55,11 @@ def _rules() -> FamilyRules:
 
 FAMILY = HybridFamily(
     name="Kimi-K3",
-    model_types=("kimi_k3",),
+    facts=FamilyFacts(
+        model_types=("kimi_k3",),
+        kind=KDA,
+        # ``kimi_linear_config`` (``hybrid_kda_config`` from 0.5.21): KimiK3's text config.
+    ),
     # Kimi-K3 (0.5.23 configs/kimi_k3.py KimiK3Config): the hybrid layers and the MLA attention are a
     # KimiLinearConfig built from text_config (``KimiLinearConfig(**text_config)``), which
     # configs/hybrid_arch.py ``kimi_linear_config`` returns for the state pool and ModelConfig reads as

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from checker.core.errors import ConfigError, shorten
+from checker.core.releases.family_facts import KDA, FamilyFacts
 from checker.core.sizing.geometry import MAX_DIM, MAX_STATE_ELEMENTS, exact_div
 from checker.core.sizing.models import FIX, MAX_CONV_KERNEL, AttentionSpec, Keys, bounded, not_linear_layers
 from checker.families.family import FamilyRules, HybridFamily
@@ -74,7 +75,18 @@ KIMI_ATTENTION = AttentionSpec(not_linear_layers, 4096, mla=True, nextn_default=
 
 FAMILY = HybridFamily(
     name="Kimi-Linear",
-    model_types=("kimi_linear",),
+    facts=FamilyFacts(
+        model_types=("kimi_linear",),
+        kind=KDA,
+        # 0.5.4.post2 model_runner.py ``kimi_linear_config`` joins ``mambaish_config``.
+        pool=(("0.5.4.post2", None),),
+        # server_args.py _handle_model_specific_adjustments "Disabling Radix Cache for {model_arch}"
+        # (0.5.4.post2-0.5.13.post1; from 0.5.9 via ``support_mamba_cache=False``).
+        radix_off=(("0.5.4.post2", "0.5.13.post1"),),
+        # 0.5.14 server_args.py ``_support_mamba_cache_extra_buffer`` and 0.5.15.post1
+        # arg_groups/overrides.py ``_MAMBA_EXTRA_BUFFER_ARCHS`` miss KimiLinearForCausalLM.
+        no_extra_buffer=(("0.5.14", "0.5.15.post1"),),
+    ),
     read=geometry,
     attention=KIMI_ATTENTION,
     load_rules=_rules,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from checker.core.errors import shorten
+from checker.core.releases.family_facts import MAMBA2, FamilyFacts
 from checker.core.sizing.geometry import MAX_LAYERS
 from checker.core.sizing.models import FIX, LAYERS_WHY, MAX_CONV_KERNEL, AttentionSpec, Keys, mamba2_shapes
 from checker.families.family import FamilyRules, HybridFamily
@@ -93,7 +94,18 @@ def _rules() -> FamilyRules:
 
 FAMILY = HybridFamily(
     name="Nemotron-H",
-    model_types=("nemotron_h",),
+    facts=FamilyFacts(
+        model_types=("nemotron_h",),
+        kind=MAMBA2,
+        # 0.5.3.post1 model_runner.py ``mamba2_config`` (FalconH1Config | NemotronHConfig).
+        pool=(("0.5.3.post1", None),),
+        # 0.5.3.post2-0.5.6.post2 model_runner.py ``ModelRunner.__init__``: ``if config := self.mamba2_config:
+        # ... disable_radix_cache = True``.
+        radix_off=(("0.5.3.post2", "0.5.6.post2"),),
+        # 0.5.9-0.5.12.post1 server_args.py ``_handle_mamba_radix_cache(...,
+        # support_mamba_cache_extra_buffer=False)`` (arg_groups/nemotron_h_hook.py from 0.5.12).
+        no_extra_buffer=(("0.5.9", "0.5.12.post1"),),
+    ),
     read=geometry,
     # configs/nemotron_h.py NemotronHConfig: head_dim=128, num_key_value_heads=8,
     # max_position_embeddings=4096, num_nextn_predict_layers=0.

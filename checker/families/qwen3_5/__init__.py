@@ -4,6 +4,7 @@ checkpoint names its own."""
 
 from __future__ import annotations
 
+from checker.core.releases.family_facts import GDN, FamilyFacts
 from checker.families import qwen3_next
 from checker.families.family import FamilyRules, HybridFamily
 
@@ -18,7 +19,11 @@ def _rules() -> FamilyRules:
 
 FAMILY = HybridFamily(
     name="Qwen3.5",
-    model_types=("qwen3_5", "qwen3_5_moe"),
+    facts=FamilyFacts(
+        model_types=("qwen3_5", "qwen3_5_moe"),
+        kind=GDN,
+        # configs/hybrid_arch.py ``hybrid_gdn_config``: Qwen3_5Config, Qwen3_5MoeConfig.
+    ),
     read=qwen3_next.geometry,
     attention=qwen3_next.QWEN_ATTENTION,
     load_rules=_rules,

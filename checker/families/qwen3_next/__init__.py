@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from checker.core.errors import ConfigError
+from checker.core.releases.family_facts import GDN, FamilyFacts
 from checker.core.sizing.geometry import MAX_LAYERS
 from checker.core.sizing.models import (
     FIX,
@@ -74,7 +75,17 @@ def _rules() -> FamilyRules:
 
 FAMILY = HybridFamily(
     name="Qwen3-Next",
-    model_types=("qwen3_next",),
+    facts=FamilyFacts(
+        model_types=("qwen3_next",),
+        kind=GDN,
+        # SGLang 0.5.2 model_runner.py ``is_hybrid_gdn`` (Qwen3NextForCausalLM), then ``hybrid_gdn_config``
+        # (Qwen3NextConfig): a pool from 0.5.2, split over dp wherever a release asks.
+        pool=(("0.5.2", None),),
+        dp_split=(("0.5.2", None),),
+        # 0.5.7 server_args.py _handle_model_specific_adjustments: ``assert FLA_CHUNK_SIZE % page_size == 0``
+        # with an extra buffer.
+        page_divides_chunk=(("0.5.7", "0.5.7"),),
+    ),
     read=geometry,
     # configs/qwen3_next.py Qwen3NextConfig (Qwen3_5TextConfig inherits it): num_key_value_heads=2,
     # head_dim=256, max_position_embeddings=32768.
