@@ -19,8 +19,7 @@ from checker.launch.inputs import READ_OPTIONS, run_inputs
 
 
 class FlagGroup(Protocol):
-    """Where a flag is added: a parser, or one of its argument groups (argparse names their common base
-    only privately)."""
+    """Where a flag is added: a parser or one of its groups (argparse keeps their common base private)."""
 
     def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action: ...
 
@@ -61,8 +60,7 @@ def add_model_args(parser: argparse.ArgumentParser, *, required: bool = False) -
 
 
 def add_sizing_flag(group: FlagGroup, name: str, **override: object) -> None:
-    """One sizing input's flag where a command gives it its own meaning (plan's --policy): the row's
-    type and choices, ``override``'s help or default."""
+    """A sizing input's flag given a command's own meaning (plan's --policy): ``override``'s help, default."""
     _add_row(group, SIZING_ARG[name], **override)
 
 
@@ -119,7 +117,7 @@ def add_flag_args(
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    # start-up: the engine registry (~3.5 ms with logging) loads only for the commands that take --engine
+    # start-up: the engine registry loads only for the commands that take --engine (bench/startup_bench.py)
     from checker.engines import DEFAULT_ENGINE, ENGINES
 
     g = parser.add_argument_group("engine")
@@ -204,9 +202,8 @@ def read_options(args: argparse.Namespace) -> dict[str, object]:
 
 def check_run_outputs(args: argparse.Namespace, outputs: Sequence[tuple[str, str | None]]) -> None:
     """Before anything is written: every output ``(flag, path)`` checked against the run's inputs
-    (:func:`checker.launch.inputs.run_inputs`) and the other outputs (:func:`checker.files.check_outputs`);
-    FlagError, one line naming both."""
-    # start-up: the bounded writers (~6-9 ms) load only when outputs are checked, not for --help
+    (:func:`run_inputs`) and the other outputs (:func:`checker.files.check_outputs`); FlagError if not."""
+    # start-up: the bounded writers load only to check outputs, not for --help (bench/startup_bench.py)
     from checker.files import check_outputs
 
     launch = getattr(args, "launch", None)
