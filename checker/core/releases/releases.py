@@ -16,13 +16,10 @@ import functools
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from checker.core.errors import CheckerInputError, FlagError, shorten
 from checker.core.releases.pp_support import PIPELINE
-
-if TYPE_CHECKING:
-    from checker.core.releases.family_facts import FamilyTable
 
 FIRST_WITH_STATE_POOL = "0.5.2"
 """The first release that sizes a mamba state pool at all (``max_mamba_cache_size``: the user's
@@ -787,6 +784,13 @@ _EXPLAIN: dict[str, str] = {
 }
 
 
+class FamilyLists(Protocol):
+    """Which model families a release's code does a per-family rule for: every family's facts
+    (:class:`checker.core.releases.family_facts.FamilyTable`, ``checker.families.FAMILY_TABLE``)."""
+
+    def listed(self, rule: str, version: str) -> tuple[str, ...]: ...
+
+
 FAMILY_RULES = ("pool_families", "dp_split_families", "radix_off_families", "no_extra_buffer_families")
 """The rules a release applies per model family: answered from the release's flags and the families' facts
 (:func:`rule_value`), in place of ``pool_by_family`` / ``dp_split_by_family`` among the rule names."""
@@ -800,7 +804,7 @@ RULE_NAMES: tuple[str, ...] = tuple(
 """The rules :func:`explain_release_difference` compares, in the order it says them."""
 
 
-def rule_value(version: str, name: str, families: FamilyTable) -> object:
+def rule_value(version: str, name: str, families: FamilyLists) -> object:
     """Rule ``name`` (a :data:`RULE_NAMES` entry) of modelled release ``version``: a ReleaseRules field, or
     for a :data:`FAMILY_RULES` name the model types it applies to (None: every family)."""
     rules = _RULES_BY_RELEASE[version]
@@ -814,7 +818,7 @@ def rule_value(version: str, name: str, families: FamilyTable) -> object:
 
 
 def explain_release_difference(
-    a: str, b: str, *, families: FamilyTable, only: Collection[str] | None = None
+    a: str, b: str, *, families: FamilyLists, only: Collection[str] | None = None
 ) -> list[str]:
     """One line per rule that differs between releases ``a`` and ``b`` (in either order): what can make
     the two derive different values from the same flags. Empty when both are in one group.
