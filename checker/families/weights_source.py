@@ -138,15 +138,15 @@ def checkpoint_weights(
     # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
     from checker.core.weights.checkpoint import read_checkpoint
-    from checker.core.weights.checkpoint_names import (
+    from checker.core.weights.checkpoint_names import (  # start-up: as above
         check_compressed,
         check_fp8,
         check_packed,
         check_unquantized,
     )
-    from checker.core.weights.quant import read_scheme
-    from checker.core.weights.weights import check_quant_family
-    from checker.families.rules import (
+    from checker.core.weights.quant import read_scheme  # start-up: as above
+    from checker.core.weights.weights import check_quant_family  # start-up: as above
+    from checker.families.rules import (  # start-up: as above
         check_complete,
         check_loadable,
         check_shapes,

@@ -40,8 +40,13 @@ Refused in one line: what 0.5.23 refuses (a scheme its MoE method rejects: per-t
 per-token activations or per-channel weights with per-tensor ones, an assertion at :65; static
 per-token activations, :75; a module no target matches; shards ignored unevenly; a block that does
 not divide a partition, :110-121 and ``fp8_utils.py:2852-2893``; a block-quantized head, :1138) and
-what the checker does not model (every other scheme, named: W8A16 FP8, INT W8A8, W4A8, NVFP4, MXFP4,
-the WNA16 pack-quantized ones; a quantized LM head; sparsity).
+what the checker does not model (every other scheme, named: W8A16 FP8, INT W8A8, W4A8, NVFP4, MXFP4; a
+quantized LM head; sparsity).
+
+* **INT weight-only** (``_is_wNa16_group_channel`` :633-651, ``format: pack-quantized``, 4 or 8 bits):
+  ``CompressedTensorsWNA16`` per linear, ``CompressedTensorsWNA16MoE`` (Marlin, the ``auto`` runner on
+  Hopper, :934-966) per MoE; what they hold: checker.core.weights.weights ``wna16_linear`` and
+  ``wna16_experts``.
 """
 
 from __future__ import annotations
