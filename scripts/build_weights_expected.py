@@ -216,6 +216,53 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # compressed-tensors INT weight-only, pack-quantized (CompressedTensorsWNA16 / ...WNA16MoE, Marlin):
+    # W4A16 group 128 symmetric, W8A16 group 64 with zero points and actorder "weight" (the experts'
+    # whole-intermediate w2 scales), W8A16 per channel, W4A16 group 128 with zero points; Qwen3-Next's
+    # linear_attn projections ignored (its class reads their .weight, qwen3_next.py:311)
+    "qwen3_next/ct-w4a16": (
+        f"{F}/weights/qwen3_next_ct_w4a16.json",
+        ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=4,ep=4", "pp=1,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_next/ct-w8a16-zp": (
+        f"{F}/weights/qwen3_next_ct_w8a16_zp.json",
+        ["pp=1,tp=2", "pp=1,tp=8,ep=8"],
+        None,
+        {},
+    ),
+    # quantized linear_attn projections: the class's AttributeError at construction
+    "qwen3_next/ct-w4a16-linear-attn": (
+        f"{F}/weights/qwen3_next_ct_w4a16_linear_attn.json",
+        ["pp=1,tp=2"],
+        None,
+        {},
+    ),
+    "nemotron_h/ct-w8a16": (
+        f"{F}/weights/nemotron_h_ct_w8a16.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "nemotron_h/ct-w4a16-zp": (
+        f"{F}/weights/nemotron_h_ct_w4a16_zp.json",
+        ["pp=2,tp=2", "pp=3,tp=2", "pp=1,tp=8"],
+        None,
+        {},
+    ),
+    # group 256 at tp 8: down_proj's 2688-wide input partition is not whole groups (an assertion,
+    # compressed_tensors_wNa16.py:128)
+    "nemotron_h/ct-w4a16-g256-tp8": (f"{F}/weights/nemotron_h_ct_w4a16_g256.json", ["pp=1,tp=8"], None, {}),
+    # actorder "group" (g_idx, scales repeated on every rank): compressed-tensors 0.20.1 refuses it, 0.5.23
+    # pins 0.18.0, which takes it: run these with SGLANG_WEIGHTS_PREPEND=<compressed-tensors 0.18.0 folder>
+    "qwen3_next/ct-w4a16-gidx": (f"{F}/weights/qwen3_next_ct_w4a16_gidx.json", ["pp=1,tp=2"], None, {}),
+    "nemotron_h/ct-w4a16-gidx": (
+        f"{F}/weights/nemotron_h_ct_w4a16_gidx.json",
+        ["pp=2,tp=2", "pp=1,tp=4"],
+        None,
+        {},
+    ),
     "nemotron_h/fp8-tensor": (
         f"{F}/weights/nemotron_h_fp8_tensor.json",
         ["pp=2,tp=2", "pp=3,tp=2"],
@@ -232,6 +279,9 @@ def release_env(release: str) -> tuple[str, dict[str, str]] | None:
         return None
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env["PYTHONPATH"] = sglang_envs.import_path(release, home)  # the stubs, then the release's folder
+    prepend = os.environ.get("SGLANG_WEIGHTS_PREPEND")
+    if prepend:  # a package the release pins that the shared venv has at another version
+        env["PYTHONPATH"] = f"{prepend}:{env['PYTHONPATH']}"
     return str(python), env
 
 

@@ -161,3 +161,36 @@ def compressed_tensors(config: Mapping[str, Any]) -> list[Spec]:
         if a and not a.get("dynamic"):
             out.append((f"{module}.input_scale", (), "F32"))
     return out
+
+
+def packed_tensors(config: Mapping[str, Any]) -> list[Spec]:
+    """A compressed-tensors INT weight-only (pack-quantized) export of ``config`` (llm-compressor's
+    layout, its first config group): every 2-D linear weight outside ``ignore`` as an int32
+    ``weight_packed`` [out, ceil(in / pack)], a BF16 ``weight_scale`` [out, in / group] ([out, 1] per
+    channel), an int64 ``weight_shape`` [2], asymmetric an int32 ``weight_zero_point``
+    [ceil(out / pack), groups], activation order ``group`` an int32 ``weight_g_idx`` [in]."""
+    from checker.core.weights.compressed import _listed
+
+    q = config["quantization_config"]
+    w = next(iter(q["config_groups"].values()))["weights"]
+    pack = 32 // w["num_bits"]
+    ignore = tuple(q.get("ignore") or ())
+    out: list[Spec] = []
+    for name, shape, dtype in model_tensors(config):
+        module = name.removesuffix(".weight")
+        quantized = name.endswith(".weight") and len(shape) == 2 and "embed" not in name
+        if not quantized or _listed(module, ignore):
+            out.append((name, shape, dtype))
+            continue
+        rows, cols = shape
+        groups = 1 if w["strategy"] == "channel" else -(-cols // w["group_size"])
+        out += [
+            (f"{module}.weight_packed", (rows, -(-cols // pack)), "I32"),
+            (f"{module}.weight_scale", (rows, groups), "BF16"),
+            (f"{module}.weight_shape", (2,), "I64"),
+        ]
+        if not w.get("symmetric", True):
+            out.append((f"{module}.weight_zero_point", (-(-rows // pack), groups), "I32"))
+        if w.get("actorder") in ("group", "dynamic"):
+            out.append((f"{module}.weight_g_idx", (cols,), "I32"))
+    return out

@@ -143,7 +143,7 @@ def check_complete(ckpt: Checkpoint, config: Mapping[str, Any], source: str = "c
     uninitialized memory, e.g. Llama's tensor names under a Nemotron-H config.json."""
     have = ckpt.tensors
     for name, _ in expected_tensors(config, source):
-        if name not in have:
+        if name not in have and f"{name}_packed" not in have:  # compressed-tensors pack-quantized
             shards = sorted({t.shard for t in have.values()})
             held = f"{len(shards)} shard{'s' if len(shards) != 1 else ''}" if len(shards) != 1 else shards[0]
             example = next(iter(have), None)

@@ -138,10 +138,22 @@ def checkpoint_weights(
     # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
     from checker.core.weights.checkpoint import read_checkpoint
-    from checker.core.weights.checkpoint_names import check_compressed, check_fp8, check_unquantized
-    from checker.core.weights.quant import read_scheme
-    from checker.core.weights.weights import check_quant_family
-    from checker.families.rules import check_complete, check_loadable, check_shapes, family_of, model_weights
+    from checker.core.weights.checkpoint_names import (  # start-up: as above
+        check_compressed,
+        check_fp8,
+        check_packed,
+        check_unquantized,
+    )
+    from checker.core.weights.quant import read_scheme  # start-up: as above
+    from checker.core.weights.weights import check_quant_family  # start-up: as above
+    from checker.families.rules import (  # start-up: as above
+        check_complete,
+        check_loadable,
+        check_shapes,
+        expected_shapes,
+        family_of,
+        model_weights,
+    )
 
     d = Path(directory)
     if config is None:
@@ -156,7 +168,20 @@ def checkpoint_weights(
     fam, _, _ = family_of(config, source)  # an unmodelled family is refused before any shard is read
     check_quant_family(fam, scheme, source)  # and a method its class is not modelled under
     ckpt = read_checkpoint(d)
-    if scheme is not None and scheme.ct is not None:
+    if scheme is not None and scheme.ct is not None and scheme.ct.weight_only():
+        kinds = {
+            (
+                g.weights.num_bits,
+                -1 if g.weights.strategy == "channel" else g.weights.group_size or -1,
+                g.weights.symmetric,
+                g.weights.actorder,
+            )
+            for _, g in scheme.ct.targets
+        }
+        one = next(iter(kinds)) if len(kinds) == 1 else None
+        args = None if one is None else (one[0], one[1], one[2], one[3] in ("group", "dynamic"))
+        check_packed(ckpt, expected_shapes(config, source), args, source)
+    elif scheme is not None and scheme.ct is not None:
         ct = scheme.ct
         blocks = {g.weights.block for _, g in ct.targets if g.weights.strategy == "block"}
         static = bool(ct.targets) and all(

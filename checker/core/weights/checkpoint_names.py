@@ -8,6 +8,9 @@ The names are the ones each family's SGLang ``load_weights`` maps (``stacked_par
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 from checker.core.errors import ConfigError, shorten
 from checker.core.weights.checkpoint import Checkpoint
 
@@ -151,5 +154,92 @@ def check_compressed(
             "the config and the shards are of different checkpoints (point --model-path at the directory "
             "whose "
             "config.json matches them)"
+        )
+    return checked
+
+
+_EXPERT_INDEX = re.compile(r"\.experts\.\d+\.")
+
+
+def check_packed(
+    ckpt: Checkpoint,
+    expected: Mapping[str, Shape],
+    args: tuple[int, int, bool, bool] | None,
+    source: str,
+) -> int:
+    """Under a compressed-tensors INT weight-only (pack-quantized) ``quantization_config``: every
+    ``weight_packed`` is int32 of ``[out, ceil(in / pack)]`` for the ``[out, in]`` weight config.json gives
+    it, with its ``weight_scale`` ``[out, ceil(in / group)]`` (per channel ``[out, 1]``), asymmetric its
+    ``weight_zero_point`` int32 ``[ceil(out / pack), groups]``, activation order ``group`` its
+    ``weight_g_idx`` ``[in]``; a group size that does not divide the input is refused (SGLang sizes the
+    scales ``in // group``, the checkpoint holds ``ceil``); and the checkpoint holds packed weights at all.
+    ``args``: (bits, group or -1, symmetric, g_idx) where every config group agrees, else None (then only
+    the dtype and the scale's presence are checked). Returns how many packed weights were checked."""
+    checked = 0
+    for name, tensor in ckpt.tensors.items():
+        if not name.endswith(".weight_packed"):
+            continue
+        checked += 1
+        module = name[: -len(".weight_packed")]
+        if tensor.dtype != "I32":
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {tensor.dtype}, but {source}'s "
+                "compressed-tensors pack-quantized weights are int32 (I32); the checkpoint and config.json "
+                "disagree"
+            )
+        scale = ckpt.tensors.get(f"{module}.weight_scale")
+        if scale is None or scale.dtype not in _SCALE_DTYPES:
+            held = (
+                "no shard holds" if scale is None else f"shard {shorten(scale.shard)} holds a {scale.dtype}"
+            )
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is a packed weight but {held} "
+                f"{module}.weight_scale, which {source}'s compressed-tensors weight-only quantization_config "
+                "loads it with: the checkpoint is incomplete or of another quantization; re-download it"
+            )
+        key = f"{module}.weight"
+        want = expected.get(_EXPERT_INDEX.sub(".experts.E.", key) if ".experts." in key else key)
+        if args is None or want is None or len(want) != 2:
+            continue
+        bits, group, symmetric, g_idx = args
+        pack = 32 // bits
+        out, inp = want
+        if group != -1 and inp % group:
+            raise ConfigError(
+                f"{source}: compressed-tensors group_size {group} does not divide the input size {inp} of "
+                f"{shorten(module)} (shard {shorten(tensor.shard)}): SGLang sizes its scales "
+                f"{inp} // {group} groups and cannot load the checkpoint's; the config and the shards "
+                "disagree"
+            )
+        groups = 1 if group == -1 else inp // group
+        wanted: list[tuple[str, Shape, tuple[str, ...]]] = [
+            ("weight_packed", (out, -(-inp // pack)), ("I32",)),
+            ("weight_scale", (out, groups), _SCALE_DTYPES),
+        ]
+        if not symmetric:
+            wanted.append(("weight_zero_point", (-(-out // pack), groups), ("I32",)))
+        if g_idx:
+            wanted.append(("weight_g_idx", (inp,), ("I32", "I64")))
+        for suffix, shape, dtypes in wanted:
+            t = ckpt.tensors.get(f"{module}.{suffix}")
+            if t is None:
+                raise ConfigError(
+                    f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is a packed weight but no "
+                    f"shard holds its {module}.{suffix}, which {source}'s compressed-tensors weight-only "
+                    "quantization_config loads it with: the checkpoint is incomplete; re-download it"
+                )
+            if t.shape != shape or t.dtype not in dtypes:
+                raise ConfigError(
+                    f"tensor {shorten(f'{module}.{suffix}')} in shard {shorten(t.shard)} is {t.dtype} "
+                    f"{list(t.shape)}, but the [{out}, {inp}] weight it belongs to takes {dtypes[0]} "
+                    f"{list(shape)} under {source}'s compressed-tensors INT{bits} "
+                    f"{'per-channel' if group == -1 else f'group-{group}'} quantization_config; the "
+                    "checkpoint and config.json disagree"
+                )
+    if not checked:
+        raise ConfigError(
+            f"{source} declares a compressed-tensors INT weight-only (pack-quantized) quantization but no "
+            "shard holds a weight_packed tensor: the config and the shards are of different checkpoints "
+            "(point --model-path at the directory whose config.json matches them)"
         )
     return checked

@@ -40,8 +40,13 @@ Refused in one line: what 0.5.23 refuses (a scheme its MoE method rejects: per-t
 per-token activations or per-channel weights with per-tensor ones, an assertion at :65; static
 per-token activations, :75; a module no target matches; shards ignored unevenly; a block that does
 not divide a partition, :110-121 and ``fp8_utils.py:2852-2893``; a block-quantized head, :1138) and
-what the checker does not model (every other scheme, named: W8A16 FP8, INT W8A8, W4A8, NVFP4, MXFP4,
-the WNA16 pack-quantized ones; a quantized LM head; sparsity).
+what the checker does not model (every other scheme, named: W8A16 FP8, INT W8A8, W4A8, NVFP4, MXFP4; a
+quantized LM head; sparsity).
+
+* **INT weight-only** (``_is_wNa16_group_channel`` :633-651, ``format: pack-quantized``, 4 or 8 bits):
+  ``CompressedTensorsWNA16`` per linear, ``CompressedTensorsWNA16MoE`` (Marlin, the ``auto`` runner on
+  Hopper, :934-966) per MoE; what they hold: checker.core.weights.weights ``wna16_linear`` and
+  ``wna16_experts``.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ _ACT_FORMATS = (
 """``is_activation_quantization_format`` (compressed_tensors/utils.py:13-21)."""
 
 _WAY_OUT = "give the weights per GPU with --weights-gib"
+_MODELLED = "compressed-tensors FP8 W8A8 and INT weight-only (WNA16) only"
 
 LINEAR_CLASSES = (
     "QKVParallelLinear",
@@ -89,12 +95,35 @@ class Args:
 
 @dataclass(frozen=True)
 class Scheme:
-    """What one module holds: ``kind`` ``w8a8_fp8`` (strategy ``tensor``/``channel``/``block``)."""
+    """What one module holds: ``kind`` ``w8a8_fp8`` (strategy ``tensor``/``channel``/``block``) or
+    ``wna16`` (integer weight-only, pack-quantized: ``bits``, ``group`` -1 per channel, ``symmetric``
+    False with zero points, ``actorder`` as the config gives it)."""
 
     kind: str
     strategy: str
     static_input: bool
     block: tuple[int, int] | None = None
+    bits: int = 8
+    group: int = -1
+    symmetric: bool = True
+    actorder: str | None = None
+
+    @property
+    def pack(self) -> int:
+        """Values per int32 (``pack_factor = 32 // num_bits``, compressed_tensors_wNa16.py:73)."""
+        return 32 // self.bits
+
+    @property
+    def g_idx(self) -> bool:
+        """``actorder == ActivationOrdering.GROUP`` (its alias ``dynamic`` included): the linear's
+        ``weight_g_idx`` (compressed_tensors_wNa16.py:77), the MoE's sorted ``g_idx`` kept
+        (compressed_tensors_wNa16_moe.py:318)."""
+        return self.actorder in ("group", "dynamic")
+
+
+def _wna16(w: Args) -> Scheme:
+    group = -1 if w.strategy == "channel" or w.group_size is None else w.group_size
+    return Scheme("wna16", w.strategy, False, None, w.num_bits, group, w.symmetric, w.actorder)
 
 
 @dataclass(frozen=True)
@@ -215,7 +244,13 @@ class CompressedConfig:
         fmt = group.format if group.format is not None else self.format
         if _is_wna16(w, a):
             if fmt == "pack-quantized" and w.num_bits in (4, 8):
-                self._unmodelled(f"WNA16 pack-quantized INT{w.num_bits} (CompressedTensorsWNA16)")
+                if w.strategy == "group" and w.group_size in (None, -1):  # :79-82
+                    raise ConfigError(
+                        f"{self.source}: compressed-tensors {name}: group strategy without a group size; "
+                        "SGLang refuses it ('Marlin kernels require group quantization or channelwise "
+                        "quantization', compressed_tensors_wNa16.py:80)"
+                    )
+                return _wna16(w)
             raise ConfigError(
                 f"{self.source}: compressed-tensors {name}: integer weight-only {w.strategy} quantization in "
                 f"format {shorten(fmt)}: SGLang refuses it ('CompressedTensorsW4A16Sparse24 is not supported "
@@ -263,7 +298,16 @@ class CompressedConfig:
             return None
         w, a = group.weights, group.inputs
         if _is_wna16(w, a):
-            self._unmodelled(f"WNA16 INT{w.num_bits} experts (CompressedTensorsWNA16MoE, Marlin)")
+            # CompressedTensorsWNA16MoE (Marlin, the auto runner on Hopper, :934-966): the config's
+            # top-level format, not the group's (compressed_tensors_wNa16_moe.py:84-94)
+            if not (self.format == "pack-quantized" and w.num_bits in (4, 8)):
+                raise ConfigError(
+                    f"{self.source}: compressed-tensors {name}: INT{w.num_bits} weight-only experts under "
+                    f"the top-level format {shorten(self.format)}; SGLang refuses it ('For Fused MoE layers, "
+                    "only pack-quantized is supported for the following bits: [4, 8]', "
+                    "compressed_tensors_wNa16_moe.py:89)"
+                )
+            return _wna16(w)
         if w.type == "float" and w.num_bits == 4:
             self._unmodelled("float4 (NVFP4/MXFP4) experts")
         if not _is_fp8_w8a8(w, a):
@@ -294,11 +338,15 @@ class CompressedConfig:
     def _unmodelled(self, what: str) -> None:
         raise FlagError(
             f"{self.source}: the model is quantized (compressed-tensors {what}); the checker models "
-            f"compressed-tensors FP8 W8A8 only: {_WAY_OUT}"
+            f"{_MODELLED}: {_WAY_OUT}"
         )
 
     def strategies(self) -> set[str]:
         return {g.weights.strategy for _, g in self.targets}
+
+    def weight_only(self) -> bool:
+        """Every config group integer weight-only (WNA16): the shards hold ``weight_packed``."""
+        return bool(self.targets) and all(_is_wna16(g.weights, g.inputs) for _, g in self.targets)
 
 
 def _listed(name: str, targets: Sequence[str]) -> bool:
@@ -401,8 +449,12 @@ def _args(raw: Any, where: str, source: str) -> Args:
     if not isinstance(symmetric, bool):
         raise bad("symmetric", "must be true or false")
     actorder = raw.get("actorder")
-    if actorder is True:
+    if actorder is True:  # validate_actorder: True is GROUP (compressed-tensors 0.18.0, 0.5.23's pin)
         actorder = "group"
+    if isinstance(actorder, str):
+        actorder = actorder.lower()
+        if actorder not in ("group", "weight", "static", "dynamic"):
+            raise bad("actorder", "must be group, weight, static or dynamic")
     return Args(
         num_bits=bits,
         type=typ,
@@ -427,12 +479,12 @@ def read_compressed(q: Mapping[str, Any], where: str, source: str) -> Compressed
     if q.get("sparsity_config"):
         raise FlagError(
             f"{source}: the model is quantized (compressed-tensors with a sparsity_config); the checker "
-            f"models dense compressed-tensors FP8 W8A8 only: {_WAY_OUT}"
+            f"models dense {_MODELLED}: {_WAY_OUT}"
         )
     if "linear_fp8_config" in q:
         raise FlagError(
             f"{source}: the model is quantized (compressed-tensors with a linear_fp8_config: FP8 linears "
-            f"beside other experts); the checker models compressed-tensors FP8 W8A8 only: {_WAY_OUT}"
+            f"beside other experts); the checker models {_MODELLED}: {_WAY_OUT}"
         )
     groups = q.get("config_groups") or {}
     if not isinstance(groups, Mapping):
@@ -451,7 +503,7 @@ def read_compressed(q: Mapping[str, Any], where: str, source: str) -> Compressed
         if g.get("weights") is None:
             raise FlagError(
                 f"{source}: the model is quantized (compressed-tensors {at} without weights: activations "
-                f"only); the checker models compressed-tensors FP8 W8A8 only: {_WAY_OUT}"
+                f"only); the checker models {_MODELLED}: {_WAY_OUT}"
             )
         weights = _args(g.get("weights"), f"{at}.weights", source)
         inputs = None

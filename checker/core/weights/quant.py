@@ -41,9 +41,11 @@ from a ``hf_quant_config.json`` beside config.json (``{"quantization": {"quant_a
   mapping, or ``is_layer_excluded``'s glob match of the whole prefix or any dotted part (:377-424), after
   the class's ``hf_to_sglang_mapper`` (:364-375).
 
-Modelled too: compressed-tensors FP8 W8A8 (``quant_method: compressed-tensors`` in ``quantization_config``
-or ``compression_config``), read and held as :mod:`checker.core.weights.compressed` says (SGLang 0.5.23's
-``CompressedTensorsW8A8Fp8``/``CompressedTensorsW8A8Fp8MoE``).
+Modelled too: compressed-tensors FP8 W8A8 and INT weight-only pack-quantized (W4A16/W8A16; ``quant_method:
+compressed-tensors`` in ``quantization_config`` or ``compression_config``), read as
+:mod:`checker.core.weights.compressed` says and held as SGLang 0.5.23's ``CompressedTensorsW8A8Fp8``(``MoE``)
+and ``CompressedTensorsWNA16``/``CompressedTensorsWNA16MoE`` (Marlin) hold them
+(checker.core.weights.weights ``wna16_linear``/``wna16_experts``).
 
 Block-wise FP8 on Hopper keeps its scales as loaded (the UE8M0 requantization of
 ``requant_block_scale_ue8m0_for_deepgemm`` :819-826 is Blackwell's DeepGEMM path, and the bf16 weight

@@ -48,6 +48,7 @@ from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check
 GIB = 2**30
 DTYPE_BYTES: Mapping[str, int] = {
     "int64": 8,
+    "int32": 4,
     "float32": 4,
     "bfloat16": 2,
     "float16": 2,
@@ -71,8 +72,14 @@ VOCAB_PADDING = 64
 PARTS = ("embed", "layers", "head", "vision")
 """Where a rank's parameter bytes sit: the embedding (first stage), its layers, the final norm and the
 head (last stage), a vision tower."""
-EXTRA_PARTS = ("buffers", "copies")
-"""What the class holds beside its parameters: registered buffers, tensors derived after loading."""
+EXTRA_PARTS = ("buffers", "copies", "dropped")
+"""What the class holds beside its parameters: registered buffers, tensors derived after loading; and
+``dropped``: parameters the class builds and loads that its quant method frees after loading (a WNA16
+MoE's unused ``g_idx``): not held, but their allocator segment stays reserved unless it empties."""
+
+MARLIN_SMS = 132
+"""Streaming multiprocessors of the Hopper GPU the Marlin workspaces are sized for (H100 SXM, H200:
+``marlin_make_workspace``, marlin_utils.py:266-274, one int32 per SM and block); an H100 PCIe has 114."""
 
 
 # ---- the layout --------------------------------------------------------------------------------------
@@ -307,6 +314,10 @@ class Builder:
     def copy(self, name: str, shape: Sequence[int], dtype: str | None = None) -> None:
         """A tensor the class derives from loaded weights and keeps (``post_load_weights``)."""
         self.add(name, shape, part="copies", dtype=dtype)
+
+    def dropped(self, name: str, shape: Sequence[int], dtype: str | None = None) -> None:
+        """A parameter the class builds and loads and its quant method frees after loading."""
+        self.add(name, shape, part="dropped", dtype=dtype)
 
     def params_named(self, name: str) -> Param:
         return next(prm for prm in reversed(self.params) if prm.name == name)
@@ -575,6 +586,9 @@ def compressed_linear(
 ) -> None:
     """A linear under compressed-tensors FP8 W8A8 (``CompressedTensorsW8A8Fp8.create_weights``,
     compressed_tensors_w8a8_fp8.py:64-145; after loading :147-237, checker.core.weights.compressed)."""
+    if sch.kind == "wna16":
+        wna16_linear(b, cfg, sch, name, sum(shards), inp, part, in_split)
+        return
     rows = sum(shards)
     b.add(f"{name}.weight", (rows, inp), part=part, dtype="float8_e4m3fn")
     if sch.strategy == "channel":
@@ -604,6 +618,9 @@ def compressed_experts(
     if sch is None:
         b.add(f"{name}.w13_weight", (local, shards * inter, hidden), part="layers")
         b.add(f"{name}.w2_weight", (local, hidden, inter), part="layers")
+        return
+    if sch.kind == "wna16":
+        wna16_experts(b, sch, name, local, hidden, inter)
         return
     if sch.block is not None:
         bn, bk = sch.block
@@ -638,6 +655,83 @@ def compressed_experts(
         b.copy(f"{name}.w2_input_scale.max", (), "float32")
     if sch.strategy == "tensor":
         b.copy(f"{name}.w13_weight_scale.max", (local,), "float32")
+
+
+def wna16_linear(
+    b: Builder, cfg: CompressedConfig, sch: Scheme, name: str, rows: int, inp: int, part: str, in_split: int
+) -> None:
+    """A linear under compressed-tensors WNA16 (``CompressedTensorsWNA16.create_weights``,
+    compressed_tensors_wNa16.py:98-206): ``weight_packed`` int32 [out, in / pack]; ``weight_scale`` in the
+    model dtype [out, groups], the groups of the rank's input partition, or of the whole input where
+    ``marlin_repeat_scales_on_all_ranks`` repeats them (activation order, or per channel on a row-split
+    linear, marlin_utils.py:281-287); ``weight_shape`` int64 [2]; asymmetric, ``weight_zero_point``
+    int32 [out / pack, groups]; with activation order ``group``, ``weight_g_idx`` int32 [in]. After
+    loading (:210-302) the Marlin repack of the weight, the scales and the zero points keeps their sizes
+    (a new tensor each, the old freed); the scheme keeps a Marlin workspace (one int32 per SM, :232) and,
+    with ``g_idx``, its sort indices (int32 [in], :271-275)."""
+    full = inp * in_split
+    row_parallel = full != inp
+    size = sch.group if sch.group != -1 else full
+    repeat = sch.g_idx or (sch.group == -1 and row_parallel)
+    groups = full // size
+    if not repeat:
+        if inp % size:
+            raise LayoutError(
+                f"{name}: its input partition {inp} is not divisible by the compressed-tensors group size "
+                f"{size}; SGLang refuses this layout (an assertion, compressed_tensors_wNa16.py:128): use a "
+                "TP size that keeps whole groups"
+            )
+        groups = inp // size
+    b.add(f"{name}.weight_packed", (rows, inp // sch.pack), part=part, dtype="int32")
+    b.add(f"{name}.weight_scale", (rows, groups), part=part)
+    b.add(f"{name}.weight_shape", (2,), part=part, dtype="int64")
+    if not sch.symmetric:
+        b.add(f"{name}.weight_zero_point", (rows // sch.pack, groups), part=part, dtype="int32")
+    if sch.g_idx:
+        b.add(f"{name}.weight_g_idx", (inp,), part=part, dtype="int32")
+    b.copy(f"{name}.marlin_workspace", (MARLIN_SMS,), "int32")
+    if sch.g_idx:
+        b.copy(f"{name}.g_idx_sort_indices", (inp,), "int32")
+
+
+def wna16_experts(b: Builder, sch: Scheme, name: str, local: int, hidden: int, inter: int) -> None:
+    """A FusedMoE under compressed-tensors WNA16 with the Marlin runner (``CompressedTensorsWNA16MoE``,
+    compressed_tensors_wNa16_moe.py:100-280): ``w13_weight_packed`` int32 [E, H / pack, 2I],
+    ``w2_weight_packed`` [E, I / pack, H]; scales in the model dtype [E, H / g, 2I] and [E, I' / g, H]
+    (I' the whole intermediate size where an activation order other than ``static`` is set, :145-154,
+    one group per channel); ``w2_weight_shape``/``w13_weight_shape`` [E, 2] in the default (model)
+    dtype; asymmetric, zero points int32 [E, H / g, 2I / pack] and [E, I' / g, H / pack]; four int32
+    ``g_idx`` tensors ([E, H], [E, I], twice). After loading (:282-404): the Marlin repack resizes the
+    weights, scales and zero points in place (the same sizes); without activation order ``group`` the
+    four ``g_idx`` tensors are replaced by empty ones (freed: ``dropped``); a workspace of four int32 per
+    SM (:403)."""
+    pack = sch.pack
+    full_w2 = sch.actorder is not None and sch.actorder != "static" and sch.group != -1
+    w2_size = inter * (b.p.moe_tp_size if full_w2 else 1)
+    if sch.group == -1:
+        g13 = g2 = 1
+    else:
+        g13, g2 = hidden // sch.group, w2_size // sch.group
+    b.add(f"{name}.w13_weight_packed", (local, hidden // pack, 2 * inter), part="layers", dtype="int32")
+    b.add(f"{name}.w2_weight_packed", (local, inter // pack, hidden), part="layers", dtype="int32")
+    b.add(f"{name}.w13_weight_scale", (local, g13, 2 * inter), part="layers")
+    b.add(f"{name}.w2_weight_scale", (local, g2, hidden), part="layers")
+    b.add(f"{name}.w2_weight_shape", (local, 2), part="layers")
+    b.add(f"{name}.w13_weight_shape", (local, 2), part="layers")
+    if not sch.symmetric:
+        b.add(f"{name}.w13_weight_zero_point", (local, g13, 2 * inter // pack), part="layers", dtype="int32")
+        b.add(f"{name}.w2_weight_zero_point", (local, g2, hidden // pack), part="layers", dtype="int32")
+    for tensor, width in (
+        ("w13_weight_g_idx", hidden),
+        ("w2_weight_g_idx", inter),
+        ("w13_g_idx_sort_indices", hidden),
+        ("w2_g_idx_sort_indices", inter),
+    ):
+        if sch.g_idx:
+            b.add(f"{name}.{tensor}", (local, width), part="layers", dtype="int32")
+        else:
+            b.dropped(f"{name}.{tensor}", (local, width), "int32")
+    b.copy(f"{name}.marlin_workspace", (4 * MARLIN_SMS,), "int32")
 
 
 # ---- the model's config -----------------------------------------------------------------------------
@@ -905,20 +999,23 @@ _MIN_LARGE_ALLOC = 10 << 20
 _ROUND_LARGE = 2 << 20
 
 
-def allocator_bytes(sizes: Sequence[int]) -> int:
+def allocator_bytes(sizes: Sequence[int], freed: Sequence[int] = ()) -> int:
     """Device memory the caching allocator reserves for ``sizes`` allocated in order and kept: a
     best-fit simulation of its two pools (blocks split while the rest is worth keeping: over 512 bytes
-    in the small pool, over 1 MiB in the large one)."""
-    free: dict[bool, list[int]] = {True: [], False: []}
-    reserved = 0
+    in the small pool, over 1 MiB in the large one). ``freed``: indices of ``sizes`` freed after all of
+    them are allocated; ``empty_cache`` then returns only the segments none of whose blocks is held."""
+    free: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # (block size, segment)
+    segments: list[int] = []
+    users: list[int] = []
+    home: list[int] = []
     for size in sizes:
         size = max(_MIN_BLOCK, -(-size // _MIN_BLOCK) * _MIN_BLOCK)
         small = size <= _SMALL_SIZE
         pool = free[small]
-        fits = [blk for blk in pool if blk >= size]
+        fits = [blk for blk in pool if blk[0] >= size]
         if fits:
-            blk = min(fits)
-            pool.remove(blk)
+            blk, seg = min(fits)
+            pool.remove((blk, seg))
         else:
             if small:
                 blk = _SMALL_BUFFER
@@ -926,11 +1023,17 @@ def allocator_bytes(sizes: Sequence[int]) -> int:
                 blk = _LARGE_BUFFER
             else:
                 blk = -(-size // _ROUND_LARGE) * _ROUND_LARGE
-            reserved += blk
+            seg = len(segments)
+            segments.append(blk)
+            users.append(0)
+        users[seg] += 1
+        home.append(seg)
         rest = blk - size
         if rest >= (_MIN_BLOCK if small else _SMALL_SIZE + 1):
-            pool.append(rest)
-    return reserved
+            pool.append((rest, seg))
+    for i in freed:
+        users[home[i]] -= 1
+    return sum(blk for blk, n in zip(segments, users, strict=True) if n > 0)
 
 
 @dataclass(frozen=True)
@@ -1060,6 +1163,8 @@ def model_weights_of(
         by_part = dict.fromkeys(PARTS + EXTRA_PARTS, 0)
         for prm in params:
             by_part[prm.part] += prm.nbytes
+        dropped = [i for i, prm in enumerate(params) if prm.part == "dropped"]
+        held = sum(by_part.values()) - by_part["dropped"]
         ranks.append(
             RankWeights(
                 place=place,
@@ -1067,7 +1172,7 @@ def model_weights_of(
                 by_part={k: by_part[k] for k in PARTS},
                 buffer_bytes=by_part["buffers"],
                 copy_bytes=by_part["copies"],
-                rounding_bytes=allocator_bytes([prm.nbytes for prm in params]) - sum(by_part.values()),
+                rounding_bytes=allocator_bytes([prm.nbytes for prm in params], dropped) - held,
                 draft_bytes=draft_bytes(fam, cfg, text, layout, place, release=release, source=source),
             )
         )

@@ -68,6 +68,26 @@ def gated_delta_net(
     b.row(f"{pre}.out_proj", H, value_dim, g)
 
 
+def packed_in_proj(b: Builder, i: int) -> None:
+    """Qwen3-Next's class wraps the loader of ``in_proj_qkvz``/``in_proj_ba`` through their ``weight``
+    (``_make_packed_weight_loader``: ``module.weight.weight_loader``, 0.5.23 models/qwen3_next.py:311); a
+    compressed-tensors WNA16 linear holds ``weight_packed`` and no ``weight``: SGLang's AttributeError at
+    construction."""
+    ct = b.quant.ct if b.quant is not None else None
+    if ct is None:
+        return
+    for proj in ("in_proj_qkvz", "in_proj_ba"):
+        name = f"model.layers.{i}.linear_attn.{proj}"
+        sch = ct.linear(name, "MergedColumnParallelLinear")
+        if sch is not None and sch.kind == "wna16":
+            raise ConfigError(
+                f"{ct.source}: compressed-tensors quantizes {name} weight-only (INT{sch.bits} "
+                "pack-quantized); SGLang's Qwen3-Next class cannot build it ('MergedColumnParallelLinear' "
+                "object has no attribute 'weight', models/qwen3_next.py:311): list the linear_attn "
+                "projections in the ignore list, as the checkpoint must"
+            )
+
+
 def gemma_norm(b: Builder, name: str, dim: int, *, part: str = "layers") -> None:
     """``GemmaRMSNorm``: its weight, and from 0.5.11 a ``gemma_weight`` buffer of the same shape (weight
     + 1, ``layers/layernorm.py``)."""
@@ -151,6 +171,7 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
         if types[i] == "attention":
             qwen_attention(b, t, i, release)
         else:
+            packed_in_proj(b, i)
             gated_delta_net(b, t, i, norm_dtype=conf_dtype)
         # On CUDA the shared expert is fused into the experts from 0.5.14 (qwen3_next.py passes
         # enable_cuda_shared_expert_fusion=True; qwen2_moe.py fuses when _is_cuda and it is set).
