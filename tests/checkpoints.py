@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.core.weights.checkpoint import INDEX_NAME, nbytes
+from checker.families.drafts import mtp_tensors as draft_mtp_tensors
 from checker.families.rules import expected_tensors
 
 Spec = tuple[str, tuple[int, ...], str]
@@ -67,6 +68,11 @@ def model_tensors(config: Mapping[str, Any], dtype: str = "BF16") -> list[Spec]:
         (name, shape, "F32" if name.endswith(F32_SUFFIXES) else dtype)
         for name, shape in expected_tensors(config)
     ]
+
+
+def mtp_tensors(config: Mapping[str, Any], dtype: str = "BF16") -> list[Spec]:
+    """The ``mtp.*`` tensors a real checkpoint of ``config``'s family carries for its NEXTN/MTP draft."""
+    return [(name, shape, dtype) for name, shape in draft_mtp_tensors(config, "config.json") or []]
 
 
 def model_dir(

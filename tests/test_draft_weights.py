@@ -21,7 +21,7 @@ from checker.core.errors import CheckerInputError, FlagError
 from checker.core.weights.weights import GIB, WeightsLayout, allocator_bytes
 from checker.families.drafts import separate_draft_rank_params, with_separate_draft
 from checker.families.rules import draft_rank_params, model_weights
-from tests.checkpoints import model_dir
+from tests.checkpoints import model_dir, mtp_tensors
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QWEN3_NEXT = FIXTURES / "qwen3_next_80b_a3b.json"
@@ -31,7 +31,10 @@ EAGLE3_CONFIG = json.loads((FIXTURES / "weights/eagle3_qwen3_next_draft.json").r
 
 @pytest.fixture(scope="module")
 def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return model_dir(tmp_path_factory.mktemp("qn") / "Qwen3-Next-80B-A3B", QWEN3_NEXT, shards=4)
+    # as the published checkpoint: the target's tensors and the MTP layer's mtp.*
+    return model_dir(
+        tmp_path_factory.mktemp("qn") / "Qwen3-Next-80B-A3B", QWEN3_NEXT, shards=4, extra=mtp_tensors(CONFIG)
+    )
 
 
 def _draft_held(layout: WeightsLayout, release: str) -> dict[int, int]:
@@ -199,7 +202,9 @@ def test_qwen3_5_draft_reads_the_text_configs_tie_not_the_top_levels() -> None:
 
 @pytest.fixture(scope="module")
 def qwen3_5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return model_dir(tmp_path_factory.mktemp("q35") / "Qwen3.5-397B-A17B", QWEN3_5, shards=4)
+    return model_dir(
+        tmp_path_factory.mktemp("q35") / "Qwen3.5-397B-A17B", QWEN3_5, shards=4, extra=mtp_tensors(CONFIG_3_5)
+    )
 
 
 def test_derive_under_pp_charges_the_qwen3_5_draft_to_the_last_stage(

@@ -10,6 +10,10 @@ Where SGLang loads it (0.5.23): the scheduler of every rank, except under PP (0.
 for ``LlamaForCausalLMEagle3`` (``models/llama_eagle3.py:271``), which is the target's attention TP group
 unless attention DP is on (then a group of its own: refused here).
 
+The draft's shards, where its directory holds any, are held to its class as the target's are
+(:func:`check_draft_checkpoint`); the target's own ``mtp.*`` tensors under EAGLE/NEXTN likewise
+(:func:`check_mtp_shards`). Without shards the figure is config.json's (the class decides the bytes).
+
 Modelled: ``LlamaForCausalLMEagle3`` (EAGLE3 drafts as SpecForge writes them) and a directory holding a
 family's own config whose draft class the checker models (Qwen3-Next, Qwen3.5: their MTP layer). Anything
 else is refused in one line naming the architecture.
@@ -18,12 +22,14 @@ else is refused in one line naming the architecture.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, shorten
 from checker.core.sizing.models import read_json, shown_path
+from checker.core.weights.checkpoint import Checkpoint, has_safetensors, read_checkpoint
+from checker.core.weights.checkpoint_names import Shape, check_unquantized
 from checker.core.weights.quant import read_scheme
 from checker.core.weights.weights import (
     FIRST_DRAFT_IN_BUDGET,
@@ -197,3 +203,213 @@ def with_separate_draft(
         extra = allocator_bytes([p.nbytes for p in params]) if charged and params is not None else 0
         ranks.append(dataclasses.replace(r, draft_bytes=extra))
     return dataclasses.replace(target, ranks=tuple(ranks))
+
+
+# ---- the draft's shards, held to its class --------------------------------------------------------------
+
+MTP_LOADER = {
+    "qwen3_next": "models/qwen3_next.py:1173-1184",
+    "qwen3_5": "models/qwen3_5_mtp.py:361-366",
+    "qwen3_5_moe": "models/qwen3_5_mtp.py:361-366",
+}
+"""Where the MTP class's ``load_weights`` keeps only the names holding ``mtp`` (0.5.23; the same filter in
+every modelled release): a checkpoint without them leaves every draft parameter as ``torch.empty`` made it,
+and no loader checks that a parameter was filled (``model_loader/loader.py`` ``load_weights_only``)."""
+
+
+def _expanded(tensors: Iterator[tuple[str, Shape]], text: ConfigSection) -> Iterator[tuple[str, Shape]]:
+    experts = text.integer("num_experts", 0, minimum=0) or text.integer("n_routed_experts", 0, minimum=0)
+    for name, shape in tensors:
+        if ".experts.E." in name:
+            for e in range(experts):
+                yield name.replace(".experts.E.", f".experts.{e}."), shape
+        else:
+            yield name, shape
+
+
+def mtp_tensors(config: Mapping[str, Any], source: str) -> list[tuple[str, Shape]] | None:
+    """The checkpoint tensors the family's NEXTN/MTP class loads (experts expanded); None: not held."""
+    model_type = config.get("model_type")
+    family = family_for(model_type if isinstance(model_type, str) else "")
+    rules = family.rules() if family is not None else None
+    if rules is None or rules.weights is None or rules.draft_tensors is None:
+        return None
+    cfg = ConfigSection(config, source)
+    text = text_section(rules.weights, cfg)
+    return list(_expanded(rules.draft_tensors(cfg, text), text))
+
+
+def _held_to(
+    ckpt: Checkpoint,
+    expected: list[tuple[str, Shape]],
+    have: Mapping[str, str],
+    cls: str,
+    *,
+    release: str,
+    source: str,
+    where: str,
+) -> None:
+    """Every tensor of ``expected`` in a shard (``have``: the class's name -> the checkpoint's), of the
+    shape config.json gives: one ConfigError line naming the tensor (and its shard) otherwise."""
+    for name, shape in expected:
+        held = have.get(name)
+        if held is None:
+            raise ConfigError(
+                f"tensor {shorten(name)} is in no shard of {shown_path(Path(ckpt.directory))}, and SGLang "
+                f"{release}'s {cls} (the speculative draft) loads it ({where}): that parameter would stay "
+                "uninitialised memory (no loader checks it) and the draft propose garbage; give the draft's "
+                "whole checkpoint"
+            )
+        t = ckpt.tensors[held]
+        if t.shape != shape:
+            raise ConfigError(
+                f"tensor {shorten(held)} in shard {shorten(t.shard)} has shape {list(t.shape)} but {source} "
+                f"gives {list(shape)} for SGLang {release}'s {cls} (the speculative draft): its weight "
+                "loader fails on it; the draft's checkpoint and config.json are of different models"
+            )
+
+
+def check_mtp_shards(ckpt: Checkpoint, config: Mapping[str, Any], *, release: str, source: str) -> None:
+    """Hold ``ckpt``'s ``mtp.*`` tensors to the family's NEXTN/MTP class (the draft EAGLE/NEXTN loads from
+    this checkpoint): none at all, a tensor the class loads that no shard holds, or a shape config.json
+    contradicts is one ConfigError line. SGLang itself does not refuse the first two: it starts with the
+    draft on uninitialised memory, which a green verdict would hide. A family whose draft tensors are not
+    held: nothing."""
+    expected = mtp_tensors(config, source)
+    model_type = str(config.get("model_type"))
+    if expected is None or model_type not in MTP_REWRITES:
+        return
+    cls, where = MTP_REWRITES[model_type][-1], MTP_LOADER[model_type]
+    if not any("mtp" in name for name in ckpt.tensors):
+        raise ConfigError(
+            f"{shown_path(Path(ckpt.directory))}: its shards hold no mtp.* tensor, and SGLang {release}'s "
+            f"{cls}, the draft that --speculative-algorithm EAGLE/NEXTN loads from this checkpoint, takes "
+            f"only those (sglang/srt/{where}); nothing checks that its parameters were filled, so the "
+            "server would start with the draft on uninitialised memory (every proposal rejected, its weights "
+            "held for nothing): use the checkpoint with its MTP layer, or launch without speculative decoding"
+        )
+    _held_to(ckpt, expected, {n: n for n in ckpt.tensors}, cls, release=release, source=source, where=where)
+
+
+EAGLE3_LEGACY = (
+    ("midlayer", "layers.0"),
+    ("aux_norm_low", "fc_norm.0"),
+    ("aux_norm_mid", "fc_norm.1"),
+    ("aux_norm_high", "fc_norm.2"),
+)
+"""``LlamaForCausalLMEagle3.load_weights``'s legacy names (0.5.23 ``models/llama_eagle3.py:336-341``;
+0.5.10's class has ``midlayer`` itself)."""
+
+
+def eagle3_tensors(config: Mapping[str, Any], release: str, source: str) -> list[tuple[str, Shape]]:
+    """The checkpoint tensors ``LlamaForCausalLMEagle3`` loads, without the ``model.`` prefix its
+    ``load_weights`` adds where a name misses (0.5.23 ``models/llama_eagle3.py:325-381``): ``fc``, the
+    norms around it the release builds, the layers, the final norm, and ``lm_head`` where config.json gives
+    ``draft_vocab_size`` and does not tie it (else the target's head is shared,
+    ``speculative/eagle_worker_v2.py:353-363``). The embedding is always the target's (``set_embed``)."""
+    (one,) = places(WeightsLayout(pp_size=1, tp_size=1), 1, release)
+    b = Builder(one, "bfloat16", release, None)
+    cfg = ConfigSection(config, source)
+    eagle3(b, cfg, release)  # the release's own refusals first (several layers on 0.5.10)
+    H = cfg.integer("hidden_size")
+    heads = cfg.integer("num_attention_heads")
+    kv = cfg.integer("num_key_value_heads", 0, minimum=0) or heads
+    hd = cfg.opt_int("head_dim") or H // heads
+    inter = cfg.integer("intermediate_size")
+    out: list[tuple[str, Shape]] = []
+    for p in b.params:
+        if p.name in ("model.fc.weight", "model.input_norm.weight") or p.name.startswith("model.fc_norm."):
+            out.append((p.name.removeprefix("model."), p.shape))
+    for i in range(cfg.integer("num_hidden_layers", 1)):
+        pre, width = f"layers.{i}", 2 * H if i == 0 else H
+        out += [
+            (f"{pre}.self_attn.q_proj.weight", (heads * hd, width)),
+            (f"{pre}.self_attn.k_proj.weight", (kv * hd, width)),
+            (f"{pre}.self_attn.v_proj.weight", (kv * hd, width)),
+            (f"{pre}.self_attn.o_proj.weight", (H, heads * hd)),
+            (f"{pre}.mlp.gate_proj.weight", (inter, H)),
+            (f"{pre}.mlp.up_proj.weight", (inter, H)),
+            (f"{pre}.mlp.down_proj.weight", (H, inter)),
+        ]
+        out += [
+            (f"{pre}.{n}.weight", (H,))
+            for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm")
+        ]
+    out.append(("norm.weight", (H,)))
+    draft_vocab = cfg.opt_int("draft_vocab_size")
+    if draft_vocab and not cfg.boolean("tie_word_embeddings", False):
+        out.append(("lm_head.weight", (draft_vocab, H)))
+    return out
+
+
+def check_draft_checkpoint(path: str, *, release: str) -> None:
+    """A separate draft directory's shards held to the class its config.json names (one ConfigError line
+    naming the tensor and the shard): quantized tensors under a config that declares none, a tensor the
+    class loads that no shard holds, a shape config.json contradicts. Neither class's ``load_weights``
+    raises on a name it has no parameter for (EAGLE3: ``if param_name in params_dict``,
+    ``models/llama_eagle3.py:362-381``; the MTP classes skip every name without ``mtp``), so extra tensors
+    pass. No shards: nothing to hold (the figure is config.json's)."""
+    d = Path(path)
+    if not has_safetensors(d):
+        return
+    config = read_draft_config(path)
+    source = shown_path(d / "config.json")
+    if read_scheme(config, source=source) is not None:
+        return  # a quantized draft: refused in one line where it is sized
+    ckpt = read_checkpoint(d)
+    check_unquantized(ckpt, source)
+    archs = config.get("architectures")
+    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+    if arch == EAGLE3:
+        have: dict[str, str] = {}
+        for name in ckpt.tensors:
+            mapped = name
+            for legacy, new in EAGLE3_LEGACY:
+                mapped = mapped.replace(legacy, new)
+            have.setdefault(mapped.removeprefix("model."), name)
+        where = "models/llama_eagle3.py:325-381"
+        _held_to(
+            ckpt,
+            eagle3_tensors(config, release, source),
+            have,
+            EAGLE3,
+            release=release,
+            source=source,
+            where=where,
+        )
+    elif arch in MTP_REWRITES.get(str(config.get("model_type")), ()):
+        check_mtp_shards(ckpt, config, release=release, source=source)
+
+
+NO_NEXTN_CLASS = {"kimi_k3": ("Kimi-K3", "KimiK3ForConditionalGeneration", "models/kimi_k3.py:3199-3205")}
+"""model_type -> (family, architecture, where its target's load_weights drops the layers past
+``num_hidden_layers``) for the families no modelled release (0.5.2-0.5.23) has a NEXTN/MTP class for: the
+draft's ModelConfig keeps the target's architecture (0.5.23 ``configs/model_config.py:1011-1211`` rewrites
+no Kimi one), ``speculative_hook.py:1119-1135`` does not set the draft path for it, and the draft worker
+builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``, ``model_config.py:956``): the
+whole target a second time, not a NEXTN layer."""
+
+
+def check_nextn_family(config: Mapping[str, Any], *, release: str, source: str) -> None:
+    """EAGLE/NEXTN with the draft in the target's own checkpoint, for a family that has no NEXTN/MTP
+    class in any release (Kimi-K3, whatever ``num_nextn_predict_layers`` its text config declares): one
+    FlagError line naming what SGLang would load instead."""
+    entry = NO_NEXTN_CLASS.get(str(config.get("model_type")))
+    if entry is None:
+        return
+    name, arch, dropped = entry
+    text = config.get("text_config")
+    text = text if isinstance(text, Mapping) else config
+    nextn = text.get("num_nextn_predict_layers")
+    declared = (
+        f"its {nextn} NEXTN layer(s) in the checkpoint are dropped by the target ({dropped}); "
+        if (isinstance(nextn, int) and nextn > 0)
+        else ""
+    )
+    raise FlagError(
+        f"{source}: SGLang {release} has no NEXTN/MTP draft class for {name} (no release has one): under "
+        f"--speculative-algorithm EAGLE/NEXTN without --speculative-draft-model-path its draft worker "
+        f"builds {arch} whole from --model-path (sglang/srt/managers/tp_worker.py:466-480), the target a "
+        f"second time; {declared}give a draft with --speculative-draft-model-path, or launch without "
+        "speculative decoding"
+    )

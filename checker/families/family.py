@@ -7,7 +7,7 @@ generated from SGLang's code excepted). ``docs/adding-a-family.md`` is the recip
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,7 +17,7 @@ from checker.core.sizing.models import AttentionSpec, Keys
 
 if TYPE_CHECKING:
     from checker.core.releases.config_rules import Release
-    from checker.core.weights.weights import FamilyWeights
+    from checker.core.weights.weights import ConfigSection, FamilyWeights
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,12 @@ class FamilyRules:
 
     check_config: Callable[[Release, Mapping[str, Any]], None]
     weights: FamilyWeights | None = None
+    draft_tensors: Callable[[ConfigSection, ConfigSection], Iterator[tuple[str, tuple[int, ...]]]] | None = (
+        None
+    )
+    """(the whole config, the text config) -> the checkpoint tensors the family's NEXTN/MTP draft class
+    loads (``mtp.*``; per-expert names with ``experts.E.``), held by checker.families.drafts; None: the
+    draft's shards are not held."""
 
 
 class Family(Protocol):

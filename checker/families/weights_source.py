@@ -146,6 +146,7 @@ def checkpoint_weights(
     )
     from checker.core.weights.quant import read_scheme  # start-up: as above
     from checker.core.weights.weights import check_quant_family  # start-up: as above
+    from checker.families.drafts import check_mtp_shards  # start-up: as above
     from checker.families.rules import (  # start-up: as above
         check_complete,
         check_loadable,
@@ -195,6 +196,8 @@ def checkpoint_weights(
     check_complete(ckpt, config, source)  # a parameter no shard fills: the class starts uninitialized
     if scheme is None:
         check_unquantized(ckpt, source)
+        if layout.draft == "nextn":  # the draft EAGLE/NEXTN loads from these shards' mtp.* tensors
+            check_mtp_shards(ckpt, config, release=release, source=source)
     return model_weights(config, layout, release=release, source=source), ckpt
 
 
@@ -246,7 +249,9 @@ def weights_per_rank(
     if model_dir is None or layout is None:
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
     if layout.draft == "separate" and layout.draft_path is not None:
-        check_draft_dir(layout.draft_path)
+        check_draft_dir(layout.draft_path, release=release)
+    elif layout.draft == "nextn" and (Path(model_dir) / "config.json").is_file():
+        check_nextn_class(Path(model_dir) / "config.json", release=release)
     # start-up: as in checkpoint_weights (a layout is given only where a checkpoint may be read)
     from checker.core.weights.checkpoint import has_safetensors
     from checker.core.weights.weights import GIB
@@ -271,13 +276,28 @@ def weights_per_rank(
     return [RankWeightsFigure(r.total_bytes / GIB, source, r) for r in mw.ranks]
 
 
-def check_draft_dir(path: str) -> None:
+def check_draft_dir(path: str, *, release: str) -> None:
     """A separate draft (``--speculative-draft-model-path``) must be a model directory the checker reads:
-    SGLang builds the draft from its config.json. One line where it is not (FlagError/ConfigError)."""
+    SGLang builds the draft from its config.json; its shards, where it holds any, are held to the class
+    (checker.families.drafts.check_draft_checkpoint). One line where not (FlagError/ConfigError)."""
     # start-up: as in checkpoint_weights (the weights rules load only where a figure is asked for)
-    from checker.families.drafts import read_draft_config
+    from checker.families.drafts import check_draft_checkpoint, read_draft_config
 
     read_draft_config(path)
+    check_draft_checkpoint(path, release=release)
+
+
+def check_nextn_class(path: Path, *, release: str) -> None:
+    """EAGLE/NEXTN without a separate draft on a family for which no release has a NEXTN/MTP class
+    (checker.families.drafts.check_nextn_family): one line."""
+    # start-up: as in check_draft_dir
+    from checker.families.drafts import check_nextn_family
+
+    try:
+        config = read_json(path)
+    except ConfigError:
+        return  # the figure's own reading refuses it in one line
+    check_nextn_family(config, release=release, source=shown_path(path))
 
 
 def _modelled(path: Path) -> bool:

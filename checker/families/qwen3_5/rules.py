@@ -155,6 +155,20 @@ def _language_model_only(cfg: ConfigSection, layout: WeightsLayout, release: str
     return not before(release, "0.5.18") and cfg.boolean("language_model_only", False)
 
 
+def mtp_tensors(cfg: ConfigSection, t: ConfigSection) -> Iterator[tuple[str, Shape]]:
+    """The checkpoint tensors ``Qwen3_5ForCausalLMMTP`` loads: only names holding ``mtp`` (0.5.23
+    ``models/qwen3_5_mtp.py:361-366``, ``mtp.`` -> ``model.``): ``fc``, the two pre-fc norms, one
+    full-attention layer of the text config (MoE or dense as the target) and the final norm; the embedding
+    and head are the target's, shared by the EAGLE worker."""
+    H = t.integer("hidden_size")
+    moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
+    yield "mtp.fc.weight", (H, 2 * H)
+    yield "mtp.pre_fc_norm_embedding.weight", (H,)
+    yield "mtp.pre_fc_norm_hidden.weight", (H,)
+    yield "mtp.norm.weight", (H,)
+    yield from qwen_layer(t, "mtp.layers.0", True, moe, True)
+
+
 def tensors(cfg: ConfigSection, t: ConfigSection) -> Iterator[tuple[str, Shape]]:
     H, V = t.integer("hidden_size"), t.integer("vocab_size", 248320)
     moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
@@ -220,4 +234,5 @@ RULES = FamilyRules(
         ),
         draft=draft,
     ),
+    draft_tensors=mtp_tensors,
 )

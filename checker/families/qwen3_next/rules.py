@@ -270,6 +270,20 @@ def tensors(cfg: ConfigSection, t: ConfigSection) -> Iterator[tuple[str, Shape]]
         yield from qwen_layer(t, f"model.layers.{i}", attention, True, False)
 
 
+def mtp_tensors(cfg: ConfigSection, t: ConfigSection) -> Iterator[tuple[str, Shape]]:
+    """The checkpoint tensors ``Qwen3NextForCausalLMMTP`` loads: only names holding ``mtp`` (0.5.23
+    ``models/qwen3_next.py:1173-1184``; the same filter 0.5.10-0.5.22), ``mtp.fc`` and the two pre-fc norms
+    as its own, the rest ``mtp.`` -> ``model.``: one full-attention MoE layer and the final norm. Its
+    embedding and head are not read from ``mtp.*`` (the EAGLE worker shares the target's,
+    ``speculative/eagle_worker_v2.py:371-378``)."""
+    H = t.integer("hidden_size")
+    yield "mtp.fc.weight", (H, 2 * H)
+    yield "mtp.pre_fc_norm_embedding.weight", (H,)
+    yield "mtp.pre_fc_norm_hidden.weight", (H,)
+    yield "mtp.norm.weight", (H,)
+    yield from qwen_layer(t, "mtp.layers.0", True, True, False)
+
+
 def check_config(r: Release, data: Mapping[str, Any]) -> None:
     model_type = data.get("model_type")
     keys: Mapping[str, Any] = data
@@ -333,4 +347,5 @@ RULES = FamilyRules(
         quant_methods=("fp8", "compressed-tensors"),
         draft=draft,
     ),
+    draft_tensors=mtp_tensors,
 )
