@@ -130,7 +130,8 @@ def _wna16(w: Args) -> Scheme:
 class Group:
     weights: Args
     inputs: Args | None
-    format: str | None
+    compression_format: str | None
+    """compressed-tensors' ``format`` (CompressionFormat: pack-quantized, float-quantized, ...)."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class CompressedConfig:
 
     targets: tuple[tuple[str, Group], ...]
     ignore: tuple[str, ...]
-    format: str | None
+    compression_format: str | None
+    """The top-level ``format``, for groups that name none."""
     kv: bool
     source: str
     fused: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -158,7 +160,7 @@ class CompressedConfig:
 
         targets = tuple(dict((apply(t), g) for t, g in self.targets).items())
         return CompressedConfig(
-            targets, tuple(apply(n) for n in self.ignore), self.format, self.kv, self.source, tuple(fused)
+            targets, tuple(apply(n) for n in self.ignore), self.compression_format, self.kv, self.source, tuple(fused)
         )
 
     # -- which modules are ignored, and which target they take ---------------------------------------
@@ -241,7 +243,7 @@ class CompressedConfig:
     def _linear_scheme(self, group: Group, name: str) -> Scheme:
         """``_get_scheme_from_parts`` (:721-862) on Hopper."""
         w, a = group.weights, group.inputs
-        fmt = group.format if group.format is not None else self.format
+        fmt = group.compression_format if group.compression_format is not None else self.compression_format
         if _is_wna16(w, a):
             if fmt == "pack-quantized" and w.num_bits in (4, 8):
                 if w.strategy == "group" and w.group_size in (None, -1):  # :79-82
@@ -300,10 +302,10 @@ class CompressedConfig:
         if _is_wna16(w, a):
             # CompressedTensorsWNA16MoE (Marlin, the auto runner on Hopper, :934-966): the config's
             # top-level format, not the group's (compressed_tensors_wNa16_moe.py:84-94)
-            if not (self.format == "pack-quantized" and w.num_bits in (4, 8)):
+            if not (self.compression_format == "pack-quantized" and w.num_bits in (4, 8)):
                 raise ConfigError(
                     f"{self.source}: compressed-tensors {name}: INT{w.num_bits} weight-only experts under "
-                    f"the top-level format {shorten(self.format)}; SGLang refuses it ('For Fused MoE layers, "
+                    f"the top-level format {shorten(self.compression_format)}; SGLang refuses it ('For Fused MoE layers, "
                     "only pack-quantized is supported for the following bits: [4, 8]', "
                     "compressed_tensors_wNa16_moe.py:89)"
                 )
