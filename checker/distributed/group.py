@@ -6,9 +6,8 @@ into the ``infrastructure_failure`` verdict instead of a traceback or a hang.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -63,10 +62,6 @@ class Group:
         self.init_method = init_method
         self.store: dist.Store | None = None
         self._base: dist.Store | None = None
-        self._pg: dist.Store | None = None
-        """The process group's own client of the store (:meth:`_base_store`)."""
-        self._pg_connect: _Connect | None = None
-        """That client, connecting beside the first one (:meth:`join`)."""
         self.heartbeat: Heartbeat | None = None
         self.device = torch.device("cpu")
 
@@ -79,21 +74,14 @@ class Group:
             self.device = torch.device("cuda", self.env.local_rank)
 
     # -- setup -------------------------------------------------------------------------------------
-    def _base_store(self, *, second: bool = False) -> dist.Store:
-        """The rendezvous store. ``second``: another client of it for the process group's rendezvous,
-        where the store is a TCPStore: a TCPStore client runs one call at a time, and the rendezvous
-        blocks in its waits for up to ``--timeout-s``, which would hold up this rank's heartbeat, its
-        watcher and its publisher lease (a rank waiting for a late one would look frozen, and could
-        neither name nor hear anyone). A FileStore or HashStore serves each call on its own."""
+    def _base_store(self) -> dist.Store:
+        """The rendezvous store: this rank's one client of it, for liveness and the process group alike
+        (:meth:`_wait_until_all_at_init` says why one is enough)."""
         env, method = self.env, self.init_method
         if method and method.startswith("file://"):
-            if second:
-                assert self._base is not None
-                return self._base
             return dist.FileStore(method.removeprefix("file://"), env.world_size)
         if env.world_size == 1 and not env.master_port:
-            assert not second or self._base is not None
-            return self._base if second and self._base is not None else dist.HashStore()
+            return dist.HashStore()
         if not env.master_addr or not env.master_port:
             raise InfrastructureFailure(
                 "init", "MASTER_ADDR/MASTER_PORT are not set; launch with torchrun or pass --init-method"
@@ -103,13 +91,13 @@ class Group:
             env.master_addr,
             env.master_port,
             env.world_size,
-            is_master=not second and not env.use_agent_store and env.rank == 0,
+            is_master=not env.use_agent_store and env.rank == 0,
             timeout=self.timeout,
             wait_for_workers=False,
         )
 
-    def _two_tcp_clients(self) -> bool:
-        """The store is a TCPStore, of which the process group takes a second client (:meth:`_base_store`)."""
+    def _tcp_store(self) -> bool:
+        """The store is a TCPStore: one client, which runs one call at a time."""
         method = self.init_method
         if method and method.startswith("file://"):
             return False
@@ -125,12 +113,6 @@ class Group:
         """Connect to the rendezvous store, list this rank as joined (its liveness keys) and start its
         heartbeat: from here on the watchers can see it, while it still waits for the others."""
         try:
-            if self._two_tcp_clients() and (self.env.use_agent_store or self.env.rank != 0):
-                # The process group's client connects beside this one, not after it: a c10d client's
-                # connect stalled 5 s on some ranks of a 32-rank start on the 2-core development machine
-                # (cause not found), and two stalls one after the other added up. Rank 0 outside torchrun
-                # hosts the store with its first client, so its second connects after it.
-                self._pg_connect = _Connect(lambda: self._base_store(second=True))
             base = self._base_store()
             base.set_timeout(self.timeout)
             self._base = base
@@ -154,19 +136,16 @@ class Group:
             raise InfrastructureFailure("init", _one_line(exc)) from None
 
     def init(self) -> None:
-        """The process group: waits (``--timeout-s``) until every rank has come, on a client of the
-        store of its own (:meth:`_base_store`)."""
+        """The process group: waits (``--timeout-s``) until every rank has come. On a TCPStore the wait
+        is :meth:`_wait_until_all_at_init`'s, so that the process group's own rendezvous, on the same
+        client, finds every rank there and holds the client only for its few calls."""
         assert self.store is not None, "join first"
         try:
-            if self._pg_connect is not None:
-                pg = self._pg_connect.result(self.timeout.total_seconds())
-            else:
-                pg = self._base_store(second=True)
-            pg.set_timeout(self.timeout)
-            self._pg = pg
+            if self._tcp_store():
+                self._wait_until_all_at_init()
             dist.init_process_group(
                 self.backend,
-                store=dist.PrefixStore("pg/", dist.PrefixStore(f"checker/{self.env.restart_count}/", pg)),
+                store=dist.PrefixStore("pg/", self.store),
                 rank=self.env.rank,
                 world_size=self.env.world_size,
                 timeout=self.timeout,
@@ -176,6 +155,33 @@ class Group:
             raise
         except Exception as exc:  # torch raises several types (DistStoreError, RuntimeError, ...)
             raise InfrastructureFailure("init", _one_line(exc)) from None
+
+    def _wait_until_all_at_init(self) -> None:
+        """Wait, in short calls, until every rank has reached :meth:`init` (``--timeout-s``).
+
+        A TCPStore client runs one call at a time, and the process group's rendezvous blocks in its
+        calls until the last rank comes: on this rank's one client that would hold up its heartbeat,
+        its watcher and its publisher lease for as long as a late rank takes (a rank waiting for a late
+        one would look frozen, and could neither name nor hear anyone). So the wait for the late ranks
+        happens here, one short ``add`` at a time, with the liveness calls between them; the
+        rendezvous then finds every rank there. Why not a second client for the process group: c10d
+        looks up each new client socket's host name (a reverse DNS query, for its log lines), and a
+        resolver that drops part of a burst answers those after its 5 s retry; two clients a rank
+        doubled the burst of a 32-rank start and cost it about 5 s (bench/connect_burst.py)."""
+        assert self.store is not None
+        world, limit = self.env.world_size, self.timeout.total_seconds()
+        deadline = time.monotonic() + limit
+        came = self.store.add("at_init", 1)
+        pause = 0.005
+        while came < world:
+            if time.monotonic() >= deadline:
+                raise InfrastructureFailure(
+                    "init",
+                    f"{world - came} of {world} ranks did not reach the process group in {limit:g} s",
+                )
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.1)  # quick when the ranks come together, light on the store when not
+            came = self.store.add("at_init", 0)
 
     def connect(self) -> None:
         self.join()
@@ -207,7 +213,7 @@ class Group:
     # -- liveness through the store ----------------------------------------------------------------
     def shorten_store_timeout(self, seconds: float) -> None:
         """After a failure: a store on a lost node must not block each liveness call for --timeout-s."""
-        for store in (self._base, self.store, self._pg):
+        for store in (self._base, self.store):
             if store is not None:
                 try:
                     store.set_timeout(timedelta(seconds=seconds))
@@ -218,35 +224,6 @@ class Group:
         """Clean path only: destroying a group while a peer is stuck in a collective can deadlock."""
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-class _Connect:
-    """``connect()`` on a thread of its own from construction; :meth:`result` waits for it (bounded)."""
-
-    def __init__(self, connect: Callable[[], dist.Store]) -> None:
-        self._connect = connect
-        self._store: dist.Store | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True, name="checker-pg-store-connect")
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._store = self._connect()
-        except BaseException as exc:  # handed to result(), on the rank's own thread
-            self._error = exc
-
-    def result(self, timeout_s: float) -> dist.Store:
-        # The connect is bounded by the store's own timeout (the same --timeout-s); one more second
-        # covers the thread's start.
-        self._thread.join(timeout_s + 1.0)
-        if self._error is not None:
-            raise self._error
-        if self._store is None:
-            raise InfrastructureFailure(
-                "init", f"the store did not answer a second client in {timeout_s:g} s"
-            )
-        return self._store
 
 
 def _one_line(exc: BaseException) -> str:
