@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import subprocess
 import sys
@@ -101,6 +102,16 @@ def sglang_engine():
     if required:
         assert engine.version == required
     return engine
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package's bytecode once, before any worker starts (the controller's configure): the
+    suite starts ``python -m checker`` ranks by the dozen, and each would otherwise compile every module
+    it imports from source (+0.45 s of CPU a process where PYTHONDONTWRITEBYTECODE is set or the
+    checkout is fresh), which an installed checker never pays. Writes only ``__pycache__`` files."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "checker"), quiet=1, workers=0)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
