@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
+from math import prod
 from pathlib import Path
 from typing import Any
 
-from checker.core.weights.checkpoint import INDEX_NAME, nbytes
+from checker.core.weights.checkpoint import DTYPE_BITS, INDEX_NAME
 from checker.families.drafts import mtp_tensors as draft_mtp_tensors
 from checker.families.rules import expected_tensors
 
@@ -23,13 +24,20 @@ F32_SUFFIXES = ("A_log", ".e_score_correction_bias")
 
 def header_bytes(tensors: Iterable[Spec]) -> tuple[bytes, int]:
     """A shard's header (8-byte length + JSON) and the size of its data region."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    # Written as text, entry by entry, in the compact form safetensors writes (json.dumps of a dict of
+    # 100,000 entries was most of the time tests spent making checkpoints); names go through json.dumps.
+    parts = ['{"__metadata__":{"format":"pt"}']
     offset = 0
+    dumps = json.dumps
     for name, shape, dtype in tensors:
-        n = nbytes(dtype, shape)
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        n = (prod(shape) * DTYPE_BITS[dtype] + 7) // 8
+        dims = ",".join(map(str, shape))
+        parts.append(
+            f',{dumps(name)}:{{"dtype":"{dtype}","shape":[{dims}],"data_offsets":[{offset},{offset + n}]}}'
+        )
         offset += n
-    raw = json.dumps(header, separators=(",", ":")).encode()
+    parts.append("}")
+    raw = "".join(parts).encode()
     raw += b" " * (-len(raw) % 8)  # safetensors pads the header to 8 bytes
     return len(raw).to_bytes(8, "little") + raw, offset
 

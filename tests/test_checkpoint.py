@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from checker.core.errors import ConfigError
-from checker.core.weights.checkpoint import INDEX_NAME, MAX_HEADER_BYTES, has_safetensors, read_checkpoint
+from checker.core.weights.checkpoint import (
+    INDEX_NAME,
+    MAX_HEADER_BYTES,
+    has_safetensors,
+    read_checkpoint,
+    read_header,
+)
 from checker.families.rules import check_shapes, expected_tensors
 from tests.checkpoints import disk_bytes, header_bytes, model_dir, write_checkpoint, write_shard
 
@@ -105,6 +111,30 @@ def test_a_truncated_shard(tmp_path: Path) -> None:
         read_checkpoint(d)
     text = one_line(exc)
     assert "truncated" in text and "1,000 bytes missing" in text
+
+
+def test_headers_read_again_are_the_same_answer_and_a_change_is_seen(tmp_path: Path) -> None:
+    """The same shard headers read again (another release of ``--sglang-version A,B``, another test) come
+    from the parsed-header cache: the same tensors, and nothing the caller does to its copy reaches the
+    next reader. A shard rewritten in place with other shapes, or cut short under the same header, is
+    read as it now is."""
+    d = tmp_path / "m"
+    d.mkdir()
+    write_shard(d / "model.safetensors", SMALL)
+    first = read_checkpoint(d)
+    shard = d / "model.safetensors"
+    found, _ = read_header(shard, shard.name)
+    del found["model.norm.weight"]  # a caller's dict, changed
+    assert "model.norm.weight" in read_header(shard, shard.name)[0]
+    assert read_checkpoint(d).tensors == first.tensors
+    wider = [(n, (2 * shape[0], *shape[1:]), dt) for n, shape, dt in SMALL]
+    write_shard(d / "model.safetensors", wider)
+    assert read_checkpoint(d).tensors["model.norm.weight"].shape == (128,)
+    head, data = header_bytes(wider)
+    write_shard(d / "model.safetensors", wider, data_bytes=data - 8)
+    with pytest.raises(ConfigError) as exc:
+        read_checkpoint(d)
+    assert "8 bytes missing" in one_line(exc)
 
 
 def test_a_header_longer_than_its_file(tmp_path: Path) -> None:

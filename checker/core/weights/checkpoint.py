@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,6 +251,43 @@ def read_header(path: Path, name: str) -> tuple[dict[str, Tensor], int]:
             raw += chunk
     finally:
         os.close(fd)
+    tensors, end_max = _parsed(raw, path, name)
+    if end_max > size - 8 - n:
+        raise ConfigError(
+            f"shard {_shown(path)} is {size:,} bytes but its header places tensor data up to byte "
+            f"{8 + n + end_max:,} (a truncated file: {8 + n + end_max - size:,} bytes missing); {_WAY_OUT}"
+        )
+    return dict(tensors), 8 + n
+
+
+PARSED_CACHE_BYTES = 64 << 20
+"""Headers whose tensors this process keeps (LRU, by header size): a process that reads the same shard
+headers again (``derive --sglang-version A,B`` sizes each release from them; the test suite reads each
+fixture checkpoint in many tests) parses them once. Keyed by the shard's name and its header's exact
+bytes, so a changed header is parsed afresh; the file's size is checked against it on every read."""
+_PARSED: OrderedDict[tuple[str, bytes], tuple[dict[str, Tensor], int]] = OrderedDict()
+_parsed_bytes = 0
+
+
+def _parsed(raw: bytes, path: Path, name: str) -> tuple[dict[str, Tensor], int]:
+    """:func:`_parse_header`'s answer for these exact header bytes, from the cache when it holds them."""
+    global _parsed_bytes
+    key = (name, raw)
+    hit = _PARSED.get(key)
+    if hit is not None:
+        _PARSED.move_to_end(key)
+        return hit
+    parsed = _PARSED[key] = _parse_header(raw, path, name)  # a header that fails is never cached
+    _parsed_bytes += len(raw)
+    while _parsed_bytes > PARSED_CACHE_BYTES and len(_PARSED) > 1:
+        (_, dropped), _ = _PARSED.popitem(last=False)
+        _parsed_bytes -= len(dropped)
+    return parsed
+
+
+def _parse_header(raw: bytes, path: Path, name: str) -> tuple[dict[str, Tensor], int]:
+    """A header's tensors and the end of the data they place (checked against the file's size by the
+    caller); one ConfigError line for an entry safetensors would not have written."""
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -260,7 +298,6 @@ def read_header(path: Path, name: str) -> tuple[dict[str, Tensor], int]:
         raise ConfigError(
             f"shard {_shown(path)}: its header is {json_kind(doc)}, not a JSON object; {_WAY_OUT}"
         )
-    data_len = size - 8 - n
     tensors: dict[str, Tensor] = {}
     end_max = 0
     bits = DTYPE_BITS
@@ -295,12 +332,7 @@ def read_header(path: Path, name: str) -> tuple[dict[str, Tensor], int]:
         if end > end_max:
             end_max = end
         tensors[key] = Tensor(dtype=dtype, shape=tuple(shape), shard=name)
-    if end_max > data_len:
-        raise ConfigError(
-            f"shard {_shown(path)} is {size:,} bytes but its header places tensor data up to byte "
-            f"{8 + n + end_max:,} (a truncated file: {8 + n + end_max - size:,} bytes missing); {_WAY_OUT}"
-        )
-    return tensors, 8 + n
+    return tensors, end_max
 
 
 def _refuse_entry(path: Path, key: str, entry: Any) -> None:
