@@ -4,11 +4,11 @@
 registers no ``gptq`` method: GPTQ's own kernel is registered for CPU, NPU and XPU only
 (``layers/quantization/__init__.py:105-136``). ``ModelConfig._verify_quantization``
 (``configs/model_config.py:2085-2105``) asks every method's ``override_quantization_method``:
-``GPTQMarlinConfig``'s (``layers/quantization/gptq/gptq.py:413-437``) answers ``gptq_marlin`` where
-``is_gptq_marlin_compatible`` holds (:478-500: ``bits``, ``group_size``, ``sym`` and ``desc_act`` all
+``GPTQMarlinConfig``'s (``layers/quantization/gptq/gptq.py:414-438``) answers ``gptq_marlin`` where
+``is_gptq_marlin_compatible`` holds (:459-481: ``bits``, ``group_size``, ``sym`` and ``desc_act`` all
 given, (bits, sym) of (4, True) or (8, True), ``check_marlin_supported``: a group of -1/32/64/128 on
 SM80+, ``marlin_utils.py:104-139``), the checkpoint is not in Marlin format (``checkpoint_format:
-marlin`` / ``is_marlin_format``, :42-46) and ``--quantization`` is unset, ``marlin`` or ``gptq_marlin``.
+marlin`` / ``is_marlin_format``, :44-48) and ``--quantization`` is unset, ``marlin`` or ``gptq_marlin``.
 Else the method stays ``gptq``, which CUDA does not register: ``Unknown quantization method: gptq``
 (model_config.py:2152-2154); ``--quantization moe_wna16`` picks ``MoeWNA16Config`` instead (not modelled).
 
@@ -26,7 +26,7 @@ the sorted ``g_idx`` (same size) and ``g_idx_sort_indices`` int32 ``[in_p]`` (ke
 an empty tensor (GPTQ has no runtime zero points, ``zero_points=False`` :69): freed.
 
 **What a FusedMoE holds** (``GPTQMarlinMoEScheme.create_weights``, ``gptq/schemes/gptq_moe.py:180-321``;
-``GPTQMarlinConfig.get_quant_method`` takes every FusedMoE, ``dynamic`` rules unread, gptq.py:457-460):
+``GPTQMarlinConfig.get_quant_method`` takes every FusedMoE, ``dynamic`` rules unread, gptq.py:446-447):
 ``w13_qweight`` int32 ``[E, H / pack, 2 I_p]``, ``w2_qweight`` ``[E, I_p / pack, H]``; ``w13_scales``
 **float16** ``[E, H / g, 2 I_p]``, ``w2_scales`` float16 ``[E, G2, H]`` with ``G2 = I_p / g`` under
 activation order and ``I_p * moe_tp / g`` without (:195-201, as the code has it); ``w13_qzeros``/``w2_qzeros``
@@ -68,7 +68,7 @@ _WAY_OUT = "give the weights per GPU with --weights-gib"
 MARLIN_GROUPS = (-1, 32, 64, 128)
 """``MARLIN_SUPPORTED_GROUP_SIZES`` (marlin_utils.py:44)."""
 _MARLIN_TYPES = {(4, True), (8, True)}
-"""``GPTQMarlinConfig.TYPE_MAP`` (gptq.py:290-293): uint4b8, uint8b128."""
+"""``GPTQMarlinConfig.TYPE_MAP`` (gptq.py:298-301): uint4b8, uint8b128."""
 _UNKNOWN = "'Unknown quantization method: gptq', configs/model_config.py:2152"
 
 
@@ -148,7 +148,7 @@ def _rx(text: str) -> re.Pattern[str]:
 
 
 def _marlin_ready(q: Mapping[str, Any]) -> str | None:
-    """Why ``is_gptq_marlin_compatible`` (gptq.py:478-500) or the format check (:42-46) says no; None: yes."""
+    """Why ``is_gptq_marlin_compatible`` (gptq.py:459-481) or the format check (:44-48) says no; None: yes."""
     keys = [k for k in ("bits", "group_size", "sym", "desc_act") if q.get(k) is None]
     if keys:
         return f"no {', '.join(keys)}"
@@ -164,7 +164,7 @@ def _marlin_ready(q: Mapping[str, Any]) -> str | None:
 
 def read_gptq(q: Mapping[str, Any], flag: str | None, where: str, source: str) -> GptqConfig:
     """The method 0.5.23 serves a ``quant_method: gptq`` checkpoint with on CUDA, read as
-    ``GPTQMarlinConfig.from_config`` (gptq.py:392-411) reads it; every other outcome one line."""
+    ``GPTQMarlinConfig.from_config`` (gptq.py:394-411) reads it; every other outcome one line."""
     why = _marlin_ready(q)
     if flag == "moe_wna16":
         raise FlagError(
@@ -173,7 +173,7 @@ def read_gptq(q: Mapping[str, Any], flag: str | None, where: str, source: str) -
         )
     if flag == "gptq" or (why is not None and flag in (None, "gptq")):
         because = (
-            "--quantization gptq forces it (gptq.py:430-436)" if why is None else f"the config has {why}"
+            "--quantization gptq forces it (gptq.py:431-437)" if why is None else f"the config has {why}"
         )
         raise ConfigError(
             f"{source}: {where} quant_method gptq: SGLang 0.5.23 on CUDA serves GPTQ only as gptq_marlin "
@@ -186,7 +186,7 @@ def read_gptq(q: Mapping[str, Any], flag: str | None, where: str, source: str) -
             f"--quantization {shown} contradicts {where}'s quant_method gptq"
             + (f" ({why}: not convertible to gptq_marlin)" if why is not None else "")
             + ": SGLang refuses it ('does not match the quantization method specified in the `quantization` "
-            "argument', configs/model_config.py:2124)"
+            "argument', configs/model_config.py:2145)"
         )
     if q.get("lm_head"):
         raise FlagError(
@@ -211,14 +211,14 @@ def read_gptq(q: Mapping[str, Any], flag: str | None, where: str, source: str) -
     bits, group, desc_act, sym = q["bits"], q["group_size"], q["desc_act"], q["sym"]
     if not isinstance(desc_act, bool):
         raise ConfigError(f"{source}: {where} desc_act={shorten(desc_act)} must be true or false")
-    if group == -1:  # GPTQMarlinConfig.__init__: one group per channel has no order (gptq.py:314-317)
+    if group == -1:  # GPTQMarlinConfig.__init__: one group per channel has no order (gptq.py:314-316)
         desc_act = False
     base = IntArgs(bits, group, desc_act, sym)
     return GptqConfig("gptq_marlin", base, tuple(dynamic.items()), source)
 
 
 def check_dtype(b: Builder, method: str) -> None:
-    """``get_supported_act_dtypes`` (gptq.py:371-373: half, bfloat16) checked by the loader
+    """``get_supported_act_dtypes`` (gptq.py:382-383: half, bfloat16) checked by the loader
     (model_loader/loader.py:266-272)."""
     if b.dtype not in ("bfloat16", "float16"):
         raise FlagError(
