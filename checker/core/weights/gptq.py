@@ -322,6 +322,7 @@ def check_gptq_shards(
     quantized module's logical ``weight`` named, so the name checks that follow see the module as held."""
     checked = 0
     aliases: dict[str, Any] = {}
+    plans: dict[str, Any] = {}
     tensors = ckpt.tensors
     for name, tensor in tensors.items():
         if not name.endswith(".qweight"):
@@ -334,40 +335,18 @@ def check_gptq_shards(
                 "GPTQ packed weights are int32 (I32); the checkpoint and config.json disagree"
             )
         key = f"{module}.weight"
-        want = expected.get(_EXPERT_INDEX.sub(".experts.E.", key) if ".experts." in key else key)
-        if want is None or len(want) != 2:
+        expert = ".experts." in key
+        norm = _EXPERT_INDEX.sub(".experts.E.", key) if expert else key
+        plan = plans.get(norm) if expert else None
+        if plan is None:
+            plan = _plan(norm, module, tensor, expected, cfg, prefixes, tensors, source)
+            if expert:  # every expert of a layer's projection has the one shape: planned once
+                plans[norm] = plan
+        if plan is None:
             continue
-        mapped = module
-        for old, new in prefixes:
-            if mapped.startswith(old):
-                mapped = new + mapped[len(old) :]
-                break
-        head, _, proj = mapped.rpartition(".")
-        gated = proj == "up_proj" and f"{module.rpartition('.')[0]}.gate_proj.qweight" in tensors
-        fused = f"{head}.{'gate_up_proj' if gated else _FUSED.get(proj, proj)}"
-        a = cfg.linear(fused) if ".experts." not in module else cfg.base
-        if a is None:
-            raise ConfigError(
-                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is a GPTQ packed weight, but "
-                f"{source}'s dynamic rules keep SGLang's {shorten(fused)} unquantized (a '-:' match): its "
-                "load_weights finds no qweight parameter and the bf16 weight in no shard; the rules and "
-                "the shards disagree"
-            )
-        out, inp = want
-        if a.group != -1 and inp % a.group:
-            raise ConfigError(
-                f"{source}: GPTQ group_size {a.group} does not divide the input size {inp} of "
-                f"{shorten(module)} (shard {shorten(tensor.shard)}): SGLang sizes its scales {inp} // "
-                f"{a.group} groups and cannot load the checkpoint's; the config and the shards disagree"
-            )
-        groups = 1 if a.group == -1 else inp // a.group
-        wanted: list[tuple[str, tuple[int, ...], tuple[str, ...]]] = [
-            ("qweight", (inp // a.pack, out), _INT),
-            ("scales", (groups, out), _HALF),
-            ("qzeros", (groups, out // a.pack), _INT),
-        ]
+        out, inp, a, wanted = plan
         if a.desc_act or f"{module}.g_idx" in tensors:
-            wanted.append(("g_idx", (inp,), ("I32", "I64")))
+            wanted = (*wanted, ("g_idx", (inp,), ("I32", "I64")))
         for suffix, shape, dtypes in wanted:
             t = tensors.get(f"{module}.{suffix}")
             if t is None:
@@ -393,3 +372,55 @@ def check_gptq_shards(
             "matches them)"
         )
     return dataclasses.replace(ckpt, tensors={**tensors, **aliases})
+
+
+def _plan(
+    norm: str,
+    module: str,
+    tensor: Any,
+    expected: Mapping[str, tuple[int, ...]],
+    cfg: GptqConfig,
+    prefixes: Sequence[tuple[str, str]],
+    tensors: Mapping[str, Any],
+    source: str,
+) -> tuple[int, int, IntArgs, tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...]] | None:
+    """What a ``qweight``'s module must hold: config.json's ``[out, in]``, its arguments, the packed
+    tensors' shapes and dtypes (``g_idx`` apart); None where config.json names no 2-D weight for it."""
+    want = expected.get(norm)
+    if want is None or len(want) != 2:
+        return None
+    name = f"{module}.qweight"
+    mapped = module
+    for old, new in prefixes:
+        if mapped.startswith(old):
+            mapped = new + mapped[len(old) :]
+            break
+    head, _, proj = mapped.rpartition(".")
+    gated = proj == "up_proj" and f"{module.rpartition('.')[0]}.gate_proj.qweight" in tensors
+    fused = f"{head}.{'gate_up_proj' if gated else _FUSED.get(proj, proj)}"
+    a = cfg.linear(fused) if ".experts." not in module else cfg.base
+    if a is None:
+        raise ConfigError(
+            f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is a GPTQ packed weight, but "
+            f"{source}'s dynamic rules keep SGLang's {shorten(fused)} unquantized (a '-:' match): its "
+            "load_weights finds no qweight parameter and the bf16 weight in no shard; the rules and "
+            "the shards disagree"
+        )
+    out, inp = want
+    if a.group != -1 and inp % a.group:
+        raise ConfigError(
+            f"{source}: GPTQ group_size {a.group} does not divide the input size {inp} of "
+            f"{shorten(module)} (shard {shorten(tensor.shard)}): SGLang sizes its scales {inp} // "
+            f"{a.group} groups and cannot load the checkpoint's; the config and the shards disagree"
+        )
+    groups = 1 if a.group == -1 else inp // a.group
+    return (
+        out,
+        inp,
+        a,
+        (
+            ("qweight", (inp // a.pack, out), _INT),
+            ("scales", (groups, out), _HALF),
+            ("qzeros", (groups, out // a.pack), _INT),
+        ),
+    )
