@@ -263,6 +263,40 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # GPTQ (quant_method gptq, GPTQModel's layout: qweight/qzeros/scales/g_idx), served on Hopper as
+    # gptq_marlin (GPTQMarlinConfig.override_quantization_method, gptq.py:413-437): 4-bit group 128 with and
+    # without activation order, 8-bit per channel; dynamic rules (a negative one keeps Qwen3-Next's
+    # linear_attn in_proj bf16, as its class needs; a positive one makes layer 3's attention 8-bit)
+    "qwen3_next/gptq-int4": (
+        f"{F}/weights/qwen3_next_gptq_int4.json",
+        ["pp=1,tp=1", "pp=1,tp=4", "pp=1,tp=4,ep=4", "pp=1,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_next/gptq-int4-desc-act": (
+        f"{F}/weights/qwen3_next_gptq_int4_desc_act.json",
+        ["pp=1,tp=2", "pp=1,tp=8,ep=8"],
+        None,
+        {},
+    ),
+    "nemotron_h/gptq-int4": (
+        f"{F}/weights/nemotron_h_gptq_int4.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "nemotron_h/gptq-int4-desc-act": (
+        f"{F}/weights/nemotron_h_gptq_int4_desc_act.json",
+        ["pp=2,tp=2", "pp=1,tp=4"],
+        None,
+        {},
+    ),
+    "nemotron_h/gptq-int8-channel": (
+        f"{F}/weights/nemotron_h_gptq_int8_channel.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=1,tp=8"],
+        None,
+        {},
+    ),
     "nemotron_h/fp8-tensor": (
         f"{F}/weights/nemotron_h_fp8_tensor.json",
         ["pp=2,tp=2", "pp=3,tp=2"],

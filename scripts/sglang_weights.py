@@ -241,6 +241,25 @@ def _tolerate_stub_kernels() -> None:
     kernel.__init__ = init
 
 
+def _hopper_capability() -> None:
+    """SGLang's own ``get_device_capability`` (``utils/common.py``) answers (None, None) without CUDA, and
+    the quantization configs read it where the model config picks a method (0.5.23
+    ``GPTQMarlinConfig.override_quantization_method`` -> ``check_marlin_supported``, marlin_utils.py:104-139,
+    and the Marlin schemes' ``verify_marlin_supported`` at construction): it answers SM90, Hopper, as the
+    checker models, in the module and in every module that imported the name."""
+    common = sys.modules.get("sglang.srt.utils.common")
+    real = getattr(common, "get_device_capability", None)
+    if real is None:
+        return
+
+    def hopper(device_id: int = 0) -> tuple[int, int]:
+        return 9, 0
+
+    for module in list(sys.modules.values()):
+        if module is not None and getattr(module, "get_device_capability", None) is real:
+            module.get_device_capability = hopper  # type: ignore[attr-defined]
+
+
 class Release:
     """What differs between releases in how a rank's model is built (feature tests on the installed
     code, never a version switch)."""
@@ -274,6 +293,7 @@ class Release:
         except ImportError:
             self.rc = None
         self.Group = _coordinator_class()
+        _hopper_capability()
 
     def server_args(self, model_dir: str, layout: dict[str, int], flags: dict[str, Any]) -> Any:
         tp_group = layout["tp"] * layout.get("dp", 1)

@@ -208,3 +208,45 @@ def packed_tensors(config: Mapping[str, Any]) -> list[Spec]:
         if w.get("actorder") in ("group", "dynamic"):
             out.append((f"{module}.weight_g_idx", (cols,), "I32"))
     return out
+
+
+def gptq_tensors(config: Mapping[str, Any], *, prefixes: tuple[tuple[str, str], ...] = ()) -> list[Spec]:
+    """A GPTQ export of ``config`` (GPTQModel's layout): every 2-D linear weight SGLang quantizes (not the
+    embedding, the head, Qwen's routers or shared-expert gates, nor a module a ``-:`` dynamic rule matches
+    under its SGLang name: ``prefixes`` the class's HF mapping, fused shards by their fused name) as an int32
+    ``qweight`` [in / pack, out], int32 ``qzeros`` [groups, out / pack], F16 ``scales`` [groups, out] and an
+    int32 ``g_idx`` [in], with the bits and group a ``+:`` rule gives it."""
+    from checker.core.weights.gptq import read_gptq
+
+    gq = read_gptq(config["quantization_config"], None, "quantization_config", "config.json")
+    fused = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
+    out: list[Spec] = []
+    names = {n for n, _, _ in model_tensors(config)}
+    for name, shape, dtype in model_tensors(config):
+        module = name.removesuffix(".weight")
+        skip = ("embed", "lm_head", "mlp.gate.", "shared_expert_gate")
+        if not (name.endswith(".weight") and len(shape) == 2) or any(k in name for k in skip):
+            out.append((name, shape, dtype))
+            continue
+        mapped = module
+        for old, new in prefixes:
+            if mapped.startswith(old):
+                mapped = new + mapped[len(old) :]
+        head, _, proj = mapped.rpartition(".")
+        gated = proj == "up_proj" and f"{module.rpartition('.')[0]}.gate_proj.weight" in names
+        args = gq.linear(f"{head}.{'gate_up_proj' if gated else fused.get(proj, proj)}")
+        if ".experts." in module:
+            args = gq.base
+        if args is None:
+            out.append((name, shape, dtype))
+            continue
+        rows, cols = shape
+        pack = 32 // args.bits
+        groups = 1 if args.group == -1 else -(-cols // args.group)
+        out += [
+            (f"{module}.qweight", (cols // pack, rows), "I32"),
+            (f"{module}.qzeros", (groups, rows // pack), "I32"),
+            (f"{module}.scales", (groups, rows), "F16"),
+            (f"{module}.g_idx", (cols,), "I32"),
+        ]
+    return out

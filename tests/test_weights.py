@@ -273,14 +273,15 @@ def test_a_quantized_model_is_refused_in_one_line(tmp_path: Path) -> None:
     from tests.checkpoints import model_dir
 
     cfg = json.loads((REPO / "tests/fixtures/qwen3_next_80b_a3b.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4}  # FP8 is modelled: test_quant_weights
+    # FP8, compressed-tensors, GPTQ are modelled (test_quant_weights, test_gptq_weights); bitsandbytes not
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
     src = tmp_path / "config.json"
     src.write_text(json.dumps(cfg))
     d = model_dir(tmp_path / "m", REPO / "tests/fixtures/nemotron_h_8b.json", shards=1)
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(FlagError) as exc:
         checkpoint_weights(d, WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
-    assert "quantized (gptq)" in str(exc.value) and "--weights-gib" in str(exc.value)
+    assert "quantized (bitsandbytes)" in str(exc.value) and "--weights-gib" in str(exc.value)
 
 
 def test_an_unmodelled_family_is_refused_in_one_line() -> None:

@@ -169,7 +169,14 @@ def checkpoint_weights(
     fam, _, _ = family_of(config, source)  # an unmodelled family is refused before any shard is read
     check_quant_family(fam, scheme, source)  # and a method its class is not modelled under
     ckpt = read_checkpoint(d)
-    if scheme is not None and scheme.ct is not None and scheme.ct.weight_only():
+    if scheme is None:  # quantized tensors under a config that declares none: named before the name checks
+        check_unquantized(ckpt, source)
+    elif scheme.gq is not None:
+        from checker.core.weights.gptq import check_gptq_shards  # start-up: as above
+
+        # the packed tensors held to the config; the checks below see each module's logical weight
+        ckpt = check_gptq_shards(ckpt, expected_shapes(config, source), scheme.gq, fam.hf_prefixes, source)
+    elif scheme.ct is not None and scheme.ct.weight_only():
         kinds = {
             (
                 g.weights.num_bits,
@@ -182,20 +189,19 @@ def checkpoint_weights(
         one = next(iter(kinds)) if len(kinds) == 1 else None
         args = None if one is None else (one[0], one[1], one[2], one[3] in ("group", "dynamic"))
         check_packed(ckpt, expected_shapes(config, source), args, source)
-    elif scheme is not None and scheme.ct is not None:
+    elif scheme.ct is not None:
         ct = scheme.ct
         blocks = {g.weights.block for _, g in ct.targets if g.weights.strategy == "block"}
         static = bool(ct.targets) and all(
             g.inputs is not None and not g.inputs.dynamic for _, g in ct.targets
         )
         check_compressed(ckpt, ct.strategies(), next(iter(blocks), None), static, source)
-    elif scheme is not None:
+    else:
         check_fp8(ckpt, scheme.block, source)
     check_shapes(ckpt, config, source)
     check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first
     check_complete(ckpt, config, source)  # a parameter no shard fills: the class starts uninitialized
     if scheme is None:
-        check_unquantized(ckpt, source)
         if layout.draft == "nextn":  # the draft EAGLE/NEXTN loads from these shards' mtp.* tensors
             check_mtp_shards(ckpt, config, release=release, source=source)
     return model_weights(config, layout, release=release, source=source), ckpt

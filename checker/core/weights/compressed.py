@@ -160,7 +160,12 @@ class CompressedConfig:
 
         targets = tuple(dict((apply(t), g) for t, g in self.targets).items())
         return CompressedConfig(
-            targets, tuple(apply(n) for n in self.ignore), self.compression_format, self.kv, self.source, tuple(fused)
+            targets,
+            tuple(apply(n) for n in self.ignore),
+            self.compression_format,
+            self.kv,
+            self.source,
+            tuple(fused),
         )
 
     # -- which modules are ignored, and which target they take ---------------------------------------
@@ -305,8 +310,8 @@ class CompressedConfig:
             if not (self.compression_format == "pack-quantized" and w.num_bits in (4, 8)):
                 raise ConfigError(
                     f"{self.source}: compressed-tensors {name}: INT{w.num_bits} weight-only experts under "
-                    f"the top-level format {shorten(self.compression_format)}; SGLang refuses it ('For Fused MoE layers, "
-                    "only pack-quantized is supported for the following bits: [4, 8]', "
+                    f"the top-level format {shorten(self.compression_format)}; SGLang refuses it ('For "
+                    "Fused MoE layers, only pack-quantized is supported for the following bits: [4, 8]', "
                     "compressed_tensors_wNa16_moe.py:89)"
                 )
             return _wna16(w)

@@ -45,7 +45,8 @@ Modelled too: compressed-tensors FP8 W8A8 and INT weight-only pack-quantized (W4
 compressed-tensors`` in ``quantization_config`` or ``compression_config``), read as
 :mod:`checker.core.weights.compressed` says and held as SGLang 0.5.23's ``CompressedTensorsW8A8Fp8``(``MoE``)
 and ``CompressedTensorsWNA16``/``CompressedTensorsWNA16MoE`` (Marlin) hold them
-(checker.core.weights.weights ``wna16_linear``/``wna16_experts``).
+(checker.core.weights.weights ``wna16_linear``/``wna16_experts``); GPTQ (``quant_method: gptq``), which
+0.5.23 serves on CUDA only as ``gptq_marlin``, as :mod:`checker.core.weights.gptq` says.
 
 Block-wise FP8 on Hopper keeps its scales as loaded (the UE8M0 requantization of
 ``requant_block_scale_ue8m0_for_deepgemm`` :819-826 is Blackwell's DeepGEMM path, and the bf16 weight
@@ -68,6 +69,7 @@ from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, printable, shorten
 from checker.core.weights.compressed import CompressedConfig, read_compressed
+from checker.core.weights.gptq import GptqConfig, read_gptq
 
 HF_QUANT_CONFIG = "hf_quant_config.json"
 
@@ -75,18 +77,21 @@ SGLANG_METHODS = (
     "fp8 mxfp8 minimax_m3_nvfp4 blockwise_int8 modelopt modelopt_fp8 modelopt_fp4 nvfp4_online "
     "modelopt_mixed w8a8_int8 w8a8_fp8 awq awq_marlin bitsandbytes gguf gptq_marlin moe_wna16 "
     "compressed-tensors compressed_tensors w4afp8 petit_nvfp4 quark quark_mxfp4 auto-round auto-round-int8 "
-    "modelslim quark_int4fp8_moe humming mxfp_w4a8 mxfp4 gptq"
+    "modelslim quark_int4fp8_moe humming mxfp_w4a8 mxfp4"
 ).split()
-"""0.5.23's ``QUANTIZATION_METHODS`` (``layers/quantization/__init__.py:63-159``); a method outside it is
-the release's ``Unknown quantization method`` (``configs/model_config.py:2152``)."""
+"""0.5.23's ``QUANTIZATION_METHODS`` on CUDA (``layers/quantization/__init__.py:63-159``); a method outside
+it is the release's ``Unknown quantization method`` (``configs/model_config.py:2152``). ``gptq`` is
+registered for CPU, NPU and XPU only (:105-136): on CUDA a GPTQ checkpoint runs as ``gptq_marlin`` or not at
+all (checker.core.weights.gptq)."""
 
-MODELLED = ("fp8", "modelopt_fp8", "compressed-tensors")
+MODELLED = ("fp8", "modelopt_fp8", "compressed-tensors", "gptq_marlin")
 """The methods whose per-rank weights the checker derives."""
 
 CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
     "fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
     "modelopt_fp8": ("0.5.23",),
     "compressed-tensors": ("0.5.23",),
+    "gptq_marlin": ("0.5.23",),
 }
 """The releases whose quantized classes the method's rules are held to, per method: each one's own
 ``Fp8LinearMethod``/``Fp8MoEMethod``/``Fp8KVCacheMethod`` built on the meta device
@@ -147,12 +152,16 @@ class QuantScheme:
     ct: CompressedConfig | None = None
     """compressed-tensors: its targets and ignore list, the scheme per module
     (checker.core.weights.compressed)."""
+    gq: GptqConfig | None = None
+    """GPTQ served as gptq_marlin: its arguments and dynamic rules (checker.core.weights.gptq)."""
 
     @property
     def modelopt(self) -> bool:
         return self.method == "modelopt_fp8"
 
     def describe(self) -> str:
+        if self.gq is not None:
+            return self.gq.describe()
         if self.ct is not None:
             kinds = "/".join(sorted(self.ct.strategies()))
             return f"{self.method} ({kinds + ' weights' if kinds else 'no config groups'})"
@@ -328,6 +337,9 @@ def read_scheme(
         method = method.lower()
     if method == "compressed-tensors":
         return _compressed(q, flag, where, source)
+    if method == "gptq":
+        gq = read_gptq(q, flag, where, source)
+        return QuantScheme(gq.method, None, False, (), source, kv=False, gq=gq)
     if method.startswith("modelopt "):
         raise FlagError(
             f"{source}: the model is quantized ({method}, {where}); the checker derives quantized weights "

@@ -43,6 +43,7 @@ from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
 from checker.core.weights.compressed import CompressedConfig, Scheme
 from checker.core.weights.compressed import check_block as ct_check_block
+from checker.core.weights.gptq import check_backend, gptq_experts, gptq_linear
 from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check_release, read_scheme
 
 GIB = 2**30
@@ -358,7 +359,13 @@ class Builder:
         quantized weight is cast to after it is built, as Falcon-H1's ``lm_head.float()``)."""
         rows = sum(shards)
         s = self.quant
-        if s is not None and s.ct is not None:
+        if s is not None and s.gq is not None:
+            args = s.gq.linear(prefix or name) if quant else None
+            if args is None:
+                self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
+            else:
+                gptq_linear(self, s.gq, args, name, rows, inp, part, in_split)
+        elif s is not None and s.ct is not None:
             ct = s.ct.linear(prefix or name, cls) if quant else None
             if ct is None:
                 self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
@@ -533,6 +540,9 @@ class Builder:
         inter = divide(intermediate, self.p.moe_tp_size, "moe_intermediate_size")
         shards = 2 if gated else 1
         s = self.quant
+        if s is not None and s.gq is not None:
+            gptq_experts(self, s.gq, name, local, hidden, inter)
+            return
         if s is not None and s.ct is not None:
             ct = s.ct.moe(name)
             compressed_experts(self, ct, name, local, hidden, inter, shards)
@@ -1086,6 +1096,7 @@ QUANT_FAMILIES = {
     "fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H"),
     "modelopt_fp8": ("Nemotron-H", "Falcon-H1"),
     "compressed-tensors": ("Qwen3-Next", "Nemotron-H"),
+    "gptq_marlin": ("Qwen3-Next", "Nemotron-H"),
 }
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
 
@@ -1136,6 +1147,8 @@ def rank_params_of(
             "--weights-gib"
         )
     experts = text.integer("num_experts", 0, minimum=0) or text.integer("num_local_experts", 0, minimum=0)
+    if experts and quant is not None and quant.gq is not None:
+        check_backend(layout.moe_runner_backend, quant.gq)
     if experts and layout.moe_runner_backend not in ("auto", "triton"):
         raise FlagError(
             f"--moe-runner-backend {shorten(layout.moe_runner_backend)}: the checker models the expert "
