@@ -416,13 +416,13 @@ def test_nemotron_h_modelopt_fp8_from_config_json_reads_ignore_globs_and_the_kv_
 @pytest.mark.parametrize(
     ("quant", "flag", "says"),
     [
-        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, None, "(SGLang's modelopt_fp4)"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4_AWQ"}, None, "SGLang's modelopt_fp4 with"),
         ({"quant_method": "modelopt", "quant_algo": "MXFP8"}, None, "(SGLang's mxfp8)"),
         ({"quant_algo": "W4A8_AWQ"}, None, "modelopt W4A8_AWQ"),
         ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", "contradicts"),
         ({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": "lm_head"}, None, "list of module"),
     ],
-    ids=["nvfp4", "mxfp8", "other-algo", "flag", "bad-ignore"],
+    ids=["nvfp4-awq", "mxfp8", "other-algo", "flag", "bad-ignore"],
 )
 def test_a_modelopt_quantization_the_checker_or_the_release_refuses_is_one_line(
     quant: dict[str, Any], flag: str | None, says: str

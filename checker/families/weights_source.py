@@ -169,6 +169,7 @@ def checkpoint_weights(
     fam, _, _ = family_of(config, source)  # an unmodelled family is refused before any shard is read
     check_quant_family(fam, scheme, source)  # and a method its class is not modelled under
     ckpt = read_checkpoint(d)
+    view = ckpt  # what the config-shape checks see (NVFP4's packed weights at their [out, in])
     if scheme is not None and scheme.ct is not None and scheme.ct.weight_only():
         kinds = {
             (
@@ -189,11 +190,18 @@ def checkpoint_weights(
             g.inputs is not None and not g.inputs.dynamic for _, g in ct.targets
         )
         check_compressed(ckpt, ct.strategies(), next(iter(blocks), None), static, source)
+    elif scheme is not None and scheme.fp4 is not None:
+        from checker.core.weights.modelopt import check_fp4_shards  # start-up: as above
+
+        # packed NVFP4 weights are held to [out, in/2] with their scales, then to config.json as [out, in]
+        _, logical = check_fp4_shards(ckpt.tensors, expected_shapes(config, source), scheme.fp4.group, source)
+        tensors = {**ckpt.tensors, **{n: ckpt.tensors[n]._replace(shape=sh) for n, sh in logical.items()}}
+        view = dataclasses.replace(ckpt, tensors=tensors)
     elif scheme is not None:
         check_fp8(ckpt, scheme.block, source)
-    check_shapes(ckpt, config, source)
-    check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first
-    check_complete(ckpt, config, source)  # a parameter no shard fills: the class starts uninitialized
+    check_shapes(view, config, source)
+    check_loadable(view, config, release=release, source=source)  # as load_weights fails: KeyError first
+    check_complete(view, config, source)  # a parameter no shard fills: the class starts uninitialized
     if scheme is None:
         check_unquantized(ckpt, source)
         if layout.draft == "nextn":  # the draft EAGLE/NEXTN loads from these shards' mtp.* tensors

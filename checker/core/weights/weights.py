@@ -43,6 +43,7 @@ from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
 from checker.core.weights.compressed import CompressedConfig, Scheme
 from checker.core.weights.compressed import check_block as ct_check_block
+from checker.core.weights.modelopt import fp4_experts, fp4_linear
 from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check_release, read_scheme
 
 GIB = 2**30
@@ -54,6 +55,7 @@ DTYPE_BYTES: Mapping[str, int] = {
     "float16": 2,
     "float64": 8,
     "float8_e4m3fn": 1,
+    "uint8": 1,
 }
 _DTYPE_NAMES = {
     "float32": "float32",
@@ -366,6 +368,9 @@ class Builder:
                 compressed_linear(self, s.ct, ct, name, shards, inp, part, out_split, in_split)
         elif s is None or not quant or s.skips(name if prefix is None else prefix):
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
+        elif s.fp4 is not None:  # ModelOpt NVFP4 (checker.core.weights.modelopt)
+            fp4_linear(self, s.fp4, name, shards, inp, part=part, bias=bias)
+            return
         else:
             check_block(s, prefix or name, shards, inp, out_split=out_split, in_split=in_split)
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=weight_dtype or "float8_e4m3fn")
@@ -509,12 +514,22 @@ class Builder:
         bias: bool = False,
         v_head_dim: int | None = None,
         prefix: str | None = None,
+        quant: bool = True,
     ) -> None:
         size = self.p.size(group)
         q = divide(heads, size, "num_attention_heads") * head_dim
         kv = kv_heads_per_rank(kv_heads, size)
         shards = [q, kv * head_dim, kv * (v_head_dim or head_dim)]
-        self.linear(name, shards, hidden, bias=bias, prefix=prefix, out_split=size, cls="QKVParallelLinear")
+        self.linear(
+            name,
+            shards,
+            hidden,
+            bias=bias,
+            prefix=prefix,
+            out_split=size,
+            cls="QKVParallelLinear",
+            quant=quant,
+        )
 
     def experts(
         self,
@@ -536,6 +551,10 @@ class Builder:
         if s is not None and s.ct is not None:
             ct = s.ct.moe(name)
             compressed_experts(self, ct, name, local, hidden, inter, shards)
+            return
+        if s is not None and s.fp4 is not None and not s.skips(name):
+            total = num_experts + shared_slots  # the layer's num_experts: its input scales are global
+            fp4_experts(self, s.fp4, name, local, total, hidden, inter, gated)
             return
         fp8 = s is not None and not s.skips(name)
         dtype = "float8_e4m3fn" if fp8 else None
@@ -1085,6 +1104,7 @@ class ModelWeights:
 QUANT_FAMILIES = {
     "fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H"),
     "modelopt_fp8": ("Nemotron-H", "Falcon-H1"),
+    "modelopt_fp4": ("Nemotron-H", "Qwen3-Next"),
     "compressed-tensors": ("Qwen3-Next", "Nemotron-H"),
 }
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
