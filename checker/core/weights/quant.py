@@ -18,7 +18,8 @@ layers ``ignored_layers`` / ``modules_to_not_convert`` keep unquantized, on a Ho
 * every RadixAttention gets ``Fp8KVCacheMethod`` (:470-471): two float32 scalars ``k_scale``/``v_scale``;
 * embeddings, heads, norms and the linears a class builds with ``quant_config=None`` stay as they were.
 
-Modelled too: ModelOpt FP8 (``modelopt_fp8``, ``layers/quantization/modelopt_quant.py`` of 0.5.23), read
+Modelled too: ModelOpt FP8 (``modelopt_fp8``, ``layers/quantization/modelopt_quant.py`` of 0.5.23;
+0.5.10-0.5.22 as CHECKED_RELEASES says), read
 from a ``hf_quant_config.json`` beside config.json (``{"quantization": {"quant_algo": "FP8",
 "exclude_modules", "kv_cache_quant_algo"}}``) or config.json's flat ``quantization_config``
 (``quant_method: modelopt``, ``quant_algo: FP8``, ``ignore``, ``kv_cache_scheme``), both turned into
@@ -86,7 +87,7 @@ MODELLED = ("fp8", "modelopt_fp8", "modelopt_fp4", "compressed-tensors")
 
 CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
     "fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
-    "modelopt_fp8": ("0.5.23",),
+    "modelopt_fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
     "modelopt_fp4": ("0.5.23",),
     "compressed-tensors": ("0.5.23",),
 }
@@ -94,8 +95,10 @@ CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
 ``Fp8LinearMethod``/``Fp8MoEMethod``/``Fp8KVCacheMethod`` built on the meta device
 (tests/fixtures/weights/expected.json, ``*/fp8-*``). ``fp8.py`` grew from 1809 to 3514 lines over them
 (the UE8M0 requantization of 0.5.16, the DeepGEMM MXFP8 input of 0.5.23), none of it a parameter a
-Hopper GPU holds differently: the figures of all eight equal the one set of rules. A release between
-them that no CPU environment checks is refused, not assumed."""
+Hopper GPU holds differently: the figures of all eight equal the one set of rules. ModelOpt FP8's classes
+are held on the same eight (``*/modelopt-fp8*``): its rules change at 0.5.15 (a quantized
+``ParallelLMHead``) and at 0.5.18 (the 0-d FlashInfer weight scale on SM90). A release between them that no CPU environment checks is refused, not
+assumed."""
 
 
 def check_release(method: str, release: str, described: str, source: str) -> None:

@@ -378,9 +378,10 @@ class Builder:
                 self.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
                 self.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
                 # after loading (modelopt_quant.py:617-633): the largest shard scale, 0-d where the
-                # FlashInfer per-tensor GEMM takes the layer (both dimensions divisible by 16), else
+                # FlashInfer per-tensor GEMM takes the layer (both dimensions divisible by 16; on SM90
+                # from 0.5.18, flashinfer_per_tensor_fp8_supported: SM100/SM120 only up to 0.5.17), else
                 # one per output channel; the input scale's 0-d maximum
-                bmm = rows % 16 == 0 and inp % 16 == 0
+                bmm = rows % 16 == 0 and inp % 16 == 0 and not before(self.release, "0.5.18")
                 self.copy(f"{name}.weight_scale.max", () if bmm else (rows, 1), "float32")
                 self.copy(f"{name}.input_scale.max", (), "float32")
             elif s.block is not None:
@@ -495,9 +496,11 @@ class Builder:
         s = self.quant
         if name == "lm_head" and s is not None and s.ct is not None:
             s.ct.head(name)  # a quantized head: refused (compressed.py)
-        if name == "lm_head" and s is not None and s.modelopt and not s.skips(name):
-            # ParallelLMHead built with the quant config takes ModelOpt's linear method
-            # (modelopt_quant.py:341): its weight fp8 with its scales (a later .float() casts it)
+        head = name == "lm_head" and s is not None and s.modelopt and not before(self.release, "0.5.15")
+        if head and s is not None and not s.skips(name):
+            # ParallelLMHead built with the quant config takes ModelOpt's linear method from 0.5.15
+            # (modelopt_quant.py:341; 0.5.10-0.5.14 take LinearBase only, :305): its weight fp8 with its
+            # scales (a later .float() casts it)
             self.linear(name, [rows], hidden, part=part, weight_dtype=dtype)
             return
         self.add(f"{name}.weight", (rows, hidden), part=part, dtype=dtype)
