@@ -97,8 +97,8 @@ CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
 (the UE8M0 requantization of 0.5.16, the DeepGEMM MXFP8 input of 0.5.23), none of it a parameter a
 Hopper GPU holds differently: the figures of all eight equal the one set of rules. ModelOpt FP8's classes
 are held on the same eight (``*/modelopt-fp8*``): its rules change at 0.5.15 (a quantized
-``ParallelLMHead``) and at 0.5.18 (the 0-d FlashInfer weight scale on SM90). A release between them that no CPU environment checks is refused, not
-assumed."""
+``ParallelLMHead``) and at 0.5.18 (the 0-d FlashInfer weight scale on SM90). A release between them that
+no CPU environment checks is refused, not assumed."""
 
 
 def check_release(method: str, release: str, described: str, source: str) -> None:
