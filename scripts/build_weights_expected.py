@@ -186,6 +186,41 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # ModelOpt NVFP4 (modelopt_fp4: uint8 packed e2m1 weights, fp8 16-group scales, fp32 global scales;
+    # Marlin on Hopper): Nemotron-H by config.json's flat quantization_config (first/last layers and head
+    # excluded; then the head quantized with an FP8 KV cache), Qwen3-Next by a nested hf_quant_config.json
+    # (qkv_proj built unquantized, the shared expert fused unless excluded); a nested file without
+    # group_size is the release's ValueError (re-raised as "Cannot find 'quant_algo'", modelopt_quant.py:1664)
+    "nemotron_h/modelopt-nvfp4": (
+        f"{F}/weights/nemotron_h_modelopt_nvfp4.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "nemotron_h/modelopt-nvfp4-head": (
+        f"{F}/weights/nemotron_h_modelopt_nvfp4_head.json",
+        ["pp=1,tp=2"],
+        None,
+        {},
+    ),
+    "qwen3_next/modelopt-nvfp4": (
+        f"{F}/weights/qwen3_next_modelopt_nvfp4.json",
+        ["pp=1,tp=2", "pp=1,tp=4,ep=4", "pp=1,tp=8", "pp=1,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_next/modelopt-nvfp4-shared": (
+        f"{F}/weights/qwen3_next_modelopt_nvfp4_shared.json",
+        ["pp=1,tp=4,ep=4"],
+        None,
+        {},
+    ),
+    "qwen3_next/modelopt-nvfp4-nogroup": (
+        f"{F}/weights/qwen3_next_modelopt_nvfp4_nogroup.json",
+        ["pp=1,tp=2"],
+        None,
+        {},
+    ),
     # compressed-tensors FP8 W8A8 (llm-compressor's presets): per-channel weights with dynamic per-token
     # activations (FP8_DYNAMIC), 128x128 blocks (FP8_BLOCK), per-tensor weights and static input scales
     # with an FP8 KV cache; ignore lists by name, dotted suffix and re: regex, Nemotron-H's by its HF name

@@ -457,6 +457,7 @@ class Release:
                 pass
         init = self.loader._initialize_model
         with (
+            _hopper_nvfp4_moe(),
             self.loader.set_default_torch_dtype(mc.dtype),
             torch.device("meta"),
             _patched(torch.cuda, "Stream", _NoStream),
@@ -469,6 +470,37 @@ class Release:
             if len(inspect.signature(init).parameters) == 2:  # up to 0.5.8 it takes the quant config itself
                 return init(mc, lc)
             return init(mc, lc, self.loader._get_quantization_config(mc, lc))
+
+
+@contextlib.contextmanager
+def _hopper_nvfp4_moe():
+    """ModelOpt NVFP4's MoE method picks its runner at construction from ``is_cuda()`` and the device
+    capability (0.5.23 modelopt_quant.py:2377-2387: the auto runner on SM80-SM99 is the Marlin fallback,
+    anything else not Blackwell raises): here it sees a CUDA SM90 device, as the checker models, and only
+    that constructor does (the module's other ``is_cuda()`` callers are left as on CPU)."""
+    try:
+        mq = importlib.import_module("sglang.srt.layers.quantization.modelopt_quant")
+    except ImportError:
+        yield
+        return
+    cls = getattr(mq, "ModelOptNvFp4FusedMoEMethod", None)
+    if cls is None or not hasattr(mq, "is_cuda") or not hasattr(mq, "get_device_capability"):
+        yield
+        return
+    real = cls.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        with (
+            _patched(mq, "is_cuda", lambda: True),
+            _patched(mq, "get_device_capability", lambda *a, **k: (9, 0)),
+        ):
+            real(self, *args, **kwargs)
+
+    cls.__init__ = init
+    try:
+        yield
+    finally:
+        cls.__init__ = real
 
 
 def rank_weights(model: Any, per_param: bool) -> dict[str, Any]:

@@ -146,6 +146,22 @@ def modelopt_tensors(config: Mapping[str, Any], quantized: Callable[[str], bool]
     return out
 
 
+def nvfp4_tensors(config: Mapping[str, Any], quantized: Callable[[str], bool]) -> list[Spec]:
+    """A ModelOpt NVFP4 export of ``config``: every 2-D ``.weight`` whose module ``quantized`` names packed
+    two e2m1 values a byte (U8 ``[out, in/2]``) with its F8_E4M3 ``weight_scale`` ``[out, in/16]`` and
+    scalar float32 ``weight_scale_2`` and ``input_scale``, the rest as :func:`model_tensors` has them."""
+    out: list[Spec] = []
+    for name, shape, dtype in model_tensors(config):
+        module = name.removesuffix(".weight")
+        if not (name.endswith(".weight") and len(shape) == 2 and quantized(module)):
+            out.append((name, shape, dtype))
+            continue
+        o, i = shape
+        out += [(name, (o, i // 2), "U8"), (f"{module}.weight_scale", (o, i // 16), "F8_E4M3")]
+        out += [(f"{module}.weight_scale_2", (), "F32"), (f"{module}.input_scale", (), "F32")]
+    return out
+
+
 def compressed_tensors(config: Mapping[str, Any]) -> list[Spec]:
     """A compressed-tensors FP8 W8A8 export of ``config`` (llm-compressor's layout, its first config
     group): every 2-D linear weight outside ``ignore`` (names, dotted suffixes, ``re:`` regexes, matched

@@ -49,10 +49,11 @@ def _one_line(res: Any) -> str:
 @pytest.mark.parametrize(
     ("where", "content", "says"),
     [
-        (  # ModelOpt FP8 is modelled (tests/test_quant_weights.py): NVFP4 is refused by name
+        (  # ModelOpt FP8 and NVFP4 are modelled (tests/test_quant_weights.py, test_modelopt_fp4.py):
+            # NVFP4_AWQ is refused by name
             "hf_quant_config.json",
-            {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}},
-            "quantized (modelopt NVFP4, hf_quant_config.json) (SGLang's modelopt_fp4)",
+            {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4_AWQ", "group_size": 16}},
+            "quantized (modelopt NVFP4_AWQ, hf_quant_config.json; SGLang's modelopt_fp4",
         ),
         (
             "hf_quant_config.json",
@@ -76,7 +77,7 @@ def _one_line(res: Any) -> str:
         ),
         ("quantization_config", {"quant_method": "awq", "bits": 4}, "quantized (awq)"),
     ],
-    ids=["modelopt-nvfp4", "modelopt-mixed", "compressed-tensors", "quantization_config"],
+    ids=["modelopt-nvfp4-awq", "modelopt-mixed", "compressed-tensors", "quantization_config"],
 )
 def test_a_quantization_declared_where_sglang_reads_it_is_refused(cli, tmp_path, where, content, says):
     """A quantization the checker does not model, declared where SGLang reads it: refused naming it, never

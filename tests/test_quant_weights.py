@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from checker.core.errors import CheckerInputError, ConfigError, FlagError, LayoutError
 from checker.core.weights.quant import _path_matches_any, read_scheme
 from checker.core.weights.weights import GIB, WeightsLayout
-from checker.families.rules import model_weights
+from checker.families.rules import model_weights, rank_params
 from tests.checkpoints import fp8_tensors, model_tensors, write_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -416,13 +416,13 @@ def test_nemotron_h_modelopt_fp8_from_config_json_reads_ignore_globs_and_the_kv_
 @pytest.mark.parametrize(
     ("quant", "flag", "says"),
     [
-        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, None, "(SGLang's modelopt_fp4)"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4_AWQ"}, None, "SGLang's modelopt_fp4 with"),
         ({"quant_method": "modelopt", "quant_algo": "MXFP8"}, None, "(SGLang's mxfp8)"),
         ({"quant_algo": "W4A8_AWQ"}, None, "modelopt W4A8_AWQ"),
         ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", "contradicts"),
         ({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": "lm_head"}, None, "list of module"),
     ],
-    ids=["nvfp4", "mxfp8", "other-algo", "flag", "bad-ignore"],
+    ids=["nvfp4-awq", "mxfp8", "other-algo", "flag", "bad-ignore"],
 )
 def test_a_modelopt_quantization_the_checker_or_the_release_refuses_is_one_line(
     quant: dict[str, Any], flag: str | None, says: str
@@ -440,11 +440,36 @@ def test_the_modelopt_flags_sglang_takes_for_an_fp8_checkpoint_agree(flag: str) 
     assert scheme is not None and scheme.method == "modelopt_fp8"
 
 
-@pytest.mark.parametrize("release", ["0.5.22", "0.5.10"])
+@pytest.mark.parametrize("release", ["0.5.21", "0.5.9"])
 def test_modelopt_fp8_on_a_release_whose_classes_were_not_checked_is_refused(release: str) -> None:
     with pytest.raises(FlagError) as exc:
         model_weights(_cfg(NEMOTRON_MO), WeightsLayout(pp_size=2, tp_size=2), release=release)
     assert f"not {release}'s" in str(exc.value) and "modelopt_fp8" in str(exc.value)
+
+
+@pytest.mark.parametrize(("release", "scale"), [("0.5.10", (4096, 1)), ("0.5.17", (4096, 1)), ("0.5.20", ())])
+def test_modelopt_fp8_weight_scale_after_loading_follows_the_releases_flashinfer_rule(
+    release: str, scale: tuple[int, ...]
+) -> None:
+    """The kept weight scale of a 4096x2048 linear on Hopper: per output channel up to 0.5.17 (the
+    FlashInfer per-tensor GEMM is SM100/SM120 only, 0.5.17 modelopt_quant.py:508-510), 0-d from 0.5.18
+    (0.5.20 checked)
+    (flashinfer_per_tensor_fp8_supported includes SM90, 0.5.18 fp8_utils.py:354-357)."""
+    ((_, params), *_) = rank_params(_cfg(NEMOTRON_MO), WeightsLayout(pp_size=1, tp_size=2), release=release)
+    by = {p.name: p for p in params}
+    assert by["model.layers.2.mixer.out_proj.weight_scale.max"].shape == scale
+
+
+def test_modelopt_fp8_heads_take_the_linear_method_from_0_5_15() -> None:
+    """ParallelLMHead under ModelOpt FP8: quantized from 0.5.15 (modelopt_quant.py:304-306), a plain head
+    on 0.5.10-0.5.14 (LinearBase only); held to each release's class in expected.json."""
+    from checker.core.weights.quant import HF_QUANT_KEY
+
+    cfg = _cfg(W / "falcon_h1_modelopt_fp8_head.json")
+    cfg[HF_QUANT_KEY] = _cfg(W / "falcon_h1_modelopt_fp8_head.hf_quant_config.json")
+    for release, quantized in (("0.5.13", False), ("0.5.15", True)):
+        ((_, params), *_) = rank_params(cfg, WeightsLayout(pp_size=1, tp_size=2), release=release)
+        assert any(p.name == "lm_head.weight_scale" for p in params) is quantized
 
 
 def test_a_modelopt_fp8_declaration_over_bf16_shards_is_refused(

@@ -169,13 +169,16 @@ def checkpoint_weights(
     fam, _, _ = family_of(config, source)  # an unmodelled family is refused before any shard is read
     check_quant_family(fam, scheme, source)  # and a method its class is not modelled under
     ckpt = read_checkpoint(d)
+    view = ckpt  # what the config-shape checks see (NVFP4's packed weights at their [out, in])
     if scheme is None:  # quantized tensors under a config that declares none: named before the name checks
         check_unquantized(ckpt, source)
     elif scheme.gq is not None:
         from checker.core.weights.gptq import check_gptq_shards  # start-up: as above
 
         # the packed tensors held to the config; the checks below see each module's logical weight
-        ckpt = check_gptq_shards(ckpt, expected_shapes(config, source), scheme.gq, fam.hf_prefixes, source)
+        ckpt = view = check_gptq_shards(
+            ckpt, expected_shapes(config, source), scheme.gq, fam.hf_prefixes, source
+        )
     elif scheme.ct is not None and scheme.ct.weight_only():
         kinds = {
             (
@@ -196,11 +199,18 @@ def checkpoint_weights(
             g.inputs is not None and not g.inputs.dynamic for _, g in ct.targets
         )
         check_compressed(ckpt, ct.strategies(), next(iter(blocks), None), static, source)
+    elif scheme.fp4 is not None:
+        from checker.core.weights.modelopt import check_fp4_shards  # start-up: as above
+
+        # packed NVFP4 weights are held to [out, in/2] with their scales, then to config.json as [out, in]
+        _, logical = check_fp4_shards(ckpt.tensors, expected_shapes(config, source), scheme.fp4.group, source)
+        tensors = {**ckpt.tensors, **{n: ckpt.tensors[n]._replace(shape=sh) for n, sh in logical.items()}}
+        view = dataclasses.replace(ckpt, tensors=tensors)
     else:
         check_fp8(ckpt, scheme.block, source)
-    check_shapes(ckpt, config, source)
-    check_loadable(ckpt, config, release=release, source=source)  # as load_weights fails: KeyError first
-    check_complete(ckpt, config, source)  # a parameter no shard fills: the class starts uninitialized
+    check_shapes(view, config, source)
+    check_loadable(view, config, release=release, source=source)  # as load_weights fails: KeyError first
+    check_complete(view, config, source)  # a parameter no shard fills: the class starts uninitialized
     if scheme is None:
         if layout.draft == "nextn":  # the draft EAGLE/NEXTN loads from these shards' mtp.* tensors
             check_mtp_shards(ckpt, config, release=release, source=source)

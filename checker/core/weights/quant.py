@@ -18,7 +18,8 @@ layers ``ignored_layers`` / ``modules_to_not_convert`` keep unquantized, on a Ho
 * every RadixAttention gets ``Fp8KVCacheMethod`` (:470-471): two float32 scalars ``k_scale``/``v_scale``;
 * embeddings, heads, norms and the linears a class builds with ``quant_config=None`` stay as they were.
 
-Modelled too: ModelOpt FP8 (``modelopt_fp8``, ``layers/quantization/modelopt_quant.py`` of 0.5.23), read
+Modelled too: ModelOpt FP8 (``modelopt_fp8``, ``layers/quantization/modelopt_quant.py`` of 0.5.23;
+0.5.10-0.5.22 as CHECKED_RELEASES says), read
 from a ``hf_quant_config.json`` beside config.json (``{"quantization": {"quant_algo": "FP8",
 "exclude_modules", "kv_cache_quant_algo"}}``) or config.json's flat ``quantization_config``
 (``quant_method: modelopt``, ``quant_algo: FP8``, ``ignore``, ``kv_cache_scheme``), both turned into
@@ -70,6 +71,7 @@ from typing import Any
 from checker.core.errors import ConfigError, FlagError, LayoutError, printable, shorten
 from checker.core.weights.compressed import CompressedConfig, read_compressed
 from checker.core.weights.gptq import GptqConfig, read_gptq
+from checker.core.weights.modelopt import Fp4Config, read_fp4
 
 HF_QUANT_CONFIG = "hf_quant_config.json"
 
@@ -84,12 +86,13 @@ it is the release's ``Unknown quantization method`` (``configs/model_config.py:2
 registered for CPU, NPU and XPU only (:105-136): on CUDA a GPTQ checkpoint runs as ``gptq_marlin`` or not at
 all (checker.core.weights.gptq)."""
 
-MODELLED = ("fp8", "modelopt_fp8", "compressed-tensors", "gptq_marlin")
+MODELLED = ("fp8", "modelopt_fp8", "modelopt_fp4", "compressed-tensors", "gptq_marlin")
 """The methods whose per-rank weights the checker derives."""
 
 CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
     "fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
-    "modelopt_fp8": ("0.5.23",),
+    "modelopt_fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
+    "modelopt_fp4": ("0.5.23",),
     "compressed-tensors": ("0.5.23",),
     "gptq_marlin": ("0.5.23",),
 }
@@ -97,8 +100,10 @@ CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
 ``Fp8LinearMethod``/``Fp8MoEMethod``/``Fp8KVCacheMethod`` built on the meta device
 (tests/fixtures/weights/expected.json, ``*/fp8-*``). ``fp8.py`` grew from 1809 to 3514 lines over them
 (the UE8M0 requantization of 0.5.16, the DeepGEMM MXFP8 input of 0.5.23), none of it a parameter a
-Hopper GPU holds differently: the figures of all eight equal the one set of rules. A release between
-them that no CPU environment checks is refused, not assumed."""
+Hopper GPU holds differently: the figures of all eight equal the one set of rules. ModelOpt FP8's classes
+are held on the same eight (``*/modelopt-fp8*``): its rules change at 0.5.15 (a quantized
+``ParallelLMHead``) and at 0.5.18 (the 0-d FlashInfer weight scale on SM90). A release between them that
+no CPU environment checks is refused, not assumed."""
 
 
 def check_release(method: str, release: str, described: str, source: str) -> None:
@@ -118,6 +123,10 @@ FUSED_SHARDS: Mapping[str, tuple[str, ...]] = {
 }
 """``_FALLBACK_FUSED_SHARDS`` (``quantization/utils.py``), which is also every modelled family's own
 ``packed_modules_mapping``: a fused linear is skipped when its shards are."""
+
+NESTED_KEY = "_nested"
+"""Where the flattened ``hf_quant_config.json`` keeps the whole document (NVFP4 reads its group size from
+it as ``common_group_size`` does)."""
 
 HF_QUANT_KEY = "_hf_quant_config.json"
 """Where the model directory's reader puts the parsed ``hf_quant_config.json`` into the config mapping it
@@ -154,10 +163,21 @@ class QuantScheme:
     (checker.core.weights.compressed)."""
     gq: GptqConfig | None = None
     """GPTQ served as gptq_marlin: its arguments and dynamic rules (checker.core.weights.gptq)."""
+    fp4: Fp4Config | None = None
+    """ModelOpt NVFP4: its group size (checker.core.weights.modelopt)."""
 
     @property
     def modelopt(self) -> bool:
-        return self.method == "modelopt_fp8"
+        """A ModelOpt config (FP8 or NVFP4): ``is_layer_excluded`` globs, a quantized ``ParallelLMHead``."""
+        return self.method in ("modelopt_fp8", "modelopt_fp4")
+
+    def can_fuse_shared_expert(self) -> bool:
+        """``ModelOptFp4Config.can_fuse_shared_expert`` (modelopt_quant.py:1552-1559): a shared expert
+        kept unquantized by ``exclude_modules`` cannot share the FP4 experts' buffers; the other methods
+        modelled do not veto the fusion (models/qwen2_moe.py:160-166)."""
+        if self.fp4 is None:
+            return True
+        return not any("shared_expert" in n and "shared_expert_gate" not in n for n in self.fp4.exclude)
 
     def describe(self) -> str:
         if self.gq is not None:
@@ -165,6 +185,8 @@ class QuantScheme:
         if self.ct is not None:
             kinds = "/".join(sorted(self.ct.strategies()))
             return f"{self.method} ({kinds + ' weights' if kinds else 'no config groups'})"
+        if self.fp4 is not None:
+            return f"{self.method} (ModelOpt NVFP4, group {self.fp4.group}, Marlin on Hopper)"
         if self.modelopt:
             return f"{self.method} (ModelOpt FP8, per-tensor{', FP8 KV cache' if self.kv else ''})"
         if self.block:
@@ -308,6 +330,7 @@ def _modelopt_file(doc: Mapping[str, Any]) -> Mapping[str, Any]:
         "quant_algo": q.get("quant_algo"),
         "ignore": q.get("exclude_modules"),
         "kv_cache_quant_algo": q.get("kv_cache_quant_algo"),
+        NESTED_KEY: doc,
     }
 
 
@@ -399,11 +422,10 @@ def _modelopt(q: Mapping[str, Any], flag: str | None, where: str, source: str) -
     algorithms are refused naming the method SGLang picks."""
     algo = q.get("quant_algo")
     shown = printable(algo)[:80] if isinstance(algo, str) else shorten(algo)
+    if isinstance(algo, str) and "FP4" in algo:  # model_config.py:1867-1868
+        return _modelopt_fp4(q, flag, where, source)
     if algo != "FP8":
-        if isinstance(algo, str) and ("FP4" in algo or "NVFP4" in algo):
-            named = "modelopt_fp4"
-        else:
-            named = _MODELOPT_METHODS.get(algo, "") if isinstance(algo, str) else ""
+        named = _MODELOPT_METHODS.get(algo, "") if isinstance(algo, str) else ""
         as_ = f" (SGLang's {named})" if named else ""
         raise FlagError(
             f"{source}: the model is quantized (modelopt {shown}, {where}){as_}; the checker derives "
@@ -431,6 +453,31 @@ def _modelopt(q: Mapping[str, Any], flag: str | None, where: str, source: str) -
         kv = bool(q.get("kv_cache_quant_algo"))
     names = tuple(raw)
     return QuantScheme("modelopt_fp8", None, True, names, source, kv=kv, globs=names)
+
+
+def _modelopt_fp4(q: Mapping[str, Any], flag: str | None, where: str, source: str) -> QuantScheme:
+    """ModelOpt NVFP4 (``modelopt_fp4``, checker.core.weights.modelopt): the flags SGLang takes for it,
+    the config ``ModelOptFp4Config.from_config`` builds; a requantizing flag refused."""
+    if flag is not None and flag not in ("modelopt", "modelopt_fp4"):
+        if flag not in SGLANG_METHODS:
+            raise FlagError(
+                f"--quantization {shorten(flag)}: SGLang refuses it (Unknown quantization method)"
+            )
+        if flag in ("nvfp4_online", "quark_mxfp4"):
+            raise FlagError(
+                f"--quantization {flag} over {where}'s ModelOpt NVFP4: SGLang requantizes the checkpoint "
+                f"while loading, which the checker does not model; drop the flag or {_WAY_OUT}"
+            )
+        raise FlagError(
+            f"--quantization {flag} contradicts {where}'s ModelOpt NVFP4 (modelopt_fp4): SGLang refuses it "
+            "('does not match the quantization method specified in the `quantization` argument', "
+            "configs/model_config.py:2143)"
+        )
+    nested = q.get(NESTED_KEY)
+    fp4 = read_fp4(q, nested if isinstance(nested, Mapping) else None, where, source)
+    names = fp4.exclude
+    # kv_cache_quant_algo is 'auto' where none is declared (modelopt_quant.py:1640, :1660): truthy
+    return QuantScheme("modelopt_fp4", None, False, names, source, kv=True, globs=names, fp4=fp4)
 
 
 def _fp8(q: Mapping[str, Any], source: str) -> QuantScheme:

@@ -44,6 +44,7 @@ from checker.core.sizing.partition import stage_bounds, stage_partition
 from checker.core.weights.compressed import CompressedConfig, Scheme
 from checker.core.weights.compressed import check_block as ct_check_block
 from checker.core.weights.gptq import check_backend, gptq_experts, gptq_linear
+from checker.core.weights.modelopt import fp4_experts, fp4_linear
 from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check_release, read_scheme
 
 GIB = 2**30
@@ -55,6 +56,7 @@ DTYPE_BYTES: Mapping[str, int] = {
     "float16": 2,
     "float64": 8,
     "float8_e4m3fn": 1,
+    "uint8": 1,
 }
 _DTYPE_NAMES = {
     "float32": "float32",
@@ -373,6 +375,9 @@ class Builder:
                 compressed_linear(self, s.ct, ct, name, shards, inp, part, out_split, in_split)
         elif s is None or not quant or s.skips(name if prefix is None else prefix):
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
+        elif s.fp4 is not None:  # ModelOpt NVFP4 (checker.core.weights.modelopt)
+            fp4_linear(self, s.fp4, name, shards, inp, part=part, bias=bias)
+            return
         else:
             check_block(s, prefix or name, shards, inp, out_split=out_split, in_split=in_split)
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=weight_dtype or "float8_e4m3fn")
@@ -380,9 +385,10 @@ class Builder:
                 self.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
                 self.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
                 # after loading (modelopt_quant.py:617-633): the largest shard scale, 0-d where the
-                # FlashInfer per-tensor GEMM takes the layer (both dimensions divisible by 16), else
+                # FlashInfer per-tensor GEMM takes the layer (both dimensions divisible by 16; on SM90
+                # from 0.5.18, flashinfer_per_tensor_fp8_supported: SM100/SM120 only up to 0.5.17), else
                 # one per output channel; the input scale's 0-d maximum
-                bmm = rows % 16 == 0 and inp % 16 == 0
+                bmm = rows % 16 == 0 and inp % 16 == 0 and not before(self.release, "0.5.18")
                 self.copy(f"{name}.weight_scale.max", () if bmm else (rows, 1), "float32")
                 self.copy(f"{name}.input_scale.max", (), "float32")
             elif s.block is not None:
@@ -497,9 +503,11 @@ class Builder:
         s = self.quant
         if name == "lm_head" and s is not None and s.ct is not None:
             s.ct.head(name)  # a quantized head: refused (compressed.py)
-        if name == "lm_head" and s is not None and s.modelopt and not s.skips(name):
-            # ParallelLMHead built with the quant config takes ModelOpt's linear method
-            # (modelopt_quant.py:341): its weight fp8 with its scales (a later .float() casts it)
+        head = name == "lm_head" and s is not None and s.modelopt and not before(self.release, "0.5.15")
+        if head and s is not None and not s.skips(name):
+            # ParallelLMHead built with the quant config takes ModelOpt's linear method from 0.5.15
+            # (modelopt_quant.py:341; 0.5.10-0.5.14 take LinearBase only, :305): its weight fp8 with its
+            # scales (a later .float() casts it)
             self.linear(name, [rows], hidden, part=part, weight_dtype=dtype)
             return
         self.add(f"{name}.weight", (rows, hidden), part=part, dtype=dtype)
@@ -516,12 +524,22 @@ class Builder:
         bias: bool = False,
         v_head_dim: int | None = None,
         prefix: str | None = None,
+        quant: bool = True,
     ) -> None:
         size = self.p.size(group)
         q = divide(heads, size, "num_attention_heads") * head_dim
         kv = kv_heads_per_rank(kv_heads, size)
         shards = [q, kv * head_dim, kv * (v_head_dim or head_dim)]
-        self.linear(name, shards, hidden, bias=bias, prefix=prefix, out_split=size, cls="QKVParallelLinear")
+        self.linear(
+            name,
+            shards,
+            hidden,
+            bias=bias,
+            prefix=prefix,
+            out_split=size,
+            cls="QKVParallelLinear",
+            quant=quant,
+        )
 
     def experts(
         self,
@@ -546,6 +564,10 @@ class Builder:
         if s is not None and s.ct is not None:
             ct = s.ct.moe(name)
             compressed_experts(self, ct, name, local, hidden, inter, shards)
+            return
+        if s is not None and s.fp4 is not None and not s.skips(name):
+            total = num_experts + shared_slots  # the layer's num_experts: its input scales are global
+            fp4_experts(self, s.fp4, name, local, total, hidden, inter, gated)
             return
         fp8 = s is not None and not s.skips(name)
         dtype = "float8_e4m3fn" if fp8 else None
@@ -1095,6 +1117,7 @@ class ModelWeights:
 QUANT_FAMILIES = {
     "fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H"),
     "modelopt_fp8": ("Nemotron-H", "Falcon-H1"),
+    "modelopt_fp4": ("Nemotron-H", "Qwen3-Next"),
     "compressed-tensors": ("Qwen3-Next", "Nemotron-H"),
     "gptq_marlin": ("Qwen3-Next", "Nemotron-H"),
 }

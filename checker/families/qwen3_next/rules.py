@@ -117,7 +117,8 @@ def _rope_setting(t: ConfigSection) -> tuple[int, float, Mapping[str, Any]]:
 
 
 def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str, *, kv_quant: bool = True) -> None:
-    """``kv_quant``: the class passes its quant config to RadixAttention (its KV scales)."""
+    """``kv_quant``: the class passes its quant config to RadixAttention (its KV scales). Qwen3-Next
+    builds ``qkv_proj`` without it under ModelOpt NVFP4 (0.5.23 models/qwen3_next.py:665-675)."""
     H = t.integer("hidden_size")
     heads, kv = t.integer("num_attention_heads", 16), t.integer("num_key_value_heads", 2)
     hd = t.integer("head_dim", 256)
@@ -131,6 +132,7 @@ def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str, *, kv_qua
         kv,
         "attn_tp",
         prefix=f"{pre}.self_attn.qkv_proj",
+        quant=b.quant is None or b.quant.fp4 is None,
     )
     b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", prefix=f"{pre}.self_attn.o_proj")
     if kv_quant:
@@ -156,6 +158,7 @@ def qwen_moe(b: Builder, t: ConfigSection, i: int, layout: WeightsLayout, *, fus
     # Shared-expert fusion (models/qwen2_moe.py can_fuse_shared_expert): the shared expert becomes one
     # more expert slot that every EP rank holds, split by the MoE TP size instead of the TP group.
     fused = fuse_shared and not layout.disable_shared_experts_fusion and shared > 0 and shared == inter
+    fused = fused and (b.quant is None or b.quant.can_fuse_shared_expert())
     b.experts(f"{pre}.experts", E, H, inter, shared_slots=1 if fused else 0)
     b.replicated(f"{pre}.gate", E, H, quant=False)  # quant_config=None (models/qwen2_moe.py:352)
     if shared > 0 and not fused:
@@ -354,7 +357,7 @@ RULES = FamilyRules(
         num_layers,
         build,
         tensors,
-        quant_methods=("fp8", "compressed-tensors", "gptq_marlin"),
+        quant_methods=("fp8", "compressed-tensors", "modelopt_fp4", "gptq_marlin"),
         draft=draft,
     ),
     draft_tensors=mtp_tensors,
