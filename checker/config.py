@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from checker.core.errors import CheckerInputError, FlagError, printable
 from checker.core.sizing.environ import SGLANG_ENV_VARS
-from checker.core.sizing.models import DEFAULT_MODEL
 from checker.core.sizing.server_args import (
     SIZING_FLAG_NAMES as SIZING_FLAG_NAMES,  # re-exported with the config
 )
@@ -29,6 +28,7 @@ from checker.core.sizing.server_args import (
     SizingFlags as SizingFlags,  # re-exported: the config's table of inputs
 )
 from checker.distributed.launch_env import GroupOptions
+from checker.families import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

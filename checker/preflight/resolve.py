@@ -27,7 +27,7 @@ from checker.core.sizing.geometry import resolve_dtypes
 from checker.core.sizing.partition import PARTITION_ENV
 from checker.core.sizing.server_args import SIZING_ARGS
 from checker.core.sizing.sizing import CapacityInputs, env_flag
-from checker.families.geometry import load_geometry
+from checker.families.geometry import load_geometry, model_architectures
 
 if TYPE_CHECKING:
     from checker.engines import ModelSource
@@ -109,11 +109,7 @@ def capacity_inputs(
     stages = pp_size or sizing.pp_size or 1
     if release.modelled == release.derived_as:  # a release the checker models: its code is known
         # start-up: the model registry tables (~4 ms) load only for a modelled release's check
-        from checker.core.releases.model_support import (
-            check_architectures,
-            check_pipeline,
-            model_architectures,
-        )
+        from checker.core.releases.model_support import check_architectures, check_pipeline
 
         archs = model_architectures(model=model.model, model_config=model.model_config)
         check_architectures(release.derived_as, archs, model=model.label, env=env)
