@@ -16,14 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from checker.core.errors import CheckerInputError, FlagError, printable
-from checker.core.releases.releases import choose_release, installed_sglang_version
 from checker.core.sizing.environ import SGLANG_ENV_VARS
-from checker.core.sizing.models import DEFAULT_MODEL
 from checker.core.sizing.server_args import (
     SIZING_FLAG_NAMES as SIZING_FLAG_NAMES,  # re-exported with the config
 )
@@ -31,6 +28,7 @@ from checker.core.sizing.server_args import (
     SizingFlags as SizingFlags,  # re-exported: the config's table of inputs
 )
 from checker.distributed.launch_env import GroupOptions
+from checker.families import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -366,6 +364,11 @@ class DeriveConfig:
     """derive --gpu-free-gib: the --mem-fraction-static the budget used."""
     mem_fraction_source: str | None = None
     """Where it came from: ``given`` (the flag or the launch command) or ``release default``."""
+    release: ReleaseChoice | None = None
+    """The release derived as and who derives it, chosen once for this process (derive and plan run as
+    the installed SGLang, like one rank) by :func:`checker.preflight.resolve.with_release` after the
+    command's flag checks; None until then, and in the config of ``--sglang-version A,B`` (each release's
+    own: :func:`checker.preflight.resolve.as_release`)."""
 
     @classmethod
     def from_args(
@@ -396,19 +399,13 @@ class DeriveConfig:
         """The releases of ``--sglang-version A,B[,...]`` (one, or none: a single derivation)."""
         return tuple(v.strip() for v in (self.engine.sglang_version or "").split(",") if v.strip())
 
-    def as_release(self, version: str) -> DeriveConfig:
-        """This config, derived as SGLang ``version`` (one release of ``--sglang-version A,B``)."""
-        return replace(self, engine=replace(self.engine, sglang_version=version))
 
-    @cached_property
-    def release(self) -> ReleaseChoice:
-        """The release derived as and who derives it, chosen once for this process (derive and plan run
-        as the installed SGLang, like one rank)."""
-
-        e = self.engine
-        return choose_release(
-            e.sglang_version, installed_sglang_version(), engine=e.engine, best_effort=e.best_effort
-        )
+IN_TOKENS_ONE_RELEASE = (
+    "--target-tokens and --target-requests are searched with the builtin model of one "
+    "release: drop --engine and give one --sglang-version (a modelled one)"
+)
+"""plan in tokens under several releases, or under an engine other than the builtin (which the chosen
+release decides: the command checks it once the release is chosen, after the flags above)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -473,11 +470,8 @@ class PlanConfig:
             )
         if self.all_policies and derive.sizing.policy is not None:
             raise FlagError("--all-policies and --policy both choose the policies; give one")
-        if self.in_tokens and (len(derive.releases) > 1 or derive.release.engine != "builtin"):
-            raise FlagError(
-                "--target-tokens and --target-requests are searched with the builtin model of one "
-                "release: drop --engine and give one --sglang-version (a modelled one)"
-            )
+        if self.in_tokens and len(derive.releases) > 1:
+            raise FlagError(IN_TOKENS_ONE_RELEASE)  # the engine, once the release is chosen (plan)
 
     @property
     def in_tokens(self) -> bool:

@@ -58,7 +58,7 @@ HYBRID_ARCHITECTURES = (
     "Qwen3_5MoeForCausalLM",
     # model_type kimi_linear
     "KimiLinearForCausalLM",
-    # the kimi-k3 preset (checker/core/releases/model_support.py PRESET_ARCHITECTURES) and its text-only class
+    # the kimi-k3 preset's class (its geometry's architecture, checker/families/kimi_k3) and its text-only one
     "KimiK3ForConditionalGeneration",
     "KimiK3LinearForCausalLM",
     # model_type nemotron_h, falcon_h1, granitemoehybrid

@@ -418,7 +418,8 @@ def _stages(engine: Any, source: Any, pp: int) -> int:
     """``pp``, or 1 for a class the installed release does not start under PP (Qwen3-Next, Falcon-H1,
     Granite-4.0-H: checker/core/releases/pp_support.py):
     their sizing is compared on the deployment SGLang starts."""
-    from checker.core.releases.model_support import model_architectures, registry_choice, runs_under_pp
+    from checker.core.releases.model_support import registry_choice, runs_under_pp
+    from checker.families.geometry import model_architectures
 
     archs = model_architectures(model=source.model, model_config=source.model_config)
     arch = registry_choice(engine.version, archs)

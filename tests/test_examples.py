@@ -937,7 +937,7 @@ class CheckerRun:
 
 def _architectures(geometry_name: str) -> tuple[str, ...]:
     """The architectures of the model a derivation read (``PATH (family)`` or a preset's name)."""
-    from checker.core.releases.model_support import model_architectures
+    from checker.families.geometry import model_architectures
 
     path = geometry_name.rsplit(" (", 1)[0]
     if os.path.exists(path):
@@ -1319,8 +1319,7 @@ def test_example_models_are_the_six_families() -> None:
     the test fixture of that family but for the keys corrected against the published model (listed in
     examples/models/README.md); and the examples that run at pp > 1 use only the families SGLang starts
     under pipeline parallelism."""
-    from checker.core.releases.model_support import model_architectures
-    from checker.families.geometry import load_geometry
+    from checker.families.geometry import load_geometry, model_architectures
 
     assert sorted(p.name for p in EXAMPLE_MODELS.iterdir() if p.is_dir()) == sorted(EXAMPLE_MODEL_DIRS)
     readme = (EXAMPLE_MODELS / "README.md").read_text()

@@ -31,7 +31,7 @@ from checker.device.materialize import (
     pool_tensors,
 )
 from checker.families.geometry import load_geometry
-from checker.preflight.resolve import derive_inputs
+from checker.preflight.resolve import derive_inputs, with_release
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAMILIES = {
@@ -56,7 +56,8 @@ is a deployment SGLang 0.5.23 starts."""
 
 def _inputs(argv: list[str]) -> CapacityInputs:
     args = build_parser().parse_args(["derive", *argv])
-    return derive_inputs(DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB), PP_SPEC)
+    config = DeriveConfig.from_args(args, default_budget_gib=DEFAULT_BUDGET_GIB)
+    return derive_inputs(with_release(config), PP_SPEC)
 
 
 def _pool_args(family: str, world_size: int, spec: bool) -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 from packaging.version import Version
 
 from checker.core.errors import BudgetError, FlagError, LayoutError
-from checker.core.releases.model_support import check_architectures, model_architectures, registers
+from checker.core.releases.model_support import check_architectures, registers
 from checker.core.releases.releases import (
     MAX_VERSION_CHARS,
     MODELLED_RELEASES,
@@ -41,7 +41,7 @@ from checker.core.sizing.planning import (
     suggest_partition,
 )
 from checker.core.sizing.sizing import CapacityInputs, derive_all
-from checker.families.geometry import load_geometry
+from checker.families.geometry import load_geometry, model_architectures
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KIMI = load_geometry(model="kimi-k3")

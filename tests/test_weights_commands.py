@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from harness import run_world
 
+from checker.core.sizing.planning import min_mem_fraction
 from checker.core.weights.weights import GIB, WeightsLayout
 from checker.distributed.launch_env import RankEnv
 from checker.distributed.wire import decode_row, encode_row
@@ -183,6 +184,30 @@ def test_plan_states_the_weights_it_assumed(kimi_dir: Path, cli: Callable[..., A
     busiest = max(range(3), key=lambda r: want[r])
     assert f"before {max(want):g} GiB of weights" in out
     assert f"on the busiest rank, rank {busiest} (from the checkpoint" in out
+
+
+def test_plan_over_two_releases_assumes_each_release_s_weights(
+    kimi_dir: Path, cli: Callable[..., Any]
+) -> None:
+    """--sglang-version A,B with --gpu-free-gib and no --weights-gib: each release's fraction is worked
+    from the busiest rank of the checkpoint as that release's class holds it (the weights were once
+    asked of the two releases' config as if it were one release: 'A,B is not a release number')."""
+    releases = ("0.5.22", "0.5.23")
+    argv = ["plan", "--target-max-running-requests", "48", "--gpu-free-gib", "139", "--format", "json"]
+    argv += ["--sglang-version", ",".join(releases), "--model-config", str(kimi_dir), "--pp-size", "3"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    doc = json.loads(out)
+    config = json.loads(KIMI.read_text())
+    for v in releases:
+        side = doc["by_release"][v]
+        mw = model_weights(config, WeightsLayout(pp_size=3, tp_size=1), release=v)
+        weights = max(r.total_bytes for r in mw.ranks) / GIB
+        want = min_mem_fraction(
+            v, free_before_gib=139, weights_gib=weights, budget_gib=side["min_budget_gib"]
+        )
+        assert want.value is not None
+        assert side["mem_fraction_static"]["value"] == pytest.approx(want.value), v
 
 
 def test_derive_answers_what_a_fraction_gives(kimi_dir: Path, cli: Callable[..., Any]) -> None:

@@ -33,7 +33,7 @@ from checker.device.materialize import materialize_stage, resolve_device
 from checker.launch.merge import launch_text
 from checker.outputs.derive import Derivation, derivation_document
 from checker.outputs.render import emit
-from checker.preflight.resolve import derive_engines, derive_inputs
+from checker.preflight.resolve import derive_engines, derive_inputs, with_release
 from checker.preflight.server_budget import budget_the_server_gets
 from checker.status import CONSISTENT, DIVERGENT, ERROR, EXIT_CODES, MODEL_DRIFT
 
@@ -143,7 +143,9 @@ def config_from_args(args: argparse.Namespace) -> DeriveConfig:
         from checker.outputs.plot import require_matplotlib  # the optional 'plot' extra
 
         require_matplotlib()
-    return budget_the_server_gets(config, args)
+    config = budget_the_server_gets(config, args)
+    # one release: chosen here, after every flag check (A,B: each release's, as it is derived)
+    return config if len(config.releases) > 1 else with_release(config)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from checker.core.sizing.sizing import CapacityInputs, StageCapacity
 from checker.core.sizing.upgrade import UpgradeFacts, explain, release_differences
 from checker.outputs.derive import ReleaseComparison, comparison_document
 from checker.outputs.render import emit
-from checker.preflight.resolve import derive_engines, derive_inputs
+from checker.preflight.resolve import as_release, derive_engines, derive_inputs
 from checker.status import CONSISTENT, DIVERGENT
 
 
@@ -33,10 +33,11 @@ def run_releases(config: DeriveConfig) -> int:
     inputs: dict[str, CapacityInputs] = {}
     stages: dict[str, list[StageCapacity]] = {}
     errors: dict[str, str] = {}
+    configs: dict[str, DeriveConfig] = {}
     for version in releases:
-        as_release = config.as_release(version)
-        inputs[version] = derive_inputs(as_release, os.environ)
-        engines = derive_engines(as_release, inputs[version], os.environ)
+        one = configs[version] = as_release(config, version)
+        inputs[version] = derive_inputs(one, os.environ)
+        engines = derive_engines(one, inputs[version], os.environ)
         try:
             derived: list[StageCapacity] = []
             for k in range(inputs[version].pp_size):
@@ -53,6 +54,7 @@ def run_releases(config: DeriveConfig) -> int:
             explanations += explain(a, b, UpgradeFacts.of(inputs[b]), inputs[b].geometry.families)
     result = ReleaseComparison(
         config=config,
+        first=configs[releases[0]],
         releases=releases,
         inputs=inputs,
         stages=stages,

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from checker.commands.flag_types import init_method, positive_gib, row_type, timeout_seconds
-from checker.core.sizing.models import DEFAULT_MODEL
 from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
-from checker.families import PRESETS
+from checker.families import DEFAULT_MODEL, PRESETS
 from checker.launch.inputs import READ_OPTIONS, run_inputs
 
 

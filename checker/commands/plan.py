@@ -9,6 +9,7 @@ in ``--help`` is :data:`DESCRIPTION` and :data:`EXAMPLES`.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from checker.commands.flag_types import int_at_least, positive_gib, positive_int, weights_gib
 from checker.commands.options import (
@@ -23,10 +24,11 @@ from checker.commands.options import (
 from checker.commands.plan_budget import run_releases, run_target
 from checker.commands.plan_partition import DEFAULT_SLACK, run_partition
 from checker.commands.plan_tokens import run_tokens
-from checker.config import DeriveConfig, PlanConfig
+from checker.config import IN_TOKENS_ONE_RELEASE, DeriveConfig, PlanConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.partition import PARTITION_ENV
 from checker.launch.merge import launch_text
+from checker.preflight.resolve import chosen, with_release
 
 HELP = "the smallest budget for a request or KV-token target, or a partition with a larger pool"
 USAGE = ("python -m checker plan",)
@@ -157,7 +159,7 @@ def config_from_args(args: argparse.Namespace) -> PlanConfig:
         logged = logged_weights(args.weights_from_log)
         weights, prefix = logged.busiest()
         source = f"the largest mem usage in {logged.source}, [{prefix or 'no prefix'}]"
-    return PlanConfig(
+    config = PlanConfig(
         derive=derive,
         target_max_running_requests=args.target_max_running_requests,
         partition_slack=args.partition_slack,
@@ -168,6 +170,13 @@ def config_from_args(args: argparse.Namespace) -> PlanConfig:
         target_tokens=args.target_tokens,
         target_requests=args.target_requests,
     )
+    if len(derive.releases) > 1:
+        return config  # each release's own, as it is derived (plan_budget.run_releases)
+    # one release: chosen here, after every flag check, and then what it decides
+    config = replace(config, derive=with_release(derive))
+    if config.in_tokens and chosen(config.derive).engine != "builtin":
+        raise FlagError(IN_TOKENS_ONE_RELEASE)
+    return config
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from checker.outputs.plan import (
     target_document,
 )
 from checker.outputs.render import emit
-from checker.preflight.resolve import derive_engines, derive_inputs, derive_rank_weights
+from checker.preflight.resolve import as_release, chosen, derive_engines, derive_inputs, derive_rank_weights
 
 
 def run_target(config: PlanConfig) -> int:
@@ -36,11 +36,11 @@ def run_target(config: PlanConfig) -> int:
     max-share only, so with its engine the release's own)."""
     derive, target = config.derive, config.target_max_running_requests
     assert target is not None
-    chosen = derive.sizing.policy
-    own = release_model(derive.release.modelled).rules.policy
-    if chosen:
-        policies: tuple[str | None, ...] = (chosen,)
-    elif derive.release.engine != "builtin":
+    given, release = derive.sizing.policy, chosen(derive)
+    own = release_model(release.modelled).rules.policy
+    if given:
+        policies: tuple[str | None, ...] = (given,)
+    elif release.engine != "builtin":
         policies = (None,)
     elif config.all_policies:
         policies = (own, *(p for p in POLICIES if p != own))
@@ -49,7 +49,7 @@ def run_target(config: PlanConfig) -> int:
     results = [min_budget(derive_inputs(derive, os.environ, policy=p), target, policy=p) for p in policies]
     results, drifts, sglang_version = _engine_min_budgets(derive, results)
     inputs = derive_inputs(derive, os.environ, policy=policies[0])
-    weights = assumed_weights(config, inputs)
+    weights = assumed_weights(config, derive, inputs)
     result = TargetPlan(
         config=config,
         inputs=inputs,
@@ -64,16 +64,19 @@ def run_target(config: PlanConfig) -> int:
     return result.exit_code
 
 
-def assumed_weights(config: PlanConfig, inputs: CapacityInputs) -> AssumedWeights | None:
+def assumed_weights(
+    config: PlanConfig, derive: DeriveConfig, inputs: CapacityInputs
+) -> AssumedWeights | None:
     """The weights the fraction assumes (None without --gpu-free-gib): --weights-gib, else the busiest
-    rank's figure from the checkpoint; neither is one line naming both ways out."""
+    rank's figure from the checkpoint as ``derive``'s release holds it (one release's config); neither
+    is one line naming both ways out."""
     if config.gpu_free_gib is None:
         return None
     if config.weights_gib is not None:
         if config.weights_source:  # --weights-from-log
             return AssumedWeights(gib=config.weights_gib, source="log", note=config.weights_source)
         return AssumedWeights(gib=config.weights_gib, source="flag")
-    ranks = derive_rank_weights(config.derive, inputs, os.environ)
+    ranks = derive_rank_weights(derive, inputs, os.environ)
     busiest = busiest_rank(ranks)
     if busiest is None:
         raise FlagError(
@@ -105,7 +108,7 @@ def _engine_min_budgets(
     derive: DeriveConfig, results: list[MinBudget]
 ) -> tuple[list[MinBudget], list[Drift], str | None]:
     """--engine sglang: SGLang's own boundary replaces the builtin's; both: the differences."""
-    mode = derive.release.engine  # --engine, or sglang for a release the checker does not model
+    mode = chosen(derive).engine  # --engine, or sglang for a release the checker does not model
     if mode == "builtin":
         return results, [], None
 
@@ -134,10 +137,12 @@ def run_releases(config: PlanConfig) -> int:
     own charging policy unless --policy), side by side, and why they differ."""
     derive, target = config.derive, config.target_max_running_requests
     assert target is not None
+    configs: dict[str, DeriveConfig] = {}
     inputs: dict[str, CapacityInputs] = {}
     results: dict[str, MinBudget] = {}
     for version in derive.releases:
-        inputs[version] = derive_inputs(derive.as_release(version), os.environ)
+        configs[version] = as_release(derive, version)
+        inputs[version] = derive_inputs(configs[version], os.environ)
         results[version] = min_budget(inputs[version], target, policy=derive.sizing.policy)
     explanations: list[str] = []
     for a, b in zip(derive.releases, derive.releases[1:], strict=False):
@@ -145,11 +150,12 @@ def run_releases(config: PlanConfig) -> int:
             explanations += explain(a, b, UpgradeFacts.of(inputs[b]), inputs[b].geometry.families)
     result = ReleaseTargets(
         config=config,
+        first=configs[derive.releases[0]],
         releases=derive.releases,
         inputs=inputs,
         results=results,
         fractions={
-            v: _fraction(config, inputs[v], r.budget_gib, assumed_weights(config, inputs[v]))
+            v: _fraction(config, inputs[v], r.budget_gib, assumed_weights(config, configs[v], inputs[v]))
             for v, r in results.items()
         },
         explanations=explanations,

@@ -17,15 +17,15 @@ from checker.core.sizing.sizing import POLICIES
 from checker.core.sizing.token_plan import TokenTarget, min_budget_tokens
 from checker.outputs.plan_tokens import TokenPlan, token_document
 from checker.outputs.render import emit
-from checker.preflight.resolve import derive_inputs
+from checker.preflight.resolve import chosen, derive_inputs
 
 
 def run_tokens(config: PlanConfig) -> int:
     derive = config.derive
-    chosen = derive.sizing.policy
-    own = release_model(derive.release.modelled).rules.policy
-    if chosen:
-        policies: tuple[str, ...] = (chosen,)
+    given = derive.sizing.policy
+    own = release_model(chosen(derive).modelled).rules.policy
+    if given:
+        policies: tuple[str, ...] = (given,)
     elif config.all_policies:
         policies = (own, *(p for p in POLICIES if p != own))
     else:
@@ -41,7 +41,7 @@ def run_tokens(config: PlanConfig) -> int:
         min_budget_tokens(derive_inputs(derive, os.environ, policy=p), target, policy=p) for p in policies
     ]
     search_s = time.perf_counter() - t0
-    weights = assumed_weights(config, inputs)
+    weights = assumed_weights(config, derive, inputs)
     result = TokenPlan(
         config=config,
         inputs=inputs,

@@ -131,7 +131,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.core.errors import BudgetError, CheckerInputError, ConfigError, FlagError, LayoutError
-from checker.core.releases.model_support import model_architectures, pipeline_refusal
+from checker.core.releases.model_support import pipeline_refusal
 from checker.core.releases.releases import MODELLED_RELEASES, release_key
 from checker.core.sizing.attention import AttentionGeometry
 from checker.core.sizing.environ import SGLANG_ENV_VARS
@@ -148,6 +148,7 @@ from checker.engines.errors import (
     StandInRead,
     sglang_changed,
 )
+from checker.families.geometry import model_architectures
 
 FIRST_SUPPORTED = "0.5.10"
 """The first release whose three sizing steps (pool size, slots per request, request cap) are methods the

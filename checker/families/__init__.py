@@ -38,6 +38,10 @@ PRESETS: Mapping[str, Callable[[int], ModelGeometry]] = {
     name: preset for f in FAMILIES for name, preset in f.presets.items()
 }
 
+(DEFAULT_MODEL,) = (f.default_preset for f in FAMILIES if f.default_preset is not None)
+"""The preset ``--model`` stands for when no model is named (one family's :attr:`Family.default_preset`)."""
+assert DEFAULT_MODEL in PRESETS, "the default preset is one of the presets"
+
 
 def family_for(model_type: object) -> Family | None:
     """The family claiming ``model_type`` (None: no family the checker reads)."""

@@ -76,6 +76,12 @@ class Family(Protocol):
         """Example config.json files, relative to the repository (the tests' fixtures)."""
         ...
 
+    @property
+    def default_preset(self) -> str | None:
+        """The preset of :attr:`presets` that ``--model`` stands for when no model is named (one family
+        has it: checker.families.DEFAULT_MODEL); None for the others."""
+        ...
+
     def geometry(self, keys: Keys, tp_size: int) -> dict[str, Any]:
         """config.json (its text config) -> the state-pool fields of a ModelGeometry at ``tp_size``."""
         ...
@@ -97,6 +103,7 @@ class HybridFamily:
     text_config: str | None = None
     presets: Mapping[str, Callable[[int], ModelGeometry]] = field(default_factory=dict)
     example_configs: tuple[str, ...] = ()
+    default_preset: str | None = None
 
     @property
     def model_types(self) -> tuple[str, ...]:

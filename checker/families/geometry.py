@@ -12,7 +12,6 @@ from typing import Any
 from checker.core.errors import ConfigError, LayoutError, shorten
 from checker.core.sizing.geometry import ModelGeometry
 from checker.core.sizing.models import (
-    DEFAULT_MODEL,
     FIX,
     Keys,
     attention_geometry,
@@ -24,7 +23,7 @@ from checker.core.sizing.models import (
     resolve_config_path,
     shown_path,
 )
-from checker.families import BY_MODEL_TYPE, FAMILY_TABLE, PRESETS, family_for
+from checker.families import BY_MODEL_TYPE, DEFAULT_MODEL, FAMILY_TABLE, PRESETS, family_for
 
 # Model types SGLang 0.5.23 gives a state pool (srt/configs/hybrid_arch.py mambaish_config) that the checker
 # does not read: a config of one of these is a hybrid model to describe with a JSON model spec.
@@ -87,6 +86,20 @@ def geometry_from_hf_config(cfg: Mapping[str, Any], *, tp_size: int, source: str
         attention=attention,
         **fields,
     )
+
+
+def model_architectures(*, model: str | None, model_config: str | None) -> tuple[str, ...]:
+    """The architectures SGLang would look up for the model as the user named it: a preset's (the class
+    its family's geometry names), an HF config's ``architectures`` list; none for a JSON model spec (it
+    names none)."""
+    if model_config is not None:
+        # start-up: the model registry's tables load only where a class is looked up (bench/startup_bench.py)
+        from checker.core.releases.model_support import config_architectures
+
+        return config_architectures(model_config)
+    preset = PRESETS.get(model or DEFAULT_MODEL)  # no model named: the default preset, as load_geometry
+    attention = None if preset is None else preset(1).attention
+    return (attention.architecture,) if attention is not None and attention.architecture else ()
 
 
 def load_geometry(

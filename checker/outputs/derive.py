@@ -51,6 +51,8 @@ class ReleaseComparison:
     """``--sglang-version A,B``: every stage under each release, and why the releases differ."""
 
     config: DeriveConfig
+    first: DeriveConfig
+    """The first release's config (its release chosen): what the document's inputs describe."""
     releases: tuple[str, ...]
     inputs: dict[str, CapacityInputs]
     stages: dict[str, list[StageCapacity]]
@@ -265,7 +267,7 @@ def comparison_text(c: ReleaseComparison, *, tables: bool = True) -> list[str]:
 
 def comparison_doc(c: ReleaseComparison, *, status: str) -> dict[str, object]:
     first = c.inputs[c.releases[0]]
-    described = _inputs_doc(c.config.as_release(c.releases[0]), first, resolved=False)
+    described = _inputs_doc(c.first, first, resolved=False)
     described["derived_as"] = None  # one per release: by_release.<release>.derived_as
     return {
         "command": "derive",

@@ -19,6 +19,7 @@ from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc, weights_per_rank_doc
 from checker.outputs.render import Document
 from checker.outputs.tables import fmt_int, format_table
+from checker.preflight.resolve import chosen
 from checker.status import CONSISTENT, DIVERGENT, EXIT_CODES, MODEL_DRIFT
 
 if TYPE_CHECKING:
@@ -129,6 +130,8 @@ class ReleaseTargets:
     """The smallest budget for the target under each release of ``--sglang-version A,B``."""
 
     config: PlanConfig
+    first: DeriveConfig
+    """The first release's config (its release chosen): what the document's inputs describe."""
     releases: tuple[str, ...]
     inputs: dict[str, CapacityInputs]
     results: dict[str, MinBudget]
@@ -158,7 +161,7 @@ def fraction_doc(f: MemFraction | None) -> dict[str, object] | None:
 
 
 def engine_lines(config: PlanConfig, findings: _EngineFindings) -> list[str]:
-    mode, version = config.derive.release.engine, findings.sglang_version
+    mode, version = chosen(config.derive).engine, findings.sglang_version
     if mode == "sglang":
         return ["", f"engine: SGLang {version}'s own sizing code derived every value above"]
     if mode == "both" and not findings.drifts:
@@ -170,7 +173,7 @@ def engine_lines(config: PlanConfig, findings: _EngineFindings) -> list[str]:
 
 def _engine_doc(config: PlanConfig, findings: _EngineFindings) -> dict[str, object]:
     """Who derived (the installed SGLang's version is ``inputs.sglang_installed``) and what drifted."""
-    return {"engine": config.derive.release.engine, "drift": [vars(d) for d in findings.drifts]}
+    return {"engine": chosen(config.derive).engine, "drift": [vars(d) for d in findings.drifts]}
 
 
 def _inputs_doc(
@@ -313,9 +316,7 @@ def releases_doc(p: ReleaseTargets) -> dict[str, object]:
         "command": "plan",
         **status_doc(DIVERGENT if p.differ else CONSISTENT, 0),
         "layout": json_layout(first),
-        "inputs": _inputs_doc(
-            p.config.derive.as_release(p.releases[0]), first, budget_source=None, resolved=False
-        ),
+        "inputs": _inputs_doc(p.first, first, budget_source=None, resolved=False),
         "geometry": first.geometry.describe(),
         "target_max_running_requests": p.config.target_max_running_requests,
         "releases": list(p.releases),

@@ -8,6 +8,7 @@ Every command and the preflight's rank derivation ask here; the configuration de
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from checker.config import DeriveConfig, EngineChoice, ModelChoice, SizingFlags
@@ -26,7 +27,7 @@ from checker.core.sizing.geometry import resolve_dtypes
 from checker.core.sizing.partition import PARTITION_ENV
 from checker.core.sizing.server_args import SIZING_ARGS
 from checker.core.sizing.sizing import CapacityInputs, env_flag
-from checker.families.geometry import load_geometry
+from checker.families.geometry import load_geometry, model_architectures
 
 if TYPE_CHECKING:
     from checker.engines import ModelSource
@@ -44,6 +45,29 @@ def choose_release(engine: EngineChoice, installed: str | None, *, own_code: boo
         best_effort=engine.best_effort,
         own_code=own_code,
     )
+
+
+def with_release(config: DeriveConfig) -> DeriveConfig:
+    """``config`` with the release derive and plan derive as (``DeriveConfig.release``), chosen once for
+    this process as the installed SGLang, like one rank; a config that holds one is returned as it is.
+    The command calls it where the release is first needed, after the flag checks that come before it."""
+    if config.release is not None:
+        return config
+    return replace(config, release=choose_release(config.engine, installed_sglang_version()))
+
+
+def as_release(config: DeriveConfig, version: str) -> DeriveConfig:
+    """``config`` derived as SGLang ``version`` (one release of ``--sglang-version A,B``), its release
+    chosen."""
+    one = replace(config, engine=replace(config.engine, sglang_version=version), release=None)
+    return with_release(one)
+
+
+def chosen(config: DeriveConfig) -> ReleaseChoice:
+    """The release :func:`with_release` chose for ``config`` (a derivation never runs without one)."""
+    if config.release is None:
+        raise RuntimeError("a derivation of a config whose release is not chosen: call with_release first")
+    return config.release
 
 
 def model_source(model: ModelChoice, sizing: SizingFlags) -> ModelSource:
@@ -85,11 +109,7 @@ def capacity_inputs(
     stages = pp_size or sizing.pp_size or 1
     if release.modelled == release.derived_as:  # a release the checker models: its code is known
         # start-up: the model registry tables (~4 ms) load only for a modelled release's check
-        from checker.core.releases.model_support import (
-            check_architectures,
-            check_pipeline,
-            model_architectures,
-        )
+        from checker.core.releases.model_support import check_architectures, check_pipeline
 
         archs = model_architectures(model=model.model, model_config=model.model_config)
         check_architectures(release.derived_as, archs, model=model.label, env=env)
@@ -179,13 +199,14 @@ def derive_inputs(
     config: DeriveConfig, env: Mapping[str, str], *, policy: str | None = None
 ) -> CapacityInputs:
     """derive's and plan's inputs (one process derives every stage), as ``config.release``."""
+    release = chosen(config)
     return capacity_inputs(
         config.model,
         config.sizing,
         budget_gib=config.budget_gib,
         policy=policy,
         env=env,
-        release=config.release,
+        release=release,
     )
 
 
@@ -195,13 +216,14 @@ def derive_engines(config: DeriveConfig, inputs: CapacityInputs, env: Mapping[st
     # start-up: the engines and their comparison (~7 ms) load only when a command derives
     from checker.engines.drift import prepare_engines
 
+    release = chosen(config)
     return prepare_engines(
-        config.release.engine,
+        release.engine,
         inputs,
         model_source(config.model, config.sizing),
         env,
         best_effort=config.engine.best_effort,
-        release=config.release,
+        release=release,
     )
 
 
@@ -215,6 +237,7 @@ def derive_rank_weights(
     # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
     from checker.families.weights_source import weights_per_rank
 
+    release = chosen(config)
     w = config.weights
     layout = w.layout(config.sizing, pp_size=inputs.pp_size, partition_env=env.get(PARTITION_ENV))
     return weights_per_rank(
@@ -222,7 +245,7 @@ def derive_rank_weights(
         world_size=layout.world_size,
         model_dir=w.model_dir,
         layout=layout,
-        release=config.release.modelled,
+        release=release.modelled,
         quantization=w.quantization,
         required=required,
     )

@@ -14,7 +14,7 @@ from checker.config import DeriveConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.budget import sizing_budget
 from checker.families.weights_source import RankWeightsFigure, WeightsSource, busiest_rank
-from checker.preflight.resolve import derive_inputs, derive_rank_weights
+from checker.preflight.resolve import chosen, derive_inputs, derive_rank_weights, with_release
 
 
 def server_budget(
@@ -27,6 +27,7 @@ def server_budget(
 ) -> DeriveConfig:
     """The config at the budget the server gets: ``sizing_budget`` of the release, with free-after taken
     as free-before less the busiest rank's weights (SGLang all-reduces free memory MIN over ranks)."""
+    config = with_release(config)
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"
         inputs = derive_inputs(config, os.environ)
@@ -48,7 +49,7 @@ def server_budget(
         if detail is not None and detail.draft_bytes:  # the speculative draft, its own part
             source += f", of which the speculative draft {detail.draft_bytes / 2**30:.2f} GiB"
     result = sizing_budget(
-        config.release.modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
+        chosen(config).modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )
     formula = f"weights {weights:.2f} GiB ({source}); {result.formula}"
     if fraction_source is not None:  # the release's own default, and where it comes from
@@ -90,6 +91,7 @@ def budget_the_server_gets(config: DeriveConfig, args: argparse.Namespace) -> De
         # start-up: the rule and its table load only when the fraction is the release's default
         from checker.preflight.default_fraction import release_default_fraction
 
+        config = with_release(config)  # the chosen release's own default
         picked = release_default_fraction(config, args, args.device_total_gib * 1024, os.environ)
         fraction, source = picked.value, picked.text
     if len(config.releases) > 1:

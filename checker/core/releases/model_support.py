@@ -34,12 +34,9 @@ from checker.core.errors import FlagError
 from checker.core.releases.model_registry import EXTERNAL_PACKAGE, REGISTERED
 from checker.core.releases.pp_support import MODEL_RUNNER_ASSERT, PIPELINE
 from checker.core.releases.releases import MODELLED_RELEASES
-from checker.core.sizing.models import DEFAULT_MODEL, read_json
+from checker.core.sizing.models import read_json
 
 EXTERNAL_PACKAGE_ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
-PRESET_ARCHITECTURES: dict[str, tuple[str, ...]] = {"kimi-k3": ("KimiK3ForConditionalGeneration",)}
-"""The architecture a preset stands for: kimi-k3 is the upstream unit test's Kimi-K3 shape
-(``model_type`` kimi_k3, ``configs/kimi_k3.py`` KimiK3Config, ``models/kimi_k3.py``)."""
 
 
 def _index(release: str) -> int:
@@ -94,11 +91,10 @@ def check_architectures(
     )
 
 
-def model_architectures(*, model: str | None, model_config: str | None) -> tuple[str, ...]:
-    """The architectures SGLang would look up for the model as the user named it: a preset's, an HF
-    config's ``architectures`` list; none for a JSON model spec (it names none)."""
-    if model_config is None:  # no model named: the default preset, which load_geometry derives
-        return PRESET_ARCHITECTURES.get(model or DEFAULT_MODEL, ())
+def config_architectures(model_config: str) -> tuple[str, ...]:
+    """The architectures SGLang would look up for an HF config (its ``architectures`` list); none for a
+    JSON model spec (it names none). A preset's are its family's
+    (:func:`checker.families.geometry.model_architectures`)."""
     data = read_json(model_config)
     archs = data.get("architectures")
     if "linear_layer_ids" in data or not isinstance(archs, list):

@@ -34,7 +34,6 @@ from checker.core.sizing.geometry import (
     exact_div,
 )
 
-DEFAULT_MODEL = "kimi-k3"
 CONFIG_NAME = "config.json"
 """What a model directory passed as ``--model-config DIR`` must hold (SGLang's ``--model-path`` habit)."""
 

@@ -71,5 +71,6 @@ FAMILY = HybridFamily(
     load_rules=_rules,
     text_config="required",
     presets={"kimi-k3": _kimi_k3},
+    default_preset="kimi-k3",  # --model's default when no config is given
     example_configs=("tests/fixtures/kimi_k3_config.json",),
 )
