@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The golden of what the families and releases derive: tests/fixtures/golden_derive.json (GENERATED).
+"""The golden of what the families and releases derive: tests/fixtures/golden/derive.json (GENERATED).
 
 Issue 38's redesign keeps behaviour byte-identical; this file pins it. The cases are the snapshot the
 family move was held to (7,220 of them):
@@ -40,7 +40,7 @@ from checker.core.sizing.sizing import CapacityInputs, derive_all  # noqa: E402
 from checker.families import FAMILIES, FAMILY_TABLE  # noqa: E402
 from checker.families.geometry import load_geometry  # noqa: E402
 
-OUTPUT = "tests/fixtures/golden_derive.json"
+OUTPUT = "tests/fixtures/golden/derive.json"
 BUDGET_GIB = 40.0
 PRESET_AS: tuple[str | None, ...] = (None, "foo", "qwen3_next", "qwen3_5", "qwen3_5_moe", "kimi_linear")
 PRESET_AS += ("kimi_k3", "nemotron_h", "falcon_h1", "granitemoehybrid")

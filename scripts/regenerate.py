@@ -99,8 +99,8 @@ GENERATORS: tuple[Generator, ...] = (
               ENVIRONMENTS, covers="tests/fixtures/weights/expected.json:figures", sample=True),
     Generator("example_logs", "tests/postflight_logs.py", tuple(f"examples/logs/{f}" for f in EXAMPLE_LOGS),
               CHECKER),
-    Generator("golden_derive", "scripts/build_golden_derive.py", ("tests/fixtures/golden_derive.json",),
-              CHECKER, covers="tests/fixtures/golden_derive.json:releases"),
+    Generator("golden_derive", "scripts/build_golden_derive.py", ("tests/fixtures/golden/derive.json",),
+              CHECKER, covers="tests/fixtures/golden/derive.json:releases"),
 )
 # fmt: on
 """In the order they run: example_logs renders lines with the log_formats table; golden_derive, last,

@@ -1,6 +1,6 @@
 """What the families and releases derive stays what it was (issue 38: the redesign is byte-identical).
 
-``tests/fixtures/golden_derive.json`` holds digests of 7,220 cases (scripts/build_golden_derive.py: the
+``tests/fixtures/golden/derive.json`` holds digests of 7,220 cases (scripts/build_golden_derive.py: the
 explanation of every ordered release pair; every family's example configs and the kimi-k3 preset as each
 model type, under every modelled release and eight flag sets, the stages' values or the refusal). The
 quick suite recomputes a sample of releases, every geometry under each; the slow generated-file check
