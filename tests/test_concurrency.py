@@ -41,6 +41,7 @@ def test_a_heartbeat_survives_a_transient_store_error(monkeypatch):
     assert store.data.get("hb/3", 0) >= 5, "the heartbeat stopped after one transient store error"
 
 
+@pytest.mark.slow  # 5 s of real waiting (the abort's own bounds): in the slow step, not the quick loop
 def test_an_abort_during_finish_never_publishes_a_second_verdict():
     """SIGTERM (or the watchdog) takes the verdict first and is still writing rank 0's report when the
     main thread reaches its own finish: the main thread must not publish too (two reports, the later

@@ -91,6 +91,7 @@ def test_postflight_sh_is_valid_bash():
     assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.slow  # seconds of the recipe's own waits for a server: in the slow step
 def test_postflight_sh_waits_for_ready_then_gives_the_checkers_verdict(world):
     """The server gets ready 1 s after the script starts waiting: the verdict comes after, with its JSON
     report and JUnit file beside the preflight's report."""
@@ -116,6 +117,7 @@ def test_postflight_sh_waits_for_ready_then_gives_the_checkers_verdict(world):
     assert (out / "postflight.xml").read_text().startswith("<?xml")
 
 
+@pytest.mark.slow  # seconds of the recipe's own bounded waits: in the slow step
 @pytest.mark.parametrize("how", ["server-exits", "never-ready"])
 def test_a_server_that_never_gets_ready_ends_the_wait_in_bounded_time(world, how):
     env, out = world["env"], world["out"]

@@ -387,6 +387,7 @@ def test_rank_0_hung_alive_is_named_by_one_survivor(piece):
     assert processes[0].code == 3 and not js[0].published
 
 
+@pytest.mark.slow  # 4 s of real waiting (the publish bound): in the slow step, not the quick loop
 def test_rank_0_hung_holding_the_lease_is_taken_over_after_the_publish_bound():
     """Rank 0 claimed the publisher lease and hangs before writing anything: after PUBLISH_WAIT_S a
     survivor takes the lease over and publishes naming it; rank 0, told to stop, leaves with that code."""

@@ -240,6 +240,7 @@ def outcome(fn, *args):  # noqa: ANN001, ANN201 - the value or the error class, 
         st.one_of(st.floats(1e-6, 1e4), st.floats(1e-9, 0.05), st.floats(3.9, 40.1)), min_size=1, max_size=40
     ),
 )
+@pytest.mark.slow  # 7 s of CPU (every geometry x release through both paths): in the slow step
 def test_vectorised_matches_scalar_core(inputs: CapacityInputs, random_budgets: list[float]) -> None:
     """derive_sweep is the scalar core, budget by budget, on random geometries, policies, strategies,
     spec decoding, fixed pools and token capacities, at budgets where K steps and budgets too small to
