@@ -331,38 +331,14 @@ def test_check_text_shows_each_ranks_draft_as_its_own_part(qwen_dir: Path) -> No
     """check in-process, as each node builds its row (parser, launch-command merge, derive_row, the wire's
     round trip, decide): at tp 2 with EAGLE each rank's row carries its draft, and the text report and
     step summary name it beside the rank's weights figure."""
-    from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
-    from checker.cli.namespace import apply_launch_command, given_dests
-    from checker.commands.check_config import config_from_args
-    from checker.distributed.wire import decode_row, encode_row
     from checker.outputs.report import to_markdown, to_text
-    from checker.preflight import derivation
     from checker.preflight.verdict import decide
-    from tests.test_weights_commands import FAST, _env
+    from tests.test_weights_commands import FAST, check_rows
 
     words = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
     launch = ["--model-path", str(qwen_dir), "--tp-size", "2", "--mem-fraction-static", "0.85"]
     launch += ["--speculative-algorithm", "EAGLE"]
-    rows = []
-    for rank in range(2):
-        words = join_negative_values(with_default_command(list(words)))
-        parser = build_parser()
-        args = parser.parse_args(words)
-        args.given = given_dests(_subparser(parser, "check"), words[1:])
-        args, args.launch = apply_launch_command(args, launch, given=args.given)
-        env = _env(rank, 2)
-        config = config_from_args(args, env)
-        facts = derivation.local_facts(config, env, None)
-        row = derivation.derive_row(
-            config,
-            env,
-            facts,
-            all_free=[facts.device_free_bytes] * 2,
-            torch_version="2.8.0",
-            device=None,
-            environ={},
-        )
-        rows.append(decode_row(encode_row(row)))
+    rows = check_rows(words, launch, world_size=2)
     held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
     assert [r.draft_bytes for r in rows] == [held[0], held[1]]
     verdict = decide(rows, world_size=2)

@@ -58,37 +58,44 @@ def _env(rank: int, world_size: int) -> RankEnv:
     )
 
 
-def test_each_rank_row_carries_its_checkpoint_figure(kimi_dir: Path) -> None:
-    """In-process, as each node builds its row (the real parser, the launch-command merge, derive_row, the
-    wire's round trip, decide): at pp 2 each rank's row carries its own checkpoint figure and source, the
-    budget takes the busiest rank's figure off the agreed free memory (SGLang's MIN over ranks), and the
-    JSON and text reports show both."""
+def check_rows(words: list[str], launch: list[str], *, world_size: int) -> list[Any]:
+    """Each rank's row as its node builds it, in-process: the real parser, the launch-command merge,
+    derive_row and the wire's round trip."""
     from checker.cli.main import _subparser, build_parser, join_negative_values, with_default_command
     from checker.cli.namespace import apply_launch_command, given_dests
     from checker.commands.check_config import config_from_args
 
-    words = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
-    launch = ["--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]
     rows = []
-    for rank in range(2):
-        words = join_negative_values(with_default_command(list(words)))
+    for rank in range(world_size):
+        argv = join_negative_values(with_default_command(list(words)))
         parser = build_parser()
-        args = parser.parse_args(words)
-        args.given = given_dests(_subparser(parser, "check"), words[1:])
+        args = parser.parse_args(argv)
+        args.given = given_dests(_subparser(parser, "check"), argv[1:])
         args, args.launch = apply_launch_command(args, launch, given=args.given)
-        env = _env(rank, 2)
+        env = _env(rank, world_size)
         config = config_from_args(args, env)
         facts = derivation.local_facts(config, env, None)
         row = derivation.derive_row(
             config,
             env,
             facts,
-            all_free=[facts.device_free_bytes] * 2,
+            all_free=[facts.device_free_bytes] * world_size,
             torch_version="2.8.0",
             device=None,
             environ={},
         )
         rows.append(decode_row(encode_row(row)))
+    return rows
+
+
+def test_each_rank_row_carries_its_checkpoint_figure(kimi_dir: Path) -> None:
+    """In-process, as each node builds its row (the real parser, the launch-command merge, derive_row, the
+    wire's round trip, decide): at pp 2 each rank's row carries its own checkpoint figure and source, the
+    budget takes the busiest rank's figure off the agreed free memory (SGLang's MIN over ranks), and the
+    JSON and text reports show both."""
+    words = ["check", "--budget-from-device", "--device-free-gib", "139", *FAST]
+    launch = ["--model-path", str(kimi_dir), "--pp-size", "2", "--mem-fraction-static", "0.85"]
+    rows = check_rows(words, launch, world_size=2)
     verdict = decide(rows, world_size=2)
     want = _figures(KIMI, WeightsLayout(pp_size=2, tp_size=1))
     doc = to_json(verdict, extra={})
