@@ -415,6 +415,13 @@ def _bad_inputs(fixtures_dir: Path, tmp_path: Path) -> list[tuple[list[str], dic
         (["--max-mamba-cache-size", "2", "--dp-size", "3"], {}, "--max-mamba-cache-size 2"),
         (["--mamba-full-memory-ratio", "0"], {}, "--mamba-full-memory-ratio 0"),
         (["--policy", "fair-share"], {}, "'fair-share'"),
+        # Two releases and the server's budget: named as such, not "not a release number" (the default
+        # fraction is one release's rule, and it was looked up with the pair as its version).
+        (
+            ["--gpu-free-gib", "79", "--device-total-gib", "80", "--sglang-version", "0.5.22,0.5.23"],
+            {},
+            "--gpu-free-gib computes one release's budget",
+        ),
         (["--model", "kimi-k3", "--model-config", qwen_path], {}, "--model-config"),
     ]
 

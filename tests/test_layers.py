@@ -35,8 +35,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("files",),  # bounded, non-destructive writes and output-path checks (every writer, the session too)
     ("families",),  # one package per model family and the registry the rest asks (model_type -> Family)
     ("core",),  # pure, torch-free capacity math and the rank row it derives
-    ("status", "bounded", "argspec", "__init__"),  # leaves: exit codes, the bounded call, argparse's
-    # parsers as plain data (read once, the one reader of argparse's insides), the version
+    ("status", "bounded", "argspec", "loading", "__init__"),  # leaves: exit codes, the bounded call,
+    # argparse's parsers as plain data (read once, the one reader of argparse's insides), torch loaded
+    # without the collector walking it, the version
 )
 """Top to bottom. ``__init__`` is ``checker/__init__.py`` (``from checker import __version__``)."""
 

@@ -23,6 +23,7 @@ from checker.config import (
 from checker.core.errors import FlagError
 from checker.distributed.launch_env import GroupOptions, RankEnv
 from checker.launch.merge import given_flags, launch_text
+from checker.loading import load_torch
 
 
 def output_paths(args: argparse.Namespace) -> list[tuple[str, str | None]]:
@@ -53,7 +54,8 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
     total_from_device = False
     if args.budget_from_device and args.mem_fraction_static is None and args.device_total_gib is None:
         # The release's default needs the GPU's total memory: this rank's GPU, read at derive time
-        import torch
+        load_torch()  # before the group: the rank's first import of torch
+        import torch  # torch: loaded just above
 
         total_from_device = torch.cuda.is_available()
         if not total_from_device:

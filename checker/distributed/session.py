@@ -56,6 +56,7 @@ from checker.distributed.solo import SoloGroup
 from checker.distributed.watcher import Watcher
 from checker.distributed.wire import ERROR_BYTES, PAYLOAD_PREFIX_LEN, Header, pack_text, unpack_text
 from checker.files import write_file
+from checker.loading import load_torch
 from checker.status import EXIT_CODES, INFRASTRUCTURE_FAILURE, ROW_OK
 
 if TYPE_CHECKING:  # torch is imported when the group is made, so --help and input errors cost none
@@ -345,8 +346,8 @@ class Session:
         if not needs_device and self.alone:
             self.group = SoloGroup(o.backend)
             return
-        # torch: group imports it (~1.1 s), so --help and input errors cost none
-        from checker.distributed.group import Group
+        load_torch()  # here, not at module level, so --help and input errors cost none
+        from checker.distributed.group import Group  # torch: loaded just above
 
         self.group = Group(self.env, backend=o.backend, timeout_s=o.timeout_s, init_method=o.init_method)
         self.group.resolve()

@@ -80,6 +80,11 @@ def budget_the_server_gets(config: DeriveConfig, args: argparse.Namespace) -> De
         return config
     if config.budget_given:
         raise FlagError("--budget-gib and --gpu-free-gib are two budget sources; give one")
+    if len(config.releases) > 1:  # before the fraction: its default is one release's rule
+        raise FlagError(
+            "--gpu-free-gib computes one release's budget; give one --sglang-version "
+            "(or compare releases at a fixed --budget-gib)"
+        )
     fraction, source = args.mem_fraction_static, None
     if fraction is None:
         if args.device_total_gib is None:
@@ -94,6 +99,4 @@ def budget_the_server_gets(config: DeriveConfig, args: argparse.Namespace) -> De
         config = with_release(config)  # the chosen release's own default
         picked = release_default_fraction(config, args, args.device_total_gib * 1024, os.environ)
         fraction, source = picked.value, picked.text
-    if len(config.releases) > 1:
-        raise FlagError("--gpu-free-gib computes one release's budget; give one --sglang-version")
     return server_budget(config, args.gpu_free_gib, args.weights_gib, fraction, fraction_source=source)
