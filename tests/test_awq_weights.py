@@ -258,3 +258,18 @@ def test_the_awq_figures_of_every_checked_release_are_in_the_fixture() -> None:
         assert "is not divisible" in doc["figures"]["0.5.23"][case].get("error", "") or "not aligned" in (
             doc["figures"]["0.5.23"][case].get("error", "")
         ), case
+
+
+def test_an_mxfp4_checkpoint_gets_the_releases_refusal(cli: Callable[..., Any], tmp_path: Path) -> None:
+    """MXFP4 (issue 39 item 1, decided from 0.5.23's code): Mxfp4Config gives a linear built with the quant
+    config no method on CUDA (mxfp4.py:356-381), and every modelled family builds its linears with it: the
+    class fails at construction (linear.py:482). One line, exit 2, never sized as bf16."""
+    cfg = _cfg(NEMOTRON)
+    cfg["quantization_config"] = {"quant_method": "mxfp4"}
+    with pytest.raises(ConfigError, match="linear.py:482"):
+        read_scheme(cfg, source="config.json")
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
+    assert "mxfp4.py:356-381" in line, line

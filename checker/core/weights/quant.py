@@ -373,6 +373,16 @@ def read_scheme(
     if method == "awq":
         aw = read_awq(q, flag, _config_dtype(config), where, source)
         return QuantScheme(aw.method, None, False, (), source, kv=False, aw=aw)
+    if method == "mxfp4" and flag in (None, "mxfp4"):
+        raise ConfigError(
+            f"{source}: {where} quant_method mxfp4: SGLang 0.5.23 on CUDA quantizes only FusedMoE layers "
+            "with it and gives no method to a linear built with the quant config (Mxfp4Config."
+            "get_quant_method, layers/quantization/mxfp4.py:356-381; from_config reads no ignore list, "
+            ":319-335), so the class of every family the checker models fails at construction ('assert "
+            "self.quant_method is not None', layers/linear.py:482); the checker models no mxfp4 weights: "
+            "give the weights per GPU with "
+            "--weights-gib"
+        )
     if method.startswith("modelopt "):
         raise FlagError(
             f"{source}: the model is quantized ({method}, {where}); the checker derives quantized weights "
