@@ -260,6 +260,19 @@ def _hopper_capability() -> None:
             module.get_device_capability = hopper  # type: ignore[attr-defined]
 
 
+def _cuda_awq() -> None:
+    """0.5.23's ``AWQMarlinConfig.is_awq_marlin_compatible`` answers no off CUDA (``if not _is_cuda: return
+    False``, layers/quantization/awq/awq.py:409), so on this CPU the model config would keep plain ``awq``:
+    the one patch, that module's ``_is_cuda`` set True, so the method is picked as on the Hopper GPU the
+    checker models (the flag is read there only: at import, awq.py:515, the fake-op registration has run)."""
+    try:
+        awq = importlib.import_module("sglang.srt.layers.quantization.awq.awq")
+    except ImportError:
+        return
+    if hasattr(awq, "_is_cuda"):
+        awq._is_cuda = True
+
+
 class Release:
     """What differs between releases in how a rank's model is built (feature tests on the installed
     code, never a version switch)."""
@@ -294,6 +307,7 @@ class Release:
             self.rc = None
         self.Group = _coordinator_class()
         _hopper_capability()
+        _cuda_awq()
 
     def server_args(self, model_dir: str, layout: dict[str, int], flags: dict[str, Any]) -> Any:
         tp_group = layout["tp"] * layout.get("dp", 1)

@@ -266,3 +266,37 @@ def gptq_tensors(config: Mapping[str, Any], *, prefixes: tuple[tuple[str, str], 
             (f"{module}.g_idx", (cols,), "I32"),
         ]
     return out
+
+
+def awq_tensors(config: Mapping[str, Any], *, prefixes: tuple[tuple[str, str], ...] = ()) -> list[Spec]:
+    """An AWQ export of ``config`` (AutoAWQ's GEMM layout): every 2-D linear weight SGLang quantizes (not the
+    embedding, the head, Qwen's routers or shared-expert gates, nor a module whose SGLang name contains a
+    ``modules_to_not_convert`` entry) as an int32 ``qweight`` [in, out / 8], int32 ``qzeros``
+    [groups, out / 8] and F16 ``scales`` [groups, out]."""
+    from checker.core.weights.awq import read_awq, sglang_name
+
+    aw = read_awq(config["quantization_config"], None, None, "quantization_config", "config.json")
+    out: list[Spec] = []
+    qweights = {
+        n.removesuffix(".weight") + ".qweight": None
+        for n, s, _ in model_tensors(config)
+        if n.endswith(".weight")
+    }
+    for name, shape, dtype in model_tensors(config):
+        module = name.removesuffix(".weight")
+        skip = ("embed", "lm_head", "mlp.gate.", "shared_expert_gate")
+        if not (name.endswith(".weight") and len(shape) == 2) or any(k in name for k in skip):
+            out.append((name, shape, dtype))
+            continue
+        fused = sglang_name(module, prefixes, qweights)
+        if aw.skips(fused.rpartition(".experts.")[0] + ".experts" if ".experts." in fused else fused):
+            out.append((name, shape, dtype))
+            continue
+        rows, cols = shape
+        groups = 1 if aw.group == -1 else -(-cols // aw.group)
+        out += [
+            (f"{module}.qweight", (cols, rows // 8), "I32"),
+            (f"{module}.qzeros", (groups, rows // 8), "I32"),
+            (f"{module}.scales", (groups, rows), "F16"),
+        ]
+    return out

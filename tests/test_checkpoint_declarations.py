@@ -75,7 +75,11 @@ def _one_line(res: Any) -> str:
             },
             "quantized (compressed-tensors (group weights)); the checker models that method for",
         ),
-        ("quantization_config", {"quant_method": "awq", "bits": 4}, "quantized (awq)"),
+        (
+            "quantization_config",
+            {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+            "quantized (awq as awq_marlin, INT4 group 128 with zero points); the checker models that method",
+        ),
     ],
     ids=["modelopt-nvfp4-awq", "modelopt-mixed", "compressed-tensors", "quantization_config"],
 )

@@ -220,7 +220,12 @@ def test_the_fp8_figures_of_every_checked_release_are_in_the_fixture() -> None:
             "only supports dynamic",
         ),
         ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "awq", FlagError, "contradicts"),
-        ({"quant_method": "awq", "bits": 4}, None, FlagError, "quantized (awq)"),
+        (
+            {"quant_method": "awq", "bits": 4},
+            None,
+            FlagError,
+            "plain awq method (the config has no group_size",
+        ),
         (None, "fp8", FlagError, "quantizes the weights while loading"),
         (None, "fp99", FlagError, "Unknown quantization method"),
     ],

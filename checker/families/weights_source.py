@@ -179,6 +179,12 @@ def checkpoint_weights(
         ckpt = view = check_gptq_shards(
             ckpt, expected_shapes(config, source), scheme.gq, fam.hf_prefixes, source
         )
+    elif scheme.aw is not None:
+        from checker.core.weights.awq import check_awq_shards  # start-up: as above
+
+        ckpt = view = check_awq_shards(
+            ckpt, expected_shapes(config, source), scheme.aw, fam.hf_prefixes, source
+        )
     elif scheme.ct is not None and scheme.ct.weight_only():
         kinds = {
             (

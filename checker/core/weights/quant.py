@@ -47,7 +47,8 @@ compressed-tensors`` in ``quantization_config`` or ``compression_config``), read
 :mod:`checker.core.weights.compressed` says and held as SGLang 0.5.23's ``CompressedTensorsW8A8Fp8``(``MoE``)
 and ``CompressedTensorsWNA16``/``CompressedTensorsWNA16MoE`` (Marlin) hold them
 (checker.core.weights.weights ``wna16_linear``/``wna16_experts``); GPTQ (``quant_method: gptq``), which
-0.5.23 serves on CUDA only as ``gptq_marlin``, as :mod:`checker.core.weights.gptq` says.
+0.5.23 serves on CUDA only as ``gptq_marlin``, as :mod:`checker.core.weights.gptq` says; AWQ (``quant_method:
+awq``), served on Hopper as ``awq_marlin``, as :mod:`checker.core.weights.awq` says.
 
 Block-wise FP8 on Hopper keeps its scales as loaded (the UE8M0 requantization of
 ``requant_block_scale_ue8m0_for_deepgemm`` :819-826 is Blackwell's DeepGEMM path, and the bf16 weight
@@ -69,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, printable, shorten
+from checker.core.weights.awq import AwqConfig, read_awq
 from checker.core.weights.compressed import CompressedConfig, read_compressed
 from checker.core.weights.gptq import GptqConfig, read_gptq
 from checker.core.weights.modelopt import Fp4Config, read_fp4
@@ -86,7 +88,7 @@ it is the release's ``Unknown quantization method`` (``configs/model_config.py:2
 registered for CPU, NPU and XPU only (:105-136): on CUDA a GPTQ checkpoint runs as ``gptq_marlin`` or not at
 all (checker.core.weights.gptq)."""
 
-MODELLED = ("fp8", "modelopt_fp8", "modelopt_fp4", "compressed-tensors", "gptq_marlin")
+MODELLED = ("fp8", "modelopt_fp8", "modelopt_fp4", "compressed-tensors", "gptq_marlin", "awq_marlin")
 """The methods whose per-rank weights the checker derives."""
 
 CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
@@ -95,6 +97,7 @@ CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
     "modelopt_fp4": ("0.5.23",),
     "compressed-tensors": ("0.5.23",),
     "gptq_marlin": ("0.5.23",),
+    "awq_marlin": ("0.5.23",),
 }
 """The releases whose quantized classes the method's rules are held to, per method: each one's own
 ``Fp8LinearMethod``/``Fp8MoEMethod``/``Fp8KVCacheMethod`` built on the meta device
@@ -165,6 +168,8 @@ class QuantScheme:
     """GPTQ served as gptq_marlin: its arguments and dynamic rules (checker.core.weights.gptq)."""
     fp4: Fp4Config | None = None
     """ModelOpt NVFP4: its group size (checker.core.weights.modelopt)."""
+    aw: AwqConfig | None = None
+    """AWQ served as awq_marlin: its group and modules_to_not_convert (checker.core.weights.awq)."""
 
     @property
     def modelopt(self) -> bool:
@@ -182,6 +187,8 @@ class QuantScheme:
     def describe(self) -> str:
         if self.gq is not None:
             return self.gq.describe()
+        if self.aw is not None:
+            return self.aw.describe()
         if self.ct is not None:
             kinds = "/".join(sorted(self.ct.strategies()))
             return f"{self.method} ({kinds + ' weights' if kinds else 'no config groups'})"
@@ -363,6 +370,19 @@ def read_scheme(
     if method == "gptq":
         gq = read_gptq(q, flag, where, source)
         return QuantScheme(gq.method, None, False, (), source, kv=False, gq=gq)
+    if method == "awq":
+        aw = read_awq(q, flag, _config_dtype(config), where, source)
+        return QuantScheme(aw.method, None, False, (), source, kv=False, aw=aw)
+    if method == "mxfp4" and flag in (None, "mxfp4"):
+        raise ConfigError(
+            f"{source}: {where} quant_method mxfp4: SGLang 0.5.23 on CUDA quantizes only FusedMoE layers "
+            "with it and gives no method to a linear built with the quant config (Mxfp4Config."
+            "get_quant_method, layers/quantization/mxfp4.py:356-381; from_config reads no ignore list, "
+            ":319-335), so the class of every family the checker models fails at construction ('assert "
+            "self.quant_method is not None', layers/linear.py:482); the checker models no mxfp4 weights: "
+            "give the weights per GPU with "
+            "--weights-gib"
+        )
     if method.startswith("modelopt "):
         raise FlagError(
             f"{source}: the model is quantized ({method}, {where}); the checker derives quantized weights "
@@ -385,6 +405,16 @@ def read_scheme(
             f"{', '.join(MODELLED)} only; {_WAY_OUT}"
         )
     return _fp8(q, source)
+
+
+def _config_dtype(config: Mapping[str, Any]) -> str | None:
+    """config.json's model dtype where it names one (the plain awq method takes float16 only)."""
+    for section in (config, config.get("text_config")):
+        if isinstance(section, Mapping):
+            value = section.get("torch_dtype", section.get("dtype"))
+            if isinstance(value, str):
+                return value.removeprefix("torch.")
+    return None
 
 
 _CT_FLAGS = ("w8a8_fp8", "w8a8_int8", "auto-round-int8")

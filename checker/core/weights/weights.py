@@ -41,6 +41,8 @@ from typing import Any
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
 from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
+from checker.core.weights.awq import awq_experts, awq_linear
+from checker.core.weights.awq import check_backend as check_awq_backend
 from checker.core.weights.compressed import CompressedConfig, Scheme
 from checker.core.weights.compressed import check_block as ct_check_block
 from checker.core.weights.gptq import check_backend, gptq_experts, gptq_linear
@@ -367,6 +369,11 @@ class Builder:
                 self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
             else:
                 gptq_linear(self, s.gq, args, name, rows, inp, part, in_split)
+        elif s is not None and s.aw is not None:
+            if not quant or s.aw.skips(prefix or name):
+                self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
+            else:
+                awq_linear(self, s.aw, name, rows, inp, part, out_split, in_split)
         elif s is not None and s.ct is not None:
             ct = s.ct.linear(prefix or name, cls) if quant else None
             if ct is None:
@@ -561,6 +568,9 @@ class Builder:
         if s is not None and s.gq is not None:
             gptq_experts(self, s.gq, name, local, hidden, inter)
             return
+        if s is not None and s.aw is not None and not s.aw.skips(name):
+            awq_experts(self, s.aw, name, local, hidden, inter)
+            return
         if s is not None and s.ct is not None:
             ct = s.ct.moe(name)
             compressed_experts(self, ct, name, local, hidden, inter, shards)
@@ -569,7 +579,7 @@ class Builder:
             total = num_experts + shared_slots  # the layer's num_experts: its input scales are global
             fp4_experts(self, s.fp4, name, local, total, hidden, inter, gated)
             return
-        fp8 = s is not None and not s.skips(name)
+        fp8 = s is not None and s.aw is None and not s.skips(name)
         dtype = "float8_e4m3fn" if fp8 else None
         self.add(f"{name}.w13_weight", (local, shards * inter, hidden), part="layers", dtype=dtype)
         self.add(f"{name}.w2_weight", (local, hidden, inter), part="layers", dtype=dtype)
@@ -1120,6 +1130,7 @@ QUANT_FAMILIES = {
     "modelopt_fp4": ("Nemotron-H", "Qwen3-Next"),
     "compressed-tensors": ("Qwen3-Next", "Nemotron-H"),
     "gptq_marlin": ("Qwen3-Next", "Nemotron-H"),
+    "awq_marlin": ("Qwen3-Next", "Nemotron-H"),
 }
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
 
@@ -1172,6 +1183,8 @@ def rank_params_of(
     experts = text.integer("num_experts", 0, minimum=0) or text.integer("num_local_experts", 0, minimum=0)
     if experts and quant is not None and quant.gq is not None:
         check_backend(layout.moe_runner_backend, quant.gq)
+    if experts and quant is not None and quant.aw is not None:
+        check_awq_backend(layout.moe_runner_backend, quant.aw)
     if experts and layout.moe_runner_backend not in ("auto", "triton"):
         raise FlagError(
             f"--moe-runner-backend {shorten(layout.moe_runner_backend)}: the checker models the expert "

@@ -289,7 +289,14 @@ RULES = FamilyRules(
         num_layers,
         build,
         tensors,
-        quant_methods=("fp8", "modelopt_fp8", "modelopt_fp4", "compressed-tensors", "gptq_marlin"),
+        quant_methods=(
+            "fp8",
+            "modelopt_fp8",
+            "modelopt_fp4",
+            "compressed-tensors",
+            "gptq_marlin",
+            "awq_marlin",
+        ),
         hf_prefixes=(("backbone.", "model."),),  # NemotronHForCausalLM.hf_to_sglang_mapper
     ),
 )

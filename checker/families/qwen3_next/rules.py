@@ -72,7 +72,7 @@ def packed_in_proj(b: Builder, i: int) -> None:
     """Qwen3-Next's class wraps the loader of ``in_proj_qkvz``/``in_proj_ba`` through their ``weight``
     (``_make_packed_weight_loader``: ``module.weight.weight_loader``, 0.5.23 models/qwen3_next.py:311); a
     compressed-tensors WNA16 linear holds ``weight_packed`` and no ``weight``: SGLang's AttributeError at
-    construction; a GPTQ linear holds ``qweight``: the same."""
+    construction; a GPTQ or AWQ linear holds ``qweight``: the same."""
     gq = b.quant.gq if b.quant is not None else None
     for proj in ("in_proj_qkvz", "in_proj_ba"):
         name = f"model.layers.{i}.linear_attn.{proj}"
@@ -82,6 +82,16 @@ def packed_in_proj(b: Builder, i: int) -> None:
                 "Qwen3-Next class cannot build it ('MergedColumnParallelLinear' object has no attribute "
                 "'weight', models/qwen3_next.py:311): keep the linear_attn projections bf16 with a '-:' "
                 "dynamic rule, as the checkpoint must"
+            )
+    aw = b.quant.aw if b.quant is not None else None
+    for proj in ("in_proj_qkvz", "in_proj_ba"):
+        name = f"model.layers.{i}.linear_attn.{proj}"
+        if aw is not None and not aw.skips(name):
+            raise ConfigError(
+                f"{aw.source}: AWQ quantizes {name} (no modules_to_not_convert entry is part of its name); "
+                "SGLang's Qwen3-Next class cannot build it ('MergedColumnParallelLinear' object has no "
+                "attribute 'weight', models/qwen3_next.py:311): list the linear_attn projections in "
+                "modules_to_not_convert, as the checkpoint must"
             )
     ct = b.quant.ct if b.quant is not None else None
     if ct is None:
@@ -357,7 +367,7 @@ RULES = FamilyRules(
         num_layers,
         build,
         tensors,
-        quant_methods=("fp8", "compressed-tensors", "modelopt_fp4", "gptq_marlin"),
+        quant_methods=("fp8", "compressed-tensors", "modelopt_fp4", "gptq_marlin", "awq_marlin"),
         draft=draft,
     ),
     draft_tensors=mtp_tensors,
