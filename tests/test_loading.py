@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 PROBE = """
-import gc, json
+import gc, json, sys
 collections = []
 gc.callbacks.append(lambda phase, info: phase == "stop" and collections.append(info["generation"]))
 from checker.loading import load_torch
@@ -19,8 +19,9 @@ during = len(collections)
 load_torch()  # a second call: torch is loaded, nothing to do
 frozen = gc.get_freeze_count()
 gc.collect()
+loaded = "torch.distributed" in sys.modules
 print(json.dumps({"during": during, "enabled": gc.isenabled(), "frozen": frozen,
-                  "after": len(collections) - during, "torch": "torch.distributed" in __import__("sys").modules}))
+                  "after": len(collections) - during, "torch": loaded}))
 """
 
 
