@@ -36,6 +36,12 @@ def _cfg(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
+def _few_layers(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` cut to 8 layers of 16 experts (linear and full attention both present, layers 0-7): a
+    refusal that names one tensor reads the same there, at 2k tensors instead of the 80B model's 150k."""
+    return {**cfg, "num_hidden_layers": 8, "num_experts": 16, "num_experts_per_tok": 4}
+
+
 _TENSORS: dict[str, list[Any]] = {}
 
 
@@ -264,7 +270,7 @@ def test_fp8_on_a_family_whose_quantized_class_is_not_modelled_is_refused_naming
 
 
 def test_an_fp8_weight_without_its_scale_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
-    cfg = _cfg(QWEN_BLOCK)
+    cfg = _few_layers(_cfg(QWEN_BLOCK))
     tensors = [t for t in _fp8_tensors(cfg) if t[0] != "model.layers.5.linear_attn.out_proj.weight_scale_inv"]
     d = _fp8_dir(tmp_path, cfg, tensors)
     line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
@@ -283,7 +289,7 @@ def test_a_scale_of_the_wrong_shape_is_refused(cli: Callable[..., Any], tmp_path
 
 
 def test_an_fp8_config_over_bf16_shards_is_refused(cli: Callable[..., Any], tmp_path: Path) -> None:
-    cfg = _cfg(QWEN_BLOCK)
+    cfg = _few_layers(_cfg(QWEN_BLOCK))
     d = _fp8_dir(tmp_path, cfg, model_tensors(cfg))
     line = _one_line(cli([*DERIVE, "--pp-size", "1", "--tp-size", "2", "--model-config", str(d)]))
     assert "no shard holds a float8 weight" in line, line
@@ -292,7 +298,7 @@ def test_an_fp8_config_over_bf16_shards_is_refused(cli: Callable[..., Any], tmp_
 def test_an_int32_packed_weight_under_a_bf16_config_is_refused(
     cli: Callable[..., Any], tmp_path: Path
 ) -> None:
-    cfg = _cfg(QWEN_BLOCK)
+    cfg = _few_layers(_cfg(QWEN_BLOCK))
     cfg.pop("quantization_config")
     tensors = model_tensors(cfg) + [("model.layers.0.linear_attn.out_proj.qweight", (512, 2048), "I32")]
     d = _fp8_dir(tmp_path, cfg, tensors)
