@@ -357,10 +357,10 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         {},
     ),
     "qwen3_5/modelopt-nvfp4": (f"{F}/weights/qwen3_5_modelopt_nvfp4.json", ["pp=2,tp=2"], None, {}),
-    "qwen3_5/modelopt-fp8": (f"{F}/weights/qwen3_5_modelopt_fp8.json", ["pp=2,tp=4,ep=4"], None, {}),
+    "qwen3_5/modelopt-fp8": (f"{F}/weights/qwen3_5_modelopt_fp8.json", ["pp=2,tp=2,ep=2"], None, {}),
     "qwen3_5/modelopt-fp8-dense": (
         f"{F}/weights/qwen3_5_dense_modelopt_fp8.json",
-        ["pp=1,tp=4", "pp=2,tp=2", "pp=1,tp=2,dp=2"],
+        ["pp=1,tp=4", "pp=2,tp=2"],
         None,
         {},
     ),
