@@ -363,6 +363,63 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # Qwen3.5 (the family with a vision tower) under the other methods: its vision tower is built with
+    # quant_config=None in every release (0.5.23 qwen3_vl.py:1332-1339), bf16 whether or not the ignore list
+    # names it; MoE and dense configs
+    "qwen3_5/ct-fp8-channel": (f"{F}/weights/qwen3_5_ct_fp8_channel.json", ["pp=2,tp=4,ep=4"], None, {}),
+    "qwen3_5/ct-fp8-dense": (
+        f"{F}/weights/qwen3_5_dense_ct_fp8_channel.json",
+        ["pp=1,tp=4", "pp=2,tp=2", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_5/ct-w4a16": (f"{F}/weights/qwen3_5_ct_w4a16.json", ["pp=2,tp=2", "pp=3,tp=1"], None, {}),
+    "qwen3_5/ct-w4a16-dense": (
+        f"{F}/weights/qwen3_5_dense_ct_w4a16.json",
+        ["pp=1,tp=4", "pp=2,tp=2", "pp=3,tp=1"],
+        None,
+        {},
+    ),
+    "qwen3_5/gptq-int4": (f"{F}/weights/qwen3_5_gptq_int4.json", ["pp=2,tp=2,ep=2"], None, {}),
+    "qwen3_5/gptq-int4-dense": (
+        f"{F}/weights/qwen3_5_dense_gptq_int4.json",
+        ["pp=1,tp=4", "pp=2,tp=2", "pp=1,tp=8"],
+        None,
+        {},
+    ),
+    "qwen3_5/modelopt-nvfp4": (f"{F}/weights/qwen3_5_modelopt_nvfp4.json", ["pp=2,tp=2"], None, {}),
+    "qwen3_5/modelopt-fp8": (f"{F}/weights/qwen3_5_modelopt_fp8.json", ["pp=2,tp=2,ep=2"], None, {}),
+    "qwen3_5/modelopt-fp8-dense": (
+        f"{F}/weights/qwen3_5_dense_modelopt_fp8.json",
+        ["pp=1,tp=4", "pp=2,tp=2"],
+        None,
+        {},
+    ),
+    "qwen3_5/modelopt-nvfp4-dense": (
+        f"{F}/weights/qwen3_5_dense_modelopt_nvfp4.json",
+        ["pp=1,tp=4", "pp=2,tp=2"],
+        None,
+        {},
+    ),
+    # in_proj_ba quantized: its 32-row partition at tp 4 is under Marlin's 64-wide tile
+    "qwen3_5/ct-w4a16-ba-tp4": (f"{F}/weights/qwen3_5_dense_ct_w4a16_ba.json", ["pp=1,tp=4"], None, {}),
+    # Falcon-H1 (dense FFN; its Mamba mixer and RadixAttention built without the quant config, its qkv/o
+    # without a prefix) and Granite-4.0-H (MoE; every linear and the experts quantized, the routers not)
+    # under compressed-tensors and GPTQ
+    "falcon_h1/ct-fp8-channel": (
+        f"{F}/weights/falcon_h1_ct_fp8_channel.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "falcon_h1/ct-w4a16": (f"{F}/weights/falcon_h1_ct_w4a16.json", ["pp=1,tp=2", "pp=1,tp=4"], None, {}),
+    "falcon_h1/gptq-int4": (f"{F}/weights/falcon_h1_gptq_int4.json", ["pp=1,tp=1", "pp=1,tp=4"], None, {}),
+    # Granite's n_groups = 1: a quantized MambaMixer2 asserts the TP size divides it (mamba.py:254-259),
+    # so tp 1 (Granite does not run under PP: its load_weights KeyErrors)
+    "granite_h/ct-fp8-channel": (f"{F}/weights/granite_h_ct_fp8_channel.json", ["pp=1,tp=1"], None, {}),
+    "granite_h/ct-w4a16": (f"{F}/weights/granite_h_ct_w4a16.json", ["pp=1,tp=1"], None, {}),
+    "granite_h/gptq-int4": (f"{F}/weights/granite_h_gptq_int4.json", ["pp=1,tp=1"], None, {}),
+    "granite_h/tp2-gptq-int4": (f"{F}/weights/granite_h_gptq_int4.json", ["pp=1,tp=2"], None, {}),
     "nemotron_h/fp8-tensor": (
         f"{F}/weights/nemotron_h_fp8_tensor.json",
         ["pp=2,tp=2", "pp=3,tp=2"],

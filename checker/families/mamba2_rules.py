@@ -33,17 +33,28 @@ def mamba_mixer(
     release: str,
     cache_tp_size: int | None = None,
     quant: bool = True,
+    module: str | None = None,
 ) -> int:
     """``MambaMixer2`` (``layers/attention/mamba/mamba.py``): over the attention-TP group under DP
     attention from 0.5.14 (the whole TP group before), else the TP group; a group count the group does
     not divide is replicated to it (``extra_groups_for_head_shards``: n_groups=1 becomes tp groups);
-    ``quant``: the class hands the mixer its quant config (Falcon-H1's does not)."""
+    ``quant``: the class hands the mixer its quant config (Falcon-H1's does not); ``module``: the mixer's
+    SGLang module name where it is not ``pre`` (an ignore list or dynamic rule is matched against it)."""
     g = "attn_tp" if layout.dp_size > 1 and not before(release, "0.5.14") else "tp"
     size = b.p.size(g)
     divide(heads, size, "mamba heads")
     if n_groups % size and n_groups != 1:
         raise LayoutError(
             f"mamba n_groups = {n_groups} is neither 1 nor divisible by the TP size {size}; SGLang refuses it"
+        )
+    if quant and b.quant is not None and size > 1 and n_groups % size:
+        # whatever the ignore list keeps bf16: the assertion reads the quant config only (0.5.23
+        # layers/attention/mamba/mamba.py:254-259; the same from 0.5.5)
+        raise LayoutError(
+            f"mamba n_groups = {n_groups} is not divisible by the TP size {size} and the model is quantized; "
+            f"SGLang {release} refuses it ('Tensor parallel currently supported for quantized models only if "
+            "tensor parallel world size divides num groups', layers/attention/mamba/mamba.py:254-259), even "
+            "where the ignore list keeps the mixer unquantized: use a TP size that divides n_groups"
         )
     groups = n_groups if n_groups % size == 0 else n_groups + (size - n_groups)
     # The channels come from the model config's mamba2_cache_params (0.5.3.post1+), whose extra groups
@@ -65,8 +76,18 @@ def mamba_mixer(
     # (layers/attention/mamba/mamba.py: MergedColumnParallelLinear or ColumnParallelLinear)
     gs = cache_groups * state
     shards = [intermediate, intermediate, gs, gs, heads] if n_groups % size == 0 else None
-    b.column(f"{pre}.in_proj", in_proj, hidden, g, bias=proj_bias, shards=shards, quant=quant)
-    b.row(f"{pre}.out_proj", hidden, intermediate, g, bias=proj_bias, quant=quant)
+    mod = module or pre
+    b.column(
+        f"{pre}.in_proj",
+        in_proj,
+        hidden,
+        g,
+        bias=proj_bias,
+        shards=shards,
+        quant=quant,
+        prefix=f"{mod}.in_proj",
+    )
+    b.row(f"{pre}.out_proj", hidden, intermediate, g, bias=proj_bias, quant=quant, prefix=f"{mod}.out_proj")
     if rms_norm:
         b.add(f"{pre}.norm.weight", (divide(intermediate, size, "mamba intermediate size"),), part="layers")
     return groups  # the group count the mixer holds (n_groups, or the replicated one)

@@ -143,6 +143,7 @@ def checkpoint_weights(
         check_fp8,
         check_packed,
         check_unquantized,
+        check_unquantized_modules,
     )
     from checker.core.weights.quant import read_scheme  # start-up: as above
     from checker.core.weights.weights import check_quant_family  # start-up: as above
@@ -170,6 +171,9 @@ def checkpoint_weights(
     check_quant_family(fam, scheme, source)  # and a method its class is not modelled under
     ckpt = read_checkpoint(d)
     view = ckpt  # what the config-shape checks see (NVFP4's packed weights at their [out, in])
+    if scheme is not None:  # a module its class builds unquantized under every method (Qwen3.5's tower)
+        for prefix, what in fam.unquantized:
+            check_unquantized_modules(ckpt, (prefix,), what, source, scheme.describe())
     if scheme is None:  # quantized tensors under a config that declares none: named before the name checks
         check_unquantized(ckpt, source)
     elif scheme.gq is not None:

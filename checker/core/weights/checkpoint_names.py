@@ -54,6 +54,30 @@ def check_unquantized(ckpt: Checkpoint, source: str) -> None:
             )
 
 
+_QUANT_SUFFIXES = (*_PACKED, ".scales", ".g_idx", ".weight_scale_2", ".weight_zero_point", ".weight_shape")
+
+
+def check_unquantized_modules(
+    ckpt: Checkpoint, prefixes: tuple[str, ...], what: str, source: str, method: str
+) -> None:
+    """Under a quantized config: a module the class builds with ``quant_config=None`` whatever the
+    method (``prefixes``, checkpoint names; Qwen3.5's vision tower) must be stored unquantized. SGLang
+    holds it in the model dtype: a packed weight or a scale of it is no parameter (its weight stays
+    uninitialized), a float8 weight is cast without its scale, an NVFP4 one fails the shape check."""
+    for name, tensor in ckpt.tensors.items():
+        if not name.startswith(prefixes):
+            continue
+        narrow = name.endswith(".weight") and (tensor.dtype in _FLOAT8 or tensor.dtype in ("I32", "U8", "I8"))
+        if narrow or name.endswith(_QUANT_SUFFIXES):
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} ({tensor.dtype}) quantizes {what}, "
+                f"which SGLang builds unquantized under {method} (quant_config=None, 0.5.23 "
+                "models/qwen3_vl.py:1332-1339), in the model dtype, loading none of its packed weights or "
+                "scales: the tower would serve weights the checkpoint does not give it; the checkpoint must "
+                f"keep it unquantized (in {source}'s ignore list)"
+            )
+
+
 _SCALE_DTYPES = ("F32", "BF16", "F16")
 
 

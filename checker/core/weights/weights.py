@@ -364,7 +364,8 @@ class Builder:
         rows = sum(shards)
         s = self.quant
         if s is not None and s.gq is not None:
-            args = s.gq.linear(prefix or name) if quant else None
+            # prefix "": a module built without one (Falcon-H1's qkv/o), which no rule names
+            args = s.gq.linear(name if prefix is None else prefix) if quant else None
             if args is None:
                 self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
             else:
@@ -375,7 +376,7 @@ class Builder:
             else:
                 awq_linear(self, s.aw, name, rows, inp, part, out_split, in_split)
         elif s is not None and s.ct is not None:
-            ct = s.ct.linear(prefix or name, cls) if quant else None
+            ct = s.ct.linear(name if prefix is None else prefix, cls) if quant else None
             if ct is None:
                 self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
             else:
@@ -902,6 +903,9 @@ class FamilyWeights:
     """The class's ``hf_to_sglang_mapper`` prefixes, applied to a quantization's ignore list."""
     packed_modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """The class's ``packed_modules_mapping`` entries beyond ``qkv_proj``/``gate_up_proj``."""
+    unquantized: tuple[tuple[str, str], ...] = ()
+    """(checkpoint-name prefix, what it is): modules the class builds with ``quant_config=None`` under every
+    method (Qwen3.5's vision tower), which a quantized checkpoint must store unquantized."""
     draft: Callable[[Builder, ConfigSection, ConfigSection, WeightsLayout, str], None] | None = None
     """How the family's NEXTN/MTP draft class (built from the target's config, one stage) builds a rank;
     None: no draft class is modelled (:func:`draft_bytes`)."""
@@ -1126,10 +1130,10 @@ class ModelWeights:
 
 QUANT_FAMILIES = {
     "fp8": ("Qwen3-Next", "Qwen3.5", "Nemotron-H"),
-    "modelopt_fp8": ("Nemotron-H", "Falcon-H1"),
-    "modelopt_fp4": ("Nemotron-H", "Qwen3-Next"),
-    "compressed-tensors": ("Qwen3-Next", "Nemotron-H"),
-    "gptq_marlin": ("Qwen3-Next", "Nemotron-H"),
+    "modelopt_fp8": ("Nemotron-H", "Falcon-H1", "Qwen3.5"),
+    "modelopt_fp4": ("Nemotron-H", "Qwen3-Next", "Qwen3.5"),
+    "compressed-tensors": ("Qwen3-Next", "Nemotron-H", "Qwen3.5", "Falcon-H1", "Granite-4.0-H"),
+    "gptq_marlin": ("Qwen3-Next", "Nemotron-H", "Qwen3.5", "Falcon-H1", "Granite-4.0-H"),
     "awq_marlin": ("Qwen3-Next", "Nemotron-H"),
 }
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""

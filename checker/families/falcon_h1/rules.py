@@ -181,7 +181,7 @@ RULES = FamilyRules(
         build,
         tensors,
         unknown_tensor_rule="falcon_h1.load_unknown",
-        quant_methods=("modelopt_fp8",),
+        quant_methods=("modelopt_fp8", "compressed-tensors", "gptq_marlin"),
         load_name=load_name,
     ),
 )

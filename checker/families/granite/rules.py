@@ -54,15 +54,18 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
                 rms_norm=True,
                 layout=layout,
                 release=release,
+                module=f"{pre}.mixer",  # MambaMixer2(prefix=f"{prefix}.mixer"), granitemoehybrid.py:99
             )
         else:
             b.qkv(f"{pre}.self_attn.qkv_proj", H, hd, heads, kv, "tp", bias=bias)
             b.row(f"{pre}.self_attn.o_proj", H, H, "tp", bias=bias)
         if E > 0:
-            b.replicated(f"{pre}.block_sparse_moe.gate", E, H)
+            # the router: ReplicatedLinear(quant_config=None), 0.5.23 models/granitemoe.py:127-133
+            b.replicated(f"{pre}.block_sparse_moe.gate", E, H, quant=False)
             b.experts(f"{pre}.block_sparse_moe.experts", E, H, inter)
         if shared:
-            b.column(f"{pre}.shared_mlp.input_linear", 2 * shared, H, "tp")
+            # MergedColumnParallelLinear([S] * 2), granitemoe.py:177-183: two logical shards
+            b.column(f"{pre}.shared_mlp.input_linear", 2 * shared, H, "tp", shards=[shared, shared])
             b.row(f"{pre}.shared_mlp.output_linear", H, shared, "tp")
         b.norm(f"{pre}.input_layernorm", H)
         b.norm(f"{pre}.post_attention_layernorm", H)
@@ -160,6 +163,12 @@ def check_config(r: Release, data: Mapping[str, Any]) -> None:
 RULES = FamilyRules(
     check_config=check_config,
     weights=FamilyWeights(
-        "Granite-4.0-H", ("granitemoehybrid",), None, plain_layers("num_hidden_layers", 40), build, tensors
+        "Granite-4.0-H",
+        ("granitemoehybrid",),
+        None,
+        plain_layers("num_hidden_layers", 40),
+        build,
+        tensors,
+        quant_methods=("compressed-tensors", "gptq_marlin"),
     ),
 )

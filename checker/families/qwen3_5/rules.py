@@ -87,7 +87,7 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
     for i in range(b.p.start_layer, b.p.end_layer):
         if types[i] == "attention":
             # RadixAttention takes the quant config (its FP8 k_scale/v_scale) from 0.5.17 (qwen3_5.py:915)
-            qwen_attention(b, t, i, release, kv_quant=not before(release, "0.5.17"))
+            qwen_attention(b, t, i, release, kv_quant=not before(release, "0.5.17"), fp4_qkv=True)
         else:
             # A_log in float32 from 0.5.10; 0.5.9's qwen3_5.py builds it in the model dtype
             a_log = b.dtype if before(release, "0.5.10") else "float32"
@@ -96,7 +96,8 @@ def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
             qwen_moe(b, t, i, layout, fuse_shared=False)
         else:
             inter = t.integer("intermediate_size")
-            b.column(f"model.layers.{i}.mlp.gate_up_proj", 2 * inter, H, "tp")
+            # Qwen2MoeMLP's MergedColumnParallelLinear([I] * 2): two logical shards (a per-tensor scale each)
+            b.column(f"model.layers.{i}.mlp.gate_up_proj", 2 * inter, H, "tp", shards=[inter, inter])
             b.row(f"model.layers.{i}.mlp.down_proj", H, inter, "tp")
         gemma_norm(b, f"model.layers.{i}.input_layernorm", H)
         gemma_norm(b, f"model.layers.{i}.post_attention_layernorm", H)
@@ -130,7 +131,7 @@ def draft(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayou
         qwen_moe(b, mtp, 0, layout, fuse_shared=False)
     else:
         inter = t.integer("intermediate_size")
-        b.column("model.layers.0.mlp.gate_up_proj", 2 * inter, H, "tp")
+        b.column("model.layers.0.mlp.gate_up_proj", 2 * inter, H, "tp", shards=[inter, inter])
         b.row("model.layers.0.mlp.down_proj", H, inter, "tp")
     gemma_norm(b, "model.layers.0.input_layernorm", H)
     gemma_norm(b, "model.layers.0.post_attention_layernorm", H)
@@ -224,7 +225,7 @@ RULES = FamilyRules(
         num_layers,
         build,
         tensors,
-        quant_methods=("fp8",),
+        quant_methods=("fp8", "compressed-tensors", "gptq_marlin", "modelopt_fp4", "modelopt_fp8"),
         # the class's modules sit under model.language_model. (the checker's model.)
         hf_prefixes=(("model.language_model.", "model."),),
         # models/qwen3_5.py:1710-1715
@@ -233,6 +234,8 @@ RULES = FamilyRules(
             ("in_proj_ba", ("in_proj_b", "in_proj_a")),
         ),
         draft=draft,
+        # Qwen3VLMoeVisionModel(quant_config=None), 0.5.23 models/qwen3_vl.py:1332-1339, every release
+        unquantized=(("model.visual.", "Qwen3.5's vision tower"),),
     ),
     draft_tensors=mtp_tensors,
 )

@@ -126,9 +126,12 @@ def _rope_setting(t: ConfigSection) -> tuple[int, float, Mapping[str, Any]]:
     return t.integer("max_position_embeddings", 32768), float(factor), rope
 
 
-def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str, *, kv_quant: bool = True) -> None:
+def qwen_attention(
+    b: Builder, t: ConfigSection, i: int, release: str, *, kv_quant: bool = True, fp4_qkv: bool = False
+) -> None:
     """``kv_quant``: the class passes its quant config to RadixAttention (its KV scales). Qwen3-Next
-    builds ``qkv_proj`` without it under ModelOpt NVFP4 (0.5.23 models/qwen3_next.py:665-675)."""
+    builds ``qkv_proj`` without it under ModelOpt NVFP4 (0.5.23 models/qwen3_next.py:665-675);
+    ``fp4_qkv``: Qwen3.5's class passes it there too (0.5.23 models/qwen3_5.py:1331-1341)."""
     H = t.integer("hidden_size")
     heads, kv = t.integer("num_attention_heads", 16), t.integer("num_key_value_heads", 2)
     hd = t.integer("head_dim", 256)
@@ -142,7 +145,7 @@ def qwen_attention(b: Builder, t: ConfigSection, i: int, release: str, *, kv_qua
         kv,
         "attn_tp",
         prefix=f"{pre}.self_attn.qkv_proj",
-        quant=b.quant is None or b.quant.fp4 is None,
+        quant=fp4_qkv or b.quant is None or b.quant.fp4 is None,
     )
     b.row(f"{pre}.o_proj", H, heads * hd, "attn_tp", prefix=f"{pre}.self_attn.o_proj")
     if kv_quant:
