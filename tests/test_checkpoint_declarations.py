@@ -60,20 +60,26 @@ def _one_line(res: Any) -> str:
             {"quantization": {"quant_algo": "MIXED_PRECISION"}},
             "quantized (modelopt MIXED_PRECISION, hf_quant_config.json)",
         ),
-        (  # compressed-tensors FP8 W8A8 is modelled for Qwen3-Next and Nemotron-H (test_quant_weights.py):
-            # a W4A16 compression_config on Falcon-H1 is refused naming it
+        (  # compressed-tensors FP8 W8A8 and INT W4A16 are modelled for Falcon-H1 too
+            # (test_quant_families.py): an INT8 W8A8 compression_config is refused naming the scheme
             "compression_config",
             {
-                "format": "pack-quantized",
+                "format": "int-quantized",
                 "quant_method": "compressed-tensors",
                 "config_groups": {
                     "group_0": {
                         "targets": ["Linear"],
-                        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+                        "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
+                        "input_activations": {
+                            "num_bits": 8,
+                            "type": "int",
+                            "strategy": "token",
+                            "dynamic": True,
+                        },
                     }
                 },
             },
-            "quantized (compressed-tensors (group weights)); the checker models that method for",
+            "quantized (compressed-tensors INT8 W8A8 (CompressedTensorsW8A8Int8)); the checker models",
         ),
         (
             "quantization_config",

@@ -204,6 +204,7 @@ def checkpoint_weights(
         check_packed(ckpt, expected_shapes(config, source), args, source)
     elif scheme.ct is not None:
         ct = scheme.ct
+        ct.refuse_unresolved()
         blocks = {g.weights.block for _, g in ct.targets if g.weights.strategy == "block"}
         static = bool(ct.targets) and all(
             g.inputs is not None and not g.inputs.dynamic for _, g in ct.targets

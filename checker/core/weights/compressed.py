@@ -348,6 +348,14 @@ class CompressedConfig:
             f"{_MODELLED}: {_WAY_OUT}"
         )
 
+    def refuse_unresolved(self) -> None:
+        """Each config group that is neither weight-only nor FP8 W8A8 (INT8 W8A8, FP8 weight-only,
+        float4, ...) resolved as a linear resolves it (the MoE path refuses them too): refused naming its
+        scheme before any shard is read, not taken by a shard check for the FP8 scheme that is modelled."""
+        for target, group in self.targets:
+            if not (_is_wna16(group.weights, group.inputs) or _is_fp8_w8a8(group.weights, group.inputs)):
+                self._linear_scheme(group, target)
+
     def strategies(self) -> set[str]:
         return {g.weights.strategy for _, g in self.targets}
 
