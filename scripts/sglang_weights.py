@@ -258,6 +258,12 @@ def _hopper_capability() -> None:
     for module in list(sys.modules.values()):
         if module is not None and getattr(module, "get_device_capability", None) is real:
             module.get_device_capability = hopper  # type: ignore[attr-defined]
+    # 0.5.10's gptq.py reads its import-time ``_is_cuda`` where the model config picks the method
+    # (``GPTQMarlinConfig.is_gptq_marlin_compatible``, gptq.py:420): False on CPU would read a Marlin-able
+    # checkpoint as plain ``gptq``, which CUDA never does (0.5.13+ moved the file and dropped the test)
+    gptq = sys.modules.get("sglang.srt.layers.quantization.gptq")
+    if gptq is not None and hasattr(gptq, "_is_cuda"):
+        gptq._is_cuda = True  # type: ignore[attr-defined]
 
 
 def _cuda_awq() -> None:
@@ -480,10 +486,22 @@ class Release:
             # the GPU a quantized scheme is picked for (compressed-tensors' _check_scheme_supported reads
             # it at construction, compressed_tensors.py:416): Hopper, SM90, as the checker models
             _patched(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0)),
+            # 0.5.10-0.5.17's swizzle_blockscale moves the NVFP4 experts' swizzled scales with .cuda()
+            # (quantization/utils.py:618; .to(scale.device) from 0.5.20): on the meta device they stay
+            _patched(torch.Tensor, "cuda", _meta_cuda(torch.Tensor.cuda)),
         ):
             if len(inspect.signature(init).parameters) == 2:  # up to 0.5.8 it takes the quant config itself
                 return init(mc, lc)
             return init(mc, lc, self.loader._get_quantization_config(mc, lc))
+
+
+def _meta_cuda(real: Any) -> Any:
+    """``Tensor.cuda`` that leaves a meta tensor where it is (the build's device), else the real one."""
+
+    def cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self if self.is_meta else real(self, *args, **kwargs)
+
+    return cuda
 
 
 @contextlib.contextmanager
@@ -598,15 +616,20 @@ def main(argv: list[str] | None = None) -> int:
         cases = json.loads(open(args.cases).read())
         results: dict[str, Any] = {}
         for cid, case in cases.items():
-            try:
-                results[cid] = {
-                    "layouts": run_layouts(
-                        rel, case["config"], case["layouts"], case.get("partition"), case.get("flags", {})
+            done: list[Any] = []
+            for layout in case["layouts"]:
+                try:
+                    done += run_layouts(
+                        rel, case["config"], [layout], case.get("partition"), case.get("flags", {})
                     )
-                }
-            except Exception as exc:  # the release's own refusal: recorded, not fatal
-                lines = [ln for ln in traceback.format_exception_only(type(exc), exc) if ln.strip()]
-                results[cid] = {"error": " ".join(lines[-1].split())[:300]}
+                except Exception as exc:  # the release's own refusal: recorded with its layout, not fatal
+                    lines = [ln for ln in traceback.format_exception_only(type(exc), exc) if ln.strip()]
+                    results[cid] = {"error": " ".join(lines[-1].split())[:300]}
+                    if len(case["layouts"]) > 1:
+                        results[cid]["layout"] = layout
+                    break
+            else:
+                results[cid] = {"layouts": done}
             print(f"{cid}: {results[cid].get('error', 'ok')}", file=sys.stderr, flush=True)
         json.dump({"release": rel.version, "cases": results}, sys.stdout)
         print()

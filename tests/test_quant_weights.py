@@ -361,7 +361,12 @@ def test_a_modelopt_fp8_falcon_h1_beside_its_hf_quant_config_derives_sglangs_fig
 
     d = _modelopt_dir(tmp_path, FALCON_MO, _falcon_attn_mlp)
     mw, _ = checkpoint_weights(d, WeightsLayout(pp_size=1, tp_size=1), release="0.5.23")
-    assert mw.ranks[0].param_bytes == _sglang_figure("falcon_h1/modelopt-fp8", {"pp": 1, "tp": 1}, 0)
+    # what the class builds, less the float32 weight_scale and input_scale per logical shard that
+    # process_weights_after_loading replaces (modelopt_quant.py:626-627; the replacements are copies):
+    # qkv 3 + o 1 + gate_up 2 + down 1 shards a layer
+    built = _sglang_figure("falcon_h1/modelopt-fp8", {"pp": 1, "tp": 1}, 0)
+    layers = _cfg(FALCON_MO)["num_hidden_layers"]
+    assert mw.ranks[0].param_bytes == built - 8 * 7 * layers
     bf16 = model_weights(_cfg(FALCON_MO), WeightsLayout(pp_size=1, tp_size=1), release="0.5.23")
     assert mw.ranks[0].param_bytes < 0.8 * bf16.ranks[0].param_bytes
     res = cli([*DERIVE, "--pp-size", "1", "--tp-size", "1", "--model-config", str(d), "--format", "json"])
@@ -684,8 +689,8 @@ def test_compression_config_is_read_as_quantization_config_and_flags_as_sglang_t
         read_scheme(cfg, flag="w8a8_fp8", source="config.json")
     with pytest.raises(FlagError, match="contradicts"):
         read_scheme(cfg, flag="fp8", source="config.json")
-    with pytest.raises(FlagError, match="not 0.5.22's"):
-        model_weights(_cfg(NEMOTRON_CT), WeightsLayout(pp_size=2, tp_size=2), release="0.5.22")
+    with pytest.raises(FlagError, match="not 0.5.21's"):
+        model_weights(_cfg(NEMOTRON_CT), WeightsLayout(pp_size=2, tp_size=2), release="0.5.21")
 
 
 def test_a_compressed_tensors_weight_without_its_scale_is_refused(
@@ -950,4 +955,84 @@ def test_the_wna16_figures_of_every_checked_release_are_in_the_fixture() -> None
     for release in CHECKED_RELEASES["compressed-tensors"]:
         assert all(c in doc["figures"].get(release, {}) for c in cases), release
         ok = [c for c in cases if "layouts" in doc["figures"][release][c]]
-        assert len(ok) >= 6
+        # 0.5.10 and 0.5.13 refuse zero points (compressed.py ZERO_POINT_*_FROM), and every release
+        # before 0.5.20 actorder group (PINNED_FROM)
+        assert len(ok) >= {"0.5.10": 2, "0.5.13": 3}.get(release, 5 if release < "0.5.20" else 6), release
+
+
+# -- the earlier releases' rules (issue 39.1): each held to its own classes in expected.json -----------------
+
+
+def _quant_case(case: str) -> dict[str, Any]:
+    from checker.core.weights.quant import HF_QUANT_KEY
+
+    spec = json.loads((W / "expected.json").read_text())["cases"][case]
+    path = REPO / spec["config"]
+    cfg = _cfg(path)
+    beside = path.with_name(path.name.removesuffix(".json") + ".hf_quant_config.json")
+    if beside.is_file():
+        cfg[HF_QUANT_KEY] = _cfg(beside)
+    return cfg
+
+
+def test_modelopt_fp8_per_shard_scales_are_freed_for_their_replacements_not_held_twice() -> None:
+    """ModelOptFp8LinearMethod replaces weight_scale and input_scale [shards] after loading
+    (modelopt_quant.py:626-627): the built ones are freed (dropped), the kept ones copies; each linear's
+    bytes held after loading are its weight and the two kept scales, nothing more."""
+    cfg = _cfg(FALCON_MO)
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "FP8", "ignore": ["lm_head"]}
+    ((_, params),) = rank_params(cfg, WeightsLayout(pp_size=1, tp_size=1), release="0.5.23")
+    qkv = "model.layers.0.qkv_proj"
+    mine = [p for p in params if p.name.startswith(qkv + ".")]
+    held = sum(p.nbytes for p in mine if p.part != "dropped")
+    weight = next(p for p in mine if p.name == f"{qkv}.weight")
+    assert held == weight.nbytes + 4 + 4  # the 0-d weight scale and the 0-d input scale
+    assert {p.name for p in mine if p.part == "dropped"} == {f"{qkv}.weight_scale", f"{qkv}.input_scale"}
+
+
+@pytest.mark.parametrize(
+    ("case", "release", "says"),
+    [
+        ("nemotron_h/ct-w4a16-zp", "0.5.10", "compressed_tensors.py:629"),
+        ("qwen3_next/ct-w8a16-zp", "0.5.10", "compressed_tensors.py:387"),
+        ("qwen3_next/ct-w8a16-zp", "0.5.13", "compressed_tensors_wNa16_moe.py:72"),
+        ("qwen3_next/ct-w4a16-gidx", "0.5.17", "does not pin compressed-tensors"),
+        ("nemotron_h/modelopt-nvfp4", "0.5.10", "Minimum capability: 100"),
+        ("nemotron_h/modelopt-nvfp4-head", "0.5.16", "requires group_size"),
+    ],
+)
+def test_what_an_earlier_release_refuses_of_these_methods_is_its_one_line(
+    case: str, release: str, says: str
+) -> None:
+    """Zero points (linears before 0.5.13, experts before 0.5.14), actorder group where compressed-tensors
+    is unpinned (before 0.5.20), NVFP4 on Hopper before 0.5.13 and a flat NVFP4 config without a group size
+    before 0.5.17: each the release's own refusal (recorded in expected.json), while the next checked
+    release sizes the same config."""
+    cfg = _quant_case(case)
+    with pytest.raises(CheckerInputError) as exc:
+        model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release=release)
+    assert says in str(exc.value) and release in str(exc.value) and "\n" not in str(exc.value)
+    later = {"0.5.10": "0.5.15", "0.5.13": "0.5.15", "0.5.16": "0.5.17", "0.5.17": "0.5.20"}[release]
+    assert model_weights(cfg, WeightsLayout(pp_size=1, tp_size=2), release=later).ranks
+
+
+def test_compressed_tensors_kv_scales_arrive_with_0_5_19() -> None:
+    """A static FP8 kv_cache_scheme gives attention k/v scales from 0.5.19 (CompressedTensorsKVCacheMethod);
+    0.5.17's RadixAttention gets no quant method (8 bytes an attention layer, as its class holds)."""
+    cfg = _cfg(NEMOTRON_CT)
+    for release, scaled in (("0.5.17", False), ("0.5.20", True)):
+        ((_, params),) = rank_params(cfg, WeightsLayout(pp_size=1, tp_size=1), release=release)
+        assert any(p.name.endswith(".k_scale") for p in params) is scaled, release
+
+
+def test_an_excluded_shared_expert_is_fused_as_an_nvfp4_slot_until_0_5_21() -> None:
+    """0.5.15-0.5.20 fuse Qwen3-Next's shared expert into the NVFP4 experts even where exclude_modules
+    keeps it bf16 (one more expert slot, no bf16 shared expert); 0.5.21+ veto it
+    (ModelOptFp4Config.can_fuse_shared_expert)."""
+    cfg = _quant_case("qwen3_next/modelopt-nvfp4-shared")
+    layout = WeightsLayout(pp_size=1, tp_size=4, ep_size=4)
+    for release, fused in (("0.5.20", True), ("0.5.22", False)):
+        ((_, params), *_) = rank_params(cfg, layout, release=release)
+        by = {p.name: p for p in params}
+        assert by["model.layers.0.mlp.experts.w13_weight"].shape[0] == 128 + fused, release
+        assert ("model.layers.0.mlp.shared_expert.down_proj.weight" in by) is not fused, release

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, shorten
+from checker.core.releases.releases import release_key
 
 _ACT_FORMATS = (
     "naive-quantized",
@@ -554,6 +555,70 @@ def read_compressed(q: Mapping[str, Any], where: str, source: str) -> Compressed
         and not kv_raw.get("dynamic", False)
     )
     return CompressedConfig(tuple(targets.items()), tuple(ignore), fmt, kv, source)
+
+
+ZERO_POINT_LINEAR_FROM = "0.5.13"
+"""The first release whose linears take asymmetric (zero-point) INT weight-only schemes: 0.5.13 dropped
+the symmetric test of ``_is_wNa16_group_channel`` (compressed_tensors.py:494-507); up to 0.5.12 it asks
+for symmetric weights (0.5.10 :492-503) and a linear with zero points has no scheme (:629)."""
+
+ZERO_POINT_MOE_FROM = "0.5.14"
+"""The first release whose WNA16 MoE takes zero points: 0.5.13 picks it and asserts symmetric weights
+(compressed_tensors_wNa16_moe.py:72); 0.5.10-0.5.12 pick no WNA16 MoE scheme and fall through to
+``_is_dynamic_token_w8a8`` on absent input arguments (0.5.10 compressed_tensors.py:700 -> :387,
+AttributeError). 0.5.15 checked."""
+
+KV_SCALES_FROM = "0.5.19"
+"""The first release whose attention layers take the ``kv_cache_scheme`` (``CompressedTensorsKVCacheMethod``,
+0.5.19 compressed_tensors.py:207): before it a RadixAttention gets no quant method, no k/v scales
+(0.5.17 checked)."""
+
+PINNED_FROM = "0.5.20"
+"""The first release that pins compressed-tensors (``compressed-tensors==0.18.0`` in the wheel's
+METADATA); up to 0.5.17 it is unpinned, and the release pip installs today (0.20) refuses
+``actorder: group`` in the config itself ("actorder='group' has been removed", a pydantic error)."""
+
+
+def _before(release: str, first: str) -> bool:
+    return release_key(release) < release_key(first)
+
+
+def check_release(cfg: CompressedConfig, release: str) -> None:
+    """What ``release`` refuses of the whole config (read before any module is built): one line."""
+    if _before(release, PINNED_FROM) and any(
+        g.weights.actorder in ("group", "dynamic") for _, g in cfg.targets
+    ):
+        raise ConfigError(
+            f"{cfg.source}: compressed-tensors actorder 'group' on SGLang {release}, which does not pin "
+            "compressed-tensors: the release pip installs with it (0.20) refuses the config ('actorder="
+            f"'group' has been removed'); SGLang {PINNED_FROM}+ pins 0.18.0, which takes it"
+        )
+
+
+def check_release_scheme(cfg: CompressedConfig, sch: Scheme, name: str, release: str, *, moe: bool) -> None:
+    """What ``release`` refuses of one module's scheme, at the module where the release's build stops."""
+    if sch.kind != "wna16" or sch.symmetric:
+        return
+    if moe and _before(release, ZERO_POINT_LINEAR_FROM):
+        raise ConfigError(
+            f"{cfg.source}: compressed-tensors {name}: INT{sch.bits} weight-only experts with zero points; "
+            f"SGLang {release} has no MoE scheme for asymmetric weights (its scheme choice fails with "
+            "\"'NoneType' object has no attribute 'num_bits'\", 0.5.10 compressed_tensors.py:387); "
+            f"{ZERO_POINT_MOE_FROM}+ takes them"
+        )
+    if moe and _before(release, ZERO_POINT_MOE_FROM):
+        raise ConfigError(
+            f"{cfg.source}: compressed-tensors {name}: INT{sch.bits} weight-only experts with zero points; "
+            f"SGLang {release} refuses them ('Only symmetric quantization is supported for MoE', "
+            f"compressed_tensors_wNa16_moe.py:72); {ZERO_POINT_MOE_FROM}+ takes them"
+        )
+    if not moe and _before(release, ZERO_POINT_LINEAR_FROM):
+        raise ConfigError(
+            f"{cfg.source}: compressed-tensors {name}: INT{sch.bits} weight-only with zero points; SGLang "
+            f"{release} refuses it ('No compressed-tensors compatible scheme was found', 0.5.10 "
+            f"compressed_tensors.py:629: its WNA16 test asks for symmetric weights, :496); "
+            f"{ZERO_POINT_LINEAR_FROM}+ takes it"
+        )
 
 
 def check_block(

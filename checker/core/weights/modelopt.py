@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, shorten
+from checker.core.releases.releases import release_key
 
 if TYPE_CHECKING:
     from checker.core.weights.weights import Builder
@@ -74,6 +75,8 @@ class Fp4Config:
     algo: str
     group: int
     exclude: tuple[str, ...]
+    group_defaulted: bool = False
+    """A flat config that names no group size (0.5.17+ read it as 16)."""
 
 
 def common_group_size(doc: Mapping[str, Any]) -> set[int]:
@@ -116,7 +119,8 @@ def read_fp4(q: Mapping[str, Any], nested: Mapping[str, Any] | None, where: str,
             first: Any = next(iter(groups.values()), {}) if isinstance(groups, Mapping) else {}
             weights = first.get("weights", {}) if isinstance(first, Mapping) else {}
             group = weights.get("group_size") if isinstance(weights, Mapping) else None
-        if group is None and "NVFP4" in algo:
+        defaulted = group is None and "NVFP4" in algo
+        if defaulted:
             group = 16
         exclude = q.get("ignore", q.get("modules_to_not_convert", q.get("exclude_modules", [])))
     else:
@@ -130,6 +134,7 @@ def read_fp4(q: Mapping[str, Any], nested: Mapping[str, Any] | None, where: str,
                 f"modelopt_quant.py:1588-1591, :1666); fix {where}"
             )
         group = next(iter(sizes))
+        defaulted = False
         section = nested.get("quantization")
         exclude = section.get("exclude_modules", []) if isinstance(section, Mapping) else []
     if group is None or exclude is None:
@@ -163,7 +168,41 @@ def read_fp4(q: Mapping[str, Any], nested: Mapping[str, Any] | None, where: str,
         raise ConfigError(
             f"{source}: {where} exclude_modules/ignore={shorten(exclude)} must be a list of names"
         )
-    return Fp4Config(algo, group, tuple(exclude))
+    return Fp4Config(algo, group, tuple(exclude), defaulted)
+
+
+HOPPER_FROM = "0.5.13"
+"""The first release that serves NVFP4 on Hopper: ``ModelOptFp4Config.get_min_capability`` is 80 from
+0.5.13 (Marlin); 100 up to 0.5.12 (0.5.10 modelopt_quant.py:1144), which the loader refuses on SM90
+('... is not supported for the current GPU', 0.5.10 model_loader/loader.py:238)."""
+
+GROUP_DEFAULT_FROM = "0.5.17"
+"""The first release that reads a flat NVFP4 config without ``group_size`` as 16 (0.5.17
+modelopt_quant.py:1336-1337); up to 0.5.16 it is the ValueError 'NVFP4 quantization requires group_size
+and exclude_modules' (0.5.16 modelopt_quant.py:1324)."""
+
+SHARED_EXPERT_VETO_FROM = "0.5.21"
+"""The first release where an excluded shared expert vetoes its fusion into the NVFP4 experts
+(``ModelOptFp4Config.can_fuse_shared_expert``, 0.5.21 modelopt_quant.py:1527); 0.5.15-0.5.20 fuse it
+anyway, as one more NVFP4 expert slot (held so by 0.5.15, 0.5.16, 0.5.17 and 0.5.20's classes)."""
+
+
+def check_release(cfg: Fp4Config, release: str, source: str) -> None:
+    """What ``release`` refuses of a ModelOpt NVFP4 config on a Hopper GPU, in the release's order (the
+    config is read, then the loader checks the GPU): one line."""
+    if cfg.group_defaulted and release_key(release) < release_key(GROUP_DEFAULT_FROM):
+        raise ConfigError(
+            f"{source}: NVFP4 quantization_config without a group_size on SGLang {release}: it refuses it "
+            "('NVFP4 quantization requires group_size and exclude_modules specified in the quantization "
+            f"config', 0.5.16 modelopt_quant.py:1324); {GROUP_DEFAULT_FROM}+ reads it as 16"
+        )
+    if release_key(release) < release_key(HOPPER_FROM):
+        raise FlagError(
+            f"{source}: ModelOpt NVFP4 on SGLang {release}: it serves modelopt_fp4 on Blackwell only "
+            "('The quantization method modelopt_fp4 is not supported for the current GPU. Minimum "
+            f"capability: 100. Current capability: 90', model_loader/loader.py:238); {HOPPER_FROM}+ runs it "
+            "on Hopper with Marlin"
+        )
 
 
 def marlin_padded(n: int, k: int) -> tuple[int, int]:

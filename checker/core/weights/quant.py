@@ -70,10 +70,11 @@ from pathlib import Path
 from typing import Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, printable, shorten
+from checker.core.releases.releases import release_key
 from checker.core.weights.awq import AwqConfig, read_awq
 from checker.core.weights.compressed import CompressedConfig, read_compressed
 from checker.core.weights.gptq import GptqConfig, read_gptq
-from checker.core.weights.modelopt import Fp4Config, read_fp4
+from checker.core.weights.modelopt import SHARED_EXPERT_VETO_FROM, Fp4Config, read_fp4
 
 HF_QUANT_CONFIG = "hf_quant_config.json"
 
@@ -91,12 +92,15 @@ all (checker.core.weights.gptq)."""
 MODELLED = ("fp8", "modelopt_fp8", "modelopt_fp4", "compressed-tensors", "gptq_marlin", "awq_marlin")
 """The methods whose per-rank weights the checker derives."""
 
+_CPU_ENVS = ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23")
+"""The releases with a CPU environment whose quantized classes build on the meta device."""
+
 CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
-    "fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
-    "modelopt_fp8": ("0.5.10", "0.5.13", "0.5.15", "0.5.16", "0.5.17", "0.5.20", "0.5.22", "0.5.23"),
-    "modelopt_fp4": ("0.5.23",),
-    "compressed-tensors": ("0.5.23",),
-    "gptq_marlin": ("0.5.23",),
+    "fp8": _CPU_ENVS,
+    "modelopt_fp8": _CPU_ENVS,
+    "modelopt_fp4": _CPU_ENVS,
+    "compressed-tensors": _CPU_ENVS,
+    "gptq_marlin": _CPU_ENVS,
     "awq_marlin": ("0.5.23",),
 }
 """The releases whose quantized classes the method's rules are held to, per method: each one's own
@@ -176,11 +180,12 @@ class QuantScheme:
         """A ModelOpt config (FP8 or NVFP4): ``is_layer_excluded`` globs, a quantized ``ParallelLMHead``."""
         return self.method in ("modelopt_fp8", "modelopt_fp4")
 
-    def can_fuse_shared_expert(self) -> bool:
+    def can_fuse_shared_expert(self, release: str) -> bool:
         """``ModelOptFp4Config.can_fuse_shared_expert`` (modelopt_quant.py:1552-1559): a shared expert
-        kept unquantized by ``exclude_modules`` cannot share the FP4 experts' buffers; the other methods
+        kept unquantized by ``exclude_modules`` cannot share the FP4 experts' buffers, from 0.5.21
+        (modelopt.SHARED_EXPERT_VETO_FROM; 0.5.15-0.5.20 fuse it as an NVFP4 slot); the other methods
         modelled do not veto the fusion (models/qwen2_moe.py:160-166)."""
-        if self.fp4 is None:
+        if self.fp4 is None or release_key(release) < release_key(SHARED_EXPERT_VETO_FROM):
             return True
         return not any("shared_expert" in n and "shared_expert_gate" not in n for n in self.fp4.exclude)
 

@@ -43,9 +43,13 @@ from checker.core.releases.model_support import pipeline_status
 from checker.core.sizing.partition import stage_bounds, stage_partition
 from checker.core.weights.awq import awq_experts, awq_linear
 from checker.core.weights.awq import check_backend as check_awq_backend
+from checker.core.weights.compressed import KV_SCALES_FROM as ct_kv_from
 from checker.core.weights.compressed import CompressedConfig, Scheme
 from checker.core.weights.compressed import check_block as ct_check_block
+from checker.core.weights.compressed import check_release as ct_check_release
+from checker.core.weights.compressed import check_release_scheme as ct_check_release_scheme
 from checker.core.weights.gptq import check_backend, gptq_experts, gptq_linear
+from checker.core.weights.modelopt import check_release as fp4_check_release
 from checker.core.weights.modelopt import fp4_experts, fp4_linear
 from checker.core.weights.quant import QuantScheme, ceil_div, check_block, check_release, read_scheme
 
@@ -338,6 +342,8 @@ class Builder:
     def kv_scales(self, prefix: str) -> None:
         """A RadixAttention under a quant config: ``Fp8KVCacheMethod``'s float32 ``k_scale``/``v_scale``."""
         if self.quant is not None and self.quant.kv:
+            if self.quant.ct is not None and before(self.release, ct_kv_from):
+                return  # no CompressedTensorsKVCacheMethod before 0.5.19 (compressed.py KV_SCALES_FROM)
             self.add(f"{prefix}.k_scale", (), part="layers", dtype="float32")
             self.add(f"{prefix}.v_scale", (), part="layers", dtype="float32")
 
@@ -380,6 +386,7 @@ class Builder:
             if ct is None:
                 self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
             else:
+                ct_check_release_scheme(s.ct, ct, prefix or name, self.release, moe=False)
                 compressed_linear(self, s.ct, ct, name, shards, inp, part, out_split, in_split)
         elif s is None or not quant or s.skips(name if prefix is None else prefix):
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=dtype)
@@ -390,8 +397,10 @@ class Builder:
             check_block(s, prefix or name, shards, inp, out_split=out_split, in_split=in_split)
             self.add(f"{name}.weight", (rows, inp), part=part, dtype=weight_dtype or "float8_e4m3fn")
             if s.modelopt:
-                self.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
-                self.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
+                # built per shard and replaced after loading (``layer.weight_scale = Parameter(...)``,
+                # modelopt_quant.py:626-627): freed, not held beside their replacements
+                self.dropped(f"{name}.weight_scale", (len(shards),), "float32")
+                self.dropped(f"{name}.input_scale", (len(shards),), "float32")
                 # after loading (modelopt_quant.py:617-633): the largest shard scale, 0-d where the
                 # FlashInfer per-tensor GEMM takes the layer (both dimensions divisible by 16; on SM90
                 # from 0.5.18, flashinfer_per_tensor_fp8_supported: SM100/SM120 only up to 0.5.17), else
@@ -574,6 +583,8 @@ class Builder:
             return
         if s is not None and s.ct is not None:
             ct = s.ct.moe(name)
+            if ct is not None:
+                ct_check_release_scheme(s.ct, ct, name, self.release, moe=True)
             compressed_experts(self, ct, name, local, hidden, inter, shards)
             return
         if s is not None and s.fp4 is not None and not s.skips(name):
@@ -587,10 +598,12 @@ class Builder:
         if s is None or not fp8:
             return
         if s.modelopt:  # ModelOptFp8MoEMethod (modelopt_quant.py:1155-1192, after loading :1207-1253)
-            self.add(f"{name}.w13_weight_scale", (local, shards), part="layers", dtype="float32")
+            # w13's per-shard scales and both input scales are replaced after loading (:1239, :1250-1256):
+            # freed; w2's weight scale is kept as it was (:1246)
+            self.dropped(f"{name}.w13_weight_scale", (local, shards), "float32")
             self.add(f"{name}.w2_weight_scale", (local,), part="layers", dtype="float32")
-            self.add(f"{name}.w13_input_scale", (local,), part="layers", dtype="float32")
-            self.add(f"{name}.w2_input_scale", (local,), part="layers", dtype="float32")
+            self.dropped(f"{name}.w13_input_scale", (local,), "float32")
+            self.dropped(f"{name}.w2_input_scale", (local,), "float32")
             self.copy(f"{name}.w13_weight_scale.max", (local,), "float32")
             self.copy(f"{name}.w13_input_scale.max", (), "float32")
             self.copy(f"{name}.w2_input_scale.max", (), "float32")
@@ -1177,6 +1190,10 @@ def rank_params_of(
     if quant is not None:
         quant = quant.mapped(fam.hf_prefixes, fam.packed_modules)
         check_release(quant.method, release, quant.describe(), source)
+        if quant.ct is not None:
+            ct_check_release(quant.ct, release)
+        if quant.fp4 is not None:
+            fp4_check_release(quant.fp4, release, source)
     check_quant_family(fam, quant, source)
     if quant is not None and layout.draft is not None:
         raise FlagError(

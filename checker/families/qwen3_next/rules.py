@@ -171,7 +171,7 @@ def qwen_moe(b: Builder, t: ConfigSection, i: int, layout: WeightsLayout, *, fus
     # Shared-expert fusion (models/qwen2_moe.py can_fuse_shared_expert): the shared expert becomes one
     # more expert slot that every EP rank holds, split by the MoE TP size instead of the TP group.
     fused = fuse_shared and not layout.disable_shared_experts_fusion and shared > 0 and shared == inter
-    fused = fused and (b.quant is None or b.quant.can_fuse_shared_expert())
+    fused = fused and (b.quant is None or b.quant.can_fuse_shared_expert(b.release))
     b.experts(f"{pre}.experts", E, H, inter, shared_slots=1 if fused else 0)
     b.replicated(f"{pre}.gate", E, H, quant=False)  # quant_config=None (models/qwen2_moe.py:352)
     if shared > 0 and not fused:

@@ -8,6 +8,9 @@ the other releases (scripts/sglang_cpu_env.sh), where ``import sgl_kernel`` fail
 fallbacks expect.
 """
 
+import importlib.abc
+import sys
+
 from _stub_modules import install  # scripts/sglang_stubs, on the path after this folder
 
 __version__ = "0.0.0+checker-stub"
@@ -34,3 +37,18 @@ def _module_getattr(name):
 
 __getattr__ = _module_getattr
 install("sgl_kernel", _module_getattr)
+
+
+class _NoScalarType(importlib.abc.MetaPathFinder):
+    """``sgl_kernel.scalar_type`` is missing, as it is on the later releases' CPU path: their
+    ``get_scalar_types`` (quantization/utils.py:19-40) then answers its named stand-ins (``uint4b8``,
+    ``uint8b128``), which Marlin's support checks compare; dummies would match nothing and read a GPTQ
+    checkpoint Marlin takes as plain ``gptq`` (0.5.10 gptq.py:413-435)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname == "sgl_kernel.scalar_type":
+            raise ModuleNotFoundError(f"No module named {fullname!r} (checker stub)", name=fullname)
+        return None
+
+
+sys.meta_path.insert(0, _NoScalarType())
