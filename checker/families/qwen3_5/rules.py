@@ -71,7 +71,21 @@ def _qwen3_5_vision(b: Builder, cfg: ConfigSection, layout: WeightsLayout) -> No
         b.row(f"{pre}.{name}.linear_fc2", out, ctx, g, part="vision", bias=True, quant=False)
 
 
+# Qwen3.5's quantized classes as held to the checker's rules (tests/fixtures/weights/expected.json): the
+# releases before these build them otherwise (0.5.10's compressed-tensors figures are 1.5-3 MB a rank
+# apart; up to 0.5.16 the class builds linear_attn and qkv_proj without an NVFP4 config, 0.5.16
+# models/qwen3_5.py:613-617, :790-794, and more differs), so there they are refused, not sized.
+_QUANT_FROM = {"compressed-tensors": "0.5.13", "modelopt_fp4": "0.5.17"}
+
+
 def build(b: Builder, cfg: ConfigSection, t: ConfigSection, layout: WeightsLayout, release: str) -> None:
+    method = b.quant.method if b.quant is not None else None
+    if method in _QUANT_FROM and before(release, _QUANT_FROM[method]):
+        raise FlagError(
+            f"{cfg.source}: Qwen3.5 under {method} is modelled from SGLang {_QUANT_FROM[method]}, not "
+            f"{release}'s class (it builds the layers' quantized modules otherwise): give the weights per "
+            "GPU with --weights-gib"
+        )
     H, V = t.integer("hidden_size"), t.integer("vocab_size", 248320)
     types = qwen_layer_types(t)
     moe = (t.string("model_type") or cfg.string("model_type") or "").startswith("qwen3_5_moe")
