@@ -381,35 +381,59 @@ def check_draft_checkpoint(path: str, *, release: str) -> None:
         check_mtp_shards(ckpt, config, release=release, source=source)
 
 
-NO_NEXTN_CLASS = {"kimi_k3": ("Kimi-K3", "KimiK3ForConditionalGeneration", "models/kimi_k3.py:3199-3205")}
-"""model_type -> (family, architecture, where its target's load_weights drops the layers past
-``num_hidden_layers``) for the families no modelled release (0.5.2-0.5.23) has a NEXTN/MTP class for: the
-draft's ModelConfig keeps the target's architecture (0.5.23 ``configs/model_config.py:1011-1211`` rewrites
-no Kimi one), ``speculative_hook.py:1119-1135`` does not set the draft path for it, and the draft worker
-builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``, ``model_config.py:956``): the
-whole target a second time, not a NEXTN layer."""
+NO_NEXTN_CLASS = {
+    "KimiK3ForConditionalGeneration": ("Kimi-K3", "models/kimi_k3.py:3199-3205"),
+}
+"""Architecture -> (family, where its target's load_weights drops the layers past ``num_hidden_layers``)
+for the families no modelled release (0.5.2-0.5.23) has a NEXTN/MTP class for: the draft's ModelConfig
+keeps the target's architecture (0.5.23 ``configs/model_config.py:1011-1211`` rewrites no Kimi one),
+``arg_groups/speculative_hook.py:1119-1135`` does not set the draft path for it, and the draft worker
+builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``; ``configs/model_config.py:956``
+``model_path or cfg.model_path``): the whole target a second time, not a NEXTN layer. Keyed on the
+architecture, as SGLang decides it, so that a preset, a config-only directory, a checkpoint and a figure
+given with --weights-gib are refused alike."""
 
 
-def check_nextn_family(config: Mapping[str, Any], *, release: str, source: str) -> None:
-    """EAGLE/NEXTN with the draft in the target's own checkpoint, for a family that has no NEXTN/MTP
-    class in any release (Kimi-K3, whatever ``num_nextn_predict_layers`` its text config declares): one
-    FlagError line naming what SGLang would load instead."""
-    entry = NO_NEXTN_CLASS.get(str(config.get("model_type")))
+def check_nextn_family(
+    archs: tuple[str, ...] | list[str], config: Mapping[str, Any] | None, *, release: str, source: str
+) -> None:
+    """EAGLE/NEXTN with the draft in the target's own checkpoint (no ``--speculative-draft-model-path``,
+    or the target's own directory) for an architecture no release has a NEXTN/MTP class for (Kimi-K3,
+    whatever ``num_nextn_predict_layers`` its text config declares): one FlagError line naming what SGLang
+    would load instead. It depends on the architecture only: not on whether a checkpoint was read, nor on
+    where the weights figure comes from. ``config``: the HF config where known (its NEXTN layers named)."""
+    arch = archs[0] if archs else ""
+    entry = NO_NEXTN_CLASS.get(arch)
     if entry is None:
         return
-    name, arch, dropped = entry
-    text = config.get("text_config")
-    text = text if isinstance(text, Mapping) else config
+    name, dropped = entry
+    text = config.get("text_config") if config is not None else None
+    text = text if isinstance(text, Mapping) else (config or {})
     nextn = text.get("num_nextn_predict_layers")
     declared = (
         f"its {nextn} NEXTN layer(s) in the checkpoint are dropped by the target ({dropped}); "
-        if (isinstance(nextn, int) and nextn > 0)
+        if (isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0)
         else ""
     )
     raise FlagError(
         f"{source}: SGLang {release} has no NEXTN/MTP draft class for {name} (no release has one): under "
-        f"--speculative-algorithm EAGLE/NEXTN without --speculative-draft-model-path its draft worker "
+        f"--speculative-algorithm EAGLE/NEXTN without a draft of its own (--speculative-draft-model-path "
+        f"unset, or the target's directory) its draft worker "
         f"builds {arch} whole from --model-path (sglang/srt/managers/tp_worker.py:466-480), the target a "
         f"second time; {declared}give a draft with --speculative-draft-model-path, or launch without "
         "speculative decoding"
     )
+
+
+def check_draft_release(config: Mapping[str, Any], *, release: str, source: str) -> None:
+    """What ``release`` refuses of a separate draft's config.json whatever its shards or the weights
+    figure's source (one ConfigError line): an EAGLE3 draft of several layers before 0.5.13
+    (0.5.10 ``models/llama_eagle3.py:212-213``)."""
+    archs = config.get("architectures")
+    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+    if arch == EAGLE3:
+        layers = config.get("num_hidden_layers", 1)
+        if layers != 1 and before(release, "0.5.13"):
+            raise ConfigError(
+                f"{source}: SGLang {release} refuses it: EAGLE3 currently only supports 1 layer"
+            )

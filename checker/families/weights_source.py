@@ -259,7 +259,12 @@ def weights_per_rank(
     ``--weights-from-log``: ``flag_source`` LOG), else the checkpoint in ``model_dir`` (when it holds
     safetensors), else ``model_dir``'s config.json alone (source CONFIG), else none (no model directory).
     ``required`` False (a picture that shows the weights where known): a family whose weights are not
-    modelled gets none instead of the one-line refusal."""
+    modelled gets none instead of the one-line refusal. The draft's rules (:func:`check_draft_setup`) hold
+    whatever the figure's source: a figure given as a number does not make a broken draft start."""
+    if layout is not None:
+        check_draft_setup(
+            model_dir, layout, release=release, quantization=quantization, target_read=not flag_gib
+        )
     if flag_gib:
         if len(flag_gib) not in (1, world_size):
             raise FlagError(
@@ -270,10 +275,6 @@ def weights_per_rank(
         return [RankWeightsFigure(v, flag_source) for v in values]
     if model_dir is None or layout is None:
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
-    if layout.draft == "separate" and layout.draft_path is not None:
-        check_draft_dir(layout.draft_path, release=release)
-    elif layout.draft == "nextn" and (Path(model_dir) / "config.json").is_file():
-        check_nextn_class(Path(model_dir) / "config.json", release=release)
     # start-up: as in checkpoint_weights (a layout is given only where a checkpoint may be read)
     from checker.core.weights.checkpoint import has_safetensors
     from checker.core.weights.weights import GIB
@@ -298,14 +299,58 @@ def weights_per_rank(
     return [RankWeightsFigure(r.total_bytes / GIB, source, r) for r in mw.ranks]
 
 
+def check_draft_setup(
+    model_dir: str | Path | None,
+    layout: WeightsLayout,
+    *,
+    release: str,
+    quantization: str | None = None,
+    target_read: bool,
+) -> None:
+    """The speculative draft's rules that do not depend on where the weights figure comes from (the
+    checkpoint, config.json, --weights-gib, --weights-from-log): a separate draft directory SGLang cannot
+    build or load (:func:`check_draft_dir`); EAGLE/NEXTN on a target no release has a NEXTN class for
+    (:func:`check_nextn_class`); and, where the target's own shards are not read for the figure
+    (``target_read`` False: a figure given as a number), the ``mtp.*`` tensors the draft loads from them
+    held to its class from the headers (an unquantized target only, as :func:`checkpoint_weights` holds
+    them). One line each (FlagError/ConfigError)."""
+    if layout.draft == "separate" and layout.draft_path is not None:
+        check_draft_dir(layout.draft_path, release=release)
+    if layout.draft != "nextn" or model_dir is None or not (Path(model_dir) / "config.json").is_file():
+        return
+    check_nextn_class(Path(model_dir) / "config.json", release=release)
+    if not target_read:
+        _hold_mtp_shards(Path(model_dir), release=release, quantization=quantization)
+
+
+def _hold_mtp_shards(d: Path, *, release: str, quantization: str | None) -> None:
+    """The target's ``mtp.*`` tensors held to the family's NEXTN/MTP class from the shard headers alone
+    (checker.families.drafts.check_mtp_shards), where the target declares no quantization."""
+    # start-up: as in checkpoint_weights (the checkpoint reader loads only where shards are held)
+    from checker.core.weights.checkpoint import has_safetensors, read_checkpoint
+    from checker.families.drafts import check_mtp_shards
+
+    if quantization or not has_safetensors(d):
+        return
+    try:
+        config = read_json(d / "config.json")
+    except ConfigError:
+        return  # not a config SGLang reads: the derivation refuses it in its own words
+    declared = config.get("quantization_config") or config.get("compression_config")
+    if declared is not None or (d / HF_QUANT_CONFIG).exists():
+        return
+    check_mtp_shards(read_checkpoint(d), config, release=release, source=shown_path(d / "config.json"))
+
+
 def check_draft_dir(path: str, *, release: str) -> None:
     """A separate draft (``--speculative-draft-model-path``) must be a model directory the checker reads:
     SGLang builds the draft from its config.json; its shards, where it holds any, are held to the class
     (checker.families.drafts.check_draft_checkpoint). One line where not (FlagError/ConfigError)."""
     # start-up: as in checkpoint_weights (the weights rules load only where a figure is asked for)
-    from checker.families.drafts import check_draft_checkpoint, read_draft_config
+    from checker.families.drafts import check_draft_checkpoint, check_draft_release, read_draft_config
 
-    read_draft_config(path)
+    config = read_draft_config(path)
+    check_draft_release(config, release=release, source=shown_path(Path(path) / "config.json"))
     check_draft_checkpoint(path, release=release)
 
 
@@ -319,7 +364,9 @@ def check_nextn_class(path: Path, *, release: str) -> None:
         config = read_json(path)
     except ConfigError:
         return  # the figure's own reading refuses it in one line
-    check_nextn_family(config, release=release, source=shown_path(path))
+    archs = config.get("architectures")
+    archs = [str(a) for a in archs] if isinstance(archs, list) else []
+    check_nextn_family(archs, config, release=release, source=shown_path(path))
 
 
 def _modelled(path: Path) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from checker.config import DeriveConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.budget import sizing_budget
-from checker.families.weights_source import RankWeightsFigure, WeightsSource, busiest_rank
+from checker.families.weights_source import busiest_rank
 from checker.preflight.resolve import chosen, derive_inputs, derive_rank_weights, with_release
 
 
@@ -30,10 +30,9 @@ def server_budget(
     config = with_release(config)
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"
+        # every rank's figure is the flag's, after the draft's rules (they hold whatever the source)
         inputs = derive_inputs(config, os.environ)
-        figures = [RankWeightsFigure(weights_gib, WeightsSource.FLAG)] * (
-            inputs.pp_size * inputs.tp_group_size
-        )
+        figures = derive_rank_weights(config, inputs, os.environ, flag_gib=(weights_gib,))
     else:
         figures = derive_rank_weights(config, derive_inputs(config, os.environ), os.environ)
         busiest = busiest_rank(figures)
