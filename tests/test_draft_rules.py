@@ -150,3 +150,91 @@ def test_a_separate_draft_is_held_under_weights_gib(tmp_path: Path, cli: Callabl
     _one_line(code, out, err, "EAGLE3 currently only supports 1 layer")
     code, out, err = cli([*argv, "0.5.23", "--", *launch, *spec, str(two)])
     assert code == 0, err
+
+
+# ---- draft_source: where each rank's draft bytes came from -----------------------------------------------
+
+
+def _per_rank(cli: Callable[..., Any], argv: list[str]) -> list[dict[str, Any]]:
+    code, out, err = cli(argv)
+    assert code == 0, err
+    return list(json.loads(out)["weights"]["per_rank"])
+
+
+def test_draft_source_in_derive_and_plan_json(tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """Per rank, beside draft_bytes: the target's MTP layer from its shards or its config.json alone, a
+    separate draft from its shards or its config.json, inside a --weights-gib figure, or loaded after the
+    pool is sized (0.5.13); null without a draft."""
+    whole = _qwen(tmp_path / "whole", mtp=True)
+    bare = tmp_path / "config-only"
+    bare.mkdir()
+    (bare / "config.json").write_text(json.dumps(SMALL))
+    eagle3 = tmp_path / "eagle3"
+    eagle3.mkdir()
+    (eagle3 / "config.json").write_text(json.dumps(EAGLE3))
+    base = ["--tp-size", "2", "--mem-fraction-static", "0.85"]
+    derive = ["derive", "--gpu-free-gib", "139", "--format", "json", "--sglang-version"]
+    nextn = ["--speculative-algorithm", "EAGLE"]
+    separate = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(eagle3)]
+    cases = [
+        ([*derive, "0.5.23", "--", "--model-path", str(whole), *base, *nextn], "target-mtp"),
+        ([*derive, "0.5.23", "--", "--model-path", str(bare), *base, *nextn], "target-config"),
+        ([*derive, "0.5.23", "--", "--model-path", str(whole), *base, *separate], "config"),
+        ([*derive, "0.5.13", "--", "--model-path", str(whole), *base, *nextn, "--disable-radix-cache"],
+         "after-pool"),
+        ([*derive, "0.5.23", "--weights-gib", "30", "--", "--model-path", str(whole), *base, *nextn],
+         "weights-gib"),
+        ([*derive, "0.5.23", "--", "--model-path", str(whole), *base], None),
+    ]  # fmt: skip
+    for argv, want in cases:
+        ranks = _per_rank(cli, argv)
+        assert [r["draft_source"] for r in ranks] == [want, want], argv
+        if want in ("target-mtp", "target-config", "config"):
+            assert all(r["draft_bytes"] > 0 for r in ranks)
+        if want == "after-pool":
+            assert all(r["draft_bytes"] == 0 for r in ranks)
+    plan = ["plan", "--target-max-running-requests", "48", "--gpu-free-gib", "139", "--format", "json",
+            "--sglang-version", "0.5.23"]  # fmt: skip
+    code, out, err = cli([*plan, "--weights-gib", "30", "--", "--model-path", str(whole), *base[:2], *nextn])
+    assert code == 0, err
+    assert [r["draft_source"] for r in json.loads(out)["weights"]["per_rank"]] == ["weights-gib"] * 2
+    code, out, err = cli([*plan, "--", "--model-path", str(whole), *base[:2], *nextn])
+    assert code == 0, err
+    assert [r["draft_source"] for r in json.loads(out)["weights"]["per_rank"]] == ["target-mtp"] * 2
+    # and the text says it
+    text = ["derive", "--gpu-free-gib", "139", "--sglang-version", "0.5.23", "--weights-gib", "30", "--"]
+    code, out, err = cli([*text, "--model-path", str(whole), *base, *nextn])
+    assert code == 0 and "(--weights-gib, the speculative draft inside it)" in out, err
+
+
+def test_draft_source_in_checks_report_and_text(tmp_path: Path) -> None:
+    """check's rows carry draft_source over the wire (schema 15): the report's ranks[] and the text's
+    weights cell name it; a rank that loads no draft has null."""
+    from checker.outputs.report import to_json, to_text
+
+    whole = _qwen(tmp_path / "whole", mtp=True)
+    words = [
+        "check",
+        "--budget-from-device",
+        "--device-free-gib",
+        "139",
+        "--timeout-s",
+        "20",
+        "--backend",
+        "gloo",
+    ]
+    launch = ["--model-path", str(whole), "--tp-size", "2", "--mem-fraction-static", "0.85"]
+    verdict = decide(
+        check_rows(words, [*launch, "--speculative-algorithm", "EAGLE"], world_size=2), world_size=2
+    )
+    ranks = to_json(verdict, extra={})["ranks"]
+    assert isinstance(ranks, list) and [r["draft_source"] for r in ranks] == ["target-mtp"] * 2
+    assert "GiB from target-mtp)" in to_text(verdict, summary="", elapsed_s=1.0)
+    flag = ["--weights-gib", "30"]
+    verdict = decide(
+        check_rows([*words, *flag], [*launch, "--speculative-algorithm", "EAGLE"], world_size=2), world_size=2
+    )
+    assert [r["draft_source"] for r in to_json(verdict, extra={})["ranks"]] == ["weights-gib"] * 2
+    assert "(flag, draft inside the figure (weights-gib))" in to_text(verdict, summary="", elapsed_s=1.0)
+    verdict = decide(check_rows(words, launch, world_size=2), world_size=2)
+    assert [r["draft_source"] for r in to_json(verdict, extra={})["ranks"]] == [None, None]

@@ -346,7 +346,8 @@ def test_check_text_shows_each_ranks_draft_as_its_own_part(qwen_dir: Path) -> No
     for text in (to_text(verdict, summary="", elapsed_s=1.0), to_markdown(verdict, summary="")):
         for r in rows:
             assert (
-                f"{r.weights_bytes / GIB:.2f} GiB (checkpoint, draft {r.draft_bytes / GIB:.2f} GiB)" in text
+                f"{r.weights_bytes / GIB:.2f} GiB (checkpoint, draft {r.draft_bytes / GIB:.2f} GiB from "
+                "target-mtp)" in text
             )
 
 
@@ -356,7 +357,7 @@ def test_derive_text_names_the_draft_in_the_budget_line(qwen_dir: Path, cli: Cal
     code, out, err = cli([*argv, "--speculative-algorithm", "EAGLE"])
     assert code == 0, err
     held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
-    assert f"busiest rank 0, of which the speculative draft {held[0] / GIB:.2f} GiB)" in out
+    assert f"busiest rank 0, of which the speculative draft {held[0] / GIB:.2f} GiB from target-mtp)" in out
     code, out, err = cli(argv)
     assert code == 0, err
     assert "speculative draft" not in out
@@ -376,4 +377,4 @@ def test_plan_text_names_the_draft_in_the_weights_line(qwen_dir: Path, cli: Call
     code, out, err = cli(argv)
     assert code == 0, err
     held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
-    assert f"+ speculative draft {held[0] / GIB:.2f}; --weights-gib overrides)" in out
+    assert f"+ speculative draft {held[0] / GIB:.2f} from target-mtp; --weights-gib overrides)" in out

@@ -162,4 +162,5 @@ def test_derive_charges_the_eagle2_draft_on_every_rank(tmp_path: Path, cli: Call
     assert [r["draft_bytes"] for r in per_rank] == [r.draft_bytes for r in _ranks(draft)]
     code, out, err = cli(["derive", "--gpu-free-gib", "139", *V, "--", *launch])
     assert code == 0, err
-    assert f"of which the speculative draft {_ranks(draft)[0].draft_bytes / 2**30:.2f} GiB" in out
+    drafted = _ranks(draft)[0].draft_bytes / 2**30
+    assert f"of which the speculative draft {drafted:.2f} GiB from config)" in out

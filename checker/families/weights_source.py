@@ -62,13 +62,77 @@ class WeightsSource(enum.IntEnum):
         }[int(self)]
 
 
+class DraftSource(enum.IntEnum):
+    """Where a rank's speculative draft bytes came from (``draft_source`` beside ``draft_bytes``). Integer
+    values go on the wire (a rank row); NONE: the rank loads no draft (JSON null)."""
+
+    NONE = 0
+    TARGET_MTP = 1
+    """The NEXTN/MTP layer in the target's checkpoint: its class, held to the mtp.* tensors the shard
+    headers name."""
+    TARGET_CONFIG = 2
+    """That class from the target's config.json alone (no shards)."""
+    CHECKPOINT = 3
+    """A separate draft (--speculative-draft-model-path): its class, held to its shards' headers."""
+    CONFIG = 4
+    """A separate draft's class from its config.json alone (no shards)."""
+    WEIGHTS_GIB = 5
+    """Inside the figure --weights-gib gave (not a part of its own)."""
+    LOG = 6
+    """Inside the figures --weights-from-log read."""
+    AFTER_POOL = 7
+    """The rank loads a draft, but the release sizes its pool before it (before 0.5.14): not charged."""
+
+    @property
+    def label(self) -> str | None:
+        return _DRAFT_LABELS[int(self)]
+
+
+_DRAFT_LABELS = (
+    None,
+    "target-mtp",
+    "target-config",
+    "checkpoint",
+    "config",
+    "weights-gib",
+    "log",
+    "after-pool",
+)
+DRAFT_SOURCE_LABELS = tuple(x for x in _DRAFT_LABELS if x is not None)
+"""The ``draft_source`` values a JSON document carries (besides null)."""
+
+
 @dataclass(frozen=True)
 class RankWeightsFigure:
-    """One rank's weights figure and where it came from (``detail``: the checkpoint's parts, when read)."""
+    """One rank's weights figure and where it came from (``detail``: the checkpoint's parts, when read;
+    ``draft_source``: where its speculative draft's bytes came from, NONE where it loads none)."""
 
     gib: float | None
     source: WeightsSource
     detail: RankWeights | None = None
+    draft_source: DraftSource = DraftSource.NONE
+
+
+def draft_words(source: DraftSource, draft_bytes: int | None) -> str:
+    """The draft's part of a rank's figure in a report's words ("draft 3.51 GiB from target-mtp"); "" where
+    the rank loads no draft."""
+    if source == DraftSource.NONE:
+        return ""
+    if source in (DraftSource.WEIGHTS_GIB, DraftSource.LOG):
+        return f"draft inside the figure ({source.label})"
+    if source == DraftSource.AFTER_POOL:
+        return "draft loaded after the pool is sized (after-pool)"
+    return f"draft {(draft_bytes or 0) / 2**30:.2f} GiB from {source.label}"
+
+
+def draft_sources(layout: WeightsLayout | None, world_size: int, kind: DraftSource) -> list[DraftSource]:
+    """Each rank's :class:`DraftSource`: ``kind`` on the ranks that load the draft (under PP the last
+    stage's: 0.5.23 ``managers/scheduler.py:1042-1051``; every rank at pp 1), NONE elsewhere or without
+    a draft."""
+    if layout is None or layout.draft is None:
+        return [DraftSource.NONE] * world_size
+    last = (layout.pp_size - 1) * layout.tp_group
+    return [kind if rank >= last else DraftSource.NONE for rank in range(world_size)]
 
 
 def busiest_rank(figures: Sequence[RankWeightsFigure]) -> int | None:
@@ -272,7 +336,9 @@ def weights_per_rank(
                 "rank, or one per rank"
             )
         values = list(flag_gib) * (world_size if len(flag_gib) == 1 else 1)
-        return [RankWeightsFigure(v, flag_source) for v in values]
+        inside = DraftSource.LOG if flag_source == WeightsSource.LOG else DraftSource.WEIGHTS_GIB
+        drafts = draft_sources(layout, world_size, inside)
+        return [RankWeightsFigure(v, flag_source, None, d) for v, d in zip(values, drafts, strict=True)]
     if model_dir is None or layout is None:
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
     # start-up: as in checkpoint_weights (a layout is given only where a checkpoint may be read)
@@ -296,7 +362,27 @@ def weights_per_rank(
             f"the layout gives {len(mw.ranks)} ranks but the world has {world_size}; "
             "check --pp-size/--tp-size"
         )
-    return [RankWeightsFigure(r.total_bytes / GIB, source, r) for r in mw.ranks]
+    drafts = draft_sources(layout, world_size, _computed_draft(model_dir, layout, release))
+    return [
+        RankWeightsFigure(r.total_bytes / GIB, source, r, d) for r, d in zip(mw.ranks, drafts, strict=True)
+    ]
+
+
+def _computed_draft(model_dir: str | Path, layout: WeightsLayout, release: str) -> DraftSource:
+    """Where a computed figure's draft bytes came from: the target's NEXTN/MTP layer or a separate
+    draft, from shards held to its class or from config.json alone; AFTER_POOL where the release loads
+    the draft after sizing its pool."""
+    # start-up: as in checkpoint_weights (called only where a figure was computed)
+    from checker.core.weights.checkpoint import has_safetensors
+    from checker.core.weights.weights import FIRST_DRAFT_IN_BUDGET, before
+
+    if layout.draft is None:
+        return DraftSource.NONE
+    if before(release, FIRST_DRAFT_IN_BUDGET):
+        return DraftSource.AFTER_POOL
+    if layout.draft == "separate" and layout.draft_path is not None:
+        return DraftSource.CHECKPOINT if has_safetensors(layout.draft_path) else DraftSource.CONFIG
+    return DraftSource.TARGET_MTP if has_safetensors(model_dir) else DraftSource.TARGET_CONFIG
 
 
 def check_draft_setup(

@@ -333,6 +333,7 @@ def _derive_into(
         weights = rank_weights(config, env, local, release=release.modelled, environ=environ)
         mine = weights[env.rank]
         row.weights_source = int(mine.source)
+        row.draft_source = int(mine.draft_source)
         if mine.gib is not None:
             row.weights_bytes = round(mine.gib * GIB)
         if mine.detail is not None:  # the checkpoint's figure: its parts, exactly
