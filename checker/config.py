@@ -103,6 +103,8 @@ class WeightsFlags:
     draft: str | None = None
     """``"nextn"``: an EAGLE/NEXTN draft is loaded from the target checkpoint; ``"separate"``: from
     :attr:`draft_path` (checker.core.weights.weights.WeightsLayout.draft); None: no draft."""
+    draft_algorithm: str | None = None
+    """``--speculative-algorithm`` (upper case) where :attr:`draft` is set."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model: ModelChoice) -> WeightsFlags:
@@ -126,6 +128,7 @@ class WeightsFlags:
         return cls(
             draft_path=draft_path,
             draft=draft,
+            draft_algorithm=str(algorithm).upper() if draft is not None else None,
             model_dir=model_dir,
             looked=looked,
             # the launch command's --ep-size, parsed as an int (command.WEIGHTS_DESTS); given holds objects
@@ -163,6 +166,7 @@ class WeightsFlags:
             moe_runner_backend=self.moe_runner_backend,
             draft=self.draft,
             draft_path=self.draft_path,
+            draft_algorithm=self.draft_algorithm,
         )
 
 

@@ -87,6 +87,23 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     # its options: two layers (0.5.13+; one before), a target hidden size of its own, four aux states
     # (eagle_config), fc_norm (0.5.13+) and norm_before_fc (0.5.17+), the target's vocabulary in its head
     "eagle3/options": (f"{F}/weights/eagle3_options_draft.json", ["pp=1,tp=2"], None, {}),
+    # A separate EAGLE-2 draft (--speculative-algorithm EAGLE with --speculative-draft-model-path): the
+    # classes of models/llama_eagle.py and models/qwen2_eagle.py as built, before the draft worker swaps in
+    # the target's embedding and head (eagle_worker_v2.py init_lm_head; modelled in drafts.eagle2); its
+    # options: two layers (layer 0 without its input_layernorm), attention bias, a hot-vocabulary head
+    "eagle2/llama3-8b-draft": (
+        f"{F}/weights/eagle2_llama3_8b_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=2", "pp=1,tp=8"],
+        None,
+        {},
+    ),
+    "eagle2/qwen2-7b-draft": (
+        f"{F}/weights/eagle2_qwen2_7b_draft.json",
+        ["pp=1,tp=1", "pp=1,tp=4"],
+        None,
+        {},
+    ),
+    "eagle2/options": (f"{F}/weights/eagle2_options_draft.json", ["pp=1,tp=2"], None, {}),
     "qwen3_5/pp-tp": (
         f"{F}/weights/qwen3_5_397b_a17b.json",
         ["pp=1,tp=8", "pp=2,tp=4", "pp=3,tp=1"],

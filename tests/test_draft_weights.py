@@ -141,17 +141,18 @@ def test_a_draft_path_that_is_no_model_directory_is_one_line_and_exit_2(
     )
     assert code == 2 and "not a model directory" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
-    # a model directory of an architecture the checker does not model: refused naming it (never sized
+    # a model directory of an architecture the checker does not model (Mistral's EAGLE class; the Llama
+    # and Qwen2 EAGLE-2 ones are modelled: tests/test_eagle2_draft.py): refused naming it (never sized
     # without the draft)
-    eagle2 = tmp_path / "eagle2"
-    eagle2.mkdir()
-    (eagle2 / "config.json").write_text(
-        json.dumps(dict(EAGLE3_CONFIG, architectures=["LlamaForCausalLMEagle"], num_hidden_layers=1))
+    other = tmp_path / "mistral-eagle"
+    other.mkdir()
+    (other / "config.json").write_text(
+        json.dumps(dict(EAGLE3_CONFIG, architectures=["MistralForCausalLMEagle"], num_hidden_layers=1))
     )
     code, out, err = cli(
-        [*argv, "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(eagle2)]
+        [*argv, "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(other)]
     )
-    assert code == 2 and "(LlamaForCausalLMEagle)" in err and "--weights-gib" in err
+    assert code == 2 and "(MistralForCausalLMEagle)" in err and "--weights-gib" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     # the target's own directory named as the draft: its NEXTN/MTP layer
     code, out, err = cli(
@@ -345,7 +346,8 @@ def test_check_text_shows_each_ranks_draft_as_its_own_part(qwen_dir: Path) -> No
     for text in (to_text(verdict, summary="", elapsed_s=1.0), to_markdown(verdict, summary="")):
         for r in rows:
             assert (
-                f"{r.weights_bytes / GIB:.2f} GiB (checkpoint, draft {r.draft_bytes / GIB:.2f} GiB)" in text
+                f"{r.weights_bytes / GIB:.2f} GiB (checkpoint, draft {r.draft_bytes / GIB:.2f} GiB from "
+                "target-mtp)" in text
             )
 
 
@@ -355,7 +357,7 @@ def test_derive_text_names_the_draft_in_the_budget_line(qwen_dir: Path, cli: Cal
     code, out, err = cli([*argv, "--speculative-algorithm", "EAGLE"])
     assert code == 0, err
     held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
-    assert f"busiest rank 0, of which the speculative draft {held[0] / GIB:.2f} GiB)" in out
+    assert f"busiest rank 0, of which the speculative draft {held[0] / GIB:.2f} GiB from target-mtp)" in out
     code, out, err = cli(argv)
     assert code == 0, err
     assert "speculative draft" not in out
@@ -375,4 +377,4 @@ def test_plan_text_names_the_draft_in_the_weights_line(qwen_dir: Path, cli: Call
     code, out, err = cli(argv)
     assert code == 0, err
     held = _draft_held(WeightsLayout(pp_size=1, tp_size=2, draft="nextn"), "0.5.23")
-    assert f"+ speculative draft {held[0] / GIB:.2f}; --weights-gib overrides)" in out
+    assert f"+ speculative draft {held[0] / GIB:.2f} from target-mtp; --weights-gib overrides)" in out

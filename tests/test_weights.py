@@ -32,7 +32,7 @@ from checker.core.weights.weights import (
     allocator_bytes,
     release_partition,
 )
-from checker.families.drafts import EAGLE3, separate_draft_rank_params
+from checker.families.drafts import EAGLE2, EAGLE3, separate_draft_rank_params
 from checker.families.rules import draft_rank_params, model_weights, rank_params
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ EXPECTED = json.loads((REPO / "tests/fixtures/weights/expected.json").read_text(
 FIGURES: dict[str, dict[str, Any]] = EXPECTED["figures"]
 CASES: dict[str, dict[str, Any]] = EXPECTED["cases"]
 FAMILIES = ("qwen3_next", "qwen3_5", "kimi_linear", "nemotron_h", "falcon_h1", "granite_h")
-DRAFTS = ("eagle3",)
+DRAFTS = ("eagle3", "eagle2")
 """Separate draft classes with figures of their own (checker.families.drafts)."""
 
 
@@ -79,7 +79,7 @@ def _params_of(config: dict[str, Any]) -> Callable[..., list[tuple[Place, list[P
     """Whose parameters a case's class holds: a draft class (the config as the draft's ModelConfig
     rewrites it) on the ranks that load the draft, a separate EAGLE3 draft there too, else the target's."""
     arch = str((config.get("architectures") or [""])[0])
-    if arch == EAGLE3:
+    if arch == EAGLE3 or arch in EAGLE2:
         return separate_draft_rank_params
     return draft_rank_params if arch.endswith("MTP") else rank_params
 

@@ -73,9 +73,12 @@ def assumed_weights(
     if config.gpu_free_gib is None:
         return None
     if config.weights_gib is not None:
+        # the draft's rules hold whatever the figure's source (checker.families.weights_source); each
+        # rank's figure is the flag's, its draft (where it loads one) inside it
+        flags = tuple(derive_rank_weights(derive, inputs, os.environ, flag_gib=(config.weights_gib,)))
         if config.weights_source:  # --weights-from-log
             return AssumedWeights(gib=config.weights_gib, source="log", note=config.weights_source)
-        return AssumedWeights(gib=config.weights_gib, source="flag")
+        return AssumedWeights(gib=config.weights_gib, source="flag", figures=flags)
     ranks = derive_rank_weights(derive, inputs, os.environ)
     busiest = busiest_rank(ranks)
     if busiest is None:

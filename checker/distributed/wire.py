@@ -28,7 +28,7 @@ from checker.core.sizing.row import INPUT_NAMES, INT_FIELDS, MISSING, RankRow
 from checker.status import ROW_OK
 
 MAGIC = 0x50504348  # "PPCH"
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 """3: the row defined once in checker.core.sizing.row; 4: the launch command input; 5: a rank's error
 travels in the header status and the text gather, the payload carries a status prefix, and the installed
 release is the input ``sglang_installed`` (was ``sglang_version``), apart from ``derived_as``; 6: the same
@@ -50,7 +50,9 @@ flags, context length) and two inputs more (--kv-cache-dtype, --max-total-tokens
 (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN); 13: the weights figure's parts as integers (``param_bytes``,
 ``buffer_bytes``, ``margin_bytes``) and the --mem-fraction-static the budget used with its source
 (``mem_fraction_millionths``, ``mem_fraction_source``), so the report carries them as fields of their own;
-14: the speculative draft's part of the weights figure (``draft_bytes``)."""
+14: the speculative draft's part of the weights figure (``draft_bytes``); 15: where those bytes came from
+(``draft_source``: the target's MTP layer or a separate draft, from shards or config.json, or inside a
+figure given as a number)."""
 HEADER_LEN = 8
 HOST_BYTES = 64
 ERROR_BYTES = 384

@@ -49,6 +49,13 @@ from checker.core.weights.weights import (
 from checker.families import family_for
 
 EAGLE3 = "LlamaForCausalLMEagle3"
+EAGLE2 = {
+    "LlamaForCausalLMEagle": ("models/llama_eagle.py", "models/llama.py", 8192),
+    "Qwen2ForCausalLMEagle": ("models/qwen2_eagle.py", "models/qwen2.py", 32768),
+}
+"""The EAGLE-2 draft classes (``--speculative-algorithm EAGLE`` with a separate draft whose config.json
+names one), every modelled release (0.5.2-0.5.23): architecture -> (its module, the target class's module
+whose decoder layer and ``set_embed_and_head`` it inherits, its ``max_position_embeddings`` default)."""
 
 # The target architectures whose draft ModelConfig becomes the family's MTP class
 # (0.5.23 configs/model_config.py:1134-1135 Qwen3-Next, :1159-1181 Qwen3.5), and those classes' own names.
@@ -82,7 +89,8 @@ def read_draft_config(path: str) -> dict[str, Any]:
 def _refuse(path: str, arch: str, why: str) -> FlagError:
     return FlagError(
         f"--speculative-draft-model-path {shown_path(Path(path))}: {why} ({arch}); the checker models "
-        f"{EAGLE3} and the Qwen3-Next/Qwen3.5 MTP drafts: give the weights per GPU (target and draft) "
+        f"{EAGLE3}, {' and '.join(EAGLE2)} (EAGLE-2) and the Qwen3-Next/Qwen3.5 MTP drafts: give the "
+        "weights per GPU (target and draft) "
         "with --weights-gib"
     )
 
@@ -106,6 +114,16 @@ def separate_draft_params(
         b = Builder(one, model_dtype(cfg, layout.dtype), release, None)
         eagle3(b, cfg, release)
         return b.params
+    if arch in EAGLE2:
+        check_draft_release(config, release=release, source=source)
+        if (layout.draft_algorithm or "EAGLE") == "EAGLE3":
+            raise _refuse(path, arch, "an EAGLE-2 draft under --speculative-algorithm EAGLE3 is not modelled")
+        if layout.dp_size > 1:
+            raise _refuse(path, arch, "an EAGLE-2 draft under attention DP is not modelled")
+        cfg = ConfigSection(config, source)
+        b = Builder(one, model_dtype(cfg, layout.dtype), release, None)
+        eagle2(b, cfg, release, arch)
+        return shared_with_target(b.params, place, release)
     model_type = config.get("model_type")
     model_type = model_type if isinstance(model_type, str) else ""
     family = family_for(model_type)
@@ -178,6 +196,62 @@ def eagle3(b: Builder, cfg: ConfigSection, release: str) -> None:
         b.vocab("lm_head", draft_vocab, H, "tp", part="head")
 
 
+def eagle2(b: Builder, cfg: ConfigSection, release: str, arch: str) -> None:
+    """``LlamaForCausalLMEagle`` / ``Qwen2ForCausalLMEagle`` as built (0.5.23 ``models/llama_eagle.py:64-
+    150``, ``models/qwen2_eagle.py:65-148``; the same parameters in every modelled release): the embedding
+    (vocab-parallel), the target family's decoder layers (``qkv_proj`` with bias where ``attention_bias``
+    or ``bias`` says, always for Qwen2; layer 0 without its ``input_layernorm``: deleted, 0.5.23
+    :54-55, a lambda before), ``fc`` (a plain ``nn.Linear(2H, H)`` with its bias, replicated) and a
+    ``ParallelLMHead`` of ``hot_vocab_size`` (else the vocabulary) unless tied (refused:
+    :func:`check_draft_release`). Each layer's RoPE cache (``cos_sin_cache``, float32), shared."""
+    _, _, max_pos = EAGLE2[arch]
+    H = cfg.integer("hidden_size")
+    V = cfg.integer("vocab_size")
+    heads, kv = cfg.integer("num_attention_heads"), cfg.integer("num_key_value_heads", 0, minimum=0)
+    kv = kv or heads
+    hd = cfg.opt_int("head_dim") or H // heads
+    inter = cfg.integer("intermediate_size")
+    qwen = arch == "Qwen2ForCausalLMEagle"
+    # llama.py:339-341 (attention_bias or bias); qwen2.py:194 (always)
+    bias = qwen or cfg.boolean("attention_bias", False) or cfg.boolean("bias", False)
+    rope = cfg.data.get("rope_parameters") or cfg.data.get("rope_scaling")
+    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, Mapping) else "default"
+    if kind not in ("default", "llama3"):
+        raise ConfigError(
+            f"{cfg.source}: the EAGLE-2 draft's rope_scaling type {shorten(kind)} is not modelled (its RoPE "
+            "cache size differs); give the weights per GPU (target and draft) with --weights-gib"
+        )
+    rotary = hd if qwen else int(cfg.number("partial_rotary_factor", 1.0) * hd)
+    if kv < b.p.size("tp") and b.p.size("tp") % kv:
+        raise LayoutError(f"num_key_value_heads = {kv} must divide the TP size {b.p.size('tp')}")
+    b.vocab("model.embed_tokens", V, H, "tp", part="embed")
+    for i in range(cfg.integer("num_hidden_layers", 1)):
+        pre = f"model.layers.{i}"
+        b.qkv(f"{pre}.self_attn.qkv_proj", H, hd, heads, kv, "tp", bias=bias)
+        # Llama's o_proj takes the same bias (llama.py:214-220), Qwen2's none (qwen2.py:196-201)
+        b.row(f"{pre}.self_attn.o_proj", H, heads * hd, "tp", bias=bias and not qwen)
+        b.rope(cfg.integer("max_position_embeddings", max_pos), rotary)
+        b.column(f"{pre}.mlp.gate_up_proj", 2 * inter, H, "tp", shards=[inter, inter])
+        b.row(f"{pre}.mlp.down_proj", H, inter, "tp")
+        if i > 0:
+            b.norm(f"{pre}.input_layernorm", H)
+        b.norm(f"{pre}.post_attention_layernorm", H)
+    b.replicated("model.fc", H, 2 * H, bias=True, quant=False)
+    b.vocab("lm_head", cfg.opt_int("hot_vocab_size") or V, H, "tp", part="head")
+
+
+def shared_with_target(params: list[Param], place: Place, release: str) -> list[Param]:
+    """The EAGLE-2 draft after its worker binds the target's embedding and head (0.5.23
+    ``speculative/eagle_worker_v2.py:336-380`` ``init_lm_head``, the non-EAGLE3 branch, before the pool is
+    sized; 0.5.14 :327-344 likewise): ``set_embed_and_head`` deletes the draft's own two and empties the
+    cache (``models/llama.py:895-905``, ``models/qwen2.py:770-777``), so their segments go back unless
+    shared (``part`` "dropped": built and loaded, then freed). Under PP (0.5.21+) the last stage has no
+    target embedding: the draft keeps its own, reloaded in place from the target's checkpoint
+    (``speculative/pp_draft_embedding.py:225-248``), and only the head is the target's."""
+    freed = {"head"} if place.pp_size > 1 else {"embed", "head"}
+    return [dataclasses.replace(p, part="dropped") if p.part in freed else p for p in params]
+
+
 def separate_draft_rank_params(
     config: Mapping[str, Any], layout: WeightsLayout, *, release: str, source: str = "config.json"
 ) -> list[tuple[Place, list[Param]]]:
@@ -200,7 +274,10 @@ def with_separate_draft(
     for r in target.ranks:
         params = separate_draft_params(draft_config, layout, r.place, release=release, source=source)
         charged = params is not None and not before(release, FIRST_DRAFT_IN_BUDGET)
-        extra = allocator_bytes([p.nbytes for p in params]) if charged and params is not None else 0
+        extra = 0
+        if charged and params is not None:  # what the draft's worker frees before the pool is sized
+            dropped = [i for i, p in enumerate(params) if p.part == "dropped"]
+            extra = allocator_bytes([p.nbytes for p in params], dropped)
         ranks.append(dataclasses.replace(r, draft_bytes=extra))
     return dataclasses.replace(target, ranks=tuple(ranks))
 
@@ -342,6 +419,41 @@ def eagle3_tensors(config: Mapping[str, Any], release: str, source: str) -> list
     return out
 
 
+def eagle2_tensors(config: Mapping[str, Any], arch: str, source: str) -> list[tuple[str, Shape]]:
+    """The checkpoint tensors an EAGLE-2 class loads into parameters it keeps: its ``load_weights`` puts
+    ``model.`` before every name but ``lm_head`` (0.5.23 ``models/llama_eagle.py:144-148``,
+    ``models/qwen2_eagle.py:141-145``), so the shards name them without it: ``fc`` (weight and bias) and
+    each layer's projections (q/k/v stacked by the target's loader) and norms. The embedding and the head
+    are the target's after ``set_embed_and_head`` (:func:`shared_with_target`): not required."""
+    cfg = ConfigSection(config, source)
+    H = cfg.integer("hidden_size")
+    heads = cfg.integer("num_attention_heads")
+    kv = cfg.integer("num_key_value_heads", 0, minimum=0) or heads
+    hd = cfg.opt_int("head_dim") or H // heads
+    inter = cfg.integer("intermediate_size")
+    bias = (
+        arch == "Qwen2ForCausalLMEagle" or cfg.boolean("attention_bias", False) or cfg.boolean("bias", False)
+    )
+    out: list[tuple[str, Shape]] = [("fc.weight", (H, 2 * H)), ("fc.bias", (H,))]
+    for i in range(cfg.integer("num_hidden_layers", 1)):
+        pre = f"layers.{i}"
+        for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            out.append((f"{pre}.self_attn.{proj}.weight", (rows, H)))
+            if bias:
+                out.append((f"{pre}.self_attn.{proj}.bias", (rows,)))
+        out += [
+            (f"{pre}.self_attn.o_proj.weight", (H, heads * hd)),
+            *([(f"{pre}.self_attn.o_proj.bias", (H,))] if bias and arch != "Qwen2ForCausalLMEagle" else []),
+            (f"{pre}.mlp.gate_proj.weight", (inter, H)),
+            (f"{pre}.mlp.up_proj.weight", (inter, H)),
+            (f"{pre}.mlp.down_proj.weight", (H, inter)),
+            (f"{pre}.post_attention_layernorm.weight", (H,)),
+        ]
+        if i > 0:
+            out.append((f"{pre}.input_layernorm.weight", (H,)))
+    return out
+
+
 def check_draft_checkpoint(path: str, *, release: str) -> None:
     """A separate draft directory's shards held to the class its config.json names (one ConfigError line
     naming the tensor and the shard): quantized tensors under a config that declares none, a tensor the
@@ -377,39 +489,82 @@ def check_draft_checkpoint(path: str, *, release: str) -> None:
             source=source,
             where=where,
         )
+    elif arch in EAGLE2:
+        module = EAGLE2[arch][0]
+        _held_to(
+            ckpt,
+            eagle2_tensors(config, arch, source),
+            {n: n for n in ckpt.tensors},
+            arch,
+            release=release,
+            source=source,
+            where=f"{module} load_weights",
+        )
     elif arch in MTP_REWRITES.get(str(config.get("model_type")), ()):
         check_mtp_shards(ckpt, config, release=release, source=source)
 
 
-NO_NEXTN_CLASS = {"kimi_k3": ("Kimi-K3", "KimiK3ForConditionalGeneration", "models/kimi_k3.py:3199-3205")}
-"""model_type -> (family, architecture, where its target's load_weights drops the layers past
-``num_hidden_layers``) for the families no modelled release (0.5.2-0.5.23) has a NEXTN/MTP class for: the
-draft's ModelConfig keeps the target's architecture (0.5.23 ``configs/model_config.py:1011-1211`` rewrites
-no Kimi one), ``speculative_hook.py:1119-1135`` does not set the draft path for it, and the draft worker
-builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``, ``model_config.py:956``): the
-whole target a second time, not a NEXTN layer."""
+NO_NEXTN_CLASS = {
+    "KimiK3ForConditionalGeneration": ("Kimi-K3", "models/kimi_k3.py:3199-3205"),
+}
+"""Architecture -> (family, where its target's load_weights drops the layers past ``num_hidden_layers``)
+for the families no modelled release (0.5.2-0.5.23) has a NEXTN/MTP class for: the draft's ModelConfig
+keeps the target's architecture (0.5.23 ``configs/model_config.py:1011-1211`` rewrites no Kimi one),
+``arg_groups/speculative_hook.py:1119-1135`` does not set the draft path for it, and the draft worker
+builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``; ``configs/model_config.py:956``
+``model_path or cfg.model_path``): the whole target a second time, not a NEXTN layer. Keyed on the
+architecture, as SGLang decides it, so that a preset, a config-only directory, a checkpoint and a figure
+given with --weights-gib are refused alike."""
 
 
-def check_nextn_family(config: Mapping[str, Any], *, release: str, source: str) -> None:
-    """EAGLE/NEXTN with the draft in the target's own checkpoint, for a family that has no NEXTN/MTP
-    class in any release (Kimi-K3, whatever ``num_nextn_predict_layers`` its text config declares): one
-    FlagError line naming what SGLang would load instead."""
-    entry = NO_NEXTN_CLASS.get(str(config.get("model_type")))
+def check_nextn_family(
+    archs: tuple[str, ...] | list[str], config: Mapping[str, Any] | None, *, release: str, source: str
+) -> None:
+    """EAGLE/NEXTN with the draft in the target's own checkpoint (no ``--speculative-draft-model-path``,
+    or the target's own directory) for an architecture no release has a NEXTN/MTP class for (Kimi-K3,
+    whatever ``num_nextn_predict_layers`` its text config declares): one FlagError line naming what SGLang
+    would load instead. It depends on the architecture only: not on whether a checkpoint was read, nor on
+    where the weights figure comes from. ``config``: the HF config where known (its NEXTN layers named)."""
+    arch = archs[0] if archs else ""
+    entry = NO_NEXTN_CLASS.get(arch)
     if entry is None:
         return
-    name, arch, dropped = entry
-    text = config.get("text_config")
-    text = text if isinstance(text, Mapping) else config
+    name, dropped = entry
+    text = config.get("text_config") if config is not None else None
+    text = text if isinstance(text, Mapping) else (config or {})
     nextn = text.get("num_nextn_predict_layers")
     declared = (
         f"its {nextn} NEXTN layer(s) in the checkpoint are dropped by the target ({dropped}); "
-        if (isinstance(nextn, int) and nextn > 0)
+        if (isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0)
         else ""
     )
     raise FlagError(
         f"{source}: SGLang {release} has no NEXTN/MTP draft class for {name} (no release has one): under "
-        f"--speculative-algorithm EAGLE/NEXTN without --speculative-draft-model-path its draft worker "
+        f"--speculative-algorithm EAGLE/NEXTN without a draft of its own (--speculative-draft-model-path "
+        f"unset, or the target's directory) its draft worker "
         f"builds {arch} whole from --model-path (sglang/srt/managers/tp_worker.py:466-480), the target a "
         f"second time; {declared}give a draft with --speculative-draft-model-path, or launch without "
         "speculative decoding"
     )
+
+
+def check_draft_release(config: Mapping[str, Any], *, release: str, source: str) -> None:
+    """What ``release`` refuses of a separate draft's config.json whatever its shards or the weights
+    figure's source (one ConfigError line): a tied EAGLE-2 draft (every release: ``set_embed_and_head``
+    deletes the one shared weight twice, 0.5.23 ``models/llama.py:896-897``, ``models/qwen2.py:771-772``);
+    an EAGLE3 draft of several layers before 0.5.13 (0.5.10 ``models/llama_eagle3.py:212-213``)."""
+    archs = config.get("architectures")
+    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+    if arch in EAGLE2 and config.get("tie_word_embeddings") is True:
+        module, target, _ = EAGLE2[arch]
+        raise ConfigError(
+            f"{source}: SGLang {release} fails on this tied {arch} draft at start: its lm_head is its "
+            f"embedding ({module}), and the draft worker's set_embed_and_head deletes that one weight twice "
+            f"(sglang/srt/{target} set_embed_and_head: AttributeError); use an untied draft"
+        )
+    if arch == EAGLE3:
+        layers = config.get("num_hidden_layers", 1)
+        if layers != 1 and before(release, "0.5.13"):
+            raise ConfigError(
+                f"{source}: SGLang {release} refuses it: EAGLE3 currently only supports 1 layer"
+            )

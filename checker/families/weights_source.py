@@ -62,13 +62,77 @@ class WeightsSource(enum.IntEnum):
         }[int(self)]
 
 
+class DraftSource(enum.IntEnum):
+    """Where a rank's speculative draft bytes came from (``draft_source`` beside ``draft_bytes``). Integer
+    values go on the wire (a rank row); NONE: the rank loads no draft (JSON null)."""
+
+    NONE = 0
+    TARGET_MTP = 1
+    """The NEXTN/MTP layer in the target's checkpoint: its class, held to the mtp.* tensors the shard
+    headers name."""
+    TARGET_CONFIG = 2
+    """That class from the target's config.json alone (no shards)."""
+    CHECKPOINT = 3
+    """A separate draft (--speculative-draft-model-path): its class, held to its shards' headers."""
+    CONFIG = 4
+    """A separate draft's class from its config.json alone (no shards)."""
+    WEIGHTS_GIB = 5
+    """Inside the figure --weights-gib gave (not a part of its own)."""
+    LOG = 6
+    """Inside the figures --weights-from-log read."""
+    AFTER_POOL = 7
+    """The rank loads a draft, but the release sizes its pool before it (before 0.5.14): not charged."""
+
+    @property
+    def label(self) -> str | None:
+        return _DRAFT_LABELS[int(self)]
+
+
+_DRAFT_LABELS = (
+    None,
+    "target-mtp",
+    "target-config",
+    "checkpoint",
+    "config",
+    "weights-gib",
+    "log",
+    "after-pool",
+)
+DRAFT_SOURCE_LABELS = tuple(x for x in _DRAFT_LABELS if x is not None)
+"""The ``draft_source`` values a JSON document carries (besides null)."""
+
+
 @dataclass(frozen=True)
 class RankWeightsFigure:
-    """One rank's weights figure and where it came from (``detail``: the checkpoint's parts, when read)."""
+    """One rank's weights figure and where it came from (``detail``: the checkpoint's parts, when read;
+    ``draft_source``: where its speculative draft's bytes came from, NONE where it loads none)."""
 
     gib: float | None
     source: WeightsSource
     detail: RankWeights | None = None
+    draft_source: DraftSource = DraftSource.NONE
+
+
+def draft_words(source: DraftSource, draft_bytes: int | None) -> str:
+    """The draft's part of a rank's figure in a report's words ("draft 3.51 GiB from target-mtp"); "" where
+    the rank loads no draft."""
+    if source == DraftSource.NONE:
+        return ""
+    if source in (DraftSource.WEIGHTS_GIB, DraftSource.LOG):
+        return f"draft inside the figure ({source.label})"
+    if source == DraftSource.AFTER_POOL:
+        return "draft loaded after the pool is sized (after-pool)"
+    return f"draft {(draft_bytes or 0) / 2**30:.2f} GiB from {source.label}"
+
+
+def draft_sources(layout: WeightsLayout | None, world_size: int, kind: DraftSource) -> list[DraftSource]:
+    """Each rank's :class:`DraftSource`: ``kind`` on the ranks that load the draft (under PP the last
+    stage's: 0.5.23 ``managers/scheduler.py:1042-1051``; every rank at pp 1), NONE elsewhere or without
+    a draft."""
+    if layout is None or layout.draft is None:
+        return [DraftSource.NONE] * world_size
+    last = (layout.pp_size - 1) * layout.tp_group
+    return [kind if rank >= last else DraftSource.NONE for rank in range(world_size)]
 
 
 def busiest_rank(figures: Sequence[RankWeightsFigure]) -> int | None:
@@ -264,7 +328,12 @@ def weights_per_rank(
     ``--weights-from-log``: ``flag_source`` LOG), else the checkpoint in ``model_dir`` (when it holds
     safetensors), else ``model_dir``'s config.json alone (source CONFIG), else none (no model directory).
     ``required`` False (a picture that shows the weights where known): a family whose weights are not
-    modelled gets none instead of the one-line refusal."""
+    modelled gets none instead of the one-line refusal. The draft's rules (:func:`check_draft_setup`) hold
+    whatever the figure's source: a figure given as a number does not make a broken draft start."""
+    if layout is not None:
+        check_draft_setup(
+            model_dir, layout, release=release, quantization=quantization, target_read=not flag_gib
+        )
     if flag_gib:
         if len(flag_gib) not in (1, world_size):
             raise FlagError(
@@ -272,13 +341,11 @@ def weights_per_rank(
                 "rank, or one per rank"
             )
         values = list(flag_gib) * (world_size if len(flag_gib) == 1 else 1)
-        return [RankWeightsFigure(v, flag_source) for v in values]
+        inside = DraftSource.LOG if flag_source == WeightsSource.LOG else DraftSource.WEIGHTS_GIB
+        drafts = draft_sources(layout, world_size, inside)
+        return [RankWeightsFigure(v, flag_source, None, d) for v, d in zip(values, drafts, strict=True)]
     if model_dir is None or layout is None:
         return [RankWeightsFigure(None, WeightsSource.NONE) for _ in range(world_size)]
-    if layout.draft == "separate" and layout.draft_path is not None:
-        check_draft_dir(layout.draft_path, release=release)
-    elif layout.draft == "nextn" and (Path(model_dir) / "config.json").is_file():
-        check_nextn_class(Path(model_dir) / "config.json", release=release)
     # start-up: as in checkpoint_weights (a layout is given only where a checkpoint may be read)
     from checker.core.weights.checkpoint import has_safetensors
     from checker.core.weights.weights import GIB
@@ -300,7 +367,70 @@ def weights_per_rank(
             f"the layout gives {len(mw.ranks)} ranks but the world has {world_size}; "
             "check --pp-size/--tp-size"
         )
-    return [RankWeightsFigure(r.total_bytes / GIB, source, r) for r in mw.ranks]
+    drafts = draft_sources(layout, world_size, _computed_draft(model_dir, layout, release))
+    return [
+        RankWeightsFigure(r.total_bytes / GIB, source, r, d) for r, d in zip(mw.ranks, drafts, strict=True)
+    ]
+
+
+def _computed_draft(model_dir: str | Path, layout: WeightsLayout, release: str) -> DraftSource:
+    """Where a computed figure's draft bytes came from: the target's NEXTN/MTP layer or a separate
+    draft, from shards held to its class or from config.json alone; AFTER_POOL where the release loads
+    the draft after sizing its pool."""
+    # start-up: as in checkpoint_weights (called only where a figure was computed)
+    from checker.core.weights.checkpoint import has_safetensors
+    from checker.core.weights.weights import FIRST_DRAFT_IN_BUDGET, before
+
+    if layout.draft is None:
+        return DraftSource.NONE
+    if before(release, FIRST_DRAFT_IN_BUDGET):
+        return DraftSource.AFTER_POOL
+    if layout.draft == "separate" and layout.draft_path is not None:
+        return DraftSource.CHECKPOINT if has_safetensors(layout.draft_path) else DraftSource.CONFIG
+    return DraftSource.TARGET_MTP if has_safetensors(model_dir) else DraftSource.TARGET_CONFIG
+
+
+def check_draft_setup(
+    model_dir: str | Path | None,
+    layout: WeightsLayout,
+    *,
+    release: str,
+    quantization: str | None = None,
+    target_read: bool,
+) -> None:
+    """The speculative draft's rules that do not depend on where the weights figure comes from (the
+    checkpoint, config.json, --weights-gib, --weights-from-log): a separate draft directory SGLang cannot
+    build or load (:func:`check_draft_dir`); EAGLE/NEXTN on a target no release has a NEXTN class for
+    (:func:`check_nextn_class`); and, where the target's own shards are not read for the figure
+    (``target_read`` False: a figure given as a number), the ``mtp.*`` tensors the draft loads from them
+    held to its class from the headers (an unquantized target only, as :func:`checkpoint_weights` holds
+    them). One line each (FlagError/ConfigError)."""
+    if layout.draft == "separate" and layout.draft_path is not None:
+        check_draft_dir(layout.draft_path, release=release)
+    if layout.draft != "nextn" or model_dir is None or not (Path(model_dir) / "config.json").is_file():
+        return
+    check_nextn_class(Path(model_dir) / "config.json", release=release)
+    if not target_read:
+        _hold_mtp_shards(Path(model_dir), release=release, quantization=quantization)
+
+
+def _hold_mtp_shards(d: Path, *, release: str, quantization: str | None) -> None:
+    """The target's ``mtp.*`` tensors held to the family's NEXTN/MTP class from the shard headers alone
+    (checker.families.drafts.check_mtp_shards), where the target declares no quantization."""
+    # start-up: as in checkpoint_weights (the checkpoint reader loads only where shards are held)
+    from checker.core.weights.checkpoint import has_safetensors, read_checkpoint
+    from checker.families.drafts import check_mtp_shards
+
+    if quantization or not has_safetensors(d):
+        return
+    try:
+        config = read_json(d / "config.json")
+    except ConfigError:
+        return  # not a config SGLang reads: the derivation refuses it in its own words
+    declared = config.get("quantization_config") or config.get("compression_config")
+    if declared is not None or (d / HF_QUANT_CONFIG).exists():
+        return
+    check_mtp_shards(read_checkpoint(d), config, release=release, source=shown_path(d / "config.json"))
 
 
 def check_draft_dir(path: str, *, release: str) -> None:
@@ -308,9 +438,10 @@ def check_draft_dir(path: str, *, release: str) -> None:
     SGLang builds the draft from its config.json; its shards, where it holds any, are held to the class
     (checker.families.drafts.check_draft_checkpoint). One line where not (FlagError/ConfigError)."""
     # start-up: as in checkpoint_weights (the weights rules load only where a figure is asked for)
-    from checker.families.drafts import check_draft_checkpoint, read_draft_config
+    from checker.families.drafts import check_draft_checkpoint, check_draft_release, read_draft_config
 
-    read_draft_config(path)
+    config = read_draft_config(path)
+    check_draft_release(config, release=release, source=shown_path(Path(path) / "config.json"))
     check_draft_checkpoint(path, release=release)
 
 
@@ -324,7 +455,9 @@ def check_nextn_class(path: Path, *, release: str) -> None:
         config = read_json(path)
     except ConfigError:
         return  # the figure's own reading refuses it in one line
-    check_nextn_family(config, release=release, source=shown_path(path))
+    archs = config.get("architectures")
+    archs = [str(a) for a in archs] if isinstance(archs, list) else []
+    check_nextn_family(archs, config, release=release, source=shown_path(path))
 
 
 def _modelled(path: Path) -> bool:

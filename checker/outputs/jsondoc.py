@@ -92,7 +92,9 @@ def weights_per_rank_doc(figures: Sequence[RankWeightsFigure]) -> list[dict[str,
     total), its parts where the checkpoint gave it (``param_bytes`` exactly as the release's class holds
     them, ``buffer_bytes``, ``margin_bytes`` beyond the parameters, ``draft_bytes`` the speculative draft
     loaded before the pool is sized: param + margin + draft == total; null for a figure given as a number),
-    and ``weights_source``. ``rank`` is the global rank (tp the inner dimension)."""
+    ``draft_source`` (where the draft's bytes came from: checker.families.weights_source.DraftSource; null
+    where the rank loads no draft) and ``weights_source``. ``rank`` is the global rank (tp the inner
+    dimension)."""
     docs: list[dict[str, object]] = []
     for rank, f in enumerate(figures):
         d = f.detail
@@ -105,6 +107,7 @@ def weights_per_rank_doc(figures: Sequence[RankWeightsFigure]) -> list[dict[str,
                 "buffer_bytes": None if d is None else d.buffer_bytes,
                 "margin_bytes": None if d is None else d.margin_bytes,
                 "draft_bytes": None if d is None else d.draft_bytes,
+                "draft_source": f.draft_source.label,
                 "weights_source": f.source.label,
             }
         )

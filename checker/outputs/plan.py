@@ -15,6 +15,7 @@ from checker.core.sizing.partition import PARTITION_ENV
 from checker.core.sizing.planning import MemFraction, MinBudget, SuggestedPartition
 from checker.core.sizing.sizing import CHECKED_VALUES, CapacityInputs, StageCapacity
 from checker.engines.drift import Drift, drift_lines
+from checker.families.weights_source import DraftSource
 from checker.outputs.header import header
 from checker.outputs.jsondoc import json_inputs, json_layout, stage_dict, status_doc, weights_per_rank_doc
 from checker.outputs.render import Document
@@ -62,8 +63,10 @@ class AssumedWeights:
     """The busiest rank's parts."""
 
     def line(self) -> str:
+        inside = any(f.draft_source != DraftSource.NONE for f in self.figures)
+        inside_words = ", the speculative draft inside it" if inside else ""
         if self.source == "flag":
-            return f"weights {self.gib:.2f} GiB on the busiest rank (--weights-gib)"
+            return f"weights {self.gib:.2f} GiB on the busiest rank (--weights-gib{inside_words})"
         if self.source == "log":
             return f"weights {self.gib:.2f} GiB on the busiest rank ({self.note}, --weights-from-log)"
         d = self.detail
@@ -75,7 +78,11 @@ class AssumedWeights:
             params, margin = d.param_bytes / 2**30, d.margin_bytes / 2**30
             parts = f": parameters {params:.2f} GiB ({parts}) + margin {margin:.2f}"
             if d.draft_bytes:  # the speculative draft the rank loads before the pool is sized
-                parts += f" + speculative draft {d.draft_bytes / 2**30:.2f}"
+                draft = (
+                    self.figures[self.rank].draft_source if self.rank is not None and self.figures else None
+                )
+                where = f" from {draft.label}" if draft is not None and draft.label else ""
+                parts += f" + speculative draft {d.draft_bytes / 2**30:.2f}{where}"
         return (
             f"weights {self.gib:.2f} GiB on the busiest rank, rank {self.rank} (from "
             f"{'config.json, no shards' if self.source == 'config' else 'the checkpoint'}{parts}; "

@@ -22,7 +22,7 @@ from checker.core.ranks import outliers, rank_ranges
 from checker.core.sizing.row import MISSING, REPORTED_INTS, RankRow
 from checker.core.sizing.sizing import CHECKED_VALUES
 from checker.distributed.wire import VALUE_BYTES, digest, sent_text
-from checker.families.weights_source import WeightsSource
+from checker.families.weights_source import DraftSource, WeightsSource, draft_words
 from checker.outputs.markup import cut, md_cell, md_table
 from checker.outputs.render import Document
 from checker.outputs.tables import fmt_int, format_table, mark
@@ -102,6 +102,7 @@ def _row_inputs(row: RankRow) -> dict[str, object]:
 
 
 _SOURCES = {int(s) for s in WeightsSource}
+_DRAFTS = {int(s) for s in DraftSource}
 
 
 def _known(value: int) -> int | None:
@@ -120,6 +121,8 @@ def rank_dict(row: RankRow) -> dict[str, object]:
     for name in REPORTED_INTS:
         value = getattr(row, name)
         d[name] = None if value == MISSING else value
+        if name == "draft_bytes":  # where the draft's bytes came from, beside them
+            d["draft_source"] = DraftSource(row.draft_source).label if row.draft_source in _DRAFTS else None
     d["kv_limiting"] = None if row.kv_limiting == MISSING else bool(row.kv_limiting)
     d["budget_gib"] = row.budget_gib
     d["weights_source"] = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else None
@@ -354,14 +357,16 @@ DIFFERING_HEADERS = ["value", "derived", "share", "ranks", "pp_ranks", "layers",
 
 def weights_cell(row: RankRow) -> str:
     """A rank's weights figure and its source ("15.11 GiB (checkpoint)"), with the speculative draft's
-    part where the rank loads one ("18.62 GiB (checkpoint, draft 3.51 GiB)"), "-" where it has none."""
+    part where the rank loads one and where it came from ("18.62 GiB (checkpoint, draft 3.51 GiB from
+    target-mtp)"), "-" where it has none."""
     if row.weights_bytes == MISSING:
         return "-"
     source = WeightsSource(row.weights_source).label if row.weights_source in _SOURCES else "?"
     if source == "config":  # the figure from config.json alone, said where a CI log shows it
         source = "config.json, no shards"
-    draft = "" if row.draft_bytes in (MISSING, 0) else f", draft {row.draft_bytes / 2**30:.2f} GiB"
-    return f"{row.weights_bytes / 2**30:.2f} GiB ({source}{draft})"
+    kind = DraftSource(row.draft_source) if row.draft_source in _DRAFTS else DraftSource.NONE
+    draft = draft_words(kind, None if row.draft_bytes == MISSING else row.draft_bytes)
+    return f"{row.weights_bytes / 2**30:.2f} GiB ({source}{', ' + draft if draft else ''})"
 
 
 def _with_weights(rows: Sequence[RankRow]) -> bool:

@@ -124,7 +124,7 @@ def rank_weights(
     b = config.budget
     w = b.weights
     layout = None
-    if not b.weights_gib and w.model_dir is not None:
+    if w.model_dir is not None or w.draft is not None:  # the draft's rules hold under --weights-gib too
         layout = w.layout(config.sizing, pp_size=local.pp_size, partition_env=environ.get(PARTITION_ENV))
     return weights_per_rank(
         flag_gib=b.weights_gib,
@@ -333,6 +333,7 @@ def _derive_into(
         weights = rank_weights(config, env, local, release=release.modelled, environ=environ)
         mine = weights[env.rank]
         row.weights_source = int(mine.source)
+        row.draft_source = int(mine.draft_source)
         if mine.gib is not None:
             row.weights_bytes = round(mine.gib * GIB)
         if mine.detail is not None:  # the checkpoint's figure: its parts, exactly
@@ -365,6 +366,7 @@ def _derive_into(
         pp_size=local.pp_size,
         env=environ,
         release=release,
+        draft=config.budget.weights.draft,
     )
     # The model's own definition (not the dtypes or TP size this rank resolved: inputs of their own).
     inputs["model"] = model_label(cap.geometry)

@@ -24,6 +24,7 @@ from checker.core.releases.startup import (
 )
 from checker.core.sizing.environ import LONGER_CONTEXT_ENV
 from checker.core.sizing.geometry import resolve_dtypes
+from checker.core.sizing.models import read_json, resolve_config_path, shown_path
 from checker.core.sizing.partition import PARTITION_ENV
 from checker.core.sizing.server_args import SIZING_ARGS
 from checker.core.sizing.sizing import CapacityInputs, env_flag
@@ -92,10 +93,13 @@ def capacity_inputs(
     policy: str | None = None,
     env: Mapping[str, str],
     release: ReleaseChoice | None = None,
+    draft: str | None = None,
 ) -> CapacityInputs:
     """One rank's :class:`CapacityInputs`, derived as ``release`` (chosen by the caller, once; None: the
     installed release's model, for commands that run the checker's model only); raises CheckerInputError
-    on anything invalid."""
+    on anything invalid. ``draft``: the speculative draft the launch command loads
+    (:attr:`checker.config.WeightsFlags.draft`): ``"nextn"`` on an architecture no release has a NEXTN
+    class for is refused here, whatever the budget's or the weights figure's source."""
 
     if release is None:
         release = choose_release(EngineChoice(), installed_sglang_version(), own_code=False)
@@ -113,6 +117,8 @@ def capacity_inputs(
 
         archs = model_architectures(model=model.model, model_config=model.model_config)
         check_architectures(release.derived_as, archs, model=model.label, env=env)
+        if draft == "nextn":
+            _check_nextn_target(model, archs, release.derived_as)
         check_pipeline(
             release.derived_as,
             archs,
@@ -184,6 +190,20 @@ def capacity_inputs(
     )
 
 
+def _check_nextn_target(model: ModelChoice, archs: tuple[str, ...], release: str) -> None:
+    """EAGLE/NEXTN from the target's own checkpoint on an architecture no release has a NEXTN/MTP class
+    for: one line (checker.families.drafts.check_nextn_family), for a preset as for a config."""
+    # start-up: the draft rules (and the weights rules they sit on) load only under EAGLE/NEXTN
+    from checker.families.drafts import check_nextn_family
+
+    config = None
+    source = model.label
+    if model.model_config is not None:
+        path = resolve_config_path(model.model_config)
+        config, source = read_json(path), shown_path(path)
+    check_nextn_family(archs, config, release=release, source=source)
+
+
 def _shards(model: ModelChoice, tp_size: int) -> bool:
     """Whether the model's state shapes split over ``tp_size`` attention-TP ranks (the way out a refusal
     under PP offers: the same GPUs as TP)."""
@@ -207,6 +227,7 @@ def derive_inputs(
         policy=policy,
         env=env,
         release=release,
+        draft=config.weights.draft,
     )
 
 
@@ -228,12 +249,19 @@ def derive_engines(config: DeriveConfig, inputs: CapacityInputs, env: Mapping[st
 
 
 def derive_rank_weights(
-    config: DeriveConfig, inputs: CapacityInputs, env: Mapping[str, str], *, required: bool = True
+    config: DeriveConfig,
+    inputs: CapacityInputs,
+    env: Mapping[str, str],
+    *,
+    required: bool = True,
+    flag_gib: tuple[float, ...] = (),
 ) -> list[RankWeightsFigure]:
     """Every rank's weights figure for this deployment, from the checkpoint beside the model's
     config.json (or that config.json alone) as the release's class holds it (a list of
     RankWeightsFigure; their source is ``none`` without a model directory; ``required``: as
-    :func:`checker.families.weights_source.weights_per_rank`)."""
+    :func:`checker.families.weights_source.weights_per_rank`). ``flag_gib``: a figure given as a
+    number (``--weights-gib``) for every rank, after the draft's
+    rules that hold whatever the figure's source (checker.families.weights_source.check_draft_setup)."""
     # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
     from checker.families.weights_source import weights_per_rank
 
@@ -241,7 +269,7 @@ def derive_rank_weights(
     w = config.weights
     layout = w.layout(config.sizing, pp_size=inputs.pp_size, partition_env=env.get(PARTITION_ENV))
     return weights_per_rank(
-        flag_gib=(),
+        flag_gib=flag_gib,
         world_size=layout.world_size,
         model_dir=w.model_dir,
         layout=layout,

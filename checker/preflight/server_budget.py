@@ -13,7 +13,7 @@ from dataclasses import replace
 from checker.config import DeriveConfig
 from checker.core.errors import FlagError
 from checker.core.sizing.budget import sizing_budget
-from checker.families.weights_source import RankWeightsFigure, WeightsSource, busiest_rank
+from checker.families.weights_source import DraftSource, busiest_rank
 from checker.preflight.resolve import chosen, derive_inputs, derive_rank_weights, with_release
 
 
@@ -30,10 +30,11 @@ def server_budget(
     config = with_release(config)
     if weights_gib is not None:
         weights, source = weights_gib, "--weights-gib"
+        # every rank's figure is the flag's, after the draft's rules (they hold whatever the source)
         inputs = derive_inputs(config, os.environ)
-        figures = [RankWeightsFigure(weights_gib, WeightsSource.FLAG)] * (
-            inputs.pp_size * inputs.tp_group_size
-        )
+        figures = derive_rank_weights(config, inputs, os.environ, flag_gib=(weights_gib,))
+        if any(f.draft_source != DraftSource.NONE for f in figures):
+            source += ", the speculative draft inside it"
     else:
         figures = derive_rank_weights(config, derive_inputs(config, os.environ), os.environ)
         busiest = busiest_rank(figures)
@@ -45,9 +46,13 @@ def server_budget(
         busiest_gib = figures[busiest].gib
         assert busiest_gib is not None
         weights, source = busiest_gib, f"{figures[busiest].source.words}, busiest rank {busiest}"
-        detail = figures[busiest].detail
-        if detail is not None and detail.draft_bytes:  # the speculative draft, its own part
-            source += f", of which the speculative draft {detail.draft_bytes / 2**30:.2f} GiB"
+        detail, draft = figures[busiest].detail, figures[busiest].draft_source
+        if detail is not None and detail.draft_bytes:  # the speculative draft, its own part, and its source
+            source += (
+                f", of which the speculative draft {detail.draft_bytes / 2**30:.2f} GiB from {draft.label}"
+            )
+        elif draft == DraftSource.AFTER_POOL:
+            source += ", the speculative draft loaded after the pool is sized"
     result = sizing_budget(
         chosen(config).modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )

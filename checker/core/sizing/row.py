@@ -114,6 +114,10 @@ class RankRow:
     draft_bytes: int = _int()
     """Of the checkpoint's figure: the speculative draft this rank loads before the pool is sized
     (checker.core.weights.weights.draft_bytes; 0 without one)."""
+    draft_source: int = _int(report=False, default=0)
+    """Where the speculative draft's bytes came from (checker.families.weights_source.DraftSource: 0 the
+    rank loads no draft, 1 target-mtp, 2 target-config, 3 checkpoint, 4 config, 5 weights-gib, 6 log,
+    7 after-pool)."""
     mem_fraction_millionths: int = _int(report=False)
     """The --mem-fraction-static this rank's budget used, in millionths (MISSING: no device budget)."""
     mem_fraction_source: int = _int(report=False, default=0)

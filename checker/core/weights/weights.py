@@ -120,6 +120,9 @@ class WeightsLayout:
     ``--speculative-draft-model-path``); ``"separate"``: a draft from :attr:`draft_path` (its own config.json
     decides the class: checker.families.drafts; :func:`draft_bytes` refuses it); None: no draft."""
     draft_path: str | None = None
+    draft_algorithm: str | None = None
+    """``--speculative-algorithm`` as given (upper case) where a draft is loaded: EAGLE/NEXTN share the
+    target's embedding and head with the draft, EAGLE3 its embedding only (checker.families.drafts)."""
     builds_all_layers: bool = False
     """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):
     from ``checker.core`` startup rules once they land; until then the caller says."""
