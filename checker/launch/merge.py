@@ -386,6 +386,7 @@ def launch_facts(cmd: LaunchCommand, flags: Mapping[str, object], env: Mapping[s
 def _backend_page(release: str, page: int | None, flags: Mapping[str, object]) -> int | None:
     """The page size the release's later checks read (``check_server_args``' chunked-prefill divisibility):
     the typed one after the attention backends' rules (checker.core.sizing.page_size)."""
+    # start-up: the page rules load with the derivation anyway; not before a launch command is read
     from checker.core.sizing.page_size import FLAG_OF, resolve_page_size
 
     backends = {n: flags.get(n) for n in FLAG_OF.values()}
