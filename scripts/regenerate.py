@@ -86,6 +86,8 @@ GENERATORS: tuple[Generator, ...] = (
               ("checker/core/releases/arg_checks.py", "docs/preflight.md"), WHEELS),
     Generator("kv_pool", "scripts/build_kv_pool.py", ("checker/core/releases/kv_support.py",), WHEELS,
               covers="checker.core.releases.kv_support:KV_CODE"),
+    Generator("page_rules", "scripts/build_page_size.py", ("checker/core/releases/page_rules.py",), WHEELS,
+              covers="checker.core.releases.page_rules:RULES"),
     Generator("mem_fraction", "scripts/build_mem_fraction.py",
               ("checker/core/releases/mem_fraction_table.py",), WHEELS,
               covers="checker.core.releases.mem_fraction_table:RULES"),

@@ -100,7 +100,14 @@ SIZING_DESTS = frozenset(
 LOCATION_DESTS = {"--revision": "revision", "--download-dir": "download_dir"}
 # Sizing flags the stored tables keep as plain option rows (their choices change from release to release):
 # read as the text given, and held to the release's own choices by the sizing (checker.core.sizing.kv_pool).
-KV_DESTS = {"--kv-cache-dtype": "kv_cache_dtype"}
+KV_DESTS = {
+    "--kv-cache-dtype": "kv_cache_dtype",
+    # the attention backends: the page size they force (checker.core.sizing.page_size)
+    "--attention-backend": "attention_backend",
+    "--decode-attention-backend": "decode_attention_backend",
+    "--prefill-attention-backend": "prefill_attention_backend",
+    "--speculative-draft-attention-backend": "speculative_draft_attention_backend",
+}
 # Flags that decide what a rank's model class holds (checker.core.weights.weights), read beside the sizing
 # inputs
 # for the weights figure; the same dests in every release's ServerArgs (``ep_size`` under any spelling).
@@ -149,6 +156,10 @@ _DIRECT = (
     "context_length",
     "pp_max_micro_batch_size",
     "kv_cache_dtype",
+    "attention_backend",
+    "decode_attention_backend",
+    "prefill_attention_backend",
+    "speculative_draft_attention_backend",
     "max_total_tokens",
     "enable_linear_replayssm_spec",
     "linear_replayssm_cache_len",

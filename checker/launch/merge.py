@@ -369,7 +369,7 @@ def launch_facts(cmd: LaunchCommand, flags: Mapping[str, object], env: Mapping[s
         min_free_slots_delay=_given(cmd, "min_free_slots_delay", int, None),
         pp_spec_env=env_flag(env.get(PP_SPEC_ENV)),
         chunked_prefill_size=_optional_int(sv.get("chunked_prefill_size")),
-        page_size=_flag(flags, "page_size", None),
+        page_size=_backend_page(cmd.release, _flag(flags, "page_size", None), flags),
         disable_radix_cache=bool(_flag(flags, "disable_radix_cache", False)),
         disable_overlap_schedule=bool(_flag(flags, "disable_overlap_schedule", False)),
         mamba_radix_cache_strategy=str(_flag(flags, "mamba_radix_cache_strategy", None) or "auto"),
@@ -381,6 +381,19 @@ def launch_facts(cmd: LaunchCommand, flags: Mapping[str, object], env: Mapping[s
         linear_replayssm_cache_len=_flag(flags, "linear_replayssm_cache_len", None),
         mamba_ssm_dtype=_flag(flags, "mamba_ssm_dtype", None),
     )
+
+
+def _backend_page(release: str, page: int | None, flags: Mapping[str, object]) -> int | None:
+    """The page size the release's later checks read (``check_server_args``' chunked-prefill divisibility):
+    the typed one after the attention backends' rules (checker.core.sizing.page_size)."""
+    # start-up: the page rules load with the derivation anyway; not before a launch command is read
+    from checker.core.sizing.page_size import FLAG_OF, resolve_page_size
+
+    backends = {n: flags.get(n) for n in FLAG_OF.values()}
+    if not any(backends.values()):
+        return page
+    resolved = resolve_page_size(release, page or 1, backends)  # type: ignore[arg-type]
+    return resolved.page_size if resolved.changed_by else page
 
 
 def _flag(flags: Mapping[str, object], name: str, default: Any) -> Any:

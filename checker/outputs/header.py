@@ -25,7 +25,10 @@ def kv_line(inputs: CapacityInputs) -> str:
             f"--kv-cache-dtype {inputs.kv_cache_dtype}"
         )
     parts.append(f"context_len {fmt_int(inputs.resolved_context_len or 0)}")
-    if inputs.page_size > 1:
+    page = inputs.page_resolution
+    if page.changed_by is not None:
+        parts.append(page.phrase)
+    elif inputs.page_size > 1:
         parts.append(f"page size {inputs.page_size}")
     if inputs.max_total_tokens is not None:
         parts.append(f"--max-total-tokens {fmt_int(inputs.max_total_tokens)}")

@@ -205,6 +205,27 @@ class SizingFlags:
     page_size: int = _arg(
         1, **_positive(metavar="N", sglang="page_size", help="KV cache page size in tokens (default 1)")
     )
+    attention_backend: str | None = _arg(
+        None,
+        metavar="NAME",
+        sglang="attention_backend",
+        help="SGLang's --attention-backend: one that forces a page size (flashmla, trtllm_mha, ...) changes "
+        "--page-size as the release does (default: the GPU's, assumed to force none)",
+    )
+    """The four backend flags as given; the page size they make the release use:
+    :mod:`checker.core.sizing.page_size` (the release's choices are checked there)."""
+    decode_attention_backend: str | None = _arg(
+        None, metavar="NAME", sglang="decode_attention_backend", help="SGLang's --decode-attention-backend"
+    )
+    prefill_attention_backend: str | None = _arg(
+        None, metavar="NAME", sglang="prefill_attention_backend", help="SGLang's --prefill-attention-backend"
+    )
+    speculative_draft_attention_backend: str | None = _arg(
+        None,
+        metavar="NAME",
+        sglang="speculative_draft_attention_backend",
+        help="SGLang's --speculative-draft-attention-backend",
+    )
     disable_radix_cache: bool = _arg(
         False, sglang="disable_radix_cache", help="no prefix cache: 1 state slot per request"
     )

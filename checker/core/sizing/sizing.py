@@ -52,6 +52,7 @@ from checker.core.sizing.kv_pool import (
     refuse_zero_cell,
     resolve_one,
 )
+from checker.core.sizing.page_size import PageResolution, resolve_page_size
 from checker.core.sizing.partition import stage_bounds, stage_partition
 from checker.core.sizing.replay import FIRST_FLAG as FIRST_REPLAY_FLAG
 from checker.core.sizing.replay import RingCharge, ring_charge, ring_rule
@@ -378,18 +379,36 @@ class CapacityInputs(SizingFlags):
 
     @property
     def kv_page_size(self) -> int:
-        """The page size the KV pool aligns to. SGLang 0.5.11-0.5.13.post1 (server_args.py
+        """The page size the KV pool aligns to (:attr:`page_resolution`)."""
+        return self.page_resolution.page_size
+
+    @cached_property
+    def page_resolution(self) -> PageResolution:
+        """The page size the release uses, in its order: SGLang 0.5.11-0.5.13.post1 (server_args.py
         ``_handle_mamba_radix_cache``, 0.5.13 :2721-2728) do not refuse no_buffer with the radix cache on
-        and a page size > 1: they warn and set ``page_size = 1``. Every other release keeps the flag."""
+        and a page size > 1: they warn and set ``page_size = 1``; then (every release, after the model's
+        adjustments: 0.5.13 server_args.py:970/977) an attention backend that supports only some page sizes
+        changes it (:mod:`checker.core.sizing.page_size`)."""
         v = self.release.version
+        page = self.page_size
         if (
             not self.radix_cache_disabled
             and self.page_size != 1
             and release_key("0.5.11") <= release_key(v) <= release_key("0.5.13.post1")
             and self.resolved_strategy == "no_buffer"
         ):
-            return 1
-        return self.page_size
+            page = 1
+        resolved = resolve_page_size(v, page, self.attention_backends)
+        return PageResolution(resolved.page_size, self.page_size, resolved.changed_by, resolved.site)
+
+    @property
+    def attention_backends(self) -> dict[str, str | None]:
+        return {
+            "attention_backend": self.attention_backend,
+            "decode_attention_backend": self.decode_attention_backend,
+            "prefill_attention_backend": self.prefill_attention_backend,
+            "speculative_draft_attention_backend": self.speculative_draft_attention_backend,
+        }
 
     @property
     def resolved_strategy(self) -> str:
