@@ -160,6 +160,10 @@ FLAG_CHANGE: dict[str, list[str]] = {
     "context_len": ["--context-len", "2048"],
     "kv_cache_dtype": ["--kv-cache-dtype", "fp8_e4m3"],
     "max_total_tokens": ["--max-total-tokens", "100000"],
+    "attention_backend": ["--attention-backend", "flashmla"],  # kimi-k3 is MLA: it forces page 64
+    "decode_attention_backend": ["--decode-attention-backend", "flashmla"],
+    "prefill_attention_backend": ["--prefill-attention-backend", "fa3"],
+    "speculative_draft_attention_backend": ["--speculative-draft-attention-backend", "fa3"],
 }
 # What a flag needs beside it on every rank (so that only the flag differs).
 _EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
@@ -211,6 +215,13 @@ LAUNCH_CHANGE: dict[str, tuple[list[str], str]] = {
     "context_len": (["--context-length", "2048"], "context_len"),
     "kv_cache_dtype": (["--kv-cache-dtype", "fp8_e4m3"], "kv_cache_dtype"),
     "max_total_tokens": (["--max-total-tokens", "100000"], "max_total_tokens"),
+    "attention_backend": (["--attention-backend", "flashmla"], "attention_backend"),
+    "decode_attention_backend": (["--decode-attention-backend", "flashmla"], "decode_attention_backend"),
+    "prefill_attention_backend": (["--prefill-attention-backend", "fa3"], "prefill_attention_backend"),
+    "speculative_draft_attention_backend": (
+        ["--speculative-draft-attention-backend", "fa3"],
+        "speculative_draft_attention_backend",
+    ),
     "mem_fraction_static": (["--mem-fraction-static", "0.8"], "launch_command"),
     "model_config": ([], "model"),
 }  # fmt: skip
