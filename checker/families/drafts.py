@@ -249,7 +249,7 @@ def shared_with_target(params: list[Param], place: Place, release: str) -> list[
     target embedding: the draft keeps its own, reloaded in place from the target's checkpoint
     (``speculative/pp_draft_embedding.py:225-248``), and only the head is the target's."""
     freed = {"head"} if place.pp_size > 1 else {"embed", "head"}
-    return [dataclasses.replace(p, part="dropped") if p.part in freed else p for p in params]
+    return [p._replace(part="dropped") if p.part in freed else p for p in params]
 
 
 def separate_draft_rank_params(

@@ -32,11 +32,12 @@ after loading, what the allocator rounds up) is :data:`MARGIN_BYTES`, stated apa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, json_kind, shorten
 from checker.core.releases.model_support import pipeline_status
@@ -242,6 +243,7 @@ def places(
 # ---- releases ----------------------------------------------------------------------------------------
 
 
+@functools.cache  # a handful of release strings, asked about once per module a class builds
 def _version(release: str) -> tuple[int, ...]:
     nums = [int(x) for x in re.findall(r"\d+", release)]
     return tuple(nums + [0] * (5 - len(nums)))
@@ -254,9 +256,9 @@ def before(release: str, other: str) -> bool:
 # ---- parameters --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Param:
-    """One parameter of a rank's model, as its class holds it."""
+class Param(NamedTuple):
+    """One parameter of a rank's model, as its class holds it. A named tuple, not a frozen dataclass: a
+    rank builds tens of thousands, and a frozen dataclass's ``__init__`` cost a third of building them."""
 
     name: str
     shape: tuple[int, ...]
@@ -317,7 +319,7 @@ class Builder:
         self.params: list[Param] = []
 
     def add(self, name: str, shape: Sequence[int], *, part: str, dtype: str | None = None) -> None:
-        self.params.append(Param(name, tuple(int(d) for d in shape), dtype or self.dtype, part))
+        self.params.append(Param(name, tuple(map(int, shape)), dtype or self.dtype, part))
 
     def buffer(self, name: str, shape: Sequence[int], dtype: str | None = None) -> None:
         """A buffer the class registers (a RoPE cache, a norm's derived weight): memory, not a parameter."""
