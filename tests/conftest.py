@@ -13,13 +13,13 @@ from typing import NamedTuple
 import pytest
 from hypothesis import settings
 
+from checker.core.sizing.environ import SGLANG_ENV_VARS as SGLANG_ENV
+
 # pytest keeps each test module's assertion-rewritten bytecode in __pycache__ unless
 # sys.dont_write_bytecode (PYTHONDONTWRITEBYTECODE) is set; rewriting the suite costs each worker about
 # 4.4 s of CPU. That setting is for the processes the tests start, which still have it from the
 # environment; the workers (which import the test modules after this conftest) keep the cache.
 sys.dont_write_bytecode = False
-
-from checker.core.sizing.environ import SGLANG_ENV_VARS as SGLANG_ENV
 
 # Property tests draw the same examples on every run (derived from each test's name), so CI on a clean
 # clone passes or fails on the code, not on the draw; HYPOTHESIS_PROFILE=explore draws new ones (run it

@@ -90,10 +90,6 @@ def typed_input(name: str, text: str | None) -> object:
         return text
 
 
-def typed_inputs(inputs: Mapping[str, str | None]) -> dict[str, object]:
-    return {name: typed_input(name, value) for name, value in inputs.items()}
-
-
 def _row_inputs(row: RankRow) -> dict[str, object]:
     return {name: typed_input(name, sent_text(row, name)) for name in row.inputs}
 

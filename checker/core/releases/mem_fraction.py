@@ -220,8 +220,3 @@ def _prefill_graph_by_class(release: str) -> bool:
     ``_handle_piecewise_cuda_graph``: "5. Pipeline parallelism"; 0.5.19+ ``apply_cuda_graph_compatibility``)
     and for some model classes: at pp 1 the checker cannot say whether it reserves for one."""
     return release_key(release) >= release_key("0.5.10")
-
-
-def device_total_mib_from_gib(gib: float) -> float:
-    """``--device-total-gib G`` as SGLang reads the capacity (MiB)."""
-    return gib * 1024

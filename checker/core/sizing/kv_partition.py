@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from checker.core.errors import BudgetError, LayoutError
 from checker.core.sizing.partition import default_partition
-from checker.core.sizing.planning import PartitionBounds, stage_linear_counts
+from checker.core.sizing.planning import PartitionBounds
 from checker.core.sizing.sizing import CapacityInputs, StageCapacity, derive_all, requests_per_worker
 
 _INF = float("inf")
@@ -200,7 +200,3 @@ def kv_choice(
         kv_binds=binds,
         adopted=binds,
     )
-
-
-def linear_counts(inputs: CapacityInputs, parts: tuple[int, ...]) -> list[int]:
-    return stage_linear_counts(inputs.geometry.linear_layer_ids, parts)

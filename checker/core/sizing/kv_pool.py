@@ -167,10 +167,6 @@ def refuse_zero_cell(release: str, *, pp_rank: int, start_layer: int, end_layer:
         )
 
 
-def align(tokens: int, page_size: int) -> int:
-    return tokens // page_size * page_size
-
-
 def estimate(tokens: int, context_len: int) -> int:
     """``clamp(int(T / context_len * 512), 2048, 4096)``: float division, as every release writes it."""
     return int(formulas.estimate(SCALAR, tokens, context_len))

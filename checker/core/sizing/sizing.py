@@ -820,13 +820,6 @@ def request_cap_terms(inputs: CapacityInputs) -> tuple[int, int | None]:
     return first, (T // 2 if T is not None else None)
 
 
-def running_request_cap(inputs: CapacityInputs) -> int:
-    """The smaller of :func:`request_cap_terms`: what max_running_requests per dp worker reaches at most
-    whatever the budget, before the state pool's ``K // ratio``."""
-    first, half_tokens = request_cap_terms(inputs)
-    return first if half_tokens is None else min(first, half_tokens)
-
-
 def size_pool(plan: StagePlan, inputs: CapacityInputs, budget_gib: float | None = None) -> StageCapacity:
     """Pool size K, then max_running_requests and pp_max_micro_batch_size, with the release's rules
     (pool: ``_handle_max_mamba_cache`` / ``handle_max_mamba_cache``; requests: ``resolve_max_num_reqs``;

@@ -20,7 +20,7 @@ import json
 import os
 import stat
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -397,7 +397,3 @@ def read_checkpoint(directory: str | Path) -> Checkpoint:
         indexed=weight_map is not None,
         header_bytes=read,
     )
-
-
-def tensors_by_prefix(ckpt: Checkpoint, prefix: str) -> Iterator[tuple[str, Tensor]]:
-    return ((k, t) for k, t in ckpt.tensors.items() if k.startswith(prefix))

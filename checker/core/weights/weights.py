@@ -333,9 +333,6 @@ class Builder:
         """A parameter the class builds and loads and its quant method frees after loading."""
         self.add(name, shape, part="dropped", dtype=dtype)
 
-    def params_named(self, name: str) -> Param:
-        return next(prm for prm in reversed(self.params) if prm.name == name)
-
     def rope(self, max_position: int, rotary_dim: int) -> None:
         """``get_rope``'s ``cos_sin_cache`` [max_position, rotary_dim] float32 (``SGLANG_ROPE_CACHE_FP32``
         on CUDA); one per distinct setting, shared by every layer (``rotary_embedding/factory.py``)."""
