@@ -2,7 +2,7 @@
 
 import sys
 
-# First thing, before the imports below (~0.1 s): under torchrun a SIGTERM from the agent is caught from
+# First thing, before the imports below: under torchrun a SIGTERM from the agent is caught from
 # here on and handed to the run (checker.distributed.sigterm), so a rank told to stop while it starts
 # still says it is leaving and is never taken for the rank that failed.
 from checker.distributed.sigterm import catch_early

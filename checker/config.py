@@ -50,7 +50,7 @@ class ModelChoice:
     def from_args(cls, args: argparse.Namespace) -> ModelChoice:
         """``--model-config`` as a local path: a hub id is found in the local Hugging Face cache, by the
         launch command's ``--model-path`` rule (:func:`checker.core.weights.hub_cache.local_model_path`)."""
-        # start-up: the hub cache rules (~2.5 ms) load only for a --model-config
+        # start-up: the hub cache rules load only for a --model-config
         from checker.core.weights.hub_cache import local_model_path
 
         path = args.model_config
@@ -150,7 +150,7 @@ class WeightsFlags:
 
     def layout(self, sizing: SizingFlags, *, pp_size: int, partition_env: str | None) -> WeightsLayout:
         """The :class:`checker.core.weights.weights.WeightsLayout` of a deployment."""
-        # start-up: the weights rules (~18 ms) load only when a weights figure is derived
+        # start-up: the weights rules load only when a weights figure is derived
         from checker.core.weights.weights import WeightsLayout
 
         return WeightsLayout(
@@ -178,7 +178,7 @@ def weights_directory(model: ModelChoice, launch: LaunchInputs | None) -> tuple[
     if path is None:
         return None, f"{model.label} is a preset, not a model directory"
     if launch is not None and launch.download_dir:
-        # start-up: the hub cache rules (~2.5 ms) load only under --download-dir
+        # start-up: the hub cache rules load only under --download-dir
         from checker.core.weights.hub_cache import is_hub_id, local_model_path
 
         raw = next((w for w in _model_path_words(launch.argv)), None)
@@ -273,7 +273,7 @@ class BudgetSource:
     @property
     def weights_label(self) -> str:
         """Where the weights figure of --budget-from-device comes from, in words."""
-        # start-up: the checkpoint reader (~3 ms) loads only when the weights source is named
+        # start-up: the checkpoint reader loads only when the weights source is named
         from checker.core.weights.checkpoint import has_safetensors
 
         if self.weights_gib:

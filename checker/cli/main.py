@@ -157,7 +157,7 @@ def _launch_flag_hint(parser: argparse.ArgumentParser, word: str) -> str:
     close checker flag ("did you mean --tp-size?") would check another setting than the one meant."""
     if not word.startswith("--"):
         return ""
-    # start-up: the per-release flag tables (~5 ms) load only for a mistyped flag
+    # start-up: the per-release flag tables load only for a mistyped flag
     from checker.launch.flags import ACTIONS
 
     if not any(word in row[0].split() for row in ACTIONS):
@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             words = [words[0], *collapse_repeats(OptionIndex(_subparser(parser, words[0])), words[1:])]
         args = parser.parse_args(words)
     except UsageError as exc:
-        # start-up: ~1-2 ms on every command, needed only when the command line fails
+        # start-up: it would load on every command, needed only when the command line fails
         from checker.cli.refusal import group_flags
 
         return refuse(command, str(exc), lambda: group_flags(_subparser(parser, command), words[1:], launch))

@@ -156,7 +156,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _job(config: PreflightConfig | None, output: OutputOptions) -> CheckJob:
-    # start-up: the job, the derivation, verdict and report (~125 ms, 48 modules) load on a rank that runs
+    # start-up: the job, the derivation, verdict and report load on a rank that runs
     from checker.commands.check_job import CheckJob
 
     return CheckJob(config=config, output=output)

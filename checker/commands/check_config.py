@@ -76,7 +76,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
                 "--weights-from-log gives the weights figure of --budget-from-device: give it with "
                 "--budget-from-device and without --weights-gib"
             )
-        # start-up: the log reader and its format table (~15-20 ms) load only for --weights-from-log
+        # start-up: the log reader and its format table load only for --weights-from-log
         from checker.postflight.harvest import logged_weights
 
         logged = logged_weights(args.weights_from_log)

@@ -105,7 +105,7 @@ def run(name: str, args: argparse.Namespace) -> int:
         # start-up: traceback is off the CLI's import path (-X importtime); only an internal error loads it
         import traceback
 
-        # start-up: the run protocol (~40 ms, 23 modules) loads only on a rank that joins the exchange
+        # start-up: the run protocol loads only on a rank that joins the exchange
         from checker.distributed.exchange import internal_error
 
         traceback.print_exception(type(exc), exc, exc.__traceback__)
@@ -141,7 +141,7 @@ def _start(
     refused: str | None = None,
 ) -> int:
     """env -> Session -> run(session, job, refused=...): the one sequence every rank runs."""
-    # start-up: the run protocol and the session (~40 ms, 23 modules) load only on a rank that runs
+    # start-up: the run protocol and the session load only on a rank that runs
     from checker.distributed.exchange import RankError
     from checker.distributed.exchange import run as run_protocol
     from checker.distributed.session import Session
@@ -156,7 +156,7 @@ def usable_outputs(flags: GroupFlags, message: str) -> OutputOptions:
     (:func:`checker.files.usable_outputs`: a path that can never be written, one that is an input
     of the run or lies in its model directory, one another output names): each that fails it is left
     out, and said once unless the refusal already says it."""
-    # start-up: the bounded writers (~6-9 ms: fcntl, select, tempfile) load only for a refused rank
+    # start-up: the bounded writers load only for a refused rank
     from checker.files import usable_outputs as checked
 
     output = flags.output

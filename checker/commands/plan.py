@@ -153,7 +153,7 @@ def config_from_args(args: argparse.Namespace) -> PlanConfig:
     if args.weights_from_log:
         if args.weights_gib is not None:
             raise FlagError("--weights-from-log and --weights-gib are two weights figures; give one")
-        # start-up: the log reader and its format table (~15 ms) load only for --weights-from-log
+        # start-up: the log reader and its format table load only for --weights-from-log
         from checker.postflight.harvest import logged_weights
 
         logged = logged_weights(args.weights_from_log)

@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Before anything is written: no output may be an input (the preflight report, a log) or another
     output's file (:func:`checker.files.check_outputs`, the one check every command uses)."""
-    # start-up: the bounded writers (~6-9 ms) load only when the run writes, not for --help
+    # start-up: the bounded writers load only when the run writes, not for --help
     from checker.files import check_outputs
 
     outputs = [
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float) -> int:
-    # start-up: the report writer and the bounded writers (~13 ms) load only when it writes
+    # start-up: the report writer and the bounded writers load only when it writes
     from checker.outputs import postflight as out
     from checker.outputs.render import emit, write_artifacts
 
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace, t0: float) -> int:
 
 def _error(args: argparse.Namespace, message: str) -> int:
     """Unreadable input: one line on stderr, exit 2, and the error in every artefact asked for."""
-    # start-up: the report writer and the bounded writers (~13 ms) load only when logs were read
+    # start-up: the report writer and the bounded writers load only when logs were read
     from checker.outputs import postflight as out
     from checker.outputs.render import emit, write_artifacts
 

@@ -114,7 +114,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 def _config(args: argparse.Namespace, env: RankEnv) -> SweepConfig:
     config = config_from_args(args)
     if config.plot and env.rank == 0:  # the rank that plots: refused before any finding is printed
-        # optional dependency: matplotlib, asked for only by --plot (the plot module itself ~20 ms)
+        # optional dependency: matplotlib, asked for only by --plot (and the plot module with it)
         from checker.outputs.plot import require_matplotlib
 
         require_matplotlib()
@@ -122,7 +122,7 @@ def _config(args: argparse.Namespace, env: RankEnv) -> SweepConfig:
 
 
 def _job(config: SweepConfig | None, output: OutputOptions) -> SweepJob:
-    # start-up: the sweep job and its report (~55 ms, 68 modules) load on a rank that runs
+    # start-up: the sweep job and its report load on a rank that runs
     from checker.commands.sweep_job import SweepJob
 
     return SweepJob(config=config, output=output)
@@ -135,11 +135,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_single_process(config: SweepConfig) -> int:
-    # start-up: the sweep's plan and reports (~35 ms, 48 modules) load only when it runs
+    # start-up: the sweep's plan and reports load only when it runs
     from checker.commands.sweep_plan import SweepFindings, SweepPlan, present_and_exit
 
     plan = SweepPlan.build(config, config.sizing.pp_size or DEFAULT_PP_SIZE)  # before torch is imported
-    # torch: device.sweep imports it (~1.1 s), after the plan is checked; the rest with it, ~4 ms
+    # torch: device.sweep imports it, after the plan is checked; the rest with it
     from checker.device.choice import sweep_device, use_one_cpu_thread
     from checker.device.sweep import stack_stages
     from checker.outputs.progress import Progress, progress_wanted

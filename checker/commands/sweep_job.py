@@ -93,7 +93,7 @@ class SweepJob:
             raise
 
     def _derive(self, env: RankEnv, device: torch.device | None) -> SweepLocal:
-        # torch: device.sweep imports it (~1.1 s)
+        # torch: device.sweep imports it
         from checker.device.sweep import local_sweep
 
         config = self.config

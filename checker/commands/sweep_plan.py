@@ -89,7 +89,7 @@ class SweepFindings:
 
     @classmethod
     def analyse(cls, stack: torch.Tensor, plan: SweepPlan, **how: Any) -> SweepFindings:
-        # torch: device.sweep imports it (~1.1 s)
+        # torch: device.sweep imports it
         from checker.device.sweep import analyse
 
         return cls(plan=plan, stack=stack, analysis=analyse(stack, plan.grid.budgets, plan.policies), **how)

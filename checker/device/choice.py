@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # torch is imported when a device is chosen, so --help and in
 
 
 def sweep_device(name: str) -> torch.device:
-    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
+    import torch  # torch: a second of CPU a process, paid only where a tensor is made (docs/performance.md)
 
     try:
         device = torch.device(name)
@@ -40,7 +40,7 @@ def sweep_device(name: str) -> torch.device:
 def use_one_cpu_thread(device: torch.device) -> None:
     """A few elementwise ops per stage: intra-op threads only contend on a shared host (8 ranks on 2
     cores spin each other out), so on a CPU one thread is both the fastest and the polite choice."""
-    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
+    import torch  # torch: a second of CPU a process, paid only where a tensor is made (docs/performance.md)
 
     if device.type == "cpu":
         torch.set_num_threads(1)

@@ -148,7 +148,7 @@ def resolve_device(name: str, *, local_rank: int = 0, default: str = "cpu") -> t
 
     The modulo lets several ranks share one GPU (a single-GPU host running a small world).
     """
-    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
+    import torch  # torch: a second of CPU a process, paid only where a tensor is made (docs/performance.md)
 
     text = (default if name == "auto" else name).strip()
     try:
@@ -262,7 +262,7 @@ def materialize_stage(
     available memory between them). ``deadline``: a ``clock()`` time by which allocation must be done;
     checked between tensors, so a slow allocation ends as a failure instead of outliving --timeout-s.
     """
-    import torch  # torch: ~1 s a process, paid only where a tensor is made (docs/performance.md)
+    import torch  # torch: a second of CPU a process, paid only where a tensor is made (docs/performance.md)
 
     t0 = clock()
     device = torch.device(device)

@@ -474,7 +474,7 @@ class _Run(Generic[L, O]):
         return status, message, [0] * headers[self.rank].payload_len  # the gather must still match
 
     def _failed(self, exc: Exception) -> int:
-        # torch: group imports it (~1.1 s); a group failure exists only once the group was made
+        # torch: group imports it; a group failure exists only once the group was made
         from checker.distributed.group import InfrastructureFailure
 
         if self.refused is not None and isinstance(exc, InfrastructureFailure):

@@ -63,12 +63,12 @@ def get_engine(name: str, *, best_effort: bool = False, reason: str | None = Non
     """``builtin`` or ``sglang`` (``both`` is two engines: ask for each). ``reason``: why SGLang's code
     runs, for its messages (default: --engine sglang/both)."""
     if name == "builtin":
-        # start-up (~1 ms): the registry loads only the engine asked for (each imports this package)
+        # start-up: the registry loads only the engine asked for (each imports this package)
         from checker.engines.builtin import BuiltinEngine
 
         return BuiltinEngine()
     if name == "sglang":
-        # optional dependency: SGLang's engine (~12-28 ms, 34 modules) imports sglang, and so torch
+        # optional dependency: SGLang's engine imports sglang, and so torch
         from checker.engines.sglang import SglangEngine
 
         if reason is None:

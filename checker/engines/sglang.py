@@ -621,7 +621,7 @@ class _CheckerStateParams(_StandIn):
     _owner = "mamba2_cache_params"
 
     def __init__(self, api: types.SimpleNamespace, inputs: CapacityInputs, version: str | None) -> None:
-        import torch  # torch: ~1 s a process; SGLang imports it anyway, but only once the engine is driven
+        import torch  # torch: SGLang imports it anyway, but only once the engine is driven
 
         g = inputs.geometry
         self._version = version
@@ -1369,7 +1369,7 @@ class PreparedSglang:
         """SGLang's all-reduce MIN over the world group, answered without a process group: with
         ``minimum`` (every stage's own capacity, MINed), or by this stage alone (None). The world group
         it names is a stand-in (``get_world_group()`` / ``get_parallel().world_group``)."""
-        import torch  # torch: ~1 s a process; SGLang imports it anyway, but only once the engine is driven
+        import torch  # torch: SGLang imports it anyway, but only once the engine is driven
 
         def all_reduce(tensor: Any, op: Any = None, group: Any = None, **_: Any) -> None:
             if minimum is not None:

@@ -199,7 +199,7 @@ def checkpoint_weights(
     that declares nothing): its held weights are not modelled; a tensor the class has no parameter for
     where its ``load_weights`` raises on one (Falcon-H1); a family the checker does not model; a checkpoint
     whose tensors contradict config.json or whose shards are broken (:func:`read_checkpoint`)."""
-    # start-up: the checkpoint reader and the weights rules (12-21 ms a rank, measured) load only when a
+    # start-up: the checkpoint reader and the weights rules load only when a
     # checkpoint is read; every rank imports this module for WeightsSource and weights_per_rank
     from checker.core.weights.checkpoint import read_checkpoint
     from checker.core.weights.checkpoint_names import (  # start-up: as above
@@ -299,7 +299,7 @@ def config_weights(
     the same figure the checkpoint gives, since the release's class decides the bytes. The quantization
     is read as :func:`checkpoint_weights` reads it (config.json, ``hf_quant_config.json``,
     ``--quantization``); a family the checker does not model is refused in one line."""
-    # start-up: as in checkpoint_weights (the weights rules, 12-21 ms a rank, load only for a figure)
+    # start-up: as in checkpoint_weights (the weights rules load only for a figure)
     from checker.core.weights.quant import read_scheme
     from checker.families.rules import family_of, model_weights
 

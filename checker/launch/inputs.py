@@ -37,7 +37,7 @@ def _word_value(words: Sequence[str], flag: str) -> str | None:
 
 def _local(path: str, revision: str | None = None) -> str:
     """A hub id as the local snapshot the run reads (the model's own rule); itself where it is none."""
-    # start-up: the hub cache rules (~2.5 ms) load only for a hub id or a model directory
+    # start-up: the hub cache rules load only for a hub id or a model directory
     from checker.core.weights.hub_cache import local_model_path
 
     try:
@@ -62,7 +62,7 @@ def _hub_snapshot(value: str, *, revision: str | None, download_dir: str | None)
     (``snapshot_download(cache_dir=download_dir)``), where it is there; None otherwise."""
     if not download_dir or os.path.exists(value):
         return None
-    # start-up: the hub cache rules (~2.5 ms) load only for a hub id under --download-dir
+    # start-up: the hub cache rules load only for a hub id under --download-dir
     from checker.core.weights.hub_cache import is_hub_id, local_model_path
 
     if not is_hub_id(value):

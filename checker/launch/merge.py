@@ -92,7 +92,7 @@ def split_launch_command(argv: Sequence[str]) -> tuple[list[str], list[str] | No
 
 
 def _config_file(path: object) -> str:
-    # start-up: the hub cache rules (~2.5 ms) load only for a --model-config; a hub id: the same rule
+    # start-up: the hub cache rules load only for a --model-config; a hub id: the same rule
     from checker.core.weights.hub_cache import local_model_path
 
     p = local_model_path(str(path), flag="--model-config")
@@ -150,7 +150,7 @@ def merge_launch(
     assert release is None or isinstance(release, str)  # --sglang-version: a string flag
     if release and "," in release:
         raise FlagError("--sglang-version A,B compares releases; with a launch command give one release")
-    # start-up: the launch parser and its flag tables (~19 ms) load only for a launch command
+    # start-up: the launch parser and its flag tables load only for a launch command
     from checker.launch.command import parse_launch_command
 
     cmd = parse_launch_command(
@@ -406,7 +406,7 @@ def refuse_unmodelled(cmd: LaunchCommand) -> None:
     (:data:`checker.core.releases.arg_policy.REFUSED_SIZING_READS`), given with a value other than the
     release's
     default: refused in one line naming where the release reads it, never parsed and ignored."""
-    # start-up: the policy (~1 ms) loads with the launch parser, only for a launch command
+    # start-up: the policy loads with the launch parser, only for a launch command
     from checker.core.releases.arg_policy import REFUSED_SIZING_READS, SIZING_READS
 
     given = [name for name in REFUSED_SIZING_READS if name in cmd.given_values]

@@ -128,7 +128,7 @@ def write_artifacts(
     """Write every file asked for (``report``: the JSON; ``junit``; the step summary where
     ``GITHUB_STEP_SUMMARY`` is set and ``step_summary``), each bounded; the problems (one line each: the
     verdict must still print)."""
-    # start-up: the bounded writers (checker.files, ~7 ms) load only where a file is written
+    # start-up: the bounded writers (checker.files) load only where a file is written
     from checker.files import append_file, write_file
 
     problems = []

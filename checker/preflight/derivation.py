@@ -186,7 +186,7 @@ def device_budget(
     after = min(f / GIB - per_rank[r] for r, f in known)
     fraction, picked = b.mem_fraction_static, ""
     if fraction is None:  # the release's own default for this rank's GPU (never assumed)
-        # start-up: the fraction's rule and its table (~18 ms) load only where the fraction is unset
+        # start-up: the fraction's rule and its table load only where the fraction is unset
         from checker.preflight.default_fraction import release_default_fraction
 
         if local.device_total_mib is None:
@@ -431,7 +431,7 @@ def check_on_device(
 ) -> None:
     """Derive the stage again on the rank's own device (the sweep's vectorised path, float64 tensors)
     and hold it against the scalar core: on a GPU rank this is the derivation done on the GPU."""
-    # torch: device.sweep imports it (~1.1 s), only on a rank that derives on a device
+    # torch: device.sweep imports it, only on a rank that derives on a device
     from checker.device.sweep import derive_sweep
 
     # The pool after the MIN is the scalar core's: a page-aligned MIN resolves to itself, so the device

@@ -73,7 +73,7 @@ def chosen(config: DeriveConfig) -> ReleaseChoice:
 
 def model_source(model: ModelChoice, sizing: SizingFlags) -> ModelSource:
     """What the sglang engine rebuilds the geometry from: the model as the user named it."""
-    # start-up: the engine registry (~4 ms with logging) loads only when a command derives
+    # start-up: the engine registry loads only when a command derives
     from checker.engines import ModelSource
 
     return ModelSource(
@@ -104,7 +104,7 @@ def capacity_inputs(
     if release is None:
         release = choose_release(EngineChoice(), installed_sglang_version(), own_code=False)
     if model.model_config is not None and release.modelled == release.derived_as:
-        # start-up: the config classes' rules (~1 ms) load only for a model config. First: what the
+        # start-up: the config classes' rules load only for a model config. First: what the
         # release refuses at load is named with its file:line, before the geometry reader's own words.
         from checker.families.rules import check_model_config
 
@@ -112,7 +112,7 @@ def capacity_inputs(
     geometry = load_geometry(model=model.model, model_config=model.model_config, tp_size=sizing.tp_size)
     stages = pp_size or sizing.pp_size or 1
     if release.modelled == release.derived_as:  # a release the checker models: its code is known
-        # start-up: the model registry tables (~4 ms) load only for a modelled release's check
+        # start-up: the model registry tables load only for a modelled release's check
         from checker.core.releases.model_support import check_architectures, check_pipeline
 
         archs = model_architectures(model=model.model, model_config=model.model_config)
@@ -234,7 +234,7 @@ def derive_inputs(
 def derive_engines(config: DeriveConfig, inputs: CapacityInputs, env: Mapping[str, str]) -> EngineSet:
     """The engines of ``--engine`` (``sglang`` for a release the checker does not model), prepared for
     ``inputs`` (an ``EngineSet``)."""
-    # start-up: the engines and their comparison (~7 ms) load only when a command derives
+    # start-up: the engines and their comparison load only when a command derives
     from checker.engines.drift import prepare_engines
 
     release = chosen(config)
@@ -262,7 +262,7 @@ def derive_rank_weights(
     :func:`checker.families.weights_source.weights_per_rank`). ``flag_gib``: a figure given as a
     number (``--weights-gib``) for every rank, after the draft's
     rules that hold whatever the figure's source (checker.families.weights_source.check_draft_setup)."""
-    # start-up: the weights rules and the checkpoint reader (~35 ms) load only when a figure is read
+    # start-up: the weights rules and the checkpoint reader load only when a figure is read
     from checker.families.weights_source import weights_per_rank
 
     release = chosen(config)

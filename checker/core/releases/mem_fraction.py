@@ -157,7 +157,7 @@ def default_fraction(
     """The --mem-fraction-static SGLang ``release`` picks on a GPU of ``total_mib`` MiB for the launch
     command ``argv`` (config.json's ``config`` decides whether it is a VLM)."""
     if rules is None:
-        # start-up: the generated table (~18 ms, -X importtime) loads only where the fraction is unset
+        # start-up: the generated table loads only where the fraction is unset
         from checker.core.releases.mem_fraction_table import RULES
 
         rules = RULES
