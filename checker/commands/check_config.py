@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from checker.commands.options import check_run_outputs
+from checker.commands.options import check_run_outputs, group_options
 from checker.config import (
     MISSING_FRACTION,
     BudgetSource,
@@ -21,7 +21,7 @@ from checker.config import (
     WeightsFlags,
 )
 from checker.core.errors import FlagError
-from checker.distributed.launch_env import GroupOptions, RankEnv
+from checker.distributed.launch_env import RankEnv
 from checker.launch.merge import given_flags, launch_text
 from checker.loading import load_torch
 
@@ -98,7 +98,7 @@ def config_from_args(args: argparse.Namespace, env: RankEnv) -> PreflightConfig:
         model=model,
         sizing=SizingFlags.from_args(args),
         engine=EngineChoice.from_args(args),
-        group=GroupOptions.from_args(args),
+        group=group_options(args),
         budget=BudgetSource(
             budget_gib=args.budget_gib,
             from_device=args.budget_from_device,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from checker.commands.options import read_options
+from checker.commands.options import group_options, read_options
 from checker.config import OutputOptions
 from checker.core.errors import CheckerInputError
 from checker.distributed.launch_env import GroupOptions, RankEnv
@@ -61,7 +61,7 @@ class GroupFlags:
         words = read.argv if read is not None and hasattr(read, "argv") else launch
         inputs = run_inputs(launch=words, **read_options(args))
         return cls(
-            group=GroupOptions.from_args(args),
+            group=group_options(args),
             output=OutputOptions(
                 report=getattr(args, "report", None),
                 junit=getattr(args, "junit", None),

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from checker.commands.flag_types import init_method, positive_gib, row_type, timeout_seconds
 from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
+from checker.distributed.launch_env import GroupOptions
 from checker.families import DEFAULT_MODEL, PRESETS
 from checker.launch.inputs import READ_OPTIONS, run_inputs
 
@@ -166,6 +167,11 @@ def add_group_args(g: FlagGroup) -> None:
         help="rendezvous without torchrun: file:///path/to/fresh/file (tests); default: "
         "torchrun's store from MASTER_ADDR/MASTER_PORT",
     )
+
+
+def group_options(args: argparse.Namespace) -> GroupOptions:
+    """What :func:`add_group_args` read, as the session takes it."""
+    return GroupOptions(backend=args.backend, timeout_s=args.timeout_s, init_method=args.init_method)
 
 
 def add_output_args(

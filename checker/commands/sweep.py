@@ -22,11 +22,12 @@ from checker.commands.options import (
     add_model_args,
     add_output_args,
     check_run_outputs,
+    group_options,
 )
 from checker.config import ModelChoice, OutputOptions, SizingFlags, SweepConfig
 from checker.core.sizing.sizing import POLICIES
 from checker.core.sizing.sweep import UPSTREAM_GRID
-from checker.distributed.launch_env import GroupOptions, RankEnv
+from checker.distributed.launch_env import RankEnv
 
 if TYPE_CHECKING:
     from checker.commands.sweep_job import SweepJob
@@ -100,7 +101,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     return SweepConfig(
         model=ModelChoice.from_args(args),
         sizing=SizingFlags.from_args(args, policy=None),  # --policy here is the list swept: `policies`
-        group=GroupOptions.from_args(args),
+        group=group_options(args),
         output=OutputOptions(report=args.report, format=args.format, quiet=args.quiet),
         budgets=args.budgets,
         policies=tuple(dict.fromkeys(args.policy or POLICIES)),

@@ -6,7 +6,6 @@ it (the typed config, :mod:`checker.config`, holds one) and start-up loads no mo
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 from collections.abc import Mapping
@@ -83,7 +82,3 @@ class GroupOptions:
     backend: str = "auto"
     timeout_s: float = 60.0
     init_method: str | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> GroupOptions:
-        return cls(backend=args.backend, timeout_s=args.timeout_s, init_method=args.init_method)
