@@ -504,42 +504,56 @@ def check_draft_checkpoint(path: str, *, release: str) -> None:
         check_mtp_shards(ckpt, config, release=release, source=source)
 
 
-NO_NEXTN_CLASS = {
-    "KimiK3ForConditionalGeneration": ("Kimi-K3", "models/kimi_k3.py:3199-3205"),
+NO_NEXTN_CLASS: dict[str, tuple[str, str | None, str | None]] = {
+    "KimiK3ForConditionalGeneration": ("Kimi-K3", "models/kimi_k3.py:3199-3205", None),
+    "KimiLinearForCausalLM": ("Kimi-Linear", None, None),
+    "FalconH1ForCausalLM": ("Falcon-H1", None, None),
+    "GraniteMoeHybridForCausalLM": ("Granite-4.0-H", None, None),
+    "NemotronHForCausalLM": ("Nemotron-H", None, "0.5.8"),
 }
-"""Architecture -> (family, where its target's load_weights drops the layers past ``num_hidden_layers``)
-for the families no modelled release (0.5.2-0.5.23) has a NEXTN/MTP class for: the draft's ModelConfig
-keeps the target's architecture (0.5.23 ``configs/model_config.py:1011-1211`` rewrites no Kimi one),
-``arg_groups/speculative_hook.py:1119-1135`` does not set the draft path for it, and the draft worker
-builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``; ``configs/model_config.py:956``
-``model_path or cfg.model_path``): the whole target a second time, not a NEXTN layer. Keyed on the
-architecture, as SGLang decides it, so that a preset, a config-only directory, a checkpoint and a figure
-given with --weights-gib are refused alike."""
+"""Architecture -> (family, where its target's load_weights drops the layers past ``num_hidden_layers``
+or None, the first release with a NEXTN/MTP class for it or None) for the families a modelled release
+(0.5.2-0.5.23) has no NEXTN/MTP class for. The draft's ModelConfig rewrites ``architectures[0]`` to a draft
+class only for the architectures it lists (``is_draft_model and self.hf_config.architectures[0] ...``:
+0.5.23 ``configs/model_config.py:1011-1211``, 0.5.13 :415-501, 0.5.8 :300-311, 0.5.2 the first 8 such
+lines): none of Kimi-K3, Kimi-Linear, Falcon-H1 or Granite-4.0-H in any release, and no release ships a
+``*MTP``/``*NextN``/``*Eagle`` class for the last three (``models/kimi_linear.py``, ``falcon_h1.py``,
+``granitemoehybrid.py``). Nemotron-H is rewritten to ``NemotronHForCausalLMMTP`` from 0.5.8
+(0.5.8 ``configs/model_config.py:310-311``, ``models/nemotron_h_mtp.py`` new there; 0.5.23 :1198-1203),
+not before. Without a rewrite ``arg_groups/speculative_hook.py:1119-1135`` does not set the draft path,
+and the draft worker builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``;
+``configs/model_config.py:956`` ``model_path or cfg.model_path``): the whole target a second time, not a
+NEXTN layer. Keyed on the architecture, as SGLang decides it, so that a preset, a config-only directory,
+a checkpoint and a figure given with --weights-gib are refused alike."""
 
 
 def check_nextn_family(
     archs: tuple[str, ...] | list[str], config: Mapping[str, Any] | None, *, release: str, source: str
 ) -> None:
     """EAGLE/NEXTN with the draft in the target's own checkpoint (no ``--speculative-draft-model-path``,
-    or the target's own directory) for an architecture no release has a NEXTN/MTP class for (Kimi-K3,
-    whatever ``num_nextn_predict_layers`` its text config declares): one FlagError line naming what SGLang
-    would load instead. It depends on the architecture only: not on whether a checkpoint was read, nor on
-    where the weights figure comes from. ``config``: the HF config where known (its NEXTN layers named)."""
+    or the target's own directory) for an architecture ``release`` has no NEXTN/MTP class for (Kimi-K3,
+    whatever ``num_nextn_predict_layers`` its text config declares; Kimi-Linear, Falcon-H1, Granite-4.0-H;
+    Nemotron-H before 0.5.8): one FlagError line naming what SGLang would load instead. It depends on the
+    architecture and the release only: not on whether a checkpoint was read, nor on where the weights
+    figure comes from. ``config``: the HF config where known (its NEXTN layers named)."""
     arch = archs[0] if archs else ""
     entry = NO_NEXTN_CLASS.get(arch)
     if entry is None:
         return
-    name, dropped = entry
+    name, dropped, first = entry
+    if first is not None and not before(release, first):
+        return
     text = config.get("text_config") if config is not None else None
     text = text if isinstance(text, Mapping) else (config or {})
     nextn = text.get("num_nextn_predict_layers")
     declared = (
         f"its {nextn} NEXTN layer(s) in the checkpoint are dropped by the target ({dropped}); "
-        if (isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0)
+        if (dropped and isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0)
         else ""
     )
+    which = "no release has one" if first is None else f"the first release with one is {first}"
     raise FlagError(
-        f"{source}: SGLang {release} has no NEXTN/MTP draft class for {name} (no release has one): under "
+        f"{source}: SGLang {release} has no NEXTN/MTP draft class for {name} ({which}): under "
         f"--speculative-algorithm EAGLE/NEXTN without a draft of its own (--speculative-draft-model-path "
         f"unset, or the target's directory) its draft worker "
         f"builds {arch} whole from --model-path (sglang/srt/managers/tp_worker.py:466-480), the target a "
