@@ -240,14 +240,29 @@ def eagle2(b: Builder, cfg: ConfigSection, release: str, arch: str) -> None:
     b.vocab("lm_head", cfg.opt_int("hot_vocab_size") or V, H, "tp", part="head")
 
 
+COPIES_FREED_AFTER_SIZING = FIRST_DRAFT_IN_BUDGET
+"""From this release the draft's own embedding/head copies are freed after the pool is sized: the worker's
+``init_lm_head`` (``set_embed_and_head`` / ``set_embed``) moved from ``EagleDraftWorker.__init__`` (0.5.4-
+0.5.13.post1, e.g. 0.5.13 ``speculative/eagle_worker_v2.py:198``) into its ``alloc_memory_pool`` (0.5.14
+:231, 0.5.19 :213, 0.5.23 :258; the multi-layer and standalone workers likewise), which the scheduler calls
+after ``init_target_memory_pool`` has measured the free memory and sized the pool (0.5.14
+``managers/scheduler.py:836-842``, 0.5.23 :1098-1111; ``mem_cache/kv_cache_configurator.py:2990-3060``
+``get_available_gpu_memory``). So in every release that charges the draft (0.5.14+) the copies are in
+the measured figure: the class as built, as upstream sgl-project/sglang#36452 reports for 0.5.19. Before
+0.5.14 they are freed in the worker's constructor, but the draft is built after the pool anyway."""
+
+
 def shared_with_target(params: list[Param], place: Place, release: str) -> list[Param]:
-    """The EAGLE-2 draft after its worker binds the target's embedding and head (0.5.23
-    ``speculative/eagle_worker_v2.py:336-380`` ``init_lm_head``, the non-EAGLE3 branch, before the pool is
-    sized; 0.5.14 :327-344 likewise): ``set_embed_and_head`` deletes the draft's own two and empties the
-    cache (``models/llama.py:895-905``, ``models/qwen2.py:770-777``), so their segments go back unless
-    shared (``part`` "dropped": built and loaded, then freed). Under PP (0.5.21+) the last stage has no
-    target embedding: the draft keeps its own, reloaded in place from the target's checkpoint
-    (``speculative/pp_draft_embedding.py:225-248``), and only the head is the target's."""
+    """The EAGLE-2 draft as the pool is sized. Its worker's ``init_lm_head`` binds the target's embedding
+    and head (0.5.23 ``speculative/eagle_worker_v2.py:336-380``, the non-EAGLE3 branch):
+    ``set_embed_and_head`` deletes the draft's own two and empties the cache (``models/llama.py:895-905``,
+    ``models/qwen2.py:770-777``); under PP (0.5.21+) the last stage has no target embedding and keeps its
+    own, reloaded in place (``speculative/pp_draft_embedding.py:225-248``), only the head is the target's.
+    Where that happens before the pool is sized (:data:`COPIES_FREED_AFTER_SIZING`: only before 0.5.14, whose
+    draft is not charged) the freed ones are ``part`` "dropped"; from 0.5.14 it happens after, and the
+    figure holds them: the class as built."""
+    if not before(release, COPIES_FREED_AFTER_SIZING):
+        return params
     freed = {"head"} if place.pp_size > 1 else {"embed", "head"}
     return [p._replace(part="dropped") if p.part in freed else p for p in params]
 
@@ -275,7 +290,7 @@ def with_separate_draft(
         params = separate_draft_params(draft_config, layout, r.place, release=release, source=source)
         charged = params is not None and not before(release, FIRST_DRAFT_IN_BUDGET)
         extra = 0
-        if charged and params is not None:  # what the draft's worker frees before the pool is sized
+        if charged and params is not None:  # less what its worker frees before the pool is sized (none)
             dropped = [i for i, p in enumerate(params) if p.part == "dropped"]
             extra = allocator_bytes([p.nbytes for p in params], dropped)
         ranks.append(dataclasses.replace(r, draft_bytes=extra))
