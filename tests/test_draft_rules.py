@@ -238,3 +238,78 @@ def test_draft_source_in_checks_report_and_text(tmp_path: Path) -> None:
     assert "(flag, draft inside the figure (weights-gib))" in to_text(verdict, summary="", elapsed_s=1.0)
     verdict = decide(check_rows(words, launch, world_size=2), world_size=2)
     assert [r["draft_source"] for r in to_json(verdict, extra={})["ranks"]] == [None, None]
+
+
+# ---- the other families with no NEXTN/MTP class (Kimi-Linear, Falcon-H1, Granite-4.0-H; Nemotron-H to 0.5.7)
+
+
+@pytest.fixture(scope="module")
+def family_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """config.json-only model directories of the real configs."""
+    out = {}
+    for name in ("kimi_linear_48b_a3b", "falcon_h1_0_5b", "granite_4_0_h_small", "nemotron_h_8b"):
+        d = tmp_path_factory.mktemp(name) / name
+        d.mkdir()
+        (d / "config.json").write_text((FIXTURES / f"{name}.json").read_text())
+        out[name] = d
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "arch", "release"),
+    [
+        ("kimi_linear_48b_a3b", "KimiLinearForCausalLM", "0.5.23"),
+        ("kimi_linear_48b_a3b", "KimiLinearForCausalLM", "0.5.10"),
+        ("falcon_h1_0_5b", "FalconH1ForCausalLM", "0.5.23"),
+        ("granite_4_0_h_small", "GraniteMoeHybridForCausalLM", "0.5.23"),
+        ("nemotron_h_8b", "NemotronHForCausalLM", "0.5.7"),
+    ],
+)
+@pytest.mark.parametrize("command", ["derive", "plan"])
+def test_families_without_a_draft_class_are_refused_under_weights_gib(
+    name: str, arch: str, release: str, command: str, family_dirs: dict[str, Path], cli: Callable[..., Any]
+) -> None:
+    """The draft's ModelConfig rewrites none of these architectures to a draft class in ``release``
+    (configs/model_config.py's is_draft_model lines; Nemotron-H's NemotronHForCausalLMMTP from 0.5.8): the
+    draft worker builds the target whole again. A figure given as a number does not make that green; the
+    same deployment without speculative decoding is sized."""
+    head = (
+        ["derive", "--gpu-free-gib", "79"]
+        if command == "derive"
+        else ["plan", "--target-max-running-requests", "8", "--gpu-free-gib", "79"]
+    )
+    argv = [*head, "--weights-gib", "5", "--sglang-version", release, "--"]
+    launch = ["--model-path", str(family_dirs[name]), "--tp-size", "1", "--mem-fraction-static", "0.85"]
+    code, out, err = cli([*argv, *launch, "--speculative-algorithm", "NEXTN"])
+    _one_line(code, out, err, "no NEXTN/MTP draft class for")
+    assert f"builds {arch} whole" in err and "tp_worker.py:466-480" in err
+    code, out, err = cli([*argv, *launch])
+    assert code == 0, err
+
+
+def test_nemotron_h_has_its_mtp_class_from_0_5_8(
+    family_dirs: dict[str, Path], cli: Callable[..., Any]
+) -> None:
+    """From 0.5.8 the draft's ModelConfig makes Nemotron-H NemotronHForCausalLMMTP (0.5.8
+    configs/model_config.py:310-311): not the target again. Its weights are not modelled: without a figure
+    it is one line naming --weights-gib; a figure given with --weights-gib (target and draft) is sized."""
+    launch = ["--model-path", str(family_dirs["nemotron_h_8b"]), "--tp-size", "1",
+              "--mem-fraction-static", "0.85", "--speculative-algorithm", "NEXTN"]  # fmt: skip
+    for release in ("0.5.8", "0.5.23"):
+        code, out, err = cli(["derive", "--gpu-free-gib", "79", "--sglang-version", release, "--", *launch])
+        _one_line(code, out, err, "no NEXTN/MTP draft class for Nemotron-H; give the weights per GPU")
+        code, out, err = cli(["derive", "--gpu-free-gib", "79", "--weights-gib", "20", "--sglang-version",
+                              release, "--", *launch])  # fmt: skip
+        assert code == 0, err
+
+
+def test_check_refuses_falcon_h1_under_nextn_with_weights_gib(family_dirs: dict[str, Path]) -> None:
+    """check's rows as each node builds them: every rank's row is the one-line refusal, exit 2."""
+    words = ["check", "--budget-from-device", "--device-free-gib", "79", "--weights-gib", "1",
+             "--timeout-s", "20", "--backend", "gloo"]  # fmt: skip
+    launch = ["--model-path", str(family_dirs["falcon_h1_0_5b"]), "--tp-size", "2",
+              "--mem-fraction-static", "0.85", "--speculative-algorithm", "EAGLE"]  # fmt: skip
+    rows = check_rows(words, launch, world_size=2)
+    for row in rows:
+        assert "no NEXTN/MTP draft class for Falcon-H1" in row.error and "\n" not in row.error, row.error
+    assert decide(rows, world_size=2).exit_code == 2

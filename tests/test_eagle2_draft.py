@@ -2,10 +2,10 @@
 config.json names ``LlamaForCausalLMEagle`` or ``Qwen2ForCausalLMEagle``), issue 39 item 3.
 
 The classes as built are held to SGLang's own on the meta device in tests/test_weights.py (cases
-``eagle2/*`` on 0.5.10, 0.5.20 and 0.5.23); here: what the rank keeps once the draft worker binds the
-target's embedding and head (``set_embed_and_head``, before the pool is sized), on which ranks, from which
-release, the refusals, and the draft's shards held to its class. Draft directories hold config.json (and,
-where shards are held, sparse safetensors of the class's real shapes).
+``eagle2/*`` on 0.5.10, 0.5.20 and 0.5.23); here: what the figure holds of the draft's
+embedding and head (``set_embed_and_head`` frees them after the pool is sized from 0.5.14), on which ranks,
+from which release, the refusals, and the draft's shards held to its class. Draft directories hold
+config.json (and, where shards are held, sparse safetensors of the class's real shapes).
 """
 
 from __future__ import annotations
@@ -52,39 +52,51 @@ def _ranks(draft: Path, release: str = "0.5.23", **kw: Any) -> list[Any]:
     return list(model_weights(SMALL, layout, release=release).ranks)
 
 
-def test_the_draft_keeps_neither_its_embedding_nor_its_head_at_pp_1(tmp_path: Path) -> None:
-    """set_embed_and_head (eagle_worker_v2.py:378, llama.py:895-905) deletes the draft's own embedding and
-    head and empties the cache before the pool is sized: every rank is charged its fc and layers only."""
+@pytest.mark.parametrize("release", ["0.5.14", "0.5.19", "0.5.23"])
+def test_the_figure_holds_the_drafts_embedding_and_head_freed_after_the_pool(
+    tmp_path: Path, release: str
+) -> None:
+    """set_embed_and_head (llama.py:895-905) deletes the draft's own embedding and head, but from 0.5.14
+    its worker calls it in alloc_memory_pool (eagle_worker_v2.py:231/213/258), after
+    init_target_memory_pool measured the free memory (scheduler.py:1098-1111): the figure is the class as
+    built, embedding and head included (sgl-project/sglang#36452)."""
     d = _dir(tmp_path / "d", DRAFT)
     layout = _layout(d, pp_size=1, tp_size=2)
-    ranks = _ranks(d)
-    (place, _), *_ = [(r.place, None) for r in ranks]
-    params = separate_draft_params(DRAFT, layout, place, release="0.5.23", source="config.json")
+    ranks = _ranks(d, release=release)
+    params = separate_draft_params(DRAFT, layout, ranks[0].place, release=release, source="config.json")
+    assert params is not None and not [p for p in params if p.part == "dropped"]
+    assert [r.draft_bytes for r in ranks] == [allocator_bytes([p.nbytes for p in params])] * 2
+    # the vocabulary rows it holds as the pool is sized: 2 x 151936/2 x 2048 x 2 bytes, about 1.16 GiB
+    names = {p.name for p in params}
+    assert {"model.embed_tokens.weight", "lm_head.weight"} <= names
+    rows = sum(p.nbytes for p in params if p.name in ("model.embed_tokens.weight", "lm_head.weight"))
+    assert rows == 2 * 75968 * 2048 * 2
+
+
+def test_before_0_5_14_the_copies_go_in_the_workers_constructor(tmp_path: Path) -> None:
+    """0.5.13: init_lm_head runs in EagleDraftWorker.__init__ (eagle_worker_v2.py:198), so the draft holds
+    neither copy once built; the draft is loaded after the pool is sized, so it is charged nothing."""
+    d = _dir(tmp_path / "d", DRAFT)
+    layout = _layout(d, pp_size=1, tp_size=2)
+    ranks = _ranks(d, release="0.5.13")
+    params = separate_draft_params(DRAFT, layout, ranks[0].place, release="0.5.13", source="config.json")
     assert params is not None
-    built = allocator_bytes([p.nbytes for p in params])
-    kept = [p for p in params if p.part != "dropped"]
-    assert {p.name for p in params} - {p.name for p in kept} == {
-        "model.embed_tokens.weight",
-        "lm_head.weight",
-    }
-    assert [r.draft_bytes for r in ranks] == [allocator_bytes([p.nbytes for p in kept])] * 2
-    # the vocabulary rows the target shares: 2 x 151936/2 x 2048 x 2 bytes, about 1.16 GiB a rank
-    assert built - ranks[0].draft_bytes >= 2 * 75968 * 2048 * 2
+    assert {p.name for p in params if p.part == "dropped"} == {"model.embed_tokens.weight", "lm_head.weight"}
+    assert [r.draft_bytes for r in ranks] == [0, 0]
 
 
-def test_under_pp_the_last_stage_keeps_its_own_embedding(tmp_path: Path) -> None:
-    """0.5.21+ with SGLANG_ENABLE_PP_SPEC: the last stage has no target embedding, so the draft's own is
-    reloaded in place from the target's checkpoint (pp_draft_embedding.py:225-248); the head is shared."""
+def test_under_pp_the_last_stage_holds_the_draft_as_built(tmp_path: Path) -> None:
+    """0.5.21+ with SGLANG_ENABLE_PP_SPEC: only the last stage loads the draft; it keeps its own embedding
+    (pp_draft_embedding.py:225-248) and its head is freed after the pool: the class as built, and the same
+    bytes as at pp 1 with the same TP."""
     d = _dir(tmp_path / "d", DRAFT)
     layout = _layout(d, pp_size=2, tp_size=1)
     ranks = model_weights(NEMOTRON_H, layout, release="0.5.23").ranks  # Qwen3-Next asserts one stage
     assert ranks[0].draft_bytes == 0 and ranks[1].draft_bytes > 0
     params = separate_draft_params(DRAFT, layout, ranks[1].place, release="0.5.23", source="config.json")
-    assert params is not None
-    dropped = {p.name for p in params if p.part == "dropped"}
-    assert dropped == {"lm_head.weight"}
-    pp1 = _ranks(d, tp_size=1)[0].draft_bytes
-    assert ranks[1].draft_bytes - pp1 >= 151936 * 2048 * 2  # the embedding it keeps
+    assert params is not None and not [p for p in params if p.part == "dropped"]
+    assert ranks[1].draft_bytes == allocator_bytes([p.nbytes for p in params])
+    assert ranks[1].draft_bytes == _ranks(d, tp_size=1)[0].draft_bytes
 
 
 @pytest.mark.parametrize("release, charged", [("0.5.13", False), ("0.5.14", True)])

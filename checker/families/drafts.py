@@ -240,14 +240,29 @@ def eagle2(b: Builder, cfg: ConfigSection, release: str, arch: str) -> None:
     b.vocab("lm_head", cfg.opt_int("hot_vocab_size") or V, H, "tp", part="head")
 
 
+COPIES_FREED_AFTER_SIZING = FIRST_DRAFT_IN_BUDGET
+"""From this release the draft's own embedding/head copies are freed after the pool is sized: the worker's
+``init_lm_head`` (``set_embed_and_head`` / ``set_embed``) moved from ``EagleDraftWorker.__init__`` (0.5.4-
+0.5.13.post1, e.g. 0.5.13 ``speculative/eagle_worker_v2.py:198``) into its ``alloc_memory_pool`` (0.5.14
+:231, 0.5.19 :213, 0.5.23 :258; the multi-layer and standalone workers likewise), which the scheduler calls
+after ``init_target_memory_pool`` has measured the free memory and sized the pool (0.5.14
+``managers/scheduler.py:836-842``, 0.5.23 :1098-1111; ``mem_cache/kv_cache_configurator.py:2990-3060``
+``get_available_gpu_memory``). So in every release that charges the draft (0.5.14+) the copies are in
+the measured figure: the class as built, as upstream sgl-project/sglang#36452 reports for 0.5.19. Before
+0.5.14 they are freed in the worker's constructor, but the draft is built after the pool anyway."""
+
+
 def shared_with_target(params: list[Param], place: Place, release: str) -> list[Param]:
-    """The EAGLE-2 draft after its worker binds the target's embedding and head (0.5.23
-    ``speculative/eagle_worker_v2.py:336-380`` ``init_lm_head``, the non-EAGLE3 branch, before the pool is
-    sized; 0.5.14 :327-344 likewise): ``set_embed_and_head`` deletes the draft's own two and empties the
-    cache (``models/llama.py:895-905``, ``models/qwen2.py:770-777``), so their segments go back unless
-    shared (``part`` "dropped": built and loaded, then freed). Under PP (0.5.21+) the last stage has no
-    target embedding: the draft keeps its own, reloaded in place from the target's checkpoint
-    (``speculative/pp_draft_embedding.py:225-248``), and only the head is the target's."""
+    """The EAGLE-2 draft as the pool is sized. Its worker's ``init_lm_head`` binds the target's embedding
+    and head (0.5.23 ``speculative/eagle_worker_v2.py:336-380``, the non-EAGLE3 branch):
+    ``set_embed_and_head`` deletes the draft's own two and empties the cache (``models/llama.py:895-905``,
+    ``models/qwen2.py:770-777``); under PP (0.5.21+) the last stage has no target embedding and keeps its
+    own, reloaded in place (``speculative/pp_draft_embedding.py:225-248``), only the head is the target's.
+    Where that happens before the pool is sized (:data:`COPIES_FREED_AFTER_SIZING`: only before 0.5.14, whose
+    draft is not charged) the freed ones are ``part`` "dropped"; from 0.5.14 it happens after, and the
+    figure holds them: the class as built."""
+    if not before(release, COPIES_FREED_AFTER_SIZING):
+        return params
     freed = {"head"} if place.pp_size > 1 else {"embed", "head"}
     return [p._replace(part="dropped") if p.part in freed else p for p in params]
 
@@ -275,7 +290,7 @@ def with_separate_draft(
         params = separate_draft_params(draft_config, layout, r.place, release=release, source=source)
         charged = params is not None and not before(release, FIRST_DRAFT_IN_BUDGET)
         extra = 0
-        if charged and params is not None:  # what the draft's worker frees before the pool is sized
+        if charged and params is not None:  # less what its worker frees before the pool is sized (none)
             dropped = [i for i, p in enumerate(params) if p.part == "dropped"]
             extra = allocator_bytes([p.nbytes for p in params], dropped)
         ranks.append(dataclasses.replace(r, draft_bytes=extra))
@@ -504,42 +519,56 @@ def check_draft_checkpoint(path: str, *, release: str) -> None:
         check_mtp_shards(ckpt, config, release=release, source=source)
 
 
-NO_NEXTN_CLASS = {
-    "KimiK3ForConditionalGeneration": ("Kimi-K3", "models/kimi_k3.py:3199-3205"),
+NO_NEXTN_CLASS: dict[str, tuple[str, str | None, str | None]] = {
+    "KimiK3ForConditionalGeneration": ("Kimi-K3", "models/kimi_k3.py:3199-3205", None),
+    "KimiLinearForCausalLM": ("Kimi-Linear", None, None),
+    "FalconH1ForCausalLM": ("Falcon-H1", None, None),
+    "GraniteMoeHybridForCausalLM": ("Granite-4.0-H", None, None),
+    "NemotronHForCausalLM": ("Nemotron-H", None, "0.5.8"),
 }
-"""Architecture -> (family, where its target's load_weights drops the layers past ``num_hidden_layers``)
-for the families no modelled release (0.5.2-0.5.23) has a NEXTN/MTP class for: the draft's ModelConfig
-keeps the target's architecture (0.5.23 ``configs/model_config.py:1011-1211`` rewrites no Kimi one),
-``arg_groups/speculative_hook.py:1119-1135`` does not set the draft path for it, and the draft worker
-builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``; ``configs/model_config.py:956``
-``model_path or cfg.model_path``): the whole target a second time, not a NEXTN layer. Keyed on the
-architecture, as SGLang decides it, so that a preset, a config-only directory, a checkpoint and a figure
-given with --weights-gib are refused alike."""
+"""Architecture -> (family, where its target's load_weights drops the layers past ``num_hidden_layers``
+or None, the first release with a NEXTN/MTP class for it or None) for the families a modelled release
+(0.5.2-0.5.23) has no NEXTN/MTP class for. The draft's ModelConfig rewrites ``architectures[0]`` to a draft
+class only for the architectures it lists (``is_draft_model and self.hf_config.architectures[0] ...``:
+0.5.23 ``configs/model_config.py:1011-1211``, 0.5.13 :415-501, 0.5.8 :300-311, 0.5.2 the first 8 such
+lines): none of Kimi-K3, Kimi-Linear, Falcon-H1 or Granite-4.0-H in any release, and no release ships a
+``*MTP``/``*NextN``/``*Eagle`` class for the last three (``models/kimi_linear.py``, ``falcon_h1.py``,
+``granitemoehybrid.py``). Nemotron-H is rewritten to ``NemotronHForCausalLMMTP`` from 0.5.8
+(0.5.8 ``configs/model_config.py:310-311``, ``models/nemotron_h_mtp.py`` new there; 0.5.23 :1198-1203),
+not before. Without a rewrite ``arg_groups/speculative_hook.py:1119-1135`` does not set the draft path,
+and the draft worker builds the class from ``--model-path`` (``managers/tp_worker.py:466-480``;
+``configs/model_config.py:956`` ``model_path or cfg.model_path``): the whole target a second time, not a
+NEXTN layer. Keyed on the architecture, as SGLang decides it, so that a preset, a config-only directory,
+a checkpoint and a figure given with --weights-gib are refused alike."""
 
 
 def check_nextn_family(
     archs: tuple[str, ...] | list[str], config: Mapping[str, Any] | None, *, release: str, source: str
 ) -> None:
     """EAGLE/NEXTN with the draft in the target's own checkpoint (no ``--speculative-draft-model-path``,
-    or the target's own directory) for an architecture no release has a NEXTN/MTP class for (Kimi-K3,
-    whatever ``num_nextn_predict_layers`` its text config declares): one FlagError line naming what SGLang
-    would load instead. It depends on the architecture only: not on whether a checkpoint was read, nor on
-    where the weights figure comes from. ``config``: the HF config where known (its NEXTN layers named)."""
+    or the target's own directory) for an architecture ``release`` has no NEXTN/MTP class for (Kimi-K3,
+    whatever ``num_nextn_predict_layers`` its text config declares; Kimi-Linear, Falcon-H1, Granite-4.0-H;
+    Nemotron-H before 0.5.8): one FlagError line naming what SGLang would load instead. It depends on the
+    architecture and the release only: not on whether a checkpoint was read, nor on where the weights
+    figure comes from. ``config``: the HF config where known (its NEXTN layers named)."""
     arch = archs[0] if archs else ""
     entry = NO_NEXTN_CLASS.get(arch)
     if entry is None:
         return
-    name, dropped = entry
+    name, dropped, first = entry
+    if first is not None and not before(release, first):
+        return
     text = config.get("text_config") if config is not None else None
     text = text if isinstance(text, Mapping) else (config or {})
     nextn = text.get("num_nextn_predict_layers")
     declared = (
         f"its {nextn} NEXTN layer(s) in the checkpoint are dropped by the target ({dropped}); "
-        if (isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0)
+        if (dropped and isinstance(nextn, int) and not isinstance(nextn, bool) and nextn > 0)
         else ""
     )
+    which = "no release has one" if first is None else f"the first release with one is {first}"
     raise FlagError(
-        f"{source}: SGLang {release} has no NEXTN/MTP draft class for {name} (no release has one): under "
+        f"{source}: SGLang {release} has no NEXTN/MTP draft class for {name} ({which}): under "
         f"--speculative-algorithm EAGLE/NEXTN without a draft of its own (--speculative-draft-model-path "
         f"unset, or the target's directory) its draft worker "
         f"builds {arch} whole from --model-path (sglang/srt/managers/tp_worker.py:466-480), the target a "
