@@ -143,3 +143,33 @@ def test_a_backend_the_release_does_not_take_is_its_argparse_refusal(tmp_path: P
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr
     assert "invalid choice: 'cutlass_mla'" in lines[0] and "SGLang 0.5.23" in lines[0]
+
+
+def test_check_says_the_backend_changed_the_page_in_every_output() -> None:
+    """check's text, step summary and JUnit say what derive says, and each rank's JSON entry carries the
+    page size its pool aligned to, as an integer (inputs.page_size stays as given)."""
+    import dataclasses
+
+    from test_report import World, decided
+
+    from checker.distributed.wire import digest
+    from checker.outputs.report import kv_pool_line, to_json, to_junit, to_markdown, to_text
+
+    v = decided(World(2, (("page_size", 16), ("attention_backend", "flashmla"))))
+    said = "page size 64 (was 16: --attention-backend flashmla forces it)"
+    assert said in to_text(v, summary="s", elapsed_s=1.0)
+    assert said in to_markdown(v, summary="s")
+    assert said in to_junit(v, elapsed_s=1.0).split("<system-out>")[-1]
+    doc = json.loads(json.dumps(to_json(v, extra={})))
+    assert [r["page_size"] for r in doc["ranks"]] == [64, 64]
+    assert all(r["inputs"]["page_size"] == 16 for r in doc["ranks"])
+    assert all(r["max_total_num_tokens"] % 64 == 0 for r in doc["ranks"])
+    # a rank whose page stands (no backend) is its own group, named
+    plain = dataclasses.replace(
+        v.rows[1], page_size=16, inputs={**v.rows[1].inputs, "attention_backend": None}
+    )
+    plain.input_digests = {**v.rows[1].input_digests, "attention_backend": digest(None)}
+    line = kv_pool_line([v.rows[0], plain]) or ""
+    assert f"rank 0: {said}; rank 1: page size 16" in line, line
+    # page 1 as given and unchanged: nothing said
+    assert "page size" not in (kv_pool_line(decided(World(2)).rows) or "")

@@ -18,7 +18,10 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from checker.config import SizingFlags
+from checker.core.errors import FlagError
 from checker.core.ranks import outliers, rank_ranges
+from checker.core.sizing.kv_pool import release_at
+from checker.core.sizing.page_size import FLAG_OF, resolve_page_size
 from checker.core.sizing.row import MISSING, REPORTED_INTS, RankRow
 from checker.core.sizing.sizing import CHECKED_VALUES
 from checker.distributed.wire import VALUE_BYTES, digest, sent_text
@@ -464,8 +467,45 @@ def to_text(verdict: Verdict, *, summary: str, elapsed_s: float) -> str:
     return "\n".join(out)
 
 
+def page_phrase(row: RankRow) -> str:
+    """The page size ``row``'s pool aligns to, as derive's header says it: "page size 64 (was 16:
+    --attention-backend flashmla forces it)" where a backend changed it (the row's release's rules applied
+    to its own inputs, :mod:`checker.core.sizing.page_size`), "page size 1 (was 16: SGLang 0.5.13 resets
+    it)" where the release reset it first (0.5.11-0.5.13.post1's no_buffer radix cache), "page size 16"
+    where the page given stands, "" for page 1 as given or a rank that derived none."""
+    if row.page_size == MISSING or row.kv_release == MISSING:
+        return ""
+    given = typed_input("page_size", sent_text(row, "page_size"))
+    given = given if isinstance(given, int) else 1
+    if row.page_size == given:
+        return f"page size {given}" if given > 1 else ""
+    release = release_at(row.kv_release)
+    backends = {name: sent_text(row, name) for name in FLAG_OF.values()}
+    for start in (given, 1):  # 0.5.11-0.5.13.post1 reset the page to 1 before the backends' rules
+        try:
+            r = resolve_page_size(release, start, backends)
+        except FlagError:  # the rank refused it itself: its own error says so
+            return ""
+        if r.page_size == row.page_size and r.changed_by is not None:
+            reset = f"SGLang {release} resets it to 1, then " if start != given else ""
+            return f"page size {row.page_size} (was {given}: {reset}{r.changed_by} forces it)"
+    return f"page size {row.page_size} (was {given}: SGLang {release} resets it)"
+
+
+def page_line(rows: Sequence[RankRow]) -> str:
+    """:func:`page_phrase` once where every rank says the same, else per group of ranks ("" where none
+    says anything)."""
+    said: dict[str, list[int]] = {}
+    for r in rows:
+        said.setdefault(page_phrase(r), []).append(r.rank)
+    if len(said) == 1:
+        return next(iter(said))
+    return "; ".join(f"{rank_ranges(ranks)}: {p or 'page size as given'}" for p, ranks in said.items())
+
+
 def kv_pool_line(rows: Sequence[RankRow]) -> str | None:
-    """The KV pool under the MIN, in one line: which stage sets it and what the others leave idle."""
+    """The KV pool under the MIN, in one line: the page size it aligns to where a backend changed it
+    (or it is not 1), which stage sets it and what the others leave idle."""
     sized = [r for r in rows if r.max_total_num_tokens != MISSING and r.kv_own_tokens != MISSING]
     if not sized:
         return None
@@ -473,8 +513,9 @@ def kv_pool_line(rows: Sequence[RankRow]) -> str | None:
     contexts = {r.context_len for r in sized}
     pool = f"KV pool: max_total_num_tokens {', '.join(fmt_int(t) for t in sorted(T))}"
     pool += f", context_len {', '.join(fmt_int(c) for c in sorted(contexts))}"
+    page = f"; {said}" if (said := page_line(sized)) else ""
     if max(r.pp_size for r in sized) <= 1:
-        return pool
+        return pool + page
     limiting = sorted({r.pp_rank for r in sized if r.kv_limiting == 1})
     idle: dict[int, int] = {}
     for r in sized:
@@ -484,7 +525,7 @@ def kv_pool_line(rows: Sequence[RankRow]) -> str | None:
     left = [f"stage {k} {b / 2**30:.2f} GiB" for k, b in sorted(idle.items()) if b > 0]
     if left:
         pool += f"; idle per rank because of the MIN: {', '.join(left)}"
-    return pool
+    return pool + page
 
 
 def one_line(verdict: Verdict) -> str:
@@ -574,6 +615,9 @@ def to_junit(verdict: Verdict, *, elapsed_s: float) -> str:
         else:
             el = ET.SubElement(case, "system-out")
         el.text = body
+    pool = kv_pool_line(verdict.rows) if verdict.status != INFRASTRUCTURE_FAILURE else None
+    if pool:  # the pool every rank sized and the page it aligns to, passing or not
+        ET.SubElement(suite, "system-out").text = pool
     suite.set("tests", str(len(JUNIT_VALUES) + 2))
     suite.set("failures", str(len(suite.findall(".//failure"))))
     suite.set("errors", str(len(suite.findall(".//error"))))

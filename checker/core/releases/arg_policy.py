@@ -79,6 +79,14 @@ def refused(why: str) -> Handling:
 
 STATE_POOL = modelled("checker.core.sizing.sizing: the state pool, the request cap and the micro-batch size")
 KV_POOL = Handling(KV, "the KV pool: its cell size, token capacity and the draft's share")
+PAGE_SIZE = Handling(
+    KV,
+    "the page size the KV pool aligns to: a backend that supports only some page sizes changes it "
+    "(checker.core.sizing.page_size, the rules of checker.core.releases.page_rules). The pool sizing's own "
+    "reads are the Ascend (NPU) pool up to 0.5.6.post2 (model_runner.py init_memory_pool) and 0.5.22+'s "
+    "fused-draft decision (kv_cache_configurator.py _fused_draft_decision), neither taken for a CUDA "
+    "deployment the checker sizes",
+)
 OTHER_ARCHITECTURE = modelled(
     "read only to size another architecture's pool (DeepSeek DSA / V4, Qwen4 QSA, MiniMax, sliding-window "
     "models): no hybrid family the checker reads takes that branch"
@@ -88,7 +96,7 @@ PD_PREFILL_ONLY = modelled(
 )
 
 SIZING_READS: dict[str, Handling] = {
-    "attention_backend": KV_POOL,
+    "attention_backend": PAGE_SIZE,
     "attn_dp_size": STATE_POOL,
     "chunked_prefill_size": KV_POOL,
     "cuda_graph_config": PD_PREFILL_ONLY,
@@ -159,7 +167,7 @@ SIZING_READS: dict[str, Handling] = {
     "qsa_indexer_dtype": OTHER_ARCHITECTURE,
     "quantization": OTHER_ARCHITECTURE,
     "speculative_algorithm": STATE_POOL,
-    "speculative_draft_attention_backend": KV_POOL,
+    "speculative_draft_attention_backend": PAGE_SIZE,
     "speculative_draft_kv_cache_dtype": KV_POOL,
     "speculative_eagle_topk": STATE_POOL,
     "speculative_num_draft_tokens": STATE_POOL,

@@ -80,7 +80,9 @@ class RankRow:
     # what the resolution after the MIN reads of this rank, beside the values above
     kv_release: int = _int(report=False)
     """The modelled release whose rules this rank applies (its index in MODELLED_RELEASES)."""
-    page_size: int = _int(report=False)
+    page_size: int = _int()
+    """The page size this rank's KV pool aligns to: --page-size as the release resolves it (an attention
+    backend may force another; 0.5.11-0.5.13.post1 may reset it to 1)."""
     requests_per_worker: int = _int(report=False)
     """--max-running-requests // dp as this rank's release reads it (MISSING: unset)."""
     user_max_running_requests: int = _int(report=False)
