@@ -418,10 +418,14 @@ class Builder:
                 scale = (ceil_div(rows, bn), ceil_div(inp, bk))
                 self.add(f"{name}.weight_scale_inv", scale, part=part, dtype="float32")
             else:
-                self.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
+                # built per logical shard and replaced after loading (fp8.py:1257 ``layer.weight_scale =
+                # Parameter(convert_to_channelwise(...))``, :1269-1271 ``layer.input_scale =
+                # Parameter(layer.input_scale.max())``; the same on every checked release): freed, not
+                # held beside their replacements, one scale per output channel (the SM90 CUTLASS kernel's
+                # layout, :1205-1216) and a static input scale's 0-d maximum
+                self.dropped(f"{name}.weight_scale", (len(shards),), "float32")
                 if s.static:
-                    self.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
-                # after loading: one scale per output channel, a static input scale its maximum
+                    self.dropped(f"{name}.input_scale", (len(shards),), "float32")
                 self.copy(f"{name}.weight_scale.channelwise", (rows, 1), "float32")
                 if s.static:
                     self.copy(f"{name}.input_scale.max", (), "float32")
@@ -627,11 +631,20 @@ class Builder:
             w2 = (local, ceil_div(hidden, bn), ceil_div(inter, bk))
             self.add(f"{name}.w2_weight_scale_inv", w2, part="layers", dtype="float32")
             return
-        self.add(f"{name}.w13_weight_scale", (local, shards), part="layers", dtype="float32")
+        # Fp8MoEMethod per-tensor (fp8.py:1750-1761, :1806-1819; after loading :2649-2725): w13's scale
+        # per shard becomes one per expert (``max(dim=1)``, :2709, :2725-2727) and the static input scales
+        # their 0-d maxima (:2666-2671): the built ones freed, w2's weight scale kept as it was. Before
+        # 0.5.19 w13's scale is built [E, 2] whatever the gating (0.5.17 fp8.py:1298-1300); every modelled
+        # family's experts are gated.
+        self.dropped(f"{name}.w13_weight_scale", (local, shards), "float32")
         self.add(f"{name}.w2_weight_scale", (local,), part="layers", dtype="float32")
         if s.static:
-            self.add(f"{name}.w13_input_scale", (local,), part="layers", dtype="float32")
-            self.add(f"{name}.w2_input_scale", (local,), part="layers", dtype="float32")
+            self.dropped(f"{name}.w13_input_scale", (local,), "float32")
+            self.dropped(f"{name}.w2_input_scale", (local,), "float32")
+        self.copy(f"{name}.w13_weight_scale.max", (local,), "float32")
+        if s.static:
+            self.copy(f"{name}.w13_input_scale.max", (), "float32")
+            self.copy(f"{name}.w2_input_scale.max", (), "float32")
 
 
 def compressed_linear(
