@@ -88,8 +88,15 @@ EXTRA_PARTS = ("buffers", "copies", "dropped")
 MoE's unused ``g_idx``): not held, but their allocator segment stays reserved unless it empties."""
 
 MARLIN_SMS = 132
-"""Streaming multiprocessors of the Hopper GPU the Marlin workspaces are sized for (H100 SXM, H200:
-``marlin_make_workspace``, marlin_utils.py:266-274, one int32 per SM and block); an H100 PCIe has 114."""
+"""Streaming multiprocessors the Marlin workspaces are sized for where the rank's GPU is not known (an
+H100 SXM's, an H200's: ``marlin_make_workspace``, marlin_utils.py:266-274, one int32 per SM and block,
+``sms = torch.cuda.get_device_properties(device).multi_processor_count``); an H100 PCIe has 114.
+``WeightsLayout.gpu_sm_count`` (a GPU rank's own count, or ``--gpu-sm-count``) replaces it."""
+
+
+def marlin_assumption(sms: int) -> str:
+    """The words a weights line carries where a Marlin workspace was sized for an assumed SM count."""
+    return f"Marlin workspace for {sms} SMs (H100; --gpu-sm-count)"
 
 
 # ---- the layout --------------------------------------------------------------------------------------
@@ -125,6 +132,10 @@ class WeightsLayout:
     """``--speculative-algorithm`` as given (upper case) where a draft is loaded: EAGLE/NEXTN share the
     target's embedding and head with the draft, EAGLE3 its embedding only (checker.families.drafts)."""
     builds_all_layers: bool = False
+    gpu_sm_count: int | None = None
+    """The GPU's streaming multiprocessors, which size each Marlin workspace (GPTQ, AWQ, NVFP4 on
+    Hopper, compressed-tensors WNA16): a GPU rank's own, or ``--gpu-sm-count``; None: :data:`MARLIN_SMS`
+    assumed, and said (``RankWeights.note``)."""
     """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):
     from ``checker.core`` startup rules once they land; until then the caller says."""
 
@@ -317,6 +328,10 @@ class Builder:
         self.release = release
         self.quant = quant
         self.params: list[Param] = []
+        self.sms = MARLIN_SMS
+        """The SM count a Marlin workspace is sized for (rank_params_of sets the layout's)."""
+        self.marlin = False
+        """A Marlin workspace was sized (the SM count matters to this rank's figure)."""
 
     def add(self, name: str, shape: Sequence[int], *, part: str, dtype: str | None = None) -> None:
         self.params.append(Param(name, tuple(map(int, shape)), dtype or self.dtype, part))
@@ -332,6 +347,11 @@ class Builder:
     def dropped(self, name: str, shape: Sequence[int], dtype: str | None = None) -> None:
         """A parameter the class builds and loads and its quant method frees after loading."""
         self.add(name, shape, part="dropped", dtype=dtype)
+
+    def marlin_workspace(self, name: str, per_sm: int) -> None:
+        """``marlin_make_workspace``'s int32 buffer, ``per_sm`` per SM of the rank's GPU, kept."""
+        self.marlin = True
+        self.copy(name, (per_sm * self.sms,), "int32")
 
     def params_named(self, name: str) -> Param:
         return next(prm for prm in reversed(self.params) if prm.name == name)
@@ -763,7 +783,7 @@ def wna16_linear(
         b.add(f"{name}.weight_zero_point", (rows // sch.pack, groups), part=part, dtype="int32")
     if sch.g_idx:
         b.add(f"{name}.weight_g_idx", (inp,), part=part, dtype="int32")
-    b.copy(f"{name}.marlin_workspace", (MARLIN_SMS,), "int32")
+    b.marlin_workspace(f"{name}.marlin_workspace", 1)
     if sch.g_idx:
         b.copy(f"{name}.g_idx_sort_indices", (inp,), "int32")
 
@@ -805,7 +825,7 @@ def wna16_experts(b: Builder, sch: Scheme, name: str, local: int, hidden: int, i
             b.add(f"{name}.{tensor}", (local, width), part="layers", dtype="int32")
         else:
             b.dropped(f"{name}.{tensor}", (local, width), "int32")
-    b.copy(f"{name}.marlin_workspace", (4 * MARLIN_SMS,), "int32")
+    b.marlin_workspace(f"{name}.marlin_workspace", 4)
 
 
 # ---- the model's config -----------------------------------------------------------------------------
@@ -1129,6 +1149,9 @@ class RankWeights:
     draft_bytes: int = 0
     """The speculative draft model this rank loads before the KV pool is sized (its parameters, buffers
     and segments; :func:`draft_bytes`): 0 where it loads none or the release loads it after."""
+    note: str = ""
+    """An assumption the figure rests on, in words for its source line: a Marlin workspace sized for
+    :data:`MARLIN_SMS` where the GPU's SM count is not known (:func:`marlin_assumption`)."""
 
     @property
     def margin_bytes(self) -> int:
@@ -1234,9 +1257,15 @@ def rank_params_of(
     all_layers = status is not None and status[0] == "all-layers"
     for place in places(layout, fam.num_layers(text), release, all_layers=all_layers):
         b = Builder(place, dtype, release, quant)
+        b.sms = layout.gpu_sm_count or MARLIN_SMS
         fam.build(b, cfg, text, layout, release)
         out.append((place, b.params))
     return out
+
+
+def _is_workspace(prm: Param) -> bool:
+    """A Marlin workspace (:meth:`Builder.marlin_workspace`): its size is the GPU's SM count's."""
+    return prm.part == "copies" and prm.name.endswith("workspace")
 
 
 def model_weights_of(
@@ -1262,6 +1291,9 @@ def model_weights_of(
                 copy_bytes=by_part["copies"],
                 rounding_bytes=allocator_bytes([prm.nbytes for prm in params], dropped) - held,
                 draft_bytes=draft_bytes(fam, cfg, text, layout, place, release=release, source=source),
+                note=marlin_assumption(MARLIN_SMS)
+                if layout.gpu_sm_count is None and any(_is_workspace(prm) for prm in params)
+                else "",
             )
         )
     archs = cfg.array("architectures") or [""]
