@@ -105,6 +105,8 @@ class WeightsFlags:
     :attr:`draft_path` (checker.core.weights.weights.WeightsLayout.draft); None: no draft."""
     draft_algorithm: str | None = None
     """``--speculative-algorithm`` (upper case) where :attr:`draft` is set."""
+    gpu_sm_count: int | None = None
+    """``--gpu-sm-count``: the SMs a Marlin workspace is sized for (else a GPU rank's own, else 132)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, model: ModelChoice) -> WeightsFlags:
@@ -139,6 +141,7 @@ class WeightsFlags:
             language_model_only=bool(given.get("language_model_only", False)),
             disable_shared_experts_fusion=bool(given.get("disable_shared_experts_fusion", False)),
             moe_runner_backend=str(given.get("moe_runner_backend", "auto")),
+            gpu_sm_count=getattr(args, "gpu_sm_count", None),
         )
 
     @property
@@ -167,6 +170,7 @@ class WeightsFlags:
             draft=self.draft,
             draft_path=self.draft_path,
             draft_algorithm=self.draft_algorithm,
+            gpu_sm_count=self.gpu_sm_count,
         )
 
 

@@ -307,3 +307,31 @@ def test_the_gptq_figures_of_every_checked_release_are_in_the_fixture() -> None:
     assert len(cases) >= 5
     for release in CHECKED_RELEASES["gptq_marlin"]:
         assert all("layouts" in doc["figures"][release][c] for c in cases), release
+
+
+def test_the_marlin_workspace_is_sized_by_the_gpus_sm_count_and_an_assumed_one_is_said(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """marlin_make_workspace holds one int32 per SM (marlin_utils.py:266-274): 132 (an H100 SXM's) where
+    the GPU is not known, said in the weights line; ``--gpu-sm-count 114`` (an H100 PCIe) sizes it and
+    the line no longer assumes. Every rank's margin moves by 4 bytes an SM a quantized linear."""
+    cfg = _cfg(NEMOTRON)
+    down = "model.layers.1.mixer.down_proj.marlin_workspace"
+    for sms, size in ((None, 132 * 4), (114, 114 * 4)):
+        layout = WeightsLayout(pp_size=2, tp_size=2, gpu_sm_count=sms)
+        by = {p.name: p for p in rank_params(cfg, layout, release="0.5.23")[0][1]}
+        assert by[down].nbytes == size
+        (note, *_) = {r.note for r in model_weights(cfg, layout, release="0.5.23").ranks}
+        assert note == ("Marlin workspace for 132 SMs (H100; --gpu-sm-count)" if sms is None else "")
+    bf16 = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    plain = model_weights(bf16, WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    assert not any(r.note for r in plain.ranks)
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))  # config.json alone: the figure from the class
+    args = [*DERIVE, "--pp-size", "2", "--tp-size", "2", "--model-config", str(d)]
+    assumed, given = cli(args), cli([*args, "--gpu-sm-count", "114"])
+    assert assumed.rc == given.rc == 0, (assumed.err, given.err)
+    assert "Marlin workspace for 132 SMs (H100; --gpu-sm-count)" in assumed.out
+    assert "SMs" not in given.out
+    assert "--gpu-sm-count 0 must be a positive integer" in _one_line(cli([*args, "--gpu-sm-count", "0"]))

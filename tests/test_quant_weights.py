@@ -121,6 +121,33 @@ def test_per_tensor_fp8_keeps_a_per_channel_scale_after_loading() -> None:
     assert by["model.layers.3.qkv_proj.weight_scale.channelwise"].part == "copies"
 
 
+@pytest.mark.parametrize("release", ["0.5.10", "0.5.23"])
+def test_per_tensor_fp8_frees_the_per_shard_scales_it_replaces_not_held_twice(release: str) -> None:
+    """Fp8LinearMethod replaces weight_scale [shards] by its per-channel expansion and a static
+    input_scale [shards] by its 0-d maximum after loading (fp8.py:1257, :1269-1271); Fp8MoEMethod
+    w13_weight_scale [E, 2] by its per-expert maximum and the input scales [E] by 0-d maxima
+    (:2666-2671, :2725): the built ones are freed (dropped), so a linear holds its weight, rows + 1 float32
+    scales, and the experts' scales E + E + 2 float32, on every checked release."""
+    from checker.families.rules import rank_params
+
+    ((_, params), _) = rank_params(_cfg(QWEN_TENSOR), WeightsLayout(pp_size=1, tp_size=2), release=release)
+    qkv = "model.layers.3.qkv_proj"
+    mine = [p for p in params if p.name.startswith(qkv + ".")]
+    weight = next(p for p in mine if p.name == f"{qkv}.weight")
+    rows = weight.shape[0]
+    assert sum(p.nbytes for p in mine if p.part != "dropped") == weight.nbytes + 4 * rows + 4
+    assert {p.name for p in mine if p.part == "dropped"} == {f"{qkv}.weight_scale", f"{qkv}.input_scale"}
+    ex = "model.layers.0.mlp.experts"
+    scales = [p for p in params if p.name.startswith(ex + ".") and "scale" in p.name]
+    local = next(p for p in params if p.name == f"{ex}.w13_weight").shape[0]
+    assert sum(p.nbytes for p in scales if p.part != "dropped") == 4 * (local + local + 2)
+    assert {p.name.removeprefix(ex + ".") for p in scales if p.part == "dropped"} == {
+        "w13_weight_scale",
+        "w13_input_scale",
+        "w2_input_scale",
+    }
+
+
 def test_nemotron_h_maps_its_backbone_names_in_the_ignore_list() -> None:
     """``backbone.layers.N.mixer.in_proj`` in the ignore list keeps model.layers.N.mixer.in_proj bf16
     (the class's hf_to_sglang_mapper); without the mapping the 5-shard in_proj is refused at tp 2."""

@@ -21,6 +21,7 @@ from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.commands.options import (
     add_engine_args,
     add_flag_args,
+    add_gpu_sm_count,
     add_group_args,
     add_layout_args,
     add_model_args,
@@ -107,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "headers: the parameters the release's class holds on that rank, plus the stated margin), or its "
         "config.json alone where no shards are there; 0: explicitly none",
     )
+    add_gpu_sm_count(g)
     g.add_argument(
         "--weights-from-log",
         action="append",

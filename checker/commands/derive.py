@@ -21,6 +21,7 @@ from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
     add_flag_args,
+    add_gpu_sm_count,
     add_layout_args,
     add_model_args,
     add_output_args,
@@ -104,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --gpu-free-gib: the weights on the busiest rank (GiB); default: the model directory's "
         "safetensors checkpoint, each rank's as the release's class holds them",
     )
+    add_gpu_sm_count(b)
     b.add_argument(
         "--mem-fraction-static",
         type=unit_fraction,

@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from checker.commands.flag_types import init_method, positive_gib, row_type, timeout_seconds
+from checker.commands.flag_types import init_method, positive_gib, positive_int, row_type, timeout_seconds
 from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
 from checker.distributed.launch_env import GroupOptions
 from checker.families import DEFAULT_MODEL, PRESETS
@@ -74,6 +74,19 @@ def _add_row(group: FlagGroup, row: ServerArg, **override: object) -> None:
     else:
         kwargs.update(type=row_type(row), metavar=row.metavar)
     group.add_argument(row.flag, **{**kwargs, **override})
+
+
+def add_gpu_sm_count(group: Any) -> None:
+    """``--gpu-sm-count``: the SMs each Marlin workspace (GPTQ, AWQ, NVFP4 on Hopper, compressed-tensors
+    WNA16) is sized for where the GPU cannot be read (checker.core.weights.weights.MARLIN_SMS)."""
+    group.add_argument(
+        "--gpu-sm-count",
+        type=positive_int,
+        metavar="N",
+        help="the GPU's streaming multiprocessors, which size each Marlin workspace of a GPTQ/AWQ/NVFP4/"
+        "WNA16 checkpoint (one int32 per SM a layer); default: a GPU rank's own, else 132 (H100 SXM, "
+        "H200; an H100 PCIe has 114), said in the weights line",
+    )
 
 
 def add_layout_args(parser: argparse.ArgumentParser, *, pp_default: int | None) -> None:

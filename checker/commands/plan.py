@@ -16,6 +16,7 @@ from checker.commands.options import (
     DEFAULT_BUDGET_GIB,
     add_engine_args,
     add_flag_args,
+    add_gpu_sm_count,
     add_layout_args,
     add_model_args,
     add_output_args,
@@ -133,6 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "server's 'Load weight end.' log lines. Default: the model directory's safetensors checkpoint, "
         "each rank's parameters as the release's class holds them plus the stated margin",
     )
+    add_gpu_sm_count(d)
     d.add_argument(
         "--weights-from-log",
         action="append",

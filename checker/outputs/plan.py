@@ -83,6 +83,8 @@ class AssumedWeights:
                 )
                 where = f" from {draft.label}" if draft is not None and draft.label else ""
                 parts += f" + speculative draft {d.draft_bytes / 2**30:.2f}{where}"
+            if d.note:  # an assumption the figure rests on (the Marlin SMs)
+                parts += f"; {d.note}"
         return (
             f"weights {self.gib:.2f} GiB on the busiest rank, rank {self.rank} (from "
             f"{'config.json, no shards' if self.source == 'config' else 'the checkpoint'}{parts}; "

@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from checker import __version__
@@ -60,6 +60,8 @@ class LocalFacts:
     device_free_bytes: int = MISSING
     device_total_mib: float | None = None
     """The GPU's total memory as SGLang reads it, where the fraction is the release's default."""
+    sm_count: int | None = None
+    """A GPU rank's streaming multiprocessors (``multi_processor_count``): a Marlin workspace's size."""
     status: int = ROW_OK
     error: str = ""
 
@@ -77,7 +79,14 @@ def local_facts(config: PreflightConfig, env: RankEnv, device: torch.device | No
         total = _device_total_mib(config, device) if config.budget.from_device else None
     except CheckerInputError as exc:
         return LocalFacts(status=exc.code, error=str(exc))
-    return LocalFacts(pp_size=pp_size, pp_rank=pp_rank, device_free_bytes=free, device_total_mib=total)
+    sms = None
+    if config.budget.from_device and device is not None and device.type == "cuda":
+        import torch  # torch: the rank's device came from it already
+
+        sms = int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return LocalFacts(
+        pp_size=pp_size, pp_rank=pp_rank, device_free_bytes=free, device_total_mib=total, sm_count=sms
+    )
 
 
 def _device_total_mib(config: PreflightConfig, device: torch.device | None) -> float | None:
@@ -126,6 +135,8 @@ def rank_weights(
     layout = None
     if w.model_dir is not None or w.draft is not None:  # the draft's rules hold under --weights-gib too
         layout = w.layout(config.sizing, pp_size=local.pp_size, partition_env=environ.get(PARTITION_ENV))
+        if layout.gpu_sm_count is None and local.sm_count is not None:  # the rank's own GPU sizes Marlin's
+            layout = replace(layout, gpu_sm_count=local.sm_count)
     return weights_per_rank(
         flag_gib=b.weights_gib,
         flag_source=WeightsSource.LOG if b.weights_source else WeightsSource.FLAG,

@@ -53,6 +53,8 @@ def server_budget(
             )
         elif draft == DraftSource.AFTER_POOL:
             source += ", the speculative draft loaded after the pool is sized"
+        if detail is not None and detail.note:  # an assumption the figure rests on (the Marlin SMs)
+            source += f", {detail.note}"
     result = sizing_budget(
         chosen(config).modelled, free_before_gib=free_gib, weights_gib=weights, mem_fraction_static=fraction
     )

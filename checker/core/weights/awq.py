@@ -166,7 +166,6 @@ def awq_linear(
     """A linear under ``AWQMarlinLinearScheme`` (module docstring), or its unoptimized fallback, on this
     rank; ``rows``/``inp`` the rank's partition, ``out_split``/``in_split`` how the full sizes divide."""
     from checker.core.weights.gptq import check_dtype  # start-up: a weights module loads this one
-    from checker.core.weights.weights import MARLIN_SMS  # start-up: as above
 
     check_dtype(b, cfg.method)
     full_in = inp * in_split
@@ -198,7 +197,7 @@ def awq_linear(
     b.add(f"{name}.qzeros", (groups, rows // PACK), part=part, dtype="int32")
     b.add(f"{name}.scales", (groups, rows), part=part)
     if marlin:
-        b.copy(f"{name}.marlin_workspace", (MARLIN_SMS,), "int32")
+        b.marlin_workspace(f"{name}.marlin_workspace", 1)
 
 
 def awq_experts(b: Builder, cfg: AwqConfig, name: str, local: int, hidden: int, inter: int) -> None:

@@ -231,8 +231,6 @@ def gptq_linear(
     b: Builder, cfg: GptqConfig, a: IntArgs, name: str, rows: int, inp: int, part: str, in_split: int
 ) -> None:
     """A linear under ``GPTQMarlinLinearScheme`` (module docstring), on this rank."""
-    from checker.core.weights.weights import MARLIN_SMS  # start-up: a weights module loads this one
-
     check_dtype(b, cfg.method)
     full = inp * in_split
     size = a.group if a.group != -1 else full
@@ -251,7 +249,7 @@ def gptq_linear(
         b.dropped(f"{name}.g_idx", (inp,), "int32")
     b.add(f"{name}.scales", (groups, rows), part=part)
     b.dropped(f"{name}.qzeros", (groups, rows // a.pack), "int32")
-    b.copy(f"{name}.marlin_workspace", (MARLIN_SMS,), "int32")
+    b.marlin_workspace(f"{name}.marlin_workspace", 1)
     if a.desc_act:
         b.copy(f"{name}.g_idx_sort_indices", (inp,), "int32")
 

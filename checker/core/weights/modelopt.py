@@ -62,9 +62,6 @@ if TYPE_CHECKING:
 FP4_ALGOS = ("FP8", "NVFP4", "NVFP4_AWQ", "W4A16_NVFP4")
 """What ``ModelOptFp4Config.from_config`` takes (modelopt_quant.py:1669)."""
 
-MARLIN_SMS = 132
-"""An H100 SXM's SMs: a Marlin workspace holds one int32 per SM (``marlin_make_workspace``)."""
-
 FP4_SOURCE = "modelopt_quant.py:1595-1702"
 
 
@@ -254,7 +251,7 @@ def fp4_linear(
     for scalar in ("alpha", "input_scale_inv", "input_global_scale"):
         b.copy(f"{name}.{scalar}", (), "float32")
     b.copy(f"{name}.weight_global_scale", (1,))
-    b.copy(f"{name}.workspace", (MARLIN_SMS,), "int32")
+    b.marlin_workspace(f"{name}.workspace", 1)
 
 
 def fp4_experts(
@@ -292,7 +289,7 @@ def fp4_experts(
     b.add(f"{name}.w2_input_scale", (all_experts,), part="layers", dtype="float32")
     b.copy(f"{name}.w13_weight_scale_2.marlin", (local,))
     b.copy(f"{name}.w2_weight_scale_2.marlin", (local,))
-    b.copy(f"{name}.workspace", (4 * MARLIN_SMS,), "int32")
+    b.marlin_workspace(f"{name}.workspace", 4)
 
 
 # ---- the checkpoint's headers ----------------------------------------------------------------------------

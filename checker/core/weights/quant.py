@@ -10,11 +10,13 @@ layers ``ignored_layers`` / ``modules_to_not_convert`` keep unquantized, on a Ho
   (:675-689); per-tensor, a float32 ``weight_scale`` per logical shard (:691-696), which after loading is
   expanded to one scale per output channel, ``[out, 1]`` (``process_weights_after_loading`` :1211-1216,
   ``convert_to_channelwise`` in ``quantization/utils.py:141``, since the CUTLASS kernel of SM90 takes
-  per-channel scales), and a static ``input_scale`` reduced to its maximum (:1259-1262);
+  per-channel scales), and a static ``input_scale`` reduced to its maximum (:1269-1271); the per-shard
+  scales as built are freed for their replacements (``dropped``: not held twice);
 * a FusedMoE holds ``w13``/``w2`` in float8 and, block-wise, ``w13_weight_scale_inv`` of
   ``[E, 2 * ceil(I/bn), ceil(H/bk)]`` and ``w2_weight_scale_inv`` of ``[E, ceil(H/bn), ceil(I/bk)]``
   (``create_fp8_moe_weight_`` :1721-1746); per-tensor ``w13_weight_scale`` ``[E, 2]`` and
-  ``w2_weight_scale`` ``[E]`` (:1750-1761), static input scales ``[E]`` each (:1806-1819);
+  ``w2_weight_scale`` ``[E]`` (:1750-1761), static input scales ``[E]`` each (:1806-1819), after loading
+  replaced by ``w13_weight_scale`` ``[E]`` and 0-d input scales (:2666-2671, :2725), the built ones freed;
 * every RadixAttention gets ``Fp8KVCacheMethod`` (:470-471): two float32 scalars ``k_scale``/``v_scale``;
 * embeddings, heads, norms and the linears a class builds with ``quant_config=None`` stay as they were.
 

@@ -88,8 +88,15 @@ EXTRA_PARTS = ("buffers", "copies", "dropped")
 MoE's unused ``g_idx``): not held, but their allocator segment stays reserved unless it empties."""
 
 MARLIN_SMS = 132
-"""Streaming multiprocessors of the Hopper GPU the Marlin workspaces are sized for (H100 SXM, H200:
-``marlin_make_workspace``, marlin_utils.py:266-274, one int32 per SM and block); an H100 PCIe has 114."""
+"""Streaming multiprocessors the Marlin workspaces are sized for where the rank's GPU is not known (an
+H100 SXM's, an H200's: ``marlin_make_workspace``, marlin_utils.py:266-274, one int32 per SM and block,
+``sms = torch.cuda.get_device_properties(device).multi_processor_count``); an H100 PCIe has 114.
+``WeightsLayout.gpu_sm_count`` (a GPU rank's own count, or ``--gpu-sm-count``) replaces it."""
+
+
+def marlin_assumption(sms: int) -> str:
+    """The words a weights line carries where a Marlin workspace was sized for an assumed SM count."""
+    return f"Marlin workspace for {sms} SMs (H100; --gpu-sm-count)"
 
 
 # ---- the layout --------------------------------------------------------------------------------------
@@ -125,6 +132,10 @@ class WeightsLayout:
     """``--speculative-algorithm`` as given (upper case) where a draft is loaded: EAGLE/NEXTN share the
     target's embedding and head with the draft, EAGLE3 its embedding only (checker.families.drafts)."""
     builds_all_layers: bool = False
+    gpu_sm_count: int | None = None
+    """The GPU's streaming multiprocessors, which size each Marlin workspace (GPTQ, AWQ, NVFP4 on
+    Hopper, compressed-tensors WNA16): a GPU rank's own, or ``--gpu-sm-count``; None: :data:`MARLIN_SMS`
+    assumed, and said (``RankWeights.note``)."""
     """The release builds every layer on every stage (Qwen3.5 on 0.5.9, Nemotron-H 0.5.3.post1-0.5.7):
     from ``checker.core`` startup rules once they land; until then the caller says."""
 
@@ -317,6 +328,10 @@ class Builder:
         self.release = release
         self.quant = quant
         self.params: list[Param] = []
+        self.sms = MARLIN_SMS
+        """The SM count a Marlin workspace is sized for (rank_params_of sets the layout's)."""
+        self.marlin = False
+        """A Marlin workspace was sized (the SM count matters to this rank's figure)."""
 
     def add(self, name: str, shape: Sequence[int], *, part: str, dtype: str | None = None) -> None:
         self.params.append(Param(name, tuple(map(int, shape)), dtype or self.dtype, part))
@@ -332,6 +347,11 @@ class Builder:
     def dropped(self, name: str, shape: Sequence[int], dtype: str | None = None) -> None:
         """A parameter the class builds and loads and its quant method frees after loading."""
         self.add(name, shape, part="dropped", dtype=dtype)
+
+    def marlin_workspace(self, name: str, per_sm: int) -> None:
+        """``marlin_make_workspace``'s int32 buffer, ``per_sm`` per SM of the rank's GPU, kept."""
+        self.marlin = True
+        self.copy(name, (per_sm * self.sms,), "int32")
 
     def rope(self, max_position: int, rotary_dim: int) -> None:
         """``get_rope``'s ``cos_sin_cache`` [max_position, rotary_dim] float32 (``SGLANG_ROPE_CACHE_FP32``
@@ -415,10 +435,14 @@ class Builder:
                 scale = (ceil_div(rows, bn), ceil_div(inp, bk))
                 self.add(f"{name}.weight_scale_inv", scale, part=part, dtype="float32")
             else:
-                self.add(f"{name}.weight_scale", (len(shards),), part=part, dtype="float32")
+                # built per logical shard and replaced after loading (fp8.py:1257 ``layer.weight_scale =
+                # Parameter(convert_to_channelwise(...))``, :1269-1271 ``layer.input_scale =
+                # Parameter(layer.input_scale.max())``; the same on every checked release): freed, not
+                # held beside their replacements, one scale per output channel (the SM90 CUTLASS kernel's
+                # layout, :1205-1216) and a static input scale's 0-d maximum
+                self.dropped(f"{name}.weight_scale", (len(shards),), "float32")
                 if s.static:
-                    self.add(f"{name}.input_scale", (len(shards),), part=part, dtype="float32")
-                # after loading: one scale per output channel, a static input scale its maximum
+                    self.dropped(f"{name}.input_scale", (len(shards),), "float32")
                 self.copy(f"{name}.weight_scale.channelwise", (rows, 1), "float32")
                 if s.static:
                     self.copy(f"{name}.input_scale.max", (), "float32")
@@ -624,11 +648,20 @@ class Builder:
             w2 = (local, ceil_div(hidden, bn), ceil_div(inter, bk))
             self.add(f"{name}.w2_weight_scale_inv", w2, part="layers", dtype="float32")
             return
-        self.add(f"{name}.w13_weight_scale", (local, shards), part="layers", dtype="float32")
+        # Fp8MoEMethod per-tensor (fp8.py:1750-1761, :1806-1819; after loading :2649-2725): w13's scale
+        # per shard becomes one per expert (``max(dim=1)``, :2709, :2725-2727) and the static input scales
+        # their 0-d maxima (:2666-2671): the built ones freed, w2's weight scale kept as it was. Before
+        # 0.5.19 w13's scale is built [E, 2] whatever the gating (0.5.17 fp8.py:1298-1300); every modelled
+        # family's experts are gated.
+        self.dropped(f"{name}.w13_weight_scale", (local, shards), "float32")
         self.add(f"{name}.w2_weight_scale", (local,), part="layers", dtype="float32")
         if s.static:
-            self.add(f"{name}.w13_input_scale", (local,), part="layers", dtype="float32")
-            self.add(f"{name}.w2_input_scale", (local,), part="layers", dtype="float32")
+            self.dropped(f"{name}.w13_input_scale", (local,), "float32")
+            self.dropped(f"{name}.w2_input_scale", (local,), "float32")
+        self.copy(f"{name}.w13_weight_scale.max", (local,), "float32")
+        if s.static:
+            self.copy(f"{name}.w13_input_scale.max", (), "float32")
+            self.copy(f"{name}.w2_input_scale.max", (), "float32")
 
 
 def compressed_linear(
@@ -747,7 +780,7 @@ def wna16_linear(
         b.add(f"{name}.weight_zero_point", (rows // sch.pack, groups), part=part, dtype="int32")
     if sch.g_idx:
         b.add(f"{name}.weight_g_idx", (inp,), part=part, dtype="int32")
-    b.copy(f"{name}.marlin_workspace", (MARLIN_SMS,), "int32")
+    b.marlin_workspace(f"{name}.marlin_workspace", 1)
     if sch.g_idx:
         b.copy(f"{name}.g_idx_sort_indices", (inp,), "int32")
 
@@ -789,7 +822,7 @@ def wna16_experts(b: Builder, sch: Scheme, name: str, local: int, hidden: int, i
             b.add(f"{name}.{tensor}", (local, width), part="layers", dtype="int32")
         else:
             b.dropped(f"{name}.{tensor}", (local, width), "int32")
-    b.copy(f"{name}.marlin_workspace", (4 * MARLIN_SMS,), "int32")
+    b.marlin_workspace(f"{name}.marlin_workspace", 4)
 
 
 # ---- the model's config -----------------------------------------------------------------------------
@@ -1113,6 +1146,9 @@ class RankWeights:
     draft_bytes: int = 0
     """The speculative draft model this rank loads before the KV pool is sized (its parameters, buffers
     and segments; :func:`draft_bytes`): 0 where it loads none or the release loads it after."""
+    note: str = ""
+    """An assumption the figure rests on, in words for its source line: a Marlin workspace sized for
+    :data:`MARLIN_SMS` where the GPU's SM count is not known (:func:`marlin_assumption`)."""
 
     @property
     def margin_bytes(self) -> int:
@@ -1218,9 +1254,15 @@ def rank_params_of(
     all_layers = status is not None and status[0] == "all-layers"
     for place in places(layout, fam.num_layers(text), release, all_layers=all_layers):
         b = Builder(place, dtype, release, quant)
+        b.sms = layout.gpu_sm_count or MARLIN_SMS
         fam.build(b, cfg, text, layout, release)
         out.append((place, b.params))
     return out
+
+
+def _is_workspace(prm: Param) -> bool:
+    """A Marlin workspace (:meth:`Builder.marlin_workspace`): its size is the GPU's SM count's."""
+    return prm.part == "copies" and prm.name.endswith("workspace")
 
 
 def model_weights_of(
@@ -1246,6 +1288,9 @@ def model_weights_of(
                 copy_bytes=by_part["copies"],
                 rounding_bytes=allocator_bytes([prm.nbytes for prm in params], dropped) - held,
                 draft_bytes=draft_bytes(fam, cfg, text, layout, place, release=release, source=source),
+                note=marlin_assumption(MARLIN_SMS)
+                if layout.gpu_sm_count is None and any(_is_workspace(prm) for prm in params)
+                else "",
             )
         )
     archs = cfg.array("architectures") or [""]
