@@ -763,6 +763,7 @@ NOT_A_FILE = {
     "require_consistent",
     "device",
     "weights_margin_gib",
+    "gpu_sm_count",
     "command",
 }
 OUTPUTS = {

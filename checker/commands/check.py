@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 from checker.commands import lifecycle
 from checker.commands.check_config import config_from_args
 from checker.commands.flag_types import gib_list, positive_gib, unit_fraction, weights_gib_list
+from checker.commands.group_flags import add_group_args
 from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.commands.options import (
     add_engine_args,
     add_flag_args,
     add_gpu_sm_count,
-    add_group_args,
     add_layout_args,
     add_model_args,
     add_output_args,

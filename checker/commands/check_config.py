@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from checker.commands.options import check_run_outputs, group_options
+from checker.commands.group_flags import group_options
+from checker.commands.options import check_run_outputs
 from checker.config import (
     MISSING_FRACTION,
     BudgetSource,

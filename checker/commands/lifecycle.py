@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from checker.commands.options import group_options, read_options
+from checker.commands.group_flags import group_options
+from checker.commands.options import read_options
 from checker.config import OutputOptions
 from checker.core.errors import CheckerInputError
 from checker.distributed.launch_env import GroupOptions, RankEnv

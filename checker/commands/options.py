@@ -11,9 +11,8 @@ import argparse
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from checker.commands.flag_types import init_method, positive_gib, positive_int, row_type, timeout_seconds
+from checker.commands.flag_types import positive_gib, positive_int, row_type
 from checker.core.sizing.server_args import SIZING_ARG, SIZING_ARGS, ServerArg
-from checker.distributed.launch_env import GroupOptions
 from checker.families import DEFAULT_MODEL, PRESETS
 from checker.launch.inputs import READ_OPTIONS, run_inputs
 
@@ -154,37 +153,6 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="derive a release newer than the newest modelled one with the newest model (and let "
         "--engine sglang/both try an unsupported installed SGLang)",
     )
-
-
-def add_group_args(g: FlagGroup) -> None:
-    """Options of any command that runs over a process group (check, sweep)."""
-    g.add_argument(
-        "--backend",
-        choices=("auto", "gloo", "nccl"),
-        default="auto",
-        help="auto: nccl with tensors on cuda:LOCAL_RANK when a GPU is present, else gloo",
-    )
-    g.add_argument(
-        "--timeout-s",
-        type=timeout_seconds,
-        default=60.0,
-        metavar="S",
-        help="bound on init and on every collective; a lost rank ends the run after about "
-        "this long with status infrastructure_failure (default 60)",
-    )
-    g.add_argument(
-        "--init-method",
-        type=init_method,
-        metavar="URL",
-        default=None,
-        help="rendezvous without torchrun: file:///path/to/fresh/file (tests); default: "
-        "torchrun's store from MASTER_ADDR/MASTER_PORT",
-    )
-
-
-def group_options(args: argparse.Namespace) -> GroupOptions:
-    """What :func:`add_group_args` read, as the session takes it."""
-    return GroupOptions(backend=args.backend, timeout_s=args.timeout_s, init_method=args.init_method)
 
 
 def add_output_args(

@@ -14,15 +14,14 @@ import os
 from typing import TYPE_CHECKING
 
 from checker.commands import lifecycle
+from checker.commands.group_flags import add_group_args, group_options
 from checker.commands.lifecycle import GroupCommand, GroupFlags
 from checker.commands.options import (
     add_flag_args,
-    add_group_args,
     add_layout_args,
     add_model_args,
     add_output_args,
     check_run_outputs,
-    group_options,
 )
 from checker.config import ModelChoice, OutputOptions, SizingFlags, SweepConfig
 from checker.core.sizing.sizing import POLICIES
