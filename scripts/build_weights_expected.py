@@ -363,10 +363,12 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
     ),
     "nemotron_h/awq-int4": (
         f"{F}/weights/nemotron_h_awq_int4.json",
-        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2", "pp=2,tp=2,dp=2"],
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=4,tp=2"],
         None,
         {},
     ),
+    # attention DP: before 0.5.14 the mixer splits over the whole TP group (4), its in_proj partition 4640
+    "nemotron_h/awq-int4-dp": (f"{F}/weights/nemotron_h_awq_int4.json", ["pp=2,tp=2,dp=2"], None, {}),
     "nemotron_h/awq-int4-tp4": (f"{F}/weights/nemotron_h_awq_int4.json", ["pp=1,tp=4"], None, {}),
     "nemotron_h/awq-int4-fallback": (
         f"{F}/weights/nemotron_h_awq_int4_fallback.json",
@@ -380,6 +382,23 @@ CASES: dict[str, tuple[str, list[str], str | None, dict[str, object]]] = {
         None,
         {},
     ),
+    # Qwen3.5 (the family with a vision tower) under AWQ: its vision tower is built with quant_config=None
+    # (bf16 whether or not modules_to_not_convert names it); MoE with in_proj_ba kept bf16, dense with every
+    # language-model linear quantized; at tp 4 the dense in_proj_ba's 32-row partition is refused
+    # (verify_marlin_supports_shape, marlin_utils.py:161-193, at construction)
+    "qwen3_5/awq-int4": (
+        f"{F}/weights/qwen3_5_awq_int4.json",
+        ["pp=2,tp=2", "pp=2,tp=2,ep=2", "pp=3,tp=1"],
+        None,
+        {},
+    ),
+    "qwen3_5/awq-int4-dense": (
+        f"{F}/weights/qwen3_5_dense_awq_int4.json",
+        ["pp=1,tp=1", "pp=2,tp=2", "pp=2,tp=2,dp=2"],
+        None,
+        {},
+    ),
+    "qwen3_5/awq-int4-dense-tp4": (f"{F}/weights/qwen3_5_dense_awq_int4.json", ["pp=1,tp=4"], None, {}),
     # Qwen3.5 (the family with a vision tower) under the other methods: its vision tower is built with
     # quant_config=None in every release (0.5.23 qwen3_vl.py:1332-1339), bf16 whether or not the ignore list
     # names it; MoE and dense configs

@@ -271,12 +271,15 @@ def _cuda_awq() -> None:
     False``, layers/quantization/awq/awq.py:409), so on this CPU the model config would keep plain ``awq``:
     the one patch, that module's ``_is_cuda`` set True, so the method is picked as on the Hopper GPU the
     checker models (the flag is read there only: at import, awq.py:515, the fake-op registration has run)."""
-    try:
-        awq = importlib.import_module("sglang.srt.layers.quantization.awq.awq")
-    except ImportError:
-        return
-    if hasattr(awq, "_is_cuda"):
-        awq._is_cuda = True
+    for name in ("sglang.srt.layers.quantization.awq.awq", "sglang.srt.layers.quantization.awq"):
+        # 0.5.13+ awq/awq.py; 0.5.10 the module awq.py (is_awq_marlin_compatible reads it at :346)
+        try:
+            awq = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(awq, "_is_cuda"):
+            awq._is_cuda = True
+            return
 
 
 class Release:

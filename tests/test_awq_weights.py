@@ -26,6 +26,9 @@ W = REPO / "tests/fixtures/weights"
 NEMOTRON = W / "nemotron_h_awq_int4.json"
 FALLBACK = W / "nemotron_h_awq_int4_fallback.json"
 QWEN = W / "qwen3_next_awq_int4.json"
+QWEN35 = W / "qwen3_5_awq_int4.json"
+QWEN35_DENSE = W / "qwen3_5_dense_awq_int4.json"
+LANGUAGE = (("model.language_model.", "model."),)
 DERIVE = ["derive", "--gpu-free-gib", "79", "--mem-fraction-static", "0.85"]
 BACKBONE = (("backbone.", "model."),)
 
@@ -250,11 +253,73 @@ def test_an_awq_qwen3_next_checkpoint_derives_sglangs_figure(cli: Callable[..., 
     assert res.rc == 0, res.err
 
 
+def _qwen35_tensors(cfg: dict[str, Any]) -> list[Any]:
+    """Qwen3.5's AWQ export: the language model packed, the vision tower bf16 (as its class loads it)."""
+    q = cfg["quantization_config"]
+    kept = {**q, "modules_to_not_convert": [*q.get("modules_to_not_convert", []), "visual"]}
+    return awq_tensors({**cfg, "quantization_config": kept}, prefixes=LANGUAGE)
+
+
+def test_an_awq_qwen3_5_checkpoint_derives_sglangs_figure(cli: Callable[..., Any], tmp_path: Path) -> None:
+    """Qwen3.5 dense (a vision tower) in AWQ INT4 with in_proj_qkv/z/b/a packed: its split projections are
+    held to the class's fused in_proj_qkvz/in_proj_ba, the tower stays bf16 (quant_config=None), and every
+    rank of pp 2 x tp 2 equals 0.5.23's awq_marlin classes; derive reports it."""
+    from checker.families.weights_source import checkpoint_weights
+
+    cfg = _cfg(QWEN35_DENSE)
+    tensors = _qwen35_tensors(cfg)
+    assert any(n.endswith("linear_attn.in_proj_b.qweight") for n, _, _ in tensors)
+    assert not any(n.startswith("model.visual.") and n.endswith(".qweight") for n, _, _ in tensors)
+    d = _dir(tmp_path, cfg, tensors)
+    mw, _ = checkpoint_weights(d, WeightsLayout(pp_size=2, tp_size=2), release="0.5.23")
+    assert [r.param_bytes for r in mw.ranks] == [
+        _figure("qwen3_5/awq-int4-dense", {"pp": 2, "tp": 2}, rank) for rank in range(4)
+    ]
+    res = cli([*DERIVE, "--pp-size", "2", "--tp-size", "2", "--model-config", str(d), "--format", "json"])
+    assert res.rc == 0, res.err
+    assert [r["param_bytes"] for r in json.loads(res.out)["weights"]["per_rank"]] == [
+        r.param_bytes for r in mw.ranks
+    ]
+
+
+def test_a_qwen3_5_awq_checkpoint_that_contradicts_its_class_is_one_line(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A packed vision tower (its class takes no quant config), a packed in_proj_b under a config whose
+    modules_to_not_convert keeps SGLang's fused in_proj_ba bf16, and the dense in_proj_ba at tp 4 (a 32-row
+    partition, under Marlin's 64: 0.5.23 raises at construction) are each one line, exit 2."""
+    dense = _cfg(QWEN35_DENSE)
+    (tmp_path / "vision").mkdir()
+    (tmp_path / "ba").mkdir()
+    d = _dir(tmp_path / "vision", dense, awq_tensors(dense, prefixes=LANGUAGE))
+    line = _one_line(cli([*DERIVE, "--pp-size", "2", "--tp-size", "2", "--model-config", str(d)]))
+    assert "model.visual." in line and "vision tower" in line, line
+    moe = _cfg(QWEN35)
+    packed = awq_tensors(
+        {
+            **dense,
+            "quantization_config": {**moe["quantization_config"], "modules_to_not_convert": ["visual"]},
+        },
+        prefixes=LANGUAGE,
+    )
+    d = _dir(tmp_path / "ba", dense | {"quantization_config": moe["quantization_config"]}, packed)
+    line = _one_line(cli([*DERIVE, "--pp-size", "2", "--tp-size", "2", "--model-config", str(d)]))
+    assert "in_proj_b.qweight" in line and "in_proj_ba' unquantized" in line, line
+    with pytest.raises(LayoutError, match="marlin_utils.py:161-193"):
+        model_weights(dense, WeightsLayout(pp_size=1, tp_size=4), release="0.5.23")
+
+
 def test_the_awq_figures_of_every_checked_release_are_in_the_fixture() -> None:
     doc = json.loads((W / "expected.json").read_text())
-    for case in ("qwen3_next/awq-int4", "nemotron_h/awq-int4", "nemotron_h/awq-int4-fallback"):
+    for case in (
+        "qwen3_next/awq-int4",
+        "nemotron_h/awq-int4",
+        "nemotron_h/awq-int4-fallback",
+        "qwen3_5/awq-int4",
+        "qwen3_5/awq-int4-dense",
+    ):
         assert "layouts" in doc["figures"]["0.5.23"][case], case
-    for case in ("nemotron_h/awq-int4-tp4", "nemotron_h/awq-int4-fallback-tp2"):
+    for case in ("nemotron_h/awq-int4-tp4", "nemotron_h/awq-int4-fallback-tp2", "qwen3_5/awq-int4-dense-tp4"):
         assert "is not divisible" in doc["figures"]["0.5.23"][case].get("error", "") or "not aligned" in (
             doc["figures"]["0.5.23"][case].get("error", "")
         ), case

@@ -95,9 +95,9 @@ REFUSED_RUNS = {
     ),
     *((r, f"qwen3_5/modelopt-nvfp4{c}") for r in ("0.5.13", "0.5.15", "0.5.16") for c in ("", "-dense")),
 }
-_EARLIER_QUANT = ("/ct-", "/gptq-", "/modelopt-nvfp4")
-"""The compressed-tensors, GPTQ and NVFP4 cases of the releases before the newest: 175 runs, 8 s, held in
-the slow group (the newest release's stay quick)."""
+_EARLIER_QUANT = ("/ct-", "/gptq-", "/modelopt-nvfp4", "/awq-")
+"""The compressed-tensors, GPTQ, NVFP4 and AWQ cases of the releases before the newest: 245 runs, 9 s, held
+in the slow group (the newest release's stay quick)."""
 
 
 def _run(release: str, case: str) -> Any:

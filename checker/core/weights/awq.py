@@ -1,4 +1,5 @@
-"""An AWQ checkpoint as SGLang 0.5.23 serves it on Hopper, and what its Marlin classes hold (torch-free).
+"""An AWQ checkpoint as SGLang serves it on Hopper, and what their Marlin classes hold
+(torch-free; file:line from 0.5.23, the same rules in every CPU-env release: quant.py CHECKED_RELEASES).
 
 **Which method.** ``quant_method: awq`` in config.json's ``quantization_config``. ``ModelConfig.
 _verify_quantization`` (``configs/model_config.py:2085-2105``) asks every method's
@@ -133,18 +134,18 @@ def read_awq(q: Mapping[str, Any], flag: str | None, dtype: str | None, where: s
         bits = q.get("w_bit", q.get("bits"))
         if bits is not None and bits != 4:
             raise ConfigError(
-                f"{source}: {where} quant_method awq with bits={shorten(bits)}: SGLang 0.5.23 serves it with "
-                f"its plain awq method ({because}), which refuses it ('Currently, only 4-bit weight "
+                f"{source}: {where} quant_method awq with bits={shorten(bits)}: SGLang serves it "
+                f"with its plain awq method ({because}), which refuses it ('Currently, only 4-bit weight "
                 "quantization is supported for AWQ', layers/quantization/awq/awq.py:85)"
             )
         if dtype is not None and dtype != "float16":
             raise FlagError(
-                f"{source}: {where} quant_method awq: SGLang 0.5.23 serves it with its plain awq method "
-                f"({because}), which takes float16 only: it refuses the model dtype {dtype} ('torch.{dtype} "
-                "is not supported for quantization method awq', model_loader/loader.py:268)"
+                f"{source}: {where} quant_method awq: SGLang serves it with its plain awq "
+                f"method ({because}), which takes float16 only: it refuses the model dtype {dtype} "
+                f"('torch.{dtype} is not supported for quantization method awq', model_loader/loader.py:268)"
             )
         raise FlagError(
-            f"{source}: {where} quant_method awq: SGLang 0.5.23 serves it with its plain awq method "
+            f"{source}: {where} quant_method awq: SGLang serves it with its plain awq method "
             f"({because}), which the checker does not model (it models awq_marlin); {_WAY_OUT}"
         )
     if q.get("lm_head"):
@@ -239,7 +240,17 @@ def check_backend(backend: str, cfg: AwqConfig) -> None:
 # -- the shards ----------------------------------------------------------------------------------------
 
 _EXPERT_INDEX = re.compile(r"\.experts\.\d+\.")
-_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
+_FUSED = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    # Qwen3.5's split linear-attention projections (0.5.23 models/qwen3_5.py:1995-1998)
+    "in_proj_qkv": "in_proj_qkvz",
+    "in_proj_z": "in_proj_qkvz",
+    "in_proj_b": "in_proj_ba",
+    "in_proj_a": "in_proj_ba",
+}
 _INT = ("I32",)
 _HALF = ("F16", "BF16", "F32")
 

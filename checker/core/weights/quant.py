@@ -103,7 +103,7 @@ CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
     "modelopt_fp4": _CPU_ENVS,
     "compressed-tensors": _CPU_ENVS,
     "gptq_marlin": _CPU_ENVS,
-    "awq_marlin": ("0.5.23",),
+    "awq_marlin": _CPU_ENVS,
 }
 """The releases whose quantized classes the method's rules are held to, per method: each one's own
 ``Fp8LinearMethod``/``Fp8MoEMethod``/``Fp8KVCacheMethod`` built on the meta device
@@ -111,8 +111,12 @@ CHECKED_RELEASES: Mapping[str, tuple[str, ...]] = {
 (the UE8M0 requantization of 0.5.16, the DeepGEMM MXFP8 input of 0.5.23), none of it a parameter a
 Hopper GPU holds differently: the figures of all eight equal the one set of rules. ModelOpt FP8's classes
 are held on the same eight (``*/modelopt-fp8*``): its rules change at 0.5.15 (a quantized
-``ParallelLMHead``) and at 0.5.18 (the 0-d FlashInfer weight scale on SM90). A release between them that
-no CPU environment checks is refused, not assumed."""
+``ParallelLMHead``) and at 0.5.18 (the 0-d FlashInfer weight scale on SM90). AWQ's (``*/awq-*``: Qwen3-Next,
+Nemotron-H, Qwen3.5 MoE and dense) are held on the same eight with no per-release rule: 0.5.10's one
+``layers/quantization/awq.py`` (``is_awq_marlin_compatible`` :339, ``AWQMoEMethod`` :842) became 0.5.13's
+``awq/`` package with the same tensors; the one difference by release, Nemotron-H's mixer split over the
+whole TP group under attention DP before 0.5.14, is the family's rule. A release between them that no CPU
+environment checks is refused, not assumed."""
 
 
 def check_release(method: str, release: str, described: str, source: str) -> None:

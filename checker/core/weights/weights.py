@@ -1185,7 +1185,7 @@ QUANT_FAMILIES = {
     "modelopt_fp4": ("Nemotron-H", "Qwen3-Next", "Qwen3.5"),
     "compressed-tensors": ("Qwen3-Next", "Nemotron-H", "Qwen3.5", "Falcon-H1", "Granite-4.0-H"),
     "gptq_marlin": ("Qwen3-Next", "Nemotron-H", "Qwen3.5", "Falcon-H1", "Granite-4.0-H"),
-    "awq_marlin": ("Qwen3-Next", "Nemotron-H"),
+    "awq_marlin": ("Qwen3-Next", "Nemotron-H", "Qwen3.5"),
 }
 """The families whose class is modelled under each method (FamilyWeights.quant_methods), for messages."""
 

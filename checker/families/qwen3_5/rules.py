@@ -239,7 +239,14 @@ RULES = FamilyRules(
         num_layers,
         build,
         tensors,
-        quant_methods=("fp8", "compressed-tensors", "gptq_marlin", "modelopt_fp4", "modelopt_fp8"),
+        quant_methods=(
+            "fp8",
+            "compressed-tensors",
+            "gptq_marlin",
+            "modelopt_fp4",
+            "modelopt_fp8",
+            "awq_marlin",
+        ),
         # the class's modules sit under model.language_model. (the checker's model.)
         hf_prefixes=(("model.language_model.", "model."),),
         # models/qwen3_5.py:1710-1715
