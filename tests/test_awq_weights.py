@@ -1,4 +1,4 @@
-"""AWQ checkpoints (issue 39 item 1): served by SGLang 0.5.23 on Hopper as awq_marlin, per rank.
+"""AWQ checkpoints (issue 39 item 1): served by SGLang 0.5.10-0.5.23 on Hopper as awq_marlin, per rank.
 
 The per-rank figures are held to 0.5.23's own AWQMarlinLinearScheme / AWQMoEScheme / AWQLinearScheme built on
 the meta device by the ``*/awq-*`` cases of tests/fixtures/weights/expected.json (tests/test_weights.py);
@@ -183,8 +183,13 @@ def test_the_release_refusals_under_awq_marlin_are_one_line() -> None:
         model_weights(_cfg(NEMOTRON), WeightsLayout(pp_size=1, tp_size=2, dtype="float32"), release="0.5.23")
     with pytest.raises(LayoutError, match="awq_linear.py:39-51"):
         model_weights(_cfg(FALLBACK), WeightsLayout(pp_size=1, tp_size=2), release="0.5.23")
-    with pytest.raises(FlagError, match="0.5.23"):
-        model_weights(_cfg(NEMOTRON), WeightsLayout(pp_size=1, tp_size=2), release="0.5.20")
+    # 0.5.20's classes are checked (its figure); 0.5.18's, between two CPU environments, are not
+    mw = model_weights(_cfg(NEMOTRON), WeightsLayout(pp_size=2, tp_size=2), release="0.5.20")
+    doc = json.loads((W / "expected.json").read_text())["figures"]["0.5.20"]["nemotron_h/awq-int4"]
+    (entry,) = [e for e in doc["layouts"] if e["layout"] == {"pp": 2, "tp": 2}]
+    assert [r.param_bytes for r in mw.ranks] == [r[1] for r in entry["ranks"]]
+    with pytest.raises(FlagError, match="0.5.17, 0.5.20.*not 0.5.18's"):
+        model_weights(_cfg(NEMOTRON), WeightsLayout(pp_size=1, tp_size=2), release="0.5.18")
 
 
 @pytest.mark.parametrize(
