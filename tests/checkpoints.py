@@ -268,7 +268,12 @@ def gptq_tensors(config: Mapping[str, Any], *, prefixes: tuple[tuple[str, str], 
     return out
 
 
-def awq_tensors(config: Mapping[str, Any], *, prefixes: tuple[tuple[str, str], ...] = ()) -> list[Spec]:
+def awq_tensors(
+    config: Mapping[str, Any],
+    *,
+    prefixes: tuple[tuple[str, str], ...] = (),
+    packed: tuple[tuple[str, tuple[str, ...]], ...] = (),
+) -> list[Spec]:
     """An AWQ export of ``config`` (AutoAWQ's GEMM layout): every 2-D linear weight SGLang quantizes (not the
     embedding, the head, Qwen's routers or shared-expert gates, nor a module whose SGLang name contains a
     ``modules_to_not_convert`` entry) as an int32 ``qweight`` [in, out / 8], int32 ``qzeros``
@@ -288,7 +293,7 @@ def awq_tensors(config: Mapping[str, Any], *, prefixes: tuple[tuple[str, str], .
         if not (name.endswith(".weight") and len(shape) == 2) or any(k in name for k in skip):
             out.append((name, shape, dtype))
             continue
-        fused = sglang_name(module, prefixes, qweights)
+        fused = sglang_name(module, prefixes, qweights, packed)
         if aw.skips(fused.rpartition(".experts.")[0] + ".experts" if ".experts." in fused else fused):
             out.append((name, shape, dtype))
             continue

@@ -18,6 +18,7 @@ import pytest
 from checker.core.errors import ConfigError, FlagError, LayoutError
 from checker.core.weights.quant import read_scheme
 from checker.core.weights.weights import WeightsLayout
+from checker.families.qwen3_5 import rules as qwen3_5_rules
 from checker.families.rules import model_weights, rank_params
 from tests.checkpoints import awq_tensors, write_checkpoint
 
@@ -29,6 +30,8 @@ QWEN = W / "qwen3_next_awq_int4.json"
 QWEN35 = W / "qwen3_5_awq_int4.json"
 QWEN35_DENSE = W / "qwen3_5_dense_awq_int4.json"
 LANGUAGE = (("model.language_model.", "model."),)
+# Qwen3.5's split linear-attention projections and the fused modules that load them (its family's rule)
+QWEN35_PACKED = qwen3_5_rules.RULES.weights.packed_modules
 DERIVE = ["derive", "--gpu-free-gib", "79", "--mem-fraction-static", "0.85"]
 BACKBONE = (("backbone.", "model."),)
 
@@ -262,7 +265,7 @@ def _qwen35_tensors(cfg: dict[str, Any]) -> list[Any]:
     """Qwen3.5's AWQ export: the language model packed, the vision tower bf16 (as its class loads it)."""
     q = cfg["quantization_config"]
     kept = {**q, "modules_to_not_convert": [*q.get("modules_to_not_convert", []), "visual"]}
-    return awq_tensors({**cfg, "quantization_config": kept}, prefixes=LANGUAGE)
+    return awq_tensors({**cfg, "quantization_config": kept}, prefixes=LANGUAGE, packed=QWEN35_PACKED)
 
 
 def test_an_awq_qwen3_5_checkpoint_derives_sglangs_figure(cli: Callable[..., Any], tmp_path: Path) -> None:
@@ -296,7 +299,7 @@ def test_a_qwen3_5_awq_checkpoint_that_contradicts_its_class_is_one_line(
     dense = _cfg(QWEN35_DENSE)
     (tmp_path / "vision").mkdir()
     (tmp_path / "ba").mkdir()
-    d = _dir(tmp_path / "vision", dense, awq_tensors(dense, prefixes=LANGUAGE))
+    d = _dir(tmp_path / "vision", dense, awq_tensors(dense, prefixes=LANGUAGE, packed=QWEN35_PACKED))
     line = _one_line(cli([*DERIVE, "--pp-size", "2", "--tp-size", "2", "--model-config", str(d)]))
     assert "model.visual." in line and "vision tower" in line, line
     moe = _cfg(QWEN35)
@@ -306,6 +309,7 @@ def test_a_qwen3_5_awq_checkpoint_that_contradicts_its_class_is_one_line(
             "quantization_config": {**moe["quantization_config"], "modules_to_not_convert": ["visual"]},
         },
         prefixes=LANGUAGE,
+        packed=QWEN35_PACKED,
     )
     d = _dir(tmp_path / "ba", dense | {"quantization_config": moe["quantization_config"]}, packed)
     line = _one_line(cli([*DERIVE, "--pp-size", "2", "--tp-size", "2", "--model-config", str(d)]))

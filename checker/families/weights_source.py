@@ -251,7 +251,7 @@ def checkpoint_weights(
         from checker.core.weights.awq import check_awq_shards  # start-up: as above
 
         ckpt = view = check_awq_shards(
-            ckpt, expected_shapes(config, source), scheme.aw, fam.hf_prefixes, source
+            ckpt, expected_shapes(config, source), scheme.aw, fam.hf_prefixes, source, fam.packed_modules
         )
     elif scheme.ct is not None and scheme.ct.weight_only():
         kinds = {

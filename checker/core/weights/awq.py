@@ -245,12 +245,10 @@ _FUSED = {
     "k_proj": "qkv_proj",
     "v_proj": "qkv_proj",
     "gate_proj": "gate_up_proj",
-    # Qwen3.5's split linear-attention projections (0.5.23 models/qwen3_5.py:1995-1998)
-    "in_proj_qkv": "in_proj_qkvz",
-    "in_proj_z": "in_proj_qkvz",
-    "in_proj_b": "in_proj_ba",
-    "in_proj_a": "in_proj_ba",
 }
+"""The checkpoint projections every family's class fuses; a family's own (FamilyWeights.packed_modules:
+split linear-attention projections) are passed in."""
+Packed = Sequence[tuple[str, tuple[str, ...]]]
 _INT = ("I32",)
 _HALF = ("F16", "BF16", "F32")
 
@@ -261,6 +259,7 @@ def check_awq_shards(
     cfg: AwqConfig,
     prefixes: Sequence[tuple[str, str]],
     source: str,
+    packed: Packed = (),
 ) -> Checkpoint:
     """Every ``qweight`` of an AWQ checkpoint held to config.json and the quantization_config: int32
     ``[in, out / 8]`` for the ``[out, in]`` weight config.json gives its module, ``qzeros`` int32
@@ -287,7 +286,7 @@ def check_awq_shards(
         norm = _EXPERT_INDEX.sub(".experts.E.", key) if expert else key
         plan = plans.get(norm) if expert else None
         if plan is None:
-            plan = _plan(norm, module, tensor, expected, cfg, prefixes, tensors, source)
+            plan = _plan(norm, module, tensor, expected, cfg, prefixes, tensors, source, packed)
             if expert:
                 plans[norm] = plan
         if plan is None:
@@ -319,9 +318,12 @@ def check_awq_shards(
     return dataclasses.replace(ckpt, tensors={**tensors, **aliases})
 
 
-def sglang_name(module: str, prefixes: Sequence[tuple[str, str]], tensors: Mapping[str, Any]) -> str:
+def sglang_name(
+    module: str, prefixes: Sequence[tuple[str, str]], tensors: Mapping[str, Any], packed: Packed = ()
+) -> str:
     """A checkpoint module as SGLang names the (fused) linear that loads it; ``up_proj`` is fused only
-    where a ``gate_proj`` is beside it (Nemotron-H's MLP has an ``up_proj`` of its own)."""
+    where a ``gate_proj`` is beside it (Nemotron-H's MLP has an ``up_proj`` of its own); ``packed``: the
+    family's own fused modules and the checkpoint names they load."""
     mapped = module
     for old, new in prefixes:
         if mapped.startswith(old):
@@ -329,7 +331,8 @@ def sglang_name(module: str, prefixes: Sequence[tuple[str, str]], tensors: Mappi
             break
     head, _, proj = mapped.rpartition(".")
     gated = proj == "up_proj" and f"{module.rpartition('.')[0]}.gate_proj.qweight" in tensors
-    return f"{head}.{'gate_up_proj' if gated else _FUSED.get(proj, proj)}"
+    fused = {split: name for name, splits in packed for split in splits} | _FUSED
+    return f"{head}.{'gate_up_proj' if gated else fused.get(proj, proj)}"
 
 
 def _plan(
@@ -341,13 +344,14 @@ def _plan(
     prefixes: Sequence[tuple[str, str]],
     tensors: Mapping[str, Any],
     source: str,
+    packed: Packed,
 ) -> tuple[int, int, tuple[tuple[str, tuple[int, ...], tuple[str, ...]], ...]] | None:
     """What a ``qweight``'s module must hold; None where config.json names no 2-D weight for it."""
     want = expected.get(norm)
     if want is None or len(want) != 2:
         return None
     name = f"{module}.qweight"
-    fused = sglang_name(module, prefixes, tensors)
+    fused = sglang_name(module, prefixes, tensors, packed)
     skipped = cfg.skips(fused.rpartition(".experts.")[0] + ".experts" if ".experts." in fused else fused)
     if skipped:
         raise ConfigError(
