@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, shorten
+from checker.core.weights.checkpoint_names import check_companions
 from checker.core.weights.gptq import MARLIN_GROUPS
 
 if TYPE_CHECKING:
@@ -292,22 +293,17 @@ def check_awq_shards(
         if plan is None:
             continue
         out, inp, wanted = plan
-        for suffix, shape, dtypes in wanted:
-            t = tensors.get(f"{module}.{suffix}")
-            if t is None:
-                raise ConfigError(
-                    f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is an AWQ packed weight but no "
-                    f"shard holds its {shorten(f'{module}.{suffix}')}, which {source}'s quantization_config "
-                    "loads it with: the checkpoint is incomplete; re-download it"
-                )
-            if t.shape != shape or t.dtype not in dtypes:
-                raise ConfigError(
-                    f"tensor {shorten(f'{module}.{suffix}')} in shard {shorten(t.shard)} is {t.dtype} "
-                    f"{list(t.shape)}, but the [{out}, {inp}] weight it belongs to takes {dtypes[0]} "
-                    f"{list(shape)} under {source}'s AWQ INT4 "
-                    f"{'per-channel' if cfg.group == -1 else f'group-{cfg.group}'} quantization_config; the "
-                    "checkpoint and config.json disagree"
-                )
+        check_companions(
+            ckpt,
+            name,
+            (out, inp),
+            wanted,
+            packed_as="an AWQ packed weight",
+            loads_with="quantization_config",
+            scheme="AWQ INT4",
+            group=cfg.group,
+            source=source,
+        )
         aliases[key] = tensor._replace(shape=(out, inp))
     if not checked:
         raise ConfigError(

@@ -9,7 +9,7 @@ The names are the ones each family's SGLang ``load_weights`` maps (``stacked_par
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from checker.core.errors import ConfigError, shorten
 from checker.core.weights.checkpoint import Checkpoint
@@ -184,6 +184,48 @@ def check_compressed(
 
 _EXPERT_INDEX = re.compile(r"\.experts\.\d+\.")
 
+Companion = tuple[str, Shape, tuple[str, ...]]
+"""A tensor a packed weight loads with: (suffix after the module's name, shape, dtypes taken)."""
+
+
+def check_companions(
+    ckpt: Checkpoint,
+    name: str,
+    weight: tuple[int, int],
+    wanted: Iterable[Companion],
+    *,
+    packed_as: str,
+    loads_with: str,
+    scheme: str,
+    group: int,
+    source: str,
+    why: Mapping[str, str] | None = None,
+) -> None:
+    """The scales, zero points and ``g_idx`` a packed weight ``name`` of the ``[out, in]`` ``weight`` loads
+    with (AWQ, GPTQ, compressed-tensors WNA16): each present, of its shape and dtype; else one line naming
+    the tensor and its shard. ``packed_as``: what ``name`` is ("a GPTQ packed weight"); ``loads_with``: the
+    config that names the companions; ``scheme``: the method and bits ("GPTQ INT4"); ``why``: a reason a
+    suffix is wanted ("g_idx": "(desc_act: ...)")."""
+    tensor = ckpt.tensors[name]
+    module = name.rpartition(".")[0]
+    out, inp = weight
+    for suffix, shape, dtypes in wanted:
+        t = ckpt.tensors.get(f"{module}.{suffix}")
+        if t is None:
+            raise ConfigError(
+                f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is {packed_as} but no shard holds "
+                f"its {shorten(f'{module}.{suffix}')}, which {source}'s {loads_with}"
+                f"{(why or {}).get(suffix, '')} loads it with: the checkpoint is incomplete; re-download it"
+            )
+        if t.shape != shape or t.dtype not in dtypes:
+            raise ConfigError(
+                f"tensor {shorten(f'{module}.{suffix}')} in shard {shorten(t.shard)} is {t.dtype} "
+                f"{list(t.shape)}, but the [{out}, {inp}] weight it belongs to takes {dtypes[0]} "
+                f"{list(shape)} under {source}'s {scheme} "
+                f"{'per-channel' if group == -1 else f'group-{group}'} quantization_config; the "
+                "checkpoint and config.json disagree"
+            )
+
 
 def check_packed(
     ckpt: Checkpoint,
@@ -236,7 +278,7 @@ def check_packed(
                 "disagree"
             )
         groups = 1 if group == -1 else inp // group
-        wanted: list[tuple[str, Shape, tuple[str, ...]]] = [
+        wanted: list[Companion] = [
             ("weight_packed", (out, -(-inp // pack)), ("I32",)),
             ("weight_scale", (out, groups), _SCALE_DTYPES),
         ]
@@ -244,22 +286,17 @@ def check_packed(
             wanted.append(("weight_zero_point", (-(-out // pack), groups), ("I32",)))
         if g_idx:
             wanted.append(("weight_g_idx", (inp,), ("I32", "I64")))
-        for suffix, shape, dtypes in wanted:
-            t = ckpt.tensors.get(f"{module}.{suffix}")
-            if t is None:
-                raise ConfigError(
-                    f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is a packed weight but no "
-                    f"shard holds its {module}.{suffix}, which {source}'s compressed-tensors weight-only "
-                    "quantization_config loads it with: the checkpoint is incomplete; re-download it"
-                )
-            if t.shape != shape or t.dtype not in dtypes:
-                raise ConfigError(
-                    f"tensor {shorten(f'{module}.{suffix}')} in shard {shorten(t.shard)} is {t.dtype} "
-                    f"{list(t.shape)}, but the [{out}, {inp}] weight it belongs to takes {dtypes[0]} "
-                    f"{list(shape)} under {source}'s compressed-tensors INT{bits} "
-                    f"{'per-channel' if group == -1 else f'group-{group}'} quantization_config; the "
-                    "checkpoint and config.json disagree"
-                )
+        check_companions(
+            ckpt,
+            name,
+            want,
+            wanted,
+            packed_as="a packed weight",
+            loads_with="compressed-tensors weight-only quantization_config",
+            scheme=f"compressed-tensors INT{bits}",
+            group=group,
+            source=source,
+        )
     if not checked:
         raise ConfigError(
             f"{source} declares a compressed-tensors INT weight-only (pack-quantized) quantization but no "

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from checker.core.errors import ConfigError, FlagError, LayoutError, shorten
+from checker.core.weights.checkpoint_names import check_companions
 
 if TYPE_CHECKING:
     from checker.core.weights.checkpoint import Checkpoint
@@ -345,23 +346,18 @@ def check_gptq_shards(
         out, inp, a, wanted = plan
         if a.desc_act or f"{module}.g_idx" in tensors:
             wanted = (*wanted, ("g_idx", (inp,), ("I32", "I64")))
-        for suffix, shape, dtypes in wanted:
-            t = tensors.get(f"{module}.{suffix}")
-            if t is None:
-                why = " (desc_act: activation order)" if suffix == "g_idx" else ""
-                raise ConfigError(
-                    f"tensor {shorten(name)} in shard {shorten(tensor.shard)} is a GPTQ packed weight but no "
-                    f"shard holds its {shorten(f'{module}.{suffix}')}, which {source}'s "
-                    f"quantization_config{why} loads it with: the checkpoint is incomplete; re-download it"
-                )
-            if t.shape != shape or t.dtype not in dtypes:
-                raise ConfigError(
-                    f"tensor {shorten(f'{module}.{suffix}')} in shard {shorten(t.shard)} is {t.dtype} "
-                    f"{list(t.shape)}, but the [{out}, {inp}] weight it belongs to takes {dtypes[0]} "
-                    f"{list(shape)} under {source}'s GPTQ INT{a.bits} "
-                    f"{'per-channel' if a.group == -1 else f'group-{a.group}'} quantization_config; the "
-                    "checkpoint and config.json disagree"
-                )
+        check_companions(
+            ckpt,
+            name,
+            (out, inp),
+            wanted,
+            packed_as="a GPTQ packed weight",
+            loads_with="quantization_config",
+            scheme=f"GPTQ INT{a.bits}",
+            group=a.group,
+            source=source,
+            why={"g_idx": " (desc_act: activation order)"},
+        )
         aliases[key] = tensor._replace(shape=(out, inp))
     if not checked:
         raise ConfigError(
